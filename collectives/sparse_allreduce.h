@@ -1,0 +1,88 @@
+// The common interface of every gradient exchange algorithm: gradient and
+// residual in, reduced (summed) result and new residual out, with per-call
+// statistics. Algorithms are written against Transport and kernels only.
+#ifndef GRADEX_COLLECTIVES_SPARSE_ALLREDUCE_H_
+#define GRADEX_COLLECTIVES_SPARSE_ALLREDUCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/sparse.h"
+#include "transport/transport.h"
+
+namespace gradex {
+
+// Where a call runs: the communicator and the identity stamped on every frame.
+struct CallContext {
+  Transport* transport = nullptr;
+  uint64_t job_id = 0;
+  uint32_t epoch = 0;
+  uint64_t step = 0;
+  Deadline deadline;  // every wait inside the call ends by then
+};
+
+// Parameters the coordinator owns (slowly changing, per call).
+struct AllreduceOptions {
+  double density = 0.01;  // k = ceil(density * block size), per block
+  int teams = 1;          // SparDL SAG team count; must divide P
+  // B-SAG k' (per block, this rank's team position). 0: use the algorithm's own
+  // step controller, which starts at k_block / T.
+  size_t kprime = 0;
+};
+
+// Wall time of the call split by what it was doing.
+struct PhaseTimes {
+  double selection_s = 0;      // top-k selections and compaction
+  double communication_s = 0;  // posting, waiting, framing, validation
+  double reduction_s = 0;      // merge-adds and dense sums, residual updates
+};
+
+struct CallStats {
+  PhaseTimes phases;
+  double total_s = 0;
+  uint64_t sent_bytes = 0;  // this call, all peers, frame headers included
+  uint64_t recv_bytes = 0;
+  uint64_t messages_sent = 0;
+  size_t result_nnz = 0;         // non-zeros of the result
+  size_t result_capacity = 0;    // the most non-zeros the algorithm promises
+  size_t post_gather_count = 0;  // B-SAG: u, entries after the cross-team gather
+  size_t kprime_used = 0;        // B-SAG: k' used by this call
+};
+
+// The summed result: COO (sorted, unique) or, for dense algorithms, dense.
+struct AllreduceResult {
+  bool is_dense = false;
+  std::vector<float> dense;   // n values when is_dense
+  kernels::SparseVec sparse;  // when !is_dense; may hold explicit zeros
+  void ToDense(std::span<float> out) const;
+  size_t CountNonZeros() const;
+};
+
+class SparseAllreduce {
+ public:
+  virtual ~SparseAllreduce() = default;
+  virtual std::string_view name() const = 0;
+
+  // grad: this rank's gradient (n elements, same n on every rank).
+  // residual: in, the residual kept from earlier calls; out, the new one.
+  // Returns the SUM over ranks of the (sparsified) gradients. On error the
+  // residual holds grad + old residual (this rank's whole contribution is kept
+  // for the next call, nothing is lost) and the result is unspecified.
+  virtual absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
+                           std::span<const float> grad, std::span<float> residual,
+                           AllreduceResult* result, CallStats* stats) = 0;
+};
+
+// Registry by the algorithm names of DESIGN.md.
+absl::StatusOr<std::unique_ptr<SparseAllreduce>> CreateAllreduce(std::string_view name);
+std::vector<std::string> AllreduceNames();
+
+}  // namespace gradex
+
+#endif  // GRADEX_COLLECTIVES_SPARSE_ALLREDUCE_H_

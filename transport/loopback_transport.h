@@ -1,0 +1,24 @@
+// Loopback transport: P ranks as threads of one process sharing a fabric.
+// For tests; also lets a test kill a rank (its peers then fail fast).
+#ifndef GRADEX_TRANSPORT_LOOPBACK_TRANSPORT_H_
+#define GRADEX_TRANSPORT_LOOPBACK_TRANSPORT_H_
+
+#include <memory>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace gradex {
+
+class LoopbackFabric;
+
+// Creates a fabric of `size` ranks and returns one Transport per rank.
+std::vector<std::unique_ptr<Transport>> CreateLoopbackTransports(int size);
+
+// Marks `rank` dead: its pending and future operations fail, and peers waiting
+// on it get UNAVAILABLE instead of waiting for their deadline.
+void KillLoopbackRank(Transport& any_rank_of_fabric, int rank);
+
+}  // namespace gradex
+
+#endif  // GRADEX_TRANSPORT_LOOPBACK_TRANSPORT_H_

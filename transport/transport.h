@@ -1,0 +1,87 @@
+// The Transport interface: tagged, non-blocking point-to-point messages between
+// ranks with deadlines and per-peer byte counters. Algorithms see only this.
+#ifndef GRADEX_TRANSPORT_TRANSPORT_H_
+#define GRADEX_TRANSPORT_TRANSPORT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gradex {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+inline Deadline DeadlineIn(std::chrono::milliseconds ms) { return Clock::now() + ms; }
+
+// User tags must stay below 2^kTagBits: implementations may use the high bits
+// (e.g. UCX puts the source rank there because UCP tag matching has no source).
+inline constexpr int kTagBits = 48;
+inline constexpr uint64_t kMaxTag = (uint64_t{1} << kTagBits) - 1;
+
+using Bytes = std::vector<uint8_t>;
+
+struct PeerCounters {
+  uint64_t sent_bytes = 0;
+  uint64_t recv_bytes = 0;
+  uint64_t sent_messages = 0;
+  uint64_t recv_messages = 0;
+};
+
+// Opaque handle of a posted operation. 0 is never a valid id.
+using RequestId = uint64_t;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Posts a send; the transport owns `payload` until the request completes.
+  // Sending to oneself is allowed (delivered through the same matching).
+  virtual absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) = 0;
+
+  // Posts a receive of a message of unknown size from `peer` with `tag`.
+  // Messages between one (sender, receiver, tag) triple match in posting order.
+  virtual absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) = 0;
+
+  // Drives progress until the request completes, fails, or `deadline` passes
+  // (DEADLINE_EXCEEDED). For receives, the message is moved into `*out` (may be
+  // null for sends). A completed or failed request id is released.
+  virtual absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) = 0;
+
+  // Non-blocking check: true when complete (and then as Wait), false if pending.
+  virtual absl::StatusOr<bool> Test(RequestId request, Bytes* out) = 0;
+
+  // Cancels every pending request (used after an error so that no buffer is
+  // referenced once the caller returns). Never blocks past `deadline`.
+  virtual void CancelAll(Deadline deadline) = 0;
+
+  // Counters since construction or the last ResetCounters(); payload bytes only.
+  virtual PeerCounters counters(int peer) const = 0;
+  virtual void ResetCounters() = 0;
+
+  PeerCounters TotalCounters() const {
+    PeerCounters t;
+    for (int p = 0; p < size(); ++p) {
+      PeerCounters c = counters(p);
+      t.sent_bytes += c.sent_bytes;
+      t.recv_bytes += c.recv_bytes;
+      t.sent_messages += c.sent_messages;
+      t.recv_messages += c.recv_messages;
+    }
+    return t;
+  }
+};
+
+// Posts a send to `to` and a receive from `from`, waits for both.
+absl::StatusOr<Bytes> SendRecv(Transport& t, int to, uint64_t send_tag, Bytes payload, int from,
+                               uint64_t recv_tag, Deadline deadline);
+
+}  // namespace gradex
+
+#endif  // GRADEX_TRANSPORT_TRANSPORT_H_
