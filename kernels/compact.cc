@@ -1,0 +1,162 @@
+#include "kernels/compact.h"
+
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace gradex::kernels::internal {
+namespace {
+
+inline uint32_t KeyAt(const float* x, size_t i) {
+  uint32_t b;
+  std::memcpy(&b, x + i, sizeof b);
+  return b & 0x7fffffffu;
+}
+
+// Tests 16 entries at once for lo <= key <= hi. Most groups have no hit at
+// the densities gradex runs at, so the scan is one well-predicted branch per
+// 16 entries. Keys are < 2^31, so signed compares are exact.
+class RangeTest {
+ public:
+  RangeTest(uint32_t lo, uint32_t hi) : lo_(lo), hi_(hi) {
+#if defined(__SSE2__)
+    lo_m1_ = _mm_set1_epi32(static_cast<int>(lo - 1));  // lo = 0 gives -1: all keys pass
+    hi_v_ = _mm_set1_epi32(static_cast<int>(hi));
+    abs_ = _mm_set1_epi32(0x7fffffff);
+#endif
+  }
+  bool In(uint32_t key) const { return key >= lo_ && key <= hi_; }
+  uint32_t Mask16(const float* x) const {
+#if defined(__SSE2__)
+    uint32_t m = 0;
+    for (int v = 0; v < 4; ++v) {
+      __m128i k = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 4 * v)), abs_);
+      __m128i in = _mm_andnot_si128(_mm_cmpgt_epi32(k, hi_v_), _mm_cmpgt_epi32(k, lo_m1_));
+      m |= static_cast<uint32_t>(_mm_movemask_ps(_mm_castsi128_ps(in))) << (4 * v);
+    }
+    return m;
+#else
+    uint32_t m = 0;
+    for (int j = 0; j < 16; ++j) m |= static_cast<uint32_t>(In(KeyAt(x, j))) << j;
+    return m;
+#endif
+  }
+
+ private:
+  uint32_t lo_, hi_;
+#if defined(__SSE2__)
+  __m128i lo_m1_, hi_v_, abs_;
+#endif
+};
+
+// Drives a sink over x: sink.Group(i, mask) for each 16-group with a hit,
+// sink.One(i) for each hit of the tail.
+// Stops once sink.c reaches max_out; a group writes at most 16 slots past
+// sink.c, so max_out + kCompactSlack slots are never overrun.
+template <typename Sink>
+size_t Scan(const float* x, size_t n, const RangeTest& t, size_t max_out, Sink& sink) {
+  if (max_out == 0) return 0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    uint32_t m = t.Mask16(x + i);
+    if (m != 0) {
+      sink.Group(i, m);
+      if (sink.c >= max_out) return max_out;
+    }
+  }
+  for (; i < n && sink.c < max_out; ++i) {
+    if (t.In(KeyAt(x, i))) sink.One(i);
+  }
+  return sink.c;
+}
+
+// Writes every slot of a group and advances by the hit bit: no branch per
+// entry, at the cost of kCompactSlack spare slots.
+struct PairSink {
+  const float* x;
+  uint32_t base;
+  uint32_t* oi;
+  float* ov;
+  size_t c = 0;
+  void Group(size_t i, uint32_t m) {
+    for (int j = 0; j < 16; ++j) {
+      oi[c] = base + static_cast<uint32_t>(i + j);
+      ov[c] = x[i + j];
+      c += (m >> j) & 1u;
+    }
+  }
+  void One(size_t i) {
+    oi[c] = base + static_cast<uint32_t>(i);
+    ov[c] = x[i];
+    ++c;
+  }
+};
+
+struct TiesSink {
+  const float* x;
+  uint32_t base;
+  uint32_t tie_key;
+  size_t ties;
+  uint32_t* oi;
+  float* ov;
+  size_t c = 0;
+  void Put(size_t i, uint32_t hit) {
+    uint32_t tie = hit & static_cast<uint32_t>(KeyAt(x, i) == tie_key);
+    uint32_t room = static_cast<uint32_t>(ties > 0);
+    oi[c] = base + static_cast<uint32_t>(i);
+    ov[c] = x[i];
+    c += hit & (room | (tie ^ 1u));
+    ties -= tie & room;
+  }
+  void Group(size_t i, uint32_t m) {
+    for (int j = 0; j < 16; ++j) Put(i + j, (m >> j) & 1u);
+  }
+  void One(size_t i) { Put(i, 1u); }
+};
+
+struct KeySink {
+  const float* x;
+  uint32_t* keys;
+  size_t c = 0;
+  void Group(size_t i, uint32_t m) {
+    for (int j = 0; j < 16; ++j) {
+      keys[c] = KeyAt(x, i + j);
+      c += (m >> j) & 1u;
+    }
+  }
+  void One(size_t i) { keys[c++] = KeyAt(x, i); }
+};
+
+}  // namespace
+
+size_t CompactKeyRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint32_t index_base,
+                       size_t max_out, uint32_t* oi, float* ov) {
+  PairSink s{x, index_base, oi, ov};
+  return Scan(x, n, RangeTest(lo, hi), max_out, s);
+}
+
+size_t CompactKeyRangeTies(const float* x, size_t n, uint32_t lo, uint32_t hi, size_t ties,
+                           uint32_t index_base, size_t max_out, uint32_t* oi, float* ov) {
+  TiesSink s{x, index_base, lo, ties, oi, ov};
+  return Scan(x, n, RangeTest(lo, hi), max_out, s);
+}
+
+size_t GatherKeysInRange(const float* x, size_t n, uint32_t lo, uint32_t hi, size_t max_out,
+                         uint32_t* keys) {
+  KeySink s{x, keys};
+  return Scan(x, n, RangeTest(lo, hi), max_out, s);
+}
+
+size_t CountKeyRange(const float* x, size_t n, uint32_t lo, uint32_t hi) {
+  // Over the key bits, branch-free, so that it vectorises.
+  size_t c = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t k = KeyAt(x, i);
+    c += (k >= lo) & (k <= hi);
+  }
+  return c;
+}
+
+}  // namespace gradex::kernels::internal

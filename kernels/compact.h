@@ -1,0 +1,38 @@
+// Internal to kernels/: the branch-light scans shared by the top-k and COO
+// kernels. Everything works on magnitude keys (MagnitudeKey), so a range of
+// keys is a range of |x|; keys above kInfKey are NaNs.
+#ifndef GRADEX_KERNELS_COMPACT_H_
+#define GRADEX_KERNELS_COMPACT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gradex::kernels::internal {
+
+inline constexpr uint32_t kInfKey = 0x7f800000u;
+// Compaction writes whole 16-entry groups and advances by the hits, so its
+// outputs need this many spare slots past the last entry written.
+inline constexpr size_t kCompactSlack = 16;
+
+// Writes (index_base + i, x[i]) for every i with lo <= key(x[i]) <= hi, in
+// index order, to oi/ov, which have room for max_out + kCompactSlack entries.
+// Stops after max_out entries (a bound the caller knows, kept so that a wrong
+// one cannot overrun the buffers). Returns the count.
+size_t CompactKeyRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint32_t index_base,
+                       size_t max_out, uint32_t* oi, float* ov);
+
+// Same, but of the entries whose key equals lo only the first `ties` are kept.
+size_t CompactKeyRangeTies(const float* x, size_t n, uint32_t lo, uint32_t hi, size_t ties,
+                           uint32_t index_base, size_t max_out, uint32_t* oi, float* ov);
+
+// Number of entries with lo <= key <= hi.
+size_t CountKeyRange(const float* x, size_t n, uint32_t lo, uint32_t hi);
+
+// Writes the keys in [lo, hi] (index order) to keys (room for max_out +
+// kCompactSlack). Returns the count.
+size_t GatherKeysInRange(const float* x, size_t n, uint32_t lo, uint32_t hi, size_t max_out,
+                         uint32_t* keys);
+
+}  // namespace gradex::kernels::internal
+
+#endif  // GRADEX_KERNELS_COMPACT_H_

@@ -1,0 +1,159 @@
+// Operations on sorted COO runs and dense <-> sparse conversion.
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <utility>
+
+#include "kernels/compact.h"
+#include "kernels/sparse.h"
+
+namespace gradex::kernels {
+namespace {
+
+using internal::kCompactSlack;
+using internal::kInfKey;
+
+// Appends every entry with key in [lo, hi]. The count is unknown, so x is
+// taken in cache-sized chunks: count (vectorised), grow `out` exactly, then
+// compact while the chunk is still in cache; x is read from memory once.
+size_t AppendKeyRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint32_t index_base,
+                      SparseVec* out) {
+  constexpr size_t kChunk = 32 * 1024;
+  const size_t start = out->idx.size();
+  size_t size = start;
+  for (size_t off = 0; off < n; off += kChunk) {
+    const size_t len = std::min(kChunk, n - off);
+    const size_t cnt = internal::CountKeyRange(x + off, len, lo, hi);
+    if (cnt == 0) continue;
+    if (out->idx.size() < size + cnt + kCompactSlack) {
+      // Geometric growth so that the resizes stay amortised O(1) per entry.
+      const size_t want = std::max(size + cnt + kCompactSlack, 2 * out->idx.size());
+      out->idx.resize(want);
+      out->val.resize(want);
+    }
+    size += internal::CompactKeyRange(x + off, len, lo, hi, index_base + static_cast<uint32_t>(off),
+                                      cnt, out->idx.data() + size, out->val.data() + size);
+  }
+  out->idx.resize(size);
+  out->val.resize(size);
+  return size - start;
+}
+
+void MergeInto(SparseView a, SparseView b, uint32_t* oi, float* ov, size_t* count) {
+  size_t i = 0, j = 0, c = 0;
+  // Branch-free body: the order of two runs of random indices is not
+  // predictable, so select with conditional moves and advance by flags.
+  while (i < a.nnz && j < b.nnz) {
+    const uint32_t ia = a.idx[i], ib = b.idx[j];
+    const float va = a.val[i], vb = b.val[j];
+    const bool ta = ia <= ib, tb = ib <= ia;
+    const float sum = va + vb;
+    // Values taken alone are copied, not added to 0, so -0.0f survives.
+    oi[c] = ta ? ia : ib;
+    ov[c] = (ta && tb) ? sum : (ta ? va : vb);
+    ++c;
+    i += ta;
+    j += tb;
+  }
+  const size_t ra = a.nnz - i, rb = b.nnz - j;
+  if (ra) {
+    std::memcpy(oi + c, a.idx + i, ra * sizeof(uint32_t));
+    std::memcpy(ov + c, a.val + i, ra * sizeof(float));
+    c += ra;
+  }
+  if (rb) {
+    std::memcpy(oi + c, b.idx + j, rb * sizeof(uint32_t));
+    std::memcpy(ov + c, b.val + j, rb * sizeof(float));
+    c += rb;
+  }
+  *count = c;
+}
+
+bool Overlaps(const void* p, size_t bytes, const void* q, size_t qbytes) {
+  if (bytes == 0 || qbytes == 0) return false;
+  const auto* a = static_cast<const char*>(p);
+  const auto* b = static_cast<const char*>(q);
+  return std::less<const char*>()(a, b + qbytes) && std::less<const char*>()(b, a + bytes);
+}
+
+}  // namespace
+
+size_t CompactAbove(const float* x, size_t n, float threshold, uint32_t index_base,
+                    SparseVec* out) {
+  if (std::isnan(threshold)) return 0;
+  // |x| >= threshold over keys; threshold <= 0 means every nonzero.
+  const uint32_t lo = threshold > 0.0f ? MagnitudeKey(threshold) : 1u;
+  if (lo > kInfKey) return 0;
+  return AppendKeyRange(x, n, lo, kInfKey, index_base, out);
+}
+
+void MergeAdd(SparseView a, SparseView b, SparseVec* out) {
+  const size_t cap = a.nnz + b.nnz;
+  // out may be one of the inputs (acc = acc + b): merge into fresh storage then.
+  const bool alias =
+      Overlaps(out->idx.data(), out->idx.capacity() * sizeof(uint32_t), a.idx, a.nnz * 4) ||
+      Overlaps(out->idx.data(), out->idx.capacity() * sizeof(uint32_t), b.idx, b.nnz * 4) ||
+      Overlaps(out->val.data(), out->val.capacity() * sizeof(float), a.val, a.nnz * 4) ||
+      Overlaps(out->val.data(), out->val.capacity() * sizeof(float), b.val, b.nnz * 4);
+  size_t c = 0;
+  if (alias) {
+    SparseVec tmp;
+    tmp.idx.resize(cap);
+    tmp.val.resize(cap);
+    MergeInto(a, b, tmp.idx.data(), tmp.val.data(), &c);
+    tmp.idx.resize(c);
+    tmp.val.resize(c);
+    *out = std::move(tmp);
+    return;
+  }
+  out->idx.resize(cap);
+  out->val.resize(cap);
+  MergeInto(a, b, out->idx.data(), out->val.data(), &c);
+  out->idx.resize(c);
+  out->val.resize(c);
+}
+
+void ScatterAdd(SparseView s, uint32_t index_base, float scale, float* dense) {
+  if (scale == 1.0f) {
+    for (size_t i = 0; i < s.nnz; ++i) dense[s.idx[i] - index_base] += s.val[i];
+    return;
+  }
+  for (size_t i = 0; i < s.nnz; ++i) {
+    // Product rounded before the add (no fused multiply-add), as on the GPU.
+    const float p = scale * s.val[i];
+    dense[s.idx[i] - index_base] += p;
+  }
+}
+
+void DenseToSparse(const float* x, size_t n, uint32_t index_base, SparseVec* out) {
+  out->clear();
+  // Keys 1..0x7fffffff: every nonzero, NaN included.
+  AppendKeyRange(x, n, 1u, 0x7fffffffu, index_base, out);
+}
+
+void SparseToDense(SparseView s, uint32_t index_base, float* dense, size_t n) {
+  std::fill(dense, dense + n, 0.0f);
+  for (size_t i = 0; i < s.nnz; ++i) {
+    assert(s.idx[i] - index_base < n);
+    dense[s.idx[i] - index_base] = s.val[i];
+  }
+}
+
+bool IsSortedUniqueInRange(const uint32_t* idx, size_t nnz, uint32_t lo, uint32_t hi) {
+  if (nnz == 0) return true;
+  if (idx[0] < lo || idx[nnz - 1] >= hi) return false;
+  // Strictly increasing from idx[0] >= lo to idx[nnz-1] < hi puts every entry
+  // in range. Checked in blocks without a branch per entry.
+  constexpr size_t kBlock = 1024;
+  for (size_t start = 1; start < nnz; start += kBlock) {
+    const size_t end = std::min(nnz, start + kBlock);
+    uint32_t bad = 0;
+    for (size_t i = start; i < end; ++i) bad |= idx[i] <= idx[i - 1];
+    if (bad) return false;
+  }
+  return true;
+}
+
+}  // namespace gradex::kernels

@@ -1,0 +1,285 @@
+// Top-k selection by radix select on magnitude keys. A key (31 bits) is cut
+// 11/11/9: the first pass histograms all n entries by their top bits, the
+// later passes only the candidates of the bucket the k-th entry falls in.
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <vector>
+
+#include "kernels/compact.h"
+#include "kernels/sparse.h"
+
+namespace gradex::kernels {
+namespace {
+
+using internal::kCompactSlack;
+using internal::kInfKey;
+
+// Pass 1 buckets: b(key) = (key + 2^20 - 1) >> 20, so bucket 0 holds exactly
+// the zeros and bucket b >= 1 holds keys [((b-1) << 20) + 1, b << 20]; +Inf
+// lands in 2040 and NaNs above it, where the walk never looks (NaN is never
+// selected).
+constexpr int kShift1 = 20;
+constexpr uint32_t kBias1 = (1u << kShift1) - 1;
+constexpr size_t kBuckets1 = ((0x7fffffffu + kBias1) >> kShift1) + 1;  // 2049
+constexpr size_t kTopReal = (kInfKey + kBias1) >> kShift1;             // 2040
+
+inline uint32_t BucketLo(size_t b) { return ((static_cast<uint32_t>(b) - 1) << kShift1) + 1; }
+inline uint32_t BucketHi(size_t b) { return static_cast<uint32_t>(b) << kShift1; }
+
+inline uint32_t KeyAt(const float* x, size_t i) {
+  uint32_t b;
+  std::memcpy(&b, x + i, sizeof b);
+  return b & 0x7fffffffu;
+}
+
+// Histogram of pass-1 buckets over all of x. Four sub-histograms so that
+// runs of equal buckets (common: few exponents dominate) do not serialise on
+// one counter; uint32 counters, flushed every 2^30 entries.
+void Histogram1(const float* x, size_t n, size_t* h) {
+  std::fill(h, h + kBuckets1, size_t{0});
+  static thread_local uint32_t sub[4][kBuckets1];
+  constexpr size_t kChunk = size_t{1} << 30;
+  for (size_t start = 0; start < n; start += kChunk) {
+    const size_t end = std::min(n, start + kChunk);
+    std::memset(sub, 0, sizeof sub);
+    size_t i = start;
+    for (; i + 4 <= end; i += 4) {
+      ++sub[0][(KeyAt(x, i) + kBias1) >> kShift1];
+      ++sub[1][(KeyAt(x, i + 1) + kBias1) >> kShift1];
+      ++sub[2][(KeyAt(x, i + 2) + kBias1) >> kShift1];
+      ++sub[3][(KeyAt(x, i + 3) + kBias1) >> kShift1];
+    }
+    for (; i < end; ++i) ++sub[0][(KeyAt(x, i) + kBias1) >> kShift1];
+    for (size_t b = 0; b < kBuckets1; ++b) h[b] += sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
+  }
+}
+
+// Where pass 1 puts the k-th largest nonzero, non-NaN entry.
+struct Pass1 {
+  size_t bucket = 0;  // 0: nothing to select
+  size_t above = 0;   // entries in buckets above
+  size_t need = 0;    // entries still to take from `bucket`, 1..h[bucket]
+  size_t in_bucket = 0;
+};
+
+Pass1 LocateBucket(const float* x, size_t n, size_t k) {
+  Pass1 p;
+  if (n == 0 || k == 0) return p;
+  size_t h[kBuckets1];
+  Histogram1(x, n, h);
+  size_t cum = 0;
+  for (size_t b = kTopReal; b >= 1; --b) {
+    if (cum + h[b] >= k) {
+      p.bucket = b;
+      p.above = cum;
+      p.need = k - cum;
+      p.in_bucket = h[b];
+      return p;
+    }
+    cum += h[b];
+  }
+  // k >= nonzeros: everything nonzero goes; the threshold is the lowest
+  // nonempty bucket's smallest key.
+  for (size_t b = 1; b <= kTopReal; ++b) {
+    if (h[b] != 0) {
+      p.bucket = b;
+      p.above = cum - h[b];
+      p.need = h[b];
+      p.in_bucket = h[b];
+      return p;
+    }
+  }
+  return p;  // all zero or NaN
+}
+
+// Passes 2 and 3 over the m candidate keys of one pass-1 bucket (all in
+// [lo, lo + 2^20)): finds the key of the need-th largest (1 <= need <= m).
+// Reorders/overwrites keys. Returns the threshold key; *take is how many
+// entries with that key are kept, *above how many candidates are larger.
+uint32_t SelectAmongCandidates(uint32_t* keys, size_t m, uint32_t lo, size_t need, size_t* take,
+                               size_t* above) {
+  *above = 0;
+  uint32_t prefix = 0;  // high bits (relative to lo) fixed so far
+  // Pass 2 looks at bits 19..9, pass 3 at bits 8..0 of key - lo.
+  const int shifts[2] = {9, 0};
+  const uint32_t masks[2] = {0x7ffu, 0x1ffu};
+  for (int pass = 0; pass < 2; ++pass) {
+    const int sh = shifts[pass];
+    const uint32_t mask = masks[pass];
+    size_t h[2048] = {};
+    for (size_t i = 0; i < m; ++i) ++h[((keys[i] - lo) >> sh) & mask];
+    size_t cum = 0;
+    uint32_t d = mask;
+    for (;; --d) {
+      if (cum + h[d] >= need) break;
+      cum += h[d];
+    }
+    *above += cum;
+    need -= cum;
+    prefix |= d << sh;
+    if (pass == 0) {
+      // Keep only this digit's candidates for pass 3 (in place, stable).
+      size_t w = 0;
+      for (size_t i = 0; i < m; ++i) {
+        keys[w] = keys[i];
+        w += ((keys[i] - lo) >> sh) == d;
+      }
+      m = w;
+    }
+  }
+  *take = need;
+  return lo + prefix;
+}
+
+// Completes a pass-1 result into a threshold, gathering the bucket's keys.
+TopKThreshold Refine(const float* x, size_t n, const Pass1& p) {
+  TopKThreshold t;
+  if (p.bucket == 0) return t;
+  const uint32_t lo = BucketLo(p.bucket);
+  std::vector<uint32_t> keys(p.in_bucket + kCompactSlack);
+  const size_t m =
+      internal::GatherKeysInRange(x, n, lo, BucketHi(p.bucket), p.in_bucket, keys.data());
+  assert(m == p.in_bucket);
+  size_t take = 0, above = 0;
+  t.threshold_key = SelectAmongCandidates(keys.data(), m, lo, p.need, &take, &above);
+  t.take_at_threshold = take;
+  t.count_above = p.above + above;
+  return t;
+}
+
+// SelectTopK without a separate threshold pass: compacts every entry of the
+// k-th entry's bucket and above (a superset, count known from pass 1), then
+// refines among the bucket's entries and filters the superset in place. Two
+// passes over x in all; the result equals FindTopKThreshold + CompactSelected.
+size_t SelectFused(float* x, size_t n, size_t k, uint32_t index_base, SparseVec* out, bool zero) {
+  const Pass1 p = LocateBucket(x, n, k);
+  if (p.bucket == 0) return 0;
+  const uint32_t lo = BucketLo(p.bucket), hi = BucketHi(p.bucket);
+  const size_t old = out->idx.size();
+  const size_t super = p.above + p.in_bucket;
+  out->idx.resize(old + super + kCompactSlack);
+  out->val.resize(old + super + kCompactSlack);
+  uint32_t* oi = out->idx.data() + old;
+  float* ov = out->val.data() + old;
+  const size_t c = internal::CompactKeyRange(x, n, lo, kInfKey, index_base, super, oi, ov);
+  assert(c == super);
+  size_t kept = c;
+  if (p.need < p.in_bucket) {
+    std::vector<uint32_t> keys(p.in_bucket + kCompactSlack);
+    size_t m = 0;
+    for (size_t i = 0; i < c; ++i) {
+      const uint32_t key = KeyAt(ov, i);
+      keys[m] = key;
+      m += key <= hi;
+    }
+    size_t take = 0, above = 0;
+    const uint32_t thr = SelectAmongCandidates(keys.data(), m, lo, p.need, &take, &above);
+    size_t w = 0;
+    for (size_t i = 0; i < c; ++i) {
+      const uint32_t key = KeyAt(ov, i);
+      const uint32_t tie = key == thr;
+      const uint32_t room = take > 0;
+      const uint32_t keep = (key > thr) | (tie & room);
+      take -= tie & room;
+      oi[w] = oi[i];
+      ov[w] = ov[i];
+      w += keep;
+    }
+    kept = w;
+  }
+  out->idx.resize(old + kept);
+  out->val.resize(old + kept);
+  if (zero) {
+    for (size_t i = 0; i < kept; ++i) x[oi[i] - index_base] = 0.0f;
+  }
+  return kept;
+}
+
+}  // namespace
+
+TopKThreshold FindTopKThreshold(const float* x, size_t n, size_t k) {
+  return Refine(x, n, LocateBucket(x, n, k));
+}
+
+size_t CompactSelected(const float* x, size_t n, const TopKThreshold& t, uint32_t index_base,
+                       SparseVec* out) {
+  if (t.threshold_key == 0 || t.selected() == 0) return 0;
+  const size_t old = out->idx.size();
+  const size_t want = t.selected();
+  out->idx.resize(old + want + kCompactSlack);
+  out->val.resize(old + want + kCompactSlack);
+  uint32_t* oi = out->idx.data() + old;
+  float* ov = out->val.data() + old;
+  size_t c;
+  if (t.take_at_threshold == 0) {
+    c = t.threshold_key >= kInfKey ? 0
+                                   : internal::CompactKeyRange(x, n, t.threshold_key + 1, kInfKey,
+                                                               index_base, want, oi, ov);
+  } else {
+    c = internal::CompactKeyRangeTies(x, n, t.threshold_key, kInfKey, t.take_at_threshold,
+                                      index_base, want, oi, ov);
+  }
+  out->idx.resize(old + c);
+  out->val.resize(old + c);
+  return c;
+}
+
+size_t SelectTopK(const float* x, size_t n, size_t k, uint32_t index_base, SparseVec* out) {
+  // SelectFused only writes x when zeroing.
+  return SelectFused(const_cast<float*>(x), n, k, index_base, out, /*zero=*/false);
+}
+
+size_t SelectTopKAndZero(float* x, size_t n, size_t k, uint32_t index_base, SparseVec* out) {
+  return SelectFused(x, n, k, index_base, out, /*zero=*/true);
+}
+
+void BlockTopK(float* x, const std::vector<size_t>& bounds, const std::vector<size_t>& k,
+               uint32_t index_base, bool zero_selected, std::vector<SparseVec>* out) {
+  const size_t blocks = bounds.empty() ? 0 : std::min(k.size(), bounds.size() - 1);
+  assert(bounds.size() == k.size() + 1);
+  out->resize(blocks);
+  for (size_t b = 0; b < blocks; ++b) {
+    SparseVec& o = (*out)[b];
+    o.clear();
+    if (bounds[b + 1] <= bounds[b]) continue;
+    const size_t len = bounds[b + 1] - bounds[b];
+    const uint32_t base = index_base + static_cast<uint32_t>(bounds[b]);
+    SelectFused(x + bounds[b], len, k[b], base, &o, zero_selected);
+  }
+}
+
+void SparseTopK(SparseView in, size_t k, SparseVec* kept, SparseVec* dropped) {
+  kept->clear();
+  if (dropped != nullptr) dropped->clear();
+  const TopKThreshold t = FindTopKThreshold(in.val, in.nnz, k);
+  const size_t nk = t.selected();
+  kept->idx.resize(nk);
+  kept->val.resize(nk);
+  if (dropped != nullptr) {
+    dropped->idx.resize(in.nnz - nk);
+    dropped->val.resize(in.nnz - nk);
+  }
+  size_t ties = t.take_at_threshold, a = 0, d = 0;
+  for (size_t i = 0; i < in.nnz; ++i) {
+    const uint32_t key = KeyAt(in.val, i);
+    bool keep = false;
+    if (t.threshold_key != 0 && key <= kInfKey) {
+      if (key > t.threshold_key) {
+        keep = true;
+      } else if (key == t.threshold_key && ties > 0) {
+        --ties;
+        keep = true;
+      }
+    }
+    if (keep) {
+      kept->idx[a] = in.idx[i];
+      kept->val[a++] = in.val[i];
+    } else if (dropped != nullptr) {
+      dropped->idx[d] = in.idx[i];
+      dropped->val[d++] = in.val[i];
+    }
+  }
+}
+
+}  // namespace gradex::kernels
