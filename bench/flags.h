@@ -1,0 +1,62 @@
+// Command-line flags of gradex-bench: parsing, validation and --help text.
+#ifndef GRADEX_BENCH_FLAGS_H_
+#define GRADEX_BENCH_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gradex::bench {
+
+struct BenchFlags {
+  std::string algo = "all";  // a name, a comma-separated list, or "all"
+  int ranks = 4;
+  uint64_t elements = 25'000'000;
+  double density = 0.01;
+  int teams = 0;  // 0: 2 when it divides ranks, else 1
+  int iters = 5;
+  int warmup = 2;
+  std::string transport = "ucx";  // ucx | loopback
+  uint64_t seed = 1;
+  bool json = false;
+  std::string dump_dir;          // empty: no dump
+  bool integer = false;          // integer-valued gradients: conservation must be exact
+  int64_t deadline_ms = 60'000;  // per call (every wait inside it)
+  int64_t timeout_s = 1800;      // whole run; children are killed past it
+  int64_t connect_timeout_ms = 30'000;
+  std::string rank_wrapper;  // e.g. "ip netns exec gx%d", %d = rank
+  bool quiet = false;        // no progress on stderr
+  bool help = false;
+
+  // Hidden: set by the launcher for the rank processes it starts.
+  int rank = -1;  // >= 0: this process is one rank of a ucx run
+  std::string bootstrap_dir;
+  int report_fd = -1;
+  // Hidden fault injection (tests): rank `fault_rank` SIGKILLs itself
+  // `fault_after_ms` after its transport is up.
+  int fault_rank = -1;
+  int64_t fault_after_ms = 0;
+};
+
+// Parses argv (argv[0] is skipped). Errors name the offending flag.
+absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv);
+
+// The --help text.
+std::string HelpText();
+
+// Resolves --algo against the registry names; "all" keeps registry order.
+absl::StatusOr<std::vector<std::string>> ResolveAlgorithms(const std::string& algo,
+                                                           const std::vector<std::string>& known);
+
+// Teams used for `algo` (1 for algorithms without teams).
+int TeamsFor(const std::string& algo, const BenchFlags& flags);
+
+// Why `algo` cannot run with these flags (empty when it can), e.g. R-SAG with
+// a team count that is not a power of two.
+std::string SkipReason(const std::string& algo, const BenchFlags& flags);
+
+}  // namespace gradex::bench
+
+#endif  // GRADEX_BENCH_FLAGS_H_

@@ -1,0 +1,62 @@
+#include "bench/invariants.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace gradex::bench {
+
+uint64_t HashFloats(std::span<const float> x) {
+  // FNV-1a over 32-bit words, finished with a mixer: fast enough for 25M floats.
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (float f : x) {
+    uint32_t b;
+    std::memcpy(&b, &f, sizeof b);
+    h = (h ^ b) * 0x100000001b3ULL;
+  }
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return h ^ x.size();
+}
+
+absl::StatusOr<ConservationResult> CheckConservation(
+    const CallContext& ctx, std::span<const float> grad, std::span<const float> residual_in,
+    std::span<const float> residual_out, std::span<const float> result_dense,
+    std::span<float> contribution, std::span<float> scratch) {
+  const size_t n = grad.size();
+  for (size_t i = 0; i < n; ++i) contribution[i] = grad[i] + residual_in[i] - residual_out[i];
+  auto ring = CreateAllreduce("dense-ring");
+  if (!ring.ok()) return ring.status();
+  std::fill(scratch.begin(), scratch.end(), 0.0f);  // dense-ring's residual: none
+  AllreduceOptions opts;
+  opts.density = 1.0;
+  opts.teams = 1;
+  AllreduceResult sum;
+  CallStats stats;
+  absl::Status s = (*ring)->Run(ctx, opts, contribution, scratch, &sum, &stats);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("conservation check (dense-ring): ", s.message()));
+  }
+  sum.ToDense(scratch);
+  ConservationResult r;
+  for (size_t i = 0; i < n; ++i) {
+    r.max_abs_err =
+        std::max(r.max_abs_err, std::fabs(double(scratch[i]) - double(result_dense[i])));
+    r.max_abs_sum = std::max(r.max_abs_sum, std::fabs(double(scratch[i])));
+  }
+  return r;
+}
+
+absl::StatusOr<bool> CheckConsistency(InBand& in_band, uint64_t hash, Deadline deadline) {
+  auto all = in_band.AllGather(hash, deadline);
+  if (!all.ok()) return all.status();
+  for (uint64_t h : *all) {
+    if (h != hash) return false;
+  }
+  return true;
+}
+
+}  // namespace gradex::bench

@@ -1,0 +1,40 @@
+// Invariant checks of one call (DESIGN.md "Invariants"), run in-band on every
+// rank: consistency (result hash all-gathered), conservation (dense-ring over
+// each rank's contribution), bounds (non-zeros within capacity).
+#ifndef GRADEX_BENCH_INVARIANTS_H_
+#define GRADEX_BENCH_INVARIANTS_H_
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "bench/in_band.h"
+#include "collectives/sparse_allreduce.h"
+
+namespace gradex::bench {
+
+// Hash of a dense float vector's bits (equal iff bitwise equal, modulo
+// collisions).
+uint64_t HashFloats(std::span<const float> x);
+
+struct ConservationResult {
+  double max_abs_err = 0;  // max |dense-ring sum - result|
+  double max_abs_sum = 0;  // max |dense-ring sum|
+};
+
+// contribution = grad + residual_in - residual_out is what this rank gave up
+// this call; the sum of every rank's contribution (computed with dense-ring,
+// the reference) must equal `result_dense`. `contribution` and `scratch` are
+// n-element scratch; they may alias `grad` and `residual_in` (both are read
+// only before either is written).
+absl::StatusOr<ConservationResult> CheckConservation(
+    const CallContext& ctx, std::span<const float> grad, std::span<const float> residual_in,
+    std::span<const float> residual_out, std::span<const float> result_dense,
+    std::span<float> contribution, std::span<float> scratch);
+
+// Consistency: true on every rank iff every rank's hash equals every other's.
+absl::StatusOr<bool> CheckConsistency(InBand& in_band, uint64_t hash, Deadline deadline);
+
+}  // namespace gradex::bench
+
+#endif  // GRADEX_BENCH_INVARIANTS_H_

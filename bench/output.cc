@@ -1,0 +1,96 @@
+#include "bench/output.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace gradex::bench {
+namespace {
+
+std::string Num(double x) {
+  // %.9g keeps JSON numbers short and round-trippable enough for reports.
+  return absl::StrFormat("%.9g", x);
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+double AlgBwGbps(const BenchFlags& flags, double seconds) {
+  return seconds > 0 ? double(flags.elements) * 4.0 / seconds / 1e9 : 0;
+}
+
+double BusBwGbps(const BenchFlags& flags, double seconds) {
+  return AlgBwGbps(flags, seconds) * 2.0 * double(flags.ranks - 1) / double(flags.ranks);
+}
+
+std::string JsonLine(const AlgoSummary& s, const BenchFlags& flags) {
+  return absl::StrCat(
+      "{\"algo\":", JsonString(s.algo), ",\"ranks\":", s.ranks, ",\"teams\":", s.teams,
+      ",\"elements\":", flags.elements, ",\"density\":", Num(flags.density), ",\"iters\":", s.iters,
+      ",\"median_s\":", Num(s.median_s), ",\"p90_s\":", Num(s.p90_s),
+      ",\"sent_bytes_per_rank\":", Num(s.sent_bytes_per_rank),
+      ",\"recv_bytes_per_rank\":", Num(s.recv_bytes_per_rank), ",\"result_nnz\":", s.result_nnz,
+      ",\"consistent\":", s.consistent ? "true" : "false",
+      ",\"conservation_max_abs_err\":", Num(s.conservation_max_abs_err),
+      ",\"algbw_gbps\":", Num(AlgBwGbps(flags, s.median_s)),
+      ",\"busbw_gbps\":", Num(BusBwGbps(flags, s.median_s)), "}");
+}
+
+std::string Table(const std::vector<AlgoSummary>& all, const BenchFlags& flags) {
+  std::string out = absl::StrFormat(
+      "gradex-bench: %d ranks over %s, N=%d, density %g, %d timed calls after %d warmup, "
+      "seed %d%s\n",
+      flags.ranks, flags.transport, flags.elements, flags.density, flags.iters, flags.warmup,
+      flags.seed, flags.integer ? " (integer gradients)" : "");
+  out += absl::StrFormat("%-16s %5s %10s %10s %10s %10s %11s %-10s %-26s %s\n", "algorithm",
+                         "teams", "median ms", "p90 ms", "sent MB", "recv MB", "result nnz",
+                         "invariants", "  select / comm / reduce ms", "busbw GB/s");
+  std::vector<std::string> notes;
+  for (const auto& s : all) {
+    if (!s.skip_note.empty()) {
+      out += absl::StrFormat("%-16s %5d  %s\n", s.algo, s.teams, s.skip_note);
+      continue;
+    }
+    if (!s.errors.empty()) {
+      out += absl::StrFormat("%-16s %5d  FAILED: %s\n", s.algo, s.teams, s.errors[0]);
+      for (size_t i = 1; i < s.errors.size(); ++i) out += absl::StrCat("      ", s.errors[i], "\n");
+      continue;
+    }
+    std::string inv = s.invariants_ok() ? "yes" : "NO";
+    if (!s.invariants_ok()) {
+      notes.push_back(absl::StrFormat(
+          "%s: consistent=%s bounds=%s (nnz %d, capacity %d) conservation=%s (max abs err %g, "
+          "relative %g)",
+          s.algo, s.consistent ? "yes" : "NO", s.bounds_ok ? "yes" : "NO", s.result_nnz,
+          s.result_capacity, s.conservation_ok ? "yes" : "NO", s.conservation_max_abs_err,
+          s.conservation_rel_err));
+    }
+    out += absl::StrFormat(
+        "%-16s %5d %10.2f %10.2f %10.2f %10.2f %11d %-10s %8.1f /%6.1f /%6.1f   %9.3f\n", s.algo,
+        s.teams, s.median_s * 1e3, s.p90_s * 1e3, s.sent_bytes_per_rank / 1e6,
+        s.recv_bytes_per_rank / 1e6, s.result_nnz, inv, s.selection_s * 1e3,
+        s.communication_s * 1e3, s.reduction_s * 1e3, BusBwGbps(flags, s.median_s));
+  }
+  out +=
+      "(per call: time of the slowest rank; MB = 1e6 bytes sent/received per rank; invariants = "
+      "consistent + conserved + within bounds; phases: per-rank medians, averaged)\n";
+  for (const auto& n : notes) out += absl::StrCat("invariant failure: ", n, "\n");
+  return out;
+}
+
+}  // namespace gradex::bench
