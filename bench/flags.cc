@@ -84,6 +84,8 @@ Usage: gradex-bench [flags]
                         iters, median_s, p90_s, sent_bytes_per_rank,
                         recv_bytes_per_rank, result_nnz, consistent,
                         conservation_max_abs_err, algbw_gbps, busbw_gbps
+  --json-out FILE       also append the JSON lines to FILE (with the table on
+                        stdout, e.g. for scripts that want both)
   --dump DIR            write the last iteration as raw little-endian float32
                         files of N elements: rank{r}_input.f32,
                         rank{r}_residual_in.f32, rank{r}_residual_out.f32,
@@ -203,6 +205,9 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
     } else if (name == "dump") {
       if (value.empty()) return Bad(name, value, "empty directory name");
       f.dump_dir = std::string(value);
+    } else if (name == "json-out") {
+      if (value.empty()) return Bad(name, value, "empty file name");
+      f.json_out = std::string(value);
     } else if (name == "deadline-ms") {
       if (auto s = ParseInt(name, value, 1, 86'400'000, &x); !s.ok()) return s;
       f.deadline_ms = x;

@@ -12,9 +12,9 @@
 
 namespace gradex::bench {
 
-// High in the user tag space (below kMaxTag) so it does not meet the tags the
-// algorithms derive from small step and phase numbers.
-inline constexpr uint64_t kBenchTagBase = uint64_t{0xBE7C} << 32;
+// Phase byte 0xff of the collectives' tag layout (phase << 40 | step << 16 |
+// sub), which no algorithm phase uses, so bench messages never match theirs.
+inline constexpr uint64_t kBenchTagBase = uint64_t{0xff} << 40;
 
 class InBand {
  public:
@@ -29,7 +29,7 @@ class InBand {
 
  private:
   Transport& t_;
-  uint32_t seq_ = 0;  // advances identically on every rank
+  uint32_t seq_ = 0;  // advances identically on every rank; low 32 bits of the tag
 };
 
 }  // namespace gradex::bench
