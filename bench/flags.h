@@ -21,6 +21,7 @@ struct BenchFlags {
   std::string transport = "ucx";  // ucx | loopback
   uint64_t seed = 1;
   bool json = false;
+  std::string json_out;          // also append the JSON lines to this file
   std::string dump_dir;          // empty: no dump
   bool integer = false;          // integer-valued gradients: conservation must be exact
   int64_t deadline_ms = 60'000;  // per call (every wait inside it)
