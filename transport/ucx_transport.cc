@@ -1,1 +1,598 @@
-// placeholder, being written
+#include "transport/ucx_transport.h"
+
+#include <sched.h>
+#include <ucp/api/ucp.h>
+
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+
+namespace gradex {
+namespace {
+
+constexpr uint64_t kInternalBit = uint64_t{1} << 63;
+constexpr int kRankBits = 15;
+constexpr int kMaxRanks = 1 << kRankBits;
+constexpr uint64_t kFullMask = ~uint64_t{0};
+constexpr uint64_t kWireUpTag = 1;
+
+uint64_t WireTag(int src, uint64_t tag, bool internal) {
+  return (internal ? kInternalBit : 0) | (static_cast<uint64_t>(src) << kTagBits) | tag;
+}
+
+// Whether the effective UCX_TLS may select posix/sysv: UCX warns about
+// every configuration key that no transport consumed.
+bool MayUseSharedMemory(const std::string& tls_option) {
+  std::string tls = tls_option;
+  if (tls.empty()) {
+    const char* env = std::getenv("UCX_TLS");
+    tls = env == nullptr ? "all" : env;
+  }
+  if (!tls.empty() && tls[0] == '^') return true;
+  for (absl::string_view t : absl::StrSplit(tls, ',')) {
+    if (t == "all" || t == "sm" || t == "shm" || t == "posix" || t == "sysv") return true;
+  }
+  return false;
+}
+
+enum class State { kQueued, kInFlight, kDone, kFailed };
+
+// One posted operation. Its address is the UCX request's user_data, so it
+// must outlive the UCX request (see UcxTransport::zombies_).
+struct Request {
+  bool is_send = false;
+  bool internal = false;
+  int peer = 0;
+  uint64_t tag = 0;
+  uint64_t wire_tag = 0;
+  Bytes buf;
+  void* ucx = nullptr;  // UCX request handle while it exists
+  State state = State::kQueued;
+  ucs_status_t ucx_status = UCS_OK;
+
+  void Finish(ucs_status_t status) {
+    ucx_status = status;
+    state = status == UCS_OK ? State::kDone : State::kFailed;
+  }
+};
+
+void SendCallback(void* /*request*/, ucs_status_t status, void* user_data) {
+  static_cast<Request*>(user_data)->Finish(status);
+}
+
+void RecvCallback(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* /*info*/,
+                  void* user_data) {
+  static_cast<Request*>(user_data)->Finish(status);
+}
+
+class UcxTransport : public Transport {
+ public:
+  UcxTransport(int rank, int size, const UcxOptions& options)
+      : rank_(rank), size_(size), options_(options), counters_(size), peer_status_(size) {}
+  ~UcxTransport() override;
+
+  absl::Status Init(Bootstrap& bootstrap);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override;
+  absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) override;
+  absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override;
+  absl::StatusOr<bool> Test(RequestId request, Bytes* out) override;
+  void CancelAll(Deadline deadline) override;
+  PeerCounters counters(int peer) const override {
+    return peer >= 0 && peer < size_ ? counters_[peer] : PeerCounters{};
+  }
+  void ResetCounters() override {
+    for (PeerCounters& c : counters_) c = PeerCounters{};
+  }
+
+ private:
+  struct PeerErrorArg {
+    UcxTransport* self;
+    int peer;
+  };
+  static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  absl::Status CheckArgs(int peer, uint64_t tag) const;
+  absl::StatusOr<RequestId> StartSend(int peer, uint64_t tag, bool internal, Bytes payload);
+  RequestId StartRecv(int peer, uint64_t tag, bool internal);
+  absl::Status WireUp(Deadline deadline);
+  // Drives the worker and matches queued receives; returns the number of
+  // UCX events seen (0 means idle).
+  int Progress();
+  void MatchQueued();
+  // Non-empty once the request is over (OK or error).
+  std::optional<absl::Status> Outcome(Request& r);
+  // Releases a finished request, moving a received payload into *out.
+  absl::Status Release(RequestId id, absl::Status outcome, Bytes* out);
+  // Drops a request the caller no longer wants; an active UCX request is
+  // cancelled and kept (with its buffer) until UCX lets go of it.
+  void Abandon(std::unique_ptr<Request> r);
+  void ReapZombies();
+  void Backoff(int events, int& idle);
+  std::string Describe(const Request& r) const;
+
+  const int rank_;
+  const int size_;
+  const UcxOptions options_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<std::unique_ptr<PeerErrorArg>> error_args_;
+  std::vector<PeerCounters> counters_;
+  // OK while the peer is reachable; set by the endpoint error callback.
+  std::vector<absl::Status> peer_status_;
+  std::map<RequestId, std::unique_ptr<Request>> requests_;
+  // Receives not yet matched, per wire tag (which names the source), oldest
+  // first: only the head may take the next message, which keeps FIFO order.
+  std::map<uint64_t, std::deque<Request*>> queued_;
+  // Self-sends not yet received, per wire tag.
+  std::map<uint64_t, std::deque<Bytes>> self_unmatched_;
+  std::vector<std::unique_ptr<Request>> zombies_;
+  RequestId next_id_ = 1;
+};
+
+void UcxTransport::OnPeerError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* a = static_cast<PeerErrorArg*>(arg);
+  if (a->self->peer_status_[a->peer].ok()) {
+    a->self->peer_status_[a->peer] = absl::UnavailableError(absl::StrCat(
+        "rank ", a->self->rank_, ": peer ", a->peer, " failed: ", ucs_status_string(status)));
+  }
+}
+
+absl::Status UcxTransport::Init(Bootstrap& bootstrap) {
+  Deadline deadline = DeadlineIn(options_.connect_timeout);
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) {
+    return absl::InternalError(absl::StrCat("ucp_config_read: ", ucs_status_string(st)));
+  }
+  auto modify = [&](const char* name, const std::string& value) -> absl::Status {
+    ucs_status_t s = ucp_config_modify(config, name, value.c_str());
+    if (s != UCS_OK) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("UCX config ", name, "=", value, ": ", ucs_status_string(s)));
+    }
+    return absl::OkStatus();
+  };
+  absl::Status s;
+  if (!options_.tls.empty()) s = modify("TLS", options_.tls);
+  // Environment settings win over our defaults.
+  if (s.ok() && options_.shm_error_handling) {
+    // UCP hands unknown keys to each UCT interface table without the
+    // component prefix; in UCX 1.13 the flag sits in the "MM_" sub-table, so
+    // this one key covers both posix and sysv (checked against ucp_ep_create).
+    if (std::getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
+        std::getenv("UCX_SYSV_ERROR_HANDLING") == nullptr && MayUseSharedMemory(options_.tls)) {
+      s = modify("MM_ERROR_HANDLING", "y");
+    }
+  }
+  if (s.ok() && options_.keepalive_interval.count() > 0 &&
+      std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+    s = modify("KEEPALIVE_INTERVAL", absl::StrCat(options_.keepalive_interval.count(), "ms"));
+  }
+  if (!s.ok()) {
+    ucp_config_release(config);
+    return s;
+  }
+  ucp_params_t params = {};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+  params.features = UCP_FEATURE_TAG;
+  params.estimated_num_eps = size_;
+  st = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) {
+    context_ = nullptr;
+    return absl::InternalError(absl::StrCat("rank ", rank_, ": ucp_init: ", ucs_status_string(st)));
+  }
+  // Serialized rather than single: the owner may hand the transport to
+  // another thread (e.g. an agent's progress thread), never concurrently.
+  ucp_worker_params_t wparams = {};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  st = ucp_worker_create(context_, &wparams, &worker_);
+  if (st != UCS_OK) {
+    worker_ = nullptr;
+    return absl::InternalError(
+        absl::StrCat("rank ", rank_, ": ucp_worker_create: ", ucs_status_string(st)));
+  }
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  st = ucp_worker_get_address(worker_, &address, &address_length);
+  if (st != UCS_OK) {
+    return absl::InternalError(
+        absl::StrCat("rank ", rank_, ": ucp_worker_get_address: ", ucs_status_string(st)));
+  }
+  std::string mine(reinterpret_cast<const char*>(address), address_length);
+  ucp_worker_release_address(worker_, address);
+
+  absl::StatusOr<std::vector<std::string>> all = bootstrap.AllGather(mine, deadline);
+  if (!all.ok()) return all.status();
+  if (static_cast<int>(all->size()) != size_) {
+    return absl::InternalError(absl::StrCat("rank ", rank_, ": bootstrap returned ", all->size(),
+                                            " addresses for ", size_, " ranks"));
+  }
+  eps_.assign(size_, nullptr);
+  error_args_.resize(size_);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    error_args_[p] = std::make_unique<PeerErrorArg>(PeerErrorArg{this, p});
+    ucp_ep_params_t ep_params = {};
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>((*all)[p].data());
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep_params.err_handler.cb = &UcxTransport::OnPeerError;
+    ep_params.err_handler.arg = error_args_[p].get();
+    st = ucp_ep_create(worker_, &ep_params, &eps_[p]);
+    if (st != UCS_OK) {
+      eps_[p] = nullptr;
+      return absl::UnavailableError(
+          absl::StrCat("rank ", rank_, ": ucp_ep_create to peer ", p, ": ", ucs_status_string(st)));
+    }
+  }
+  return WireUp(deadline);
+}
+
+// A one-byte exchange with every peer, so connections exist (and a missing
+// peer shows) before the first real message.
+absl::Status UcxTransport::WireUp(Deadline deadline) {
+  std::vector<RequestId> ids;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    ids.push_back(StartRecv(p, kWireUpTag, /*internal=*/true));
+    absl::StatusOr<RequestId> send = StartSend(p, kWireUpTag, /*internal=*/true, Bytes{1});
+    if (!send.ok()) return send.status();
+    ids.push_back(*send);
+  }
+  for (RequestId id : ids) {
+    absl::Status s = Wait(id, deadline, nullptr);
+    if (!s.ok()) {
+      CancelAll(DeadlineIn(options_.close_timeout));
+      return absl::Status(s.code(), absl::StrCat("UCX wire-up: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+UcxTransport::~UcxTransport() {
+  if (worker_ != nullptr) {
+    Deadline deadline = DeadlineIn(options_.close_timeout);
+    CancelAll(Clock::now() + options_.close_timeout / 2);
+    std::vector<void*> closing;
+    for (int p = 0; p < size_; ++p) {
+      if (p >= static_cast<int>(eps_.size()) || eps_[p] == nullptr) continue;
+      ucp_request_param_t param = {};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      // A failed endpoint cannot be flushed.
+      param.flags = peer_status_[p].ok() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(eps_[p], &param);
+      if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
+      eps_[p] = nullptr;
+    }
+    int idle = 0;
+    while (!closing.empty() && Clock::now() < deadline) {
+      int events = ucp_worker_progress(worker_);
+      for (size_t i = 0; i < closing.size();) {
+        if (ucp_request_check_status(closing[i]) != UCS_INPROGRESS) {
+          ucp_request_free(closing[i]);
+          closing[i] = closing.back();
+          closing.pop_back();
+        } else {
+          ++i;
+        }
+      }
+      Backoff(events, idle);
+    }
+    // Still closing at the deadline: let UCX release them with the worker.
+    for (void* r : closing) ucp_request_free(r);
+    for (auto& z : zombies_) {
+      if (z->ucx != nullptr) ucp_request_free(z->ucx);
+      z->ucx = nullptr;
+    }
+    // zombies_ (the buffers UCX may still reference) die only after this.
+    ucp_worker_destroy(worker_);
+  }
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+absl::Status UcxTransport::CheckArgs(int peer, uint64_t tag) const {
+  if (peer < 0 || peer >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": peer ", peer, " out of range [0, ", size_, ")"));
+  }
+  if (tag > kMaxTag) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, ": tag ", tag, " exceeds kMaxTag ", kMaxTag));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RequestId> UcxTransport::PostSend(int peer, uint64_t tag, Bytes payload) {
+  if (absl::Status s = CheckArgs(peer, tag); !s.ok()) return s;
+  const size_t n = payload.size();
+  absl::StatusOr<RequestId> id = StartSend(peer, tag, /*internal=*/false, std::move(payload));
+  if (id.ok()) {
+    counters_[peer].sent_bytes += n;
+    counters_[peer].sent_messages += 1;
+  }
+  return id;
+}
+
+absl::StatusOr<RequestId> UcxTransport::PostRecv(int peer, uint64_t tag) {
+  if (absl::Status s = CheckArgs(peer, tag); !s.ok()) return s;
+  return StartRecv(peer, tag, /*internal=*/false);
+}
+
+absl::StatusOr<RequestId> UcxTransport::StartSend(int peer, uint64_t tag, bool internal,
+                                                  Bytes payload) {
+  auto r = std::make_unique<Request>();
+  r->is_send = true;
+  r->internal = internal;
+  r->peer = peer;
+  r->tag = tag;
+  r->wire_tag = WireTag(rank_, tag, internal);
+  if (peer == rank_) {
+    self_unmatched_[r->wire_tag].push_back(std::move(payload));
+    r->state = State::kDone;
+  } else {
+    if (!peer_status_[peer].ok()) return peer_status_[peer];
+    r->buf = std::move(payload);
+    r->state = State::kInFlight;
+    ucp_request_param_t param = {};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+    param.cb.send = &SendCallback;
+    param.user_data = r.get();
+    param.datatype = ucp_dt_make_contig(1);
+    ucs_status_ptr_t p =
+        ucp_tag_send_nbx(eps_[peer], r->buf.data(), r->buf.size(), r->wire_tag, &param);
+    if (UCS_PTR_IS_ERR(p)) {
+      return absl::UnavailableError(absl::StrCat("rank ", rank_, ": send to peer ", peer, " tag ",
+                                                 tag, ": ", ucs_status_string(UCS_PTR_STATUS(p))));
+    }
+    if (p == nullptr) {
+      r->state = State::kDone;
+    } else {
+      r->ucx = p;
+    }
+  }
+  RequestId id = next_id_++;
+  requests_.emplace(id, std::move(r));
+  return id;
+}
+
+RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal) {
+  auto r = std::make_unique<Request>();
+  r->internal = internal;
+  r->peer = peer;
+  r->tag = tag;
+  r->wire_tag = WireTag(peer, tag, internal);
+  r->state = State::kQueued;
+  queued_[r->wire_tag].push_back(r.get());
+  RequestId id = next_id_++;
+  requests_.emplace(id, std::move(r));
+  // Match right away if the message is already here (cheap: a probe).
+  MatchQueued();
+  return id;
+}
+
+void UcxTransport::MatchQueued() {
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    std::deque<Request*>& q = it->second;
+    while (!q.empty()) {
+      Request* r = q.front();
+      if (r->peer == rank_) {
+        auto self = self_unmatched_.find(r->wire_tag);
+        if (self == self_unmatched_.end()) break;
+        r->buf = std::move(self->second.front());
+        self->second.pop_front();
+        if (self->second.empty()) self_unmatched_.erase(self);
+        r->state = State::kDone;
+        q.pop_front();
+        continue;
+      }
+      ucp_tag_recv_info_t info = {};
+      ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, r->wire_tag, kFullMask, 1, &info);
+      if (msg == nullptr) break;
+      q.pop_front();
+      r->buf.resize(info.length);
+      r->state = State::kInFlight;
+      ucp_request_param_t param = {};
+      param.op_attr_mask =
+          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+      param.cb.recv = &RecvCallback;
+      param.user_data = r;
+      param.datatype = ucp_dt_make_contig(1);
+      ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), info.length, msg, &param);
+      if (UCS_PTR_IS_ERR(p)) {
+        r->Finish(UCS_PTR_STATUS(p));
+      } else if (p == nullptr) {
+        r->Finish(UCS_OK);
+      } else {
+        r->ucx = p;
+      }
+    }
+    it = q.empty() ? queued_.erase(it) : std::next(it);
+  }
+}
+
+int UcxTransport::Progress() {
+  if (!zombies_.empty()) ReapZombies();
+  int events = 0;
+  // Bounded so a busy worker cannot starve the matching below.
+  for (int i = 0; i < 64; ++i) {
+    unsigned n = ucp_worker_progress(worker_);
+    if (n == 0) break;
+    events += static_cast<int>(n);
+  }
+  MatchQueued();
+  return events;
+}
+
+std::string UcxTransport::Describe(const Request& r) const {
+  return absl::StrCat("rank ", rank_, ": ", r.is_send ? "send to" : "receive from", " peer ",
+                      r.peer, " tag ", r.tag);
+}
+
+std::optional<absl::Status> UcxTransport::Outcome(Request& r) {
+  switch (r.state) {
+    case State::kDone:
+      return absl::OkStatus();
+    case State::kFailed:
+      return absl::UnavailableError(
+          absl::StrCat(Describe(r), " failed: ", ucs_status_string(r.ucx_status),
+                       peer_status_[r.peer].ok() ? "" : " (peer failed)"));
+    case State::kQueued:
+    case State::kInFlight:
+      if (!peer_status_[r.peer].ok()) {
+        return absl::UnavailableError(
+            absl::StrCat(Describe(r), ": peer ", r.peer, " is dead or unreachable"));
+      }
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+absl::Status UcxTransport::Release(RequestId id, absl::Status outcome, Bytes* out) {
+  auto it = requests_.find(id);
+  std::unique_ptr<Request> r = std::move(it->second);
+  requests_.erase(it);
+  if (outcome.ok()) {
+    if (!r->is_send) {
+      if (!r->internal) {
+        counters_[r->peer].recv_bytes += r->buf.size();
+        counters_[r->peer].recv_messages += 1;
+      }
+      if (out != nullptr) *out = std::move(r->buf);
+    }
+    if (r->ucx != nullptr) ucp_request_free(r->ucx);
+    return outcome;
+  }
+  Abandon(std::move(r));
+  return outcome;
+}
+
+void UcxTransport::Abandon(std::unique_ptr<Request> r) {
+  if (r->state == State::kQueued) {
+    auto q = queued_.find(r->wire_tag);
+    if (q != queued_.end()) {
+      std::erase(q->second, r.get());
+      if (q->second.empty()) queued_.erase(q);
+    }
+    return;
+  }
+  if (r->ucx == nullptr) return;
+  if (r->state == State::kInFlight) {
+    ucp_request_cancel(worker_, r->ucx);
+    zombies_.push_back(std::move(r));
+    return;
+  }
+  ucp_request_free(r->ucx);
+}
+
+void UcxTransport::ReapZombies() {
+  for (size_t i = 0; i < zombies_.size();) {
+    if (zombies_[i]->state != State::kInFlight) {
+      ucp_request_free(zombies_[i]->ucx);
+      zombies_[i] = std::move(zombies_.back());
+      zombies_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+// Busy-polls while there is traffic, then yields and finally sleeps briefly,
+// so idle ranks sharing cores do not starve the ones doing work.
+void UcxTransport::Backoff(int events, int& idle) {
+  if (events > 0) {
+    idle = 0;
+    return;
+  }
+  ++idle;
+  if (idle < 64) return;
+  if (idle < 1024) {
+    sched_yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+absl::Status UcxTransport::Wait(RequestId id, Deadline deadline, Bytes* out) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return absl::NotFoundError(absl::StrCat("rank ", rank_, ": unknown request ", id));
+  }
+  Request& r = *it->second;
+  int idle = 0;
+  for (;;) {
+    int events = Progress();
+    if (std::optional<absl::Status> done = Outcome(r)) return Release(id, *done, out);
+    if (Clock::now() >= deadline) {
+      // The request stays posted: the caller may Wait again or CancelAll.
+      return absl::DeadlineExceededError(absl::StrCat(Describe(r), " timed out"));
+    }
+    Backoff(events, idle);
+  }
+}
+
+absl::StatusOr<bool> UcxTransport::Test(RequestId id, Bytes* out) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return absl::NotFoundError(absl::StrCat("rank ", rank_, ": unknown request ", id));
+  }
+  Progress();
+  std::optional<absl::Status> done = Outcome(*it->second);
+  if (!done) return false;
+  absl::Status s = Release(id, *done, out);
+  if (!s.ok()) return s;
+  return true;
+}
+
+void UcxTransport::CancelAll(Deadline deadline) {
+  queued_.clear();
+  for (auto& [id, r] : requests_) {
+    if (r->state == State::kQueued) continue;  // never reached UCX
+    if (r->ucx == nullptr) continue;
+    if (r->state == State::kInFlight) {
+      ucp_request_cancel(worker_, r->ucx);
+      zombies_.push_back(std::move(r));
+    } else {
+      ucp_request_free(r->ucx);
+    }
+  }
+  requests_.clear();
+  int idle = 0;
+  while (!zombies_.empty() && Clock::now() < deadline) {
+    int events = Progress();
+    Backoff(events, idle);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(Bootstrap& bootstrap,
+                                                              const UcxOptions& options) {
+  const int rank = bootstrap.rank(), size = bootstrap.size();
+  if (size <= 0 || size > kMaxRanks || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("UCX transport: rank ", rank, " of ", size,
+                                                   " (at most ", kMaxRanks, " ranks)"));
+  }
+  auto t = std::make_unique<UcxTransport>(rank, size, options);
+  if (absl::Status s = t->Init(bootstrap); !s.ok()) return s;
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+}  // namespace gradex
