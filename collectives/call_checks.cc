@@ -1,0 +1,36 @@
+#include "collectives/call_checks.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace gradex {
+
+absl::Status ValidateCall(const CallContext& ctx, const AllreduceOptions& options,
+                          std::span<const float> grad, std::span<float> residual,
+                          AllreduceResult* result, CallStats* stats) {
+  if (ctx.transport == nullptr) return absl::InvalidArgumentError("no transport");
+  if (result == nullptr || stats == nullptr) return absl::InvalidArgumentError("null output");
+  if (grad.size() != residual.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient has ", grad.size(), " elements, residual ", residual.size()));
+  }
+  if (grad.size() >= std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError("gradients of 2^32 elements or more need several buckets");
+  }
+  if (!(options.density > 0 && options.density <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("density ", options.density, " not in (0, 1]"));
+  }
+  return absl::OkStatus();
+}
+
+void FinishStats(const CallContext& ctx, const PeerCounters& before, Clock::time_point start,
+                 CallStats* stats) {
+  PeerCounters after = ctx.transport->TotalCounters();
+  stats->sent_bytes = after.sent_bytes - before.sent_bytes;
+  stats->recv_bytes = after.recv_bytes - before.recv_bytes;
+  stats->messages_sent = after.sent_messages - before.sent_messages;
+  stats->total_s = std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace gradex

@@ -1,0 +1,261 @@
+#include "collectives/frame.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace gradex {
+namespace {
+
+constexpr int kNumErrors = static_cast<int>(FrameError::kCount);
+std::atomic<uint64_t> g_errors[kNumErrors];
+
+absl::Status Reject(FrameError e, std::string_view detail) {
+  g_errors[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed);
+  return absl::DataLossError(
+      absl::StrCat("bad frame (", std::string(FrameErrorName(e)), "): ", std::string(detail)));
+}
+
+FrameHeader MakeHeader(const FrameMeta& meta, BlockRange range, uint16_t flags, uint32_t count) {
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.version = kFrameVersion;
+  h.flags = flags;
+  h.job_id = meta.job_id;
+  h.epoch = meta.epoch;
+  h.algorithm = static_cast<uint16_t>(meta.algorithm);
+  h.phase = meta.phase;
+  h.step = meta.step;
+  h.block_begin = range.begin;
+  h.block_end = range.end;
+  h.count = count;
+  return h;
+}
+
+void Append(Bytes* out, const void* p, size_t n) {
+  if (n == 0) return;
+  size_t at = out->size();
+  out->resize(at + n);
+  std::memcpy(out->data() + at, p, n);
+}
+
+// Reads and checks one header at `*offset`; on success advances past it and
+// returns the payload length the header implies.
+absl::Status ReadHeader(const Bytes& m, size_t* offset, const FrameMeta& meta,
+                        const ExpectedBlock& want, FrameHeader* h, size_t* payload) {
+  if (m.size() - *offset < sizeof(FrameHeader)) {
+    return Reject(FrameError::kTruncated, absl::StrCat("message of ", m.size(),
+                                                       " bytes ends inside a header at ", *offset));
+  }
+  std::memcpy(h, m.data() + *offset, sizeof(FrameHeader));
+  if (h->magic != kFrameMagic) return Reject(FrameError::kBadMagic, absl::StrCat(h->magic));
+  if (h->version != kFrameVersion) return Reject(FrameError::kBadVersion, absl::StrCat(h->version));
+  if (h->job_id != meta.job_id) {
+    return Reject(FrameError::kWrongJob, absl::StrCat(h->job_id, " != ", meta.job_id));
+  }
+  if (h->epoch != meta.epoch) {
+    return Reject(FrameError::kWrongEpoch, absl::StrCat(h->epoch, " != ", meta.epoch));
+  }
+  if (h->step != meta.step) {
+    return Reject(FrameError::kWrongStep, absl::StrCat(h->step, " != ", meta.step));
+  }
+  if (h->algorithm != static_cast<uint16_t>(meta.algorithm)) {
+    return Reject(FrameError::kWrongAlgorithm, absl::StrCat(h->algorithm));
+  }
+  if (h->phase != meta.phase) {
+    return Reject(FrameError::kWrongPhase, absl::StrCat(h->phase, " != ", meta.phase));
+  }
+  if (h->block_begin != want.range.begin || h->block_end != want.range.end) {
+    return Reject(FrameError::kWrongBlock,
+                  absl::StrCat("[", h->block_begin, ",", h->block_end, ") != [", want.range.begin,
+                               ",", want.range.end, ")"));
+  }
+  const uint16_t kind = h->flags & (kFrameDense | kFrameSparse);
+  if (kind == kFrameDense) {
+    if (h->count != want.range.size()) {
+      return Reject(FrameError::kBadLength,
+                    absl::StrCat("dense count ", h->count, " != ", want.range.size()));
+    }
+    *payload = size_t{h->count} * sizeof(float);
+  } else if (kind == kFrameSparse) {
+    if (h->count > want.capacity) {
+      return Reject(FrameError::kOverCapacity,
+                    absl::StrCat("count ", h->count, " > capacity ", want.capacity));
+    }
+    *payload = size_t{h->count} * (sizeof(uint32_t) + sizeof(float));
+  } else {
+    return Reject(FrameError::kBadFlags, absl::StrCat(h->flags));
+  }
+  if ((h->flags & kFrameQuantized) != 0) return Reject(FrameError::kBadFlags, "quantized");
+  *offset += sizeof(FrameHeader);
+  if (m.size() - *offset < *payload) {
+    return Reject(FrameError::kTruncated,
+                  absl::StrCat("payload of ", *payload, " bytes, ", m.size() - *offset, " left"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint64_t FrameBytes(uint32_t size, uint64_t nnz) {
+  uint64_t sparse = nnz * (sizeof(uint32_t) + sizeof(float));
+  uint64_t dense = uint64_t{size} * sizeof(float);
+  return sizeof(FrameHeader) + (dense < sparse ? dense : sparse);
+}
+
+void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseView block,
+                      Bytes* out) {
+  // Only nonzeros go on the wire, in either encoding, so that a receiver's
+  // copy of a block is the same whichever encoding the sender picked.
+  size_t nnz = 0;
+  for (size_t i = 0; i < block.nnz; ++i) nnz += block.val[i] != 0.0f;
+  const uint64_t sparse_bytes = uint64_t{nnz} * 8;
+  const uint64_t dense_bytes = uint64_t{range.size()} * 4;
+  out->reserve(out->size() + sizeof(FrameHeader) + std::min(sparse_bytes, dense_bytes));
+  if (dense_bytes < sparse_bytes) {
+    FrameHeader h = MakeHeader(meta, range, kFrameDense, range.size());
+    Append(out, &h, sizeof h);
+    size_t at = out->size();
+    out->resize(at + dense_bytes, 0);
+    float* dense = reinterpret_cast<float*>(out->data() + at);
+    for (size_t i = 0; i < block.nnz; ++i) dense[block.idx[i] - range.begin] = block.val[i];
+    return;
+  }
+  FrameHeader h = MakeHeader(meta, range, kFrameSparse, static_cast<uint32_t>(nnz));
+  Append(out, &h, sizeof h);
+  if (nnz == block.nnz) {
+    Append(out, block.idx, nnz * sizeof(uint32_t));
+    Append(out, block.val, nnz * sizeof(float));
+    return;
+  }
+  size_t at = out->size();
+  out->resize(at + nnz * 8);
+  uint32_t* idx = reinterpret_cast<uint32_t*>(out->data() + at);
+  float* val = reinterpret_cast<float*>(out->data() + at + nnz * 4);
+  for (size_t i = 0, j = 0; i < block.nnz; ++i) {
+    if (block.val[i] == 0.0f) continue;
+    idx[j] = block.idx[i];
+    val[j++] = block.val[i];
+  }
+}
+
+void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* values, Bytes* out) {
+  FrameHeader h = MakeHeader(meta, range, kFrameDense, range.size());
+  out->reserve(out->size() + sizeof h + range.size() * sizeof(float));
+  Append(out, &h, sizeof h);
+  Append(out, values, range.size() * sizeof(float));
+}
+
+absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
+                                std::span<const ExpectedBlock> expected,
+                                std::vector<kernels::SparseVec>* out) {
+  out->resize(expected.size());
+  size_t offset = 0;
+  for (size_t b = 0; b < expected.size(); ++b) {
+    FrameHeader h;
+    size_t payload = 0;
+    absl::Status s = ReadHeader(message, &offset, meta, expected[b], &h, &payload);
+    if (!s.ok()) return s;
+    kernels::SparseVec& v = (*out)[b];
+    v.clear();
+    const uint8_t* p = message.data() + offset;
+    if (h.flags & kFrameDense) {
+      kernels::DenseToSparse(reinterpret_cast<const float*>(p), h.count, h.block_begin, &v);
+    } else {
+      v.idx.resize(h.count);
+      v.val.resize(h.count);
+      std::memcpy(v.idx.data(), p, h.count * sizeof(uint32_t));
+      std::memcpy(v.val.data(), p + h.count * sizeof(uint32_t), h.count * sizeof(float));
+      if (!kernels::IsSortedUniqueInRange(v.idx.data(), v.nnz(), h.block_begin, h.block_end)) {
+        // Say which rule broke: a bound or the order.
+        for (uint32_t i : v.idx) {
+          if (i < h.block_begin || i >= h.block_end) {
+            return Reject(
+                FrameError::kIndexOutOfRange,
+                absl::StrCat("index ", i, " outside [", h.block_begin, ",", h.block_end, ")"));
+          }
+        }
+        return Reject(FrameError::kUnsortedIndices, "indices not strictly increasing");
+      }
+    }
+    offset += payload;
+  }
+  if (offset != message.size()) {
+    return Reject(FrameError::kBadLength,
+                  absl::StrCat(message.size() - offset, " trailing bytes after the last frame"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeDenseBlock(const Bytes& message, const FrameMeta& meta, BlockRange range,
+                              bool accumulate, float* out) {
+  size_t offset = 0;
+  FrameHeader h;
+  size_t payload = 0;
+  ExpectedBlock want{range, range.size()};
+  absl::Status s = ReadHeader(message, &offset, meta, want, &h, &payload);
+  if (!s.ok()) return s;
+  if (!(h.flags & kFrameDense)) return Reject(FrameError::kBadFlags, "expected a dense frame");
+  if (offset + payload != message.size()) {
+    return Reject(FrameError::kBadLength, "trailing bytes after the dense frame");
+  }
+  const float* v = reinterpret_cast<const float*>(message.data() + offset);
+  if (accumulate) {
+    for (uint32_t i = 0; i < h.count; ++i) out[i] += v[i];
+  } else {
+    std::memcpy(out, v, payload);
+  }
+  return absl::OkStatus();
+}
+
+std::string_view FrameErrorName(FrameError e) {
+  switch (e) {
+    case FrameError::kTruncated:
+      return "truncated";
+    case FrameError::kBadMagic:
+      return "bad_magic";
+    case FrameError::kBadVersion:
+      return "bad_version";
+    case FrameError::kWrongJob:
+      return "wrong_job";
+    case FrameError::kWrongEpoch:
+      return "wrong_epoch";
+    case FrameError::kWrongStep:
+      return "wrong_step";
+    case FrameError::kWrongAlgorithm:
+      return "wrong_algorithm";
+    case FrameError::kWrongPhase:
+      return "wrong_phase";
+    case FrameError::kWrongBlock:
+      return "wrong_block";
+    case FrameError::kBadFlags:
+      return "bad_flags";
+    case FrameError::kOverCapacity:
+      return "over_capacity";
+    case FrameError::kBadLength:
+      return "bad_length";
+    case FrameError::kIndexOutOfRange:
+      return "index_out_of_range";
+    case FrameError::kUnsortedIndices:
+      return "unsorted_indices";
+    case FrameError::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+std::array<uint64_t, static_cast<int>(FrameError::kCount)> FrameErrorCounts() {
+  std::array<uint64_t, kNumErrors> c{};
+  for (int i = 0; i < kNumErrors; ++i) c[i] = g_errors[i].load(std::memory_order_relaxed);
+  return c;
+}
+
+uint64_t TotalFrameErrors() {
+  uint64_t t = 0;
+  for (uint64_t c : FrameErrorCounts()) t += c;
+  return t;
+}
+
+}  // namespace gradex

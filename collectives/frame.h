@@ -1,0 +1,137 @@
+// Data-plane wire frames: a fixed little-endian header and a payload, several
+// frames per message. Every received frame is validated before use; a bad
+// frame is an error Status and a counter, never a crash or a wrong sum.
+#ifndef GRADEX_COLLECTIVES_FRAME_H_
+#define GRADEX_COLLECTIVES_FRAME_H_
+
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/sparse.h"
+#include "transport/transport.h"
+
+namespace gradex {
+
+static_assert(std::endian::native == std::endian::little, "frames are little-endian structs");
+
+inline constexpr uint32_t kFrameMagic = 0x58445247;  // "GRDX"
+inline constexpr uint16_t kFrameVersion = 1;
+
+enum FrameFlags : uint16_t {
+  kFrameDense = 1,   // payload: (end - begin) float32 values
+  kFrameSparse = 2,  // payload: count uint32 indices, then count float32 values
+  kFrameQuantized = 4,
+};
+
+// Stable numbers for the algorithm names of DESIGN.md (carried in frames).
+enum class AlgorithmId : uint16_t {
+  kDenseRing = 1,
+  kDenseRabenseifner = 2,
+  kTopkA = 3,
+  kTopkDsa = 4,
+  kGTopk = 5,
+  kGaussianK = 6,
+  kOkTopk = 7,
+  kSparcmlSsarRd = 8,
+  kSparcmlSsarSplit = 9,
+  kSparcmlDsarSplit = 10,
+  kSparDL = 11,
+  kSparDLRsag = 12,
+  kSparDLBsag = 13,
+  kCovap = 14,
+  kDgs = 15,
+};
+
+#pragma pack(push, 1)
+struct FrameHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t flags;
+  uint64_t job_id;
+  uint32_t epoch;
+  uint16_t algorithm;
+  uint16_t phase;
+  uint64_t step;
+  uint32_t block_begin;  // element range [begin, end) the payload covers
+  uint32_t block_end;
+  uint32_t count;  // entries in the payload
+  uint32_t reserved;
+};
+#pragma pack(pop)
+static_assert(sizeof(FrameHeader) == 48);
+
+// What the sender stamps and the receiver expects.
+struct FrameMeta {
+  uint64_t job_id = 0;
+  uint32_t epoch = 0;
+  uint64_t step = 0;
+  AlgorithmId algorithm = AlgorithmId::kDenseRing;
+  uint16_t phase = 0;
+};
+
+struct BlockRange {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+  uint32_t size() const { return end - begin; }
+};
+
+// A block the receiver expects next in a message, and the most entries a
+// sparse frame for it may carry.
+struct ExpectedBlock {
+  BlockRange range;
+  uint32_t capacity = 0;
+};
+
+// Bytes a frame for `nnz` entries of a block of `size` elements takes on the
+// wire: sparse or dense, whichever is smaller (SparCML's switch).
+uint64_t FrameBytes(uint32_t size, uint64_t nnz);
+
+// Appends one frame for a sparse block (dense encoding when smaller).
+void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseView block,
+                      Bytes* out);
+// Appends one dense frame of range.size() values.
+void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* values, Bytes* out);
+
+// Parses a message holding exactly one frame per expected block, in order.
+// Dense frames decode to their nonzeros. Indices are validated (sorted,
+// unique, inside the block), counts against capacity, lengths exactly.
+absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
+                                std::span<const ExpectedBlock> expected,
+                                std::vector<kernels::SparseVec>* out);
+
+// Parses a message of one dense frame for `range` and adds (accumulate) or
+// copies its values into out[0 .. range.size()).
+absl::Status DecodeDenseBlock(const Bytes& message, const FrameMeta& meta, BlockRange range,
+                              bool accumulate, float* out);
+
+enum class FrameError : int {
+  kTruncated = 0,
+  kBadMagic,
+  kBadVersion,
+  kWrongJob,
+  kWrongEpoch,
+  kWrongStep,
+  kWrongAlgorithm,
+  kWrongPhase,
+  kWrongBlock,
+  kBadFlags,
+  kOverCapacity,
+  kBadLength,
+  kIndexOutOfRange,
+  kUnsortedIndices,
+  kCount,
+};
+std::string_view FrameErrorName(FrameError e);
+
+// Process-wide counts of rejected frames by reason (exported as metrics).
+std::array<uint64_t, static_cast<int>(FrameError::kCount)> FrameErrorCounts();
+uint64_t TotalFrameErrors();
+
+}  // namespace gradex
+
+#endif  // GRADEX_COLLECTIVES_FRAME_H_

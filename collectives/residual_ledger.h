@@ -1,0 +1,40 @@
+// Residual bookkeeping of one call (SparDL's global residual collection):
+// every value discarded by this rank is owed to its residual, but is only
+// added when the call succeeds, so that a failed call can put back the rank's
+// whole contribution instead (nothing lost, nothing counted twice).
+#ifndef GRADEX_COLLECTIVES_RESIDUAL_LEDGER_H_
+#define GRADEX_COLLECTIVES_RESIDUAL_LEDGER_H_
+
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "kernels/sparse.h"
+
+namespace gradex {
+
+class ResidualLedger {
+ public:
+  // `acc` is the residual span, which the caller has set to grad + residual.
+  explicit ResidualLedger(std::span<float> acc) : acc_(acc) {}
+
+  // Records (a copy of) values this rank selected out of acc and zeroed there.
+  void Selected(const kernels::SparseVec& s) { selected_.push_back(s); }
+  // Records values discarded later in the call, owed at `scale` (1/holders).
+  void Discarded(kernels::SparseVec d, float scale) {
+    if (d.nnz() > 0) discarded_.emplace_back(std::move(d), scale);
+  }
+  // The call succeeded: add every discard to the residual.
+  void Commit();
+  // The call failed: put the selected values back (acc = grad + old residual).
+  void Restore();
+
+ private:
+  std::span<float> acc_;
+  std::vector<kernels::SparseVec> selected_;
+  std::vector<std::pair<kernels::SparseVec, float>> discarded_;
+};
+
+}  // namespace gradex
+
+#endif  // GRADEX_COLLECTIVES_RESIDUAL_LEDGER_H_

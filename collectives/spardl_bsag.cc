@@ -1,0 +1,85 @@
+// spardl-bsag: SparDL with B-SAG, for any team count. Each rank pre-selects
+// the top k' of its team block, a Bruck all-gather across the teams brings the
+// T pieces of the block to every holder, which sum them in team order (the
+// same on every holder, so bitwise equal) and keep the top k_block; each of
+// the T holders keeps 1/T of what that drops. k' comes from the call's options
+// (the coordinator) or from this rank's step controller.
+#include "absl/strings/str_cat.h"
+#include "collectives/bsag_controller.h"
+#include "collectives/phase_timer.h"
+#include "collectives/spardl.h"
+#include "collectives/sparse_steps.h"
+
+namespace gradex {
+namespace {
+
+class SparDLBsag final : public SparDLFamily {
+ public:
+  std::string_view name() const override { return "spardl-bsag"; }
+
+ protected:
+  AlgorithmId id() const override { return AlgorithmId::kSparDLBsag; }
+
+  absl::StatusOr<int> Teams(const AllreduceOptions& options, int world) const override {
+    const int t = options.teams;
+    if (t < 1 || world % t != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spardl-bsag needs a team count dividing P=", world, ", got ", t));
+    }
+    return t;
+  }
+
+  absl::Status SyncTeams(Link& link, const Group& cross, const ExpectedBlock& block,
+                         const AllreduceOptions& options, ResidualLedger& ledger, CallStats* stats,
+                         kernels::SparseVec* owned) override {
+    PhaseTimes* times = &stats->phases;
+    const int teams = cross.size();
+    const size_t k_block = block.capacity;
+    // A block kept whole (density 1) gains nothing from pre-selection.
+    size_t kprime = k_block >= block.range.size() ? k_block
+                    : options.kprime > 0          ? std::min(options.kprime, k_block)
+                                                  : controller_.KPrime(k_block, teams);
+    stats->kprime_used = kprime;
+    kernels::SparseVec mine, dropped;
+    {
+      PhaseTimer t(&times->selection_s);
+      DropZeros(owned);
+      kernels::SparseTopK(kernels::View(*owned), kprime, &mine, &dropped);
+      ledger.Discarded(std::move(dropped), 1.0f);
+      dropped = {};
+    }
+    std::vector<ExpectedBlock> expect(teams, block);
+    std::vector<kernels::SparseVec> pieces;
+    absl::Status st =
+        BruckAllGather(link, cross, expect, kPhaseTeamSync, times, std::move(mine), &pieces);
+    if (!st.ok()) return st;
+    kernels::SparseVec sum, next;
+    {
+      PhaseTimer t(&times->reduction_s);
+      sum = std::move(pieces[0]);
+      for (int t = 1; t < teams; ++t) {
+        kernels::MergeAdd(kernels::View(sum), kernels::View(pieces[t]), &next);
+        std::swap(sum, next);
+      }
+    }
+    size_t u = 0;
+    for (float v : sum.val) u += v != 0.0f;
+    stats->post_gather_count = u;
+    {
+      PhaseTimer t(&times->selection_s);
+      kernels::SparseTopK(kernels::View(sum), k_block, owned, &dropped);
+      ledger.Discarded(std::move(dropped), 1.0f / static_cast<float>(teams));
+    }
+    if (options.kprime == 0 && k_block < block.range.size()) controller_.Update(u);
+    return absl::OkStatus();
+  }
+
+ private:
+  BsagController controller_;
+};
+
+}  // namespace
+
+std::unique_ptr<SparseAllreduce> CreateSparDLBsag() { return std::make_unique<SparDLBsag>(); }
+
+}  // namespace gradex

@@ -1,0 +1,42 @@
+// What the three SparDL variants share: accumulate gradient + residual, run
+// Spar-Reduce-Scatter inside each team, synchronise the teams (a variant's own
+// step), then a Bruck all-gather inside each team, and commit the residuals.
+#ifndef GRADEX_COLLECTIVES_SPARDL_FAMILY_H_
+#define GRADEX_COLLECTIVES_SPARDL_FAMILY_H_
+
+#include "collectives/block_layout.h"
+#include "collectives/link.h"
+#include "collectives/residual_ledger.h"
+#include "collectives/sparse_allreduce.h"
+
+namespace gradex {
+
+// Phases stamped on SparDL frames (and used in tags).
+enum SparDLPhase : uint16_t {
+  kPhaseSrs = 1,
+  kPhaseTeamSync = 2,
+  kPhaseAllGather = 3,
+};
+
+class SparDLFamily : public SparseAllreduce {
+ public:
+  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
+                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
+                   CallStats* stats) final;
+
+ protected:
+  virtual AlgorithmId id() const = 0;
+  // The team count this variant uses for `options` on `world` ranks, or an
+  // error when the variant cannot run with it.
+  virtual absl::StatusOr<int> Teams(const AllreduceOptions& options, int world) const = 0;
+  // Makes `owned` (this rank's reduced block of the team layout) the same on
+  // every rank of `cross` (the ranks at this position in every team), cut to
+  // `keep` entries; discards go to the ledger.
+  virtual absl::Status SyncTeams(Link& link, const Group& cross, const ExpectedBlock& block,
+                                 const AllreduceOptions& options, ResidualLedger& ledger,
+                                 CallStats* stats, kernels::SparseVec* owned) = 0;
+};
+
+}  // namespace gradex
+
+#endif  // GRADEX_COLLECTIVES_SPARDL_FAMILY_H_

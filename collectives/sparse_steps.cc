@@ -1,0 +1,140 @@
+#include "collectives/sparse_steps.h"
+
+#include <algorithm>
+
+#include "collectives/phase_timer.h"
+
+namespace gradex {
+namespace {
+
+int Mod(int a, int m) { return ((a % m) + m) % m; }
+
+// Cuts `block` to `keep` entries, booking what it drops to the ledger.
+void Reselect(kernels::SparseVec* block, size_t keep, ResidualLedger& ledger) {
+  if (block->nnz() <= keep) return;
+  kernels::SparseVec kept, dropped;
+  kernels::SparseTopK(kernels::View(*block), keep, &kept, &dropped);
+  ledger.Discarded(std::move(dropped), 1.0f);
+  *block = std::move(kept);
+}
+
+}  // namespace
+
+void DropZeros(kernels::SparseVec* v) {
+  size_t j = 0;
+  for (size_t i = 0; i < v->nnz(); ++i) {
+    if (v->val[i] == 0.0f) continue;
+    v->idx[j] = v->idx[i];
+    v->val[j++] = v->val[i];
+  }
+  v->idx.resize(j);
+  v->val.resize(j);
+}
+
+void ConcatBlocks(std::vector<kernels::SparseVec>& blocks, kernels::SparseVec* out) {
+  size_t total = 0;
+  for (const auto& b : blocks) total += b.nnz();
+  out->clear();
+  out->idx.reserve(total);
+  out->val.reserve(total);
+  for (const auto& b : blocks) {
+    out->idx.insert(out->idx.end(), b.idx.begin(), b.idx.end());
+    out->val.insert(out->val.end(), b.val.begin(), b.val.end());
+  }
+}
+
+absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout& layout,
+                               std::span<float> acc, uint16_t phase, ResidualLedger& ledger,
+                               PhaseTimes* times, kernels::SparseVec* owned) {
+  const int q = group.size();
+  const int me = group.me;
+  std::vector<kernels::SparseVec> held;
+  {
+    PhaseTimer t(&times->selection_s);
+    kernels::BlockTopK(acc.data(), layout.bounds(), layout.keeps(), 0, /*zero_selected=*/true,
+                       &held);
+    for (const auto& b : held) ledger.Selected(b);
+  }
+  const int steps = CeilLog2(q);
+  std::vector<ExpectedBlock> expect;
+  std::vector<kernels::SparseVec> received;
+  kernels::SparseVec merged;
+  for (int s = 1; s <= steps; ++s) {
+    const int d = 1 << (steps - s);
+    const int count = std::min(d, q - d);  // blocks in the bag, sent and received
+    Bytes out;
+    {
+      PhaseTimer t(&times->selection_s);
+      for (int j = 0; j < count; ++j)
+        Reselect(&held[Mod(me + d + j, q)], layout.keep(Mod(me + d + j, q)), ledger);
+    }
+    {
+      PhaseTimer t(&times->communication_s);
+      for (int j = 0; j < count; ++j) {
+        int b = Mod(me + d + j, q);
+        AppendBlockFrame(link.meta(phase), layout.range(b), kernels::View(held[b]), &out);
+        held[b] = {};  // sent: no longer ours
+      }
+    }
+    absl::StatusOr<Bytes> in = link.Exchange(group.at(d), std::move(out), group.at(-d), phase, s);
+    if (!in.ok()) return in.status();
+    expect.clear();
+    for (int j = 0; j < count; ++j) expect.push_back(layout.expect(Mod(me + j, q)));
+    {
+      PhaseTimer t(&times->communication_s);
+      absl::Status st = DecodeSparseBlocks(*in, link.meta(phase), expect, &received);
+      if (!st.ok()) return st;
+    }
+    PhaseTimer t(&times->reduction_s);
+    for (int j = 0; j < count; ++j) {
+      int b = Mod(me + j, q);
+      kernels::MergeAdd(kernels::View(held[b]), kernels::View(received[j]), &merged);
+      std::swap(held[b], merged);
+    }
+  }
+  {
+    PhaseTimer t(&times->selection_s);
+    Reselect(&held[me], layout.keep(me), ledger);
+  }
+  *owned = std::move(held[me]);
+  return absl::OkStatus();
+}
+
+absl::Status BruckAllGather(Link& link, const Group& group, std::span<const ExpectedBlock> expect,
+                            uint16_t phase, PhaseTimes* times, kernels::SparseVec mine,
+                            std::vector<kernels::SparseVec>* all) {
+  const int q = group.size();
+  const int me = group.me;
+  // gathered[j] is the block of member me + j.
+  std::vector<kernels::SparseVec> gathered;
+  gathered.reserve(q);
+  gathered.push_back(std::move(mine));
+  std::vector<ExpectedBlock> want;
+  std::vector<kernels::SparseVec> received;
+  int sub = 0;
+  for (int dist = 1; dist < q; dist <<= 1, ++sub) {
+    const int count = std::min(dist, q - dist);
+    Bytes out;
+    {
+      PhaseTimer t(&times->communication_s);
+      for (int j = 0; j < count; ++j) {
+        AppendBlockFrame(link.meta(phase), expect[Mod(me + j, q)].range, kernels::View(gathered[j]),
+                         &out);
+      }
+    }
+    absl::StatusOr<Bytes> in =
+        link.Exchange(group.at(-dist), std::move(out), group.at(dist), phase, sub);
+    if (!in.ok()) return in.status();
+    want.clear();
+    for (int j = 0; j < count; ++j) want.push_back(expect[Mod(me + dist + j, q)]);
+    PhaseTimer t(&times->communication_s);
+    absl::Status st = DecodeSparseBlocks(*in, link.meta(phase), want, &received);
+    if (!st.ok()) return st;
+    for (auto& r : received) gathered.push_back(std::move(r));
+  }
+  all->assign(q, {});
+  for (int j = 0; j < q; ++j) (*all)[Mod(me + j, q)] = std::move(gathered[j]);
+  return absl::OkStatus();
+}
+
+}  // namespace gradex

@@ -1,0 +1,44 @@
+// The sparse building blocks of the SparDL family, written against Link:
+// Spar-Reduce-Scatter inside a group and a Bruck all-gather of sparse blocks.
+#ifndef GRADEX_COLLECTIVES_SPARSE_STEPS_H_
+#define GRADEX_COLLECTIVES_SPARSE_STEPS_H_
+
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/block_layout.h"
+#include "collectives/link.h"
+#include "collectives/residual_ledger.h"
+#include "kernels/sparse.h"
+
+namespace gradex {
+
+// Spar-Reduce-Scatter (SparDL section 3.1) over `group`, whose member j owns
+// block j of `layout`. `acc` (the whole gradient + residual) keeps the
+// top-keep of every block, the rest stays in acc as residual. Bags go out
+// largest first (distance 2^(S-s) at step s); after each receive only the
+// blocks of the next bag are re-selected. On return `owned` is this member's
+// block reduced over the group and cut to its keep count; every discard is in
+// `ledger`.
+absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout& layout,
+                               std::span<float> acc, uint16_t phase, ResidualLedger& ledger,
+                               PhaseTimes* times, kernels::SparseVec* owned);
+
+// Bruck all-gather: member j contributes one block described by expect[j];
+// at step s everything gathered so far goes to me - 2^s and comes from
+// me + 2^s. On return (*all)[j] is member j's block (own block included).
+absl::Status BruckAllGather(Link& link, const Group& group, std::span<const ExpectedBlock> expect,
+                            uint16_t phase, PhaseTimes* times, kernels::SparseVec mine,
+                            std::vector<kernels::SparseVec>* all);
+
+// Removes explicit zeros (cancelled sums) so that every copy of a block is the
+// same whatever encoding carried it.
+void DropZeros(kernels::SparseVec* v);
+
+// Concatenates blocks covering ascending, disjoint ranges into one COO vector.
+void ConcatBlocks(std::vector<kernels::SparseVec>& blocks, kernels::SparseVec* out);
+
+}  // namespace gradex
+
+#endif  // GRADEX_COLLECTIVES_SPARSE_STEPS_H_
