@@ -164,7 +164,8 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
                                                         "bootstrap-dir",
                                                         "report-fd",
                                                         "fault-kill-rank",
-                                                        "fault-kill-after-ms"};
+                                                        "fault-kill-after-ms",
+                                                        "fault-kill-at-call"};
     if (!kValued.count(name)) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
     }
@@ -230,6 +231,9 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
     } else if (name == "fault-kill-rank") {
       if (auto s = ParseInt(name, value, 0, 1023, &x); !s.ok()) return s;
       f.fault_rank = static_cast<int>(x);
+    } else if (name == "fault-kill-at-call") {
+      if (auto s = ParseInt(name, value, 0, 1'000'000, &x); !s.ok()) return s;
+      f.fault_call = static_cast<int>(x);
     } else if (name == "fault-kill-after-ms") {
       if (auto s = ParseInt(name, value, 0, 86'400'000, &x); !s.ok()) return s;
       f.fault_after_ms = x;

@@ -36,9 +36,12 @@ struct BenchFlags {
   std::string bootstrap_dir;
   int report_fd = -1;
   // Hidden fault injection (tests): rank `fault_rank` SIGKILLs itself
-  // `fault_after_ms` after its transport is up.
+  // `fault_after_ms` after its transport is up (or after fault_call starts).
   int fault_rank = -1;
   int64_t fault_after_ms = 0;
+  // >= 0: count fault_after_ms from the start of this call (0-based, warmup
+  // included) instead of from connection, so the kill lands inside a call.
+  int fault_call = -1;
 };
 
 // Parses argv (argv[0] is skipped). Errors name the offending flag.

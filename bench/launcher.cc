@@ -133,6 +133,9 @@ LaunchResult LaunchProcesses(const BenchFlags& flags, const std::vector<std::str
       // Own process group, so a deadline kill also reaches what a wrapper forks.
       setpgid(0, 0);
       fcntl(fds[1], F_SETFD, 0);  // keep the write end across exec
+      // Ranks report through the pipe; UCX logs to stdout by default, which
+      // must not mix into the launcher's table or JSON.
+      dup2(STDERR_FILENO, STDOUT_FILENO);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
       execvp(cargv[0], cargv.data());
@@ -300,7 +303,7 @@ int RankProcessMain(const BenchFlags& flags, const std::vector<std::string>& alg
     sink(rep);
     return 1;
   }
-  if (flags.fault_rank == rank) {
+  if (flags.fault_rank == rank && flags.fault_call < 0) {
     // Test hook: die without warning, as a crashed or preempted worker would.
     std::thread([ms = flags.fault_after_ms] {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -113,6 +115,13 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
       ctx.epoch = kEpoch;
       ctx.step = step++;
       ctx.deadline = DeadlineIn(call_budget);
+      if (flags.fault_rank == rank && flags.fault_call == static_cast<int>(ctx.step)) {
+        // Test hook: die inside this call, as a crashed worker would.
+        std::thread([ms = flags.fault_after_ms] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+          std::raise(SIGKILL);
+        }).detach();
+      }
       stats = CallStats();
       const auto t0 = Clock::now();
       absl::Status s = alg.Run(ctx, opts, grad, residual, &result, &stats);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A rank process SIGKILLed in the middle of a run: every survivor reports an
-# error, the run exits non-zero, and it does so well before any hang bound.
+# A rank process SIGKILLed inside a call (2 ms into call 3): every survivor's
+# call fails with an error, the run exits non-zero, and it does so well before
+# any hang bound.
 set -euo pipefail
 bin=$1
 tls=$2
@@ -12,9 +13,9 @@ algo=spardl
 "$bin" --help >/dev/null
 start=$(date +%s)
 rc=0
-UCX_TLS=$tls timeout 150 "$bin" --algo "$algo" --ranks 4 --elements 1000000 --density 0.01 \
-  --iters 100000 --warmup 0 --transport ucx --deadline-ms 5000 --timeout-s 120 --quiet \
-  --fault-kill-rank 2 --fault-kill-after-ms 1500 >"$out" 2>&1 || rc=$?
+UCX_TLS=$tls timeout 150 "$bin" --algo "$algo" --ranks 4 --elements 2000000 --density 0.01 \
+  --iters 50 --warmup 0 --transport ucx --deadline-ms 5000 --timeout-s 120 --quiet \
+  --fault-kill-rank 2 --fault-kill-at-call 3 --fault-kill-after-ms 2 >"$out" 2>&1 || rc=$?
 elapsed=$(($(date +%s) - start))
 cat "$out"
 [[ $rc -ne 0 ]] || fail "run exited 0 although rank 2 was killed"
@@ -25,5 +26,6 @@ for r in 0 1 3; do
   line=$(grep -E "(FAILED: )?rank $r: " "$out" || true)
   [[ -n $line ]] || fail "survivor rank $r reported no error"
   if grep -q "no report" <<<"$line"; then fail "survivor rank $r did not report"; fi
+  grep -q "$algo call 3 on rank $r" <<<"$line" || fail "rank $r did not fail inside call 3: $line"
 done
 echo "PASS: survivors failed cleanly in ${elapsed}s (rc=$rc)"
