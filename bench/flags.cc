@@ -160,6 +160,7 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
                                                         "timeout-s",
                                                         "connect-timeout-ms",
                                                         "rank-wrapper",
+                                                        "json-out",
                                                         "rank",
                                                         "bootstrap-dir",
                                                         "report-fd",
