@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -266,37 +267,54 @@ absl::Status UcxTransport::WireUp(Deadline deadline) {
   return absl::OkStatus();
 }
 
+// Teardown in three bounded steps: (1) cancel our requests; (2) flush live
+// endpoints so eagerly completed sends still reach their peers; (3) close
+// every endpoint in force mode, which also completes (as cancelled) sends UCX
+// cannot cancel, such as a rendezvous nobody matched. Closing in flush mode
+// instead could leave such a request on the endpoint when the budget runs
+// out, and UCX 1.13 asserts on that in ucp_worker_destroy.
 UcxTransport::~UcxTransport() {
   if (worker_ != nullptr) {
-    Deadline deadline = DeadlineIn(options_.close_timeout);
-    CancelAll(Clock::now() + options_.close_timeout / 2);
-    std::vector<void*> closing;
-    for (int p = 0; p < size_; ++p) {
-      if (p >= static_cast<int>(eps_.size()) || eps_[p] == nullptr) continue;
+    const Deadline deadline = DeadlineIn(options_.close_timeout);
+    CancelAll(Clock::now() + options_.close_timeout / 4);
+    auto drive = [&](std::vector<void*>& reqs, Deadline until) {
+      int idle = 0;
+      while (!reqs.empty() && Clock::now() < until) {
+        int events = static_cast<int>(ucp_worker_progress(worker_));
+        for (size_t i = 0; i < reqs.size();) {
+          if (ucp_request_check_status(reqs[i]) != UCS_INPROGRESS) {
+            ucp_request_free(reqs[i]);
+            reqs[i] = reqs.back();
+            reqs.pop_back();
+          } else {
+            ++i;
+          }
+        }
+        Backoff(events, idle);
+      }
+      // Unfinished at the deadline: UCX releases them when they complete.
+      for (void* r : reqs) ucp_request_free(r);
+      reqs.clear();
+    };
+    std::vector<void*> pending;
+    for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
+      if (eps_[p] == nullptr || !peer_status_[p].ok()) continue;  // a failed ep cannot flush
+      ucp_request_param_t param = {};
+      ucs_status_ptr_t r = ucp_ep_flush_nbx(eps_[p], &param);
+      if (UCS_PTR_IS_PTR(r)) pending.push_back(r);
+    }
+    drive(pending, Clock::now() + (deadline - Clock::now()) / 2);
+    for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
+      if (eps_[p] == nullptr) continue;
       ucp_request_param_t param = {};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      // A failed endpoint cannot be flushed.
-      param.flags = peer_status_[p].ok() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
       ucs_status_ptr_t r = ucp_ep_close_nbx(eps_[p], &param);
-      if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
+      if (UCS_PTR_IS_PTR(r)) pending.push_back(r);
       eps_[p] = nullptr;
     }
-    int idle = 0;
-    while (!closing.empty() && Clock::now() < deadline) {
-      int events = ucp_worker_progress(worker_);
-      for (size_t i = 0; i < closing.size();) {
-        if (ucp_request_check_status(closing[i]) != UCS_INPROGRESS) {
-          ucp_request_free(closing[i]);
-          closing[i] = closing.back();
-          closing.pop_back();
-        } else {
-          ++i;
-        }
-      }
-      Backoff(events, idle);
-    }
-    // Still closing at the deadline: let UCX release them with the worker.
-    for (void* r : closing) ucp_request_free(r);
+    drive(pending, std::max(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    ReapZombies();
     for (auto& z : zombies_) {
       if (z->ucx != nullptr) ucp_request_free(z->ucx);
       z->ucx = nullptr;
