@@ -7,13 +7,18 @@ if(NOT GRADEX_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
+    # Hopper SASS (H100/H200) plus Ampere PTX, which the driver JIT-compiles
+    # on anything newer: two device compiles keep the build short. Set
+    # CMAKE_CUDA_ARCHITECTURES to override (e.g. 100-real for Blackwell).
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES "90-real;80-virtual")
+    endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(GRADEX_HAVE_CUDA ON)
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-      set(CMAKE_CUDA_ARCHITECTURES 80 90)
-    endif()
-    set(CMAKE_CUDA_STANDARD 20)
+    # CMake 3.25 has no nvcc flags for CUDA20; the .cu files need only C++17.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   elseif(GRADEX_CUDA STREQUAL "ON")
     message(FATAL_ERROR "GRADEX_CUDA=ON but no CUDA compiler was found")
   endif()

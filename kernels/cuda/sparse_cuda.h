@@ -1,0 +1,104 @@
+// CUDA versions of the kernels in kernels/sparse.h, over device pointers and
+// a stream. They follow the same selection rule as the CPU kernels (zeros and
+// NaN never selected, equal magnitudes: lower index wins, exactly
+// min(k, selectable entries) kept), so CPU and GPU results are bitwise equal.
+//
+// Conventions: every function enqueues work on `stream` and returns the first
+// CUDA error met (cudaSuccess otherwise). Counts land in device memory
+// (`d_count`, may be null) and, when `h_count` is non-null, also on the host,
+// which synchronises the stream. Outputs are written up to their capacity;
+// the count reported is the full count, so count > capacity means "retry
+// with more room". Scratch comes from a Workspace, which one stream at a time
+// may use.
+#ifndef GRADEX_KERNELS_CUDA_SPARSE_CUDA_H_
+#define GRADEX_KERNELS_CUDA_SPARSE_CUDA_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gradex::kernels::cuda {
+
+// Device-side twin of kernels::TopKThreshold.
+struct DeviceThreshold {
+  uint32_t threshold_key;  // 0 when nothing is selected
+  uint32_t reserved;
+  uint64_t take_at_threshold;  // entries with key == threshold_key to keep
+  uint64_t count_above;        // entries with key > threshold_key
+};
+
+// Grow-only device scratch. Growing frees and reallocates (synchronously).
+class Workspace {
+ public:
+  Workspace() = default;
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  cudaError_t Reserve(size_t bytes);
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The threshold of the top-k of d_x[0, n) into *d_threshold (device memory).
+cudaError_t FindTopKThreshold(const float* d_x, size_t n, size_t k, DeviceThreshold* d_threshold,
+                              Workspace* ws, cudaStream_t stream);
+
+// The entries selected by *d_threshold as sorted COO (indices + index_base).
+cudaError_t CompactSelected(const float* d_x, size_t n, const DeviceThreshold* d_threshold,
+                            uint32_t index_base, uint32_t* d_idx, float* d_val, size_t capacity,
+                            uint64_t* d_count, size_t* h_count, Workspace* ws, cudaStream_t stream);
+
+// FindTopKThreshold + CompactSelected; d_idx/d_val hold min(k, n) entries.
+cudaError_t SelectTopK(const float* d_x, size_t n, size_t k, uint32_t index_base, uint32_t* d_idx,
+                       float* d_val, uint64_t* d_count, size_t* h_count, Workspace* ws,
+                       cudaStream_t stream);
+
+// Same, and zeroes the selected entries of d_x (leaving the residual).
+cudaError_t SelectTopKAndZero(float* d_x, size_t n, size_t k, uint32_t index_base, uint32_t* d_idx,
+                              float* d_val, uint64_t* d_count, size_t* h_count, Workspace* ws,
+                              cudaStream_t stream);
+
+// Per-block top-k: block b is d_x[bounds[b], bounds[b+1]) (host arrays,
+// blocks + 1 bounds), keeps k[b] entries into d_idx[b]/d_val[b] (host arrays
+// of device pointers, room for min(k[b], block length) each), with global
+// indices index_base + offset. d_counts (device, `blocks` entries) is
+// required; h_counts (host) optional.
+cudaError_t BlockTopK(float* d_x, const size_t* bounds, const size_t* k, size_t blocks,
+                      uint32_t index_base, bool zero_selected, uint32_t* const* d_idx,
+                      float* const* d_val, uint64_t* d_counts, size_t* h_counts, Workspace* ws,
+                      cudaStream_t stream);
+
+// out = a + b over the union of indices (both sorted, unique); exact-zero
+// sums stay. out has room for na + nb entries.
+cudaError_t MergeAdd(const uint32_t* a_idx, const float* a_val, size_t na, const uint32_t* b_idx,
+                     const float* b_val, size_t nb, uint32_t* out_idx, float* out_val,
+                     uint64_t* d_count, size_t* h_count, Workspace* ws, cudaStream_t stream);
+
+// dense[idx[i] - index_base] += scale * val[i] (product rounded, no FMA).
+cudaError_t ScatterAdd(const uint32_t* d_idx, const float* d_val, size_t nnz, uint32_t index_base,
+                       float scale, float* d_dense, cudaStream_t stream);
+
+// Nonzeros (NaN included) of d_x as COO.
+cudaError_t DenseToSparse(const float* d_x, size_t n, uint32_t index_base, uint32_t* d_idx,
+                          float* d_val, size_t capacity, uint64_t* d_count, size_t* h_count,
+                          Workspace* ws, cudaStream_t stream);
+
+// Zeroes d_dense[0, n) and writes the entries in.
+cudaError_t SparseToDense(const uint32_t* d_idx, const float* d_val, size_t nnz,
+                          uint32_t index_base, float* d_dense, size_t n, cudaStream_t stream);
+
+// Entries with |x| >= threshold and x != 0 (threshold <= 0: every nonzero,
+// NaN threshold: none), as in kernels::CompactAbove.
+cudaError_t CompactAbove(const float* d_x, size_t n, float threshold, uint32_t index_base,
+                         uint32_t* d_idx, float* d_val, size_t capacity, uint64_t* d_count,
+                         size_t* h_count, Workspace* ws, cudaStream_t stream);
+
+}  // namespace gradex::kernels::cuda
+
+#endif  // GRADEX_KERNELS_CUDA_SPARSE_CUDA_H_
