@@ -77,11 +77,13 @@ __global__ void __launch_bounds__(kSelectThreads)
   if (pass > 1 && !st->active) return;
   const int top = pass == 1 ? kTopReal : (pass == 2 ? kBuckets2 - 1 : kBuckets3 - 1);
   const int bottom = pass == 1 ? 1 : 0;
+  // Read before the scan: the one thread that finds the bin rewrites the state.
+  const ull prev_need = pass == 1 ? 0 : st->need;
   ull c[kSelectItems];
   int bin[kSelectItems];
 #pragma unroll
   for (int j = 0; j < kSelectItems; ++j) {
-    bin[j] = top - (threadIdx.x * kSelectItems + j);  // descending order
+    bin[j] = top - (static_cast<int>(threadIdx.x) * kSelectItems + j);  // descending order
     c[j] = bin[j] >= bottom ? hist[bin[j]] : 0;
   }
   using Scan = cub::BlockScan<ull, kSelectThreads>;
@@ -89,7 +91,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   ull excl[kSelectItems];
   ull total;
   Scan(tmp).ExclusiveSum(c, excl, total);
-  const ull need = pass == 1 ? (k < total ? k : total) : st->need;
+  const ull need = pass == 1 ? (k < total ? k : total) : prev_need;
   if (pass == 1 && need == 0) {
     if (threadIdx.x == 0) {
       st->active = 0;
