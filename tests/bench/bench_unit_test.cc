@@ -50,6 +50,7 @@ TEST(Flags, ParsesEveryForm) {
   EXPECT_TRUE(f->json);
   EXPECT_TRUE(f->integer);
   EXPECT_EQ(f->dump_dir, "/tmp/x");
+  EXPECT_EQ(f->json_out, "/tmp/y");
 }
 
 TEST(Flags, RejectsBadInput) {
