@@ -34,10 +34,11 @@ TEST(Flags, Defaults) {
 }
 
 TEST(Flags, ParsesEveryForm) {
-  auto f = Parse({"--algo=spardl", "--ranks",  "6",       "--elements", "1000",     "--density=0.5",
-                  "--teams",       "3",        "--iters", "7",          "--warmup", "0",
-                  "--transport",   "loopback", "--seed",  "42",         "--json",   "--dump",
-                  "/tmp/x",        "--integer"});
+  auto f =
+      Parse({"--algo=spardl", "--ranks",   "6",          "--elements", "1000",     "--density=0.5",
+             "--teams",       "3",         "--iters",    "7",          "--warmup", "0",
+             "--transport",   "loopback",  "--seed",     "42",         "--json",   "--dump",
+             "/tmp/x",        "--integer", "--json-out", "/tmp/y"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->algo, "spardl");
   EXPECT_EQ(f->ranks, 6);
