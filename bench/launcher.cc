@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -132,6 +133,8 @@ LaunchResult LaunchProcesses(const BenchFlags& flags, const std::vector<std::str
     if (pid == 0) {
       // Own process group, so a deadline kill also reaches what a wrapper forks.
       setpgid(0, 0);
+      // If the launcher dies, nobody would collect or kill the ranks.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       fcntl(fds[1], F_SETFD, 0);  // keep the write end across exec
       // Ranks report through the pipe; UCX logs to stdout by default, which
       // must not mix into the launcher's table or JSON.
