@@ -1,5 +1,6 @@
 #include "collectives/call_checks.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,11 @@ absl::Status ValidateCall(const CallContext& ctx, const AllreduceOptions& option
     return absl::InvalidArgumentError(absl::StrCat("density ", options.density, " not in (0, 1]"));
   }
   return absl::OkStatus();
+}
+
+absl::Status FailCall(const CallContext& ctx, absl::Status status) {
+  ctx.transport->Abort(std::min(ctx.deadline, DeadlineIn(std::chrono::milliseconds(500))));
+  return status;
 }
 
 void FinishStats(const CallContext& ctx, const PeerCounters& before, Clock::time_point start,

@@ -13,6 +13,11 @@ absl::Status ValidateCall(const CallContext& ctx, const AllreduceOptions& option
                           std::span<const float> grad, std::span<float> residual,
                           AllreduceResult* result, CallStats* stats);
 
+// Ends a call that failed after communication began: aborts the transport so
+// that peers waiting on this rank fail now rather than at their deadline (a
+// failed step ends the epoch), and returns `status`.
+absl::Status FailCall(const CallContext& ctx, absl::Status status);
+
 // Fills the byte counters and totals of `stats` at the end of a call.
 void FinishStats(const CallContext& ctx, const PeerCounters& before, Clock::time_point start,
                  CallStats* stats);

@@ -49,7 +49,7 @@ class DenseRing final : public SparseAllreduce {
       st = Step(link, layout, data, mod(r + 1 - s), mod(r - s), kPhaseAllGather, s, false,
                 &stats->phases);
     }
-    if (!st.ok()) return st;  // residual still holds grad + old residual
+    if (!st.ok()) return FailCall(ctx, st);  // residual still holds grad + old residual
     std::fill(residual.begin(), residual.end(), 0.0f);
     stats->result_nnz = result->CountNonZeros();
     stats->result_capacity = n;

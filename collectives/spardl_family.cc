@@ -45,7 +45,7 @@ absl::Status SparDLFamily::Run(const CallContext& ctx, const AllreduceOptions& o
   }
   if (!st.ok()) {
     ledger.Restore();
-    return st;
+    return FailCall(ctx, st);
   }
   {
     PhaseTimer t(&stats->phases.reduction_s);

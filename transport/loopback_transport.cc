@@ -263,6 +263,13 @@ class LoopbackTransport : public Transport {
   }
   // Never blocks: loopback requests reference no caller memory.
   void CancelAll(Deadline) override { fabric_->CancelAll(rank_); }
+  // A dead rank is exactly an aborted one: peers waiting on it fail at once.
+  void Abort(Deadline) override {
+    fabric_->CancelAll(rank_);
+    fabric_->Kill(rank_);
+    aborted_ = true;
+  }
+  bool aborted() const override { return aborted_; }
   PeerCounters counters(int peer) const override { return fabric_->Counters(rank_, peer); }
   void ResetCounters() override { fabric_->ResetCounters(rank_); }
 
@@ -271,6 +278,7 @@ class LoopbackTransport : public Transport {
  private:
   std::shared_ptr<LoopbackFabric> fabric_;
   const int rank_;
+  bool aborted_ = false;
 };
 
 }  // namespace

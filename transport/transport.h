@@ -61,6 +61,13 @@ class Transport {
   // referenced once the caller returns). Never blocks past `deadline`.
   virtual void CancelAll(Deadline deadline) = 0;
 
+  // Gives up on this communicator after a failed call: cancels pending
+  // requests, makes every later post fail, and closes the connections so that
+  // peers waiting on this rank fail fast instead of at their deadline. A
+  // failed step ends the epoch; the next epoch builds a new transport.
+  virtual void Abort(Deadline deadline) = 0;
+  virtual bool aborted() const = 0;
+
   // Counters since construction or the last ResetCounters(); payload bytes only.
   virtual PeerCounters counters(int peer) const = 0;
   virtual void ResetCounters() = 0;

@@ -91,6 +91,8 @@ class UcxTransport : public Transport {
   absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override;
   absl::StatusOr<bool> Test(RequestId request, Bytes* out) override;
   void CancelAll(Deadline deadline) override;
+  void Abort(Deadline deadline) override;
+  bool aborted() const override { return aborted_; }
   PeerCounters counters(int peer) const override {
     return peer >= 0 && peer < size_ ? counters_[peer] : PeerCounters{};
   }
@@ -127,6 +129,7 @@ class UcxTransport : public Transport {
   const int rank_;
   const int size_;
   const UcxOptions options_;
+  bool aborted_ = false;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> eps_;
@@ -325,6 +328,40 @@ UcxTransport::~UcxTransport() {
   if (context_ != nullptr) ucp_cleanup(context_);
 }
 
+// Force-closing our endpoints drops the connections, which the peers' error
+// callbacks see (at once over TCP, within the keepalive over shared memory).
+void UcxTransport::Abort(Deadline deadline) {
+  if (aborted_ || worker_ == nullptr) return;
+  aborted_ = true;
+  CancelAll(deadline);
+  std::vector<void*> pending;
+  for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
+    if (eps_[p] == nullptr) continue;
+    ucp_request_param_t param = {};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(eps_[p], &param);
+    if (UCS_PTR_IS_PTR(r)) pending.push_back(r);
+    eps_[p] = nullptr;
+    peer_status_[p] = absl::FailedPreconditionError(absl::StrCat("rank ", rank_, " aborted"));
+  }
+  int idle = 0;
+  while (!pending.empty() && Clock::now() < deadline) {
+    int events = static_cast<int>(ucp_worker_progress(worker_));
+    for (size_t i = 0; i < pending.size();) {
+      if (ucp_request_check_status(pending[i]) != UCS_INPROGRESS) {
+        ucp_request_free(pending[i]);
+        pending[i] = pending.back();
+        pending.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    Backoff(events, idle);
+  }
+  for (void* r : pending) ucp_request_free(r);
+}
+
 absl::Status UcxTransport::CheckArgs(int peer, uint64_t tag) const {
   if (peer < 0 || peer >= size_) {
     return absl::InvalidArgumentError(
@@ -339,6 +376,7 @@ absl::Status UcxTransport::CheckArgs(int peer, uint64_t tag) const {
 
 absl::StatusOr<RequestId> UcxTransport::PostSend(int peer, uint64_t tag, Bytes payload) {
   if (absl::Status s = CheckArgs(peer, tag); !s.ok()) return s;
+  if (aborted_) return absl::FailedPreconditionError(absl::StrCat("rank ", rank_, " aborted"));
   const size_t n = payload.size();
   absl::StatusOr<RequestId> id = StartSend(peer, tag, /*internal=*/false, std::move(payload));
   if (id.ok()) {
@@ -350,6 +388,7 @@ absl::StatusOr<RequestId> UcxTransport::PostSend(int peer, uint64_t tag, Bytes p
 
 absl::StatusOr<RequestId> UcxTransport::PostRecv(int peer, uint64_t tag) {
   if (absl::Status s = CheckArgs(peer, tag); !s.ok()) return s;
+  if (aborted_) return absl::FailedPreconditionError(absl::StrCat("rank ", rank_, " aborted"));
   return StartRecv(peer, tag, /*internal=*/false);
 }
 

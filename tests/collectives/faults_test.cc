@@ -70,7 +70,9 @@ double Seconds(Clock::time_point since) {
 
 class PeerLossTest : public ::testing::TestWithParam<std::string> {};
 
-// Rank 2 of 4 dies before the call: the survivors fail fast with UNAVAILABLE.
+// Rank 2 of 4 dies before the call: every survivor fails well before its
+// deadline, the ones not talking to rank 2 too (a failed rank aborts its
+// transport, which fails its peers' waits at once).
 TEST_P(PeerLossTest, DeadPeerFailsEverySurvivorBeforeDeadline) {
   const int p = 4;
   auto start = Clock::now();
@@ -96,10 +98,11 @@ TEST_P(PeerLossTest, DeadPeerFailsEverySurvivorBeforeDeadline) {
     EXPECT_FALSE(status[r].ok());
     EXPECT_NE(status[r].code(), absl::StatusCode::kInternal) << status[r];
   }
-  EXPECT_LT(Seconds(start), 3.5);
+  EXPECT_LT(Seconds(start), 1.5);
 }
 
-// Rank 3 of 4 never calls: the others time out at their deadline, not later.
+// Rank 3 of 4 never calls: a rank waiting on it times out at its deadline and
+// aborts, which fails the others at once; nobody returns later than that.
 TEST_P(PeerLossTest, AbsentPeerTimesOutAtDeadline) {
   const int p = 4;
   auto start = Clock::now();
@@ -114,7 +117,12 @@ TEST_P(PeerLossTest, AbsentPeerTimesOutAtDeadline) {
     CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::milliseconds(800))};
     return (*algo)->Run(ctx, {0.01, 2, 0}, grad, residual, &result, &stats);
   });
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(status[r].code(), absl::StatusCode::kDeadlineExceeded);
+  int timed_out = 0;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_FALSE(status[r].ok());
+    timed_out += status[r].code() == absl::StatusCode::kDeadlineExceeded;
+  }
+  EXPECT_GE(timed_out, 1);
   EXPECT_LT(Seconds(start), 2.0);
 }
 
