@@ -116,12 +116,20 @@ void MergeAdd(SparseView a, SparseView b, SparseVec* out) {
 }
 
 void ScatterAdd(SparseView s, uint32_t index_base, float scale, float* dense) {
-  if (scale == 1.0f) {
-    for (size_t i = 0; i < s.nnz; ++i) dense[s.idx[i] - index_base] += s.val[i];
-    return;
-  }
-  for (size_t i = 0; i < s.nnz; ++i) {
+  // Sparse targets in a large dense span miss the cache on almost every entry
+  // and the hardware prefetcher cannot follow the irregular stride; prefetch
+  // a few dozen entries ahead (indices are sorted, so this stays in order).
+  constexpr size_t kAhead = 32;
+  const size_t n = s.nnz;
+  const size_t main = n > kAhead ? n - kAhead : 0;
+  size_t i = 0;
+  for (; i < main; ++i) {
+    __builtin_prefetch(dense + (s.idx[i + kAhead] - index_base), 1);
     // Product rounded before the add (no fused multiply-add), as on the GPU.
+    const float p = scale * s.val[i];
+    dense[s.idx[i] - index_base] += p;
+  }
+  for (; i < n; ++i) {
     const float p = scale * s.val[i];
     dense[s.idx[i] - index_base] += p;
   }
