@@ -166,7 +166,8 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
                                                         "report-fd",
                                                         "fault-kill-rank",
                                                         "fault-kill-after-ms",
-                                                        "fault-kill-at-call"};
+                                                        "fault-kill-at-call",
+                                                        "fault-kill-after-sends"};
     if (!kValued.count(name)) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
     }
@@ -232,6 +233,9 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
     } else if (name == "fault-kill-rank") {
       if (auto s = ParseInt(name, value, 0, 1023, &x); !s.ok()) return s;
       f.fault_rank = static_cast<int>(x);
+    } else if (name == "fault-kill-after-sends") {
+      if (auto s = ParseInt(name, value, 0, 1'000'000, &x); !s.ok()) return s;
+      f.fault_sends = static_cast<int>(x);
     } else if (name == "fault-kill-at-call") {
       if (auto s = ParseInt(name, value, 0, 1'000'000, &x); !s.ok()) return s;
       f.fault_call = static_cast<int>(x);

@@ -39,9 +39,10 @@ struct BenchFlags {
   // `fault_after_ms` after its transport is up (or after fault_call starts).
   int fault_rank = -1;
   int64_t fault_after_ms = 0;
-  // >= 0: count fault_after_ms from the start of this call (0-based, warmup
-  // included) instead of from connection, so the kill lands inside a call.
+  // >= 0: instead, die inside this call (0-based, warmup included) when
+  // posting send number fault_sends + 1 of it.
   int fault_call = -1;
+  int fault_sends = 1;
 };
 
 // Parses argv (argv[0] is skipped). Errors name the offending flag.

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "bench/fault_transport.h"
 #include "bench/rank_runner.h"
 #include "transport/file_bootstrap.h"
 #include "transport/loopback_transport.h"
@@ -313,7 +314,17 @@ int RankProcessMain(const BenchFlags& flags, const std::vector<std::string>& alg
       raise(SIGKILL);
     }).detach();
   }
-  absl::Status s = RunRank(flags, algos, **transport, sink);
+  Transport* t = transport->get();
+  std::unique_ptr<FaultTransport> fault;
+  std::function<void(uint64_t)> before_call;
+  if (flags.fault_rank == rank && flags.fault_call >= 0) {
+    fault = std::make_unique<FaultTransport>(*t, flags.fault_sends);
+    t = fault.get();
+    before_call = [&](uint64_t step) {
+      if (step == static_cast<uint64_t>(flags.fault_call)) fault->Arm();
+    };
+  }
+  absl::Status s = RunRank(flags, algos, *t, sink, before_call);
   if (!s.ok()) {
     std::fprintf(stderr, "gradex-bench rank %d: %s\n", rank, s.ToString().c_str());
     return 1;

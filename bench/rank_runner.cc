@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -68,7 +66,8 @@ class Progress {
 }  // namespace
 
 absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& algos,
-                     Transport& transport, const ReportSink& sink) {
+                     Transport& transport, const ReportSink& sink,
+                     const std::function<void(uint64_t)>& before_call) {
   const int rank = transport.rank();
   const size_t n = flags.elements;
   const auto call_budget = std::chrono::milliseconds(flags.deadline_ms);
@@ -88,6 +87,9 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
       continue;
     }
     auto fail = [&](const absl::Status& s) {
+      // The transport's state is unknown now: give it up, so peers still
+      // waiting on this rank fail fast rather than at their deadline.
+      transport.Abort(DeadlineIn(std::chrono::milliseconds(1000)));
       rep.error = s.ToString();
       sink(rep);
       return s;
@@ -115,19 +117,12 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
       ctx.epoch = kEpoch;
       ctx.step = step++;
       ctx.deadline = DeadlineIn(call_budget);
-      if (flags.fault_rank == rank && flags.fault_call == static_cast<int>(ctx.step)) {
-        // Test hook: die inside this call, as a crashed worker would.
-        std::thread([ms = flags.fault_after_ms] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-          std::raise(SIGKILL);
-        }).detach();
-      }
+      if (before_call) before_call(ctx.step);
       stats = CallStats();
       const auto t0 = Clock::now();
       absl::Status s = alg.Run(ctx, opts, grad, residual, &result, &stats);
       const double took = Seconds(Clock::now() - t0);
       if (!s.ok()) {
-        transport.CancelAll(DeadlineIn(std::chrono::milliseconds(1000)));
         return fail(absl::Status(
             s.code(), absl::StrCat(algo, " call ", it, " on rank ", rank, ": ", s.message())));
       }

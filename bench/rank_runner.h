@@ -20,9 +20,11 @@ using ReportSink = std::function<void(const RankAlgoReport&)>;
 // Runs `algos` in order on `transport` (every rank runs the same list, so the
 // in-band barriers line up). Each algorithm's report goes to `sink` when it is
 // done. Stops at the first error (the transport's state is then unknown) and
-// returns it, after reporting it.
+// returns it, after reporting it. `before_call`, when set, is told the step
+// of every algorithm call just before it starts (a test hook).
 absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& algos,
-                     Transport& transport, const ReportSink& sink);
+                     Transport& transport, const ReportSink& sink,
+                     const std::function<void(uint64_t)>& before_call = nullptr);
 
 }  // namespace gradex::bench
 

@@ -25,6 +25,17 @@ const std::vector<float>& Gauss() {
   return x;
 }
 
+// Few distinct values: the k-th largest sits in a bucket holding 2/7 of n.
+const std::vector<float>& Ties() {
+  static const std::vector<float> x = [] {
+    std::mt19937 rng(3);
+    std::vector<float> v(kN);
+    for (float& f : v) f = static_cast<float>(static_cast<int>(rng() % 7) - 3);
+    return v;
+  }();
+  return x;
+}
+
 const std::vector<float>& Uniform() {
   static const std::vector<float> x = [] {
     std::mt19937 rng(2);
@@ -52,9 +63,10 @@ SparseVec RandomRun(size_t universe, size_t nnz, uint32_t seed) {
   return s;
 }
 
-// Args: density in parts per 10000; 1: uniform input instead of gaussian.
+// Args: density in parts per 10000; input 0 gaussian, 1 uniform, 2 ties.
 void BM_SelectTopK(benchmark::State& state) {
-  const std::vector<float>& x = state.range(1) ? Uniform() : Gauss();
+  const std::vector<float>& x =
+      state.range(1) == 0 ? Gauss() : (state.range(1) == 1 ? Uniform() : Ties());
   const size_t k = kN * state.range(0) / 10000;
   SparseVec out;
   out.idx.reserve(k);
@@ -66,10 +78,11 @@ void BM_SelectTopK(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kN * sizeof(float));
 }
 BENCHMARK(BM_SelectTopK)
-    ->ArgNames({"dens_e4", "uniform"})
+    ->ArgNames({"dens_e4", "input"})
     ->Args({100, 0})
     ->Args({10, 0})
     ->Args({100, 1})
+    ->Args({100, 2})
     ->Unit(benchmark::kMillisecond);
 
 void BM_FindTopKThreshold(benchmark::State& state) {

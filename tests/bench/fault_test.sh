@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A rank process SIGKILLed inside a call (2 ms into call 3): every survivor's
+# A rank process SIGKILLed inside a call (at its second send of call 3): every survivor's
 # call fails with an error, the run exits non-zero, and it does so well before
 # any hang bound.
 set -euo pipefail
@@ -15,7 +15,7 @@ start=$(date +%s)
 rc=0
 UCX_TLS=$tls timeout 150 "$bin" --algo "$algo" --ranks 4 --elements 2000000 --density 0.01 \
   --iters 50 --warmup 0 --transport ucx --deadline-ms 5000 --timeout-s 120 --quiet \
-  --fault-kill-rank 2 --fault-kill-at-call 3 --fault-kill-after-ms 2 >"$out" 2>&1 || rc=$?
+  --fault-kill-rank 2 --fault-kill-at-call 3 --fault-kill-after-sends 1 >"$out" 2>&1 || rc=$?
 elapsed=$(($(date +%s) - start))
 cat "$out"
 [[ $rc -ne 0 ]] || fail "run exited 0 although rank 2 was killed"
