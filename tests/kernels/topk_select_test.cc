@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -74,6 +75,36 @@ TEST(SelectTopK, LargeRandomMatchesReference) {
       SparseVec got;
       SelectTopK(x.data(), n, k, 0, &got);
       ASSERT_TRUE(SameBits(got, RefTopK(x.data(), n, k, 0))) << Where(d, n, k);
+    }
+  }
+}
+
+TEST(SelectTopK, LargeBucketsSelectedByPassesOverX) {
+  // All-equal and few-valued inputs put most of n in one radix bucket, which
+  // takes the path that does not gather candidates.
+  const size_t n = 300007;
+  for (Dist d : {Dist::kAllEqual, Dist::kTies, Dist::kDenormal}) {
+    const std::vector<float> x = Make(d, n, 99);
+    for (size_t k : {size_t{1}, size_t{3000}, n / 2, n}) {
+      SparseVec got;
+      SelectTopK(x.data(), n, k, 0, &got);
+      ASSERT_TRUE(SameBits(got, RefTopK(x.data(), n, k, 0))) << Where(d, n, k);
+      const TopKThreshold t = FindTopKThreshold(x.data(), n, k);
+      const TopKThreshold r = RefThreshold(x.data(), n, k);
+      ASSERT_EQ(t.threshold_key, r.threshold_key) << Where(d, n, k);
+      ASSERT_EQ(t.take_at_threshold, r.take_at_threshold) << Where(d, n, k);
+      ASSERT_EQ(t.count_above, r.count_above) << Where(d, n, k);
+      std::vector<float> y = x;
+      SparseVec z;
+      SelectTopKAndZero(y.data(), n, k, 0, &z);
+      ASSERT_TRUE(SameBits(z, got)) << Where(d, n, k);
+      for (uint32_t i : z.idx) {
+        ASSERT_EQ(y[i], 0.0f) << Where(d, n, k);
+        y[i] = x[i];
+      }
+      ASSERT_TRUE(std::equal(y.begin(), y.end(), x.begin(), [](float a, float b) {
+        return Bits(a) == Bits(b);
+      })) << Where(d, n, k);
     }
   }
 }
