@@ -8,11 +8,12 @@ if(NOT GRADEX_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     # Hopper SASS (H100/H200) plus Ampere PTX, which the driver JIT-compiles
-    # on anything newer: two device compiles keep the build short. Set
-    # CMAKE_CUDA_ARCHITECTURES to override (e.g. 100-real for Blackwell).
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES "90-real;80-virtual")
-    endif()
+    # on anything newer: two device compiles keep the build short. Our own
+    # cache variable, because CMake caches nvcc's default (sm_75) in
+    # CMAKE_CUDA_ARCHITECTURES and we could not tell it from a user's choice.
+    set(GRADEX_CUDA_ARCHITECTURES "90-real;80-virtual" CACHE STRING
+        "CUDA architectures for the gradex kernels (e.g. 100-real for Blackwell SASS)")
+    set(CMAKE_CUDA_ARCHITECTURES ${GRADEX_CUDA_ARCHITECTURES})
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(GRADEX_HAVE_CUDA ON)
