@@ -41,6 +41,8 @@ inline uint32_t MagnitudeKey(float x) {
 // wins. Returned as the magnitude key `threshold_key` of the k-th kept entry
 // plus `take_at_threshold`, how many entries with exactly that key are kept
 // (lowest indices first); everything with a larger key is kept.
+// NaN is never selected (it stays behind, e.g. in the residual, where the
+// caller can see it); +-Inf is selected as the largest magnitude.
 struct TopKThreshold {
   uint32_t threshold_key = 0;     // 0 when nothing is selected
   size_t take_at_threshold = 0;   // entries with key == threshold_key to keep
@@ -63,7 +65,9 @@ size_t SelectTopK(const float* x, size_t n, size_t k, uint32_t index_base, Spars
 // behind (the residual of a dense selection).
 size_t SelectTopKAndZero(float* x, size_t n, size_t k, uint32_t index_base, SparseVec* out);
 
-// Compaction of every entry with |x| >= threshold and x != 0 (threshold > 0).
+// Compaction of every entry with |x| >= threshold and x != 0 (threshold > 0;
+// threshold <= 0 keeps every nonzero, a NaN threshold nothing; NaN entries
+// are never kept).
 size_t CompactAbove(const float* x, size_t n, float threshold, uint32_t index_base,
                     SparseVec* out);
 
@@ -86,7 +90,8 @@ void MergeAdd(SparseView a, SparseView b, SparseVec* out);
 // dense[idx[i] - index_base] += scale * val[i].
 void ScatterAdd(SparseView s, uint32_t index_base, float scale, float* dense);
 
-// Nonzeros of a dense span as COO (indices offset by index_base).
+// Nonzeros of a dense span as COO (indices offset by index_base); NaN counts
+// as nonzero, -0.0f as zero. Replaces the contents of out.
 void DenseToSparse(const float* x, size_t n, uint32_t index_base, SparseVec* out);
 
 // Writes s into dense (which is zeroed first), n = dense length.
