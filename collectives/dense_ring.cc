@@ -9,6 +9,7 @@
 #include "collectives/call_checks.h"
 #include "collectives/link.h"
 #include "collectives/phase_timer.h"
+#include "collectives/volume_model.h"
 
 namespace gradex {
 namespace {
@@ -18,6 +19,11 @@ enum : uint16_t { kPhaseReduceScatter = 1, kPhaseAllGather = 2 };
 class DenseRing final : public SparseAllreduce {
  public:
   std::string_view name() const override { return "dense-ring"; }
+  AlgorithmTraits traits() const override { return {.dense = true}; }
+  absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
+                                     const CallStats&) const override {
+    return gradex::ModelVolume(name(), rank, world, n, options);
+  }
 
   absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
                    std::span<const float> grad, std::span<float> residual, AllreduceResult* result,

@@ -8,6 +8,7 @@ namespace {
 class SparDL final : public SparDLFamily {
  public:
   std::string_view name() const override { return "spardl"; }
+  AlgorithmTraits traits() const override { return {}; }
 
  protected:
   AlgorithmId id() const override { return AlgorithmId::kSparDL; }

@@ -16,6 +16,9 @@ namespace {
 class SparDLBsag final : public SparDLFamily {
  public:
   std::string_view name() const override { return "spardl-bsag"; }
+  AlgorithmTraits traits() const override {
+    return {.uses_teams = true, .exact_on_integers = false};
+  }
 
  protected:
   AlgorithmId id() const override { return AlgorithmId::kSparDLBsag; }

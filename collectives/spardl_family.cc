@@ -4,8 +4,19 @@
 #include "collectives/call_checks.h"
 #include "collectives/phase_timer.h"
 #include "collectives/sparse_steps.h"
+#include "collectives/volume_model.h"
 
 namespace gradex {
+
+absl::StatusOr<Volume> SparDLFamily::ModelVolume(int rank, int world, size_t n,
+                                                 const AllreduceOptions& options,
+                                                 const CallStats& observed) const {
+  AllreduceOptions o = options;
+  absl::StatusOr<int> teams = Teams(options, world);
+  if (!teams.ok()) return teams.status();
+  o.teams = *teams;
+  return gradex::ModelVolume(name(), rank, world, n, o, observed.kprime_used);
+}
 
 absl::Status SparDLFamily::Run(const CallContext& ctx, const AllreduceOptions& options,
                                std::span<const float> grad, std::span<float> residual,

@@ -20,6 +20,9 @@ enum SparDLPhase : uint16_t {
 
 class SparDLFamily : public SparseAllreduce {
  public:
+  absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
+                                     const CallStats& observed) const final;
+
   absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
                    std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
                    CallStats* stats) final;

@@ -13,6 +13,9 @@ namespace {
 class SparDLRsag final : public SparDLFamily {
  public:
   std::string_view name() const override { return "spardl-rsag"; }
+  AlgorithmTraits traits() const override {
+    return {.uses_teams = true, .teams_power_of_two = true};
+  }
 
  protected:
   AlgorithmId id() const override { return AlgorithmId::kSparDLRsag; }

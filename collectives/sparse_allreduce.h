@@ -64,10 +64,38 @@ struct AllreduceResult {
   size_t CountNonZeros() const;
 };
 
+// What the invariant tests may expect of an algorithm.
+struct AlgorithmTraits {
+  bool uses_teams = false;          // AllreduceOptions::teams is honoured
+  bool teams_power_of_two = false;  // ... and must be a power of two
+  bool dense = false;               // sends the whole gradient (nothing is discarded)
+  // Integer gradients give exact sums (no scaling of discards, no quantisation).
+  bool exact_on_integers = true;
+  // At density 1 the result equals dense-ring's (integer gradients).
+  bool equals_dense_at_density_one = true;
+};
+
+// Bytes one rank sends and receives in one call under the algorithm's α-β
+// model (frame headers included).
+struct Volume {
+  uint64_t sent_bytes = 0;
+  uint64_t recv_bytes = 0;
+  uint64_t messages = 0;  // messages sent
+};
+
 class SparseAllreduce {
  public:
   virtual ~SparseAllreduce() = default;
   virtual std::string_view name() const = 0;
+  virtual AlgorithmTraits traits() const = 0;
+
+  // The model's bytes for the call `observed` describes (data-dependent models
+  // read what they need from it, e.g. B-SAG's k'). Invariant 4 holds measured
+  // bytes against it: never above it, and within a tolerance the algorithm's
+  // test states.
+  virtual absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n,
+                                             const AllreduceOptions& options,
+                                             const CallStats& observed) const = 0;
 
   // grad: this rank's gradient (n elements, same n on every rank).
   // residual: in, the residual kept from earlier calls; out, the new one.

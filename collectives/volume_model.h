@@ -13,12 +13,6 @@
 
 namespace gradex {
 
-struct Volume {
-  uint64_t sent_bytes = 0;
-  uint64_t recv_bytes = 0;
-  uint64_t messages = 0;  // messages sent
-};
-
 // `kprime` is the B-SAG pre-selection count (per block) the call used.
 absl::StatusOr<Volume> ModelVolume(std::string_view algorithm, int rank, int world, size_t n,
                                    const AllreduceOptions& options, size_t kprime = 0);
