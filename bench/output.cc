@@ -57,9 +57,9 @@ std::string Table(const std::vector<AlgoSummary>& all, const BenchFlags& flags) 
       "seed %d%s\n",
       flags.ranks, flags.transport, flags.elements, flags.density, flags.iters, flags.warmup,
       flags.seed, flags.integer ? " (integer gradients)" : "");
-  out += absl::StrFormat("%-16s %5s %10s %10s %10s %10s %11s %-10s %-26s %s\n", "algorithm",
+  out += absl::StrFormat("%-16s %5s %10s %10s %10s %10s %11s %-10s %-27s %10s\n", "algorithm",
                          "teams", "median ms", "p90 ms", "sent MB", "recv MB", "result nnz",
-                         "invariants", "  select / comm / reduce ms", "busbw GB/s");
+                         "invariants", " select /    comm /  reduce", "busbw GB/s");
   std::vector<std::string> notes;
   for (const auto& s : all) {
     if (!s.skip_note.empty()) {
@@ -81,14 +81,15 @@ std::string Table(const std::vector<AlgoSummary>& all, const BenchFlags& flags) 
           s.conservation_rel_err));
     }
     out += absl::StrFormat(
-        "%-16s %5d %10.2f %10.2f %10.2f %10.2f %11d %-10s %8.1f /%6.1f /%6.1f   %9.3f\n", s.algo,
+        "%-16s %5d %10.2f %10.2f %10.2f %10.2f %11d %-10s %7.1f / %7.1f / %7.1f %10.3f\n", s.algo,
         s.teams, s.median_s * 1e3, s.p90_s * 1e3, s.sent_bytes_per_rank / 1e6,
         s.recv_bytes_per_rank / 1e6, s.result_nnz, inv, s.selection_s * 1e3,
         s.communication_s * 1e3, s.reduction_s * 1e3, BusBwGbps(flags, s.median_s));
   }
   out +=
       "(per call: time of the slowest rank; MB = 1e6 bytes sent/received per rank; invariants = "
-      "consistent + conserved + within bounds; phases: per-rank medians, averaged)\n";
+      "consistent + conserved + within bounds; select / comm / reduce: ms per call in each phase, "
+      "per-rank medians averaged over ranks)\n";
   for (const auto& n : notes) out += absl::StrCat("invariant failure: ", n, "\n");
   return out;
 }
