@@ -73,6 +73,9 @@ struct AlgorithmTraits {
   bool exact_on_integers = true;
   // At density 1 the result equals dense-ring's (integer gradients).
   bool equals_dense_at_density_one = true;
+  // Measured bytes may fall this fraction below ModelVolume (never above it):
+  // sums that cancel are not sent; data-dependent selections state their own.
+  double volume_slack = 0.03;
 };
 
 // Bytes one rank sends and receives in one call under the algorithm's α-β

@@ -136,7 +136,7 @@ TEST_P(InvariantsTest, DensityOneEqualsDenseRing) {
 // Invariant 4: bytes per rank against the volume model. Grid values with 5%
 // zeros leave every selected block full, so the model is exact except that a
 // sum that cancels to exactly zero is not sent: bytes never exceed the model
-// and fall short of it by at most 3% on this data.
+// and fall short of it by at most the algorithm's stated slack (3% for SparDL).
 TEST_P(InvariantsTest, BytesMatchVolumeModel) {
   const std::string algo = GetParam();
   for (int p : {2, 3, 4, 5, 6, 8, 9}) {
@@ -158,8 +158,9 @@ TEST_P(InvariantsTest, BytesMatchVolumeModel) {
             ASSERT_TRUE(model.ok()) << model.status();
             EXPECT_LE(c.stats.sent_bytes, model->sent_bytes);
             EXPECT_LE(c.stats.recv_bytes, model->recv_bytes);
-            EXPECT_GE(double(c.stats.sent_bytes), 0.97 * model->sent_bytes);
-            EXPECT_GE(double(c.stats.recv_bytes), 0.97 * model->recv_bytes);
+            const double floor = 1.0 - (*algorithm)->traits().volume_slack;
+            EXPECT_GE(double(c.stats.sent_bytes), floor * model->sent_bytes);
+            EXPECT_GE(double(c.stats.recv_bytes), floor * model->recv_bytes);
             if (!PaperFormKnown(algo)) continue;
             // The exact model is the paper's closed form plus headers and
             // ceil() per block: within 2% + headers at this size.
