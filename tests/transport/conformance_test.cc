@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "tests/transport/test_util.h"
 #include "transport/loopback_transport.h"
+#include "transport/sim_transport.h"
 #include "transport/transport.h"
 #ifdef GRADEX_TEST_UCX
 #include "transport/ucx_transport.h"
@@ -23,7 +24,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kStepTimeout{20000};
 
 struct BackendParam {
-  std::string backend;  // "loopback" or "ucx"
+  std::string backend;  // "loopback", "sim" or "ucx"
   std::string tls;      // UCX_TLS override for "ucx"
   int size;
 };
@@ -51,9 +52,10 @@ class TransportConformance : public ::testing::TestWithParam<BackendParam> {
 
   std::vector<absl::Status> RunStatuses(const RankBody& body) {
     const BackendParam& p = GetParam();
-    if (p.backend == "loopback") {
+    if (p.backend == "loopback" || p.backend == "sim") {
       auto ts = std::make_shared<std::vector<std::unique_ptr<Transport>>>(
-          CreateLoopbackTransports(p.size));
+          p.backend == "sim" ? CreateSimTransports(p.size, SimParams{})
+                             : CreateLoopbackTransports(p.size));
       return RunWorld(
           p.size,
           [ts](int r, int, std::shared_ptr<InProcessExchange>)
@@ -377,6 +379,7 @@ TEST_P(TransportConformance, CancelAllThenReuse) {
 std::vector<BackendParam> Params() {
   std::vector<BackendParam> out;
   for (int p = 1; p <= 5; ++p) out.push_back({"loopback", "", p});
+  for (int p = 1; p <= 5; ++p) out.push_back({"sim", "", p});
 #ifdef GRADEX_TEST_UCX
   for (const char* tls : GRADEX_TEST_UCX_TLS_SETS) {
     for (int p = 1; p <= 5; ++p) out.push_back({"ucx", tls, p});
