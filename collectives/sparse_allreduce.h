@@ -34,6 +34,11 @@ struct AllreduceOptions {
   // B-SAG k' (per block, this rank's team position). 0: use the algorithm's own
   // step controller, which starts at k_block / T.
   size_t kprime = 0;
+  // Ok-Topk: region boundaries are re-agreed every oktopk_tau calls (by step
+  // number) and exact local and global thresholds computed every
+  // oktopk_tau_prime calls (reused in between).
+  int oktopk_tau = 64;
+  int oktopk_tau_prime = 32;
 };
 
 // Wall time of the call split by what it was doing.
@@ -53,6 +58,15 @@ struct CallStats {
   size_t result_capacity = 0;    // the most non-zeros the algorithm promises
   size_t post_gather_count = 0;  // B-SAG: u, entries after the cross-team gather
   size_t kprime_used = 0;        // B-SAG: k' used by this call
+  // Data-dependent volumes (Ok-Topk): the selected counts, and the COO entries
+  // and frames this rank framed and sent / decoded and received, which its
+  // volume model prices at 8 bytes an entry and 48 a frame.
+  size_t local_selected = 0;   // entries this rank selected from grad + residual
+  size_t global_selected = 0;  // entries of the global selection (all ranks)
+  uint64_t coo_entries_sent = 0;
+  uint64_t coo_entries_recv = 0;
+  uint64_t frames_sent = 0;
+  uint64_t frames_recv = 0;
 };
 
 // The summed result: COO (sorted, unique) or, for dense algorithms, dense.
