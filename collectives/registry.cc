@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/dense_ring.h"
+#include "collectives/peer_algorithms.h"
 #include "collectives/spardl.h"
 #include "collectives/sparse_allreduce.h"
 
@@ -20,6 +21,7 @@ const std::vector<std::pair<std::string, Factory>>& Registry() {
       {"spardl", CreateSparDL},
       {"spardl-rsag", CreateSparDLRsag},
       {"spardl-bsag", CreateSparDLBsag},
+      {"dense-rabenseifner", CreateDenseRabenseifner},
   };
   return *r;
 }
