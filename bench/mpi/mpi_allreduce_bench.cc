@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/gradient_gen.h"
@@ -157,8 +158,12 @@ int Run(int argc, char** argv) {
     }
     if (it >= f.warmup) took.push_back(s);
   }
-  // Counters are read before the barrier below, whose bytes are not the call's.
+  // A rank's call ends when it has received everything, while its own last
+  // bytes may still wait in the link's queue: read the counters once every
+  // rank is done and the queues have drained (the barrier adds ~100 bytes).
   if (!f.net_dev.empty()) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
     tx1 = NetCounter(f.net_dev, "tx_bytes");
     rx1 = NetCounter(f.net_dev, "rx_bytes");
   }
