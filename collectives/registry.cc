@@ -22,6 +22,7 @@ const std::vector<std::pair<std::string, Factory>>& Registry() {
       {"spardl-rsag", CreateSparDLRsag},
       {"spardl-bsag", CreateSparDLBsag},
       {"dense-rabenseifner", CreateDenseRabenseifner},
+      {"topka", CreateTopkA},
   };
   return *r;
 }

@@ -5,6 +5,7 @@
 
 #include "collectives/block_layout.h"
 #include "gtest/gtest.h"
+#include "kernels/sparse.h"
 #include "tests/collectives/harness.h"
 
 namespace gradex::testing {
@@ -65,6 +66,48 @@ TEST(DenseRabenseifnerTest, BytesAreTheClosedForm) {
       EXPECT_EQ(s.sent_bytes, want) << "rank " << rank;
       EXPECT_EQ(s.recv_bytes, want) << "rank " << rank;
       EXPECT_EQ(s.messages_sent, messages) << "rank " << rank;
+    }
+  }
+}
+
+// The exact sum of every rank's exact top-k of gradient + residual_in (the
+// selection rule of kernels/sparse.h), as dense.
+std::vector<float> SumOfLocalTopK(const std::vector<RankCall>& calls, size_t k) {
+  const size_t n = calls[0].grad.size();
+  std::vector<float> sum(n, 0.0f);
+  for (const RankCall& c : calls) {
+    std::vector<float> acc(n);
+    for (size_t i = 0; i < n; ++i) acc[i] = c.grad[i] + c.residual_in[i];
+    kernels::SparseVec sel;
+    kernels::SelectTopK(acc.data(), n, k, 0, &sel);
+    for (size_t j = 0; j < sel.nnz(); ++j) sum[sel.idx[j]] += sel.val[j];
+  }
+  return sum;
+}
+
+// topka's result is the sum of the P exact local top-k selections (integers:
+// exact in any order), every rank selects k, the result has at most min(n, Pk)
+// non-zeros, and each rank moves (P-1) selections of k entries each way.
+TEST(TopkATest, SumsTheLocalTopKAndMovesPMinusOneSelections) {
+  for (int p : {1, 2, 3, 5, 8, 9}) {
+    for (double d : {0.001, 0.01, 0.1}) {
+      SCOPED_TRACE("P=" + std::to_string(p) + " density=" + std::to_string(d));
+      const size_t n = 20011, k = KeepCount(d, n);
+      auto runs = RunAlgorithm("topka", p, n, {d, 1, 0}, 3, Values::kIntegers, 5);
+      for (const auto& calls : runs) {
+        std::vector<float> want = SumOfLocalTopK(calls, k);
+        for (const RankCall& c : calls) {
+          ASSERT_TRUE(c.status.ok()) << c.status;
+          EXPECT_EQ(c.result, want);
+          EXPECT_EQ(c.stats.local_selected, k);
+          EXPECT_EQ(c.stats.result_capacity, std::min(n, p * k));
+          EXPECT_LE(c.stats.result_nnz, c.stats.result_capacity);
+          const uint64_t bytes = uint64_t(p - 1) * (48 + 8 * k);
+          EXPECT_EQ(c.stats.sent_bytes, bytes);
+          EXPECT_EQ(c.stats.recv_bytes, bytes);
+          EXPECT_EQ(c.stats.messages_sent, Log2(p));  // Bruck: ceil(log2 P) messages
+        }
+      }
     }
   }
 }
