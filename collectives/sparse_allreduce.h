@@ -39,6 +39,9 @@ struct AllreduceOptions {
   // oktopk_tau_prime calls (reused in between).
   int oktopk_tau = 64;
   int oktopk_tau_prime = 32;
+  // QSGD bits per value on the dense phases (SparCML's low-precision layer):
+  // 0 = off, else 2, 4 or 8. Algorithms without a dense phase ignore it.
+  int quantize_bits = 0;
 };
 
 // Wall time of the call split by what it was doing.
@@ -67,6 +70,11 @@ struct CallStats {
   uint64_t coo_entries_recv = 0;
   uint64_t frames_sent = 0;
   uint64_t frames_recv = 0;
+  // SparCML family: every frame this rank sent / received, in schedule order:
+  // its entries when sparse, kDenseFrameMark when dense. The fill-in (hence
+  // the volume) depends on the data; the volume model prices these frames.
+  std::vector<uint64_t> stream_frames_sent;
+  std::vector<uint64_t> stream_frames_recv;
 };
 
 // The summed result: COO (sorted, unique) or, for dense algorithms, dense.
