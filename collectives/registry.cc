@@ -23,6 +23,7 @@ const std::vector<std::pair<std::string, Factory>>& Registry() {
       {"spardl-bsag", CreateSparDLBsag},
       {"dense-rabenseifner", CreateDenseRabenseifner},
       {"topka", CreateTopkA},
+      {"gaussiank", CreateGaussianK},
   };
   return *r;
 }

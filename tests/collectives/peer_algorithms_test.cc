@@ -1,6 +1,8 @@
 // Algorithm-specific checks of the peer algorithms (dense-rabenseifner, topka,
 // gaussiank, gtopk), beyond the shared invariant sweep.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "collectives/block_layout.h"
@@ -109,6 +111,113 @@ TEST(TopkATest, SumsTheLocalTopKAndMovesPMinusOneSelections) {
         }
       }
     }
+  }
+}
+
+// One call of `algorithm` on P = grads.size() ranks with the given gradients
+// and zero residuals.
+std::vector<RankCall> RunWith(const std::string& algorithm,
+                              const std::vector<std::vector<float>>& grads,
+                              const AllreduceOptions& options) {
+  const int p = static_cast<int>(grads.size());
+  std::vector<RankCall> calls(p);
+  RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
+    auto algo = CreateAllreduce(algorithm);
+    if (!algo.ok()) return algo.status();
+    RankCall& c = calls[rank];
+    c.grad = grads[rank];
+    c.residual_in.assign(c.grad.size(), 0.0f);
+    std::vector<float> residual = c.residual_in;
+    CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20))};
+    AllreduceResult result;
+    c.status = (*algo)->Run(ctx, options, c.grad, residual, &result, &c.stats);
+    c.residual_out = residual;
+    c.result.assign(c.grad.size(), 0.0f);
+    result.ToDense(c.result);
+    return c.status;
+  });
+  return calls;
+}
+
+// What one rank selected: the entries of grad + residual_in that it zeroed.
+// Checks that the selection is a magnitude threshold (nothing left behind is
+// larger than anything taken) and returns its size.
+size_t CheckThresholdSelection(const RankCall& c) {
+  float min_taken = INFINITY, max_left = 0;
+  size_t taken = 0;
+  for (size_t i = 0; i < c.grad.size(); ++i) {
+    const float acc = c.grad[i] + c.residual_in[i];
+    if (acc == 0.0f) continue;
+    if (c.residual_out[i] == 0.0f) {
+      ++taken;
+      min_taken = std::min(min_taken, std::fabs(acc));
+    } else {
+      EXPECT_EQ(c.residual_out[i], acc);
+      max_left = std::max(max_left, std::fabs(acc));
+    }
+  }
+  if (taken > 0) EXPECT_GE(min_taken, max_left);
+  return taken;
+}
+
+// On normal-like data with residuals building up over calls, every rank
+// selects between ceil(3k/4) and 2k entries, by a magnitude threshold.
+TEST(GaussianKTest, SelectsBetweenThreeQuartersKAndTwoKOnNormalData) {
+  const size_t n = 100003;
+  for (int p : {1, 4, 9}) {
+    for (double d : {0.001, 0.01, 0.1}) {
+      SCOPED_TRACE("P=" + std::to_string(p) + " density=" + std::to_string(d));
+      const size_t k = KeepCount(d, n);
+      auto runs = RunAlgorithm("gaussiank", p, n, {d, 1, 0}, 6, Values::kGrid, 13);
+      double ratio = 0;
+      for (const auto& calls : runs) {
+        for (const RankCall& c : calls) {
+          ASSERT_TRUE(c.status.ok()) << c.status;
+          EXPECT_EQ(CheckThresholdSelection(c), c.stats.local_selected);
+          EXPECT_GE(4 * c.stats.local_selected, 3 * k);
+          EXPECT_LE(c.stats.local_selected, 2 * k);
+          EXPECT_LE(c.stats.result_nnz, std::min(n, 2 * k * p));
+          ratio += double(c.stats.local_selected) / k / (p * runs.size());
+        }
+      }
+      std::printf("gaussiank P=%d density=%g: mean selected/k = %.3f\n", p, d, ratio);
+    }
+  }
+}
+
+// Uniform integers in [-8, 8] are far from normal: the fitted threshold
+// passes a quarter of the values, and the cap keeps 2k of them.
+TEST(GaussianKTest, CapsAtTwoKOnIntegers) {
+  const size_t n = 20011;
+  for (double d : {0.001, 0.01}) {
+    const size_t k = KeepCount(d, n);
+    auto runs = RunAlgorithm("gaussiank", 3, n, {d, 1, 0}, 2, Values::kIntegers, 2);
+    for (const auto& calls : runs) {
+      for (const RankCall& c : calls) {
+        ASSERT_TRUE(c.status.ok()) << c.status;
+        EXPECT_EQ(CheckThresholdSelection(c), 2 * k);
+        EXPECT_EQ(c.stats.local_selected, 2 * k);
+      }
+    }
+  }
+}
+
+// One huge outlier inflates the fitted deviation so much that halving the
+// threshold 5 times passes almost nothing: the rank falls back to the exact
+// top-k and still sends k entries.
+TEST(GaussianKTest, FallsBackToExactTopKWhenTheFitIsFarOff) {
+  const size_t n = 10007;
+  std::vector<std::vector<float>> grads;
+  for (int r = 0; r < 2; ++r) {
+    grads.push_back(MakeGradient(4, r, 0, n, Values::kGrid));
+    grads.back()[17] = 1e30f;
+  }
+  auto calls = RunWith("gaussiank", grads, {0.01, 1, 0});
+  for (const RankCall& c : calls) {
+    ASSERT_TRUE(c.status.ok()) << c.status;
+    EXPECT_EQ(c.stats.local_selected, KeepCount(0.01, n));
+    EXPECT_EQ(CheckThresholdSelection(c), c.stats.local_selected);
+    EXPECT_EQ(c.result[17], 2e30f);
   }
 }
 
