@@ -24,6 +24,7 @@ const std::vector<std::pair<std::string, Factory>>& Registry() {
       {"dense-rabenseifner", CreateDenseRabenseifner},
       {"topka", CreateTopkA},
       {"gaussiank", CreateGaussianK},
+      {"gtopk", CreateGTopk},
   };
   return *r;
 }

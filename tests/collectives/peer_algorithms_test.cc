@@ -221,5 +221,66 @@ TEST(GaussianKTest, FallsBackToExactTopKWhenTheFitIsFarOff) {
   }
 }
 
+// gtopk by its definition: local top-k, then pairs summed and cut to the top
+// k up a binomial tree (after the fold for P not a power of two).
+std::vector<float> GTopkReference(const std::vector<RankCall>& calls, size_t k) {
+  const int p = static_cast<int>(calls.size());
+  const size_t n = calls[0].grad.size();
+  std::vector<kernels::SparseVec> held(p);
+  for (int r = 0; r < p; ++r) {
+    std::vector<float> acc(n);
+    for (size_t i = 0; i < n; ++i) acc[i] = calls[r].grad[i] + calls[r].residual_in[i];
+    kernels::SelectTopK(acc.data(), n, k, 0, &held[r]);
+  }
+  auto combine = [k](const kernels::SparseVec& a, const kernels::SparseVec& b) {
+    kernels::SparseVec sum, top;
+    kernels::MergeAdd(kernels::View(a), kernels::View(b), &sum);
+    kernels::SparseTopK(kernels::View(sum), k, &top, nullptr);
+    return top;
+  };
+  const int p2 = FloorPow2(p), r = p - p2;
+  std::vector<kernels::SparseVec> active;
+  for (int i = 0; i < p2; ++i)
+    active.push_back(i < r ? combine(held[2 * i + 1], held[2 * i]) : held[i + r]);
+  for (int d = 1; d < p2; d *= 2) {
+    for (int i = 0; i < p2; i += 2 * d) active[i] = combine(active[i], active[i + d]);
+  }
+  std::vector<float> out(n, 0.0f);
+  kernels::SparseToDense(kernels::View(active[0]), 0, out.data(), n);
+  return out;
+}
+
+// gtopk equals its definition on integers, has at most k non-zeros, and the
+// root (global rank 0, or 1 after a fold) moves 2 log2(p2) messages of k
+// entries; over all ranks every tree edge carries k entries twice.
+TEST(GTopkTest, MatchesTheTreeDefinitionAndTwoLogPKAtTheRoot) {
+  const size_t n = 20011;
+  for (int p = 1; p <= 9; ++p) {
+    for (double d : {0.001, 0.01, 0.1}) {
+      SCOPED_TRACE("P=" + std::to_string(p) + " density=" + std::to_string(d));
+      const size_t k = KeepCount(d, n);
+      auto runs = RunAlgorithm("gtopk", p, n, {d, 1, 0}, 3, Values::kIntegers, 21);
+      const int p2 = FloorPow2(p), r = p - p2, root = r > 0 ? 1 : 0;
+      const uint64_t msg = 48 + 8 * k;
+      for (const auto& calls : runs) {
+        const std::vector<float> want = GTopkReference(calls, k);
+        uint64_t total_sent = 0;
+        for (const RankCall& c : calls) {
+          ASSERT_TRUE(c.status.ok()) << c.status;
+          EXPECT_EQ(c.result, want);
+          EXPECT_EQ(c.stats.result_capacity, k);
+          EXPECT_LE(c.stats.result_nnz, k);
+          total_sent += c.stats.sent_bytes;
+        }
+        const CallStats& s = calls[root].stats;
+        const uint64_t fold = r > 0 ? msg : 0;
+        EXPECT_EQ(s.sent_bytes, Log2(p2) * msg + fold);
+        EXPECT_EQ(s.recv_bytes, Log2(p2) * msg + fold);
+        EXPECT_EQ(total_sent, (2 * (p2 - 1) + 2 * r) * msg);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gradex::testing
