@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/qsgd.h"
 
 namespace gradex {
 namespace {
@@ -73,12 +74,30 @@ absl::Status ReadHeader(const Bytes& m, size_t* offset, const FrameMeta& meta,
                                ",", want.range.end, ")"));
   }
   const uint16_t kind = h->flags & (kFrameDense | kFrameSparse);
+  const bool quantized = (h->flags & kFrameQuantized) != 0;
+  if ((h->flags & ~(kFrameDense | kFrameSparse | kFrameQuantized)) != 0 ||
+      (quantized && kind != kFrameDense)) {
+    return Reject(FrameError::kBadFlags, absl::StrCat(h->flags));
+  }
   if (kind == kFrameDense) {
     if (h->count != want.range.size()) {
       return Reject(FrameError::kBadLength,
                     absl::StrCat("dense count ", h->count, " != ", want.range.size()));
     }
     *payload = size_t{h->count} * sizeof(float);
+    if (quantized) {
+      // QSGD payload (kernels/qsgd.h): its length follows from the bits in
+      // its first word, which must be 2, 4 or 8.
+      uint32_t bits = 0;
+      if (m.size() - *offset - sizeof(FrameHeader) < sizeof bits) {
+        return Reject(FrameError::kTruncated, "quantized payload without its bits");
+      }
+      std::memcpy(&bits, m.data() + *offset + sizeof(FrameHeader), sizeof bits);
+      if (bits > 8 || !kernels::QsgdBitsValid(static_cast<int>(bits))) {
+        return Reject(FrameError::kBadFlags, absl::StrCat("quantized with ", bits, " bits"));
+      }
+      *payload = kernels::QsgdPayloadBytes(h->count, static_cast<int>(bits));
+    }
   } else if (kind == kFrameSparse) {
     if (h->count > want.capacity) {
       return Reject(FrameError::kOverCapacity,
@@ -88,11 +107,19 @@ absl::Status ReadHeader(const Bytes& m, size_t* offset, const FrameMeta& meta,
   } else {
     return Reject(FrameError::kBadFlags, absl::StrCat(h->flags));
   }
-  if ((h->flags & kFrameQuantized) != 0) return Reject(FrameError::kBadFlags, "quantized");
   *offset += sizeof(FrameHeader);
   if (m.size() - *offset < *payload) {
     return Reject(FrameError::kTruncated,
                   absl::StrCat("payload of ", *payload, " bytes, ", m.size() - *offset, " left"));
+  }
+  return absl::OkStatus();
+}
+
+// Dequantizes a QSGD payload whose length ReadHeader has checked; the kernel
+// validates the scales, codes and padding.
+absl::Status DecodeQuantized(const uint8_t* p, size_t bytes, uint32_t count, float* out) {
+  if (const char* why = kernels::QsgdDecode(p, bytes, count, out); why != nullptr) {
+    return Reject(FrameError::kBadQuantized, why);
   }
   return absl::OkStatus();
 }
@@ -161,7 +188,12 @@ absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
     kernels::SparseVec& v = (*out)[b];
     v.clear();
     const uint8_t* p = message.data() + offset;
-    if (h.flags & kFrameDense) {
+    if (h.flags & kFrameQuantized) {
+      std::vector<float> values(h.count);
+      absl::Status q = DecodeQuantized(p, payload, h.count, values.data());
+      if (!q.ok()) return q;
+      kernels::DenseToSparse(values.data(), h.count, h.block_begin, &v);
+    } else if (h.flags & kFrameDense) {
       kernels::DenseToSparse(reinterpret_cast<const float*>(p), h.count, h.block_begin, &v);
     } else {
       v.idx.resize(h.count);
@@ -200,6 +232,13 @@ absl::Status DecodeDenseBlock(const Bytes& message, const FrameMeta& meta, Block
   if (!(h.flags & kFrameDense)) return Reject(FrameError::kBadFlags, "expected a dense frame");
   if (offset + payload != message.size()) {
     return Reject(FrameError::kBadLength, "trailing bytes after the dense frame");
+  }
+  if (h.flags & kFrameQuantized) {
+    std::vector<float> values(h.count);
+    absl::Status q = DecodeQuantized(message.data() + offset, payload, h.count, values.data());
+    if (!q.ok()) return q;
+    for (uint32_t i = 0; i < h.count; ++i) out[i] = accumulate ? out[i] + values[i] : values[i];
+    return absl::OkStatus();
   }
   const float* v = reinterpret_cast<const float*>(message.data() + offset);
   if (accumulate) {
@@ -240,6 +279,8 @@ std::string_view FrameErrorName(FrameError e) {
       return "index_out_of_range";
     case FrameError::kUnsortedIndices:
       return "unsorted_indices";
+    case FrameError::kBadQuantized:
+      return "bad_quantized";
     case FrameError::kCount:
       break;
   }

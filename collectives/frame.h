@@ -25,6 +25,7 @@ inline constexpr uint16_t kFrameVersion = 1;
 enum FrameFlags : uint16_t {
   kFrameDense = 1,   // payload: (end - begin) float32 values
   kFrameSparse = 2,  // payload: count uint32 indices, then count float32 values
+  // With kFrameDense: a QSGD payload (kernels/qsgd.h).
   kFrameQuantized = 4,
 };
 
@@ -124,6 +125,7 @@ enum class FrameError : int {
   kBadLength,
   kIndexOutOfRange,
   kUnsortedIndices,
+  kBadQuantized,  // a QSGD payload with a bad scale, code or padding
   kCount,
 };
 std::string_view FrameErrorName(FrameError e);

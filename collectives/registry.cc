@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/dense_ring.h"
 #include "collectives/peer_algorithms.h"
+#include "collectives/sparcml.h"
 #include "collectives/spardl.h"
 #include "collectives/sparse_allreduce.h"
 
@@ -25,6 +26,10 @@ const std::vector<std::pair<std::string, Factory>>& Registry() {
       {"topka", CreateTopkA},
       {"gaussiank", CreateGaussianK},
       {"gtopk", CreateGTopk},
+      {"sparcml-ssar-rd", CreateSparcmlSsarRd},
+      {"sparcml-ssar-split", CreateSparcmlSsarSplit},
+      {"sparcml-dsar-split", CreateSparcmlDsarSplit},
+      {"topkdsa", CreateTopkDsa},
   };
   return *r;
 }

@@ -1,0 +1,28 @@
+// sparcml-dsar-split: SparCML's dynamic sparse allreduce, split allgather
+// variant (for results that densify). The owner's sum of its slice is a
+// dynamic stream that switches to dense when its entries pass δ; the second
+// phase is a dense all-gather of every slice (the phase QSGD quantizes, with
+// --quantize-bits), and the result is returned dense.
+#include "collectives/sparcml.h"
+#include "collectives/sparcml_split.h"
+
+namespace gradex {
+namespace {
+
+class SparcmlDsarSplit final : public SparcmlSplit {
+ public:
+  std::string_view name() const override { return "sparcml-dsar-split"; }
+
+ protected:
+  AlgorithmId id() const override { return AlgorithmId::kSparcmlDsarSplit; }
+  StreamPolicy policy() const override { return StreamPolicy::kDynamic; }
+  GatherForm gather_form() const override { return GatherForm::kDense; }
+};
+
+}  // namespace
+
+std::unique_ptr<SparseAllreduce> CreateSparcmlDsarSplit() {
+  return std::make_unique<SparcmlDsarSplit>();
+}
+
+}  // namespace gradex

@@ -1,0 +1,222 @@
+#include "collectives/sparcml_split.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/block_layout.h"
+#include "collectives/call_checks.h"
+#include "collectives/link.h"
+#include "collectives/phase_timer.h"
+#include "collectives/qsgd.h"
+#include "collectives/sparse_steps.h"
+
+namespace gradex {
+namespace {
+
+int Mod(int a, int m) { return ((a % m) + m) % m; }
+
+// The entries of sorted `v` inside `range`, as a vector.
+kernels::SparseVec Part(const kernels::SparseVec& v, BlockRange range) {
+  auto lo = std::lower_bound(v.idx.begin(), v.idx.end(), range.begin);
+  auto hi = std::lower_bound(lo, v.idx.end(), range.end);
+  const size_t a = lo - v.idx.begin(), b = hi - v.idx.begin();
+  kernels::SparseVec p;
+  p.idx.assign(v.idx.begin() + a, v.idx.begin() + b);
+  p.val.assign(v.val.begin() + a, v.val.begin() + b);
+  return p;
+}
+
+// A slice the all-gather holds: its frame (forwarded verbatim), the frame's
+// mark for the volume model, and its nonzeros.
+struct Gathered {
+  Bytes frame;
+  uint64_t mark = 0;
+  kernels::SparseVec values;
+};
+
+}  // namespace
+
+void SelectLocalTopK(std::span<float> acc, size_t k, ResidualLedger& ledger, PhaseTimes* times,
+                     kernels::SparseVec* mine) {
+  PhaseTimer t(&times->selection_s);
+  mine->clear();
+  kernels::SelectTopKAndZero(acc.data(), acc.size(), k, 0, mine);
+  ledger.Selected(*mine);
+}
+
+size_t SumOfSelectionsCapacity(int world, size_t n, double density) {
+  return std::min(n, static_cast<size_t>(world) * KeepCount(density, n));
+}
+
+AlgorithmTraits SparcmlSplit::traits() const {
+  // Frames are priced from what was sent (stats.stream_frames_*), so the
+  // model is exact: no slack.
+  return {.volume_slack = 0.0};
+}
+
+absl::StatusOr<Volume> SparcmlSplit::ModelVolume(int rank, int world, size_t n,
+                                                 const AllreduceOptions& options,
+                                                 const CallStats& observed) const {
+  const BlockLayout layout(n, world, 1.0);
+  const auto& sent = observed.stream_frames_sent;
+  const auto& recv = observed.stream_frames_recv;
+  size_t frames = world - 1;
+  for (int dist = 1; dist < world; dist <<= 1) frames += std::min(dist, world - dist);
+  if (sent.size() != frames || recv.size() != frames) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", frames, " frames each way, got ",
+                                                   sent.size(), " sent and ", recv.size()));
+  }
+  const int bits = options.quantize_bits;
+  auto size = [&](int b) { return layout.range(Mod(b, world)).size(); };
+  Volume v;
+  size_t f = 0;
+  for (int s = 1; s < world; ++s, ++f) {
+    v.sent_bytes += StreamFrameBytes(size(rank + s), sent[f], bits);
+    v.recv_bytes += StreamFrameBytes(size(rank), recv[f], bits);
+    ++v.messages;
+  }
+  for (int dist = 1; dist < world; dist <<= 1) {
+    for (int j = 0; j < std::min(dist, world - dist); ++j, ++f) {
+      v.sent_bytes += StreamFrameBytes(size(rank + j), sent[f], bits);
+      v.recv_bytes += StreamFrameBytes(size(rank + dist + j), recv[f], bits);
+    }
+    ++v.messages;
+  }
+  return v;
+}
+
+absl::Status SparcmlSplit::Run(const CallContext& ctx, const AllreduceOptions& options,
+                               std::span<const float> grad, std::span<float> residual,
+                               AllreduceResult* result, CallStats* stats) {
+  absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
+  if (st.ok()) st = ValidateQuantizeBits(options.quantize_bits);
+  if (!st.ok()) return st;
+  const int p = ctx.transport->size();
+  const int r = ctx.transport->rank();
+  const size_t n = grad.size();
+  auto start = Clock::now();
+  *stats = CallStats{};
+  PeerCounters before = ctx.transport->TotalCounters();
+  PhaseTimes* times = &stats->phases;
+  {
+    PhaseTimer t(&times->reduction_s);
+    for (size_t i = 0; i < n; ++i) residual[i] += grad[i];
+  }
+  ResidualLedger ledger(residual);
+  Link link(ctx, id(), times);
+  const BlockLayout layout(n, p, 1.0);
+  const size_t k = KeepCount(options.density, n);
+  // Static streams never go dense, so there is nothing to quantize.
+  const int bits = gather_form() == GatherForm::kStatic ? 0 : options.quantize_bits;
+  kernels::SparseVec mine, error;
+  SelectLocalTopK(residual, k, ledger, times, &mine);
+
+  // Split reduce-scatter: step s sends slice r+s to its owner, receives this
+  // rank's slice from r-s and adds it (the owner alone sums: any order works).
+  SparseStream owned(layout.range(r), policy());
+  owned.Assign(Part(mine, layout.range(r)));
+  std::vector<kernels::SparseVec> received;
+  std::vector<std::pair<size_t, size_t>> spans;
+  std::vector<uint64_t> marks;
+  const FrameMeta scatter_meta = link.meta(kPhaseSplitScatter);
+  const ExpectedBlock mine_expected{
+      layout.range(r), static_cast<uint32_t>(std::min<size_t>(k, layout.range(r).size()))};
+  for (int s = 1; s < p && st.ok(); ++s) {
+    const int to = Mod(r + s, p), from = Mod(r - s, p);
+    Bytes out;
+    {
+      PhaseTimer t(&times->communication_s);
+      SparseStream part(layout.range(to), policy());
+      part.Assign(Part(mine, layout.range(to)));
+      stats->stream_frames_sent.push_back(part.AppendFrame(
+          scatter_meta, bits, QsgdSeed(scatter_meta, r, layout.range(to)), &out, &error));
+      if (part.dense() && bits > 0) ledger.Discarded(std::move(error), 1.0f);
+    }
+    absl::StatusOr<Bytes> in = link.Exchange(to, std::move(out), from, kPhaseSplitScatter, s);
+    if (!in.ok()) {
+      st = in.status();
+      break;
+    }
+    {
+      PhaseTimer t(&times->communication_s);
+      st = DecodeSparseBlocks(*in, scatter_meta, {&mine_expected, 1}, &received);
+      if (!st.ok()) break;
+      SplitFrames(*in, &spans, &marks);
+      stats->stream_frames_recv.push_back(marks[0]);
+    }
+    PhaseTimer t(&times->reduction_s);
+    owned.Add(kernels::View(received[0]));
+  }
+
+  // All-gather (Bruck): frames are forwarded as received, so a quantized
+  // slice reaches everyone with the bytes its owner encoded.
+  const size_t slice_cap = std::min(n, static_cast<size_t>(p) * k);
+  std::vector<Gathered> gathered(1);
+  const FrameMeta gather_meta = link.meta(kPhaseSplitGather);
+  if (st.ok()) {
+    PhaseTimer t(&times->communication_s);
+    if (gather_form() == GatherForm::kDense) owned.Densify();
+    const int gather_bits = owned.dense() ? bits : 0;
+    gathered[0].mark =
+        owned.AppendFrame(gather_meta, gather_bits, QsgdSeed(gather_meta, r, layout.range(r)),
+                          &gathered[0].frame, &error);
+    if (owned.dense() && gather_bits > 0) ledger.Discarded(std::move(error), 1.0f);
+    owned.NonZeros(&gathered[0].values);
+  }
+  std::vector<ExpectedBlock> want;
+  for (int dist = 1, sub = 0; dist < p && st.ok(); dist <<= 1, ++sub) {
+    const int count = std::min(dist, p - dist);
+    Bytes out;
+    for (int j = 0; j < count; ++j) {
+      out.insert(out.end(), gathered[j].frame.begin(), gathered[j].frame.end());
+      stats->stream_frames_sent.push_back(gathered[j].mark);
+    }
+    absl::StatusOr<Bytes> in =
+        link.Exchange(Mod(r - dist, p), std::move(out), Mod(r + dist, p), kPhaseSplitGather, sub);
+    if (!in.ok()) {
+      st = in.status();
+      break;
+    }
+    PhaseTimer t(&times->communication_s);
+    want.clear();
+    for (int j = 0; j < count; ++j) {
+      BlockRange range = layout.range(Mod(r + dist + j, p));
+      want.push_back({range, static_cast<uint32_t>(std::min<size_t>(slice_cap, range.size()))});
+    }
+    st = DecodeSparseBlocks(*in, gather_meta, want, &received);
+    if (!st.ok()) break;
+    SplitFrames(*in, &spans, &marks);
+    for (int j = 0; j < count; ++j) {
+      Gathered g;
+      g.frame.assign(in->begin() + spans[j].first, in->begin() + spans[j].first + spans[j].second);
+      g.mark = marks[j];
+      g.values = std::move(received[j]);
+      stats->stream_frames_recv.push_back(g.mark);
+      gathered.push_back(std::move(g));
+    }
+  }
+  if (!st.ok()) {
+    ledger.Restore();
+    return FailCall(ctx, st);
+  }
+  {
+    PhaseTimer t(&times->reduction_s);
+    ledger.Commit();
+    std::vector<kernels::SparseVec> slices(p);
+    for (int j = 0; j < p; ++j) slices[Mod(r + j, p)] = std::move(gathered[j].values);
+    result->dense.clear();
+    result->is_dense = gather_form() == GatherForm::kDense;
+    ConcatBlocks(slices, &result->sparse);
+    if (result->is_dense) {
+      result->dense.assign(n, 0.0f);
+      kernels::ScatterAdd(kernels::View(result->sparse), 0, 1.0f, result->dense.data());
+      result->sparse.clear();
+    }
+  }
+  stats->result_nnz = result->CountNonZeros();
+  stats->result_capacity = SumOfSelectionsCapacity(p, n, options.density);
+  FinishStats(ctx, before, start, stats);
+  return absl::OkStatus();
+}
+
+}  // namespace gradex

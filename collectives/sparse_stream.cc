@@ -1,0 +1,138 @@
+#include "collectives/sparse_stream.h"
+
+#include <cstring>
+
+#include "collectives/qsgd.h"
+#include "kernels/qsgd.h"
+
+namespace gradex {
+
+void SparseStream::Assign(kernels::SparseVec v) {
+  dense_ = false;
+  dense_values_.clear();
+  sparse_ = std::move(v);
+  MaybeSwitch();
+}
+
+void SparseStream::Add(kernels::SparseView other) {
+  if (dense_) {
+    kernels::ScatterAdd(other, range_.begin, 1.0f, dense_values_.data());
+    return;
+  }
+  kernels::MergeAdd(kernels::View(sparse_), other, &scratch_);
+  std::swap(sparse_, scratch_);
+  MaybeSwitch();
+}
+
+void SparseStream::MaybeSwitch() {
+  if (policy_ == StreamPolicy::kDynamic && !dense_ &&
+      static_cast<double>(sparse_.nnz()) > SparseStreamDelta(range_.size())) {
+    Densify();
+  }
+}
+
+void SparseStream::Densify() {
+  if (dense_) return;
+  dense_values_.assign(range_.size(), 0.0f);
+  kernels::ScatterAdd(kernels::View(sparse_), range_.begin, 1.0f, dense_values_.data());
+  sparse_.clear();
+  dense_ = true;
+}
+
+uint64_t SparseStream::AppendFrame(const FrameMeta& meta, int quantize_bits, uint64_t seed,
+                                   Bytes* out, kernels::SparseVec* error) {
+  if (!dense_) return AppendSparseFrame(meta, range_, kernels::View(sparse_), out);
+  if (quantize_bits == 0) {
+    AppendDenseFrame(meta, range_, dense_values_.data(), out);
+    return kDenseFrameMark;
+  }
+  std::vector<float> q;
+  AppendQuantizedFrame(meta, range_, dense_values_.data(), quantize_bits, seed, out, &q);
+  // Error feedback: x - Q(x) stays with this rank; it holds Q(x) like everyone.
+  error->clear();
+  for (uint32_t i = 0; i < range_.size(); ++i) {
+    const float e = dense_values_[i] - q[i];
+    if (e != 0.0f || dense_values_[i] != q[i]) {
+      error->idx.push_back(range_.begin + i);
+      error->val.push_back(e);
+    }
+  }
+  dense_values_ = std::move(q);
+  return kDenseFrameMark;
+}
+
+void SparseStream::NonZeros(kernels::SparseVec* out) const {
+  if (dense_) {
+    kernels::DenseToSparse(dense_values_.data(), range_.size(), range_.begin, out);
+    return;
+  }
+  out->clear();
+  for (size_t i = 0; i < sparse_.nnz(); ++i) {
+    if (sparse_.val[i] == 0.0f) continue;
+    out->idx.push_back(sparse_.idx[i]);
+    out->val.push_back(sparse_.val[i]);
+  }
+}
+
+uint64_t AppendSparseFrame(const FrameMeta& meta, BlockRange range, kernels::SparseView v,
+                           Bytes* out) {
+  uint32_t nnz = 0;
+  for (size_t i = 0; i < v.nnz; ++i) nnz += v.val[i] != 0.0f;
+  // Same header as frame.cc's encoders (only nonzeros travel).
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.version = kFrameVersion;
+  h.flags = kFrameSparse;
+  h.job_id = meta.job_id;
+  h.epoch = meta.epoch;
+  h.algorithm = static_cast<uint16_t>(meta.algorithm);
+  h.phase = meta.phase;
+  h.step = meta.step;
+  h.block_begin = range.begin;
+  h.block_end = range.end;
+  h.count = nnz;
+  const size_t at = out->size();
+  out->resize(at + sizeof h + size_t{nnz} * 8);
+  std::memcpy(out->data() + at, &h, sizeof h);
+  uint8_t* idx = out->data() + at + sizeof h;
+  uint8_t* val = idx + size_t{nnz} * 4;
+  for (size_t i = 0, j = 0; i < v.nnz; ++i) {
+    if (v.val[i] == 0.0f) continue;
+    std::memcpy(idx + 4 * j, &v.idx[i], 4);
+    std::memcpy(val + 4 * j++, &v.val[i], 4);
+  }
+  return nnz;
+}
+
+uint64_t StreamFrameBytes(uint32_t size, uint64_t mark, int quantize_bits) {
+  if (mark != kDenseFrameMark) return sizeof(FrameHeader) + mark * 8;
+  if (quantize_bits > 0) return QuantizedFrameBytes(size, quantize_bits);
+  return sizeof(FrameHeader) + uint64_t{size} * 4;
+}
+
+void SplitFrames(const Bytes& message, std::vector<std::pair<size_t, size_t>>* spans,
+                 std::vector<uint64_t>* marks) {
+  spans->clear();
+  marks->clear();
+  size_t at = 0;
+  while (at + sizeof(FrameHeader) <= message.size()) {
+    FrameHeader h;
+    std::memcpy(&h, message.data() + at, sizeof h);
+    size_t payload = size_t{h.count} * 8;
+    uint64_t mark = h.count;
+    if (h.flags & kFrameDense) {
+      mark = kDenseFrameMark;
+      payload = size_t{h.count} * 4;
+      if (h.flags & kFrameQuantized) {
+        uint32_t bits;
+        std::memcpy(&bits, message.data() + at + sizeof h, 4);
+        payload = kernels::QsgdPayloadBytes(h.count, static_cast<int>(bits));
+      }
+    }
+    spans->emplace_back(at, sizeof h + payload);
+    marks->push_back(mark);
+    at += sizeof h + payload;
+  }
+}
+
+}  // namespace gradex
