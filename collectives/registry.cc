@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/dense_ring.h"
+#include "collectives/oktopk.h"
 #include "collectives/peer_algorithms.h"
 #include "collectives/sparcml.h"
 #include "collectives/spardl.h"
@@ -26,6 +27,7 @@ const std::vector<std::pair<std::string, Factory>>& Registry() {
       {"topka", CreateTopkA},
       {"gaussiank", CreateGaussianK},
       {"gtopk", CreateGTopk},
+      {"oktopk", [] { return CreateOkTopk(); }},
       {"sparcml-ssar-rd", CreateSparcmlSsarRd},
       {"sparcml-ssar-split", CreateSparcmlSsarSplit},
       {"sparcml-dsar-split", CreateSparcmlDsarSplit},
