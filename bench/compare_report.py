@@ -17,7 +17,7 @@ import sys
 FIELDS = ["bandwidth_gbps", "ranks", "density", "algo", "teams", "status", "median_ms", "p90_ms",
           "selection_ms", "communication_ms", "reduction_ms", "sent_mb_per_rank",
           "recv_mb_per_rank", "result_nnz", "consistent", "conservation_max_abs_err",
-          "busbw_gbps", "measured_at_density", "note"]
+          "busbw_gbps", "measured_at_density", "load1_before", "note"]
 RAW = re.compile(r"gradex-bw([0-9.]+)-p(\d+)-d([0-9.eE-]+)\.txt$")
 MPI = re.compile(r"mpi-bw([0-9.]+)-p(\d+)\.jsonl$")
 # A row of gradex-bench's table that ran: name teams median p90 sent recv nnz
@@ -46,6 +46,15 @@ def read_jsonl(path):
     return rows
 
 
+def load_before(path):
+    """The 1-minute load average written just before the run, or None."""
+    try:
+        with open(path) as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def gradex_rows(out):
     rows = []
     for txt in sorted(glob.glob(os.path.join(out, "raw", "gradex-*.txt"))):
@@ -54,6 +63,7 @@ def gradex_rows(out):
             continue
         bw, p, d = float(m.group(1)), int(m.group(2)), float(m.group(3))
         by_algo = {j["algo"]: j for j in read_jsonl(txt[:-4] + ".jsonl")}
+        load = load_before(txt[:-4] + ".load")
         seen = set()
         with open(txt) as f:
             for line in f:
@@ -74,13 +84,13 @@ def gradex_rows(out):
                         result_nnz=int(r.group(7)), consistent=j.get("consistent"),
                         conservation_max_abs_err=j.get("conservation_max_abs_err"),
                         busbw_gbps=j.get("busbw_gbps", float(r.group(12))),
-                        measured_at_density=d, note=""))
+                        measured_at_density=d, load1_before=load, note=""))
                     seen.add(algo)
                 elif n and n.group(1) not in seen:
                     status = "skipped" if n.group(3).startswith("skipped") else "failed"
                     rows.append(dict(bandwidth_gbps=bw, ranks=p, density=d, algo=n.group(1),
                                      teams=int(n.group(2)), status=status, measured_at_density=d,
-                                     note=n.group(3)))
+                                     load1_before=load, note=n.group(3)))
                     seen.add(n.group(1))
     return rows
 
@@ -107,6 +117,7 @@ def mpi_rows(out):
             recv_mb_per_rank=mb(j["recv_bytes_per_rank"]), result_nnz=j["result_nnz"],
             consistent=j["consistent"], conservation_max_abs_err=j["conservation_max_abs_err"],
             busbw_gbps=j["busbw_gbps"], measured_at_density=j["density"],
+            load1_before=load_before(path[:-6] + ".load"),
             note="Open MPI 4.1 tuned MPI_Allreduce, pml ob1 + btl tcp; reduction inside the "
                  "call (counted as communication); bytes = link counters incl. TCP/IP headers"))
     return rows
@@ -152,6 +163,11 @@ def markdown(rows, describe):
     L = ["# Side-by-side comparison on an emulated cloud network", ""]
     if describe:
         L += [describe, ""]
+    loads = [r["load1_before"] for r in rows if r.get("load1_before") is not None]
+    if loads:
+        L += [f"1-minute load average just before the runs: {min(loads):.1f} to {max(loads):.1f} "
+              "(per run in compare.csv); a loaded machine slows selection and reduction "
+              "most.", ""]
     L += ["Median time per call in ms (the slowest rank's, over the timed calls); **bold**: "
           "fastest in its column. `-`: not run; `skip`/`FAIL`: see compare.csv. Dense rows "
           "(dense-*, mpi-allreduce) do not depend on the density and were measured once per "
@@ -243,7 +259,10 @@ def plot(rows, path):
     algos = sorted({r["algo"] for r in ok}, key=lambda a: (is_dense(a), a))
     fig, axes = plt.subplots(len(bws), len(dens), figsize=(4.2 * len(dens), 3.6 * len(bws)),
                              squeeze=False, sharex=True)
-    cmap = plt.get_cmap("tab20")
+    # Distinct colour and marker per algorithm; MPI, the anchor, in black.
+    colors = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
+    markers = "os^vD<>pP*Xh"
+    ps = sorted({r["ranks"] for r in ok})
     for i, bw in enumerate(bws):
         for j, d in enumerate(dens):
             ax = axes[i][j]
@@ -251,9 +270,12 @@ def plot(rows, path):
                 pts = sorted((r["ranks"], r["median_ms"]) for r in ok if r["algo"] == a and
                              r["bandwidth_gbps"] == bw and r["density"] == d)
                 if pts:
-                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=3,
-                            linestyle="--" if is_dense(a) else "-", color=cmap(k % 20), label=a)
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker=markers[k % 12],
+                            markersize=4, linestyle="--" if is_dense(a) else "-", linewidth=1.2,
+                            color="black" if a == "mpi-allreduce" else colors[k % len(colors)],
+                            label=a)
             ax.set_yscale("log")
+            ax.set_xticks(ps)
             ax.set_title(f"{bw:g} Gbit/s, density {d:g}", fontsize=9)
             ax.grid(True, which="both", alpha=0.3)
             if i == len(bws) - 1:
@@ -267,8 +289,9 @@ def plot(rows, path):
                 if l not in labels:
                     handles.append(h)
                     labels.append(l)
+    rows_of_legend = (len(labels) + 5) // 6
     fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8)
-    fig.tight_layout(rect=(0, 0.04 + 0.025 * ((len(labels) - 1) // 6), 1, 1))
+    fig.tight_layout(rect=(0, (0.35 + 0.25 * rows_of_legend) / fig.get_figheight(), 1, 1))
     fig.savefig(path, dpi=110)
 
 
