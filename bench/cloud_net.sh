@@ -40,41 +40,17 @@ done
 [[ -x $bin ]] || { echo "cloud_net.sh: $bin not built (run scripts/build)" >&2; exit 1; }
 mkdir -p "$out"
 
-NS=(gx0 gx1 gx2 gx3)
-BR_NS=gxbr
 DEV=gxeth  # the veth end inside every rank namespace has this same name
+# Namespaces gx0..gx3 behind a bridge in gxbr, tbf both ways (bench/netns_lib.sh).
+source "$root/bench/netns_lib.sh"
 
-teardown() {
-  for ns in "${NS[@]}" "$BR_NS"; do
-    if ip netns list | grep -qw "$ns"; then
-      # Our own rank processes, if an interrupted run left any.
-      for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-      ip netns del "$ns" 2>/dev/null || true
-    fi
-  done
-}
+teardown() { gx_netns_down gx "$ranks"; }
 trap teardown EXIT
 trap 'exit 130' INT TERM
 teardown  # leftovers of an aborted run
 
 setup() {
-  ip netns add "$BR_NS"
-  ip -n "$BR_NS" link add br0 type bridge
-  ip -n "$BR_NS" link set br0 up
-  for r in 0 1 2 3; do
-    local ns=${NS[$r]}
-    ip netns add "$ns"
-    ip link add "gxv$r" netns "$ns" type veth peer name "gxb$r" netns "$BR_NS"
-    ip -n "$ns" link set "gxv$r" name "$DEV"
-    ip -n "$ns" addr add "10.99.0.$((r + 1))/24" dev "$DEV"
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set "$DEV" up
-    ip -n "$BR_NS" link set "gxb$r" master br0
-    ip -n "$BR_NS" link set "gxb$r" up
-    # Both directions of the link: rank -> bridge and bridge -> rank.
-    tc -n "$ns" qdisc add dev "$DEV" root tbf rate "$rate" burst 512kb latency 50ms
-    tc -n "$BR_NS" qdisc add dev "gxb$r" root tbf rate "$rate" burst 512kb latency 50ms
-  done
+  gx_netns_up gx "$ranks" "$rate" 10.99.0
   ip -n gx0 -brief addr show "$DEV" >&2
 }
 
