@@ -6,9 +6,12 @@
 #include <string>
 
 #include "collectives/block_layout.h"
+#include "collectives/frame.h"
+#include "collectives/link.h"
 #include "gtest/gtest.h"
 #include "kernels/sparse.h"
 #include "tests/collectives/harness.h"
+#include "transport/loopback_transport.h"
 
 namespace gradex::testing {
 namespace {
@@ -281,6 +284,80 @@ TEST(GTopkTest, MatchesTheTreeDefinitionAndTwoLogPKAtTheRoot) {
     }
   }
 }
+
+// A dense frame carries no count, so the frame layer cannot hold it to the
+// sender's capacity: topka and gtopk count its nonzeros themselves and reject
+// a peer that sends more than it may (P = 2, rank 1 forged by the test).
+TEST(PeerFramesTest, DenseFrameOverCapacityIsRejectedAndResidualKept) {
+  struct Case {
+    const char* algo;
+    AlgorithmId id;
+    uint16_t phase;  // topka's all-gather, gtopk's reduction
+  };
+  for (const Case& c :
+       {Case{"topka", AlgorithmId::kTopkA, 1}, Case{"gtopk", AlgorithmId::kGTopk, 2}}) {
+    SCOPED_TRACE(c.algo);
+    const size_t n = 1000;
+    auto t = CreateLoopbackTransports(2);
+    std::vector<float> ones(n, 1.0f);
+    Bytes bad;
+    AppendDenseFrame({42, 1, 0, c.id, c.phase}, {0, uint32_t(n)}, ones.data(), &bad);
+    ASSERT_TRUE(t[1]->PostSend(0, MessageTag(c.phase, 0, 0), bad).ok());
+    std::vector<float> grad = MakeGradient(5, 0, 0, n, Values::kGrid);
+    std::vector<float> residual(n, 0.5f), expected(n);
+    for (size_t i = 0; i < n; ++i) expected[i] = grad[i] + residual[i];
+    auto algo = CreateAllreduce(c.algo);
+    ASSERT_TRUE(algo.ok());
+    AllreduceResult result;
+    CallStats stats;
+    CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
+    absl::Status s = (*algo)->Run(ctx, {0.01, 1, 0}, grad, residual, &result, &stats);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_EQ(residual, expected);
+  }
+}
+
+class PeerFaultTest : public ::testing::TestWithParam<std::string> {};
+
+// A rank that dies before the call (P = 4, and P = 5 where it is part of a
+// fold) makes every survivor fail well before its deadline, and each failed
+// rank keeps its whole contribution as residual.
+TEST_P(PeerFaultTest, DeadPeerFailsEverySurvivorAndResidualIsKept) {
+  for (int p : {4, 5}) {
+    SCOPED_TRACE("P=" + std::to_string(p));
+    auto start = Clock::now();
+    auto status = RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
+      if (rank == 2) {
+        KillLoopbackRank(t, 2);
+        return absl::OkStatus();
+      }
+      auto algo = CreateAllreduce(GetParam());
+      if (!algo.ok()) return algo.status();
+      std::vector<float> grad = MakeGradient(1, rank, 0, 10007, Values::kGrid);
+      std::vector<float> residual(grad.size(), 0.0f);
+      AllreduceResult result;
+      CallStats stats;
+      CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(3))};
+      absl::Status s = (*algo)->Run(ctx, {0.01, 1, 0}, grad, residual, &result, &stats);
+      if (!s.ok() && residual != grad) return absl::InternalError("residual not restored");
+      return s.ok() ? absl::InternalError("call succeeded without rank 2") : s;
+    });
+    for (int r = 0; r < p; ++r) {
+      if (r == 2) continue;
+      EXPECT_FALSE(status[r].ok()) << "rank " << r;
+      EXPECT_NE(status[r].code(), absl::StatusCode::kInternal) << status[r];
+    }
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 1.5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Peers, PeerFaultTest,
+                         ::testing::Values("dense-rabenseifner", "topka", "gaussiank", "gtopk"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& ch : s) ch = ch == '-' ? '_' : ch;
+                           return s;
+                         });
 
 }  // namespace
 }  // namespace gradex::testing
