@@ -9,6 +9,7 @@
 // times while fewer than ceil(3k/4) pass, and fall back to the exact top-k if
 // that is not enough. When more than the cap 2k pass, the top 2k of those are
 // kept. So every rank selects between min(ceil(3k/4), nonzeros) and 2k.
+#include <algorithm>
 #include <cmath>
 
 #include "collectives/block_layout.h"
@@ -45,6 +46,39 @@ size_t CountAbove(const float* x, size_t n, float threshold) {
   return c;
 }
 
+struct Fit {
+  double mean = 0, sd = 0;
+};
+
+// Mean and sample standard deviation of the finite values in one pass with
+// independent accumulators; the non-finite test only runs when the sums say
+// there is something to skip.
+Fit FitNormal(std::span<const float> x) {
+  auto sums = [&](bool finite_only, double* s, double* q, size_t* m) {
+    double s4[4] = {0, 0, 0, 0}, q4[4] = {0, 0, 0, 0};
+    size_t count = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double v = x[i];
+      if (finite_only && !std::isfinite(v)) continue;
+      s4[i & 3] += v;
+      q4[i & 3] += v * v;
+      ++count;
+    }
+    *s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+    *q = (q4[0] + q4[1]) + (q4[2] + q4[3]);
+    *m = count;
+  };
+  double s = 0, q = 0;
+  size_t m = 0;
+  sums(false, &s, &q, &m);
+  if (!std::isfinite(s) || !std::isfinite(q)) sums(true, &s, &q, &m);
+  Fit f;
+  if (m == 0) return f;
+  f.mean = s / m;
+  if (m > 1) f.sd = std::sqrt(std::max(0.0, (q - s * f.mean) / (m - 1)));
+  return f;
+}
+
 class GaussianK final : public GatherSumAlgorithm {
  public:
   std::string_view name() const override { return "gaussiank"; }
@@ -70,38 +104,29 @@ class GaussianK final : public GatherSumAlgorithm {
               kernels::SparseVec* out) override {
     const size_t n = acc.size(), k = KeepCount(options.density, n);
     const size_t cap = Capacity(n, options), want = (3 * k + 3) / 4;
-    float threshold = 0.0f;  // k >= n: every nonzero (the quantile is 0)
-    if (k < n) {
-      double sum = 0, sq = 0;
-      size_t m = 0;
-      for (float x : acc) {
-        if (std::isfinite(x)) sum += x, ++m;
-      }
-      const double mean = m > 0 ? sum / m : 0.0;
-      for (float x : acc) {
-        if (std::isfinite(x)) sq += (x - mean) * (x - mean);
-      }
-      const double sd = m > 1 ? std::sqrt(sq / (m - 1)) : 0.0;
-      threshold =
-          static_cast<float>(std::fabs(mean) + sd * TwoSidedNormalQuantile(options.density));
-      size_t count = CountAbove(acc.data(), n, threshold);
-      for (int h = 0; h < kMaxHalvings && count < want; ++h) {
-        threshold *= 0.5f;
-        count = CountAbove(acc.data(), n, threshold);
-      }
-      if (count < want) {  // the fit is far off (e.g. an outlier inflates s)
-        kernels::SelectTopKAndZero(acc.data(), n, k, 0, out);
-        return;
-      }
+    if (k >= n) {  // the quantile is 0: every nonzero
+      kernels::CompactAbove(acc.data(), n, 0.0f, 0, out);
+      for (uint32_t i : out->idx) acc[i] = 0.0f;
+      return;
     }
-    kernels::SparseVec passing;
-    kernels::CompactAbove(acc.data(), n, threshold, 0, &passing);
-    if (passing.nnz() > cap) {
-      kernels::SparseTopK(kernels::View(passing), cap, out, nullptr);
+    const Fit fit = FitNormal(acc);
+    float threshold =
+        static_cast<float>(std::fabs(fit.mean) + fit.sd * TwoSidedNormalQuantile(options.density));
+    size_t count = CountAbove(acc.data(), n, threshold);
+    for (int h = 0; h < kMaxHalvings && count < want; ++h) {
+      threshold *= 0.5f;
+      count = CountAbove(acc.data(), n, threshold);
+    }
+    if (count < want) {  // the fit is far off (e.g. an outlier inflates s)
+      kernels::SelectTopKAndZero(acc.data(), n, k, 0, out);
+    } else if (count > cap) {
+      // The top 2k of what passes is the top 2k of everything; one radix
+      // select is cheaper than compacting a large passing set first.
+      kernels::SelectTopKAndZero(acc.data(), n, cap, 0, out);
     } else {
-      *out = std::move(passing);
+      kernels::CompactAbove(acc.data(), n, threshold, 0, out);
+      for (uint32_t i : out->idx) acc[i] = 0.0f;
     }
-    for (uint32_t i : out->idx) acc[i] = 0.0f;
   }
 };
 
