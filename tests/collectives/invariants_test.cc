@@ -79,8 +79,12 @@ TEST_P(InvariantsTest, ConsistentConservingBoundedOnIntegers) {
         EXPECT_LE(ConservationError(runs[it], true), 1e-6);
       }
       const size_t cap = runs[it][0].stats.result_capacity;
-      if (Traits(algo).dense) EXPECT_EQ(cap, c.n);
-      if (algo.rfind("spardl", 0) == 0) EXPECT_EQ(cap, SparDLCapacity(c));
+      if (Traits(algo).dense) {
+        EXPECT_EQ(cap, c.n);
+      }
+      if (algo.rfind("spardl", 0) == 0) {
+        EXPECT_EQ(cap, SparDLCapacity(c));
+      }
       for (const RankCall& r : runs[it]) {
         EXPECT_EQ(r.stats.result_capacity, cap);
         EXPECT_LE(r.stats.result_nnz, cap);
