@@ -71,8 +71,11 @@ absl::StatusOr<CostRange> Table1Cost(const std::string& algo, int p, uint64_t n,
                      "(P + 2 log2 P)α + [4k(P-1)/P, (2k+n)(P-1)/P] β"};
   }
   if (algo == "gtopk") {
-    return Exact(2.0 * Lf + 2 * fold, 2.0 * (Lf + fold) * e * k,
-                 "2 log2(P)α + 4k log2(P) β (fold for non-powers of two)");
+    // Table 1's row is for powers of two; the fold adds one message of k
+    // entries (in) or two (in and out) to the critical path.
+    return CostRange{2.0 * Lf + fold, 2.0 * Lf + 2 * fold, (2.0 * Lf + fold) * e * k,
+                     (2.0 * Lf + 2 * fold) * e * k,
+                     "2 log2(P)α + 4k log2(P) β (P' = 2^floor(log2 P), fold +1..2 messages)"};
   }
   if (algo == "oktopk") {
     // Split-and-reduce to P-1 peers, then all-gatherv; the boundary and
