@@ -9,6 +9,10 @@ constexpr double kAuthorsNudge = 1.025;
 // A growing residual widens the distribution by a few percent per call; the
 // drift term follows that, bounded so that one odd call cannot throw it far.
 constexpr double kMaxLogDrift = 0.2231435513142097;  // ln 1.25
+// Half of the observed error is corrected per call: a call that selects too
+// many thins the tail the next call sees (and the reverse), so correcting all
+// of it overshoots into a period-2 oscillation.
+constexpr double kGain = 0.5;
 
 }  // namespace
 
@@ -40,7 +44,7 @@ void ThresholdController::Observe(float used, size_t count, size_t k, float exac
       }
     }
   } else if (counted) {
-    ideal = used * std::pow(static_cast<double>(count) / k, 1.0 / elasticity_);
+    ideal = used * std::pow(static_cast<double>(count) / k, kGain / elasticity_);
   } else if (used > 0) {
     ideal = used * 0.5;  // nothing at or above it: far too high
   } else {
@@ -49,7 +53,7 @@ void ThresholdController::Observe(float used, size_t count, size_t k, float exac
   if (!(ideal > 0) || !std::isfinite(ideal)) return;
   if (prev_ideal_ > 0) {
     const double step = std::clamp(std::log(ideal / prev_ideal_), -kMaxLogDrift, kMaxLogDrift);
-    drift_ = 0.5 * drift_ + 0.5 * step;
+    drift_ = 0.75 * drift_ + 0.25 * step;
   }
   prev_ideal_ = ideal;
   th_ = static_cast<float>(ideal * std::exp(drift_));

@@ -50,7 +50,7 @@ class ThresholdController {
   float th_ = 0;
   // Tracking state: -d ln(count) / d ln(threshold) near the k-th value, and
   // the smoothed per-call log drift of the ideal threshold.
-  double elasticity_ = 4.0;
+  double elasticity_ = 8.0;
   double drift_ = 0;
   double prev_ideal_ = 0;
 };
