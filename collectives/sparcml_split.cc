@@ -140,6 +140,7 @@ absl::Status SparcmlSplit::Run(const CallContext& ctx, const AllreduceOptions& o
     {
       PhaseTimer t(&times->communication_s);
       st = DecodeSparseBlocks(*in, scatter_meta, {&mine_expected, 1}, &received);
+      if (st.ok()) st = CheckDecodedCapacity(received, {&mine_expected, 1});
       if (!st.ok()) break;
       SplitFrames(*in, &spans, &marks);
       stats->stream_frames_recv.push_back(marks[0]);
@@ -184,6 +185,7 @@ absl::Status SparcmlSplit::Run(const CallContext& ctx, const AllreduceOptions& o
       want.push_back({range, static_cast<uint32_t>(std::min<size_t>(slice_cap, range.size()))});
     }
     st = DecodeSparseBlocks(*in, gather_meta, want, &received);
+    if (st.ok()) st = CheckDecodedCapacity(received, want);
     if (!st.ok()) break;
     SplitFrames(*in, &spans, &marks);
     for (int j = 0; j < count; ++j) {

@@ -96,6 +96,7 @@ class SparcmlSsarRd final : public SparseAllreduce {
       PhaseTimer t(&times->communication_s);
       ExpectedBlock want{all, cap};
       absl::Status s = DecodeSparseBlocks(in, link.meta(phase), {&want, 1}, &received);
+      if (s.ok()) s = CheckDecodedCapacity(received, {&want, 1});
       if (!s.ok()) return s;
       stats->stream_frames_recv.push_back(received[0].nnz());
       PhaseTimer reduce(&times->reduction_s);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "collectives/qsgd.h"
 #include "kernels/qsgd.h"
 
@@ -108,6 +109,19 @@ uint64_t StreamFrameBytes(uint32_t size, uint64_t mark, int quantize_bits) {
   if (mark != kDenseFrameMark) return sizeof(FrameHeader) + mark * 8;
   if (quantize_bits > 0) return QuantizedFrameBytes(size, quantize_bits);
   return sizeof(FrameHeader) + uint64_t{size} * 4;
+}
+
+absl::Status CheckDecodedCapacity(const std::vector<kernels::SparseVec>& blocks,
+                                  std::span<const ExpectedBlock> expected) {
+  for (size_t b = 0; b < expected.size(); ++b) {
+    if (blocks[b].nnz() > expected[b].capacity) {
+      return absl::DataLossError(
+          absl::StrCat("bad frame (over_capacity): a dense frame for [", expected[b].range.begin,
+                       ",", expected[b].range.end, ") holds ", blocks[b].nnz(),
+                       " nonzeros, more than the capacity ", expected[b].capacity));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void SplitFrames(const Bytes& message, std::vector<std::pair<size_t, size_t>>* spans,

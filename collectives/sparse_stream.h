@@ -8,8 +8,10 @@
 #define GRADEX_COLLECTIVES_SPARSE_STREAM_H_
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "collectives/frame.h"
 #include "kernels/sparse.h"
 
@@ -82,6 +84,12 @@ uint64_t AppendSparseFrame(const FrameMeta& meta, BlockRange range, kernels::Spa
 // Bytes of a frame with mark `mark` for a segment of `size` elements, dense
 // frames quantized at `quantize_bits` (0: plain float32).
 uint64_t StreamFrameBytes(uint32_t size, uint64_t mark, int quantize_bits);
+
+// A dense frame carries no count, so the frame layer checks only sparse
+// frames against a capacity: this holds every decoded block's nonzeros to
+// its expected capacity (DATA_LOSS otherwise).
+absl::Status CheckDecodedCapacity(const std::vector<kernels::SparseVec>& blocks,
+                                  std::span<const ExpectedBlock> expected);
 
 // Splits an already validated message into its frames: byte spans and marks.
 void SplitFrames(const Bytes& message, std::vector<std::pair<size_t, size_t>>* spans,

@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "collectives/block_layout.h"
+#include "collectives/link.h"
+#include "collectives/sparcml_split.h"
 #include "collectives/sparse_stream.h"
 #include "gtest/gtest.h"
 #include "tests/collectives/harness.h"
@@ -296,6 +298,32 @@ TEST(SparcmlFaultsTest, DeadPeerFailsFastAndResidualIsRestored) {
       EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 1.5);
     }
   }
+}
+
+// A forged dense frame with more nonzeros than the sender can have selected is
+// rejected (a dense frame carries no count for the frame layer to check).
+TEST(SparcmlFaultsTest, DenseFrameOverCapacityIsRejected) {
+  const size_t n = 1000;
+  auto t = CreateLoopbackTransports(2);
+  std::vector<float> grad = MakeGradient(5, 0, 0, n, Values::kGrid);
+  std::vector<float> residual(n, 0.25f), expected(n);
+  for (size_t i = 0; i < n; ++i) expected[i] = grad[i] + residual[i];
+  std::vector<float> forged(500, 1.0f);  // slice [0, 500): keep count is 10
+  Bytes bad;
+  AppendDenseFrame({42, 1, 0, AlgorithmId::kSparcmlDsarSplit, kPhaseSplitScatter}, {0, 500},
+                   forged.data(), &bad);
+  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(kPhaseSplitScatter, 0, 1), bad).ok());
+  auto algo = CreateAllreduce("sparcml-dsar-split");
+  ASSERT_TRUE(algo.ok());
+  AllreduceResult result;
+  CallStats stats;
+  AllreduceOptions opt;
+  opt.density = 0.01;
+  CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
+  absl::Status s = (*algo)->Run(ctx, opt, grad, residual, &result, &stats);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(std::string(s.message()).find("over_capacity"), std::string::npos) << s;
+  EXPECT_EQ(residual, expected);
 }
 
 }  // namespace
