@@ -236,6 +236,25 @@ TEST(SparcmlQuantizedTest, ConsistentConservingAndSmaller) {
   }
 }
 
+TEST(SparcmlQuantizedTest, TinyGradientsWithEmptySlices) {
+  for (const std::string algo : {"sparcml-dsar-split", "topkdsa"}) {
+    for (int p = 1; p <= 9; ++p) {
+      for (size_t n : {size_t{1}, size_t{3}}) {
+        SCOPED_TRACE(algo + " P=" + std::to_string(p) + " N=" + std::to_string(n));
+        AllreduceOptions opt;
+        opt.density = 1.0;
+        opt.quantize_bits = 2;
+        auto runs = RunAlgorithm(algo, p, n, opt, 2, Values::kGrid, 9);
+        for (auto& calls : runs) {
+          for (const RankCall& c : calls) ASSERT_TRUE(c.status.ok()) << c.status;
+          EXPECT_TRUE(Consistent(calls));
+          EXPECT_LE(ConservationError(calls, true), 1e-6);
+        }
+      }
+    }
+  }
+}
+
 TEST(SparcmlQuantizedTest, StaticAlgorithmsHaveNoDensePhaseToQuantize) {
   for (const std::string algo : {"sparcml-ssar-rd", "sparcml-ssar-split"}) {
     AllreduceOptions opt;
