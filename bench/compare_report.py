@@ -148,17 +148,18 @@ def fmt(x):
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
 
 
-def markdown(rows, describe):
+def markdown(rows, describe, registry):
     ok = [r for r in rows if r["status"] == "ok"]
     bws = sorted({r["bandwidth_gbps"] for r in rows})
     dens = sorted({r["density"] for r in rows if r.get("density") is not None})
     ps = sorted({r["ranks"] for r in rows})
-    algos = []
+    algos = list(registry)
     for r in rows:
         if r["algo"] not in algos:
             algos.append(r["algo"])
-    order = list(algos)  # registry order within each group
-    algos.sort(key=lambda a: (a == "mpi-allreduce", not a.startswith("dense-"), order.index(a)))
+    order = list(algos)  # registry order within each group: sparse, dense, MPI
+    algos.sort(key=lambda a: (a == "mpi-allreduce", a.startswith("dense-"), order.index(a)))
+    algos = [a for a in algos if any(r["algo"] == a for r in rows)]
     get = {(r["bandwidth_gbps"], r["density"], r["ranks"], r["algo"]): r for r in rows}
     L = ["# Side-by-side comparison on an emulated cloud network", ""]
     if describe:
@@ -313,7 +314,12 @@ def main(argv):
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in FIELDS})
-    md = markdown(rows, describe)
+    registry = []  # gradex-bench's order, written by bench/compare
+    names = os.path.join(out, "algos.txt")
+    if os.path.exists(names):
+        with open(names) as f:
+            registry = [a for a in f.read().strip().split(",") if a]
+    md = markdown(rows, describe, registry)
     with open(os.path.join(out, "compare.md"), "w") as f:
         f.write(md)
     plot(rows, os.path.join(out, "compare.png"))
