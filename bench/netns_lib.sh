@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Emulated cloud network of network namespaces (sourced by bench/compare).
 #
 # gx_netns_up PREFIX COUNT RATE NET [HOSTPORT]

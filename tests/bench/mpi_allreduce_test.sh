@@ -8,7 +8,7 @@ bin=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # Root in CI containers; one core is enough for two ranks. TCP on lo only, so
 # the test needs no other interface.
-mpi=("$mpirun" --allow-run-as-root --oversubscribe -np 2 --mca pml ob1 --mca btl tcp,self
+mpi=("$mpirun" --allow-run-as-root --oversubscribe -np 2 --mca pml ob1 --mca btl "tcp,self"
   --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 out=$(timeout 50 "${mpi[@]}" "$bin" --elements 100003 --iters 3 --warmup 1 --integer --quiet) ||
   fail "mpirun exited $?: $out"
