@@ -22,13 +22,17 @@ namespace gradex {
 namespace {
 
 constexpr uint64_t kInternalBit = uint64_t{1} << 63;
-constexpr int kRankBits = 15;
+constexpr int kRankBits = 12;
 constexpr int kMaxRanks = 1 << kRankBits;
+constexpr int kGenerationShift = kTagBits + kRankBits;  // bits 60..62
+constexpr uint64_t kGenerationMask = uint64_t{7} << kGenerationShift;
 constexpr uint64_t kFullMask = ~uint64_t{0};
 constexpr uint64_t kWireUpTag = 1;
 
-uint64_t WireTag(int src, uint64_t tag, bool internal) {
-  return (internal ? kInternalBit : 0) | (static_cast<uint64_t>(src) << kTagBits) | tag;
+uint64_t WireTag(uint32_t generation, int src, uint64_t tag, bool internal) {
+  return (internal ? kInternalBit : 0) |
+         ((uint64_t{generation} << kGenerationShift) & kGenerationMask) |
+         (static_cast<uint64_t>(src) << kTagBits) | tag;
 }
 
 // Whether the effective UCX_TLS may select posix/sysv: UCX warns about
@@ -76,13 +80,41 @@ void RecvCallback(void* /*request*/, ucs_status_t status, const ucp_tag_recv_inf
   static_cast<Request*>(user_data)->Finish(status);
 }
 
+// The UCP context and worker; shared by the communicators built on it one
+// after another (one per epoch in the agent).
+class UcxWorkerImpl final : public UcxWorker {
+ public:
+  ~UcxWorkerImpl() override;
+  absl::Status Init(const UcxOptions& options);
+  const std::string& address() const override { return address_; }
+
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  // Requests a closed communicator could not reclaim (UCX may still write
+  // into their buffers): freed only after the worker is destroyed.
+  std::vector<std::unique_ptr<Request>> orphans;
+  // The generation whose communicator is using the worker, if any.
+  bool in_use = false;
+
+ private:
+  std::string address_;
+};
+
 class UcxTransport : public Transport {
  public:
-  UcxTransport(int rank, int size, const UcxOptions& options)
-      : rank_(rank), size_(size), options_(options), counters_(size), peer_status_(size) {}
+  UcxTransport(std::shared_ptr<UcxWorkerImpl> worker, int rank, int size, uint32_t generation,
+               const UcxOptions& options)
+      : rank_(rank),
+        size_(size),
+        generation_(generation),
+        options_(options),
+        w_(std::move(worker)),
+        worker_(w_->worker),
+        counters_(size),
+        peer_status_(size) {}
   ~UcxTransport() override;
 
-  absl::Status Init(Bootstrap& bootstrap);
+  absl::Status Connect(const std::vector<std::string>& addresses, Deadline deadline);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -111,6 +143,9 @@ class UcxTransport : public Transport {
   absl::StatusOr<RequestId> StartSend(int peer, uint64_t tag, bool internal, Bytes payload);
   RequestId StartRecv(int peer, uint64_t tag, bool internal);
   absl::Status WireUp(Deadline deadline);
+  // Receives and drops every queued message of another generation: leftovers
+  // of an earlier communicator on this worker (e.g. an aborted epoch).
+  void DrainOtherGenerations(Deadline deadline);
   // Drives the worker and matches queued receives; returns the number of
   // UCX events seen (0 means idle).
   int Progress();
@@ -128,9 +163,10 @@ class UcxTransport : public Transport {
 
   const int rank_;
   const int size_;
+  const uint32_t generation_;
   const UcxOptions options_;
   bool aborted_ = false;
-  ucp_context_h context_ = nullptr;
+  std::shared_ptr<UcxWorkerImpl> w_;
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> eps_;
   std::vector<std::unique_ptr<PeerErrorArg>> error_args_;
@@ -155,8 +191,17 @@ void UcxTransport::OnPeerError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) 
   }
 }
 
-absl::Status UcxTransport::Init(Bootstrap& bootstrap) {
-  Deadline deadline = DeadlineIn(options_.connect_timeout);
+UcxWorkerImpl::~UcxWorkerImpl() {
+  for (auto& r : orphans) {
+    if (r->ucx != nullptr) ucp_request_free(r->ucx);
+    r->ucx = nullptr;
+  }
+  // The orphans' buffers die only after this.
+  if (worker != nullptr) ucp_worker_destroy(worker);
+  if (context != nullptr) ucp_cleanup(context);
+}
+
+absl::Status UcxWorkerImpl::Init(const UcxOptions& options) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) {
@@ -171,62 +216,61 @@ absl::Status UcxTransport::Init(Bootstrap& bootstrap) {
     return absl::OkStatus();
   };
   absl::Status s;
-  if (!options_.tls.empty()) s = modify("TLS", options_.tls);
+  if (!options.tls.empty()) s = modify("TLS", options.tls);
   // Environment settings win over our defaults.
-  if (s.ok() && options_.shm_error_handling) {
+  if (s.ok() && options.shm_error_handling) {
     // UCP hands unknown keys to each UCT interface table without the
     // component prefix; in UCX 1.13 the flag sits in the "MM_" sub-table, so
     // this one key covers both posix and sysv (checked against ucp_ep_create).
     if (std::getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
-        std::getenv("UCX_SYSV_ERROR_HANDLING") == nullptr && MayUseSharedMemory(options_.tls)) {
+        std::getenv("UCX_SYSV_ERROR_HANDLING") == nullptr && MayUseSharedMemory(options.tls)) {
       s = modify("MM_ERROR_HANDLING", "y");
     }
   }
-  if (s.ok() && options_.keepalive_interval.count() > 0 &&
+  if (s.ok() && options.keepalive_interval.count() > 0 &&
       std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
-    s = modify("KEEPALIVE_INTERVAL", absl::StrCat(options_.keepalive_interval.count(), "ms"));
+    s = modify("KEEPALIVE_INTERVAL", absl::StrCat(options.keepalive_interval.count(), "ms"));
   }
   if (!s.ok()) {
     ucp_config_release(config);
     return s;
   }
   ucp_params_t params = {};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG;
-  params.estimated_num_eps = size_;
-  st = ucp_init(&params, config, &context_);
+  st = ucp_init(&params, config, &context);
   ucp_config_release(config);
   if (st != UCS_OK) {
-    context_ = nullptr;
-    return absl::InternalError(absl::StrCat("rank ", rank_, ": ucp_init: ", ucs_status_string(st)));
+    context = nullptr;
+    return absl::InternalError(absl::StrCat("ucp_init: ", ucs_status_string(st)));
   }
   // Serialized rather than single: the owner may hand the transport to
   // another thread (e.g. an agent's progress thread), never concurrently.
   ucp_worker_params_t wparams = {};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-  st = ucp_worker_create(context_, &wparams, &worker_);
+  st = ucp_worker_create(context, &wparams, &worker);
   if (st != UCS_OK) {
-    worker_ = nullptr;
-    return absl::InternalError(
-        absl::StrCat("rank ", rank_, ": ucp_worker_create: ", ucs_status_string(st)));
+    worker = nullptr;
+    return absl::InternalError(absl::StrCat("ucp_worker_create: ", ucs_status_string(st)));
   }
   ucp_address_t* address = nullptr;
   size_t address_length = 0;
-  st = ucp_worker_get_address(worker_, &address, &address_length);
+  st = ucp_worker_get_address(worker, &address, &address_length);
   if (st != UCS_OK) {
-    return absl::InternalError(
-        absl::StrCat("rank ", rank_, ": ucp_worker_get_address: ", ucs_status_string(st)));
+    return absl::InternalError(absl::StrCat("ucp_worker_get_address: ", ucs_status_string(st)));
   }
-  std::string mine(reinterpret_cast<const char*>(address), address_length);
-  ucp_worker_release_address(worker_, address);
+  address_.assign(reinterpret_cast<const char*>(address), address_length);
+  ucp_worker_release_address(worker, address);
+  return absl::OkStatus();
+}
 
-  absl::StatusOr<std::vector<std::string>> all = bootstrap.AllGather(mine, deadline);
-  if (!all.ok()) return all.status();
-  if (static_cast<int>(all->size()) != size_) {
-    return absl::InternalError(absl::StrCat("rank ", rank_, ": bootstrap returned ", all->size(),
+absl::Status UcxTransport::Connect(const std::vector<std::string>& addresses, Deadline deadline) {
+  if (static_cast<int>(addresses.size()) != size_) {
+    return absl::InternalError(absl::StrCat("rank ", rank_, ": got ", addresses.size(),
                                             " addresses for ", size_, " ranks"));
   }
+  DrainOtherGenerations(deadline);
   eps_.assign(size_, nullptr);
   error_args_.resize(size_);
   for (int p = 0; p < size_; ++p) {
@@ -235,11 +279,15 @@ absl::Status UcxTransport::Init(Bootstrap& bootstrap) {
     ucp_ep_params_t ep_params = {};
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep_params.address = reinterpret_cast<const ucp_address_t*>((*all)[p].data());
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(addresses[p].data());
     ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep_params.err_handler.cb = &UcxTransport::OnPeerError;
     ep_params.err_handler.arg = error_args_[p].get();
-    st = ucp_ep_create(worker_, &ep_params, &eps_[p]);
+    if (addresses[p].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank_, ": no UCX address for peer ", p));
+    }
+    ucs_status_t st = ucp_ep_create(worker_, &ep_params, &eps_[p]);
     if (st != UCS_OK) {
       eps_[p] = nullptr;
       return absl::UnavailableError(
@@ -318,14 +366,56 @@ UcxTransport::~UcxTransport() {
     }
     drive(pending, std::max(deadline, Clock::now() + std::chrono::milliseconds(100)));
     ReapZombies();
+    // UCX releases these when they complete; their buffers stay alive with
+    // the worker, which may carry the next communicator.
     for (auto& z : zombies_) {
       if (z->ucx != nullptr) ucp_request_free(z->ucx);
       z->ucx = nullptr;
+      w_->orphans.push_back(std::move(z));
     }
-    // zombies_ (the buffers UCX may still reference) die only after this.
-    ucp_worker_destroy(worker_);
+    zombies_.clear();
   }
-  if (context_ != nullptr) ucp_cleanup(context_);
+  if (w_ != nullptr) w_->in_use = false;
+}
+
+void UcxTransport::DrainOtherGenerations(Deadline deadline) {
+  std::vector<std::unique_ptr<Request>> drained;
+  for (uint64_t g = 0; g <= 7; ++g) {
+    if (g == (generation_ & 7)) continue;
+    for (;;) {
+      ucp_tag_recv_info_t info = {};
+      ucp_tag_message_h msg =
+          ucp_tag_probe_nb(worker_, g << kGenerationShift, kGenerationMask, 1, &info);
+      if (msg == nullptr) break;
+      auto r = std::make_unique<Request>();
+      r->buf.resize(info.length);
+      r->state = State::kInFlight;
+      ucp_request_param_t param = {};
+      param.op_attr_mask =
+          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+      param.cb.recv = &RecvCallback;
+      param.user_data = r.get();
+      param.datatype = ucp_dt_make_contig(1);
+      ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), info.length, msg, &param);
+      if (UCS_PTR_IS_ERR(p)) {
+        r->Finish(UCS_PTR_STATUS(p));
+      } else if (p == nullptr) {
+        r->Finish(UCS_OK);
+      } else {
+        r->ucx = p;
+      }
+      drained.push_back(std::move(r));
+    }
+  }
+  int idle = 0;
+  for (auto& r : drained) {
+    while (r->state == State::kInFlight && Clock::now() < deadline) {
+      Backoff(static_cast<int>(ucp_worker_progress(worker_)), idle);
+    }
+    if (r->ucx != nullptr) ucp_request_free(r->ucx);
+    r->ucx = nullptr;
+    if (r->state == State::kInFlight) w_->orphans.push_back(std::move(r));
+  }
 }
 
 // Force-closing our endpoints drops the connections, which the peers' error
@@ -399,7 +489,7 @@ absl::StatusOr<RequestId> UcxTransport::StartSend(int peer, uint64_t tag, bool i
   r->internal = internal;
   r->peer = peer;
   r->tag = tag;
-  r->wire_tag = WireTag(rank_, tag, internal);
+  r->wire_tag = WireTag(generation_, rank_, tag, internal);
   if (peer == rank_) {
     self_unmatched_[r->wire_tag].push_back(std::move(payload));
     r->state = State::kDone;
@@ -435,7 +525,7 @@ RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal) {
   r->internal = internal;
   r->peer = peer;
   r->tag = tag;
-  r->wire_tag = WireTag(peer, tag, internal);
+  r->wire_tag = WireTag(generation_, peer, tag, internal);
   r->state = State::kQueued;
   queued_[r->wire_tag].push_back(r.get());
   RequestId id = next_id_++;
@@ -640,6 +730,44 @@ void UcxTransport::CancelAll(Deadline deadline) {
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<UcxWorker>> CreateUcxWorker(const UcxOptions& options) {
+  auto w = std::make_shared<UcxWorkerImpl>();
+  if (absl::Status s = w->Init(options); !s.ok()) return s;
+  return std::shared_ptr<UcxWorker>(std::move(w));
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Transport>> Connect(std::shared_ptr<UcxWorker> worker, int rank,
+                                                   const std::vector<std::string>& addresses,
+                                                   uint32_t generation, const UcxOptions& options,
+                                                   Deadline deadline) {
+  const int size = static_cast<int>(addresses.size());
+  if (size <= 0 || size > kMaxRanks || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("UCX transport: rank ", rank, " of ", size,
+                                                   " (at most ", kMaxRanks, " ranks)"));
+  }
+  auto impl = std::dynamic_pointer_cast<UcxWorkerImpl>(worker);
+  if (impl == nullptr) return absl::InvalidArgumentError("UCX transport: not a UCX worker");
+  if (impl->in_use) {
+    return absl::FailedPreconditionError(
+        "UCX transport: the worker still carries another communicator");
+  }
+  impl->in_use = true;
+  auto t = std::make_unique<UcxTransport>(std::move(impl), rank, size, generation, options);
+  if (absl::Status s = t->Connect(addresses, deadline); !s.ok()) return s;
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Transport>> ConnectUcxTransport(
+    std::shared_ptr<UcxWorker> worker, int rank, const std::vector<std::string>& addresses,
+    uint32_t generation, const UcxOptions& options) {
+  return Connect(std::move(worker), rank, addresses, generation, options,
+                 DeadlineIn(options.connect_timeout));
+}
+
 absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(Bootstrap& bootstrap,
                                                               const UcxOptions& options) {
   const int rank = bootstrap.rank(), size = bootstrap.size();
@@ -647,9 +775,17 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(Bootstrap& bootstr
     return absl::InvalidArgumentError(absl::StrCat("UCX transport: rank ", rank, " of ", size,
                                                    " (at most ", kMaxRanks, " ranks)"));
   }
-  auto t = std::make_unique<UcxTransport>(rank, size, options);
-  if (absl::Status s = t->Init(bootstrap); !s.ok()) return s;
-  return std::unique_ptr<Transport>(std::move(t));
+  const Deadline deadline = DeadlineIn(options.connect_timeout);
+  absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+  if (!worker.ok()) return worker.status();
+  absl::StatusOr<std::vector<std::string>> all =
+      bootstrap.AllGather((*worker)->address(), deadline);
+  if (!all.ok()) return all.status();
+  if (static_cast<int>(all->size()) != size) {
+    return absl::InternalError(absl::StrCat("rank ", rank, ": bootstrap returned ", all->size(),
+                                            " addresses for ", size, " ranks"));
+  }
+  return Connect(*std::move(worker), rank, *all, /*generation=*/0, options, deadline);
 }
 
 }  // namespace gradex

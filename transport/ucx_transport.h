@@ -4,8 +4,9 @@
 // below override them for this transport only.
 //
 // Wire tag layout: UCP tag matching carries no source, so bit 63 marks the
-// transport's own control messages, bits 48..62 hold the sender's rank (so at
-// most 32767 ranks) and bits 0..47 the user tag. Receives match all 64 bits.
+// transport's own control messages, bits 60..62 the communicator's generation
+// (mod 8), bits 48..59 the sender's rank (so at most 4096 ranks) and bits
+// 0..47 the user tag. Receives match all 64 bits.
 // Self-sends bypass UCX and are matched locally (no "self" TLS needed).
 #ifndef GRADEX_TRANSPORT_UCX_TRANSPORT_H_
 #define GRADEX_TRANSPORT_UCX_TRANSPORT_H_
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "transport/bootstrap.h"
@@ -37,8 +39,31 @@ struct UcxOptions {
   std::chrono::milliseconds close_timeout{2000};
 };
 
+// Creates a UCP worker and connects it to every rank through `bootstrap`.
 absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(Bootstrap& bootstrap,
                                                               const UcxOptions& options);
+
+// The same in two halves, for a runtime that must publish its address before
+// it knows its peers (the agent joins the coordinator with it) and that builds
+// one communicator per epoch on the same worker, so its address stays valid
+// for its whole life.
+class UcxWorker {
+ public:
+  virtual ~UcxWorker() = default;
+  // The UCP worker address, an opaque blob for ConnectUcxTransport.
+  virtual const std::string& address() const = 0;
+};
+
+absl::StatusOr<std::shared_ptr<UcxWorker>> CreateUcxWorker(const UcxOptions& options);
+
+// Connects `worker` to every rank's address (this rank's own included, indexed
+// by rank) and wires up within options.connect_timeout. One communicator at a
+// time per worker: destroy the previous transport first. `generation` (e.g.
+// the epoch) keeps communicators apart: messages of an earlier communicator
+// still queued on the worker (an aborted epoch's) are dropped, never matched.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectUcxTransport(
+    std::shared_ptr<UcxWorker> worker, int rank, const std::vector<std::string>& addresses,
+    uint32_t generation, const UcxOptions& options);
 
 }  // namespace gradex
 
