@@ -1,0 +1,153 @@
+#include "services/coordinator/controllers.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gradex::coordinator {
+namespace {
+
+// Bounds the open (incomplete) steps a profiler or consensus keeps: a rank
+// that never reports must not grow them without limit.
+constexpr size_t kMaxOpen = 64;
+
+bool IsPowerOfTwo(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
+TeamChoice ChooseTeams(const std::string& algorithm, int configured_teams, int world,
+                       bool prefer_rsag) {
+  TeamChoice c{1, algorithm};
+  int t = std::min(std::max(configured_teams, 1), std::max(world, 1));
+  while (t > 1 && world % t != 0) --t;
+  c.teams = t;
+  const bool sag = algorithm == "spardl-bsag" || algorithm == "spardl-rsag";
+  if (sag && (prefer_rsag || algorithm == "spardl-rsag")) {
+    // R-SAG only runs on a power-of-two team count; B-SAG runs on any.
+    c.algorithm = IsPowerOfTwo(t) && (prefer_rsag || algorithm == "spardl-rsag") ? "spardl-rsag"
+                                                                                 : "spardl-bsag";
+  }
+  return c;
+}
+
+uint64_t BlockKeep(uint64_t n, int q, int pos, double density) {
+  uint64_t lo = n * static_cast<uint64_t>(pos) / q;
+  uint64_t hi = n * static_cast<uint64_t>(pos + 1) / q;
+  uint64_t size = hi - lo;
+  if (density <= 0) return 0;
+  double k = std::ceil(density * static_cast<double>(size) - 1e-9);
+  return k >= static_cast<double>(size) ? size : static_cast<uint64_t>(k);
+}
+
+KPrimeController::KPrimeController(uint64_t k_block, int teams)
+    : k_block_(static_cast<int64_t>(k_block)) {
+  teams = std::max(teams, 1);
+  floor_ = (k_block_ + teams - 1) / teams;
+  kprime_ = floor_;
+  step_ = std::max<int64_t>(1, (k_block_ - kprime_) / 100);
+}
+
+void KPrimeController::Update(uint64_t u) {
+  const bool too_many = static_cast<int64_t>(u) > k_block_;
+  const bool right = too_many == (step_ < 0);
+  if (right) {
+    if (++right_in_a_row_ >= 2) {
+      step_ *= 2;
+      right_in_a_row_ = 0;
+    }
+  } else {
+    right_in_a_row_ = 0;
+    step_ = (step_ == 1 || step_ == -1) ? -step_ : -step_ / 2;
+  }
+  const int64_t bound = std::max<int64_t>(1, k_block_);
+  step_ = std::clamp<int64_t>(step_, -bound, bound);
+  kprime_ = std::clamp<int64_t>(kprime_ + step_, floor_, std::max(floor_, k_block_));
+}
+
+bool KPrimeTable::Feed(uint32_t bucket, uint64_t elements, int team_position, uint64_t kprime_used,
+                       uint64_t post_gather_count, uint64_t step, int world, int teams,
+                       double density) {
+  if (teams < 1 || world % teams != 0) return false;
+  const int q = world / teams;
+  if (team_position < 0 || team_position >= q) return false;
+  auto key = std::make_pair(bucket, team_position);
+  auto it = table_.find(key);
+  if (it == table_.end() || it->second.elements != elements) {
+    if (table_.size() >= (size_t{1} << 16) && it == table_.end()) return false;
+    KPrimeController c(BlockKeep(elements, q, team_position, density), teams);
+    it = table_.insert_or_assign(key, Entry{c, elements, 0, false}).first;
+  }
+  Entry& e = it->second;
+  if ((e.fed && step <= e.last_step) || kprime_used != e.controller.kprime()) return false;
+  uint64_t before = e.controller.kprime();
+  e.controller.Update(post_gather_count);
+  e.last_step = step;
+  e.fed = true;
+  return e.controller.kprime() != before;
+}
+
+std::vector<std::pair<std::pair<uint32_t, int>, uint64_t>> KPrimeTable::Values() const {
+  std::vector<std::pair<std::pair<uint32_t, int>, uint64_t>> v;
+  v.reserve(table_.size());
+  for (const auto& [key, e] : table_) v.push_back({key, e.controller.kprime()});
+  return v;
+}
+
+bool BoundaryConsensus::Feed(int rank, uint32_t bucket, uint64_t elements, uint64_t step,
+                             const std::vector<uint32_t>& inner,
+                             std::optional<AgreedRegions>* done) {
+  if (rank < 0 || rank >= world_ || static_cast<int>(inner.size()) != world_ - 1) return false;
+  auto key = std::make_pair(bucket, step);
+  auto it = pending_.find(key);
+  if (it == pending_.end()) {
+    if (pending_.size() >= kMaxOpen) pending_.erase(pending_.begin());  // oldest (bucket, step)
+    Pending p{elements, std::vector<uint64_t>(inner.size(), 0), std::vector<bool>(world_), 0};
+    it = pending_.emplace(key, std::move(p)).first;
+  }
+  Pending& p = it->second;
+  if (p.elements != elements || p.seen[rank]) return false;
+  p.seen[rank] = true;
+  ++p.count;
+  for (size_t j = 0; j < inner.size(); ++j) p.sums[j] += inner[j];
+  if (p.count == world_) {
+    AgreedRegions r{bucket, elements, step, std::vector<uint32_t>(world_ + 1)};
+    r.boundaries[0] = 0;
+    // The mean of nondecreasing sequences is nondecreasing; each <= elements.
+    for (int j = 1; j < world_; ++j)
+      r.boundaries[j] = static_cast<uint32_t>(p.sums[j - 1] / world_);
+    r.boundaries[world_] = static_cast<uint32_t>(elements);
+    *done = std::move(r);
+    pending_.erase(it);
+  }
+  return true;
+}
+
+bool CcrProfiler::Feed(int rank, uint64_t step, double comm_seconds, double compute_seconds) {
+  if (done_ || steps_ <= 0 || rank < 0 || rank >= world_) return false;
+  auto it = open_.find(step);
+  if (it == open_.end()) {
+    if (open_.size() >= kMaxOpen) open_.erase(open_.begin());
+    it = open_.emplace(step, StepAcc{comm_seconds, 0, std::vector<bool>(world_), 0}).first;
+  }
+  StepAcc& a = it->second;
+  if (a.seen[rank]) return false;
+  a.seen[rank] = true;
+  ++a.count;
+  a.min_comm = std::min(a.min_comm, comm_seconds);
+  a.sum_compute += compute_seconds;
+  if (a.count < world_) return false;
+  comm_total_ += a.min_comm;
+  compute_total_ += a.sum_compute / world_;
+  open_.erase(it);
+  if (++complete_ < steps_) return false;
+  done_ = true;
+  // No compute measured: communication is all there is; cap what I can say.
+  ccr_ = compute_total_ > 0 ? comm_total_ / compute_total_ : 64.0;
+  return true;
+}
+
+int CcrProfiler::interval() const {
+  double i = std::ceil(ccr_ - 1e-9);
+  return static_cast<int>(std::clamp(i, 1.0, 64.0));
+}
+
+}  // namespace gradex::coordinator

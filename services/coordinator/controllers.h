@@ -1,0 +1,133 @@
+// The plan's parameter controllers, fed by step reports. Pure logic: no
+// locks, no clock of their own (the Coordinator serialises calls).
+#ifndef GRADEX_SERVICES_COORDINATOR_CONTROLLERS_H_
+#define GRADEX_SERVICES_COORDINATOR_CONTROLLERS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gradex::coordinator {
+
+// Team count for an epoch of P members: the configured T when it divides P,
+// else the largest divisor of P below it. The algorithm name switches between
+// spardl-rsag and spardl-bsag when prefer_rsag (R-SAG needs a power of two).
+struct TeamChoice {
+  int teams = 1;
+  std::string algorithm;
+};
+TeamChoice ChooseTeams(const std::string& algorithm, int configured_teams, int world,
+                       bool prefer_rsag);
+
+// Entries block `pos` of q blocks of an n-element bucket keeps at `density`
+// (the data plane's BlockLayout/KeepCount, restated: the coordinator does not
+// link the collectives).
+uint64_t BlockKeep(uint64_t n, int q, int pos, double density);
+
+// SparDL's B-SAG k' step controller (the brief's Algorithm 2 as the authors'
+// code runs it; same rule as collectives/bsag_controller.h, which a test
+// checks step for step). Starts at ceil(k_block/T) with a step of
+// (k_block - k')/100; two right-direction moves double the step, a wrong one
+// reverses and halves it; k' stays in [ceil(k_block/T), k_block].
+class KPrimeController {
+ public:
+  KPrimeController(uint64_t k_block, int teams);
+  uint64_t kprime() const { return static_cast<uint64_t>(kprime_); }
+  // u: the post-gather count of a step that ran with kprime().
+  void Update(uint64_t u);
+
+ private:
+  int64_t k_block_;
+  int64_t floor_;
+  int64_t kprime_;
+  int64_t step_;
+  int right_in_a_row_ = 0;
+};
+
+// One KPrimeController per (bucket, team position). Every holder of a block
+// reports the same u, so each step feeds a position once; feedback from a k'
+// other than the current one (reports lag the plan) is ignored, so the loop
+// reacts only to its own last decision.
+class KPrimeTable {
+ public:
+  // Returns true when some k' changed.
+  bool Feed(uint32_t bucket, uint64_t elements, int team_position, uint64_t kprime_used,
+            uint64_t post_gather_count, uint64_t step, int world, int teams, double density);
+  // (bucket, team position) -> k', ordered.
+  std::vector<std::pair<std::pair<uint32_t, int>, uint64_t>> Values() const;
+  void Reset() { table_.clear(); }
+
+ private:
+  struct Entry {
+    KPrimeController controller;
+    uint64_t elements;
+    uint64_t last_step;
+    bool fed;  // last_step is meaningful
+  };
+  std::map<std::pair<uint32_t, int>, Entry> table_;
+};
+
+// Ok-Topk region consensus: the P-1 inner boundaries each rank proposed at a
+// step, averaged (rounded down, like the data plane's MeanBoundaryAgreement)
+// once all P ranks' proposals for that (bucket, step) arrived.
+struct AgreedRegions {
+  uint32_t bucket;
+  uint64_t elements;
+  uint64_t from_step;
+  std::vector<uint32_t> boundaries;  // P+1 values, 0 .. elements
+};
+class BoundaryConsensus {
+ public:
+  explicit BoundaryConsensus(int world) : world_(world) {}
+  // A proposal of the wrong length for this epoch's P is ignored (false).
+  bool Feed(int rank, uint32_t bucket, uint64_t elements, uint64_t step,
+            const std::vector<uint32_t>& inner, std::optional<AgreedRegions>* done);
+
+ private:
+  struct Pending {
+    uint64_t elements;
+    std::vector<uint64_t> sums;
+    std::vector<bool> seen;
+    int count = 0;
+  };
+  int world_;
+  std::map<std::pair<uint32_t, uint64_t>, Pending> pending_;  // (bucket, step)
+};
+
+// COVAP's distributed profiler: per step, the communication time is the
+// shortest (end - start) over ranks (timelines aligned at the end of the
+// communication: early ranks' waiting is not communication), the computation
+// time the mean over ranks. After `steps` complete steps, CCR = sum comm /
+// sum compute and I = max(1, ceil(CCR)).
+class CcrProfiler {
+ public:
+  CcrProfiler(int world, int steps) : world_(world), steps_(steps) {}
+  // Returns true when this report completed the measurement.
+  bool Feed(int rank, uint64_t step, double comm_seconds, double compute_seconds);
+  bool done() const { return done_; }
+  double ccr() const { return ccr_; }
+  int interval() const;
+
+ private:
+  struct StepAcc {
+    double min_comm = 0;
+    double sum_compute = 0;
+    std::vector<bool> seen;
+    int count = 0;
+  };
+  int world_;
+  int steps_;
+  std::map<uint64_t, StepAcc> open_;
+  int complete_ = 0;
+  double comm_total_ = 0;
+  double compute_total_ = 0;
+  bool done_ = false;
+  double ccr_ = 0;
+};
+
+}  // namespace gradex::coordinator
+
+#endif  // GRADEX_SERVICES_COORDINATOR_CONTROLLERS_H_

@@ -1,0 +1,290 @@
+#include "services/coordinator/coordinator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_join.h"
+#include "services/coordinator/log.h"
+
+namespace gradex::coordinator {
+
+Coordinator::Coordinator(JobSettings settings, CoordinatorMetrics* metrics)
+    : s_(std::move(settings)),
+      metrics_(metrics),
+      incarnation_(std::random_device{}() * 0x100000000ull + std::random_device{}()),
+      rng_(std::random_device{}() ^ (incarnation_ << 1)),
+      membership_(s_),
+      stalls_(s_.step_deadline) {
+  agreed_.teams = ChooseTeams(s_.algorithm, s_.teams, s_.world_size, s_.prefer_rsag);
+  agreed_.covap_interval = s_.covap_interval;
+  UpdateGaugesLocked();
+}
+
+absl::StatusOr<gradex::v1::JoinResponse> Coordinator::Join(const gradex::v1::JoinRequest& r,
+                                                           absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  uint64_t id = 0;
+  while (id == 0 || membership_.Find(id) != nullptr) id = rng_();
+  uint64_t replaced = 0;
+  absl::Status st = membership_.Join(r, id, now, &replaced);
+  if (!st.ok()) return st;
+  if (replaced != 0) gone_.push_back(replaced);  // its watchers end at the next tick
+  if (metrics_) (r.last_epoch() > 0 ? metrics_->joins_rejoin : metrics_->joins_fresh).Increment();
+  Log("join: member ", id, " agent '", r.agent_id(), "' host '", r.host(), "' local rank ",
+      r.local_rank(),
+      r.last_epoch() > 0
+          ? absl::StrCat(" (rejoin, last epoch ", r.last_epoch(), " rank ", r.last_rank(), ")")
+          : "");
+  UpdateGaugesLocked();
+  gradex::v1::JoinResponse resp;
+  resp.set_member_id(id);
+  const int64_t lease_ms = absl::ToInt64Milliseconds(s_.lease);
+  resp.set_lease_duration_ms(static_cast<uint32_t>(lease_ms));
+  resp.set_heartbeat_interval_ms(static_cast<uint32_t>(std::max<int64_t>(lease_ms / 3, 1)));
+  resp.set_coordinator_incarnation(incarnation_);
+  return resp;
+}
+
+absl::StatusOr<gradex::v1::HeartbeatResponse> Coordinator::Heartbeat(
+    const gradex::v1::HeartbeatRequest& r, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  absl::Status st = membership_.Heartbeat(r.member_id(), r.next_step(), now);
+  if (!st.ok()) return st;
+  gradex::v1::HeartbeatResponse resp;
+  resp.set_lease_duration_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(s_.lease)));
+  resp.set_plan_version(version_);
+  resp.set_epoch(membership_.has_epoch() ? membership_.latest().number : 0);
+  return resp;
+}
+
+absl::Status Coordinator::Leave(const gradex::v1::LeaveRequest& r, absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status st = membership_.Leave(r.member_id());
+    if (!st.ok()) return st;
+    if (metrics_) metrics_->leaves.Increment();
+    Log("leave: member ", r.member_id(), r.reason().empty() ? "" : ": ", r.reason());
+    gone_.push_back(r.member_id());
+  }
+  Tick(now);  // the survivors' new epoch goes out now, not at the next tick
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now, bool* accepted) {
+  absl::MutexLock lock(&mu_);
+  *accepted = false;
+  const MemberRecord* m = membership_.Find(r.member_id());
+  if (m == nullptr) return absl::NotFoundError("unknown member: join again");
+  membership_.NoteStep(r.member_id(), r.step());
+  const Epoch* e = membership_.FindEpoch(r.epoch());
+  const int rank = e ? membership_.RankIn(*e, r.member_id()) : -1;
+  if (rank < 0) {
+    if (metrics_) metrics_->reports_ignored.Increment();
+    return absl::OkStatus();
+  }
+  *accepted = true;
+  if (metrics_) metrics_->reports_accepted.Increment();
+  if (!r.error().empty()) {
+    if (metrics_) metrics_->step_failures.Increment();
+    Log("step ", r.step(), " failed on rank ", rank, " (member ", r.member_id(), ", host '",
+        m->host, "', epoch ", r.epoch(), "): ", r.error());
+    return absl::OkStatus();
+  }
+  // Controllers follow the latest epoch only (they restart with each epoch).
+  if (&membership_.latest() == e) {
+    FeedControllersLocked(r, rank, static_cast<int>(e->roster.size()));
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world) {
+  for (const gradex::v1::BucketReport& b : r.buckets()) {
+    if (s_.coordinate_kprime && b.kprime_used() > 0 &&
+        kprime_.Feed(b.bucket(), b.elements(), b.team_position(), b.kprime_used(),
+                     b.post_gather_count(), r.step(), world, agreed_.teams.teams, s_.density)) {
+      kprime_dirty_ = true;
+    }
+    if (s_.coordinate_oktopk_regions && b.local_boundaries_size() > 0 && consensus_) {
+      std::vector<uint32_t> inner(b.local_boundaries().begin(), b.local_boundaries().end());
+      std::optional<AgreedRegions> done;
+      consensus_->Feed(rank, b.bucket(), b.elements(), r.step(), inner, &done);
+      if (done) {
+        agreed_.regions[done->bucket] = std::move(*done);
+        agreed_dirty_ = true;
+      }
+    }
+  }
+  if (profiler_ && r.comm_end_unix_ns() > r.comm_start_unix_ns() &&
+      profiler_->Feed(rank, r.step(), (r.comm_end_unix_ns() - r.comm_start_unix_ns()) * 1e-9,
+                      r.compute_seconds())) {
+    agreed_.covap_ccr = profiler_->ccr();
+    agreed_.covap_interval = profiler_->interval();
+    agreed_dirty_ = true;
+    Log("COVAP profiler: CCR ", agreed_.covap_ccr, " -> interval ", agreed_.covap_interval);
+  }
+}
+
+void Coordinator::NewEpochLocked() {
+  const Epoch& e = membership_.latest();
+  const int world = static_cast<int>(e.roster.size());
+  agreed_.teams = ChooseTeams(s_.algorithm, s_.teams, world, s_.prefer_rsag);
+  agreed_.regions.clear();  // P+1 boundaries of another P mean nothing now
+  kprime_.Reset();
+  kprime_dirty_ = false;
+  consensus_ = std::make_unique<BoundaryConsensus>(world);
+  if (s_.algorithm == "covap" && s_.covap_profile_steps > 0) {
+    profiler_ = std::make_unique<CcrProfiler>(world, s_.covap_profile_steps);
+  }
+  stalls_.Reset();
+  Log("epoch ", e.number, ": ", world, " members, ", agreed_.teams.teams, " teams, algorithm ",
+      agreed_.teams.algorithm, ", from step ", e.effective_step,
+      e.immediate ? " (at once)" : " (at a plan barrier)");
+}
+
+void Coordinator::PublishLocked(uint64_t effective_step) {
+  if (!membership_.has_epoch()) return;
+  ++version_;
+  plan_ = std::make_shared<const gradex::v1::Plan>(BuildPlan(
+      s_, membership_, membership_.latest(), version_, effective_step, agreed_, kprime_.Values()));
+  published_ = true;
+  if (metrics_) metrics_->plans_published.Increment();
+}
+
+void Coordinator::Tick(absl::Time now) {
+  std::vector<uint64_t> gone;
+  bool changed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<uint64_t> evicted;
+    const bool formed = membership_.Tick(now, &evicted);
+    for (uint64_t id : evicted) {
+      Log("evicted member ", id, ": lease expired");
+      if (metrics_) metrics_->evictions.Increment();
+      gone_.push_back(id);
+    }
+    if (formed) {
+      NewEpochLocked();
+      agreed_dirty_ = kprime_dirty_ = false;
+      PublishLocked(membership_.latest().effective_step);
+      last_publish_ = now;
+    } else if (membership_.has_epoch() && agreed_dirty_) {
+      // Values all ranks agree on: at a barrier the running ranks can still
+      // see coming, never before the plan they replace.
+      uint64_t at = membership_.NextBarrier(membership_.MaxNextStep() + s_.plan_lead_steps);
+      if (plan_) at = std::max<uint64_t>(at, plan_->effective_step());
+      agreed_dirty_ = kprime_dirty_ = false;
+      PublishLocked(at);
+      last_publish_ = now;
+    } else if (membership_.has_epoch() && kprime_dirty_ &&
+               now - last_publish_ >= s_.min_publish_interval) {
+      kprime_dirty_ = false;
+      PublishLocked(plan_ ? plan_->effective_step() : membership_.latest().effective_step);
+      last_publish_ = now;
+    }
+    CheckStallsLocked(now);
+    UpdateGaugesLocked();
+    gone.swap(gone_);
+    changed = published_;
+    published_ = false;
+  }
+  Notify(gone, changed);
+}
+
+void Coordinator::CheckStallsLocked(absl::Time now) {
+  if (!membership_.has_epoch()) return;
+  // The running epoch: the newest whose effective step some member reached.
+  const Epoch* run = &membership_.latest();
+  const uint64_t furthest = membership_.MaxNextStep();
+  for (uint64_t n = run->number; run->effective_step > furthest && n > 1;) {
+    const Epoch* older = membership_.FindEpoch(--n);
+    if (older == nullptr) break;
+    run = older;
+  }
+  std::vector<uint64_t> progress;
+  for (uint64_t id : run->roster) {
+    const MemberRecord* m = membership_.Find(id);
+    // A lost member is the next epoch's business; its rank is not waited on.
+    progress.push_back(m ? std::max(m->next_step, run->effective_step) : 0);
+  }
+  if (progress.size() != run->roster.size()) return;
+  int behind = 0;
+  std::optional<Stall> st = stalls_.Check(progress, now, &behind);
+  if (metrics_) metrics_->stalled_ranks.Set(behind);
+  if (!st) return;
+  ++stalled_steps_;
+  if (metrics_) metrics_->stalled_steps.Increment();
+  std::vector<std::string> who;
+  for (size_t i = 0; i < st->ranks.size(); ++i) {
+    const MemberRecord* m = membership_.Find(run->roster[st->ranks[i]]);
+    who.push_back(absl::StrCat(st->ranks[i], " (", m ? m->host : "?", ", next step ",
+                               st->next_steps[i], ")"));
+  }
+  Log("step ", st->step, " stalled in epoch ", run->number, ": ranks ", absl::StrJoin(who, ", "),
+      " have not arrived; rank progress reaches step ", st->frontier - 1);
+}
+
+void Coordinator::UpdateGaugesLocked() {
+  if (!metrics_) return;
+  const bool has = membership_.has_epoch();
+  metrics_->epoch.Set(has ? static_cast<double>(membership_.latest().number) : 0);
+  const size_t pending = membership_.pending();
+  metrics_->members_active.Set(static_cast<double>(membership_.size() - pending));
+  metrics_->members_pending.Set(static_cast<double>(pending));
+  metrics_->plan_version.Set(static_cast<double>(version_));
+  metrics_->covap_ccr.Set(agreed_.covap_ccr);
+  metrics_->covap_interval.Set(agreed_.covap_interval);
+  metrics_->teams.Set(agreed_.teams.teams);
+}
+
+void Coordinator::Notify(const std::vector<uint64_t>& gone, bool plan_changed) {
+  std::vector<std::pair<uint64_t, std::shared_ptr<PlanWatcher>>> ws;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    ws = watchers_;
+  }
+  for (auto& [member, w] : ws) {
+    if (std::find(gone.begin(), gone.end(), member) != gone.end()) {
+      w->MemberGone();
+    } else if (plan_changed) {
+      w->PlanChanged();
+    }
+  }
+}
+
+std::shared_ptr<const gradex::v1::Plan> Coordinator::plan() const {
+  absl::MutexLock lock(&mu_);
+  return plan_;
+}
+
+bool Coordinator::IsMember(uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  return membership_.Find(id) != nullptr;
+}
+
+uint64_t Coordinator::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return membership_.has_epoch() ? membership_.latest().number : 0;
+}
+
+size_t Coordinator::members() const {
+  absl::MutexLock lock(&mu_);
+  return membership_.size();
+}
+
+uint64_t Coordinator::stalled_steps() const {
+  absl::MutexLock lock(&mu_);
+  return stalled_steps_;
+}
+
+void Coordinator::Subscribe(uint64_t member, std::shared_ptr<PlanWatcher> w) {
+  absl::MutexLock lock(&watch_mu_);
+  watchers_.emplace_back(member, std::move(w));
+}
+
+void Coordinator::Unsubscribe(const PlanWatcher* w) {
+  absl::MutexLock lock(&watch_mu_);
+  watchers_.erase(std::remove_if(watchers_.begin(), watchers_.end(),
+                                 [w](const auto& p) { return p.second.get() == w; }),
+                  watchers_.end());
+}
+
+}  // namespace gradex::coordinator

@@ -1,0 +1,100 @@
+// The coordinator's state: membership, the controllers and the published
+// plan, behind one mutex. The gRPC service calls it; the server's ticker
+// calls Tick(). Plan watchers are told about new versions outside the lock.
+#ifndef GRADEX_SERVICES_COORDINATOR_COORDINATOR_H_
+#define GRADEX_SERVICES_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "gradex/v1/coordinator.pb.h"
+#include "services/coordinator/controllers.h"
+#include "services/coordinator/job_config.h"
+#include "services/coordinator/membership.h"
+#include "services/coordinator/metrics.h"
+#include "services/coordinator/plan_builder.h"
+#include "services/coordinator/stall_detector.h"
+
+namespace gradex::coordinator {
+
+// A WatchPlan stream's hook. Called without the coordinator's lock held.
+class PlanWatcher {
+ public:
+  virtual ~PlanWatcher() = default;
+  virtual void PlanChanged() = 0;
+  virtual void MemberGone() = 0;
+};
+
+class Coordinator {
+ public:
+  // `metrics` may be null (tests of the logic alone).
+  Coordinator(JobSettings settings, CoordinatorMetrics* metrics);
+
+  absl::StatusOr<gradex::v1::JoinResponse> Join(const gradex::v1::JoinRequest& r, absl::Time now);
+  absl::StatusOr<gradex::v1::HeartbeatResponse> Heartbeat(const gradex::v1::HeartbeatRequest& r,
+                                                          absl::Time now);
+  absl::Status Leave(const gradex::v1::LeaveRequest& r, absl::Time now);
+  // NOT_FOUND for an unknown member; *accepted false for a stale report.
+  absl::Status Report(const gradex::v1::StepReport& r, absl::Time now, bool* accepted);
+  // Evictions, epochs, parameter publication, stall detection.
+  void Tick(absl::Time now);
+
+  // The latest plan (null before the first epoch).
+  std::shared_ptr<const gradex::v1::Plan> plan() const;
+  bool IsMember(uint64_t id) const;
+  uint64_t epoch() const;
+  size_t members() const;
+  uint64_t stalled_steps() const;
+
+  void Subscribe(uint64_t member, std::shared_ptr<PlanWatcher> w);
+  void Unsubscribe(const PlanWatcher* w);
+
+  const JobSettings& settings() const { return s_; }
+
+ private:
+  void PublishLocked(uint64_t effective_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NewEpochLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckStallsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells watchers (after mu_ is released).
+  void Notify(const std::vector<uint64_t>& gone, bool plan_changed);
+
+  const JobSettings s_;
+  CoordinatorMetrics* const metrics_;
+  const uint64_t incarnation_;
+
+  mutable absl::Mutex mu_;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  Membership membership_ ABSL_GUARDED_BY(mu_);
+  AgreedParams agreed_ ABSL_GUARDED_BY(mu_);
+  KPrimeTable kprime_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<BoundaryConsensus> consensus_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<CcrProfiler> profiler_ ABSL_GUARDED_BY(mu_);
+  StallDetector stalls_ ABSL_GUARDED_BY(mu_);
+  bool agreed_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  bool kprime_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_publish_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t stalled_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const gradex::v1::Plan> plan_ ABSL_GUARDED_BY(mu_);
+  // Members whose watchers must end, and whether a plan is new, collected
+  // under mu_ and delivered by Notify.
+  std::vector<uint64_t> gone_ ABSL_GUARDED_BY(mu_);
+  bool published_ ABSL_GUARDED_BY(mu_) = false;
+
+  mutable absl::Mutex watch_mu_;
+  std::vector<std::pair<uint64_t, std::shared_ptr<PlanWatcher>>> watchers_
+      ABSL_GUARDED_BY(watch_mu_);
+};
+
+}  // namespace gradex::coordinator
+
+#endif  // GRADEX_SERVICES_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,119 @@
+#include "services/coordinator/job_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/util/json_util.h"
+#include "gradex/v1/job_config.pb.h"
+#include "services/coordinator/limits.h"
+#include "services/coordinator/validate.h"
+
+namespace gradex::coordinator {
+namespace {
+
+absl::Status Bad(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("job config: ", field, ": ", why));
+}
+
+constexpr size_t kMaxConfigBytes = 1 << 20;
+
+}  // namespace
+
+bool IsKnownAlgorithm(absl::string_view name) {
+  static constexpr absl::string_view kNames[] = {"dense-ring",
+                                                 "dense-rabenseifner",
+                                                 "topka",
+                                                 "topkdsa",
+                                                 "gtopk",
+                                                 "gaussiank",
+                                                 "oktopk",
+                                                 "sparcml-ssar-rd",
+                                                 "sparcml-ssar-split",
+                                                 "sparcml-dsar-split",
+                                                 "spardl",
+                                                 "spardl-rsag",
+                                                 "spardl-bsag",
+                                                 "covap",
+                                                 "dgs"};
+  for (absl::string_view n : kNames) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
+  if (json.size() > kMaxConfigBytes) return Bad("file", "over 1 MiB");
+  gradex::v1::JobConfig c;
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = false;  // a typo must not silently become a default
+  auto st = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), &c, opts);
+  if (!st.ok()) return Bad("JSON", std::string(st.message()));
+
+  JobSettings s;
+  if (!IsValidJobId(c.job_id())) return Bad("job_id", "required, 1..128 bytes of [A-Za-z0-9._-]");
+  s.job_id = c.job_id();
+  if (c.world_size() < 1 || c.world_size() > kMaxWorldSize) return Bad("world_size", "1..65536");
+  s.world_size = c.world_size();
+  if (c.min_world_size() < 0 || c.min_world_size() > c.world_size()) {
+    return Bad("min_world_size", "0..world_size");
+  }
+  s.min_world_size = c.min_world_size() == 0 ? c.world_size() : c.min_world_size();
+  if (c.rendezvous_timeout_ms() > 0)
+    s.rendezvous_timeout = absl::Milliseconds(c.rendezvous_timeout_ms());
+  if (!IsKnownAlgorithm(c.algorithm())) {
+    return Bad("algorithm", absl::StrCat("unknown name '", c.algorithm().substr(0, 64), "'"));
+  }
+  s.algorithm = c.algorithm();
+  if (!(c.density() > 0 && c.density() <= 1)) return Bad("density", "required, in (0, 1]");
+  s.density = c.density();
+  if (c.teams() < 0 || c.teams() > c.world_size()) return Bad("teams", "0..world_size");
+  s.teams = c.teams() == 0 ? 1 : c.teams();
+  s.prefer_rsag = c.prefer_rsag();
+  auto period = [](int v, int def, absl::string_view name, int* out) -> absl::Status {
+    if (v < 0 || v > (1 << 20)) return Bad(name, "0..1048576 steps (0 = default)");
+    *out = v == 0 ? def : v;
+    return absl::OkStatus();
+  };
+  if (auto e = period(c.barrier_period(), 64, "barrier_period", &s.barrier_period); !e.ok())
+    return e;
+  if (auto e = period(c.oktopk_tau(), 64, "oktopk_tau", &s.oktopk_tau); !e.ok()) return e;
+  if (auto e = period(c.oktopk_tau_prime(), 32, "oktopk_tau_prime", &s.oktopk_tau_prime); !e.ok()) {
+    return e;
+  }
+  if (auto e = period(c.covap_interval(), 3, "covap_interval", &s.covap_interval); !e.ok())
+    return e;
+  if (c.covap_profile_steps() < 0 || c.covap_profile_steps() > 100000) {
+    return Bad("covap_profile_steps", "0..100000");
+  }
+  s.covap_profile_steps = c.has_covap_profile_steps() ? c.covap_profile_steps() : 16;
+  if (c.lease_ms() != 0 && c.lease_ms() < 100) return Bad("lease_ms", ">= 100");
+  if (c.lease_ms() > 0) s.lease = absl::Milliseconds(c.lease_ms());
+  if (c.step_deadline_ms() > 0) s.step_deadline = absl::Milliseconds(c.step_deadline_ms());
+  if (c.plan_lead_steps() < 0 || c.plan_lead_steps() > (1 << 20)) {
+    return Bad("plan_lead_steps", "0..1048576");
+  }
+  s.plan_lead_steps = c.plan_lead_steps() == 0 ? s.barrier_period : c.plan_lead_steps();
+  int q = c.quantize_bits();
+  if (q != 0 && q != 2 && q != 4 && q != 8) return Bad("quantize_bits", "0, 2, 4 or 8");
+  s.quantize_bits = q;
+  bool sag = s.algorithm == "spardl-bsag" || s.algorithm == "spardl-rsag";
+  s.coordinate_kprime = c.has_coordinate_kprime() ? c.coordinate_kprime() : sag;
+  s.coordinate_oktopk_regions =
+      c.has_coordinate_oktopk_regions() ? c.coordinate_oktopk_regions() : s.algorithm == "oktopk";
+  return s;
+}
+
+absl::StatusOr<JobSettings> LoadJobConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("job config: cannot open '", path, "'"));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  auto s = ParseJobConfig(buf.str());
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.status().message()));
+  return s;
+}
+
+}  // namespace gradex::coordinator

@@ -1,0 +1,52 @@
+// The job configuration (--job-config): gradex.v1.JobConfig read from JSON by
+// protobuf's strict JSON parser, checked, and defaults filled in.
+#ifndef GRADEX_SERVICES_COORDINATOR_JOB_CONFIG_H_
+#define GRADEX_SERVICES_COORDINATOR_JOB_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace gradex::coordinator {
+
+struct JobSettings {
+  std::string job_id;
+  int world_size = 1;
+  int min_world_size = 1;
+  absl::Duration rendezvous_timeout = absl::Seconds(30);
+  std::string algorithm;
+  double density = 0.01;
+  int teams = 1;
+  bool prefer_rsag = false;
+  int barrier_period = 64;
+  int oktopk_tau = 64;
+  int oktopk_tau_prime = 32;
+  int covap_interval = 3;
+  int covap_profile_steps = 16;
+  absl::Duration lease = absl::Seconds(10);
+  absl::Duration step_deadline = absl::Seconds(30);
+  int plan_lead_steps = 64;
+  int quantize_bits = 0;
+  bool coordinate_kprime = false;
+  bool coordinate_oktopk_regions = false;
+  // Parameter-only plan changes (k') are published at most this often, so a
+  // large job's streams are not flooded with a plan per step.
+  absl::Duration min_publish_interval = absl::Milliseconds(200);
+};
+
+// Parses and checks a JSON JobConfig. Errors are INVALID_ARGUMENT naming the
+// field (or the JSON parser's position).
+absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json);
+// Reads FILE and parses it; NOT_FOUND / INVALID_ARGUMENT name the file.
+absl::StatusOr<JobSettings> LoadJobConfig(const std::string& path);
+
+// The algorithm names of DESIGN.md (the coordinator does not link the
+// collectives, so it keeps the list; agents reject a name they lack).
+bool IsKnownAlgorithm(absl::string_view name);
+
+}  // namespace gradex::coordinator
+
+#endif  // GRADEX_SERVICES_COORDINATOR_JOB_CONFIG_H_

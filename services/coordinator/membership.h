@@ -1,0 +1,93 @@
+// Membership and epochs: leases, eviction, torchrun-like rendezvous, dense
+// ranks, a new epoch on every change, and the rebuild after a coordinator
+// restart from the agents' re-registration. Pure logic with the clock passed
+// in; the Coordinator serialises calls.
+#ifndef GRADEX_SERVICES_COORDINATOR_MEMBERSHIP_H_
+#define GRADEX_SERVICES_COORDINATOR_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gradex/v1/coordinator.pb.h"
+#include "services/coordinator/job_config.h"
+
+namespace gradex::coordinator {
+
+struct MemberRecord {
+  uint64_t id = 0;
+  std::string agent_id, host, device, ucx_address;
+  int local_rank = 0;
+  absl::Time lease_expiry;
+  uint64_t next_step = 0;  // the step it runs next (join, heartbeat, reports)
+  // Re-registration after a coordinator restart.
+  uint64_t last_epoch = 0;
+  int last_rank = -1;
+};
+
+struct Epoch {
+  uint64_t number = 0;
+  uint64_t effective_step = 0;
+  bool immediate = false;        // formed because a member was lost (or first)
+  std::vector<uint64_t> roster;  // member ids in rank order
+};
+
+class Membership {
+ public:
+  explicit Membership(const JobSettings& settings) : s_(settings) {}
+
+  // Adds (or, for a known agent_id, replaces) a member with id `id` (chosen
+  // by the caller, unique); *replaced gets the old id of a re-registering
+  // agent (else 0). FAILED_PRECONDITION on another job's id,
+  // RESOURCE_EXHAUSTED past the member cap.
+  absl::Status Join(const gradex::v1::JoinRequest& r, uint64_t id, absl::Time now,
+                    uint64_t* replaced);
+  // NOT_FOUND when the member is unknown (evicted or never joined).
+  absl::Status Heartbeat(uint64_t id, uint64_t next_step, absl::Time now);
+  absl::Status Leave(uint64_t id);
+  // A step report: progress only (the step it finished or failed).
+  void NoteStep(uint64_t id, uint64_t step);
+
+  // Evicts expired leases (their ids appended to *evicted) and forms a new
+  // epoch when due: the rendezvous completed, members were lost (at once),
+  // or members wait to be admitted (at the next plan barrier). Returns true
+  // when a new epoch was formed.
+  bool Tick(absl::Time now, std::vector<uint64_t>* evicted);
+
+  bool has_epoch() const { return !epochs_.empty(); }
+  const Epoch& latest() const { return epochs_.back(); }
+  // The epoch with this number, if still remembered (the last few), or null.
+  const Epoch* FindEpoch(uint64_t number) const;
+  // Rank of the member in the epoch, or -1.
+  int RankIn(const Epoch& e, uint64_t id) const;
+  const MemberRecord* Find(uint64_t id) const;
+  size_t size() const { return members_.size(); }
+  size_t pending() const;  // members not in the latest epoch
+  // The largest step any member will run next.
+  uint64_t MaxNextStep() const;
+  uint64_t NextBarrier(uint64_t step) const;
+
+ private:
+  void FormEpoch(std::vector<uint64_t> roster, uint64_t effective, bool immediate);
+  std::vector<uint64_t> FreshOrder(std::vector<uint64_t> ids) const;
+
+  JobSettings s_;
+  std::map<uint64_t, MemberRecord> members_;
+  std::map<std::string, uint64_t> by_agent_;
+  std::deque<Epoch> epochs_;  // the last few, newest at the back
+  uint64_t epoch_counter_ = 0;
+  // Rendezvous (no epoch yet): when it times out, and how many re-registering
+  // agents ran the last epoch (0: a fresh job).
+  bool rendezvous_open_ = false;
+  absl::Time rendezvous_deadline_;
+  int rebuild_world_ = 0;
+  bool lost_ = false;  // a member of the latest epoch left or was evicted
+};
+
+}  // namespace gradex::coordinator
+
+#endif  // GRADEX_SERVICES_COORDINATOR_MEMBERSHIP_H_

@@ -1,0 +1,103 @@
+#include "services/coordinator/metrics.h"
+
+namespace gradex::coordinator {
+namespace {
+
+prometheus::Family<prometheus::Counter>& CounterFamily(prometheus::Registry& r, const char* name,
+                                                       const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+prometheus::Family<prometheus::Gauge>& GaugeFamily(prometheus::Registry& r, const char* name,
+                                                   const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
+    : members_family(GaugeFamily(r, "gradex_coordinator_members",
+                                 "Members by state (active: in the latest epoch; pending: "
+                                 "waiting for admission)")),
+      joins_family(CounterFamily(r, "gradex_coordinator_joins_total",
+                                 "Joins accepted, by kind (fresh, or rejoin with a last epoch)")),
+      reports_family(CounterFamily(r, "gradex_coordinator_step_reports_total",
+                                   "Step reports by result (accepted; ignored: stale epoch or "
+                                   "not a member of it)")),
+      rpc_duration(prometheus::BuildHistogram()
+                       .Name("gradex_coordinator_rpc_duration_seconds")
+                       .Help("Coordinator RPC handling time by method (streams: their lifetime)")
+                       .Register(r)),
+      rpc_errors(CounterFamily(r, "gradex_coordinator_rpc_errors_total",
+                               "Coordinator RPCs that failed, by method and gRPC code")),
+      auth_failures(CounterFamily(r, "gradex_coordinator_auth_failures_total",
+                                  "RPCs refused for a wrong or missing job token, by method")),
+      epoch(GaugeFamily(r, "gradex_coordinator_epoch", "The job's latest epoch").Add({})),
+      members_active(members_family.Add({{"state", "active"}})),
+      members_pending(members_family.Add({{"state", "pending"}})),
+      joins_fresh(joins_family.Add({{"kind", "fresh"}})),
+      joins_rejoin(joins_family.Add({{"kind", "rejoin"}})),
+      evictions(CounterFamily(r, "gradex_coordinator_evictions_total",
+                              "Members evicted because their lease expired")
+                    .Add({})),
+      leaves(CounterFamily(r, "gradex_coordinator_leaves_total", "Members that left (Leave RPC)")
+                 .Add({})),
+      plan_version(
+          GaugeFamily(r, "gradex_coordinator_plan_version", "Latest plan version").Add({})),
+      plans_published(
+          CounterFamily(r, "gradex_coordinator_plans_published_total", "Plan versions published")
+              .Add({})),
+      stalled_steps(CounterFamily(r, "gradex_coordinator_stalled_steps_total",
+                                  "Steps some ranks had not finished a step deadline after the "
+                                  "first rank did")
+                        .Add({})),
+      stalled_ranks(
+          GaugeFamily(r, "gradex_coordinator_stalled_ranks",
+                      "Ranks behind the furthest rank past the step deadline (last check)")
+              .Add({})),
+      step_failures(CounterFamily(r, "gradex_coordinator_step_failures_total",
+                                  "Step reports that carried an error")
+                        .Add({})),
+      reports_accepted(reports_family.Add({{"result", "accepted"}})),
+      reports_ignored(reports_family.Add({{"result", "ignored"}})),
+      covap_ccr(GaugeFamily(r, "gradex_coordinator_covap_ccr",
+                            "COVAP communication-to-computation ratio measured (0: not yet)")
+                    .Add({})),
+      covap_interval(
+          GaugeFamily(r, "gradex_coordinator_covap_interval", "COVAP filter interval I in the plan")
+              .Add({})),
+      teams(GaugeFamily(r, "gradex_coordinator_teams", "SparDL team count in the plan").Add({})) {}
+
+void CoordinatorMetrics::ObserveRpc(const std::string& method, int code, double seconds) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10, 30, 100};
+  rpc_duration.Add({{"method", method}}, kBuckets).Observe(seconds);
+  if (code != 0) rpc_errors.Add({{"method", method}, {"code", CodeName(code)}}).Increment();
+}
+
+void CoordinatorMetrics::AuthFailure(const std::string& method) {
+  auth_failures.Add({{"method", method}}).Increment();
+}
+
+std::string CodeName(int code) {
+  static const char* kNames[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  if (code >= 0 && code < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return kNames[code];
+  return "CODE_" + std::to_string(code);
+}
+
+}  // namespace gradex::coordinator

@@ -1,0 +1,55 @@
+// The coordinator's Prometheus metrics (docs/metrics.md, "Coordinator").
+#ifndef GRADEX_SERVICES_COORDINATOR_METRICS_H_
+#define GRADEX_SERVICES_COORDINATOR_METRICS_H_
+
+#include <string>
+
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace gradex::coordinator {
+
+struct CoordinatorMetrics {
+  explicit CoordinatorMetrics(prometheus::Registry& registry);
+
+  // One RPC finished: latency by method, and an error count by method and
+  // gRPC code name when it failed.
+  void ObserveRpc(const std::string& method, int code, double seconds);
+  void AuthFailure(const std::string& method);
+
+  // Families with more than one labelled child (declared before the children).
+  prometheus::Family<prometheus::Gauge>& members_family;
+  prometheus::Family<prometheus::Counter>& joins_family;
+  prometheus::Family<prometheus::Counter>& reports_family;
+
+  prometheus::Family<prometheus::Histogram>& rpc_duration;
+  prometheus::Family<prometheus::Counter>& rpc_errors;
+  prometheus::Family<prometheus::Counter>& auth_failures;
+  prometheus::Gauge& epoch;
+  prometheus::Gauge& members_active;
+  prometheus::Gauge& members_pending;
+  prometheus::Counter& joins_fresh;
+  prometheus::Counter& joins_rejoin;
+  prometheus::Counter& evictions;
+  prometheus::Counter& leaves;
+  prometheus::Gauge& plan_version;
+  prometheus::Counter& plans_published;
+  prometheus::Counter& stalled_steps;
+  prometheus::Gauge& stalled_ranks;
+  prometheus::Counter& step_failures;
+  prometheus::Counter& reports_accepted;
+  prometheus::Counter& reports_ignored;
+  prometheus::Gauge& covap_ccr;
+  prometheus::Gauge& covap_interval;
+  prometheus::Gauge& teams;
+};
+
+// The gRPC status code's canonical name ("OK", "INVALID_ARGUMENT", ...).
+std::string CodeName(int code);
+
+}  // namespace gradex::coordinator
+
+#endif  // GRADEX_SERVICES_COORDINATOR_METRICS_H_

@@ -1,0 +1,56 @@
+#include "services/coordinator/plan_builder.h"
+
+#include <algorithm>
+
+namespace gradex::coordinator {
+
+gradex::v1::Plan BuildPlan(
+    const JobSettings& s, const Membership& m, const Epoch& epoch, uint64_t version,
+    uint64_t effective_step, const AgreedParams& agreed,
+    const std::vector<std::pair<std::pair<uint32_t, int>, uint64_t>>& kprime) {
+  gradex::v1::Plan p;
+  p.set_version(version);
+  p.set_epoch(epoch.number);
+  p.set_effective_step(effective_step);
+  p.set_job_id(s.job_id);
+  int rank = 0;
+  for (uint64_t id : epoch.roster) {
+    const MemberRecord* r = m.Find(id);
+    if (r == nullptr) continue;  // Tick forms a new epoch before this can happen
+    gradex::v1::Member* out = p.add_members();
+    out->set_member_id(id);
+    out->set_rank(rank++);
+    out->set_host(r->host);
+    out->set_local_rank(r->local_rank);
+    out->set_device(r->device);
+    out->set_ucx_address(r->ucx_address);
+    out->set_agent_id(r->agent_id);
+  }
+  p.set_algorithm(agreed.teams.algorithm);
+  p.set_density(s.density);
+  p.set_teams(agreed.teams.teams);
+  for (const auto& [key, value] : kprime) {
+    gradex::v1::KPrime* k = p.add_kprime();
+    k->set_bucket(key.first);
+    k->set_team_position(key.second);
+    k->set_kprime(value);
+  }
+  p.set_oktopk_tau(s.oktopk_tau);
+  p.set_oktopk_tau_prime(s.oktopk_tau_prime);
+  for (const auto& [bucket, r] : agreed.regions) {
+    if (static_cast<int>(r.boundaries.size()) != rank + 1) continue;  // another epoch's P
+    gradex::v1::OkTopkRegions* o = p.add_oktopk_regions();
+    o->set_bucket(bucket);
+    o->set_elements(r.elements);
+    o->set_from_step(r.from_step);
+    o->mutable_boundaries()->Add(r.boundaries.begin(), r.boundaries.end());
+  }
+  p.set_covap_interval(std::max(agreed.covap_interval, 1));
+  p.set_covap_ccr(agreed.covap_ccr);
+  p.set_barrier_period(s.barrier_period);
+  p.set_step_deadline_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(s.step_deadline)));
+  p.set_quantize_bits(s.quantize_bits);
+  return p;
+}
+
+}  // namespace gradex::coordinator

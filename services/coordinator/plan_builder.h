@@ -1,0 +1,34 @@
+// Builds the published Plan from the epoch, the members' records and the
+// controllers' current values.
+#ifndef GRADEX_SERVICES_COORDINATOR_PLAN_BUILDER_H_
+#define GRADEX_SERVICES_COORDINATOR_PLAN_BUILDER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gradex/v1/coordinator.pb.h"
+#include "services/coordinator/controllers.h"
+#include "services/coordinator/job_config.h"
+#include "services/coordinator/membership.h"
+
+namespace gradex::coordinator {
+
+// What all ranks must agree on, beyond membership; changes at barriers.
+struct AgreedParams {
+  TeamChoice teams;
+  int covap_interval = 3;
+  double covap_ccr = 0;
+  std::map<uint32_t, AgreedRegions> regions;  // by bucket
+};
+
+gradex::v1::Plan BuildPlan(
+    const JobSettings& s, const Membership& m, const Epoch& epoch, uint64_t version,
+    uint64_t effective_step, const AgreedParams& agreed,
+    const std::vector<std::pair<std::pair<uint32_t, int>, uint64_t>>& kprime);
+
+}  // namespace gradex::coordinator
+
+#endif  // GRADEX_SERVICES_COORDINATOR_PLAN_BUILDER_H_

@@ -1,0 +1,121 @@
+#include "services/coordinator/server.h"
+
+#include <exception>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "services/coordinator/limits.h"
+#include "services/coordinator/log.h"
+
+namespace gradex::coordinator {
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+absl::Status SplitHostPort(const std::string& addr, std::string* host, int* port) {
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", addr, "' is not host:port"));
+  }
+  std::string h = addr.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  int p = -1;
+  if (!absl::SimpleAtoi(addr.substr(colon + 1), &p) || p < 0 || p > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("'", addr, "': bad port"));
+  }
+  *host = h;
+  *port = p;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobSettings job,
+                                                                            ServerOptions opts) {
+  std::string host;
+  int want_port = 0;
+  if (absl::Status s = SplitHostPort(opts.listen, &host, &want_port); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen: ", s.message()));
+  }
+  const bool tls = !opts.tls.cert.empty() || !opts.tls.key.empty();
+  if (tls && (opts.tls.cert.empty() || opts.tls.key.empty())) {
+    return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+  }
+  if (!tls && !opts.tls.client_ca.empty()) {
+    return absl::InvalidArgumentError("--client-ca needs --tls-cert and --tls-key");
+  }
+  if (!tls && !IsLoopbackHost(host) && !opts.insecure_listen_any) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen ", opts.listen,
+                     ": without TLS the coordinator listens on loopback only "
+                     "(give --tls-cert/--tls-key, or --insecure-listen-any)"));
+  }
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (tls) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> c = MakeTlsCredentials(opts.tls);
+    if (!c.ok()) return c.status();
+    creds = *c;
+  }
+
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  s->registry_ = std::make_shared<prometheus::Registry>();
+  s->metrics_ = std::make_unique<CoordinatorMetrics>(*s->registry_);
+  s->coordinator_ = std::make_unique<Coordinator>(job, s->metrics_.get());
+  if (opts.token.empty()) {
+    Log("warning: no --token-file: any client that reaches the port may join");
+  }
+  s->service_ = std::make_unique<CoordinatorService>(s->coordinator_.get(), s->metrics_.get(),
+                                                     TokenAuth(opts.token));
+  grpc::ServerBuilder b;
+  b.AddListeningPort(opts.listen, creds, &s->port_);
+  b.RegisterService(s->service_.get());
+  b.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  b.SetMaxSendMessageSize(kMaxSendMessageBytes);
+  s->server_ = b.BuildAndStart();
+  if (!s->server_ || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", opts.listen));
+  }
+  if (opts.metrics_port >= 0) {
+    // The metrics endpoint binds where the API does (loopback unless opened).
+    const std::string bind = absl::StrCat(
+        host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", opts.metrics_port);
+    try {
+      s->exposer_ = std::make_unique<prometheus::Exposer>(bind);
+    } catch (const std::exception& e) {  // civetweb reports bind failures by throwing
+      s->server_->Shutdown();
+      return absl::UnavailableError(
+          absl::StrCat("--metrics-port: cannot listen on ", bind, ": ", e.what()));
+    }
+    s->exposer_->RegisterCollectable(s->registry_);
+    std::vector<int> ports = s->exposer_->GetListeningPorts();
+    s->metrics_port_ = ports.empty() ? -1 : ports[0];
+  }
+  CoordinatorServer* raw = s.get();
+  const absl::Duration tick = opts.tick;
+  s->ticker_ = std::thread([raw, tick] {
+    while (!raw->stop_.WaitForNotificationWithTimeout(tick)) raw->coordinator_->Tick(absl::Now());
+  });
+  Log("job '", job.job_id, "': serving on ", opts.listen, " (port ", s->port_, ", ",
+      tls ? (opts.tls.client_ca.empty() ? "TLS" : "mutual TLS") : "plaintext", ")",
+      s->metrics_port_ >= 0 ? absl::StrCat(", metrics on port ", s->metrics_port_) : "");
+  return s;
+}
+
+void CoordinatorServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  stop_.Notify();
+  if (ticker_.joinable()) ticker_.join();
+  // Streams are cancelled after the deadline; WatchPlan never ends by itself.
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  exposer_.reset();
+  stopped_.Notify();
+}
+
+void CoordinatorServer::Wait() { stopped_.WaitForNotification(); }
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+}  // namespace gradex::coordinator
