@@ -17,7 +17,7 @@ import sys
 FIELDS = ["bandwidth_gbps", "ranks", "density", "algo", "teams", "status", "median_ms", "p90_ms",
           "selection_ms", "communication_ms", "reduction_ms", "sent_mb_per_rank",
           "recv_mb_per_rank", "result_nnz", "consistent", "conservation_max_abs_err",
-          "busbw_gbps", "measured_at_density", "load1_before", "note"]
+          "busbw_gbps", "measured_at_density", "load1_before", "cpu_busy_before", "note"]
 RAW = re.compile(r"gradex-bw([0-9.]+)-p(\d+)-d([0-9.eE-]+)\.txt$")
 MPI = re.compile(r"mpi-bw([0-9.]+)-p(\d+)\.jsonl$")
 # A row of gradex-bench's table that ran: name teams median p90 sent recv nnz
@@ -47,12 +47,13 @@ def read_jsonl(path):
 
 
 def load_before(path):
-    """The 1-minute load average written just before the run, or None."""
+    """(1-minute load average, busy share of the cores) just before the run."""
     try:
         with open(path) as f:
-            return float(f.read().split()[0])
+            v = [float(x) for x in f.read().split()]
+        return (v[0], v[1] if len(v) > 1 else None)
     except (OSError, ValueError, IndexError):
-        return None
+        return (None, None)
 
 
 def gradex_rows(out):
@@ -84,13 +85,15 @@ def gradex_rows(out):
                         result_nnz=int(r.group(7)), consistent=j.get("consistent"),
                         conservation_max_abs_err=j.get("conservation_max_abs_err"),
                         busbw_gbps=j.get("busbw_gbps", float(r.group(12))),
-                        measured_at_density=d, load1_before=load, note=""))
+                        measured_at_density=d, load1_before=load[0],
+                        cpu_busy_before=load[1], note=""))
                     seen.add(algo)
                 elif n and n.group(1) not in seen:
                     status = "skipped" if n.group(3).startswith("skipped") else "failed"
                     rows.append(dict(bandwidth_gbps=bw, ranks=p, density=d, algo=n.group(1),
                                      teams=int(n.group(2)), status=status, measured_at_density=d,
-                                     load1_before=load, note=n.group(3)))
+                                     load1_before=load[0], cpu_busy_before=load[1],
+                                     note=n.group(3)))
                     seen.add(n.group(1))
     return rows
 
@@ -117,7 +120,8 @@ def mpi_rows(out):
             recv_mb_per_rank=mb(j["recv_bytes_per_rank"]), result_nnz=j["result_nnz"],
             consistent=j["consistent"], conservation_max_abs_err=j["conservation_max_abs_err"],
             busbw_gbps=j["busbw_gbps"], measured_at_density=j["density"],
-            load1_before=load_before(path[:-6] + ".load"),
+            load1_before=load_before(path[:-6] + ".load")[0],
+            cpu_busy_before=load_before(path[:-6] + ".load")[1],
             note="Open MPI 4.1 tuned MPI_Allreduce, pml ob1 + btl tcp; reduction inside the "
                  "call (counted as communication); bytes = link counters incl. TCP/IP headers"))
     return rows
@@ -164,11 +168,13 @@ def markdown(rows, describe, registry):
     L = ["# Side-by-side comparison on an emulated cloud network", ""]
     if describe:
         L += [describe, ""]
+    busy = [r["cpu_busy_before"] for r in rows if r.get("cpu_busy_before") is not None]
     loads = [r["load1_before"] for r in rows if r.get("load1_before") is not None]
-    if loads:
-        L += [f"1-minute load average just before the runs: {min(loads):.1f} to {max(loads):.1f} "
-              "(per run in compare.csv); a loaded machine slows selection and reduction "
-              "most.", ""]
+    if busy:
+        L += [f"Other work on the machine just before the runs: {100 * min(busy):.0f}% to "
+              f"{100 * max(busy):.0f}% of the cores busy (1-minute load average "
+              f"{min(loads):.1f} to {max(loads):.1f}; per run in compare.csv). Such work slows "
+              "selection and reduction most.", ""]
     L += ["Median time per call in ms (the slowest rank's, over the timed calls); **bold**: "
           "fastest in its column. `-`: not run; `skip`/`FAIL`: see compare.csv. Dense rows "
           "(dense-*, mpi-allreduce) do not depend on the density and were measured once per "
