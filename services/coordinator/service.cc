@@ -5,13 +5,13 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "services/coordinator/validate.h"
 
 namespace gradex::coordinator {
 namespace {
 
-using gradex::v1::Plan;
-using gradex::v1::StepReport;
+using ByteBuffer = grpc::ByteBuffer;
 
 class Timer {
  public:
@@ -22,11 +22,36 @@ class Timer {
   absl::Time start_;
 };
 
-template <typename Fn>
+// INVALID_ARGUMENT when the bytes are not a `T` (gRPC's parser says INTERNAL).
+template <typename T>
+grpc::Status Parse(const ByteBuffer& in, T* out) {
+  ByteBuffer copy(in);  // Deserialize consumes its buffer; this shares the slices
+  grpc::Status st = grpc::SerializationTraits<T>::Deserialize(&copy, out);
+  if (st.ok()) return st;
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      std::string("malformed ") + T::descriptor()->name());
+}
+
+template <typename T>
+grpc::Status Serialize(const T& msg, ByteBuffer* out) {
+  bool own = false;
+  return grpc::SerializationTraits<T>::Serialize(msg, out, &own);
+}
+
+// A unary call: authenticate, parse, validate, run, serialize, count.
+template <typename Req, typename Resp, typename Fn>
 grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, CoordinatorMetrics* metrics,
-                                const char* method, Fn&& fn) {
+                                grpc::Status auth, const char* method, const ByteBuffer* in,
+                                ByteBuffer* out, absl::Status (*validate)(const Req&), Fn&& fn) {
   Timer t;
-  grpc::Status st = fn();
+  grpc::Status st = auth;
+  Req req;
+  if (st.ok()) st = Parse(*in, &req);
+  if (st.ok()) st = ToGrpc(validate(req));
+  if (st.ok()) {
+    absl::StatusOr<Resp> r = fn(req);
+    st = r.ok() ? Serialize(*r, out) : ToGrpc(r.status());
+  }
   if (metrics) metrics->ObserveRpc(method, st.error_code(), t.seconds());
   grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
   r->Finish(st);
@@ -34,12 +59,12 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, CoordinatorMet
 }
 
 // A stream refused before it started (authentication, bad request).
-class RefusedWriter final : public grpc::ServerWriteReactor<Plan> {
+class RefusedWriter final : public grpc::ServerWriteReactor<ByteBuffer> {
  public:
   explicit RefusedWriter(grpc::Status st) { Finish(st); }
   void OnDone() override { delete this; }
 };
-class RefusedReader final : public grpc::ServerReadReactor<StepReport> {
+class RefusedReader final : public grpc::ServerReadReactor<ByteBuffer> {
  public:
   explicit RefusedReader(grpc::Status st) { Finish(st); }
   void OnDone() override { delete this; }
@@ -67,7 +92,7 @@ class WatchHook final : public PlanWatcher {
 // Sends the latest plan whenever it is newer than the last one sent; one
 // write in flight at a time, so a slow stream skips versions instead of
 // queueing them.
-class WatchReactor final : public grpc::ServerWriteReactor<Plan> {
+class WatchReactor final : public grpc::ServerWriteReactor<ByteBuffer> {
  public:
   WatchReactor(CoordinatorService* svc, uint64_t member, uint64_t known_version)
       : svc_(svc), member_(member), sent_version_(known_version) {}
@@ -86,12 +111,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<Plan> {
   void Wake() {
     absl::MutexLock lock(&mu_);
     if (finishing_ || writing_) return;
-    std::shared_ptr<const Plan> p = svc_->coordinator()->plan();
-    if (!p || p->version() <= sent_version_) return;
-    current_ = std::move(p);
-    sent_version_ = current_->version();
+    uint64_t version = 0;
+    std::shared_ptr<const ByteBuffer> p = svc_->SerializedPlan(&version);
+    if (!p || version <= sent_version_) return;
+    current_ = *p;  // shares the slices
+    sent_version_ = version;
     writing_ = true;
-    StartWrite(current_.get());
+    StartWrite(&current_);
   }
 
   void Gone() {
@@ -147,7 +173,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<Plan> {
   std::shared_ptr<WatchHook> hook_;
   absl::Mutex mu_;
   uint64_t sent_version_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const Plan> current_ ABSL_GUARDED_BY(mu_);
+  ByteBuffer current_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -165,35 +191,35 @@ void WatchHook::MemberGone() {
   if (r_) r_->Gone();
 }
 
-// Reads reports until the client closes the stream, then acks.
-class ReportReactor final : public grpc::ServerReadReactor<StepReport> {
+// Reads reports until the client closes the stream, then acks. A report
+// that is malformed or over a limit ends the stream (the ones before it
+// count).
+class ReportReactor final : public grpc::ServerReadReactor<ByteBuffer> {
  public:
-  ReportReactor(CoordinatorService* svc, gradex::v1::ReportAck* ack) : svc_(svc), ack_(ack) {
-    StartRead(&report_);
+  ReportReactor(CoordinatorService* svc, ByteBuffer* ack) : svc_(svc), ack_out_(ack) {
+    StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client closed its side (or the call broke)
-      Done(grpc::Status::OK);
+      Done(Serialize(ack_, ack_out_));
       return;
     }
-    absl::Status v = ValidateReport(report_);
-    if (!v.ok()) {
-      Done(ToGrpc(v));
-      return;
-    }
+    gradex::v1::StepReport report;
+    grpc::Status st = Parse(in_, &report);
+    if (st.ok()) st = ToGrpc(ValidateReport(report));
     bool accepted = false;
-    absl::Status st = svc_->coordinator()->Report(report_, absl::Now(), &accepted);
+    if (st.ok()) st = ToGrpc(svc_->coordinator()->Report(report, absl::Now(), &accepted));
     if (!st.ok()) {
-      Done(ToGrpc(st));
+      Done(st);
       return;
     }
     if (accepted) {
-      ack_->set_accepted(ack_->accepted() + 1);
+      ack_.set_accepted(ack_.accepted() + 1);
     } else {
-      ack_->set_ignored(ack_->ignored() + 1);
+      ack_.set_ignored(ack_.ignored() + 1);
     }
-    StartRead(&report_);
+    StartRead(&in_);
   }
 
   void OnDone() override {
@@ -208,8 +234,9 @@ class ReportReactor final : public grpc::ServerReadReactor<StepReport> {
   }
 
   CoordinatorService* svc_;
-  gradex::v1::ReportAck* ack_;
-  StepReport report_;
+  ByteBuffer* ack_out_;
+  gradex::v1::ReportAck ack_;
+  ByteBuffer in_;
   Timer timer_;
   int code_ = 0;
 };
@@ -229,57 +256,64 @@ grpc::Status CoordinatorService::Authenticate(const grpc::CallbackServerContext&
                       "missing or wrong job token (metadata 'authorization: Bearer <token>')");
 }
 
+std::shared_ptr<const ByteBuffer> CoordinatorService::SerializedPlan(uint64_t* version) {
+  std::shared_ptr<const gradex::v1::Plan> p = coordinator_->plan();
+  if (!p) return nullptr;
+  absl::MutexLock lock(&plan_mu_);
+  if (plan_version_ != p->version() || !plan_bytes_) {
+    auto bb = std::make_shared<ByteBuffer>();
+    if (!Serialize(*p, bb.get()).ok()) return nullptr;
+    plan_bytes_ = std::move(bb);
+    plan_version_ = p->version();
+  }
+  *version = plan_version_;
+  return plan_bytes_;
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* ctx,
-                                                   const gradex::v1::JoinRequest* req,
-                                                   gradex::v1::JoinResponse* resp) {
-  return Unary(ctx, metrics_, "Join", [&]() -> grpc::Status {
-    if (grpc::Status a = Authenticate(*ctx, "Join"); !a.ok()) return a;
-    if (absl::Status v = ValidateJoin(*req); !v.ok()) return ToGrpc(v);
-    absl::StatusOr<gradex::v1::JoinResponse> r = coordinator_->Join(*req, absl::Now());
-    if (!r.ok()) return ToGrpc(r.status());
-    *resp = std::move(*r);
-    return grpc::Status::OK;
-  });
+                                                   const ByteBuffer* in, ByteBuffer* out) {
+  return Unary<gradex::v1::JoinRequest, gradex::v1::JoinResponse>(
+      ctx, metrics_, Authenticate(*ctx, "Join"), "Join", in, out, &ValidateJoin,
+      [&](const gradex::v1::JoinRequest& r) { return coordinator_->Join(r, absl::Now()); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* ctx,
-                                                        const gradex::v1::HeartbeatRequest* req,
-                                                        gradex::v1::HeartbeatResponse* resp) {
-  return Unary(ctx, metrics_, "Heartbeat", [&]() -> grpc::Status {
-    if (grpc::Status a = Authenticate(*ctx, "Heartbeat"); !a.ok()) return a;
-    if (absl::Status v = ValidateHeartbeat(*req); !v.ok()) return ToGrpc(v);
-    absl::StatusOr<gradex::v1::HeartbeatResponse> r = coordinator_->Heartbeat(*req, absl::Now());
-    if (!r.ok()) return ToGrpc(r.status());
-    *resp = std::move(*r);
-    return grpc::Status::OK;
-  });
+                                                        const ByteBuffer* in, ByteBuffer* out) {
+  return Unary<gradex::v1::HeartbeatRequest, gradex::v1::HeartbeatResponse>(
+      ctx, metrics_, Authenticate(*ctx, "Heartbeat"), "Heartbeat", in, out, &ValidateHeartbeat,
+      [&](const gradex::v1::HeartbeatRequest& r) {
+        return coordinator_->Heartbeat(r, absl::Now());
+      });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* ctx,
-                                                    const gradex::v1::LeaveRequest* req,
-                                                    gradex::v1::LeaveResponse* resp) {
-  return Unary(ctx, metrics_, "Leave", [&]() -> grpc::Status {
-    if (grpc::Status a = Authenticate(*ctx, "Leave"); !a.ok()) return a;
-    if (absl::Status v = ValidateLeave(*req); !v.ok()) return ToGrpc(v);
-    return ToGrpc(coordinator_->Leave(*req, absl::Now()));
-  });
+                                                    const ByteBuffer* in, ByteBuffer* out) {
+  return Unary<gradex::v1::LeaveRequest, gradex::v1::LeaveResponse>(
+      ctx, metrics_, Authenticate(*ctx, "Leave"), "Leave", in, out, &ValidateLeave,
+      [&](const gradex::v1::LeaveRequest& r) -> absl::StatusOr<gradex::v1::LeaveResponse> {
+        absl::Status st = coordinator_->Leave(r, absl::Now());
+        if (!st.ok()) return st;
+        return gradex::v1::LeaveResponse();
+      });
 }
 
-grpc::ServerWriteReactor<Plan>* CoordinatorService::WatchPlan(
-    grpc::CallbackServerContext* ctx, const gradex::v1::WatchPlanRequest* req) {
+grpc::ServerWriteReactor<ByteBuffer>* CoordinatorService::WatchPlan(
+    grpc::CallbackServerContext* ctx, const ByteBuffer* in) {
+  gradex::v1::WatchPlanRequest req;
   grpc::Status st = Authenticate(*ctx, "WatchPlan");
-  if (st.ok()) st = ToGrpc(ValidateWatch(*req));
+  if (st.ok()) st = Parse(*in, &req);
+  if (st.ok()) st = ToGrpc(ValidateWatch(req));
   if (!st.ok()) {
     if (metrics_) metrics_->ObserveRpc("WatchPlan", st.error_code(), 0);
     return new RefusedWriter(st);
   }
-  auto* r = new WatchReactor(this, req->member_id(), req->known_version());
+  auto* r = new WatchReactor(this, req.member_id(), req.known_version());
   r->Begin();
   return r;
 }
 
-grpc::ServerReadReactor<StepReport>* CoordinatorService::ReportSteps(
-    grpc::CallbackServerContext* ctx, gradex::v1::ReportAck* ack) {
+grpc::ServerReadReactor<ByteBuffer>* CoordinatorService::ReportSteps(
+    grpc::CallbackServerContext* ctx, ByteBuffer* ack) {
   grpc::Status st = Authenticate(*ctx, "ReportSteps");
   if (!st.ok()) {
     if (metrics_) metrics_->ObserveRpc("ReportSteps", st.error_code(), 0);

@@ -1,0 +1,154 @@
+// The coordinator's controllers: B-SAG k' (step for step against the data
+// plane's controller), stale feedback, Ok-Topk boundary consensus, the COVAP
+// profiler, team choice, stall detection, and the job-config parser.
+#include "services/coordinator/controllers.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "collectives/block_layout.h"
+#include "collectives/bsag_controller.h"
+#include "services/coordinator/job_config.h"
+#include "services/coordinator/stall_detector.h"
+
+namespace gradex::coordinator {
+namespace {
+
+TEST(KPrime, SameSequenceAsTheDataPlaneController) {
+  std::mt19937 rng(7);
+  for (int teams : {2, 3, 4, 8}) {
+    for (size_t k_block : {size_t{1}, size_t{7}, size_t{100}, size_t{5000}}) {
+      gradex::BsagController ref;
+      KPrimeController mine(k_block, teams);
+      for (int step = 0; step < 400; ++step) {
+        ASSERT_EQ(mine.kprime(), ref.KPrime(k_block, teams))
+            << teams << " " << k_block << " " << step;
+        // u between k' and T*k' (disjoint .. identical team selections).
+        size_t kp = ref.KPrime(k_block, teams);
+        size_t u = kp + rng() % (kp * (teams - 1) + 1);
+        ref.Update(u);
+        mine.Update(u);
+      }
+    }
+  }
+}
+
+TEST(KPrime, BlockKeepMatchesBlockLayout) {
+  for (uint64_t n : {1u, 7u, 1000u, 10007u, 6250000u}) {
+    for (int q : {1, 2, 3, 5}) {
+      for (double d : {0.001, 0.01, 0.1, 1.0}) {
+        gradex::BlockLayout layout(n, q, d);
+        for (int b = 0; b < q; ++b) EXPECT_EQ(BlockKeep(n, q, b, d), layout.keep(b));
+      }
+    }
+  }
+}
+
+TEST(KPrime, TableIgnoresStaleAndRepeatedFeedback) {
+  KPrimeTable t;
+  // P=4, T=2: q=2 positions; n=10000 -> block 5000, density 0.1 -> k_block 500.
+  const uint64_t start = 250;                                   // ceil(500/2)
+  EXPECT_TRUE(t.Feed(0, 10000, 1, start, 200, 10, 4, 2, 0.1));  // too few: grow
+  auto v = t.Values();
+  ASSERT_EQ(v.size(), 1u);
+  const uint64_t next = v[0].second;
+  EXPECT_GT(next, start);
+  EXPECT_FALSE(t.Feed(0, 10000, 1, start, 900, 11, 4, 2, 0.1));  // ran the old k': ignored
+  EXPECT_FALSE(t.Feed(0, 10000, 1, next, 900, 10, 4, 2, 0.1));   // same step again: ignored
+  EXPECT_FALSE(t.Feed(0, 10000, 2, start, 900, 12, 4, 2, 0.1));  // no such position
+  EXPECT_EQ(t.Values()[0].second, next);
+  t.Feed(0, 10000, 1, next, 900, 11, 4, 2, 0.1);  // too many: shrink
+  EXPECT_LT(t.Values()[0].second, next + 100);
+}
+
+TEST(BoundaryConsensus, MeanOverAllRanksOnce) {
+  BoundaryConsensus c(3);
+  std::optional<AgreedRegions> done;
+  EXPECT_TRUE(c.Feed(0, 0, 100, 64, {10, 50}, &done));
+  EXPECT_FALSE(c.Feed(0, 0, 100, 64, {10, 50}, &done));  // a rank counts once
+  EXPECT_FALSE(c.Feed(1, 0, 100, 64, {10}, &done));      // wrong length for P=3
+  EXPECT_TRUE(c.Feed(1, 0, 100, 64, {20, 60}, &done));
+  EXPECT_FALSE(done.has_value());
+  EXPECT_TRUE(c.Feed(2, 0, 100, 64, {31, 71}, &done));
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->boundaries, (std::vector<uint32_t>{0, 20, 60, 100}));  // floor(61/3) = 20
+  EXPECT_EQ(done->from_step, 64u);
+}
+
+TEST(CcrProfiler, AlignsAtTheEndOfCommunication) {
+  // Rank 0 starts communicating 0.3 s early and waits; the true communication
+  // time is the shortest (end - start): 0.2 s; compute 0.1 s -> CCR 2, I 2.
+  CcrProfiler p(2, 3);
+  for (uint64_t step = 0; step < 3; ++step) {
+    EXPECT_FALSE(p.Feed(0, step, 0.5, 0.1));
+    EXPECT_EQ(p.Feed(1, step, 0.2, 0.1), step == 2);
+  }
+  ASSERT_TRUE(p.done());
+  EXPECT_NEAR(p.ccr(), 2.0, 1e-9);
+  EXPECT_EQ(p.interval(), 2);
+  CcrProfiler q(1, 1);
+  q.Feed(0, 5, 0.35, 0.1);
+  EXPECT_EQ(q.interval(), 4);  // ceil(3.5)
+}
+
+TEST(Teams, DivisorsAndRsagPreference) {
+  EXPECT_EQ(ChooseTeams("spardl-bsag", 3, 6, false).teams, 3);
+  EXPECT_EQ(ChooseTeams("spardl-bsag", 3, 5, false).teams, 1);  // 5 is prime
+  EXPECT_EQ(ChooseTeams("spardl-bsag", 4, 6, false).teams, 3);
+  auto c = ChooseTeams("spardl-bsag", 4, 8, true);
+  EXPECT_EQ(c.teams, 4);
+  EXPECT_EQ(c.algorithm, "spardl-rsag");
+  c = ChooseTeams("spardl-rsag", 3, 6, false);
+  EXPECT_EQ(c.algorithm, "spardl-bsag");  // R-SAG cannot run 3 teams
+  EXPECT_EQ(ChooseTeams("oktopk", 4, 8, true).algorithm, "oktopk");
+}
+
+TEST(StallDetector, ReportsOncePerFrontierAfterTheDeadline) {
+  StallDetector d(absl::Seconds(1));
+  absl::Time t = absl::FromUnixSeconds(50);
+  int behind = 0;
+  EXPECT_FALSE(d.Check({5, 5, 5}, t, &behind));
+  EXPECT_FALSE(d.Check({6, 5, 6}, t, &behind));
+  EXPECT_FALSE(d.Check({6, 5, 6}, t + absl::Milliseconds(900), &behind));
+  auto s = d.Check({6, 5, 6}, t + absl::Milliseconds(1100), &behind);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->step, 5u);
+  EXPECT_EQ(s->ranks, (std::vector<int>{1}));
+  EXPECT_EQ(behind, 1);
+  EXPECT_FALSE(d.Check({6, 5, 6}, t + absl::Seconds(5), &behind));
+  EXPECT_EQ(behind, 1);
+}
+
+TEST(JobConfig, DefaultsAndErrors) {
+  auto s = ParseJobConfig(R"({"job_id":"j","world_size":4,"algorithm":"spardl-bsag",
+                              "density":0.01,"teams":2})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->min_world_size, 4);
+  EXPECT_EQ(s->barrier_period, 64);
+  EXPECT_TRUE(s->coordinate_kprime);
+  EXPECT_EQ(s->covap_profile_steps, 16);
+  auto z = ParseJobConfig(R"({"job_id":"j","world_size":1,"algorithm":"covap","density":1,
+                              "covap_profile_steps":0,"lease_ms":500})");
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ(z->covap_profile_steps, 0);
+  EXPECT_EQ(z->lease, absl::Milliseconds(500));
+  for (const char* bad :
+       {R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0.01,"typo":1})",
+        R"({"job_id":"j/x","world_size":4,"algorithm":"spardl","density":0.01})",
+        R"({"job_id":"j","world_size":0,"algorithm":"spardl","density":0.01})",
+        R"({"job_id":"j","world_size":4,"algorithm":"nope","density":0.01})",
+        R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0})",
+        R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0.1,"teams":5})",
+        R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0.1,"quantize_bits":3})",
+        R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0.1,"lease_ms":5})",
+        R"({"job_id":"j","world_size":4,"min_world_size":5,"algorithm":"spardl","density":0.1})",
+        "{", "", "[1,2]", R"({"job_id":"j","world_size":"x"})"}) {
+    auto r = ParseJobConfig(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(LoadJobConfig("/nonexistent/job.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace gradex::coordinator
