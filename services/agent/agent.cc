@@ -1,0 +1,323 @@
+#include "services/agent/agent.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "services/agent/epoch_sync.h"
+
+namespace gradex::agent {
+namespace {
+
+// Sequence of the agreement that opens an epoch: the first exchange on a
+// fresh communicator, so it cannot be confused with a barrier's.
+constexpr uint64_t kEntrySequence = 0xffffff;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+uint64_t JobId(const std::string& job) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : job) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+Agent::Agent(AgentOptions options, ControlPlane* control, TransportProvider* transports,
+             AgentMetrics* metrics)
+    : options_(std::move(options)),
+      job_id_(JobId(options_.job)),
+      control_(control),
+      transports_(transports),
+      metrics_(metrics),
+      residuals_(std::max(options_.buckets, 1), std::vector<float>(options_.elements, 0.0f)) {}
+
+Agent::~Agent() = default;
+
+absl::Status Agent::Start() { return Rejoin(); }
+
+absl::Status Agent::Rejoin() {
+  JoinRequest req;
+  req.job = options_.job;
+  req.token = options_.token;
+  req.agent_id = options_.agent_id;
+  req.host = options_.host;
+  req.local_rank = options_.local_rank;
+  req.device = options_.device;
+  req.ucx_address = transports_->address();
+  req.last_epoch = last_epoch_;
+  req.last_rank = rank_;
+  req.last_world_size = plan_ == nullptr ? 0 : plan_->world();
+  req.next_step = next_step_;
+  absl::StatusOr<JoinReply> reply = control_->Join(req, DeadlineIn(options_.rpc_timeout));
+  if (!reply.ok()) return reply.status();
+  lease_ = reply->lease;
+  need_rejoin_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status Agent::EnterEpoch() {
+  const Deadline deadline = DeadlineIn(options_.join_timeout);
+  // After a failure the coordinator usually opens the next epoch by itself
+  // (it evicts the dead peer); re-joining is the fallback when it does not
+  // (everyone alive, e.g. a deadline), after twice the lease so an eviction
+  // comes first and re-joins do not churn epochs.
+  Clock::time_point rejoin_at = Clock::now() + 2 * lease_;
+  absl::Status last = absl::OkStatus();
+  for (;;) {
+    if (need_rejoin_ && Clock::now() >= rejoin_at) {
+      absl::Status s = Rejoin();
+      if (s.code() == absl::StatusCode::kUnauthenticated ||
+          s.code() == absl::StatusCode::kPermissionDenied ||
+          s.code() == absl::StatusCode::kInvalidArgument) {
+        return s;  // a refusal is final; anything else may be a restart
+      }
+      if (!s.ok()) last = s;
+      need_rejoin_ = true;  // keep re-joining every period until an epoch comes
+      rejoin_at = Clock::now() + 2 * lease_;
+    }
+    std::shared_ptr<const Plan> plan = control_->LatestPlan();
+    if (plan != nullptr && plan->epoch > last_epoch_ && plan->RankOf(options_.agent_id) >= 0) {
+      absl::Status s = Connect(plan, kEntrySequence);
+      if (s.ok()) return s;
+      // A member that never came (dead, or gone to a newer epoch): wait for
+      // the next epoch.
+      last = s;
+      last_epoch_ = plan->epoch;
+      // Superseded: take the newer epoch; anything else: wait for one, and
+      // re-join if none comes.
+      if (s.code() != absl::StatusCode::kAborted) {
+        if (!need_rejoin_) rejoin_at = Clock::now() + 2 * lease_;
+        need_rejoin_ = true;
+      }
+    }
+    if (Clock::now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(options_.agent_id, ": no epoch after ", last_epoch_, " includes this agent ",
+                       "within ", options_.join_timeout.count(), " ms",
+                       last.ok() ? "" : absl::StrCat(" (last error: ", last.message(), ")")));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence) {
+  transport_.reset();  // one communicator at a time on the worker
+  rank_ = plan->RankOf(options_.agent_id);
+  absl::StatusOr<std::unique_ptr<Transport>> t = transports_->Connect(*plan, rank_);
+  if (!t.ok()) {
+    return absl::Status(t.status().code(),
+                        absl::StrCat("epoch ", plan->epoch, " connect: ", t.status().message()));
+  }
+  transport_ = *std::move(t);
+  last_epoch_ = plan->epoch;
+  SyncState mine;
+  mine.next_step = next_step_;
+  mine.newest_epoch = plan->epoch;
+  mine.values = BarrierValues::From(*Eligible(next_step_, plan));
+  absl::StatusOr<SyncState> agreed =
+      AgreeInBand(*transport_, plan->epoch, sync_sequence, mine, DeadlineIn(options_.sync_timeout));
+  if (!agreed.ok()) {
+    transport_->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
+    transport_.reset();
+    return agreed.status();
+  }
+  Plan p = *plan;
+  agreed->values.ApplyTo(&p);
+  plan_ = std::make_shared<const Plan>(std::move(p));
+  next_step_ = agreed->next_step;
+  synced_at_ = next_step_;
+  if (absl::Status s = MakeAlgorithms(); !s.ok()) return Fail(s);
+  if (metrics_ != nullptr) {
+    metrics_->EpochChange();
+    metrics_->Membership(plan_->epoch, plan_->world(), rank_);
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const Plan> Agent::Eligible(uint64_t step, std::shared_ptr<const Plan> base,
+                                            uint64_t* newest_epoch) const {
+  std::shared_ptr<const Plan> best = base;
+  if (newest_epoch != nullptr) *newest_epoch = base->epoch;
+  // Walk the held versions down from the newest (a handful at most).
+  for (std::shared_ptr<const Plan> p = control_->LatestPlan(); p != nullptr && p->version > 0;
+       p = control_->PlanVersion(p->version - 1)) {
+    if (p->effective_step > step) continue;
+    if (newest_epoch != nullptr && p->epoch > *newest_epoch) *newest_epoch = p->epoch;
+    if (p->epoch == base->epoch && p->version > best->version) best = p;
+    if (p->version <= base->version) break;
+  }
+  return best;
+}
+
+absl::Status Agent::Barrier() {
+  SyncState mine;
+  mine.next_step = next_step_;
+  mine.values = BarrierValues::From(*Eligible(next_step_, plan_, &mine.newest_epoch));
+  absl::StatusOr<SyncState> agreed =
+      AgreeInBand(*transport_, plan_->epoch, next_step_, mine, DeadlineIn(plan_->step_deadline));
+  if (!agreed.ok()) return Fail(agreed.status());
+  next_step_ = agreed->next_step;
+  synced_at_ = next_step_;
+  if (agreed->newest_epoch > plan_->epoch) {
+    // Leave together at this barrier; every member enters the newest epoch
+    // it holds (the same one, unless the stream skipped it for some: then
+    // the entry fails and they converge on the next one).
+    transport_.reset();
+    last_epoch_ = plan_->epoch;
+    return EnterEpoch();
+  }
+  const bool new_algorithm = agreed->values.algorithm != plan_->algorithm;
+  Plan p = *plan_;
+  agreed->values.ApplyTo(&p);
+  p.version = std::max(p.version, agreed->values.plan_version);
+  plan_ = std::make_shared<const Plan>(std::move(p));
+  if (new_algorithm) {
+    if (absl::Status s = MakeAlgorithms(); !s.ok()) return Fail(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Agent::MakeAlgorithms() {
+  // Fresh objects per epoch too: their state (B-SAG's controller, Ok-Topk's
+  // thresholds) was learnt for another P.
+  algorithms_.clear();
+  for (size_t b = 0; b < residuals_.size(); ++b) {
+    absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(plan_->algorithm);
+    if (!a.ok()) return a.status();
+    algorithms_.push_back(*std::move(a));
+  }
+  return absl::OkStatus();
+}
+
+AllreduceOptions Agent::Options(int bucket) const {
+  AllreduceOptions o;
+  o.density = plan_->density;
+  o.teams = plan_->teams;
+  o.oktopk_tau = plan_->oktopk_tau;
+  o.oktopk_tau_prime = plan_->oktopk_tau_prime;
+  o.quantize_bits = plan_->quantize_bits;
+  // k' needs no agreement: the newest plan's, whenever it arrived, as long as
+  // it speaks of the same team layout.
+  std::shared_ptr<const Plan> newest = control_->LatestPlan();
+  const Plan& source = newest != nullptr && newest->epoch == plan_->epoch &&
+                               newest->teams == plan_->teams && newest->kprime.size() > 0
+                           ? *newest
+                           : *plan_;
+  const int teams = std::max(plan_->teams, 1);
+  const int position = rank_ % std::max(plan_->world() / teams, 1);
+  if (position < static_cast<int>(source.kprime.size())) o.kprime = source.kprime[position];
+  return o;
+}
+
+absl::Status Agent::Fail(absl::Status status) {
+  if (transport_ != nullptr) {
+    // Peers waiting on this rank fail now instead of at their deadline.
+    transport_->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
+    transport_.reset();
+  }
+  need_rejoin_ = true;
+  if (metrics_ != nullptr) metrics_->StepFailed();
+  StepReport r;
+  r.epoch = last_epoch_;
+  r.step = next_step_;
+  r.rank = rank_;
+  r.ok = false;
+  r.error = std::string(status.message());
+  control_->ReportStep(std::move(r));
+  return status;
+}
+
+absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutcome* out) {
+  if (grads.size() != residuals_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: ", grads.size(), " buckets given, ", residuals_.size(), " configured"));
+  }
+  for (const auto& g : grads) {
+    if (g.size() != options_.elements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step: a bucket of ", g.size(), " elements, expected ", options_.elements));
+    }
+  }
+  const Clock::time_point start = Clock::now();
+  const double compute_s =
+      last_step_end_ == Clock::time_point{} ? 0 : Seconds(start - last_step_end_);
+  if (transport_ == nullptr) {
+    if (absl::Status s = EnterEpoch(); !s.ok()) return s;
+  } else if (plan_->tau > 0 && next_step_ % static_cast<uint64_t>(plan_->tau) == 0 &&
+             next_step_ != synced_at_) {
+    if (absl::Status s = Barrier(); !s.ok()) return s;
+  }
+  const uint64_t step = next_step_;
+  out->step = step;
+  out->epoch = plan_->epoch;
+  out->rank = rank_;
+  out->world = plan_->world();
+  out->plan_version = plan_->version;
+  out->algorithm = plan_->algorithm;
+  out->density = plan_->density;
+  out->results.resize(grads.size());
+  out->stats.assign(grads.size(), CallStats{});
+  for (size_t b = 0; b < grads.size(); ++b) {
+    CallContext ctx;
+    ctx.transport = transport_.get();
+    ctx.job_id = job_id_;
+    ctx.epoch = plan_->epoch;
+    ctx.step = step * grads.size() + b;  // unique per call, the same on every rank
+    ctx.deadline = DeadlineIn(plan_->step_deadline);
+    absl::Status s = algorithms_[b]->Run(ctx, Options(static_cast<int>(b)), grads[b], residuals_[b],
+                                         &out->results[b], &out->stats[b]);
+    if (!s.ok()) {
+      ++next_step_;  // the step is spent; its gradient stays in the residual
+      return Fail(
+          absl::Status(s.code(), absl::StrCat("step ", step, " epoch ", plan_->epoch, " rank ",
+                                              rank_, " of ", plan_->world(), " (", plan_->algorithm,
+                                              ", bucket ", b, "): ", s.message())));
+    }
+    if (metrics_ != nullptr) {
+      const int q = std::max(plan_->world() / std::max(plan_->teams, 1), 1);
+      metrics_->ObserveCall(plan_->algorithm, out->stats[b], options_.elements, residuals_[b],
+                            out->results[b], rank_ % q);
+    }
+  }
+  ++next_step_;
+  last_step_end_ = Clock::now();
+  out->seconds = Seconds(last_step_end_ - start);
+  if (metrics_ != nullptr) {
+    metrics_->StepOk();
+    metrics_->SyncCounters(control_->report_drops());
+  }
+  Report(*out, compute_s);
+  return absl::OkStatus();
+}
+
+void Agent::Report(const StepOutcome& out, double compute_s) {
+  StepReport r;
+  r.epoch = out.epoch;
+  r.step = out.step;
+  r.rank = out.rank;
+  r.compute_s = compute_s;
+  for (const CallStats& s : out.stats) {
+    r.total_s += s.total_s;
+    r.selection_s += s.phases.selection_s;
+    r.communication_s += s.phases.communication_s;
+    r.reduction_s += s.phases.reduction_s;
+    r.post_gather_count += s.post_gather_count;
+    r.kprime_used = std::max(r.kprime_used, s.kprime_used);
+    r.sent_bytes += s.sent_bytes;
+    r.recv_bytes += s.recv_bytes;
+    r.result_nnz += s.result_nnz;
+  }
+  control_->ReportStep(std::move(r));  // drops, never blocks
+}
+
+absl::Status Agent::Leave() {
+  transport_.reset();
+  return control_->Leave(DeadlineIn(options_.rpc_timeout));
+}
+
+}  // namespace gradex::agent

@@ -1,0 +1,128 @@
+// The agent runtime: one per GPU (embedded in the trainer, or driven by
+// gradex-agent). It joins the coordinator with its transport address, builds
+// one communicator per epoch, runs the plan's collective on every bucket of
+// every step, keeps the residual of each bucket across steps and epochs, and
+// reports step statistics without ever waiting on the coordinator inside a
+// step.
+//
+// Plan changes: values all ranks must agree on are switched at plan barriers
+// (steps that are multiples of tau) to the version the members agree on
+// in-band (epoch_sync.h); B-SAG's k' is read from the newest plan at every
+// step. A failed step (dead peer, deadline, bad frame) aborts the
+// communicator so every peer fails fast, keeps this rank's whole contribution
+// in its residual, and the next Step() re-joins and enters the next epoch.
+#ifndef GRADEX_SERVICES_AGENT_AGENT_H_
+#define GRADEX_SERVICES_AGENT_AGENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/sparse_allreduce.h"
+#include "services/agent/agent_metrics.h"
+#include "services/agent/control_plane.h"
+#include "services/agent/transport_provider.h"
+
+namespace gradex::agent {
+
+struct AgentOptions {
+  std::string job;
+  std::string token;
+  std::string agent_id;  // stable for the agent's life; unique in the job
+  std::string host;
+  int local_rank = 0;
+  std::string device = "cpu";
+  size_t elements = 0;  // n per bucket
+  int buckets = 1;
+  // Waiting for an epoch that includes this agent (start, after a failure).
+  std::chrono::milliseconds join_timeout{60000};
+  std::chrono::milliseconds rpc_timeout{5000};    // each control-plane call
+  std::chrono::milliseconds sync_timeout{30000};  // in-band agreement (entry waits for peers)
+};
+
+// What one step produced, per bucket.
+struct StepOutcome {
+  uint64_t step = 0;
+  uint32_t epoch = 0;
+  int rank = 0;
+  int world = 0;
+  uint64_t plan_version = 0;
+  std::string algorithm;
+  double density = 0;
+  std::vector<AllreduceResult> results;
+  std::vector<CallStats> stats;
+  double seconds = 0;
+};
+
+// The frame job id for a job name (FNV-1a), the same on every agent.
+uint64_t JobId(const std::string& job);
+
+class Agent {
+ public:
+  // `control`, `transports` and `metrics` (may be null) outlive the agent.
+  Agent(AgentOptions options, ControlPlane* control, TransportProvider* transports,
+        AgentMetrics* metrics);
+  ~Agent();
+
+  // Joins the job (bounded by rpc_timeout). The first Step() waits for the
+  // rendezvous.
+  absl::Status Start();
+
+  // One step: the SUM over ranks of every bucket's sparsified gradient.
+  // grads[b] holds `elements` values. On error the residuals hold every
+  // gradient given so far, and the next call re-joins.
+  absl::Status Step(std::span<const std::span<const float>> grads, StepOutcome* out);
+
+  absl::Status Leave();
+
+  uint64_t next_step() const { return next_step_; }
+  uint32_t epoch() const { return plan_ == nullptr ? 0 : plan_->epoch; }
+  int rank() const { return rank_; }
+  bool connected() const { return transport_ != nullptr; }
+  const Plan* plan() const { return plan_.get(); }
+  std::span<const float> residual(int bucket) const { return residuals_[bucket]; }
+  // The communicator of the current epoch (tests kill it to simulate a crash).
+  Transport* transport() const { return transport_.get(); }
+
+ private:
+  absl::Status EnterEpoch();
+  absl::Status Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence);
+  absl::Status Barrier();
+  absl::Status Rejoin();
+  absl::Status Fail(absl::Status status);
+  absl::Status MakeAlgorithms();
+  // The newest held plan of base's epoch that may apply at `step` (base when
+  // none is newer); *newest_epoch, if given, gets the newest epoch of any
+  // held plan that may apply at `step`.
+  std::shared_ptr<const Plan> Eligible(uint64_t step, std::shared_ptr<const Plan> base,
+                                       uint64_t* newest_epoch = nullptr) const;
+  AllreduceOptions Options(int bucket) const;
+  void Report(const StepOutcome& out, double compute_s);
+
+  const AgentOptions options_;
+  const uint64_t job_id_;
+  ControlPlane* const control_;
+  TransportProvider* const transports_;
+  AgentMetrics* const metrics_;
+
+  std::shared_ptr<const Plan> plan_;  // the agreed plan of the current epoch
+  std::unique_ptr<Transport> transport_;
+  std::vector<std::unique_ptr<SparseAllreduce>> algorithms_;  // one per bucket (state)
+  std::string algorithms_for_;
+  std::vector<std::vector<float>> residuals_;
+  int rank_ = -1;
+  uint64_t next_step_ = 0;
+  uint64_t synced_at_ = ~uint64_t{0};  // the step the last agreement was made for
+  uint32_t last_epoch_ = 0;            // the last epoch this agent ran (or failed) in
+  bool need_rejoin_ = false;
+  std::chrono::milliseconds lease_{10000};
+  Clock::time_point last_step_end_{};
+};
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_SERVICES_AGENT_AGENT_H_

@@ -1,0 +1,166 @@
+#include "services/agent/agent_metrics.h"
+
+#include <cmath>
+#include <exception>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace gradex::agent {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+prometheus::Counter* NewCounter(prometheus::Registry& r, const std::string& name,
+                                const std::string& help) {
+  return &BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+prometheus::Gauge* NewGauge(prometheus::Registry& r, const std::string& name,
+                            const std::string& help) {
+  return &BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+
+// 100 us .. ~105 s, doubling: steps range from a tiny bucket on shared memory
+// to a large one over a slow network.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 1e-4; v < 120; v *= 2) b.push_back(v);
+  return b;
+}
+
+}  // namespace
+
+AgentMetrics::AgentMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *registry_;
+  call_seconds_ = &BuildHistogram()
+                       .Name("gradex_agent_call_duration_seconds")
+                       .Help(
+                           "Wall time of one collective call (one bucket of one step), by "
+                           "algorithm and phase (total, selection, communication, reduction)")
+                       .Register(r);
+  sent_bytes_ = NewCounter(r, "gradex_agent_sent_bytes_total",
+                           "Bytes this agent sent in collective calls, frame headers included");
+  recv_bytes_ = NewCounter(r, "gradex_agent_received_bytes_total",
+                           "Bytes this agent received in collective calls, frame headers included");
+  steps_ok_ = &BuildCounter()
+                   .Name("gradex_agent_steps_total")
+                   .Help("Steps run, by outcome (ok, failed)")
+                   .Register(r)
+                   .Add({{"outcome", "ok"}});
+  steps_failed_ = &BuildCounter()
+                       .Name("gradex_agent_steps_total")
+                       .Help("Steps run, by outcome (ok, failed)")
+                       .Register(r)
+                       .Add({{"outcome", "failed"}});
+  epoch_changes_ = NewCounter(r, "gradex_agent_epoch_changes_total",
+                              "Communicators built (one per epoch entered)");
+  report_drops_ = NewCounter(r, "gradex_agent_report_drops_total",
+                             "Step reports dropped because the queue to the coordinator was full");
+  result_nnz_ = NewGauge(r, "gradex_agent_result_nonzeros", "Non-zeros of the last call's result");
+  result_density_ = NewGauge(r, "gradex_agent_result_density",
+                             "Non-zeros of the last call's result divided by the elements");
+  residual_l2_ = NewGauge(r, "gradex_agent_residual_l2_norm",
+                          "L2 norm of this rank's residual after the last call");
+  threshold_ = NewGauge(r, "gradex_agent_selection_threshold",
+                        "Smallest non-zero magnitude in the last sparse result (the effective "
+                        "global selection threshold)");
+  post_gather_ = NewGauge(r, "gradex_agent_bsag_post_gather_count",
+                          "B-SAG: entries after the cross-team gather in the last call");
+  epoch_ = NewGauge(r, "gradex_agent_epoch", "Epoch of the current communicator");
+  members_ = NewGauge(r, "gradex_agent_members", "Ranks in the current epoch");
+  rank_ = NewGauge(r, "gradex_agent_rank", "This agent's rank in the current epoch");
+  kprime_ = &BuildGauge()
+                 .Name("gradex_agent_bsag_kprime")
+                 .Help("B-SAG k' used by the last call, by this rank's team position")
+                 .Register(r);
+  auto& frames = BuildCounter()
+                     .Name("gradex_agent_frame_errors_total")
+                     .Help(
+                         "Received data-plane frames rejected by validation, by reason "
+                         "(process-wide)")
+                     .Register(r);
+  for (int e = 0; e < static_cast<int>(FrameError::kCount); ++e) {
+    frame_errors_[e] =
+        &frames.Add({{"reason", std::string(FrameErrorName(static_cast<FrameError>(e)))}});
+  }
+}
+
+AgentMetrics::~AgentMetrics() = default;
+
+absl::Status AgentMetrics::Serve(const std::string& bind) {
+  // civetweb reports a failed bind by throwing; this is the one place it can.
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(bind);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", bind, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  return absl::OkStatus();
+}
+
+void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& stats, size_t n,
+                               std::span<const float> residual, const AllreduceResult& result,
+                               int team_position) {
+  auto observe = [&](const char* phase, double s) {
+    call_seconds_->Add({{"algorithm", algorithm}, {"phase", phase}}, LatencyBuckets()).Observe(s);
+  };
+  observe("total", stats.total_s);
+  observe("selection", stats.phases.selection_s);
+  observe("communication", stats.phases.communication_s);
+  observe("reduction", stats.phases.reduction_s);
+  sent_bytes_->Increment(static_cast<double>(stats.sent_bytes));
+  recv_bytes_->Increment(static_cast<double>(stats.recv_bytes));
+  result_nnz_->Set(static_cast<double>(stats.result_nnz));
+  result_density_->Set(n == 0 ? 0 : static_cast<double>(stats.result_nnz) / n);
+  double sq = 0;
+  for (float v : residual) sq += static_cast<double>(v) * v;
+  residual_l2_->Set(std::sqrt(sq));
+  if (!result.is_dense) {
+    float t = 0;
+    for (float v : result.sparse.val) {
+      const float a = std::fabs(v);
+      if (a > 0 && (t == 0 || a < t)) t = a;
+    }
+    threshold_->Set(t);
+  }
+  if (stats.kprime_used > 0) {
+    kprime_->Add({{"team_position", std::to_string(team_position)}})
+        .Set(static_cast<double>(stats.kprime_used));
+    post_gather_->Set(static_cast<double>(stats.post_gather_count));
+  }
+}
+
+void AgentMetrics::StepOk() { steps_ok_->Increment(); }
+void AgentMetrics::StepFailed() { steps_failed_->Increment(); }
+
+void AgentMetrics::Membership(uint32_t epoch, int members, int rank) {
+  epoch_->Set(epoch);
+  members_->Set(members);
+  rank_->Set(rank);
+}
+
+void AgentMetrics::EpochChange() { epoch_changes_->Increment(); }
+
+void AgentMetrics::SyncCounters(uint64_t report_drops) {
+  const auto counts = FrameErrorCounts();
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] > frame_seen_[e]) {
+      frame_errors_[e]->Increment(static_cast<double>(counts[e] - frame_seen_[e]));
+      frame_seen_[e] = counts[e];
+    }
+  }
+  if (report_drops > drops_seen_) {
+    report_drops_->Increment(static_cast<double>(report_drops - drops_seen_));
+    drops_seen_ = report_drops;
+  }
+}
+
+}  // namespace gradex::agent

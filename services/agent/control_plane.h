@@ -1,0 +1,119 @@
+// What the agent needs of the coordinator, in plain C++: join with the UCX
+// worker address, keep a lease, read the newest plan, report steps. The agent
+// is written against this interface only; the gRPC implementation maps it onto
+// proto/gradex/v1, and an in-memory fake serves multi-agent tests.
+//
+// Nothing here may block a step: LatestPlan() reads what a background watcher
+// last received, and ReportStep() enqueues or drops.
+#ifndef GRADEX_SERVICES_AGENT_CONTROL_PLANE_H_
+#define GRADEX_SERVICES_AGENT_CONTROL_PLANE_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "transport/transport.h"
+
+namespace gradex::agent {
+
+struct PlanMember {
+  int rank = 0;             // dense 0..P-1 in this epoch
+  std::string agent_id;     // stable across epochs and coordinator restarts
+  std::string ucx_address;  // opaque UCX worker address published at join
+};
+
+// One version of the job's plan. Values every rank must agree on (epoch and
+// members, algorithm, density, teams, the periods, quantize_bits, deadline)
+// are switched only at plan barriers (steps that are multiples of tau), to
+// values the members agree on in-band (epoch_sync.h); the B-SAG k' is per
+// rank and applied as soon as it arrives. A new epoch replacing a broken one
+// is entered at once.
+struct Plan {
+  uint64_t version = 0;             // strictly increasing per job
+  uint32_t epoch = 0;               // membership generation; every frame carries it
+  uint64_t effective_step = 0;      // first step the barrier values may apply to
+  std::vector<PlanMember> members;  // indexed by rank
+  std::string algorithm = "spardl-bsag";
+  double density = 0.01;
+  int teams = 1;
+  // B-SAG k' per team position (rank % (P / teams)); empty or 0 = the
+  // algorithm's own step controller.
+  std::vector<size_t> kprime;
+  int tau = 64;  // plan barrier period, in steps
+  int oktopk_tau = 64;
+  int oktopk_tau_prime = 32;
+  int quantize_bits = 0;
+  std::chrono::milliseconds step_deadline{10000};  // budget of one call
+
+  int world() const { return static_cast<int>(members.size()); }
+  // This agent's rank in the plan, or -1 when it is not a member.
+  int RankOf(const std::string& agent_id) const;
+};
+
+struct JoinRequest {
+  std::string job;
+  std::string token;
+  std::string agent_id;  // the same on a re-join, so the coordinator can match it
+  std::string host;
+  int local_rank = 0;
+  std::string device;
+  std::string ucx_address;
+  uint32_t last_epoch = 0;  // 0 on the first join; the last epoch run on a re-join
+  int last_rank = -1;       // this agent's rank in last_epoch
+  int last_world_size = 0;  // P of last_epoch
+  uint64_t next_step = 0;   // the step this agent runs next
+};
+
+struct JoinReply {
+  std::string member_id;
+  std::chrono::milliseconds lease{10000};
+};
+
+// What one step did, for the coordinator's controllers (B-SAG k', COVAP CCR,
+// hang diagnosis). Sent asynchronously; may be dropped.
+struct StepReport {
+  uint32_t epoch = 0;
+  uint64_t step = 0;
+  int rank = 0;
+  bool ok = true;
+  std::string error;  // when !ok
+  double total_s = 0, selection_s = 0, communication_s = 0, reduction_s = 0;
+  double compute_s = 0;          // time outside the exchange since the previous step
+  size_t post_gather_count = 0;  // B-SAG u
+  size_t kprime_used = 0;
+  uint64_t sent_bytes = 0, recv_bytes = 0;
+  size_t result_nnz = 0;
+};
+
+class ControlPlane {
+ public:
+  virtual ~ControlPlane() = default;
+
+  // Registers (or re-registers) this agent and starts keeping its lease and
+  // watching the plan in the background. Bounded by `deadline`.
+  virtual absl::StatusOr<JoinReply> Join(const JoinRequest& request, Deadline deadline) = 0;
+  // Renews the lease now (implementations also do it by themselves).
+  virtual absl::Status Heartbeat(Deadline deadline) = 0;
+  // Leaves the job; stops the background work.
+  virtual absl::Status Leave(Deadline deadline) = 0;
+
+  // Newest plan received, or null before the first. Never blocks on the
+  // network (a mutex and a pointer copy).
+  virtual std::shared_ptr<const Plan> LatestPlan() const = 0;
+  // An earlier version still held (the last few are kept), or null.
+  virtual std::shared_ptr<const Plan> PlanVersion(uint64_t version) const = 0;
+
+  // Enqueues a report for the background sender. Never blocks: when the queue
+  // is full the report is dropped, counted, and false returned.
+  virtual bool ReportStep(StepReport report) = 0;
+  virtual uint64_t report_drops() const = 0;
+};
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_SERVICES_AGENT_CONTROL_PLANE_H_

@@ -1,0 +1,208 @@
+#include "services/agent/epoch_sync.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/link.h"
+
+namespace gradex::agent {
+namespace {
+
+constexpr uint32_t kMagic = 0x59535847;  // "GXSY" little-endian
+constexpr size_t kNameBytes = 64;
+
+// Little-endian fixed layout: magic, epoch, next_step, newest_epoch,
+// values_rank, plan_version, algorithm[64], density, teams, tau, oktopk_tau,
+// oktopk_tau_prime, quantize_bits, step_deadline_ms.
+constexpr size_t kSize = 4 + 4 + 8 + 8 + 4 + 8 + kNameBytes + 8 + 4 * 5 + 4;
+
+class Writer {
+ public:
+  explicit Writer(Bytes* b) : b_(b) {}
+  template <typename T>
+  void Put(const T& v) {
+    const size_t at = b_->size();
+    b_->resize(at + sizeof(T));
+    std::memcpy(b_->data() + at, &v, sizeof(T));
+  }
+
+ private:
+  Bytes* b_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const Bytes& b) : b_(b) {}
+  template <typename T>
+  T Get() {
+    T v;
+    std::memcpy(&v, b_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  const uint8_t* Skip(size_t n) {
+    const uint8_t* p = b_.data() + at_;
+    at_ += n;
+    return p;
+  }
+
+ private:
+  const Bytes& b_;
+  size_t at_ = 0;
+};
+
+Bytes Encode(uint32_t epoch, const SyncState& s) {
+  Bytes b;
+  b.reserve(kSize);
+  Writer w(&b);
+  w.Put(kMagic);
+  w.Put(epoch);
+  w.Put(s.next_step);
+  w.Put(s.newest_epoch);
+  w.Put(s.values_rank);
+  w.Put(s.values.plan_version);
+  char name[kNameBytes] = {};
+  std::memcpy(name, s.values.algorithm.data(), std::min(s.values.algorithm.size(), kNameBytes - 1));
+  for (char c : name) w.Put(c);
+  w.Put(s.values.density);
+  w.Put(s.values.teams);
+  w.Put(s.values.tau);
+  w.Put(s.values.oktopk_tau);
+  w.Put(s.values.oktopk_tau_prime);
+  w.Put(s.values.quantize_bits);
+  w.Put(s.values.step_deadline_ms);
+  return b;
+}
+
+absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int world) {
+  auto bad = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("epoch sync: from rank ", from, ": ", why));
+  };
+  if (b.size() != kSize) return bad(absl::StrCat(b.size(), " bytes, expected ", kSize));
+  Reader r(b);
+  if (r.Get<uint32_t>() != kMagic) return bad("bad magic");
+  if (const uint32_t e = r.Get<uint32_t>(); e != epoch) {
+    return bad(absl::StrCat("epoch ", e, ", this rank is in ", epoch));
+  }
+  SyncState s;
+  s.next_step = r.Get<uint64_t>();
+  s.newest_epoch = r.Get<uint64_t>();
+  s.values_rank = r.Get<int32_t>();
+  s.values.plan_version = r.Get<uint64_t>();
+  const uint8_t* name = r.Skip(kNameBytes);
+  const void* nul = std::memchr(name, 0, kNameBytes);
+  if (nul == nullptr) return bad("algorithm name not terminated");
+  s.values.algorithm.assign(reinterpret_cast<const char*>(name),
+                            static_cast<const uint8_t*>(nul) - name);
+  s.values.density = r.Get<double>();
+  s.values.teams = r.Get<int32_t>();
+  s.values.tau = r.Get<int32_t>();
+  s.values.oktopk_tau = r.Get<int32_t>();
+  s.values.oktopk_tau_prime = r.Get<int32_t>();
+  s.values.quantize_bits = r.Get<int32_t>();
+  s.values.step_deadline_ms = r.Get<uint32_t>();
+  const BarrierValues& v = s.values;
+  if (s.values_rank < 0 || s.values_rank >= world) return bad("values rank out of range");
+  if (!(std::isfinite(v.density) && v.density > 0 && v.density <= 1)) return bad("bad density");
+  if (v.teams < 1 || v.tau < 1 || v.oktopk_tau < 1 || v.oktopk_tau_prime < 1) {
+    return bad("teams and periods must be >= 1");
+  }
+  if (v.quantize_bits != 0 && v.quantize_bits != 2 && v.quantize_bits != 4 &&
+      v.quantize_bits != 8) {
+    return bad("bad quantize_bits");
+  }
+  if (v.step_deadline_ms == 0) return bad("zero step deadline");
+  return s;
+}
+
+// SendRecv that gives up early, between slices of waiting, when `abandon`
+// says the epoch is already superseded (its peers will never come).
+absl::StatusOr<Bytes> Exchange(Transport& t, int to, Bytes out, int from, uint64_t tag,
+                               Deadline deadline, const std::function<bool()>& abandon) {
+  absl::StatusOr<RequestId> recv = t.PostRecv(from, tag);
+  if (!recv.ok()) return recv.status();
+  absl::StatusOr<RequestId> send = t.PostSend(to, tag, std::move(out));
+  if (!send.ok()) {
+    t.CancelAll(deadline);
+    return send.status();
+  }
+  Bytes in;
+  for (;;) {
+    const Deadline slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(20));
+    absl::Status s = t.Wait(*recv, slice, &in);
+    if (s.ok()) break;
+    if (s.code() != absl::StatusCode::kDeadlineExceeded || Clock::now() >= deadline) {
+      t.CancelAll(DeadlineIn(std::chrono::milliseconds(100)));
+      return s;
+    }
+    if (abandon && abandon()) {
+      t.CancelAll(DeadlineIn(std::chrono::milliseconds(100)));
+      return absl::AbortedError("superseded by a newer epoch");
+    }
+  }
+  if (absl::Status s = t.Wait(*send, deadline, nullptr); !s.ok()) {
+    t.CancelAll(DeadlineIn(std::chrono::milliseconds(100)));
+    return s;
+  }
+  return in;
+}
+
+}  // namespace
+
+BarrierValues BarrierValues::From(const Plan& plan) {
+  BarrierValues v;
+  v.plan_version = plan.version;
+  v.algorithm = plan.algorithm;
+  v.density = plan.density;
+  v.teams = plan.teams;
+  v.tau = plan.tau;
+  v.oktopk_tau = plan.oktopk_tau;
+  v.oktopk_tau_prime = plan.oktopk_tau_prime;
+  v.quantize_bits = plan.quantize_bits;
+  v.step_deadline_ms = static_cast<uint32_t>(plan.step_deadline.count());
+  return v;
+}
+
+void BarrierValues::ApplyTo(Plan* plan) const {
+  plan->algorithm = algorithm;
+  plan->density = density;
+  plan->teams = teams;
+  plan->tau = tau;
+  plan->oktopk_tau = oktopk_tau;
+  plan->oktopk_tau_prime = oktopk_tau_prime;
+  plan->quantize_bits = quantize_bits;
+  plan->step_deadline = std::chrono::milliseconds(step_deadline_ms);
+}
+
+absl::StatusOr<SyncState> AgreeInBand(Transport& transport, uint32_t epoch, uint64_t sequence,
+                                      SyncState mine, Deadline deadline,
+                                      const std::function<bool()>& abandon) {
+  const int p = transport.size(), r = transport.rank();
+  SyncState acc = std::move(mine);
+  acc.values_rank = r;
+  for (int d = 1, round = 0; d < p; d *= 2, ++round) {
+    const uint64_t tag = MessageTag(kSyncPhase, sequence, static_cast<uint32_t>(round));
+    const int to = (r + d) % p, from = (r - d + p) % p;
+    absl::StatusOr<Bytes> got =
+        Exchange(transport, to, Encode(epoch, acc), from, tag, deadline, abandon);
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrCat("epoch ", epoch, " sync round ", round, " (rank ", r,
+                                       "): ", got.status().message()));
+    }
+    absl::StatusOr<SyncState> v = Decode(*got, epoch, from, p);
+    if (!v.ok()) return v.status();
+    acc.next_step = std::max(acc.next_step, v->next_step);
+    acc.newest_epoch = std::max(acc.newest_epoch, v->newest_epoch);
+    if (v->values_rank < acc.values_rank) {
+      acc.values_rank = v->values_rank;
+      acc.values = std::move(v->values);
+    }
+  }
+  return acc;
+}
+
+}  // namespace gradex::agent

@@ -1,0 +1,58 @@
+// Where the agent's communicators come from: an address to publish at join,
+// and one Transport per epoch built from the epoch's plan. UCX in production;
+// tests pass loopback fabrics.
+#ifndef GRADEX_SERVICES_AGENT_TRANSPORT_PROVIDER_H_
+#define GRADEX_SERVICES_AGENT_TRANSPORT_PROVIDER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/agent/control_plane.h"
+#include "transport/bootstrap.h"
+#include "transport/transport.h"
+#include "transport/ucx_transport.h"
+
+namespace gradex::agent {
+
+class TransportProvider {
+ public:
+  virtual ~TransportProvider() = default;
+  // Published through Join; the plan hands it to the peers.
+  virtual std::string address() const = 0;
+  // The communicator of `plan`'s epoch as `rank`. The previous one is
+  // destroyed before this is called.
+  virtual absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank) = 0;
+};
+
+// One UCX worker for the agent's whole life (its address stays valid across
+// epochs, so the coordinator needs it once), one communicator per epoch on it
+// with the epoch as the generation (an aborted epoch's leftovers are dropped).
+absl::StatusOr<std::unique_ptr<TransportProvider>> CreateUcxProvider(const UcxOptions& options);
+
+// A Bootstrap whose all-gather is the plan of an epoch: each rank published
+// its address through Join, and the plan lists every rank's. For code that
+// wants a Bootstrap (CreateUcxTransport); the agent connects from the plan.
+class ControlPlaneBootstrap final : public Bootstrap {
+ public:
+  ControlPlaneBootstrap(std::shared_ptr<const Plan> plan, std::string agent_id);
+  int rank() const override { return rank_; }
+  int size() const override { return plan_->world(); }
+  // Checks that the plan lists `mine` for this rank and returns the plan's
+  // addresses by rank.
+  absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine,
+                                                     Deadline deadline) override;
+
+ private:
+  std::shared_ptr<const Plan> plan_;
+  std::string agent_id_;
+  int rank_ = -1;
+};
+
+// The addresses of `plan` by rank; an error if ranks are not dense 0..P-1.
+absl::StatusOr<std::vector<std::string>> PlanAddresses(const Plan& plan);
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_SERVICES_AGENT_TRANSPORT_PROVIDER_H_

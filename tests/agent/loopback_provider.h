@@ -1,0 +1,52 @@
+// Loopback communicators for agents that run as threads of one test: one
+// fabric per epoch, created by the first agent that connects to it.
+#ifndef GRADEX_TESTS_AGENT_LOOPBACK_PROVIDER_H_
+#define GRADEX_TESTS_AGENT_LOOPBACK_PROVIDER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "services/agent/transport_provider.h"
+#include "transport/loopback_transport.h"
+
+namespace gradex::agent::testing {
+
+class LoopbackPool {
+ public:
+  absl::StatusOr<std::unique_ptr<Transport>> Take(const Plan& plan, int rank) {
+    absl::MutexLock lock(&mu_);
+    auto& fabric = fabrics_[plan.epoch];
+    if (fabric.empty()) fabric = CreateLoopbackTransports(plan.world());
+    if (rank < 0 || rank >= static_cast<int>(fabric.size()) || fabric[rank] == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("loopback: rank ", rank, " of epoch ", plan.epoch, " unavailable"));
+    }
+    return std::move(fabric[rank]);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<uint32_t, std::vector<std::unique_ptr<Transport>>> fabrics_ ABSL_GUARDED_BY(mu_);
+};
+
+class LoopbackProvider final : public TransportProvider {
+ public:
+  LoopbackProvider(LoopbackPool* pool, std::string address)
+      : pool_(pool), address_(std::move(address)) {}
+  std::string address() const override { return address_; }
+  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank) override {
+    return pool_->Take(plan, rank);
+  }
+
+ private:
+  LoopbackPool* pool_;
+  std::string address_;
+};
+
+}  // namespace gradex::agent::testing
+
+#endif  // GRADEX_TESTS_AGENT_LOOPBACK_PROVIDER_H_
