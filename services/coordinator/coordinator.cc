@@ -219,7 +219,7 @@ void Coordinator::CheckStallsLocked(absl::Time now) {
                                st->next_steps[i], ")"));
   }
   Log("step ", st->step, " stalled in epoch ", run->number, ": ranks ", absl::StrJoin(who, ", "),
-      " have not arrived; rank progress reaches step ", st->frontier - 1);
+      " have not arrived (the furthest rank finished step ", st->frontier - 1, ")");
 }
 
 void Coordinator::UpdateGaugesLocked() {
