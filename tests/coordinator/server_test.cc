@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "grpcpp/create_channel.h"
@@ -190,6 +192,44 @@ TEST_F(ServerTest, OversizedAndMalformedRequestsAreInvalidArgument) {
   EXPECT_GE(
       server_->metrics().rpc_errors.Add({{"method", "Join"}, {"code", "INVALID_ARGUMENT"}}).Value(),
       6);
+}
+
+// A measurement, not a check (off in ctest; run with
+// --gtest_also_run_disabled_tests): unary heartbeat latency on loopback and
+// the time until 64 watchers all hold a new plan version.
+TEST_F(ServerTest, DISABLED_MeasureHeartbeatLatencyAndPlanFanout) {
+  constexpr int kWatchers = 64;
+  StartServer(kWatchers, absl::Seconds(30));
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < kWatchers; ++i) {
+    auto r = JoinAs(*stub_, kToken, "agent-" + std::to_string(i), i);
+    ASSERT_TRUE(r.ok());
+    ids.push_back(r->member_id());
+  }
+  std::vector<double> lat;
+  for (int i = 0; i < 2000; ++i) {
+    absl::Time t = absl::Now();
+    ASSERT_TRUE(Heartbeat(*stub_, kToken, ids[i % kWatchers], 0).ok());
+    lat.push_back(absl::ToDoubleMicroseconds(absl::Now() - t));
+  }
+  std::sort(lat.begin(), lat.end());
+  std::printf("heartbeat latency: median %.0f us, p99 %.0f us (2000 calls)\n", lat[1000],
+              lat[1980]);
+  std::vector<std::unique_ptr<PlanStream>> streams;
+  for (uint64_t id : ids) {
+    streams.push_back(std::make_unique<PlanStream>(*stub_, kToken, id, absl::Seconds(20)));
+  }
+  Plan p;
+  for (auto& s : streams)
+    ASSERT_TRUE(s->NextUntil(&p, [](const Plan& x) { return x.epoch() == 1; }));
+  // One more member: a new epoch (planned) goes to all 64 streams.
+  absl::Time t = absl::Now();
+  ASSERT_TRUE(JoinAs(*stub_, kToken, "late", 99).ok());
+  for (auto& s : streams)
+    ASSERT_TRUE(s->NextUntil(&p, [](const Plan& x) { return x.epoch() == 2; }));
+  std::printf("plan fan-out to %d watchers: %.1f ms after the join (tick 20 ms)\n", kWatchers,
+              absl::ToDoubleMilliseconds(absl::Now() - t));
+  for (auto& s : streams) s->Cancel();
 }
 
 }  // namespace
