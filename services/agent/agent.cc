@@ -210,7 +210,10 @@ AllreduceOptions Agent::Options(int bucket) const {
                            : *plan_;
   const int teams = std::max(plan_->teams, 1);
   const int position = rank_ % std::max(plan_->world() / teams, 1);
-  if (position < static_cast<int>(source.kprime.size())) o.kprime = source.kprime[position];
+  if (bucket < static_cast<int>(source.kprime.size()) &&
+      position < static_cast<int>(source.kprime[bucket].size())) {
+    o.kprime = source.kprime[bucket][position];
+  }
   return o;
 }
 
@@ -244,6 +247,7 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
     }
   }
   const Clock::time_point start = Clock::now();
+  const auto unix_start = std::chrono::system_clock::now();
   const double compute_s =
       last_step_end_ == Clock::time_point{} ? 0 : Seconds(start - last_step_end_);
   if (transport_ == nullptr) {
@@ -291,12 +295,19 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
     metrics_->StepOk();
     metrics_->SyncCounters(control_->report_drops());
   }
-  Report(*out, compute_s);
+  Report(*out, compute_s, unix_start);
   return absl::OkStatus();
 }
 
-void Agent::Report(const StepOutcome& out, double compute_s) {
+void Agent::Report(const StepOutcome& out, double compute_s,
+                   std::chrono::system_clock::time_point unix_start) {
+  auto ns = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
   StepReport r;
+  r.comm_start_unix_ns = ns(unix_start);
+  r.comm_end_unix_ns = ns(std::chrono::system_clock::now());
+  const int q = std::max(out.world / std::max(plan_->teams, 1), 1);
   r.epoch = out.epoch;
   r.step = out.step;
   r.rank = out.rank;
@@ -311,6 +322,8 @@ void Agent::Report(const StepOutcome& out, double compute_s) {
     r.sent_bytes += s.sent_bytes;
     r.recv_bytes += s.recv_bytes;
     r.result_nnz += s.result_nnz;
+    r.buckets.push_back(
+        {options_.elements, out.rank % q, s.kprime_used, s.post_gather_count, s.result_nnz});
   }
   control_->ReportStep(std::move(r));  // drops, never blocks
 }

@@ -101,7 +101,8 @@ class Agent {
   std::shared_ptr<const Plan> Eligible(uint64_t step, std::shared_ptr<const Plan> base,
                                        uint64_t* newest_epoch = nullptr) const;
   AllreduceOptions Options(int bucket) const;
-  void Report(const StepOutcome& out, double compute_s);
+  void Report(const StepOutcome& out, double compute_s,
+              std::chrono::system_clock::time_point unix_start);
 
   const AgentOptions options_;
   const uint64_t job_id_;

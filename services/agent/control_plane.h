@@ -41,9 +41,9 @@ struct Plan {
   std::string algorithm = "spardl-bsag";
   double density = 0.01;
   int teams = 1;
-  // B-SAG k' per team position (rank % (P / teams)); empty or 0 = the
-  // algorithm's own step controller.
-  std::vector<size_t> kprime;
+  // B-SAG k' per bucket and team position (rank % (P / teams)); missing or
+  // 0 = the algorithm's own step controller.
+  std::vector<std::vector<size_t>> kprime;
   int tau = 64;  // plan barrier period, in steps
   int oktopk_tau = 64;
   int oktopk_tau_prime = 32;
@@ -84,10 +84,21 @@ struct StepReport {
   std::string error;  // when !ok
   double total_s = 0, selection_s = 0, communication_s = 0, reduction_s = 0;
   double compute_s = 0;          // time outside the exchange since the previous step
-  size_t post_gather_count = 0;  // B-SAG u
+  size_t post_gather_count = 0;  // B-SAG u, summed over buckets
   size_t kprime_used = 0;
   uint64_t sent_bytes = 0, recv_bytes = 0;
   size_t result_nnz = 0;
+  // The exchange's start and end on this host's clock (ns since the Unix
+  // epoch), for COVAP's profiler, which aligns ranks at the end.
+  int64_t comm_start_unix_ns = 0, comm_end_unix_ns = 0;
+  struct Bucket {
+    size_t elements = 0;
+    int team_position = 0;
+    size_t kprime_used = 0;
+    size_t post_gather_count = 0;
+    size_t result_nnz = 0;
+  };
+  std::vector<Bucket> buckets;
 };
 
 class ControlPlane {

@@ -260,7 +260,7 @@ TEST(AgentTest, PlanChangesApplyAtTheirEffectiveStepOnEveryRank) {
   sync.arrive_and_wait();
   // A barrier value (density) at a future barrier, and k' (applied at once).
   coordinator.UpdatePlan([](Plan& p) { p.density = 0.2; }, kEffective);
-  coordinator.UpdatePlan([](Plan& p) { p.kprime = {kKPrime, kKPrime}; }, kEffective);
+  coordinator.UpdatePlan([](Plan& p) { p.kprime = {{kKPrime, kKPrime}}; }, kEffective);
   sync.arrive_and_wait();
   for (auto& t : threads) t.join();
   int checked = 0;
