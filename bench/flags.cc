@@ -79,6 +79,10 @@ Usage: gradex-bench [flags]
   --seed S              gradient seed; gradients depend on (seed, rank,
                         iteration) only, so runs are reproducible. Default: 1
   --integer             integer-valued gradients (conservation is then exact)
+  --quantize-bits B     QSGD stochastic quantization of the dense phases (SparCML
+                        dsar-split's all-gather, topkdsa's dense slices) at B bits
+                        per value: 0 (off), 2, 4 or 8; the error stays in the
+                        quantizing rank's residual. Default: 0
   --json                one JSON object per algorithm per line on stdout instead
                         of the table: algo, ranks, teams, elements, density,
                         iters, median_s, p90_s, sent_bytes_per_rank,
@@ -155,6 +159,7 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
                                                         "warmup",
                                                         "transport",
                                                         "seed",
+                                                        "quantize-bits",
                                                         "dump",
                                                         "deadline-ms",
                                                         "timeout-s",
@@ -203,6 +208,10 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
     } else if (name == "transport") {
       if (value != "ucx" && value != "loopback") return Bad(name, value, "must be ucx or loopback");
       f.transport = std::string(value);
+    } else if (name == "quantize-bits") {
+      if (auto s = ParseInt(name, value, 0, 8, &x); !s.ok()) return s;
+      if (x != 0 && x != 2 && x != 4 && x != 8) return Bad(name, value, "must be 0, 2, 4 or 8");
+      f.quantize_bits = static_cast<int>(x);
     } else if (name == "seed") {
       if (auto s = ParseU64(name, value, &f.seed); !s.ok()) return s;
     } else if (name == "dump") {

@@ -24,6 +24,7 @@ struct BenchFlags {
   std::string json_out;          // also append the JSON lines to this file
   std::string dump_dir;          // empty: no dump
   bool integer = false;          // integer-valued gradients: conservation must be exact
+  int quantize_bits = 0;         // QSGD bits on dense phases (0 = off, 2, 4, 8)
   int64_t deadline_ms = 60'000;  // per call (every wait inside it)
   int64_t timeout_s = 1800;      // whole run; children are killed past it
   int64_t connect_timeout_ms = 30'000;

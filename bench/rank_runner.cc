@@ -101,6 +101,7 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
     AllreduceOptions opts;
     opts.density = flags.density;
     opts.teams = rep.teams;
+    opts.quantize_bits = flags.quantize_bits;
     std::fill(residual.begin(), residual.end(), 0.0f);
     AllreduceResult result;
     CallStats stats;
