@@ -1,0 +1,341 @@
+#include "services/agent/grpc_control_plane.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gradex/v1/coordinator.grpc.pb.h"
+#include "services/agent/plan_store.h"
+#include "services/agent/report_queue.h"
+
+namespace gradex::agent {
+namespace {
+
+namespace pb = ::gradex::v1;
+
+absl::Status FromGrpc(const grpc::Status& s, const char* what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+// A coordinator's plan as the agent's Plan; nullopt-like error when a field
+// is out of range (the plan is then ignored, and the error logged once).
+absl::StatusOr<Plan> ToPlan(const pb::Plan& m, uint64_t version_offset) {
+  Plan p;
+  if (m.epoch() == 0 || m.epoch() > UINT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("plan epoch ", m.epoch(), " out of range"));
+  }
+  if (!(m.density() > 0 && m.density() <= 1) || m.teams() < 1 || m.barrier_period() < 1 ||
+      m.step_deadline_ms() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("plan ", m.version(), ": bad parameters"));
+  }
+  p.version = version_offset + m.version();
+  p.epoch = static_cast<uint32_t>(m.epoch());
+  p.effective_step = m.effective_step();
+  for (int i = 0; i < m.members_size(); ++i) {
+    const pb::Member& mem = m.members(i);
+    if (mem.rank() != i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan ", m.version(), ": member ", i, " has rank ", mem.rank()));
+    }
+    p.members.push_back({mem.rank(), mem.agent_id(), mem.ucx_address()});
+  }
+  p.algorithm = m.algorithm();
+  p.density = m.density();
+  p.teams = m.teams();
+  for (const pb::KPrime& k : m.kprime()) {
+    if (k.bucket() >= 4096 || k.team_position() < 0 || k.team_position() > 65535) continue;
+    if (p.kprime.size() <= k.bucket()) p.kprime.resize(k.bucket() + 1);
+    auto& row = p.kprime[k.bucket()];
+    if (row.size() <= static_cast<size_t>(k.team_position())) row.resize(k.team_position() + 1);
+    row[k.team_position()] = k.kprime();
+  }
+  p.tau = m.barrier_period();
+  p.oktopk_tau = std::max(m.oktopk_tau(), 1);
+  p.oktopk_tau_prime = std::max(m.oktopk_tau_prime(), 1);
+  p.quantize_bits = m.quantize_bits();
+  p.step_deadline = std::chrono::milliseconds(m.step_deadline_ms());
+  return p;
+}
+
+class GrpcControlPlane final : public ControlPlane {
+ public:
+  GrpcControlPlane(const GrpcControlPlaneOptions& options, std::shared_ptr<grpc::Channel> channel)
+      : options_(options),
+        stub_(pb::Coordinator::NewStub(std::move(channel))),
+        reports_(options.report_capacity) {}
+  ~GrpcControlPlane() override { Stop(); }
+
+  absl::StatusOr<JoinReply> Join(const JoinRequest& request, Deadline deadline) override {
+    {
+      absl::MutexLock lock(&mu_);
+      join_ = request;
+    }
+    absl::StatusOr<JoinReply> r = DoJoin(deadline);
+    if (r.ok() && !started_.exchange(true)) {
+      watcher_ = std::thread([this] { Watch(); });
+      sender_ = std::thread([this] { Send(); });
+    }
+    return r;
+  }
+
+  absl::Status Heartbeat(Deadline deadline) override {
+    pb::HeartbeatRequest req;
+    req.set_member_id(member_id_.load());
+    std::shared_ptr<const Plan> p = store_.Latest();
+    req.set_epoch(p == nullptr ? 0 : p->epoch);
+    req.set_next_step(next_step_.load());
+    pb::HeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    Prepare(ctx, deadline);
+    return FromGrpc(stub_->Heartbeat(&ctx, req, &resp), "heartbeat");
+  }
+
+  absl::Status Leave(Deadline deadline) override {
+    Stop();
+    pb::LeaveRequest req;
+    req.set_member_id(member_id_.load());
+    req.set_reason("agent finished");
+    pb::LeaveResponse resp;
+    grpc::ClientContext ctx;
+    Prepare(ctx, deadline);
+    return FromGrpc(stub_->Leave(&ctx, req, &resp), "leave");
+  }
+
+  std::shared_ptr<const Plan> LatestPlan() const override { return store_.Latest(); }
+  std::shared_ptr<const Plan> PlanVersion(uint64_t v) const override { return store_.Version(v); }
+  bool ReportStep(StepReport report) override {
+    next_step_.store(std::max(next_step_.load(), report.step + 1));
+    return reports_.Push(std::move(report));
+  }
+  uint64_t report_drops() const override { return reports_.drops() + lost_.load(); }
+
+ private:
+  void Prepare(grpc::ClientContext& ctx, Deadline deadline) {
+    ctx.set_deadline(std::chrono::system_clock::now() + (deadline - Clock::now()));
+    absl::MutexLock lock(&mu_);
+    ctx.AddMetadata("authorization", "Bearer " + join_.token);
+  }
+
+  absl::StatusOr<JoinReply> DoJoin(Deadline deadline) {
+    pb::JoinRequest req;
+    {
+      absl::MutexLock lock(&mu_);
+      req.set_job_id(join_.job);
+      req.set_agent_id(join_.agent_id);
+      req.set_host(join_.host);
+      req.set_local_rank(join_.local_rank);
+      req.set_device(join_.device);
+      req.set_ucx_address(join_.ucx_address);
+      req.set_last_epoch(join_.last_epoch);
+      req.set_last_rank(std::max(join_.last_rank, 0));
+      req.set_last_world_size(join_.last_world_size);
+      req.set_next_step(std::max(join_.next_step, next_step_.load()));
+      // A re-join from the background knows more than the agent's last call.
+      if (std::shared_ptr<const Plan> p = store_.Latest();
+          p != nullptr && p->epoch > join_.last_epoch && p->RankOf(join_.agent_id) >= 0) {
+        req.set_last_epoch(p->epoch);
+        req.set_last_rank(p->RankOf(join_.agent_id));
+        req.set_last_world_size(p->world());
+      }
+    }
+    pb::JoinResponse resp;
+    grpc::ClientContext ctx;
+    Prepare(ctx, deadline);
+    if (absl::Status s = FromGrpc(stub_->Join(&ctx, req, &resp), "join"); !s.ok()) return s;
+    member_id_.store(resp.member_id());
+    if (resp.coordinator_incarnation() != incarnation_.load()) {
+      // A restarted coordinator may number its plans afresh: keep ours
+      // increasing.
+      absl::MutexLock lock(&mu_);
+      std::shared_ptr<const Plan> p = store_.Latest();
+      version_offset_ = p == nullptr ? 0 : p->version;
+      known_version_ = 0;
+      incarnation_.store(resp.coordinator_incarnation());
+    }
+    heartbeat_ = std::chrono::milliseconds(
+        std::max<uint32_t>(resp.heartbeat_interval_ms(), resp.lease_duration_ms() / 3));
+    return JoinReply{absl::StrCat(resp.member_id()),
+                     std::chrono::milliseconds(resp.lease_duration_ms())};
+  }
+
+  // Re-join after NOT_FOUND or a broken connection, backing off on failure.
+  void Recover(std::chrono::milliseconds& backoff) {
+    if (DoJoin(DeadlineIn(options_.rpc_timeout)).ok()) {
+      backoff = std::chrono::milliseconds(100);
+      return;
+    }
+    Sleep(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+
+  void Sleep(std::chrono::milliseconds d) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(d));
+  }
+
+  void Watch() {
+    std::chrono::milliseconds backoff(100);
+    for (;;) {
+      pb::WatchPlanRequest req;
+      auto ctx = std::make_unique<grpc::ClientContext>();
+      Prepare(*ctx, DeadlineIn(options_.watch_window));
+      uint64_t offset;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+        req.set_known_version(known_version_);
+        offset = version_offset_;
+        watch_ctx_ = ctx.get();
+      }
+      req.set_member_id(member_id_.load());
+      std::unique_ptr<grpc::ClientReader<pb::Plan>> reader = stub_->WatchPlan(ctx.get(), req);
+      pb::Plan m;
+      while (reader->Read(&m)) {
+        backoff = std::chrono::milliseconds(100);
+        absl::StatusOr<Plan> p = ToPlan(m, offset);
+        if (p.ok()) store_.Publish(*std::move(p)).IgnoreError();
+        absl::MutexLock lock(&mu_);
+        known_version_ = std::max(known_version_, m.version());
+      }
+      const grpc::Status st = reader->Finish();
+      {
+        absl::MutexLock lock(&mu_);
+        watch_ctx_ = nullptr;
+        if (stopping_) return;
+      }
+      if (st.ok() || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) continue;
+      if (st.error_code() == grpc::StatusCode::NOT_FOUND ||
+          st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        Recover(backoff);
+      } else {
+        Sleep(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+      }
+    }
+  }
+
+  void Send() {
+    std::chrono::milliseconds backoff(100);
+    Clock::time_point next_heartbeat = Clock::now();
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+      }
+      if (Clock::now() >= next_heartbeat) {
+        absl::Status s = Heartbeat(DeadlineIn(options_.rpc_timeout));
+        if (s.code() == absl::StatusCode::kNotFound) Recover(backoff);
+        next_heartbeat = Clock::now() + heartbeat_.load();
+      }
+      std::vector<StepReport> batch;
+      const Deadline until = std::min(next_heartbeat, DeadlineIn(std::chrono::milliseconds(100)));
+      while (batch.size() < options_.report_batch) {
+        std::optional<StepReport> r = reports_.Pop(batch.empty() ? until : Clock::now());
+        if (!r) break;
+        batch.push_back(std::move(*r));
+      }
+      if (!batch.empty() && !SendReports(batch)) lost_.fetch_add(batch.size());
+    }
+  }
+
+  bool SendReports(const std::vector<StepReport>& batch) {
+    grpc::ClientContext ctx;
+    Prepare(ctx, DeadlineIn(options_.rpc_timeout));
+    pb::ReportAck ack;
+    std::unique_ptr<grpc::ClientWriter<pb::StepReport>> w = stub_->ReportSteps(&ctx, &ack);
+    const uint64_t member = member_id_.load();
+    for (const StepReport& r : batch) {
+      pb::StepReport m;
+      m.set_member_id(member);
+      m.set_epoch(r.epoch);
+      m.set_step(r.step);
+      m.set_selection_seconds(r.selection_s);
+      m.set_communication_seconds(r.communication_s);
+      m.set_reduction_seconds(r.reduction_s);
+      m.set_total_seconds(r.total_s);
+      m.set_compute_seconds(r.compute_s);
+      m.set_comm_start_unix_ns(r.comm_start_unix_ns);
+      m.set_comm_end_unix_ns(r.comm_end_unix_ns);
+      m.set_sent_bytes(r.sent_bytes);
+      m.set_recv_bytes(r.recv_bytes);
+      for (size_t b = 0; b < r.buckets.size() && b < 4096; ++b) {
+        pb::BucketReport* br = m.add_buckets();
+        br->set_bucket(static_cast<uint32_t>(b));
+        br->set_elements(r.buckets[b].elements);
+        br->set_team_position(r.buckets[b].team_position);
+        br->set_kprime_used(r.buckets[b].kprime_used);
+        br->set_post_gather_count(r.buckets[b].post_gather_count);
+        br->set_result_nnz(r.buckets[b].result_nnz);
+      }
+      if (!r.ok) m.set_error(r.error.empty() ? "failed" : r.error.substr(0, 512));
+      if (!w->Write(m)) break;
+    }
+    w->WritesDone();
+    return w->Finish().ok();
+  }
+
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      if (watch_ctx_ != nullptr) watch_ctx_->TryCancel();
+    }
+    reports_.Close();
+    if (watcher_.joinable()) watcher_.join();
+    if (sender_.joinable()) sender_.join();
+  }
+
+  const GrpcControlPlaneOptions options_;
+  std::unique_ptr<pb::Coordinator::Stub> stub_;
+  PlanStore store_;
+  ReportQueue reports_;
+  std::atomic<uint64_t> member_id_{0};
+  std::atomic<uint64_t> incarnation_{0};
+  std::atomic<uint64_t> next_step_{0};
+  std::atomic<uint64_t> lost_{0};  // reports a failed send lost
+  std::atomic<std::chrono::milliseconds> heartbeat_{std::chrono::milliseconds(1000)};
+  std::atomic<bool> started_{false};
+  absl::Mutex mu_;
+  JoinRequest join_ ABSL_GUARDED_BY(mu_);
+  uint64_t version_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t known_version_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* watch_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread watcher_, sender_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ControlPlane>> CreateGrpcControlPlane(
+    const GrpcControlPlaneOptions& options) {
+  if (options.target.empty()) return absl::InvalidArgumentError("no coordinator address");
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (options.tls_ca.empty()) {
+    if (!options.tls_client_cert.empty()) {
+      return absl::InvalidArgumentError("a client certificate needs the coordinator's CA");
+    }
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_ca;
+    ssl.pem_cert_chain = options.tls_client_cert;
+    ssl.pem_private_key = options.tls_client_key;
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);  // a plan carries every member's address
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  auto channel = grpc::CreateCustomChannel(options.target, creds, args);
+  return std::unique_ptr<ControlPlane>(new GrpcControlPlane(options, std::move(channel)));
+}
+
+}  // namespace gradex::agent

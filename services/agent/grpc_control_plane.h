@@ -1,0 +1,37 @@
+// ControlPlane over the coordinator's gRPC API (proto/gradex/v1). Two
+// background threads: one watches the plan stream, one sends heartbeats and
+// batches of step reports. Every RPC has a deadline (the plan stream is
+// re-opened every watch_window). When the coordinator is unreachable or has
+// forgotten this member (restart, eviction: NOT_FOUND), the threads back off
+// (100 ms doubling to 5 s) and re-join with the same agent id, the last epoch
+// and rank held, and the next step, which is how a restarted coordinator
+// rebuilds its membership.
+#ifndef GRADEX_SERVICES_AGENT_GRPC_CONTROL_PLANE_H_
+#define GRADEX_SERVICES_AGENT_GRPC_CONTROL_PLANE_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/agent/control_plane.h"
+
+namespace gradex::agent {
+
+struct GrpcControlPlaneOptions {
+  std::string target;  // host:port of the coordinator
+  // TLS: the CA that signed the coordinator's certificate (PEM contents);
+  // with client_cert and client_key, mutual TLS. Empty: plaintext.
+  std::string tls_ca, tls_client_cert, tls_client_key;
+  std::chrono::milliseconds rpc_timeout{5000};
+  std::chrono::milliseconds watch_window{60000};
+  size_t report_capacity = 256;
+  size_t report_batch = 64;
+};
+
+absl::StatusOr<std::unique_ptr<ControlPlane>> CreateGrpcControlPlane(
+    const GrpcControlPlaneOptions& options);
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_SERVICES_AGENT_GRPC_CONTROL_PLANE_H_

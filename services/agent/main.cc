@@ -1,0 +1,269 @@
+// gradex-agent: the agent runtime driven by synthetic seeded gradients, for
+// cluster validation and benchmarks (like nccl-tests). Algorithm, density and
+// teams come from the coordinator's plan.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "services/agent/agent.h"
+#include "services/agent/grpc_control_plane.h"
+
+namespace gradex::agent {
+namespace {
+
+constexpr char kUsage[] =
+    R"(usage: gradex-agent --coordinator HOST:PORT --job J --token-file F --elements N --steps S [options]
+  --coordinator HOST:PORT  the coordinator's gRPC address
+  --job J                  job id (must match the coordinator's)
+  --token-file F           file holding the job's secret
+  --elements N             gradient elements per bucket
+  --steps S                run until step S-1 has completed (steps count from 0 for the job)
+  --buckets B              buckets per step (default 1)
+  --metrics-port M         serve Prometheus metrics on 127.0.0.1:M/metrics (0.0.0.0 with --metrics-any)
+  --metrics-any            bind the metrics port on all interfaces
+  --seed S                 gradient seed (default 1)
+  --agent-id ID            stable identity (default HOST/LOCAL_RANK/PID)
+  --local-rank R           rank among the agents on this host (default 0)
+  --ucx-tls T              UCX transports, e.g. tcp, posix (default: UCX_TLS or all)
+  --tls-ca F               CA of the coordinator's certificate (enables TLS)
+  --tls-cert F --tls-key F client certificate and key (mutual TLS)
+  --join-timeout-ms T      how long to wait for an epoch that includes this agent (default 120000)
+  --quiet                  no progress line per step
+  --help                   this text
+)";
+
+struct Flags {
+  GrpcControlPlaneOptions grpc;
+  std::string job, token_file, agent_id, ucx_tls, tls_ca, tls_cert, tls_key;
+  size_t elements = 0;
+  uint64_t steps = 0, seed = 1;
+  int buckets = 1, metrics_port = -1, local_rank = 0;
+  bool metrics_any = false, quiet = false;
+  int64_t join_timeout_ms = 120000;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, ": cannot read '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::Status Parse(int argc, char** argv, Flags* f) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i], v;
+    if (a == "--help" || a == "-h") return absl::CancelledError("help");
+    if (a == "--metrics-any") {
+      f->metrics_any = true;
+      continue;
+    }
+    if (a == "--quiet") {
+      f->quiet = true;
+      continue;
+    }
+    if (size_t eq = a.find('='); eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < args.size()) {
+      v = args[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(a, " needs a value (see --help)"));
+    }
+    auto number = [&](auto* out) -> absl::Status {
+      if (!absl::SimpleAtoi(v, out)) {
+        return absl::InvalidArgumentError(absl::StrCat(a, ": '", v, "' is not a number"));
+      }
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    if (a == "--coordinator")
+      f->grpc.target = v;
+    else if (a == "--job")
+      f->job = v;
+    else if (a == "--token-file")
+      f->token_file = v;
+    else if (a == "--agent-id")
+      f->agent_id = v;
+    else if (a == "--ucx-tls")
+      f->ucx_tls = v;
+    else if (a == "--tls-ca")
+      f->tls_ca = v;
+    else if (a == "--tls-cert")
+      f->tls_cert = v;
+    else if (a == "--tls-key")
+      f->tls_key = v;
+    else if (a == "--elements")
+      s = number(&f->elements);
+    else if (a == "--steps")
+      s = number(&f->steps);
+    else if (a == "--seed")
+      s = number(&f->seed);
+    else if (a == "--buckets")
+      s = number(&f->buckets);
+    else if (a == "--metrics-port")
+      s = number(&f->metrics_port);
+    else if (a == "--local-rank")
+      s = number(&f->local_rank);
+    else if (a == "--join-timeout-ms")
+      s = number(&f->join_timeout_ms);
+    else
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", a, " (see --help)"));
+    if (!s.ok()) return s;
+  }
+  if (f->grpc.target.empty()) return absl::InvalidArgumentError("--coordinator is required");
+  if (f->job.empty()) return absl::InvalidArgumentError("--job is required");
+  if (f->token_file.empty()) return absl::InvalidArgumentError("--token-file is required");
+  if (f->elements == 0) return absl::InvalidArgumentError("--elements must be > 0");
+  if (f->steps == 0) return absl::InvalidArgumentError("--steps must be > 0");
+  if (f->buckets < 1 || f->buckets > 4096) {
+    return absl::InvalidArgumentError("--buckets must be in 1..4096");
+  }
+  if (f->metrics_port > 65535) return absl::InvalidArgumentError("--metrics-port out of range");
+  if (f->tls_cert.empty() != f->tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  return absl::OkStatus();
+}
+
+// Seeded synthetic gradient: a function of (seed, agent, step, bucket) only,
+// normal-like values (sum of 4 uniforms), 5% exact zeros.
+void Synthesize(uint64_t seed, uint64_t agent, uint64_t step, int bucket, std::vector<float>& g) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ agent * 0xBF58476D1CE4E5B9ull ^
+               step * 0x94D049BB133111EBull ^ static_cast<uint64_t>(bucket + 1);
+  auto next = [&x] {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (float& v : g) {
+    const uint64_t r = next();
+    if (r % 20 == 0) {
+      v = 0;
+      continue;
+    }
+    double s = 0;
+    for (int k = 0; k < 4; ++k) s += static_cast<double>((r >> (16 * k)) & 0xffff) / 65536.0;
+    v = static_cast<float>((s - 2.0) * 1e-2);
+  }
+}
+
+int Run(const Flags& f) {
+  absl::StatusOr<std::string> token = ReadFile(f.token_file, "--token-file");
+  if (!token.ok()) {
+    std::cerr << "gradex-agent: " << token.status().message() << "\n";
+    return 2;
+  }
+  GrpcControlPlaneOptions g = f.grpc;
+  for (auto [path, out] :
+       {std::pair{&f.tls_ca, &g.tls_ca}, std::pair{&f.tls_cert, &g.tls_client_cert},
+        std::pair{&f.tls_key, &g.tls_client_key}}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> pem = ReadFile(*path, "TLS file");
+    if (!pem.ok()) {
+      std::cerr << "gradex-agent: " << pem.status().message() << "\n";
+      return 2;
+    }
+    *out = *pem;
+  }
+  absl::StatusOr<std::unique_ptr<ControlPlane>> control = CreateGrpcControlPlane(g);
+  if (!control.ok()) {
+    std::cerr << "gradex-agent: " << control.status() << "\n";
+    return 2;
+  }
+  UcxOptions ucx;
+  ucx.tls = f.ucx_tls;
+  absl::StatusOr<std::unique_ptr<TransportProvider>> transports = CreateUcxProvider(ucx);
+  if (!transports.ok()) {
+    std::cerr << "gradex-agent: UCX: " << transports.status() << "\n";
+    return 1;
+  }
+  AgentMetrics metrics;
+  if (f.metrics_port >= 0) {
+    const std::string bind =
+        absl::StrCat(f.metrics_any ? "0.0.0.0" : "127.0.0.1", ":", f.metrics_port);
+    if (absl::Status s = metrics.Serve(bind); !s.ok()) {
+      std::cerr << "gradex-agent: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  AgentOptions o;
+  o.job = f.job;
+  o.token = std::string(absl::StripAsciiWhitespace(*token));
+  o.host = host;
+  o.local_rank = f.local_rank;
+  o.agent_id =
+      f.agent_id.empty() ? absl::StrCat(host, "/", f.local_rank, "/", getpid()) : f.agent_id;
+  o.elements = f.elements;
+  o.buckets = f.buckets;
+  o.join_timeout = std::chrono::milliseconds(f.join_timeout_ms);
+  Agent agent(o, control->get(), transports->get(), &metrics);
+  if (absl::Status s = agent.Start(); !s.ok()) {
+    std::cerr << "gradex-agent: join " << f.grpc.target << ": " << s << "\n";
+    return 1;
+  }
+  const uint64_t agent_seed = JobId(o.agent_id);
+  std::vector<std::vector<float>> grads(f.buckets, std::vector<float>(f.elements));
+  std::vector<std::span<const float>> spans(grads.begin(), grads.end());
+  int failures_in_a_row = 0;
+  while (!(agent.connected() && agent.next_step() >= f.steps)) {
+    const uint64_t step = agent.next_step();
+    for (int b = 0; b < f.buckets; ++b) Synthesize(f.seed, agent_seed, step, b, grads[b]);
+    StepOutcome out;
+    absl::Status s = agent.Step(spans, &out);
+    if (!s.ok()) {
+      std::cerr << "gradex-agent: " << s << "\n";
+      if (++failures_in_a_row >= 5 || s.code() == absl::StatusCode::kUnauthenticated) {
+        std::cerr << "gradex-agent: giving up after " << failures_in_a_row << " failures\n";
+        return 1;
+      }
+      continue;
+    }
+    failures_in_a_row = 0;
+    if (!f.quiet) {
+      size_t nnz = 0;
+      uint64_t sent = 0;
+      for (const CallStats& c : out.stats) {
+        nnz += c.result_nnz;
+        sent += c.sent_bytes;
+      }
+      std::printf("step %llu epoch %u rank %d/%d %s density %g nnz %zu sent %llu B %.2f ms\n",
+                  static_cast<unsigned long long>(out.step), out.epoch, out.rank, out.world,
+                  out.algorithm.c_str(), out.density, nnz, static_cast<unsigned long long>(sent),
+                  out.seconds * 1e3);
+      std::fflush(stdout);
+    }
+  }
+  if (absl::Status s = agent.Leave(); !s.ok()) std::cerr << "gradex-agent: leave: " << s << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace gradex::agent
+
+int main(int argc, char** argv) {
+  gradex::agent::Flags f;
+  absl::Status s = gradex::agent::Parse(argc, argv, &f);
+  if (absl::IsCancelled(s)) {
+    std::fputs(gradex::agent::kUsage, stdout);
+    return 0;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "gradex-agent: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  return gradex::agent::Run(f);
+}
