@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "services/coordinator/log.h"
 
 namespace gradex::coordinator {
@@ -13,7 +14,8 @@ Coordinator::Coordinator(JobSettings settings, CoordinatorMetrics* metrics)
       incarnation_(std::random_device{}() * 0x100000000ull + std::random_device{}()),
       rng_(std::random_device{}() ^ (incarnation_ << 1)),
       membership_(s_),
-      stalls_(s_.step_deadline) {
+      stalls_(s_.step_deadline),
+      version_(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()))) {
   agreed_.teams = ChooseTeams(s_.algorithm, s_.teams, s_.world_size, s_.prefer_rsag);
   agreed_.covap_interval = s_.covap_interval;
   UpdateGaugesLocked();

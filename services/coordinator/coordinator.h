@@ -82,7 +82,9 @@ class Coordinator {
   bool agreed_dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool kprime_dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_publish_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Starts at the start time in microseconds, so a restarted coordinator's
+  // versions stay above its predecessor's (fewer than 10^6 plans a second).
+  uint64_t version_ ABSL_GUARDED_BY(mu_);
   uint64_t stalled_steps_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const gradex::v1::Plan> plan_ ABSL_GUARDED_BY(mu_);
   // Members whose watchers must end, and whether a plan is new, collected
