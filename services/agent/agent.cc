@@ -276,11 +276,14 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
     absl::Status s = algorithms_[b]->Run(ctx, Options(static_cast<int>(b)), grads[b], residuals_[b],
                                          &out->results[b], &out->stats[b]);
     if (!s.ok()) {
-      ++next_step_;  // the step is spent; its gradient stays in the residual
-      return Fail(
+      // Reported as this step; then the step is spent (its gradient stays in
+      // the residual) and the next one is step + 1.
+      absl::Status failed = Fail(
           absl::Status(s.code(), absl::StrCat("step ", step, " epoch ", plan_->epoch, " rank ",
                                               rank_, " of ", plan_->world(), " (", plan_->algorithm,
                                               ", bucket ", b, "): ", s.message())));
+      ++next_step_;
+      return failed;
     }
     if (metrics_ != nullptr) {
       const int q = std::max(plan_->world() / std::max(plan_->teams, 1), 1);
