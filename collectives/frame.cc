@@ -198,8 +198,12 @@ absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
     } else {
       v.idx.resize(h.count);
       v.val.resize(h.count);
-      std::memcpy(v.idx.data(), p, h.count * sizeof(uint32_t));
-      std::memcpy(v.val.data(), p + h.count * sizeof(uint32_t), h.count * sizeof(float));
+      // An empty frame leaves data() null, and memcpy from/to null is undefined
+      // even for 0 bytes (found by tests/fuzz/frame_fuzzer).
+      if (h.count > 0) {
+        std::memcpy(v.idx.data(), p, h.count * sizeof(uint32_t));
+        std::memcpy(v.val.data(), p + h.count * sizeof(uint32_t), h.count * sizeof(float));
+      }
       if (!kernels::IsSortedUniqueInRange(v.idx.data(), v.nnz(), h.block_begin, h.block_end)) {
         // Say which rule broke: a bound or the order.
         for (uint32_t i : v.idx) {
