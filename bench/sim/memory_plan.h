@@ -12,7 +12,8 @@ namespace gradex::sim {
 
 // Estimated peak bytes of a run (all ranks plus the shared reference sums).
 // Algorithms that all-gather every rank's selection (or one not known here)
-// are charged P·k entries per rank; the SparDL family, gtopk and oktopk a few k.
+// are charged P·k entries per rank (2P·k for gaussiank); the SparDL family,
+// gtopk and oktopk a few k; SparCML-dsar and TopkDSA a dense result.
 uint64_t EstimateBytes(const std::string& algo, bool dense, int p, uint64_t n, double density);
 
 struct ElementPlan {

@@ -93,6 +93,14 @@ SimRow SimulateAlgorithm(const SimFlags& flags, const std::string& algo) {
     absl::StatusOr<SimOutcome> second = RunSim(cfg);
     if (!second.ok()) {
       row.error = second.status().ToString();
+    } else if (first->time_mean_s < second->time_mean_s) {
+      // Time must grow with N; where it does not, the small runs are in a
+      // data-dependent regime (e.g. thresholds over a handful of entries per
+      // region) and the line through them says nothing about N.
+      row.error = absl::StrFormat(
+          "extrapolation refused: time not increasing in N (%.6g s at N=%d, %.6g s at N=%d); "
+          "raise --mem-gib",
+          first->time_mean_s, plan.n_run, second->time_mean_s, plan.n_second);
     } else {
       row.at_n = ExtrapolateOutcome(*first, plan.n_run, *second, plan.n_second, flags.elements);
     }
