@@ -66,10 +66,15 @@ def write_markdown(path, rows, args):
                 "`-`: skipped or failed.\n\n")
         f.write("| algorithm | " + " | ".join(f"P={p}" for p in ranks) + " |\n")
         f.write("|---|" + "---:|" * len(ranks) + "\n")
+        notes = []
         for a in algos:
             cells = []
             for p in ranks:
                 r = by.get((a, p))
+                if r is not None and r.get("error"):
+                    cells.append("†")
+                    notes.append(f"† {a}, P={p}: {r['error']}")
+                    continue
                 if r is None or "time_s" not in r:
                     cells.append("-")
                     continue
@@ -78,6 +83,8 @@ def write_markdown(path, rows, args):
                     mark += "!"
                 cells.append(f"{r['time_s'] * 1e3:.2f}{mark}")
             f.write(f"| {a} | " + " | ".join(cells) + " |\n")
+        for note in notes:
+            f.write(f"\n{note}\n")
         f.write("\nBytes sent per rank (max over ranks, MB):\n\n")
         f.write("| algorithm | " + " | ".join(f"P={p}" for p in ranks) + " |\n")
         f.write("|---|" + "---:|" * len(ranks) + "\n")
@@ -85,7 +92,7 @@ def write_markdown(path, rows, args):
             cells = []
             for p in ranks:
                 r = by.get((a, p))
-                cells.append("-" if r is None or "time_s" not in r
+                cells.append("-" if r is None or r.get("error") or "time_s" not in r
                              else f"{r['sent_bytes_max'] / 1e6:.2f}")
             f.write(f"| {a} | " + " | ".join(cells) + " |\n")
         peak = max((r.get("peak_rss_bytes", 0) for r in rows), default=0)
@@ -102,7 +109,7 @@ def plot(path, rows, args, plt):
     markers = "os^vD<>phx*+1234"
     for i, a in enumerate(algos):
         pts = sorted((r["ranks"], r["time_s"] * 1e3) for r in rows
-                     if r["algo"] == a and "time_s" in r)
+                     if r["algo"] == a and "time_s" in r and not r.get("error"))
         if not pts:
             continue
         style = "--" if a.startswith("dense") else "-"
@@ -139,13 +146,15 @@ def main():
     if os.path.exists(csv_path):  # resumable: keep the P already done
         with open(csv_path) as f:
             for r in csv.DictReader(f):
-                if r["time_s"]:
+                if r["time_s"] or r["error"]:
                     for k in ("ranks", "teams", "elements", "n_run", "n_second",
                               "sent_bytes_max", "recv_bytes_max", "messages_max",
                               "result_nnz", "peak_rss_bytes"):
                         r[k] = int(float(r[k] or 0))
                     for k in ("time_s", "model_lo_s", "model_hi_s"):
                         r[k] = float(r[k]) if r[k] else float("nan")
+                    if r["error"]:
+                        del r["time_s"]
                     for k in ("extrapolated", "consistent", "conserved"):
                         r[k] = r[k] == "True"
                     rows.append(r)
