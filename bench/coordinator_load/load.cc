@@ -1,5 +1,7 @@
 #include "bench/coordinator_load/load.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -40,6 +42,13 @@ void Authorize(grpc::ClientContext* ctx) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + kRpcDeadline));
 }
 
+// CPU time of this process (client and server together).
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 double Percentile(const std::vector<float>& sorted, double q) {
   if (sorted.empty()) return 0;
   size_t i = std::min(sorted.size() - 1, static_cast<size_t>(q * sorted.size()));
@@ -54,10 +63,12 @@ std::string LoadResult::ToString() const {
       "heartbeats: %d ok, %d failed, %d late (%.0f/s)\n"
       "heartbeat latency: median %.0f us, p90 %.0f us, p99 %.0f us, max %.0f us\n"
       "longest gap between renewals: %.2f of the lease\n"
-      "coordinator: %d members at the end, %d evictions\n",
+      "coordinator: %d members at the end, %d evictions\n"
+      "process CPU while heartbeating: %.2f cores, %.0f us per heartbeat (client + server)\n",
       joined, join_seconds, join_seconds > 0 ? joined / join_seconds : 0.0, heartbeats_ok,
       heartbeats_failed, heartbeats_late, heartbeats_per_second, latency_us_median, latency_us_p90,
-      latency_us_p99, latency_us_max, max_gap_over_lease, members_at_end, evictions);
+      latency_us_p99, latency_us_max, max_gap_over_lease, members_at_end, evictions, cpu_cores,
+      cpu_us_per_heartbeat);
 }
 
 absl::StatusOr<LoadResult> RunCoordinatorLoad(const LoadOptions& opts) {
@@ -162,6 +173,7 @@ absl::StatusOr<LoadResult> RunCoordinatorLoad(const LoadOptions& opts) {
 
   // Heartbeats until the end of the run.
   const absl::Time hb_start = absl::Now();
+  const double cpu_start = ProcessCpuSeconds();
   const absl::Time stop = hb_start + opts.duration;
   for (;;) {
     Due next;
@@ -208,6 +220,9 @@ absl::StatusOr<LoadResult> RunCoordinatorLoad(const LoadOptions& opts) {
     absl::SleepFor(absl::Milliseconds(5));
   const absl::Time end = absl::Now();
   res.heartbeats_per_second = (hb_ok + hb_failed) / absl::ToDoubleSeconds(end - hb_start);
+  res.cpu_cores = (ProcessCpuSeconds() - cpu_start) / absl::ToDoubleSeconds(end - hb_start);
+  if (hb_ok + hb_failed > 0)
+    res.cpu_us_per_heartbeat = 1e6 * res.cpu_cores / res.heartbeats_per_second;
 
   res.heartbeats_ok = hb_ok;
   res.heartbeats_failed = hb_failed;

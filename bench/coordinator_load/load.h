@@ -35,6 +35,10 @@ struct LoadResult {
   double heartbeats_per_second = 0;
   size_t members_at_end = 0;  // the coordinator's own count
   uint64_t evictions = 0;     // the coordinator's evictions counter
+  // This process's CPU use while heartbeating (client and server share it):
+  // what the load costs, whatever else the machine is running.
+  double cpu_cores = 0;
+  double cpu_us_per_heartbeat = 0;
   std::string ToString() const;
 };
 
