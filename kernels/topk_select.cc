@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/compact.h"
@@ -33,12 +34,22 @@ inline uint32_t KeyAt(const float* x, size_t i) {
   return b & 0x7fffffffu;
 }
 
+// Per-thread histogram scratch, on the heap: static TLS is carved out of every
+// thread's stack, and 72 KB of thread_local arrays overflowed the 100 KB stacks
+// of civetweb's threads (prometheus-cpp's metrics server) in the same process.
+template <size_t kRows, size_t kCols>
+uint32_t (&ThreadScratch())[kRows][kCols] {
+  using Rows = uint32_t[kRows][kCols];
+  static thread_local const std::unique_ptr<Rows[]> scratch(new Rows[1]);
+  return scratch[0];
+}
+
 // Histogram of pass-1 buckets over all of x. Four sub-histograms so that
 // runs of equal buckets (common: few exponents dominate) do not serialise on
 // one counter; uint32 counters, flushed every 2^30 entries.
 void Histogram1(const float* x, size_t n, size_t* h) {
   std::fill(h, h + kBuckets1, size_t{0});
-  static thread_local uint32_t sub[4][kBuckets1];
+  uint32_t(&sub)[4][kBuckets1] = ThreadScratch<4, kBuckets1>();
   constexpr size_t kChunk = size_t{1} << 30;
   for (size_t start = 0; start < n; start += kChunk) {
     const size_t end = std::min(n, start + kChunk);
@@ -139,7 +150,7 @@ template <size_t kBins>
 void HistogramRange(const float* x, size_t n, uint32_t lo, int shift, size_t* h) {
   constexpr uint32_t kSpill = kBins;
   const uint32_t width = static_cast<uint32_t>(kBins) << shift;
-  static thread_local uint32_t sub[4][kBins + 1];
+  uint32_t(&sub)[4][kBins + 1] = ThreadScratch<4, kBins + 1>();
   std::fill(h, h + kBins, size_t{0});
   constexpr size_t kChunk = size_t{1} << 30;
   for (size_t start = 0; start < n; start += kChunk) {
