@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "services/agent/agent.h"
 #include "services/agent/grpc_control_plane.h"
+#include "services/agent/step_invariants.h"
 
 namespace gradex::agent {
 namespace {
@@ -37,6 +38,12 @@ constexpr char kUsage[] =
   --tls-ca F               CA of the coordinator's certificate (enables TLS)
   --tls-cert F --tls-key F client certificate and key (mutual TLS)
   --join-timeout-ms T      how long to wait for an epoch that includes this agent (default 120000)
+  --check-invariants       after every step check in-band (over the epoch's transport) that
+                           the result is identical on every rank, conserves the gradient
+                           mass (dense-ring over grad + residual_in - residual_out) and fits
+                           its capacity; a violation exits with status 3
+  --test-corrupt-step S    (testing) alter this rank's result of step S before the invariant
+                           checks, to show they catch it
   --quiet                  no progress line per step
   --help                   this text
 )";
@@ -47,8 +54,9 @@ struct Flags {
   size_t elements = 0;
   uint64_t steps = 0, seed = 1;
   int buckets = 1, metrics_port = -1, local_rank = 0;
-  bool metrics_any = false, quiet = false;
+  bool metrics_any = false, quiet = false, check_invariants = false;
   int64_t join_timeout_ms = 120000;
+  uint64_t corrupt_step = ~uint64_t{0};
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
@@ -70,6 +78,10 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
     }
     if (a == "--quiet") {
       f->quiet = true;
+      continue;
+    }
+    if (a == "--check-invariants") {
+      f->check_invariants = true;
       continue;
     }
     if (size_t eq = a.find('='); eq != std::string::npos) {
@@ -115,6 +127,8 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       s = number(&f->metrics_port);
     else if (a == "--local-rank")
       s = number(&f->local_rank);
+    else if (a == "--test-corrupt-step")
+      s = number(&f->corrupt_step);
     else if (a == "--join-timeout-ms")
       s = number(&f->join_timeout_ms);
     else
@@ -218,12 +232,31 @@ int Run(const Flags& f) {
   const uint64_t agent_seed = JobId(o.agent_id);
   std::vector<std::vector<float>> grads(f.buckets, std::vector<float>(f.elements));
   std::vector<std::span<const float>> spans(grads.begin(), grads.end());
+  std::unique_ptr<StepInvariants> invariants;
+  if (f.check_invariants)
+    invariants = std::make_unique<StepInvariants>(o.job, f.buckets, f.elements, f.corrupt_step);
   int failures_in_a_row = 0;
   while (!(agent.connected() && agent.next_step() >= f.steps)) {
     const uint64_t step = agent.next_step();
     for (int b = 0; b < f.buckets; ++b) Synthesize(f.seed, agent_seed, step, b, grads[b]);
     StepOutcome out;
+    if (invariants != nullptr) invariants->Before(agent);
     absl::Status s = agent.Step(spans, &out);
+    if (s.ok() && invariants != nullptr) {
+      std::string violation;
+      s = invariants->After(agent, spans, out, &violation);
+      if (!violation.empty()) {
+        std::cerr << "gradex-agent: INVARIANT VIOLATED: " << violation << "\n";
+        return 3;
+      }
+      if (!s.ok()) {
+        // The step's peers are gone or late: give the communicator up so the
+        // next step re-joins, as after a failed step.
+        if (Transport* t = agent.transport()) t->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
+        s = absl::Status(s.code(), absl::StrCat("step ", out.step, " epoch ", out.epoch,
+                                                " invariant check: ", s.message()));
+      }
+    }
     if (!s.ok()) {
       std::cerr << "gradex-agent: " << s << "\n";
       if (++failures_in_a_row >= 5 || s.code() == absl::StatusCode::kUnauthenticated) {
@@ -240,10 +273,10 @@ int Run(const Flags& f) {
         nnz += c.result_nnz;
         sent += c.sent_bytes;
       }
-      std::printf("step %llu epoch %u rank %d/%d %s density %g nnz %zu sent %llu B %.2f ms\n",
+      std::printf("step %llu epoch %u rank %d/%d %s density %g nnz %zu sent %llu B %.2f ms%s\n",
                   static_cast<unsigned long long>(out.step), out.epoch, out.rank, out.world,
                   out.algorithm.c_str(), out.density, nnz, static_cast<unsigned long long>(sent),
-                  out.seconds * 1e3);
+                  out.seconds * 1e3, invariants != nullptr ? " invariants ok" : "");
       std::fflush(stdout);
     }
   }

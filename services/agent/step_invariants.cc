@@ -1,0 +1,92 @@
+#include "services/agent/step_invariants.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "bench/invariants.h"
+
+namespace gradex::agent {
+namespace {
+
+// Float sums in a different order (the algorithm's vs dense-ring's) differ by
+// rounding only; the agent tests use the same bound.
+constexpr double kRelativeTolerance = 1e-5;
+
+// The conservation check's dense-ring runs under a call step far from every
+// collective call (steps are the low 24 bits of a tag), so its messages never
+// match a neighbouring step's.
+constexpr uint64_t kCheckStepOffset = uint64_t{1} << 23;
+
+}  // namespace
+
+StepInvariants::StepInvariants(const std::string& job, int buckets, size_t elements,
+                               uint64_t corrupt_step)
+    : job_id_(JobId(job)),
+      corrupt_step_(corrupt_step),
+      residual_in_(buckets, std::vector<float>(elements)),
+      result_dense_(elements),
+      contribution_(elements),
+      scratch_(elements) {}
+
+void StepInvariants::Before(const Agent& agent) {
+  for (size_t b = 0; b < residual_in_.size(); ++b) {
+    std::span<const float> r = agent.residual(static_cast<int>(b));
+    std::copy(r.begin(), r.end(), residual_in_[b].begin());
+  }
+}
+
+absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const float>> grads,
+                                   const StepOutcome& out, std::string* violation) {
+  Transport* t = agent.transport();
+  const Plan* plan = agent.plan();
+  if (t == nullptr || plan == nullptr) {
+    return absl::FailedPreconditionError("invariants: no communicator after a completed step");
+  }
+  if (in_band_ == nullptr || in_band_for_ != t || in_band_epoch_ != out.epoch) {
+    in_band_ = std::make_unique<bench::InBand>(*t);
+    in_band_for_ = t;
+    in_band_epoch_ = out.epoch;
+  }
+  const Deadline deadline = DeadlineIn(plan->step_deadline);
+  const size_t buckets = grads.size();
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  std::string bad;
+  for (size_t b = 0; b < buckets; ++b) {
+    const AllreduceResult& r = out.results[b];
+    r.ToDense(result_dense_);
+    if (out.step == corrupt_step_ && b == 0) result_dense_[0] += 1.0f;
+    const uint64_t entries = r.is_dense ? r.CountNonZeros() : r.sparse.nnz();
+    if (entries > out.stats[b].result_capacity && bad.empty()) {
+      bad = absl::StrCat("bounds: bucket ", b, " has ", entries, " entries, capacity ",
+                         out.stats[b].result_capacity);
+    }
+    hash = (hash ^ bench::HashFloats(result_dense_)) * 0x100000001b3ULL;
+
+    CallContext ctx;
+    ctx.transport = t;
+    ctx.job_id = job_id_;
+    ctx.epoch = out.epoch;
+    ctx.step = (out.step * buckets + b) + kCheckStepOffset;
+    ctx.deadline = deadline;
+    auto cons = bench::CheckConservation(ctx, grads[b], residual_in_[b],
+                                         agent.residual(static_cast<int>(b)), result_dense_,
+                                         contribution_, scratch_);
+    if (!cons.ok()) return cons.status();
+    const double limit = kRelativeTolerance * std::max(cons->max_abs_sum, 1e-30);
+    if (cons->max_abs_err > limit && bad.empty()) {
+      bad = absl::StrCat("conservation: bucket ", b,
+                         " max |dense-ring sum - result| = ", cons->max_abs_err, " > ", limit,
+                         " (max |sum| ", cons->max_abs_sum, ")");
+    }
+  }
+  auto consistent = bench::CheckConsistency(*in_band_, hash, deadline);
+  if (!consistent.ok()) return consistent.status();
+  if (!*consistent && bad.empty()) bad = "consistency: the result differs between ranks";
+  if (!bad.empty()) {
+    *violation = absl::StrCat("step ", out.step, " epoch ", out.epoch, " rank ", out.rank, " of ",
+                              out.world, " (", out.algorithm, "): ", bad);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gradex::agent

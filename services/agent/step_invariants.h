@@ -1,0 +1,52 @@
+// In-band invariant checks of every agent step (DESIGN.md "Invariants"), for
+// gradex-agent --check-invariants: consistency (one hash of every bucket's
+// result all-gathered over the epoch's transport), conservation (dense-ring
+// over grad + residual_in - residual_out must equal the result) and bounds
+// (entries within the result capacity the algorithm promised). Reuses the
+// benchmark's helpers (bench/in_band.h, bench/invariants.h); only the binary
+// links them, the gradex_agent library does not.
+#ifndef GRADEX_SERVICES_AGENT_STEP_INVARIANTS_H_
+#define GRADEX_SERVICES_AGENT_STEP_INVARIANTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "bench/in_band.h"
+#include "services/agent/agent.h"
+
+namespace gradex::agent {
+
+class StepInvariants {
+ public:
+  // corrupt_step (testing only): this rank's result of that step is altered
+  // before the checks, which must then report a violation.
+  StepInvariants(const std::string& job, int buckets, size_t elements,
+                 uint64_t corrupt_step = ~uint64_t{0});
+
+  // Copies the residuals the coming step starts from.
+  void Before(const Agent& agent);
+
+  // Checks the step just completed. A violation sets *violation (and returns
+  // OK): the run must stop. A non-OK status means the check itself could not
+  // finish (a peer failed or missed the deadline): the caller aborts the
+  // communicator so the next step re-joins, like a failed step.
+  absl::Status After(Agent& agent, std::span<const std::span<const float>> grads,
+                     const StepOutcome& out, std::string* violation);
+
+ private:
+  const uint64_t job_id_;
+  const uint64_t corrupt_step_;
+  std::vector<std::vector<float>> residual_in_;
+  std::vector<float> result_dense_, contribution_, scratch_;
+  std::unique_ptr<bench::InBand> in_band_;  // one per communicator (its seq restarts)
+  Transport* in_band_for_ = nullptr;
+  uint32_t in_band_epoch_ = 0;
+};
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_SERVICES_AGENT_STEP_INVARIANTS_H_
