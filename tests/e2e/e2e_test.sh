@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# End-to-end tests: a gradex-coordinator and gradex-agent processes over UCX on
+# this machine, every step's invariants checked in-band (--check-invariants).
+# usage: e2e_test.sh COORDINATOR AGENT SCENARIO
+#   basic4 | teams6 | kill | coordinator-restart | late-join | violation | prometheus
+# Every wait is bounded; the temporary directory and every process started are
+# removed on exit (KEEP_TMP=1 keeps the logs).
+set -euo pipefail
+
+COORDINATOR=$1
+AGENT=$2
+SCENARIO=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gradex-e2e.XXXXXX")
+# shellcheck source=tests/e2e/lib.sh
+source "$HERE/lib.sh"
+trap cleanup EXIT
+
+JOB=e2e-$SCENARIO
+ELEMENTS=100003
+STEPS=200
+UCX_TLS_E2E=${GRADEX_E2E_UCX_TLS:-tcp}
+COORD_PORT=$(free_port)
+COORD_METRICS=$(free_port)
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
+T0=$(now)
+
+# Common job: spardl-bsag at density 0.01, barriers every 16 steps.
+config() {
+  write_config "$TMP/job.json" job_id="$JOB" algorithm=spardl-bsag density=0.01 \
+    barrier_period=16 plan_lead_steps=16 step_deadline_ms=5000 "$@"
+}
+
+run_world() {  # run_world P TEAMS: P agents, every one to the end
+  local p=$1 teams=$2 i
+  config world_size="$p" teams="$teams" lease_ms=3000
+  start_coordinator coordinator
+  for ((i = 0; i < p; ++i)); do start_agent "$i"; done
+  # shellcheck disable=SC2046  # one argument per agent
+  expect_all_exit_zero 120 $(seq 0 $((p - 1)))
+  for ((i = 0; i < p; ++i)); do expect_finished "$i" "$p"; done
+  for ((i = 0; i < p; ++i)); do
+    local n
+    n=$(steps_of "$i" 'invariants ok$' | wc -l)
+    ((n == STEPS)) || fail "agent $i checked $n steps, expected $STEPS"
+  done
+  grep -Eq "epoch [0-9]+: $p members, $teams teams, algorithm spardl-bsag" "$TMP/coordinator.log" ||
+    fail "the coordinator never published $p members in $teams teams"
+}
+
+scenario_kill() {
+  local p=4 victim=2 kill_at t_kill i
+  config world_size=$p teams=1 lease_ms=1000
+  start_coordinator coordinator
+  for ((i = 0; i < p; ++i)); do start_agent "$i"; done
+  kill_at=$((20 + RANDOM % 100))
+  wait_for "$TMP/agent$victim.out" "^[0-9.]+ step $kill_at " 90 || fail "agent $victim never reached step $kill_at"
+  t_kill=$(now)  # before the kill: the delays measured are upper bounds
+  kill -9 "${AGENT_PID[$victim]}"
+  echo "killed agent $victim after its step $kill_at"
+  for i in 0 1 3; do
+    wait_for "$TMP/agent$i.err" "gradex-agent: " 15 || fail "survivor $i reported no error"
+    local t_err
+    t_err=$(grep -m1 "gradex-agent: " "$TMP/agent$i.err" | cut -d' ' -f1)
+    # Within the step deadline (5 s) of the kill, plus 1 s for a step that
+    # began just after it and for waking up on a loaded machine.
+    awk -v a="$t_err" -v b="$t_kill" 'BEGIN { exit !(a - b < 6.0) }' ||
+      fail "survivor $i errored $(awk -v a="$t_err" -v b="$t_kill" 'BEGIN{print a-b}') s after the kill"
+    echo "survivor $i errored $(awk -v a="$t_err" -v b="$t_kill" 'BEGIN{printf "%.3f", a-b}') s after the kill: $(grep -m1 "gradex-agent: " "$TMP/agent$i.err" | cut -d' ' -f2- | cut -c1-160)"
+  done
+  expect_all_exit_zero 120 0 1 3
+  grep -q "evicted member .*lease expired" "$TMP/coordinator.log" || fail "the coordinator evicted no one"
+  grep -Eq "epoch [0-9]+: 3 members" "$TMP/coordinator.log" || fail "no epoch of 3 members"
+  for i in 0 1 3; do expect_finished "$i" 3; done
+}
+
+scenario_coordinator_restart() {
+  local p=4 i t_kill t_back reports after
+  # Long enough that the agents outlive the re-join (gRPC reconnect backoff
+  # included: several seconds) even on an idle machine.
+  STEPS=${E2E_RESTART_STEPS:-3000}
+  config world_size=$p teams=2 lease_ms=3000
+  start_coordinator coordinator
+  for ((i = 0; i < p; ++i)); do start_agent "$i"; done
+  wait_for "$TMP/agent0.out" "^[0-9.]+ step 20 " 90 || fail "agent 0 never reached step 20"
+  t_kill=$(now)
+  kill -9 "$COORD_PID"
+  wait "$COORD_PID" 2>/dev/null || true
+  start_coordinator coordinator2
+  wait_for "$TMP/coordinator2.log" "epoch [0-9]+: $p members" 30 ||
+    fail "the restarted coordinator formed no epoch of $p members"
+  t_back=$(grep -m1 -E "epoch [0-9]+: $p members" "$TMP/coordinator2.log" | cut -d' ' -f1)
+  echo "coordinator down at $(awk -v a="$t_kill" -v b="$T0" 'BEGIN{printf "%.2f", a-b}') s, epoch rebuilt $(awk -v a="$t_back" -v b="$t_kill" 'BEGIN{printf "%.2f", a-b}') s later"
+  # Reports of the steps run from 1 s after the rebuild on must all arrive
+  # (accepted, or ignored as stale: steps of the old epoch run until the new
+  # one's barrier): read the counter before anyone leaves.
+  wait_for "$TMP/agent0.out" "^[0-9.]+ step $((STEPS - 40)) " 90 || fail "agent 0 never reached step $((STEPS - 40))"
+  sleep 1.5  # reports are batched and sent asynchronously
+  reports=$(curl -sf "http://127.0.0.1:$COORD_METRICS/metrics" |
+    awk '/^gradex_coordinator_step_reports_total\{/ { s += $2 } END { print s + 0 }')
+  after=0
+  for ((i = 0; i < p; ++i)); do
+    local t_cut
+    t_cut=$(grep -E "^[0-9.]+ step $((STEPS - 40)) " "$TMP/agent$i.out" | cut -d' ' -f1)
+    after=$((after + $(awk -v lo="$t_back" -v hi="$t_cut" '$1 > lo + 1.0 && $1 <= hi && $2 == "step"' \
+      "$TMP/agent$i.out" | wc -l)))
+  done
+  echo "restarted coordinator received $reports reports; agents ran $after steps from 1 s after the rebuild to step $((STEPS - 40))"
+  ((after > 0)) || fail "no steps ran after the rebuild (run too short to measure)"
+  ((reports >= after)) || fail "lost step reports: $reports received < $after steps run after the gap"
+  expect_all_exit_zero 120 0 1 2 3
+  for ((i = 0; i < p; ++i)); do expect_finished "$i" "$p"; done
+}
+
+scenario_late_join() {
+  local i first
+  config world_size=3 teams=1 lease_ms=3000
+  start_coordinator coordinator
+  for i in 0 1 2; do start_agent "$i"; done
+  wait_for "$TMP/agent0.out" "^[0-9.]+ step 20 " 90 || fail "agent 0 never reached step 20"
+  start_agent 3
+  expect_all_exit_zero 120 0 1 2 3
+  first=$(steps_of 3 | head -n 1)
+  [[ "$first" =~ ^step\ ([0-9]+)\ epoch\ ([0-9]+)\ rank\ 3/4 ]] || fail "late joiner's first step: '$first'"
+  local s=${BASH_REMATCH[1]} e=${BASH_REMATCH[2]}
+  ((s % 16 == 0 && s > 20 && e >= 2)) || fail "late joiner started at step $s epoch $e, expected a barrier (multiple of 16) past 20 in a later epoch"
+  echo "late joiner admitted at step $s, epoch $e"
+  for i in 0 1 2; do
+    steps_of "$i" "^step $s epoch $e rank [0-9]/4 " | grep -q . || fail "agent $i did not run step $s in epoch $e with 4 ranks"
+    expect_finished "$i" 4
+  done
+  expect_finished 3 4
+  ! grep -q "gradex-agent: " "$TMP"/agent*.err || fail "an agent reported an error"
+}
+
+# The checks can fail: rank-local corruption of one result at step 50 stops
+# every agent there with status 3 (conservation on the corrupted one,
+# consistency on the others).
+scenario_violation() {
+  local p=4 i rc
+  config world_size=$p teams=1 lease_ms=3000
+  start_coordinator coordinator
+  for ((i = 0; i < p; ++i)); do
+    if ((i == 1)); then start_agent "$i" --test-corrupt-step 50; else start_agent "$i"; fi
+  done
+  for ((i = 0; i < p; ++i)); do
+    rc=0
+    wait_pid "${AGENT_PID[$i]}" 90 || rc=$?
+    ((rc == 3)) || fail "agent $i exited with $rc, expected 3 (invariant violated)"
+    grep -q "INVARIANT VIOLATED: step 50 " "$TMP/agent$i.err" || fail "agent $i did not report step 50"
+  done
+  grep -q "step 50 .*conservation" "$TMP/agent1.err" || fail "the corrupted rank did not report conservation"
+  for i in 0 2 3; do
+    grep -q "step 50 .*consistency" "$TMP/agent$i.err" || fail "agent $i did not report consistency"
+  done
+  [[ "$(steps_of 0 | tail -n 1)" == "step 49 "* ]] || fail "agent 0 went past step 49"
+}
+
+scenario_prometheus() {
+  local prom prom_port i names missing=() name q
+  prom=$(command -v prometheus || true)
+  if [[ -z "$prom" ]]; then
+    echo "SKIP: no prometheus binary (Debian package 'prometheus'; scripts/install-deps installs it)"
+    exit 77
+  fi
+  prom_port=$(free_port)
+  STEPS=600
+  local p=4 agent_ports=()
+  for ((i = 0; i < p; ++i)); do agent_ports+=("$(free_port)"); done
+  {
+    echo "global: {scrape_interval: 1s, scrape_timeout: 900ms, evaluation_interval: 10s}"
+    echo "scrape_configs:"
+    echo "  - job_name: coordinator"
+    echo "    static_configs: [{targets: ['127.0.0.1:$COORD_METRICS']}]"
+    echo "  - job_name: agents"
+    printf "    static_configs: [{targets: ["
+    printf "'127.0.0.1:%s'," "${agent_ports[@]}" | sed 's/,$//'
+    echo "]}]"
+  } >"$TMP/prometheus.yml"
+  "$prom" --config.file="$TMP/prometheus.yml" --storage.tsdb.path="$TMP/prom-data" \
+    --web.listen-address="127.0.0.1:$prom_port" > >(stamp >"$TMP/prometheus.log") 2>&1 &
+  local prom_pid=$!
+  E2E_PIDS+=("$prom_pid")
+  config world_size=$p teams=2 lease_ms=3000
+  start_coordinator coordinator
+  for ((i = 0; i < p; ++i)); do start_agent "$i" --metrics-port "${agent_ports[$i]}"; done
+  wait_for "$TMP/prometheus.log" "Server is ready to receive web requests" 30 || fail "prometheus did not start"
+  # Scrape while the run is under way: at least 5 s of samples of every target.
+  wait_for "$TMP/agent0.out" "^[0-9.]+ step 5 " 90 || fail "agent 0 never reached step 5"
+  local end=$((EPOCHSECONDS + 60)) up
+  while :; do
+    up=$(curl -sf "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode 'query=count(up == 1)' |
+      python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)')
+    [[ "$up" == "$((p + 1))" ]] && break
+    ((EPOCHSECONDS < end)) || fail "prometheus sees $up of $((p + 1)) targets up"
+    sleep 0.5
+  done
+  # A wrong token: refused, and counted (gradex_coordinator_auth_failures_total).
+  echo "not-the-job-token-0123456789" >"$TMP/bad-token"
+  local rc=0 out
+  out=$(timeout 30 "$AGENT" --coordinator "127.0.0.1:$COORD_PORT" --job "$JOB" \
+    --token-file "$TMP/bad-token" --elements "$ELEMENTS" --steps 1 --agent-id e2e-intruder 2>&1) || rc=$?
+  if ((rc == 0)) || [[ "$out" != *UNAUTHENTICATED* ]]; then
+    fail "a wrong token was not refused: rc $rc: $out"
+  fi
+  sleep 5
+  expect_all_exit_zero 150 0 1 2 3
+  # Every metric documented in docs/metrics.md, over the whole run (the
+  # agents are gone by now: last_over_time reads past their staleness marks).
+  # shellcheck disable=SC2016  # the backquotes are literal: the table's code spans
+  names=$(grep -oE '^\| `gradex_[a-z0-9_]+`' "$HERE/../../docs/metrics.md" | tr -d '|` ' | sort -u)
+  [[ -n "$names" ]] || fail "no metric names found in docs/metrics.md"
+  local found=0
+  for name in $names; do
+    q="count(last_over_time({__name__=~\"${name}(_bucket|_count|_sum)?\"}[10m]))"
+    local n
+    n=$(curl -sf "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode "query=$q" |
+      python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["status"]=="success"; r=d["data"]["result"]; print(r[0]["value"][1] if r else 0)') ||
+      fail "query $q failed"
+    if [[ "$n" == 0 ]]; then missing+=("$name"); else found=$((found + 1)); fi
+  done
+  echo "prometheus: $found documented metrics found"
+  ((${#missing[@]} == 0)) || fail "documented metrics prometheus never saw: ${missing[*]}"
+  kill "$prom_pid"
+  wait_pid "$prom_pid" 20 || fail "prometheus did not stop within 20 s"
+}
+
+case "$SCENARIO" in
+  basic4) run_world 4 1 ;;
+  teams6) run_world 6 3 ;;
+  kill) scenario_kill ;;
+  coordinator-restart) scenario_coordinator_restart ;;
+  late-join) scenario_late_join ;;
+  violation) scenario_violation ;;
+  prometheus) scenario_prometheus ;;
+  *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
+esac
+echo "PASS $SCENARIO in $(awk -v a="$(now)" -v b="$T0" 'BEGIN{printf "%.1f", a-b}') s"
