@@ -1,0 +1,172 @@
+// gradex-coordinator-overhead: the control plane's cost on step time. One
+// process runs P agents (threads, UCX between them) twice per round, in
+// alternation: once with an in-memory control plane (no gRPC, no network:
+// the plan is a pointer, reports a queue) and once against a real
+// coordinator on loopback gRPC (plan stream, heartbeats, a report per step).
+// Everything else is the same: agent runtime, algorithm, gradients, UCX.
+// Prints each arm's median and p90 step time (a step's time is its slowest
+// rank's) and the difference of the medians.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "services/agent/agent.h"
+#include "services/agent/fake_control_plane.h"
+#include "services/agent/grpc_control_plane.h"
+#include "services/agent/transport_provider.h"
+#include "services/coordinator/server.h"
+
+namespace gradex::agent {
+namespace {
+
+constexpr char kToken[] = "coordinator-overhead-token";
+
+struct Config {
+  int agents = 4, teams = 2, steps = 60, warmup = 5, rounds = 3;
+  size_t elements = 4000000;
+  double density = 0.01;
+};
+
+// Step times (slowest rank per step, after warmup), or empty on failure.
+std::vector<double> RunArm(const Config& c, bool grpc) {
+  std::unique_ptr<coordinator::CoordinatorServer> server;
+  std::unique_ptr<FakeCoordinator> fake;
+  if (grpc) {
+    coordinator::JobSettings job;
+    job.job_id = "overhead";
+    job.world_size = c.agents;
+    job.min_world_size = c.agents;
+    job.algorithm = "spardl-bsag";
+    job.density = c.density;
+    job.teams = c.teams;
+    coordinator::ServerOptions so;
+    so.listen = "127.0.0.1:0";
+    so.token = kToken;
+    auto s = coordinator::CoordinatorServer::Start(job, so);
+    if (!s.ok()) {
+      std::fprintf(stderr, "coordinator: %s\n", std::string(s.status().message()).c_str());
+      return {};
+    }
+    server = std::move(*s);
+  } else {
+    FakeJobConfig fc;
+    fc.job = "overhead";
+    fc.token = kToken;
+    fc.world_size = c.agents;
+    fc.lease = std::chrono::milliseconds(10000);
+    fc.base.algorithm = "spardl-bsag";
+    fc.base.density = c.density;
+    fc.base.teams = c.teams;
+    fake = std::make_unique<FakeCoordinator>(fc);
+  }
+  std::vector<std::vector<double>> times(c.agents);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < c.agents; ++i) {
+    threads.emplace_back([&, i] {
+      std::unique_ptr<ControlPlane> control;
+      if (grpc) {
+        GrpcControlPlaneOptions g;
+        g.target = absl::StrCat("127.0.0.1:", server->port());
+        auto cp = CreateGrpcControlPlane(g);
+        if (!cp.ok()) return (void)failures.fetch_add(1);
+        control = std::move(*cp);
+      } else {
+        control = std::make_unique<FakeControlPlane>(fake.get());
+      }
+      auto transports = CreateUcxProvider(UcxOptions{});
+      if (!transports.ok()) return (void)failures.fetch_add(1);
+      AgentMetrics metrics;
+      AgentOptions o;
+      o.job = "overhead";
+      o.token = kToken;
+      o.agent_id = absl::StrCat("agent-", i);
+      o.host = "localhost";
+      o.local_rank = i;
+      o.elements = c.elements;
+      Agent agent(o, control.get(), transports->get(), &metrics);
+      if (!agent.Start().ok()) return (void)failures.fetch_add(1);
+      std::vector<float> grad(c.elements);
+      std::mt19937 rng(1234 + i);
+      std::normal_distribution<float> nd;
+      for (float& v : grad) v = nd(rng);
+      std::vector<std::span<const float>> spans{grad};
+      while (agent.next_step() < static_cast<uint64_t>(c.steps)) {
+        StepOutcome out;
+        if (absl::Status s = agent.Step(spans, &out); !s.ok()) {
+          std::fprintf(stderr, "agent %d: %s\n", i, std::string(s.message()).c_str());
+          failures.fetch_add(1);
+          return;
+        }
+        times[i].push_back(out.seconds);
+      }
+      (void)agent.Leave();
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (server) server->Shutdown();
+  if (failures.load() > 0) return {};
+  std::vector<double> steps;
+  for (int s = c.warmup; s < c.steps; ++s) {
+    double m = 0;
+    for (auto& t : times) m = std::max(m, t[s]);
+    steps.push_back(m * 1e3);
+  }
+  return steps;
+}
+
+double Pct(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+}
+
+}  // namespace
+}  // namespace gradex::agent
+
+int main(int argc, char** argv) {
+  using namespace gradex::agent;
+  Config c;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    int v = 0;
+    if (!absl::SimpleAtoi(argv[i + 1], &v) || v < 1) {
+      std::fprintf(stderr, "bad value for %s\n", a.c_str());
+      return 2;
+    }
+    if (a == "--steps")
+      c.steps = v + c.warmup;
+    else if (a == "--elements")
+      c.elements = v;
+    else if (a == "--rounds")
+      c.rounds = v;
+    else {
+      std::fprintf(stderr,
+                   "usage: gradex-coordinator-overhead [--steps S] [--elements N] [--rounds R]\n");
+      return 2;
+    }
+  }
+  std::printf("%d agents, spardl-bsag, %d teams, N=%zu, density %g, %d timed steps per arm\n",
+              c.agents, c.teams, c.elements, c.density, c.steps - c.warmup);
+  std::vector<double> all_off, all_on;
+  for (int r = 0; r < c.rounds; ++r) {
+    for (bool grpc : {false, true}) {
+      std::vector<double> t = RunArm(c, grpc);
+      if (t.empty()) return 1;
+      std::printf("round %d %-28s median %8.2f ms  p90 %8.2f ms\n", r,
+                  grpc ? "coordinator (gRPC):" : "in-memory control plane:", Pct(t, 0.5),
+                  Pct(t, 0.9));
+      std::fflush(stdout);
+      (grpc ? all_on : all_off).insert((grpc ? all_on : all_off).end(), t.begin(), t.end());
+    }
+  }
+  double off = Pct(all_off, 0.5), on = Pct(all_on, 0.5);
+  std::printf("all rounds: in-memory median %.2f ms, coordinator median %.2f ms: %+.1f%%\n", off,
+              on, 100.0 * (on - off) / off);
+  return 0;
+}
