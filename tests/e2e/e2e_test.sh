@@ -164,7 +164,8 @@ scenario_prometheus() {
     exit 77
   fi
   prom_port=$(free_port)
-  STEPS=600
+  # Long enough for several scrapes of every agent on an idle machine (~10 s).
+  STEPS=2000
   local p=4 agent_ports=()
   for ((i = 0; i < p; ++i)); do agent_ports+=("$(free_port)"); done
   {
@@ -181,10 +182,10 @@ scenario_prometheus() {
     --web.listen-address="127.0.0.1:$prom_port" > >(stamp >"$TMP/prometheus.log") 2>&1 &
   local prom_pid=$!
   E2E_PIDS+=("$prom_pid")
+  wait_for "$TMP/prometheus.log" "Server is ready to receive web requests" 30 || fail "prometheus did not start"
   config world_size=$p teams=2 lease_ms=3000
   start_coordinator coordinator
   for ((i = 0; i < p; ++i)); do start_agent "$i" --metrics-port "${agent_ports[$i]}"; done
-  wait_for "$TMP/prometheus.log" "Server is ready to receive web requests" 30 || fail "prometheus did not start"
   # Scrape while the run is under way: at least 5 s of samples of every target.
   wait_for "$TMP/agent0.out" "^[0-9.]+ step 5 " 90 || fail "agent 0 never reached step 5"
   local end=$((EPOCHSECONDS + 60)) up
