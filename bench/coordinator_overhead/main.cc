@@ -45,6 +45,9 @@ std::vector<double> RunArm(const Config& c, bool grpc) {
     job.algorithm = "spardl-bsag";
     job.density = c.density;
     job.teams = c.teams;
+    // The coordinator's k' controller would change B-SAG's work; both arms
+    // run the algorithm's own controller, so only the control plane differs.
+    job.coordinate_kprime = false;
     coordinator::ServerOptions so;
     so.listen = "127.0.0.1:0";
     so.token = kToken;
@@ -68,6 +71,7 @@ std::vector<double> RunArm(const Config& c, bool grpc) {
   std::vector<std::vector<double>> times(c.agents);
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
+  uint64_t sent0 = 0;  // bytes rank 0 sent: the arms must do the same work
   for (int i = 0; i < c.agents; ++i) {
     threads.emplace_back([&, i] {
       std::unique_ptr<ControlPlane> control;
@@ -105,6 +109,9 @@ std::vector<double> RunArm(const Config& c, bool grpc) {
           return;
         }
         times[i].push_back(out.seconds);
+        if (i == 0) {
+          for (const CallStats& cs : out.stats) sent0 += cs.sent_bytes;
+        }
       }
       (void)agent.Leave();
     });
@@ -112,6 +119,8 @@ std::vector<double> RunArm(const Config& c, bool grpc) {
   for (auto& t : threads) t.join();
   if (server) server->Shutdown();
   if (failures.load() > 0) return {};
+  std::printf("  (%s: agent-0 sent %.0f B per step)\n", grpc ? "gRPC" : "in-memory",
+              static_cast<double>(sent0) / c.steps);
   std::vector<double> steps;
   for (int s = c.warmup; s < c.steps; ++s) {
     double m = 0;
@@ -155,7 +164,8 @@ int main(int argc, char** argv) {
               c.agents, c.teams, c.elements, c.density, c.steps - c.warmup);
   std::vector<double> all_off, all_on;
   for (int r = 0; r < c.rounds; ++r) {
-    for (bool grpc : {false, true}) {
+    // Alternate which arm goes first, so an order effect cancels out.
+    for (bool grpc : {r % 2 == 1, r % 2 == 0}) {
       std::vector<double> t = RunArm(c, grpc);
       if (t.empty()) return 1;
       std::printf("round %d %-28s median %8.2f ms  p90 %8.2f ms\n", r,
