@@ -44,9 +44,9 @@ inline uint32_t MagnitudeKey(float x) {
 // NaN is never selected (it stays behind, e.g. in the residual, where the
 // caller can see it); +-Inf is selected as the largest magnitude.
 struct TopKThreshold {
-  uint32_t threshold_key = 0;     // 0 when nothing is selected
-  size_t take_at_threshold = 0;   // entries with key == threshold_key to keep
-  size_t count_above = 0;         // entries with key > threshold_key
+  uint32_t threshold_key = 0;    // 0 when nothing is selected
+  size_t take_at_threshold = 0;  // entries with key == threshold_key to keep
+  size_t count_above = 0;        // entries with key > threshold_key
   size_t selected() const { return count_above + take_at_threshold; }
 };
 
@@ -68,8 +68,7 @@ size_t SelectTopKAndZero(float* x, size_t n, size_t k, uint32_t index_base, Spar
 // Compaction of every entry with |x| >= threshold and x != 0 (threshold > 0;
 // threshold <= 0 keeps every nonzero, a NaN threshold nothing; NaN entries
 // are never kept).
-size_t CompactAbove(const float* x, size_t n, float threshold, uint32_t index_base,
-                    SparseVec* out);
+size_t CompactAbove(const float* x, size_t n, float threshold, uint32_t index_base, SparseVec* out);
 
 // Per-block top-k of a dense span split into blocks [bounds[b], bounds[b+1]),
 // keeping k[b] in block b; out[b] receives block b's selection with global
