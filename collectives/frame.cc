@@ -19,22 +19,6 @@ absl::Status Reject(FrameError e, std::string_view detail) {
       absl::StrCat("bad frame (", std::string(FrameErrorName(e)), "): ", std::string(detail)));
 }
 
-FrameHeader MakeHeader(const FrameMeta& meta, BlockRange range, uint16_t flags, uint32_t count) {
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.version = kFrameVersion;
-  h.flags = flags;
-  h.job_id = meta.job_id;
-  h.epoch = meta.epoch;
-  h.algorithm = static_cast<uint16_t>(meta.algorithm);
-  h.phase = meta.phase;
-  h.step = meta.step;
-  h.block_begin = range.begin;
-  h.block_end = range.end;
-  h.count = count;
-  return h;
-}
-
 void Append(Bytes* out, const void* p, size_t n) {
   if (n == 0) return;
   size_t at = out->size();
@@ -126,6 +110,23 @@ absl::Status DecodeQuantized(const uint8_t* p, size_t bytes, uint32_t count, flo
 
 }  // namespace
 
+FrameHeader MakeFrameHeader(const FrameMeta& meta, BlockRange range, uint16_t flags,
+                            uint32_t count) {
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.version = kFrameVersion;
+  h.flags = flags;
+  h.job_id = meta.job_id;
+  h.epoch = meta.epoch;
+  h.algorithm = static_cast<uint16_t>(meta.algorithm);
+  h.phase = meta.phase;
+  h.step = meta.step;
+  h.block_begin = range.begin;
+  h.block_end = range.end;
+  h.count = count;
+  return h;
+}
+
 uint64_t FrameBytes(uint32_t size, uint64_t nnz) {
   uint64_t sparse = nnz * (sizeof(uint32_t) + sizeof(float));
   uint64_t dense = uint64_t{size} * sizeof(float);
@@ -142,7 +143,7 @@ void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseVi
   const uint64_t dense_bytes = uint64_t{range.size()} * 4;
   out->reserve(out->size() + sizeof(FrameHeader) + std::min(sparse_bytes, dense_bytes));
   if (dense_bytes < sparse_bytes) {
-    FrameHeader h = MakeHeader(meta, range, kFrameDense, range.size());
+    FrameHeader h = MakeFrameHeader(meta, range, kFrameDense, range.size());
     Append(out, &h, sizeof h);
     size_t at = out->size();
     out->resize(at + dense_bytes, 0);
@@ -150,7 +151,7 @@ void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseVi
     for (size_t i = 0; i < block.nnz; ++i) dense[block.idx[i] - range.begin] = block.val[i];
     return;
   }
-  FrameHeader h = MakeHeader(meta, range, kFrameSparse, static_cast<uint32_t>(nnz));
+  FrameHeader h = MakeFrameHeader(meta, range, kFrameSparse, static_cast<uint32_t>(nnz));
   Append(out, &h, sizeof h);
   if (nnz == block.nnz) {
     Append(out, block.idx, nnz * sizeof(uint32_t));
@@ -169,7 +170,7 @@ void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseVi
 }
 
 void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* values, Bytes* out) {
-  FrameHeader h = MakeHeader(meta, range, kFrameDense, range.size());
+  FrameHeader h = MakeFrameHeader(meta, range, kFrameDense, range.size());
   out->reserve(out->size() + sizeof h + range.size() * sizeof(float));
   Append(out, &h, sizeof h);
   Append(out, values, range.size() * sizeof(float));

@@ -88,6 +88,11 @@ struct ExpectedBlock {
   uint32_t capacity = 0;
 };
 
+// The header every encoder writes: the call's identity, the block, the flags
+// and the entry count.
+FrameHeader MakeFrameHeader(const FrameMeta& meta, BlockRange range, uint16_t flags,
+                            uint32_t count);
+
 // Bytes a frame for `nnz` entries of a block of `size` elements takes on the
 // wire: sparse or dense, whichever is smaller (SparCML's switch).
 uint64_t FrameBytes(uint32_t size, uint64_t nnz);

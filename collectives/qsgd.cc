@@ -35,19 +35,7 @@ uint64_t QsgdSeed(const FrameMeta& meta, int rank, BlockRange range) {
 
 void AppendQuantizedFrame(const FrameMeta& meta, BlockRange range, const float* values, int bits,
                           uint64_t seed, Bytes* out, std::vector<float>* decoded) {
-  // Same header as frame.cc's encoders, with the quantized flag.
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.version = kFrameVersion;
-  h.flags = kFrameDense | kFrameQuantized;
-  h.job_id = meta.job_id;
-  h.epoch = meta.epoch;
-  h.algorithm = static_cast<uint16_t>(meta.algorithm);
-  h.phase = meta.phase;
-  h.step = meta.step;
-  h.block_begin = range.begin;
-  h.block_end = range.end;
-  h.count = range.size();
+  const FrameHeader h = MakeFrameHeader(meta, range, kFrameDense | kFrameQuantized, range.size());
   const size_t payload = kernels::QsgdPayloadBytes(range.size(), bits);
   const size_t at = out->size();
   out->resize(at + sizeof h + payload);

@@ -79,19 +79,7 @@ uint64_t AppendSparseFrame(const FrameMeta& meta, BlockRange range, kernels::Spa
                            Bytes* out) {
   uint32_t nnz = 0;
   for (size_t i = 0; i < v.nnz; ++i) nnz += v.val[i] != 0.0f;
-  // Same header as frame.cc's encoders (only nonzeros travel).
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.version = kFrameVersion;
-  h.flags = kFrameSparse;
-  h.job_id = meta.job_id;
-  h.epoch = meta.epoch;
-  h.algorithm = static_cast<uint16_t>(meta.algorithm);
-  h.phase = meta.phase;
-  h.step = meta.step;
-  h.block_begin = range.begin;
-  h.block_end = range.end;
-  h.count = nnz;
+  const FrameHeader h = MakeFrameHeader(meta, range, kFrameSparse, nnz);
   const size_t at = out->size();
   out->resize(at + sizeof h + size_t{nnz} * 8);
   std::memcpy(out->data() + at, &h, sizeof h);
