@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "collectives/block_layout.h"
-#include "collectives/call_checks.h"
+#include "collectives/dense_allreduce.h"
 #include "collectives/link.h"
 #include "collectives/one_way.h"
 #include "collectives/peer_algorithms.h"
@@ -60,10 +60,9 @@ std::vector<Step> ActiveSteps(const BlockLayout& layout, int me) {
   return steps;
 }
 
-class DenseRabenseifner final : public SparseAllreduce {
+class DenseRabenseifner final : public DenseAllreduce {
  public:
   std::string_view name() const override { return "dense-rabenseifner"; }
-  AlgorithmTraits traits() const override { return {.dense = true}; }
 
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions&,
                                      const CallStats&) const override {
@@ -84,33 +83,7 @@ class DenseRabenseifner final : public SparseAllreduce {
     return v;
   }
 
-  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
-                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
-                   CallStats* stats) override {
-    absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
-    if (!st.ok()) return st;
-    auto start = Clock::now();
-    *stats = CallStats{};
-    PeerCounters before = ctx.transport->TotalCounters();
-    const size_t n = grad.size();
-    result->is_dense = true;
-    result->sparse.clear();
-    {
-      PhaseTimer t(&stats->phases.reduction_s);
-      for (size_t i = 0; i < n; ++i) residual[i] += grad[i];
-      result->dense.assign(residual.begin(), residual.end());
-    }
-    st = Schedule(ctx, result->dense.data(), n, &stats->phases);
-    if (!st.ok()) return FailCall(ctx, st);  // residual still holds grad + old residual
-    std::fill(residual.begin(), residual.end(), 0.0f);
-    stats->result_nnz = result->CountNonZeros();
-    stats->result_capacity = n;
-    FinishStats(ctx, before, start, stats);
-    return absl::OkStatus();
-  }
-
- private:
-  static absl::Status Schedule(const CallContext& ctx, float* data, size_t n, PhaseTimes* times) {
+  absl::Status Schedule(const CallContext& ctx, float* data, size_t n, PhaseTimes* times) override {
     const PowerOfTwoFold fold(ctx.transport->rank(), ctx.transport->size());
     Link link(ctx, AlgorithmId::kDenseRabenseifner, times);
     OneWay one(ctx, AlgorithmId::kDenseRabenseifner, times);

@@ -2,11 +2,10 @@
 // (P-1 steps each, 2(P-1)/P of the gradient sent per rank).
 #include "collectives/dense_ring.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "collectives/block_layout.h"
-#include "collectives/call_checks.h"
+#include "collectives/dense_allreduce.h"
 #include "collectives/link.h"
 #include "collectives/phase_timer.h"
 #include "collectives/volume_model.h"
@@ -16,51 +15,29 @@ namespace {
 
 enum : uint16_t { kPhaseReduceScatter = 1, kPhaseAllGather = 2 };
 
-class DenseRing final : public SparseAllreduce {
+class DenseRing final : public DenseAllreduce {
  public:
   std::string_view name() const override { return "dense-ring"; }
-  AlgorithmTraits traits() const override { return {.dense = true}; }
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
                                      const CallStats&) const override {
     return gradex::ModelVolume(name(), rank, world, n, options);
   }
 
-  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
-                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
-                   CallStats* stats) override {
-    absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
-    if (!st.ok()) return st;
+  absl::Status Schedule(const CallContext& ctx, float* data, size_t n, PhaseTimes* times) override {
     const int p = ctx.transport->size();
     const int r = ctx.transport->rank();
-    auto start = Clock::now();
-    *stats = CallStats{};
-    PeerCounters before = ctx.transport->TotalCounters();
-    const size_t n = grad.size();
-    result->is_dense = true;
-    result->sparse.clear();
-    {
-      PhaseTimer t(&stats->phases.reduction_s);
-      for (size_t i = 0; i < n; ++i) residual[i] += grad[i];
-      result->dense.assign(residual.begin(), residual.end());
-    }
     const BlockLayout layout(n, p, 1.0);
-    Link link(ctx, AlgorithmId::kDenseRing, &stats->phases);
-    float* data = result->dense.data();
+    Link link(ctx, AlgorithmId::kDenseRing, times);
     auto mod = [p](int a) { return ((a % p) + p) % p; };
+    absl::Status st;
     for (int s = 0; s < p - 1 && st.ok(); ++s) {
-      st = Step(link, layout, data, mod(r - s), mod(r - s - 1), kPhaseReduceScatter, s, true,
-                &stats->phases);
+      st =
+          Step(link, layout, data, mod(r - s), mod(r - s - 1), kPhaseReduceScatter, s, true, times);
     }
     for (int s = 0; s < p - 1 && st.ok(); ++s) {
-      st = Step(link, layout, data, mod(r + 1 - s), mod(r - s), kPhaseAllGather, s, false,
-                &stats->phases);
+      st = Step(link, layout, data, mod(r + 1 - s), mod(r - s), kPhaseAllGather, s, false, times);
     }
-    if (!st.ok()) return FailCall(ctx, st);  // residual still holds grad + old residual
-    std::fill(residual.begin(), residual.end(), 0.0f);
-    stats->result_nnz = result->CountNonZeros();
-    stats->result_capacity = n;
-    FinishStats(ctx, before, start, stats);
-    return absl::OkStatus();
+    return st;
   }
 
  private:
