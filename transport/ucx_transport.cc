@@ -159,6 +159,10 @@ class UcxTransport : public Transport {
   void Abandon(std::unique_ptr<Request> r);
   void ReapZombies();
   void Backoff(int events, int& idle);
+  // Force-closes every open endpoint, collecting the close requests.
+  void ForceCloseEndpoints(std::vector<void*>* pending);
+  // Progresses until every request in `reqs` is released or `until` passes.
+  void DrainRequests(std::vector<void*>& reqs, Deadline until);
   std::string Describe(const Request& r) const;
 
   const int rank_;
@@ -328,25 +332,6 @@ UcxTransport::~UcxTransport() {
   if (worker_ != nullptr) {
     const Deadline deadline = DeadlineIn(options_.close_timeout);
     CancelAll(Clock::now() + options_.close_timeout / 4);
-    auto drive = [&](std::vector<void*>& reqs, Deadline until) {
-      int idle = 0;
-      while (!reqs.empty() && Clock::now() < until) {
-        int events = static_cast<int>(ucp_worker_progress(worker_));
-        for (size_t i = 0; i < reqs.size();) {
-          if (ucp_request_check_status(reqs[i]) != UCS_INPROGRESS) {
-            ucp_request_free(reqs[i]);
-            reqs[i] = reqs.back();
-            reqs.pop_back();
-          } else {
-            ++i;
-          }
-        }
-        Backoff(events, idle);
-      }
-      // Unfinished at the deadline: UCX releases them when they complete.
-      for (void* r : reqs) ucp_request_free(r);
-      reqs.clear();
-    };
     std::vector<void*> pending;
     for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
       if (eps_[p] == nullptr || !peer_status_[p].ok()) continue;  // a failed ep cannot flush
@@ -354,17 +339,9 @@ UcxTransport::~UcxTransport() {
       ucs_status_ptr_t r = ucp_ep_flush_nbx(eps_[p], &param);
       if (UCS_PTR_IS_PTR(r)) pending.push_back(r);
     }
-    drive(pending, Clock::now() + (deadline - Clock::now()) / 2);
-    for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
-      if (eps_[p] == nullptr) continue;
-      ucp_request_param_t param = {};
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      ucs_status_ptr_t r = ucp_ep_close_nbx(eps_[p], &param);
-      if (UCS_PTR_IS_PTR(r)) pending.push_back(r);
-      eps_[p] = nullptr;
-    }
-    drive(pending, std::max(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    DrainRequests(pending, Clock::now() + (deadline - Clock::now()) / 2);
+    ForceCloseEndpoints(&pending);
+    DrainRequests(pending, std::max(deadline, Clock::now() + std::chrono::milliseconds(100)));
     ReapZombies();
     // UCX releases these when they complete; their buffers stay alive with
     // the worker, which may carry the next communicator.
@@ -424,32 +401,45 @@ void UcxTransport::Abort(Deadline deadline) {
   if (aborted_ || worker_ == nullptr) return;
   aborted_ = true;
   CancelAll(deadline);
-  std::vector<void*> pending;
-  for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
+  for (size_t p = 0; p < eps_.size(); ++p) {
     if (eps_[p] == nullptr) continue;
+    peer_status_[p] = absl::FailedPreconditionError(absl::StrCat("rank ", rank_, " aborted"));
+  }
+  std::vector<void*> pending;
+  ForceCloseEndpoints(&pending);
+  DrainRequests(pending, deadline);
+}
+
+void UcxTransport::ForceCloseEndpoints(std::vector<void*>* pending) {
+  for (ucp_ep_h& ep : eps_) {
+    if (ep == nullptr) continue;
     ucp_request_param_t param = {};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(eps_[p], &param);
-    if (UCS_PTR_IS_PTR(r)) pending.push_back(r);
-    eps_[p] = nullptr;
-    peer_status_[p] = absl::FailedPreconditionError(absl::StrCat("rank ", rank_, " aborted"));
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(r)) pending->push_back(r);
+    ep = nullptr;
   }
+}
+
+// Unfinished at the deadline: UCX releases them when they complete.
+void UcxTransport::DrainRequests(std::vector<void*>& reqs, Deadline until) {
   int idle = 0;
-  while (!pending.empty() && Clock::now() < deadline) {
+  while (!reqs.empty() && Clock::now() < until) {
     int events = static_cast<int>(ucp_worker_progress(worker_));
-    for (size_t i = 0; i < pending.size();) {
-      if (ucp_request_check_status(pending[i]) != UCS_INPROGRESS) {
-        ucp_request_free(pending[i]);
-        pending[i] = pending.back();
-        pending.pop_back();
+    for (size_t i = 0; i < reqs.size();) {
+      if (ucp_request_check_status(reqs[i]) != UCS_INPROGRESS) {
+        ucp_request_free(reqs[i]);
+        reqs[i] = reqs.back();
+        reqs.pop_back();
       } else {
         ++i;
       }
     }
     Backoff(events, idle);
   }
-  for (void* r : pending) ucp_request_free(r);
+  for (void* r : reqs) ucp_request_free(r);
+  reqs.clear();
 }
 
 absl::Status UcxTransport::CheckArgs(int peer, uint64_t tag) const {
