@@ -159,7 +159,9 @@ size_t CheckThresholdSelection(const RankCall& c) {
       max_left = std::max(max_left, std::fabs(acc));
     }
   }
-  if (taken > 0) EXPECT_GE(min_taken, max_left);
+  if (taken > 0) {
+    EXPECT_GE(min_taken, max_left);
+  }
   return taken;
 }
 
