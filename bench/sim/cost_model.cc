@@ -84,13 +84,21 @@ absl::StatusOr<CostRange> Table1Cost(const std::string& algo, int p, uint64_t n,
                      "(2P + 2 log2 P)α + [2k(P-1)/P, 6k(P-1)/P] β"};
   }
   if (algo == "sparcml-ssar-rd") {
-    // Recursive doubling: the stream at step i holds 1..2^i top-k sets (up to
-    // dense); a fold adds a whole stream in and out.
-    double hi = 0;
-    for (int i = 0; i < Lf; ++i) hi += std::min(std::ldexp(e * k, i), w * N);
-    hi += 2 * fold * std::min(P * e * k, w * N);
-    return CostRange{Lf + 2 * fold, Lf + 2 * fold, Lf * e * k, hi,
-                     "log2(P)α + [2k log2 P, 2k(P-1)] β (dense above δ)"};
+    // Recursive doubling over P': the stream at step i holds the top-k sets of
+    // a cube of 2^i ranks plus those folded onto it (at most min(2^i, P-P')),
+    // at most N entries. SSAR's streams are static (sparcml.txt: the δ switch
+    // is the stream type's, DSAR's; "SSAR" assumes a sparse result), so a
+    // filled-in stream stays COO, 8 bytes an element, not capped at the dense
+    // 4N. A fold adds k entries in and the result out.
+    const double rest = P - Pf;
+    double hi = fold * e * std::min(k, N) + fold * e * std::min(P * k, N);
+    for (int i = 0; i < Lf; ++i) {
+      const double sets = std::ldexp(1.0, i) + std::min(std::ldexp(1.0, i), rest);
+      hi += e * std::min(sets * k, N);
+    }
+    return CostRange{Lf + 2 * fold, Lf + 2 * fold, (Lf + 2 * fold) * e * k, hi,
+                     "log2(P)α + [2k log2 P, 2k(P-1)] β (static: up to 2N a step, no dense "
+                     "switch)"};
   }
   if (algo == "sparcml-ssar-split" || algo == "sparcml-dsar-split") {
     const double split = e * k * (P - 1) / P;
@@ -100,9 +108,11 @@ absl::StatusOr<CostRange> Table1Cost(const std::string& algo, int p, uint64_t n,
       c.bytes_lo = c.bytes_hi = split + w * N * (P - 1) / P;
       c.formula = "(P-1 + log2 P)α + [2k(P-1)/P + n(P-1)/P] β";
     } else {
+      // Static streams: a filled-in slice stays COO (8 bytes an element), so
+      // the gather's cap is 2n/P words a slice, not the dense n/P.
       c.bytes_lo = 2 * split;
-      c.bytes_hi = split + (P - 1) * std::min(e * k, w * N / P);
-      c.formula = "(P-1 + log2 P)α + [4k(P-1)/P, 2k(P-1)/P + (P-1) min(2k, n/P)] β";
+      c.bytes_hi = split + (P - 1) * e * std::min(k, N / P);
+      c.formula = "(P-1 + log2 P)α + [4k(P-1)/P, 2k(P-1)/P + (P-1) min(2k, 2n/P)] β";
     }
     return c;
   }
