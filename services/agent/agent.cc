@@ -34,7 +34,9 @@ Agent::Agent(AgentOptions options, ControlPlane* control, TransportProvider* tra
       control_(control),
       transports_(transports),
       metrics_(metrics),
-      residuals_(std::max(options_.buckets, 1), std::vector<float>(options_.elements, 0.0f)) {}
+      residuals_(std::max(options_.buckets, 1), std::vector<float>(options_.elements, 0.0f)) {
+  control_->SetWaitSource(waits_);
+}
 
 Agent::~Agent() = default;
 
@@ -113,7 +115,8 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
     return absl::Status(t.status().code(),
                         absl::StrCat("epoch ", plan->epoch, " connect: ", t.status().message()));
   }
-  transport_ = *std::move(t);
+  transport_ = waits_->Wrap(*std::move(t));
+  waits_->SetStep(plan->epoch, next_step_);
   last_epoch_ = plan->epoch;
   SyncState mine;
   mine.next_step = next_step_;
@@ -158,9 +161,11 @@ absl::Status Agent::Barrier() {
   SyncState mine;
   mine.next_step = next_step_;
   mine.values = BarrierValues::From(*Eligible(next_step_, plan_, &mine.newest_epoch));
+  waits_->SetStep(plan_->epoch, next_step_);
+  const Clock::time_point start = Clock::now();
   absl::StatusOr<SyncState> agreed =
       AgreeInBand(*transport_, plan_->epoch, next_step_, mine, DeadlineIn(plan_->step_deadline));
-  if (!agreed.ok()) return Fail(agreed.status());
+  if (!agreed.ok()) return Fail(NameWait(agreed.status(), start));
   next_step_ = agreed->next_step;
   synced_at_ = next_step_;
   if (agreed->newest_epoch > plan_->epoch) {
@@ -217,6 +222,19 @@ AllreduceOptions Agent::Options(int bucket) const {
   return o;
 }
 
+absl::Status Agent::NameWait(absl::Status s, Clock::time_point since) const {
+  if (s.code() != absl::StatusCode::kDeadlineExceeded) return s;
+  std::optional<WaitInfo> w = waits_->LastTimeout(since);
+  if (!w || plan_ == nullptr || w->peer < 0 || w->peer >= plan_->world()) return s;
+  std::string agent = "?";
+  for (const PlanMember& m : plan_->members) {
+    if (m.rank == w->peer) agent = m.agent_id;
+  }
+  return absl::Status(s.code(),
+                      absl::StrCat(s.message(), " [timed out after ", w->waited.count(),
+                                   " ms waiting for rank ", w->peer, ", agent '", agent, "']"));
+}
+
 absl::Status Agent::Fail(absl::Status status) {
   if (transport_ != nullptr) {
     // Peers waiting on this rank fail now instead of at their deadline.
@@ -257,6 +275,7 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
     if (absl::Status s = Barrier(); !s.ok()) return s;
   }
   const uint64_t step = next_step_;
+  waits_->SetStep(plan_->epoch, step);
   out->step = step;
   out->epoch = plan_->epoch;
   out->rank = rank_;
@@ -273,9 +292,11 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
     ctx.epoch = plan_->epoch;
     ctx.step = step * grads.size() + b;  // unique per call, the same on every rank
     ctx.deadline = DeadlineIn(plan_->step_deadline);
+    const Clock::time_point call_start = Clock::now();
     absl::Status s = algorithms_[b]->Run(ctx, Options(static_cast<int>(b)), grads[b], residuals_[b],
                                          &out->results[b], &out->stats[b]);
     if (!s.ok()) {
+      s = NameWait(std::move(s), call_start);
       // Reported as this step; then the step is spent (its gradient stays in
       // the residual) and the next one is step + 1.
       absl::Status failed = Fail(

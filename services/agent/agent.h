@@ -26,6 +26,7 @@
 #include "services/agent/agent_metrics.h"
 #include "services/agent/control_plane.h"
 #include "services/agent/transport_provider.h"
+#include "services/agent/wait_tracker.h"
 
 namespace gradex::agent {
 
@@ -85,8 +86,9 @@ class Agent {
   bool connected() const { return transport_ != nullptr; }
   const Plan* plan() const { return plan_.get(); }
   std::span<const float> residual(int bucket) const { return residuals_[bucket]; }
-  // The communicator of the current epoch (tests kill it to simulate a crash).
-  Transport* transport() const { return transport_.get(); }
+  // The communicator of the current epoch (tests kill it to simulate a crash),
+  // under the wait tracker's decorator.
+  Transport* transport() const { return WaitTracker::Inner(transport_.get()); }
 
  private:
   absl::Status EnterEpoch();
@@ -101,6 +103,8 @@ class Agent {
   std::shared_ptr<const Plan> Eligible(uint64_t step, std::shared_ptr<const Plan> base,
                                        uint64_t* newest_epoch = nullptr) const;
   AllreduceOptions Options(int bucket) const;
+  // `s` with the peer this rank timed out waiting for (since `since`) named.
+  absl::Status NameWait(absl::Status s, Clock::time_point since) const;
   void Report(const StepOutcome& out, double compute_s,
               std::chrono::system_clock::time_point unix_start);
 
@@ -111,6 +115,8 @@ class Agent {
   AgentMetrics* const metrics_;
 
   std::shared_ptr<const Plan> plan_;  // the agreed plan of the current epoch
+  // Pending receives of the data plane, read by the heartbeat (hang diagnosis).
+  const std::shared_ptr<WaitTracker> waits_ = std::make_shared<WaitTracker>();
   std::unique_ptr<Transport> transport_;
   std::vector<std::unique_ptr<SparseAllreduce>> algorithms_;  // one per bucket (state)
   std::string algorithms_for_;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,27 @@ struct StepReport {
   std::vector<Bucket> buckets;
 };
 
+// Where this agent's current step is blocked, for the coordinator's hang
+// diagnosis (HeartbeatRequest.waiting): the oldest receive still pending.
+struct WaitInfo {
+  uint32_t epoch = 0;  // the epoch of the step that waits
+  uint64_t step = 0;   // the agent's step (not the per-bucket call step)
+  int peer = -1;       // the rank whose message it waits for
+  std::chrono::milliseconds waited{0};
+};
+
+// Read by the heartbeat thread while the data plane runs: must not block on
+// the data plane (a short mutex at most).
+class WaitSource {
+ public:
+  virtual ~WaitSource() = default;
+  // The oldest pending receive of the current step if it has waited at least
+  // `at_least`, else nothing.
+  virtual std::optional<WaitInfo> OldestWait(std::chrono::milliseconds at_least) const = 0;
+  // The epoch whose communicator the agent runs (0 before the first).
+  virtual uint32_t running_epoch() const = 0;
+};
+
 class ControlPlane {
  public:
   virtual ~ControlPlane() = default;
@@ -123,6 +145,10 @@ class ControlPlane {
   // is full the report is dropped, counted, and false returned.
   virtual bool ReportStep(StepReport report) = 0;
   virtual uint64_t report_drops() const = 0;
+
+  // Heartbeats carry the source's running epoch and current wait from now on.
+  // Implementations that do not heartbeat may ignore it.
+  virtual void SetWaitSource(std::shared_ptr<const WaitSource> /*source*/) {}
 };
 
 }  // namespace gradex::agent

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -19,6 +21,10 @@ namespace gradex::agent {
 namespace {
 
 namespace pb = ::gradex::v1;
+
+// A heartbeat reports the step's oldest pending receive past this (why: at
+// HeartbeatRequest.waiting's fill below).
+constexpr std::chrono::milliseconds kReportWaitsAfter(1000);
 
 absl::Status FromGrpc(const grpc::Status& s, const char* what) {
   if (s.ok()) return absl::OkStatus();
@@ -93,6 +99,23 @@ class GrpcControlPlane final : public ControlPlane {
     std::shared_ptr<const Plan> p = store_.Latest();
     req.set_epoch(p == nullptr ? 0 : p->epoch);
     req.set_next_step(next_step_.load());
+    if (std::shared_ptr<const WaitSource> w = std::atomic_load(&waits_)) {
+      // The epoch actually run, not the newest plan's: a member still in an
+      // older epoch is what the coordinator's hang diagnosis names.
+      if (uint32_t e = w->running_epoch(); e != 0) req.set_epoch(e);
+      // Only a wait longer than any healthy one: a step's receives complete
+      // in milliseconds, and a straggler's compute jitter is well under a
+      // second, while step deadlines are seconds; so a stalled step shows
+      // up well before the waiters give up, and healthy ones send nothing.
+      if (std::optional<WaitInfo> info = w->OldestWait(kReportWaitsAfter)) {
+        pb::WaitState* ws = req.mutable_waiting();
+        ws->set_epoch(info->epoch);
+        ws->set_step(info->step);
+        ws->set_peer_rank(info->peer);
+        ws->set_waited_ms(static_cast<uint32_t>(
+            std::min<int64_t>(info->waited.count(), std::numeric_limits<uint32_t>::max())));
+      }
+    }
     pb::HeartbeatResponse resp;
     grpc::ClientContext ctx;
     Prepare(ctx, deadline);
@@ -117,6 +140,9 @@ class GrpcControlPlane final : public ControlPlane {
     return reports_.Push(std::move(report));
   }
   uint64_t report_drops() const override { return reports_.drops() + lost_.load(); }
+  void SetWaitSource(std::shared_ptr<const WaitSource> source) override {
+    std::atomic_store(&waits_, std::move(source));
+  }
 
  private:
   void Prepare(grpc::ClientContext& ctx, Deadline deadline) {
@@ -301,7 +327,8 @@ class GrpcControlPlane final : public ControlPlane {
   std::atomic<uint64_t> member_id_{0};
   std::atomic<uint64_t> incarnation_{0};
   std::atomic<uint64_t> next_step_{0};
-  std::atomic<uint64_t> lost_{0};  // reports a failed send lost
+  std::atomic<uint64_t> lost_{0};            // reports a failed send lost
+  std::shared_ptr<const WaitSource> waits_;  // std::atomic_load/store only
   std::atomic<std::chrono::milliseconds> heartbeat_{std::chrono::milliseconds(1000)};
   std::atomic<bool> started_{false};
   absl::Mutex mu_;

@@ -1,0 +1,136 @@
+#include "services/agent/wait_tracker.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace gradex::agent {
+
+class WaitTrackingTransport final : public Transport {
+ public:
+  WaitTrackingTransport(std::shared_ptr<WaitTracker> tracker, std::unique_ptr<Transport> inner)
+      : tracker_(std::move(tracker)), inner_(std::move(inner)), owner_(tracker_->NewOwner()) {}
+  ~WaitTrackingTransport() override { tracker_->Clear(owner_); }
+
+  Transport* inner() const { return inner_.get(); }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override {
+    return inner_->PostSend(peer, tag, std::move(payload));
+  }
+  absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) override {
+    absl::StatusOr<RequestId> id = inner_->PostRecv(peer, tag);
+    if (id.ok()) tracker_->Posted(owner_, *id, peer);
+    return id;
+  }
+  absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override {
+    absl::Status s = inner_->Wait(request, deadline, out);
+    // A deadline leaves the request posted (the caller may wait again or
+    // cancel); anything else released it.
+    if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+      tracker_->TimedOut(owner_, request);
+    } else {
+      tracker_->Done(owner_, request);
+    }
+    return s;
+  }
+  absl::StatusOr<bool> Test(RequestId request, Bytes* out) override {
+    absl::StatusOr<bool> done = inner_->Test(request, out);
+    if (!done.ok() || *done) tracker_->Done(owner_, request);
+    return done;
+  }
+  void CancelAll(Deadline deadline) override {
+    inner_->CancelAll(deadline);
+    tracker_->Clear(owner_);
+  }
+  void Abort(Deadline deadline) override {
+    inner_->Abort(deadline);
+    tracker_->Clear(owner_);
+  }
+  bool aborted() const override { return inner_->aborted(); }
+  PeerCounters counters(int peer) const override { return inner_->counters(peer); }
+  void ResetCounters() override { inner_->ResetCounters(); }
+
+ private:
+  std::shared_ptr<WaitTracker> tracker_;
+  std::unique_ptr<Transport> inner_;
+  const uint64_t owner_;
+};
+
+void WaitTracker::SetStep(uint32_t epoch, uint64_t step) {
+  epoch_.store(epoch, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  step_ = step;
+}
+
+std::unique_ptr<Transport> WaitTracker::Wrap(std::unique_ptr<Transport> inner) {
+  return std::make_unique<WaitTrackingTransport>(shared_from_this(), std::move(inner));
+}
+
+Transport* WaitTracker::Inner(Transport* t) {
+  if (auto* w = dynamic_cast<WaitTrackingTransport*>(t)) return w->inner();
+  return t;
+}
+
+uint64_t WaitTracker::NewOwner() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ++owners_;
+}
+
+void WaitTracker::Posted(uint64_t owner, RequestId id, int peer) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.push_back({owner, id, peer, now});
+}
+
+void WaitTracker::Done(uint64_t owner, RequestId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i].id == id && pending_[i].owner == owner) {
+      pending_[i] = pending_.back();
+      pending_.pop_back();
+      return;
+    }
+  }
+}
+
+void WaitTracker::TimedOut(uint64_t owner, RequestId id) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Pending& p : pending_) {
+    if (p.id == id && p.owner == owner) {
+      last_timeout_ =
+          WaitInfo{epoch_.load(std::memory_order_relaxed), step_, p.peer,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(now - p.posted)};
+      last_timeout_at_ = now;
+      return;
+    }
+  }
+}
+
+void WaitTracker::Clear(uint64_t owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [owner](const Pending& p) { return p.owner == owner; }),
+                 pending_.end());
+}
+
+std::optional<WaitInfo> WaitTracker::OldestWait(std::chrono::milliseconds at_least) const {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  const Pending* oldest = nullptr;
+  for (const Pending& p : pending_) {
+    if (oldest == nullptr || p.posted < oldest->posted) oldest = &p;
+  }
+  if (oldest == nullptr || now - oldest->posted < at_least) return std::nullopt;
+  return WaitInfo{epoch_.load(std::memory_order_relaxed), step_, oldest->peer,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest->posted)};
+}
+
+std::optional<WaitInfo> WaitTracker::LastTimeout(Clock::time_point since) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!last_timeout_ || last_timeout_at_ < since) return std::nullopt;
+  return last_timeout_;
+}
+
+}  // namespace gradex::agent
