@@ -16,7 +16,8 @@ Coordinator::Coordinator(JobSettings settings, CoordinatorMetrics* metrics)
       membership_(s_),
       stalls_(s_.step_deadline),
       version_(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()))) {
-  agreed_.teams = ChooseTeams(s_.algorithm, s_.teams, s_.world_size, s_.prefer_rsag);
+  agreed_.teams =
+      ChooseTeams(s_.algorithm, s_.teams, s_.world_size, s_.prefer_rsag || s_.auto_teams);
   agreed_.covap_interval = s_.covap_interval;
   UpdateGaugesLocked();
 }
@@ -99,8 +100,9 @@ absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now
 }
 
 void Coordinator::FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world) {
+  if (s_.auto_teams) FeedAutoTeamsLocked(r, rank, world);
   for (const gradex::v1::BucketReport& b : r.buckets()) {
-    if (s_.coordinate_kprime && b.kprime_used() > 0 &&
+    if (s_.coordinate_kprime && b.kprime_used() > 0 && r.step() >= kprime_from_step_ &&
         kprime_.Feed(b.bucket(), b.elements(), b.team_position(), b.kprime_used(),
                      b.post_gather_count(), r.step(), world, agreed_.teams.teams, s_.density)) {
       kprime_dirty_ = true;
@@ -125,10 +127,51 @@ void Coordinator::FeedControllersLocked(const gradex::v1::StepReport& r, int ran
   }
 }
 
+void Coordinator::FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank, int world) {
+  const TeamChoice& cur = agreed_.teams;
+  const int q = std::max(world / std::max(cur.teams, 1), 1);
+  for (const gradex::v1::BucketReport& b : r.buckets()) {
+    // k'/k_block is only B-SAG's with teams; otherwise the model uses the
+    // controller's start, 1/T.
+    const bool observed = cur.algorithm == "spardl-bsag" && cur.teams > 1 &&
+                          b.team_position() < q && r.step() >= kprime_from_step_;
+    auto kb = observed ? BlockKeep(b.elements(), q, b.team_position(), s_.density) : 0;
+    auto_teams_.FeedBucket(b.elements(), observed ? b.kprime_used() : 0, kb);
+  }
+  if (!r.has_link()) return;
+  auto_teams_.FeedLink(rank, r.link().alpha_seconds(), r.link().beta_seconds_per_byte());
+  if (!auto_teams_.complete()) return;
+  if (metrics_) {
+    metrics_->link_alpha.Set(auto_teams_.alpha());
+    metrics_->link_beta.Set(auto_teams_.beta());
+  }
+  std::optional<TeamDecision> d = auto_teams_.Decide(cur, s_.density);
+  if (!d) return;
+  Log("auto teams: alpha ", auto_teams_.alpha(), " s, beta ", auto_teams_.beta(), " s/B over ",
+      world, " ranks: T=", cur.teams, " ", cur.algorithm, " ", d->current_seconds, " s, best ",
+      d->best_seconds, " s",
+      d->changed
+          ? absl::StrCat(" -> T=", d->choice.teams, " ", d->choice.algorithm, " at a plan barrier")
+          : " (kept: gain under 10%)");
+  auto_last_teams_ = d->choice.teams;
+  if (!d->changed) return;
+  agreed_.teams = d->choice;
+  agreed_dirty_ = true;
+  // k' of another team layout means nothing; the table restarts at the
+  // barrier that switches T (Tick sets the step).
+  kprime_.Reset();
+  kprime_dirty_ = false;
+  kprime_from_step_ = UINT64_MAX;
+}
+
 void Coordinator::NewEpochLocked() {
   const Epoch& e = membership_.latest();
   const int world = static_cast<int>(e.roster.size());
-  agreed_.teams = ChooseTeams(s_.algorithm, s_.teams, world, s_.prefer_rsag);
+  agreed_.teams =
+      ChooseTeams(s_.algorithm, s_.auto_teams && auto_last_teams_ > 0 ? auto_last_teams_ : s_.teams,
+                  world, s_.prefer_rsag || s_.auto_teams);
+  auto_teams_.Reset(world);
+  kprime_from_step_ = 0;
   agreed_.regions.clear();  // P+1 boundaries of another P mean nothing now
   kprime_.Reset();
   kprime_dirty_ = false;
@@ -145,8 +188,10 @@ void Coordinator::NewEpochLocked() {
 void Coordinator::PublishLocked(uint64_t effective_step) {
   if (!membership_.has_epoch()) return;
   ++version_;
-  plan_ = std::make_shared<const gradex::v1::Plan>(BuildPlan(
-      s_, membership_, membership_.latest(), version_, effective_step, agreed_, kprime_.Values()));
+  gradex::v1::Plan p = BuildPlan(s_, membership_, membership_.latest(), version_, effective_step,
+                                 agreed_, kprime_.Values());
+  p.set_measure_links(s_.auto_teams);  // the probe feeds the automatic team count
+  plan_ = std::make_shared<const gradex::v1::Plan>(std::move(p));
   published_ = true;
   if (metrics_) metrics_->plans_published.Increment();
 }
@@ -173,6 +218,7 @@ void Coordinator::Tick(absl::Time now) {
       // see coming, never before the plan they replace.
       uint64_t at = membership_.NextBarrier(membership_.MaxNextStep() + s_.plan_lead_steps);
       if (plan_) at = std::max<uint64_t>(at, plan_->effective_step());
+      if (kprime_from_step_ == UINT64_MAX) kprime_from_step_ = at;  // a new T from `at`
       agreed_dirty_ = kprime_dirty_ = false;
       PublishLocked(at);
       last_publish_ = now;

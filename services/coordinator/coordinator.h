@@ -20,6 +20,7 @@
 #include "services/coordinator/metrics.h"
 #include "services/coordinator/plan_builder.h"
 #include "services/coordinator/stall_detector.h"
+#include "services/coordinator/team_choice.h"
 
 namespace gradex::coordinator {
 
@@ -63,6 +64,9 @@ class Coordinator {
   void FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckStallsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // auto_teams: feeds the epoch's link estimates and decides T once.
+  void FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank, int world)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells watchers (after mu_ is released).
   void Notify(const std::vector<uint64_t>& gone, bool plan_changed);
@@ -81,6 +85,11 @@ class Coordinator {
   StallDetector stalls_ ABSL_GUARDED_BY(mu_);
   bool agreed_dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool kprime_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  AutoTeams auto_teams_ ABSL_GUARDED_BY(mu_);
+  int auto_last_teams_ ABSL_GUARDED_BY(mu_) = 0;  // the last automatic choice, for new epochs
+  // k' feedback counts from this step on (reports of an older team layout
+  // are ignored); the maximum while a new T waits for its barrier.
+  uint64_t kprime_from_step_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_publish_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Starts at the start time in microseconds, so a restarted coordinator's
   // versions stay above its predecessor's (fewer than 10^6 plans a second).

@@ -72,6 +72,10 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   if (c.teams() < 0 || c.teams() > c.world_size()) return Bad("teams", "0..world_size");
   s.teams = c.teams() == 0 ? 1 : c.teams();
   s.prefer_rsag = c.prefer_rsag();
+  if (c.auto_teams() && s.algorithm != "spardl-rsag" && s.algorithm != "spardl-bsag") {
+    return Bad("auto_teams", "only for spardl-rsag and spardl-bsag");
+  }
+  s.auto_teams = c.auto_teams();
   auto period = [](int v, int def, absl::string_view name, int* out) -> absl::Status {
     if (v < 0 || v > (1 << 20)) return Bad(name, "0..1048576 steps (0 = default)");
     *out = v == 0 ? def : v;

@@ -21,6 +21,8 @@ struct JobSettings {
   double density = 0.01;
   int teams = 1;
   bool prefer_rsag = false;
+  // The coordinator chooses T (and R-SAG/B-SAG) from the measured links.
+  bool auto_teams = false;
   int barrier_period = 64;
   int oktopk_tau = 64;
   int oktopk_tau_prime = 32;

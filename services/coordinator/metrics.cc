@@ -65,7 +65,15 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       covap_interval(
           GaugeFamily(r, "gradex_coordinator_covap_interval", "COVAP filter interval I in the plan")
               .Add({})),
-      teams(GaugeFamily(r, "gradex_coordinator_teams", "SparDL team count in the plan").Add({})) {}
+      teams(GaugeFamily(r, "gradex_coordinator_teams", "SparDL team count in the plan").Add({})),
+      link_alpha(GaugeFamily(r, "gradex_coordinator_link_alpha_seconds",
+                             "Per-message link latency the automatic team count used (max over "
+                             "ranks of the epoch; 0: not measured)")
+                     .Add({})),
+      link_beta(GaugeFamily(r, "gradex_coordinator_link_beta_seconds_per_byte",
+                            "Per-byte link cost the automatic team count used (max over ranks of "
+                            "the epoch; 0: not measured)")
+                    .Add({})) {}
 
 void CoordinatorMetrics::ObserveRpc(const std::string& method, int code, double seconds) {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {

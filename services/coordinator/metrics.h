@@ -45,6 +45,9 @@ struct CoordinatorMetrics {
   prometheus::Gauge& covap_ccr;
   prometheus::Gauge& covap_interval;
   prometheus::Gauge& teams;
+  // auto_teams: the epoch's link cost the team choice used (max over ranks).
+  prometheus::Gauge& link_alpha;
+  prometheus::Gauge& link_beta;
 };
 
 // The gRPC status code's canonical name ("OK", "INVALID_ARGUMENT", ...).

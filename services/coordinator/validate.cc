@@ -72,6 +72,16 @@ absl::Status ValidateJoin(const gradex::v1::JoinRequest& r) {
 
 absl::Status ValidateHeartbeat(const gradex::v1::HeartbeatRequest& r) {
   if (r.member_id() == 0) return Bad("member_id", "required");
+  if (r.has_waiting()) {
+    const gradex::v1::WaitState& w = r.waiting();
+    if (w.epoch() == 0) return Bad("waiting.epoch", "required (a step waits in an epoch)");
+    if (w.peer_rank() < 0 || w.peer_rank() >= kMaxWorldSize) {
+      return Bad("waiting.peer_rank", "0..65535");
+    }
+    // A day bounds any wait (as the report's durations); epoch or step
+    // consistency with the roster is the stall diagnosis's to judge.
+    if (w.waited_ms() > 86400u * 1000u) return Bad("waiting.waited_ms", "over a day");
+  }
   return absl::OkStatus();
 }
 
@@ -97,6 +107,17 @@ absl::Status ValidateReport(const gradex::v1::StepReport& r) {
   }
   if (r.comm_end_unix_ns() < r.comm_start_unix_ns()) {
     return Bad("comm_end_unix_ns", "before comm_start_unix_ns");
+  }
+  if (r.has_link()) {
+    // The proto's ranges (the comparisons also reject NaN).
+    const gradex::v1::LinkEstimate& l = r.link();
+    if (!(l.alpha_seconds() > 0 && l.alpha_seconds() < 10)) {
+      return Bad("link.alpha_seconds", "(0, 10)");
+    }
+    if (!(l.beta_seconds_per_byte() >= 0 && l.beta_seconds_per_byte() < 1e-3)) {
+      return Bad("link.beta_seconds_per_byte", "[0, 1e-3)");
+    }
+    if (l.samples() < 1) return Bad("link.samples", ">= 1");
   }
   if (absl::Status s = CheckLength("error", r.error(), 0, kMaxErrorBytes); !s.ok()) return s;
   if (static_cast<size_t>(r.buckets_size()) > kMaxBuckets) return Bad("buckets", "over 4096");
