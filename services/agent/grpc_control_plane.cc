@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gradex/v1/coordinator.grpc.pb.h"
+#include "services/agent/backoff.h"
 #include "services/agent/plan_store.h"
 #include "services/agent/report_queue.h"
 
@@ -76,6 +77,7 @@ class GrpcControlPlane final : public ControlPlane {
  public:
   GrpcControlPlane(const GrpcControlPlaneOptions& options, std::shared_ptr<grpc::Channel> channel)
       : options_(options),
+        channel_(channel),
         stub_(pb::Coordinator::NewStub(std::move(channel))),
         reports_(options.report_capacity) {}
   ~GrpcControlPlane() override { Stop(); }
@@ -85,7 +87,7 @@ class GrpcControlPlane final : public ControlPlane {
       absl::MutexLock lock(&mu_);
       join_ = request;
     }
-    absl::StatusOr<JoinReply> r = DoJoin(deadline);
+    absl::StatusOr<JoinReply> r = started_.load() ? DoJoin(deadline) : FirstJoin(deadline);
     if (r.ok() && !started_.exchange(true)) {
       watcher_ = std::thread([this] { Watch(); });
       sender_ = std::thread([this] { Send(); });
@@ -193,23 +195,95 @@ class GrpcControlPlane final : public ControlPlane {
                      std::chrono::milliseconds(resp.lease_duration_ms())};
   }
 
-  // Re-join after NOT_FOUND or a broken connection, backing off on failure.
-  void Recover(std::chrono::milliseconds& backoff) {
-    if (DoJoin(DeadlineIn(options_.rpc_timeout)).ok()) {
-      backoff = std::chrono::milliseconds(100);
-      return;
+  // The first join retries what a coordinator coming up would fix (an agent
+  // may start before it, e.g. when a scheduler starts every pod at once) until
+  // options_.join_timeout (or `deadline` when 0); each attempt is bounded like
+  // `deadline`. A refusal (bad token, bad request, job full) is final at once.
+  absl::StatusOr<JoinReply> FirstJoin(Deadline deadline) {
+    const Clock::time_point start = Clock::now();
+    const Clock::duration per_attempt =
+        std::max<Clock::duration>(deadline - start, std::chrono::milliseconds(100));
+    const Deadline give_up =
+        options_.join_timeout.count() > 0 ? start + options_.join_timeout : deadline;
+    Backoff backoff({std::chrono::milliseconds(100), std::chrono::milliseconds(2000), 2.0, 0.2});
+    Clock::time_point last_note = start;
+    for (int attempt = 1;; ++attempt) {
+      absl::StatusOr<JoinReply> r = DoJoin(std::min(give_up, Clock::now() + per_attempt));
+      if (r.ok()) return r;
+      const absl::Status& s = r.status();
+      const Clock::time_point now = Clock::now();
+      const double waited = std::chrono::duration<double>(now - start).count();
+      if (!IsTransientJoinError(s.code())) {
+        return absl::Status(s.code(), absl::StrCat("the coordinator at ", options_.target,
+                                                   " refused the join: ", s.message()));
+      }
+      if (now >= give_up) {
+        return absl::UnavailableError(absl::StrCat(
+            "no coordinator at ", options_.target, " within the join timeout (",
+            std::lround(waited), " s, ", attempt, " attempts); last error: ", s.message()));
+      }
+      // At most one line every 5 s: an agent may wait minutes for its
+      // coordinator's pod.
+      if (options_.on_join_progress &&
+          (attempt == 1 || now - last_note >= std::chrono::seconds(5))) {
+        options_.on_join_progress(absl::StrCat("waiting for coordinator at ", options_.target, ": ",
+                                               absl::StatusCodeToString(s.code()), " (attempt ",
+                                               attempt, ", ", std::lround(waited), " s)"));
+        last_note = now;
+      }
+      AwaitChannel(std::min(give_up, now + backoff.Next()));
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("join: control plane stopped");
     }
-    Sleep(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
   }
 
-  void Sleep(std::chrono::milliseconds d) {
-    absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(d));
+  // Re-join after NOT_FOUND or a broken connection; `seen` is the member id
+  // the failure was seen with. One thread at a time, and not at all when the
+  // other one has re-joined since (a second re-join would replace the first).
+  void Recover(Backoff& backoff, uint64_t seen) {
+    absl::MutexLock recovering(&recover_mu_);
+    if (member_id_.load() != seen) return;
+    if (DoJoin(DeadlineIn(options_.rpc_timeout)).ok()) {
+      backoff.Reset();
+      return;
+    }
+    AwaitChannel(DeadlineIn(backoff.Next()));
+  }
+
+  // Waits until `until`, or on Stop, or as soon as the channel turns READY when
+  // it was not (the coordinator is back: retry now, not at the end of the
+  // backoff). Waiting on the channel also matters in itself: with the sync
+  // API only a thread inside a call polls the channel's sockets, and while
+  // the coordinator is down every call fails at once, so a reconnect that
+  // gRPC started after its own backoff would otherwise complete only at its
+  // backup poll (every 5 s) -- that, plus this agent's own growing backoff,
+  // was the ~4-10 s re-registration after a coordinator restart.
+  void AwaitChannel(Deadline until) {
+    const bool was_ready = channel_->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY;
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= until) return;
+      // Slices of 100 ms, so that Stop() is seen promptly.
+      const Clock::time_point slice = std::min(until, now + std::chrono::milliseconds(100));
+      const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+      if (state == GRPC_CHANNEL_READY) {
+        // READY from the start: the failure was not the connection (e.g. the
+        // server answered UNAVAILABLE); back off in full.
+        if (!was_ready) return;
+        absl::MutexLock lock(&mu_);
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(slice - now));
+        continue;
+      }
+      channel_->WaitForStateChange(state, std::chrono::system_clock::now() + (slice - now));
+    }
   }
 
   void Watch() {
-    std::chrono::milliseconds backoff(100);
+    Backoff backoff;
     for (;;) {
       pb::WatchPlanRequest req;
       auto ctx = std::make_unique<grpc::ClientContext>();
@@ -222,11 +296,12 @@ class GrpcControlPlane final : public ControlPlane {
         offset = version_offset_;
         watch_ctx_ = ctx.get();
       }
-      req.set_member_id(member_id_.load());
+      const uint64_t member = member_id_.load();
+      req.set_member_id(member);
       std::unique_ptr<grpc::ClientReader<pb::Plan>> reader = stub_->WatchPlan(ctx.get(), req);
       pb::Plan m;
       while (reader->Read(&m)) {
-        backoff = std::chrono::milliseconds(100);
+        backoff.Reset();
         absl::StatusOr<Plan> p = ToPlan(m, offset);
         if (p.ok()) store_.Publish(*std::move(p)).IgnoreError();
         absl::MutexLock lock(&mu_);
@@ -241,16 +316,15 @@ class GrpcControlPlane final : public ControlPlane {
       if (st.ok() || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) continue;
       if (st.error_code() == grpc::StatusCode::NOT_FOUND ||
           st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-        Recover(backoff);
+        Recover(backoff, member);
       } else {
-        Sleep(backoff);
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+        AwaitChannel(DeadlineIn(backoff.Next()));
       }
     }
   }
 
   void Send() {
-    std::chrono::milliseconds backoff(100);
+    Backoff backoff;
     Clock::time_point next_heartbeat = Clock::now();
     for (;;) {
       {
@@ -258,8 +332,9 @@ class GrpcControlPlane final : public ControlPlane {
         if (stopping_) return;
       }
       if (Clock::now() >= next_heartbeat) {
+        const uint64_t member = member_id_.load();
         absl::Status s = Heartbeat(DeadlineIn(options_.rpc_timeout));
-        if (s.code() == absl::StatusCode::kNotFound) Recover(backoff);
+        if (s.code() == absl::StatusCode::kNotFound) Recover(backoff, member);
         next_heartbeat = Clock::now() + heartbeat_.load();
       }
       std::vector<StepReport> batch;
@@ -321,6 +396,7 @@ class GrpcControlPlane final : public ControlPlane {
   }
 
   const GrpcControlPlaneOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::Coordinator::Stub> stub_;
   PlanStore store_;
   ReportQueue reports_;
@@ -331,6 +407,7 @@ class GrpcControlPlane final : public ControlPlane {
   std::shared_ptr<const WaitSource> waits_;  // std::atomic_load/store only
   std::atomic<std::chrono::milliseconds> heartbeat_{std::chrono::milliseconds(1000)};
   std::atomic<bool> started_{false};
+  absl::Mutex recover_mu_;  // held across a re-join and its backoff
   absl::Mutex mu_;
   JoinRequest join_ ABSL_GUARDED_BY(mu_);
   uint64_t version_offset_ ABSL_GUARDED_BY(mu_) = 0;
@@ -360,7 +437,12 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> CreateGrpcControlPlane(
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);  // a plan carries every member's address
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // gRPC's reconnect backoff bounds how soon a coordinator that is back is
+  // seen (the agent waits on the channel, see AwaitChannel): retry the
+  // connection within 1 s (x1.2 jitter) of it listening again. A dead
+  // coordinator costs each agent one refused connect per second.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto channel = grpc::CreateCustomChannel(options.target, creds, args);
   return std::unique_ptr<ControlPlane>(new GrpcControlPlane(options, std::move(channel)));
 }

@@ -3,13 +3,14 @@
 // batches of step reports. Every RPC has a deadline (the plan stream is
 // re-opened every watch_window). When the coordinator is unreachable or has
 // forgotten this member (restart, eviction: NOT_FOUND), the threads back off
-// (100 ms doubling to 5 s) and re-join with the same agent id, the last epoch
-// and rank held, and the next step, which is how a restarted coordinator
-// rebuilds its membership.
+// (100 ms doubling to 2 s, jittered, cut short when the channel reconnects)
+// and re-join with the same agent id, the last epoch and rank held, and the
+// next step, which is how a restarted coordinator rebuilds its membership.
 #ifndef GRADEX_SERVICES_AGENT_GRPC_CONTROL_PLANE_H_
 #define GRADEX_SERVICES_AGENT_GRPC_CONTROL_PLANE_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,13 @@ struct GrpcControlPlaneOptions {
   std::string tls_ca, tls_client_cert, tls_client_key;
   std::chrono::milliseconds rpc_timeout{5000};
   std::chrono::milliseconds watch_window{60000};
+  // How long the first Join keeps retrying an unreachable coordinator
+  // (UNAVAILABLE, DEADLINE_EXCEEDED), each attempt bounded like the caller's
+  // deadline; 0: retry within the caller's deadline only. Refusals are final
+  // at once.
+  std::chrono::milliseconds join_timeout{0};
+  // Told about a first Join still waiting (at most every 5 s); may be empty.
+  std::function<void(const std::string&)> on_join_progress;
   size_t report_capacity = 256;
   size_t report_batch = 64;
 };

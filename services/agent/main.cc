@@ -38,6 +38,9 @@ constexpr char kUsage[] =
   --tls-ca F               CA of the coordinator's certificate (enables TLS)
   --tls-cert F --tls-key F client certificate and key (mutual TLS)
   --join-timeout-ms T      how long to wait for an epoch that includes this agent (default 120000)
+  --join-timeout-s T       how long the first join retries a coordinator that is not (yet)
+                           reachable, e.g. started after this agent (default 120); a refusal
+                           (wrong token, bad request) fails at once
   --check-invariants       after every step check in-band (over the epoch's transport) that
                            the result is identical on every rank, conserves the gradient
                            mass (dense-ring over grad + residual_in - residual_out) and fits
@@ -56,6 +59,7 @@ struct Flags {
   int buckets = 1, metrics_port = -1, local_rank = 0;
   bool metrics_any = false, quiet = false, check_invariants = false;
   int64_t join_timeout_ms = 120000;
+  int64_t join_timeout_s = 120;
   uint64_t corrupt_step = ~uint64_t{0};
 };
 
@@ -131,6 +135,8 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       s = number(&f->corrupt_step);
     else if (a == "--join-timeout-ms")
       s = number(&f->join_timeout_ms);
+    else if (a == "--join-timeout-s")
+      s = number(&f->join_timeout_s);
     else
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", a, " (see --help)"));
     if (!s.ok()) return s;
@@ -144,6 +150,9 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
     return absl::InvalidArgumentError("--buckets must be in 1..4096");
   }
   if (f->metrics_port > 65535) return absl::InvalidArgumentError("--metrics-port out of range");
+  if (f->join_timeout_s < 0 || f->join_timeout_s > 86400) {
+    return absl::InvalidArgumentError("--join-timeout-s must be in 0..86400");
+  }
   if (f->tls_cert.empty() != f->tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
   }
@@ -180,6 +189,10 @@ int Run(const Flags& f) {
     return 2;
   }
   GrpcControlPlaneOptions g = f.grpc;
+  g.join_timeout = std::chrono::seconds(f.join_timeout_s);
+  g.on_join_progress = [](const std::string& line) {
+    std::cerr << "gradex-agent: " << line << std::endl;
+  };
   for (auto [path, out] :
        {std::pair{&f.tls_ca, &g.tls_ca}, std::pair{&f.tls_cert, &g.tls_client_cert},
         std::pair{&f.tls_key, &g.tls_client_key}}) {
