@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "services/coordinator/log.h"
+#include "services/coordinator/wait_graph.h"
 
 namespace gradex::coordinator {
 
@@ -50,7 +51,7 @@ absl::StatusOr<gradex::v1::JoinResponse> Coordinator::Join(const gradex::v1::Joi
 absl::StatusOr<gradex::v1::HeartbeatResponse> Coordinator::Heartbeat(
     const gradex::v1::HeartbeatRequest& r, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  absl::Status st = membership_.Heartbeat(r.member_id(), r.next_step(), now);
+  absl::Status st = membership_.Heartbeat(r, now);
   if (!st.ok()) return st;
   gradex::v1::HeartbeatResponse resp;
   resp.set_lease_duration_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(s_.lease)));
@@ -257,9 +258,24 @@ void Coordinator::CheckStallsLocked(absl::Time now) {
   int behind = 0;
   std::optional<Stall> st = stalls_.Check(progress, now, &behind);
   if (metrics_) metrics_->stalled_ranks.Set(behind);
+  // Heartbeats' waits: a name for a hang in which nobody is behind (every
+  // rank stuck in one step), and whom the laggards' peers wait on.
+  const EpochWaits waits = ScanWaits(membership_, *run, now);
+  // Silent: two heartbeat intervals (lease / 3 each) without one.
+  const absl::Duration silence = s_.lease * 2 / 3;
+  const bool from_waits = waits.any && stalls_.CheckWaits(waits.step, waits.oldest, now);
+  if (from_waits) {
+    ++stalled_steps_;
+    if (metrics_) metrics_->stalled_steps.Increment();
+    Log("step ", waits.step, " stalled in epoch ", run->number, " (waiting for ",
+        absl::FormatDuration(absl::Trunc(waits.oldest, absl::Milliseconds(1))),
+        "): ", DescribeHang(membership_, *run, waits, now, silence));
+  }
   if (!st) return;
-  ++stalled_steps_;
-  if (metrics_) metrics_->stalled_steps.Increment();
+  if (!st->diagnosed && !(from_waits && st->step == waits.step)) {  // else counted from the waits
+    ++stalled_steps_;
+    if (metrics_) metrics_->stalled_steps.Increment();
+  }
   std::vector<std::string> who;
   for (size_t i = 0; i < st->ranks.size(); ++i) {
     const MemberRecord* m = membership_.Find(run->roster[st->ranks[i]]);
@@ -267,7 +283,8 @@ void Coordinator::CheckStallsLocked(absl::Time now) {
                                st->next_steps[i], ")"));
   }
   Log("step ", st->step, " stalled in epoch ", run->number, ": ranks ", absl::StrJoin(who, ", "),
-      " have not arrived (the furthest rank finished step ", st->frontier - 1, ")");
+      " have not arrived (the furthest rank finished step ", st->frontier - 1, ")",
+      waits.any ? "; " : "", DescribeHang(membership_, *run, waits, now, silence));
 }
 
 void Coordinator::UpdateGaugesLocked() {

@@ -37,6 +37,7 @@ absl::Status Membership::Join(const gradex::v1::JoinRequest& r, uint64_t id, abs
   m.ucx_address = r.ucx_address();
   m.local_rank = r.local_rank();
   m.lease_expiry = now + s_.lease;
+  m.last_heartbeat = now;
   m.next_step = r.next_step();
   if (r.last_epoch() > 0) {
     m.last_epoch = r.last_epoch();
@@ -59,6 +60,17 @@ absl::Status Membership::Heartbeat(uint64_t id, uint64_t next_step, absl::Time n
   if (it == members_.end()) return absl::NotFoundError("unknown member: join again");
   it->second.lease_expiry = now + s_.lease;
   it->second.next_step = std::max(it->second.next_step, next_step);
+  it->second.last_heartbeat = now;
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Heartbeat(const gradex::v1::HeartbeatRequest& r, absl::Time now) {
+  absl::Status st = Heartbeat(r.member_id(), r.next_step(), now);
+  if (!st.ok()) return st;
+  MemberRecord& m = members_.at(r.member_id());
+  m.epoch = r.epoch();
+  m.waiting = r.has_waiting();
+  if (m.waiting) m.wait = r.waiting();
   return absl::OkStatus();
 }
 

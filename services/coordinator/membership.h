@@ -24,6 +24,13 @@ struct MemberRecord {
   int local_rank = 0;
   absl::Time lease_expiry;
   uint64_t next_step = 0;  // the step it runs next (join, heartbeat, reports)
+  // Hang diagnosis: when it last heartbeated (or joined), the epoch its
+  // heartbeats say it runs (0: not said), and the wait its last heartbeat
+  // carried (`waiting` false when that heartbeat carried none).
+  absl::Time last_heartbeat;
+  uint64_t epoch = 0;
+  bool waiting = false;
+  gradex::v1::WaitState wait;
   // Re-registration after a coordinator restart.
   uint64_t last_epoch = 0;
   int last_rank = -1;
@@ -48,6 +55,8 @@ class Membership {
                     uint64_t* replaced);
   // NOT_FOUND when the member is unknown (evicted or never joined).
   absl::Status Heartbeat(uint64_t id, uint64_t next_step, absl::Time now);
+  // The same, keeping the request's epoch and wait state (validated).
+  absl::Status Heartbeat(const gradex::v1::HeartbeatRequest& r, absl::Time now);
   absl::Status Leave(uint64_t id);
   // A step report: progress only (the step it finished or failed).
   void NoteStep(uint64_t id, uint64_t step);

@@ -29,7 +29,16 @@ std::optional<Stall> StallDetector::Check(const std::vector<uint64_t>& next_step
   *behind = static_cast<int>(s.ranks.size());
   if (reported_) return std::nullopt;
   reported_ = true;
+  s.diagnosed = s.step == waits_step_;
   return s;
+}
+
+bool StallDetector::CheckWaits(uint64_t step, absl::Duration oldest, absl::Time now) {
+  if (step == waits_step_) return false;
+  const bool frontier_stuck = since_ != absl::InfinitePast() && now - since_ >= deadline_;
+  if (oldest < deadline_ / 2 && !frontier_stuck) return false;
+  waits_step_ = step;
+  return true;
 }
 
 }  // namespace gradex::coordinator

@@ -18,6 +18,7 @@ struct Stall {
   uint64_t frontier = 0;             // the step the furthest rank runs next
   std::vector<int> ranks;            // ranks behind the frontier
   std::vector<uint64_t> next_steps;  // their progress, parallel to ranks
+  bool diagnosed = false;            // the step was already counted from waits
 };
 
 class StallDetector {
@@ -27,6 +28,12 @@ class StallDetector {
   // the current frontier has been ahead of some rank for longer than the
   // deadline; `behind` is set to the number of lagging ranks at every check.
   std::optional<Stall> Check(const std::vector<uint64_t>& next_step, absl::Time now, int* behind);
+  // Waits (the agents' heartbeats): `oldest` is the longest live wait of the
+  // running epoch's ranks, in `step`. True once per step when it passes half
+  // the deadline, or the frontier has not moved for the deadline (call after
+  // Check): the waiters give up at their deadline, and the wait-for graph
+  // goes with them, so waiting for the whole deadline would miss it.
+  bool CheckWaits(uint64_t step, absl::Duration oldest, absl::Time now);
   void Reset() { frontier_ = 0, since_ = absl::InfinitePast(), reported_ = false; }
 
  private:
@@ -34,6 +41,9 @@ class StallDetector {
   uint64_t frontier_ = 0;
   absl::Time since_ = absl::InfinitePast();
   bool reported_ = false;  // a stall was reported at this frontier
+  // The last step diagnosed from waits (kept across epochs: steps only go
+  // forward), so a laggard stall of the same step is not counted twice.
+  uint64_t waits_step_ = ~uint64_t{0};
 };
 
 }  // namespace gradex::coordinator
