@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/agent/epoch_sync.h"
+#include "services/agent/link_probe.h"
 
 namespace gradex::agent {
 namespace {
@@ -135,6 +136,16 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
   next_step_ = agreed->next_step;
   synced_at_ = next_step_;
   if (absl::Status s = MakeAlgorithms(); !s.ok()) return Fail(s);
+  link_.reset();
+  if (plan_->measure_links && plan_->world() > 1) {
+    // Every rank of the epoch probes here, right after the entry agreement;
+    // a lost peer or the deadline fails like a step (the next epoch follows).
+    absl::StatusOr<LinkEstimate> l =
+        ProbeLinks(*transport_, plan_->epoch, DeadlineIn(plan_->step_deadline));
+    if (!l.ok()) return Fail(l.status());
+    link_ = *l;
+    link_epoch_ = plan_->epoch;
+  }
   if (metrics_ != nullptr) {
     metrics_->EpochChange();
     metrics_->Membership(plan_->epoch, plan_->world(), rank_);
@@ -178,6 +189,10 @@ absl::Status Agent::Barrier() {
   }
   const bool new_algorithm = agreed->values.algorithm != plan_->algorithm;
   Plan p = *plan_;
+  // k' per team position means nothing under another team count: the
+  // algorithm's own controller runs until the coordinator's k' for the new
+  // layout arrives.
+  if (agreed->values.teams != p.teams) p.kprime.clear();
   agreed->values.ApplyTo(&p);
   p.version = std::max(p.version, agreed->values.plan_version);
   plan_ = std::make_shared<const Plan>(std::move(p));
@@ -349,6 +364,7 @@ void Agent::Report(const StepOutcome& out, double compute_s,
     r.buckets.push_back(
         {options_.elements, out.rank % q, s.kprime_used, s.post_gather_count, s.result_nnz});
   }
+  if (link_ && link_epoch_ == out.epoch) r.link = link_;
   control_->ReportStep(std::move(r));  // drops, never blocks
 }
 

@@ -128,6 +128,9 @@ class Agent {
   bool need_rejoin_ = false;
   std::chrono::milliseconds lease_{10000};
   Clock::time_point last_step_end_{};
+  // This epoch's link probe (Plan::measure_links), sent with its reports.
+  std::optional<LinkEstimate> link_;
+  uint32_t link_epoch_ = 0;
 };
 
 }  // namespace gradex::agent

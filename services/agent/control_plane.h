@@ -50,6 +50,10 @@ struct Plan {
   int oktopk_tau_prime = 32;
   int quantize_bits = 0;
   std::chrono::milliseconds step_deadline{10000};  // budget of one call
+  // Probe the links at each epoch's start (link_probe.h) and report them. A
+  // job constant (the coordinator's auto_teams), so every rank of an epoch
+  // probes at the same point.
+  bool measure_links = false;
 
   int world() const { return static_cast<int>(members.size()); }
   // This agent's rank in the plan, or -1 when it is not a member.
@@ -77,6 +81,14 @@ struct JoinReply {
 
 // What one step did, for the coordinator's controllers (B-SAG k', COVAP CCR,
 // hang diagnosis). Sent asynchronously; may be dropped.
+// The α-β cost of one message on this agent's links (time = alpha + beta *
+// bytes), from the probe at its epoch's start (StepReport.link).
+struct LinkEstimate {
+  double alpha_s = 0;          // per message
+  double beta_s_per_byte = 0;  // per byte
+  uint32_t samples = 0;        // timed exchanges behind each median
+};
+
 struct StepReport {
   uint32_t epoch = 0;
   uint64_t step = 0;
@@ -100,6 +112,8 @@ struct StepReport {
     size_t result_nnz = 0;
   };
   std::vector<Bucket> buckets;
+  // This agent's link probe of the step's epoch, when measured.
+  std::optional<LinkEstimate> link;
 };
 
 // Where this agent's current step is blocked, for the coordinator's hang

@@ -70,6 +70,7 @@ absl::StatusOr<Plan> ToPlan(const pb::Plan& m, uint64_t version_offset) {
   p.oktopk_tau_prime = std::max(m.oktopk_tau_prime(), 1);
   p.quantize_bits = m.quantize_bits();
   p.step_deadline = std::chrono::milliseconds(m.step_deadline_ms());
+  p.measure_links = m.measure_links();
   return p;
 }
 
@@ -378,6 +379,11 @@ class GrpcControlPlane final : public ControlPlane {
         br->set_result_nnz(r.buckets[b].result_nnz);
       }
       if (!r.ok) m.set_error(r.error.empty() ? "failed" : r.error.substr(0, 512));
+      if (r.link) {
+        m.mutable_link()->set_alpha_seconds(r.link->alpha_s);
+        m.mutable_link()->set_beta_seconds_per_byte(r.link->beta_s_per_byte);
+        m.mutable_link()->set_samples(r.link->samples);
+      }
       if (!w->Write(m)) break;
     }
     w->WritesDone();

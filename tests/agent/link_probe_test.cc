@@ -1,0 +1,262 @@
+// The link probe on loopback communicators (estimates, a dead or absent peer,
+// P=1), agents that probe at the epoch's start and report the estimate, and
+// a team-count change at a barrier inside an epoch with the invariants held.
+#include "services/agent/link_probe.h"
+
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "collectives/link.h"
+#include "services/agent/agent.h"
+#include "services/agent/fake_control_plane.h"
+#include "tests/agent/loopback_provider.h"
+#include "tests/collectives/harness.h"
+#include "transport/loopback_transport.h"
+
+namespace gradex::agent {
+namespace {
+
+using gradex::testing::ConservationError;
+using gradex::testing::Consistent;
+using gradex::testing::MakeGradient;
+using gradex::testing::RankCall;
+using gradex::testing::RunRanks;
+using gradex::testing::Values;
+using std::chrono::milliseconds;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+TEST(LinkProbeTest, FourRanksGetPositiveFiniteEstimates) {
+  absl::Mutex mu;
+  std::vector<LinkEstimate> got(4);
+  std::vector<absl::Status> st = RunRanks(4, [&](int rank, Transport& t) -> absl::Status {
+    absl::StatusOr<LinkEstimate> e = ProbeLinks(t, 3, DeadlineIn(milliseconds(20000)));
+    if (!e.ok()) return e.status();
+    absl::MutexLock lock(&mu);
+    got[rank] = *e;
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r];
+    EXPECT_GT(got[r].alpha_s, 0) << r;
+    EXPECT_LT(got[r].alpha_s, 10) << r;
+    EXPECT_TRUE(std::isfinite(got[r].beta_s_per_byte)) << r;
+    EXPECT_GE(got[r].beta_s_per_byte, 0) << r;
+    EXPECT_LT(got[r].beta_s_per_byte, 1e-3) << r;
+    EXPECT_EQ(got[r].samples, 5u);
+  }
+}
+
+TEST(LinkProbeTest, OneRankHasNothingToProbe) {
+  auto t = CreateLoopbackTransports(1);
+  EXPECT_EQ(ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(1000))).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(LinkProbeTest, DeadPeerFailsBeforeTheDeadline) {
+  auto t = CreateLoopbackTransports(3);
+  t[2]->Abort(DeadlineIn(milliseconds(100)));  // a dead rank
+  std::vector<absl::Status> st(2);
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back(
+        [&, r] { st[r] = ProbeLinks(*t[r], 1, DeadlineIn(milliseconds(10000))).status(); });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_LT(Since(start), 5.0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(st[r].ok()) << r;
+    EXPECT_NE(st[r].message().find("link probe"), std::string::npos) << st[r];
+  }
+}
+
+TEST(LinkProbeTest, AbsentPeerEndsAtTheDeadline) {
+  auto t = CreateLoopbackTransports(2);  // rank 1 never probes
+  const auto start = Clock::now();
+  absl::Status s = ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(300))).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(Since(start), 3.0);
+}
+
+TEST(LinkProbeTest, WrongSizedMessageIsRefused) {
+  auto t = CreateLoopbackTransports(2);
+  // Rank 1 sends a short message under the probe's first tag.
+  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(kProbePhase, 0, 0), Bytes(3, 0)).ok());
+  absl::Status s = ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(2000))).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+}
+
+// Agents over the fake control plane and loopback communicators.
+constexpr size_t kN = 3001;
+
+struct Box {
+  std::unique_ptr<FakeControlPlane> control;
+  std::unique_ptr<testing::LoopbackProvider> transports;
+  std::unique_ptr<Agent> agent;
+};
+
+Box MakeAgent(FakeCoordinator& c, testing::LoopbackPool& pool, int i) {
+  Box b;
+  b.control = std::make_unique<FakeControlPlane>(&c, 256);
+  b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr", i));
+  AgentOptions o;
+  o.job = "job";
+  o.token = "token";
+  o.agent_id = absl::StrCat("a", i);
+  o.host = "localhost";
+  o.elements = kN;
+  o.join_timeout = milliseconds(20000);
+  o.sync_timeout = milliseconds(10000);
+  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  return b;
+}
+
+FakeJobConfig Job(int teams, bool measure) {
+  FakeJobConfig c;
+  c.world_size = 4;
+  c.lease = milliseconds(400);
+  c.base.algorithm = "spardl-bsag";
+  c.base.density = 0.05;
+  c.base.teams = teams;
+  c.base.tau = 8;
+  c.base.step_deadline = milliseconds(5000);
+  c.base.measure_links = measure;
+  return c;
+}
+
+struct Record {
+  int teams = 0;
+  RankCall call;
+};
+
+// Runs steps 0..last on every agent; before(step) runs before each step.
+std::map<uint64_t, std::map<int, Record>> RunAll(std::vector<Box>& boxes, uint64_t last,
+                                                 const std::function<void(uint64_t)>& before) {
+  absl::Mutex mu;
+  std::map<uint64_t, std::map<int, Record>> steps;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Agent& a = *boxes[i].agent;
+      ASSERT_TRUE(a.Start().ok());
+      for (uint64_t step = 0; step <= last; ++step) {
+        if (before) before(step);
+        RankCall call;
+        call.grad =
+            MakeGradient(11, static_cast<int>(i), static_cast<int>(step), kN, Values::kGrid);
+        call.residual_in.assign(a.residual(0).begin(), a.residual(0).end());
+        std::span<const float> g(call.grad);
+        StepOutcome out;
+        absl::Status s = a.Step({&g, 1}, &out);
+        ASSERT_TRUE(s.ok()) << s;
+        ASSERT_EQ(out.step, step);
+        call.residual_out.assign(a.residual(0).begin(), a.residual(0).end());
+        call.result.assign(kN, 0.0f);
+        out.results[0].ToDense(call.result);
+        call.stats = out.stats[0];
+        absl::MutexLock lock(&mu);
+        steps[step][out.rank] = Record{a.plan()->teams, std::move(call)};
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return steps;
+}
+
+void WaitReports(FakeCoordinator& c, uint64_t n) {
+  for (int i = 0; i < 400 && c.reports_received() < n; ++i)
+    std::this_thread::sleep_for(milliseconds(5));
+}
+
+TEST(LinkProbeAgentTest, AgentsProbeAtTheEpochStartAndReportTheEstimate) {
+  FakeCoordinator c(Job(2, true));
+  testing::LoopbackPool pool;
+  std::vector<Box> boxes;
+  for (int i = 0; i < 4; ++i) boxes.push_back(MakeAgent(c, pool, i));
+  RunAll(boxes, 5, nullptr);
+  WaitReports(c, 24);
+  std::vector<StepReport> reports = c.reports();
+  ASSERT_EQ(reports.size(), 24u);
+  for (const StepReport& r : reports) {
+    ASSERT_TRUE(r.ok) << r.error;
+    ASSERT_TRUE(r.link.has_value()) << "step " << r.step << " rank " << r.rank;
+    EXPECT_GT(r.link->alpha_s, 0);
+    EXPECT_TRUE(std::isfinite(r.link->alpha_s));
+    EXPECT_GE(r.link->beta_s_per_byte, 0);
+    EXPECT_TRUE(std::isfinite(r.link->beta_s_per_byte));
+    EXPECT_EQ(r.link->samples, 5u);
+  }
+}
+
+TEST(LinkProbeAgentTest, NoProbeUnlessThePlanAsks) {
+  FakeCoordinator c(Job(2, false));
+  testing::LoopbackPool pool;
+  std::vector<Box> boxes;
+  for (int i = 0; i < 4; ++i) boxes.push_back(MakeAgent(c, pool, i));
+  RunAll(boxes, 2, nullptr);
+  WaitReports(c, 12);
+  for (const StepReport& r : c.reports()) EXPECT_FALSE(r.link.has_value());
+}
+
+// The coordinator's automatic team count switches T inside an epoch at a
+// barrier: every rank switches at the same step (same algorithm, so the
+// objects are kept), k' of the old layout is dropped, and every step stays
+// consistent and conserving.
+TEST(LinkProbeAgentTest, TeamCountChangeAtABarrierKeepsInvariants) {
+  FakeCoordinator c(Job(2, true));
+  testing::LoopbackPool pool;
+  std::vector<Box> boxes;
+  for (int i = 0; i < 4; ++i) boxes.push_back(MakeAgent(c, pool, i));
+  constexpr uint64_t kKPrimeAt = 5, kTeamsAt = 11, kEffective = 16, kLast = 27;
+  constexpr size_t kKPrime = 7;
+  std::barrier sync(5);
+  std::thread publisher([&] {
+    sync.arrive_and_wait();
+    c.UpdatePlan([](Plan& p) { p.kprime = {{kKPrime, kKPrime}}; }, 0);  // the T=2 layout's k'
+    sync.arrive_and_wait();
+    sync.arrive_and_wait();
+    c.UpdatePlan(
+        [](Plan& p) {
+          p.teams = 4;
+          p.kprime.clear();
+        },
+        kEffective);
+    sync.arrive_and_wait();
+  });
+  auto steps = RunAll(boxes, kLast, [&](uint64_t step) {
+    if (step == kKPrimeAt || step == kTeamsAt) {
+      sync.arrive_and_wait();
+      sync.arrive_and_wait();
+    }
+  });
+  publisher.join();
+  ASSERT_EQ(steps.size(), kLast + 1);
+  for (auto& [step, ranks] : steps) {
+    ASSERT_EQ(ranks.size(), 4u) << step;
+    std::vector<RankCall> calls;
+    for (auto& [rank, r] : ranks) {
+      EXPECT_EQ(r.teams, step < kEffective ? 2 : 4) << "step " << step << " rank " << rank;
+      if (step >= kKPrimeAt && step < kTeamsAt) {
+        EXPECT_EQ(r.call.stats.kprime_used, kKPrime) << "step " << step;
+      }
+      if (step >= kEffective) {
+        EXPECT_NE(r.call.stats.kprime_used, kKPrime) << "old layout's k' at step " << step;
+      }
+      calls.push_back(r.call);
+    }
+    EXPECT_TRUE(Consistent(calls)) << "step " << step;
+    EXPECT_LT(ConservationError(calls, /*relative=*/true), 1e-5) << "step " << step;
+  }
+}
+
+}  // namespace
+}  // namespace gradex::agent
