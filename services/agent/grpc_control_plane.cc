@@ -208,6 +208,7 @@ class GrpcControlPlane final : public ControlPlane {
         options_.join_timeout.count() > 0 ? start + options_.join_timeout : deadline;
     Backoff backoff({std::chrono::milliseconds(100), std::chrono::milliseconds(2000), 2.0, 0.2});
     Clock::time_point last_note = start;
+    std::string refused;  // the last connection error, kept past a final attempt cut short
     for (int attempt = 1;; ++attempt) {
       absl::StatusOr<JoinReply> r = DoJoin(std::min(give_up, Clock::now() + per_attempt));
       if (r.ok()) return r;
@@ -218,10 +219,12 @@ class GrpcControlPlane final : public ControlPlane {
         return absl::Status(s.code(), absl::StrCat("the coordinator at ", options_.target,
                                                    " refused the join: ", s.message()));
       }
+      if (s.code() == absl::StatusCode::kUnavailable) refused = std::string(s.message());
       if (now >= give_up) {
         return absl::UnavailableError(absl::StrCat(
             "no coordinator at ", options_.target, " within the join timeout (",
-            std::lround(waited), " s, ", attempt, " attempts); last error: ", s.message()));
+            std::lround(waited), " s, ", attempt,
+            " attempts); last error: ", refused.empty() ? std::string(s.message()) : refused));
       }
       // At most one line every 5 s: an agent may wait minutes for its
       // coordinator's pod.

@@ -2,7 +2,8 @@
 # End-to-end tests: a gradex-coordinator and gradex-agent processes over UCX on
 # this machine, every step's invariants checked in-band (--check-invariants).
 # usage: e2e_test.sh COORDINATOR AGENT SCENARIO
-#   basic4 | teams6 | kill | coordinator-restart | late-join | violation | prometheus
+#   basic4 | teams6 | kill | coordinator-restart | late-join | violation | prometheus |
+#   join-retry
 # Every wait is bounded; the temporary directory and every process started are
 # removed on exit (KEEP_TMP=1 keeps the logs).
 set -euo pipefail
@@ -74,19 +75,39 @@ scenario_kill() {
   for i in 0 1 3; do expect_finished "$i" 3; done
 }
 
+# expect_joined_within LOG AGENTS BOUND: every agent e2e-aI (I in AGENTS) is
+# logged joining coordinator LOG within BOUND s of its "serving on" line.
+expect_joined_within() {
+  local log=$1 agents=$2 bound=$3 t_serve i t_join
+  t_serve=$(grep -m1 "serving on" "$log" | cut -d' ' -f1)
+  for i in $agents; do
+    wait_for "$log" "join: member [0-9]+ agent 'e2e-a$i'" 30 || fail "agent $i never joined ($log)"
+    t_join=$(grep -m1 -E "join: member [0-9]+ agent 'e2e-a$i'" "$log" | cut -d' ' -f1)
+    echo "agent $i joined $(awk -v a="$t_join" -v b="$t_serve" 'BEGIN{printf "%.3f", a-b}') s after the coordinator listened"
+    awk -v a="$t_join" -v b="$t_serve" -v m="$bound" 'BEGIN { exit !(a - b < m) }' ||
+      fail "agent $i joined $(awk -v a="$t_join" -v b="$t_serve" 'BEGIN{print a-b}') s after the coordinator listened (bound $bound s)"
+  done
+}
+
 scenario_coordinator_restart() {
   local p=4 i t_kill t_back reports after
-  # Long enough that the agents outlive the re-join (gRPC reconnect backoff
-  # included: several seconds) even on an idle machine.
+  # Long enough that the agents outlive the outage and the re-join even on an
+  # idle machine.
   STEPS=${E2E_RESTART_STEPS:-3000}
-  config world_size=$p teams=2 lease_ms=3000
+  # Lease 6 s: the re-join bound below (2.5 s: agents re-join 0.2-1.2 s after
+  # the coordinator listens, gRPC's reconnect backoff being capped at 1 s) is
+  # well under it, so no re-joined agent is evicted while the rest come back.
+  config world_size=$p teams=2 lease_ms=6000
   start_coordinator coordinator
   for ((i = 0; i < p; ++i)); do start_agent "$i"; done
   wait_for "$TMP/agent0.out" "^[0-9.]+ step 20 " 90 || fail "agent 0 never reached step 20"
   t_kill=$(now)
   kill -9 "$COORD_PID"
   wait "$COORD_PID" 2>/dev/null || true
+  # Down long enough that the agents' reconnect backoff reaches its cap.
+  sleep "${E2E_RESTART_OUTAGE_S:-2}"
   start_coordinator coordinator2
+  expect_joined_within "$TMP/coordinator2.log" "0 1 2 3" 2.5
   wait_for "$TMP/coordinator2.log" "epoch [0-9]+: $p members" 30 ||
     fail "the restarted coordinator formed no epoch of $p members"
   t_back=$(grep -m1 -E "epoch [0-9]+: $p members" "$TMP/coordinator2.log" | cut -d' ' -f1)
@@ -96,18 +117,69 @@ scenario_coordinator_restart() {
   # one's barrier): read the counter before anyone leaves.
   wait_for "$TMP/agent0.out" "^[0-9.]+ step $((STEPS - 40)) " 90 || fail "agent 0 never reached step $((STEPS - 40))"
   sleep 1.5  # reports are batched and sent asynchronously
-  reports=$(curl -sf "http://127.0.0.1:$COORD_METRICS/metrics" |
-    awk '/^gradex_coordinator_step_reports_total\{/ { s += $2 } END { print s + 0 }')
+  # (set -e would end the script without a word on a failed substitution.)
+  reports=$(curl -sf --max-time 10 "http://127.0.0.1:$COORD_METRICS/metrics" |
+    awk '/^gradex_coordinator_step_reports_total\{/ { s += $2 } END { print s + 0 }') ||
+    fail "cannot read the restarted coordinator's metrics"
   after=0
   for ((i = 0; i < p; ++i)); do
     local t_cut
-    t_cut=$(grep -E "^[0-9.]+ step $((STEPS - 40)) " "$TMP/agent$i.out" | cut -d' ' -f1)
+    t_cut=$(grep -E "^[0-9.]+ step $((STEPS - 40)) " "$TMP/agent$i.out" | cut -d' ' -f1) ||
+      fail "agent $i printed no step $((STEPS - 40))"
     after=$((after + $(awk -v lo="$t_back" -v hi="$t_cut" '$1 > lo + 1.0 && $1 <= hi && $2 == "step"' \
       "$TMP/agent$i.out" | wc -l)))
   done
   echo "restarted coordinator received $reports reports; agents ran $after steps from 1 s after the rebuild to step $((STEPS - 40))"
   ((after > 0)) || fail "no steps ran after the rebuild (run too short to measure)"
   ((reports >= after)) || fail "lost step reports: $reports received < $after steps run after the gap"
+  expect_all_exit_zero 120 0 1 2 3
+  for ((i = 0; i < p; ++i)); do expect_finished "$i" "$p"; done
+  ! grep -q "evicted member" "$TMP/coordinator2.log" || fail "the restarted coordinator evicted an agent"
+}
+
+# The first join retries a coordinator that is not there yet, until
+# --join-timeout-s, and gives up at once when it is refused.
+scenario_join_retry() {
+  local p=4 i rc t0 t1 out
+  config world_size=$p teams=1 lease_ms=3000
+  # Nobody listens: fails at its 2 s join deadline (UCX start-up and a loaded
+  # machine: up to 10 s in all), after progress lines, with a clear error.
+  t0=$(now)
+  rc=0
+  out=$(timeout 30 "$AGENT" --coordinator "127.0.0.1:$COORD_PORT" --job "$JOB" --token-file "$TMP/token" \
+    --elements "$ELEMENTS" --steps 1 --agent-id e2e-lonely --ucx-tls "$UCX_TLS_E2E" --join-timeout-s 2 2>&1) || rc=$?
+  t1=$(now)
+  echo "unreachable coordinator: rc $rc after $(awk -v a="$t1" -v b="$t0" 'BEGIN{printf "%.2f", a-b}') s: $out"
+  ((rc == 1)) || fail "an agent with no coordinator exited with $rc, expected 1"
+  [[ "$out" == *"waiting for coordinator at 127.0.0.1:$COORD_PORT: UNAVAILABLE (attempt 1,"* ]] ||
+    fail "no progress line while waiting for the coordinator"
+  [[ "$out" == *"no coordinator at 127.0.0.1:$COORD_PORT within the join timeout"* ]] ||
+    fail "no clear error at the join deadline"
+  awk -v a="$t1" -v b="$t0" 'BEGIN { exit !(a - b >= 2.0 && a - b < 10.0) }' ||
+    fail "gave up after $(awk -v a="$t1" -v b="$t0" 'BEGIN{print a-b}') s, expected its 2 s join deadline"
+  # Agents started before their coordinator (as a scheduler may start pods):
+  # they wait, and join once it listens.
+  for ((i = 0; i < p; ++i)); do start_agent "$i" --join-timeout-s 60; done
+  for ((i = 0; i < p; ++i)); do
+    wait_for "$TMP/agent$i.err" "waiting for coordinator at " 30 || fail "agent $i printed no progress line"
+  done
+  sleep 2
+  start_coordinator coordinator
+  expect_joined_within "$TMP/coordinator.log" "0 1 2 3" 2.5
+  # A wrong token: refused at once (UNAUTHENTICATED), not retried for 60 s.
+  echo "not-the-job-token-0123456789" >"$TMP/bad-token"
+  t0=$(now)
+  rc=0
+  out=$(timeout 30 "$AGENT" --coordinator "127.0.0.1:$COORD_PORT" --job "$JOB" --token-file "$TMP/bad-token" \
+    --elements "$ELEMENTS" --steps 1 --agent-id e2e-intruder --ucx-tls "$UCX_TLS_E2E" --join-timeout-s 60 2>&1) || rc=$?
+  t1=$(now)
+  echo "wrong token: rc $rc after $(awk -v a="$t1" -v b="$t0" 'BEGIN{printf "%.2f", a-b}') s: $out"
+  ((rc == 1)) || fail "an agent with a wrong token exited with $rc, expected 1"
+  [[ "$out" == *"UNAUTHENTICATED: the coordinator at 127.0.0.1:$COORD_PORT refused the join"* ]] ||
+    fail "the wrong token's error does not say UNAUTHENTICATED"
+  [[ "$out" != *"waiting for coordinator"* ]] || fail "a refused join was retried"
+  awk -v a="$t1" -v b="$t0" 'BEGIN { exit !(a - b < 2.0) }' ||
+    fail "a refused join took $(awk -v a="$t1" -v b="$t0" 'BEGIN{print a-b}') s, expected < 2 s"
   expect_all_exit_zero 120 0 1 2 3
   for ((i = 0; i < p; ++i)); do expect_finished "$i" "$p"; done
 }
@@ -234,6 +306,7 @@ case "$SCENARIO" in
   late-join) scenario_late_join ;;
   violation) scenario_violation ;;
   prometheus) scenario_prometheus ;;
+  join-retry) scenario_join_retry ;;
   *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
 esac
 echo "PASS $SCENARIO in $(awk -v a="$(now)" -v b="$T0" 'BEGIN{printf "%.1f", a-b}') s"

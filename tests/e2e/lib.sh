@@ -60,7 +60,8 @@ start_coordinator() {
     > >(stamp >"$TMP/$name.log") 2>&1 &
   COORD_PID=$!
   E2E_PIDS+=("$COORD_PID")
-  # An agent's first Join does not retry a refused connection.
+  # Agents started before it would wait for it (--join-timeout-s); the
+  # scenarios time joins from this line.
   wait_for "$TMP/$name.log" "serving on" 30 || fail "$name is not serving after 30 s"
 }
 
