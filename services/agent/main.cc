@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -47,6 +48,10 @@ constexpr char kUsage[] =
                            its capacity; a violation exits with status 3
   --test-corrupt-step S    (testing) alter this rank's result of step S before the invariant
                            checks, to show they catch it
+  --debug-stall-at-step S  (fault injection) before step S, stay out of the exchange for
+  --debug-stall-ms M       M ms (default 0) while heartbeats go on, as a trainer stuck in
+                           compute: the peers wait in step S, their steps time out, and the
+                           coordinator's log names this rank as the cause of the stall
   --quiet                  no progress line per step
   --help                   this text
 )";
@@ -61,6 +66,8 @@ struct Flags {
   int64_t join_timeout_ms = 120000;
   int64_t join_timeout_s = 120;
   uint64_t corrupt_step = ~uint64_t{0};
+  uint64_t stall_step = ~uint64_t{0};
+  int64_t stall_ms = 0;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
@@ -133,6 +140,10 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       s = number(&f->local_rank);
     else if (a == "--test-corrupt-step")
       s = number(&f->corrupt_step);
+    else if (a == "--debug-stall-at-step")
+      s = number(&f->stall_step);
+    else if (a == "--debug-stall-ms")
+      s = number(&f->stall_ms);
     else if (a == "--join-timeout-ms")
       s = number(&f->join_timeout_ms);
     else if (a == "--join-timeout-s")
@@ -148,6 +159,9 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
   if (f->steps == 0) return absl::InvalidArgumentError("--steps must be > 0");
   if (f->buckets < 1 || f->buckets > 4096) {
     return absl::InvalidArgumentError("--buckets must be in 1..4096");
+  }
+  if (f->stall_ms < 0 || f->stall_ms > 3600 * 1000) {
+    return absl::InvalidArgumentError("--debug-stall-ms must be in 0..3600000");
   }
   if (f->metrics_port > 65535) return absl::InvalidArgumentError("--metrics-port out of range");
   if (f->join_timeout_s < 0 || f->join_timeout_s > 86400) {
@@ -249,8 +263,15 @@ int Run(const Flags& f) {
   if (f.check_invariants)
     invariants = std::make_unique<StepInvariants>(o.job, f.buckets, f.elements, f.corrupt_step);
   int failures_in_a_row = 0;
+  bool stalled = false;
   while (!(agent.connected() && agent.next_step() >= f.steps)) {
     const uint64_t step = agent.next_step();
+    if (step == f.stall_step && f.stall_ms > 0 && !stalled) {
+      std::cerr << "gradex-agent: --debug-stall-ms: staying out of step " << step << " for "
+                << f.stall_ms << " ms\n";
+      std::this_thread::sleep_for(std::chrono::milliseconds(f.stall_ms));
+      stalled = true;  // once, not again if the step fails and is re-run
+    }
     for (int b = 0; b < f.buckets; ++b) Synthesize(f.seed, agent_seed, step, b, grads[b]);
     StepOutcome out;
     if (invariants != nullptr) invariants->Before(agent);

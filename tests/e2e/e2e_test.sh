@@ -298,6 +298,47 @@ scenario_prometheus() {
   wait_pid "$prom_pid" 20 || fail "prometheus did not stop within 20 s"
 }
 
+# A hang in which nobody is behind: agent 2 stays out of step 30 for 4.5 s
+# (--debug-stall-ms, its heartbeats go on) with a 3 s step deadline, so the
+# others all wait inside step 30 and the laggard rule sees no one behind. The
+# coordinator must name rank 2 from the heartbeats' wait states before the
+# waiters give up; their own errors must name the peer they timed out on.
+scenario_stall() {
+  local p=4 i
+  STEPS=60
+  config world_size=$p teams=1 lease_ms=1500 step_deadline_ms=3000
+  start_coordinator coordinator
+  for ((i = 0; i < p; ++i)); do
+    if ((i == 2)); then
+      start_agent "$i" --debug-stall-at-step 30 --debug-stall-ms 4500
+    else
+      start_agent "$i"
+    fi
+  done
+  wait_for "$TMP/coordinator.log" "step 30 stalled in epoch" 60 ||
+    fail "the coordinator did not report the stall of step 30"
+  grep -E "step 30 stalled in epoch [0-9]+ \(waiting for [0-9.]+m?s\): rank 2 \(host '[^']*', agent 'e2e-a2'\) is not in the exchange of step 30: ranks 0, 1, 3 wait on it$" \
+    "$TMP/coordinator.log" >/dev/null || fail "the coordinator's stall line does not name rank 2 as the cause: $(grep -m1 'stalled' "$TMP/coordinator.log")"
+  echo "coordinator: $(grep -m1 'step 30 stalled' "$TMP/coordinator.log" | cut -d' ' -f3-)"
+  for i in 0 1 3; do
+    wait_for "$TMP/agent$i.err" "gradex-agent: .*step 30 " 15 || fail "agent $i reported no failure of step 30"
+    # Timed out (the peer named by the agent), or failed fast when a peer
+    # that timed out first aborted (the transport names that peer).
+    grep -Eq "gradex-agent: .*step 30 .*(timed out after [0-9]+ ms waiting for rank [0-9], agent 'e2e-a[0-9]'|peer [0-9])" \
+      "$TMP/agent$i.err" || fail "agent $i's error does not name the peer it waited for"
+    echo "agent $i: $(grep -m1 'gradex-agent: .*step 30 ' "$TMP/agent$i.err" | cut -d' ' -f2- | cut -c1-70) ... $(grep -m1 'gradex-agent: .*step 30 ' "$TMP/agent$i.err" | grep -oE '(\[timed out after .*|peer [0-9].*)$')"
+  done
+  grep -Eq "timed out after [0-9]+ ms waiting for rank" "$TMP"/agent[013].err ||
+    fail "no waiter timed out naming its peer"
+  local stalled
+  stalled=$(curl -sf "http://127.0.0.1:$COORD_METRICS/metrics" |
+    awk '/^gradex_coordinator_stalled_steps_total/ { print $2 }')
+  awk -v n="${stalled:-0}" 'BEGIN { exit !(n >= 1) }' ||
+    fail "gradex_coordinator_stalled_steps_total is '${stalled}', expected at least 1"
+  # Everyone recovers (new epoch) and finishes.
+  expect_all_exit_zero 90 0 1 2 3
+}
+
 case "$SCENARIO" in
   basic4) run_world 4 1 ;;
   teams6) run_world 6 3 ;;
@@ -306,6 +347,7 @@ case "$SCENARIO" in
   late-join) scenario_late_join ;;
   violation) scenario_violation ;;
   prometheus) scenario_prometheus ;;
+  stall) scenario_stall ;;
   join-retry) scenario_join_retry ;;
   *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
 esac
