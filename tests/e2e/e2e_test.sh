@@ -3,7 +3,7 @@
 # this machine, every step's invariants checked in-band (--check-invariants).
 # usage: e2e_test.sh COORDINATOR AGENT SCENARIO
 #   basic4 | teams6 | kill | coordinator-restart | late-join | violation | prometheus |
-#   join-retry
+#   join-retry | stall
 # Every wait is bounded; the temporary directory and every process started are
 # removed on exit (KEEP_TMP=1 keeps the logs).
 set -euo pipefail
