@@ -97,6 +97,11 @@ class FakeControlPlane final : public ControlPlane {
   std::shared_ptr<const Plan> PlanVersion(uint64_t v) const override { return store_.Version(v); }
   bool ReportStep(StepReport report) override { return reports_.Push(std::move(report)); }
   uint64_t report_drops() const override { return reports_.drops(); }
+  // Kept for tests (the fake coordinator does no hang diagnosis).
+  void SetWaitSource(std::shared_ptr<const WaitSource> source) override {
+    std::atomic_store(&waits_, std::move(source));
+  }
+  std::shared_ptr<const WaitSource> wait_source() const { return std::atomic_load(&waits_); }
 
   // Test hooks: stop delivering reports (the queue fills up), and die like
   // kill -9 (no more heartbeats or reports, no leave).
@@ -112,6 +117,7 @@ class FakeControlPlane final : public ControlPlane {
   std::atomic<bool> paused_{false};
   std::atomic<bool> stop_{false};
   std::string agent_id_;
+  std::shared_ptr<const WaitSource> waits_;  // std::atomic_load/store only
   std::chrono::milliseconds lease_{1000};
   std::thread heartbeats_, sender_;
 };
