@@ -22,6 +22,10 @@ uint64_t EstimateBytes(const std::string& algo, bool dense, int p, uint64_t n, d
     const double g = (local_gather ? 4.0 : (algo == "gaussiank" ? 2.0 * p : p)) * k;
     per_rank += 2 * 8 * g + 2 * 8 * std::min(N, g);
   }
+  // Ok-Topk's boundary agreement all-gathers every rank's P-1 proposed
+  // boundaries (4-byte words), received and forwarded: 2·4·P(P-1) per rank
+  // whatever N (9.4 GB peak at P = 1024, N = 97,656).
+  if (algo == "oktopk") per_rank += 8.0 * p * (p - 1);
   const double shared = 20 * N;  // reference sums (double) and one dense result
   // Allocator slack and transient copies. (The first sweep, with gathers
   // capped by N and no dense-gather term, peaked at 18.7 GB for 4 GiB.)

@@ -13,7 +13,8 @@ namespace gradex::sim {
 // Estimated peak bytes of a run (all ranks plus the shared reference sums).
 // Algorithms that all-gather every rank's selection (or one not known here)
 // are charged P·k entries per rank (2P·k for gaussiank); the SparDL family,
-// gtopk and oktopk a few k; SparCML-dsar and TopkDSA a dense result.
+// gtopk and oktopk a few k; SparCML-dsar and TopkDSA a dense result; oktopk
+// also P² words of boundary proposals, whatever N.
 uint64_t EstimateBytes(const std::string& algo, bool dense, int p, uint64_t n, double density);
 
 struct ElementPlan {
@@ -21,6 +22,8 @@ struct ElementPlan {
   uint64_t n_second = 0;  // 0, or n_run / 2 for the extrapolation
 };
 
+// n_run stops at 1024 elements; a plan whose estimate at n_run is still over
+// the budget does not fit at any N (SimulateAlgorithm skips it).
 ElementPlan PlanElements(const std::string& algo, bool dense, int p, uint64_t n, double density,
                          uint64_t budget_bytes);
 

@@ -1,5 +1,6 @@
 #include "bench/sim/sim_driver.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +35,36 @@ SimOutcome ExtrapolateOutcome(const SimOutcome& a, uint64_t n1, const SimOutcome
 
 }  // namespace
 
+absl::StatusOr<Decomposition> DecomposeTime(const SimConfig& config, uint64_t n1, uint64_t n2,
+                                            uint64_t n) {
+  if (config.params.gamma_s_per_word != 0) {
+    return absl::InvalidArgumentError("no decomposition with gamma (compute would join both)");
+  }
+  SimConfig c = config;
+  c.elements = n1;
+  c.params = SimParams{1, 0, 0};
+  absl::StatusOr<SimOutcome> lat = RunSim(c);
+  if (!lat.ok()) return lat.status();
+  c.params = SimParams{0, 1, 0};
+  absl::StatusOr<SimOutcome> b1 = RunSim(c);
+  if (!b1.ok()) return b1.status();
+  c.elements = n2;
+  absl::StatusOr<SimOutcome> b2 = RunSim(c);
+  if (!b2.ok()) return b2.status();
+  if (b1->time_mean_s < b2->time_mean_s) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("critical-path bytes not increasing in N (%.0f at N=%d, %.0f at N=%d)",
+                        b1->time_mean_s, n1, b2->time_mean_s, n2));
+  }
+  Decomposition d;
+  d.messages = lat->time_mean_s;
+  d.bytes = Extrapolate(b1->time_mean_s, n1, b2->time_mean_s, n2, n);
+  const double a = config.params.alpha_s * d.messages, b = config.params.beta_s_per_byte * d.bytes;
+  d.time_lo_s = std::max(a, b);
+  d.time_hi_s = a + b;
+  return d;
+}
+
 int ResolveTeams(bool uses_teams, const SimFlags& flags, std::string* skip, bool pow2_only) {
   if (!uses_teams) return 1;
   int t = flags.teams > 0 ? flags.teams : (flags.ranks % 2 == 0 ? 2 : 1);
@@ -66,11 +97,20 @@ SimRow SimulateAlgorithm(const SimFlags& flags, const std::string& algo) {
     row.model_lo_s = CostLo(*m, flags.alpha, flags.beta);
     row.model_hi_s = CostHi(*m, flags.alpha, flags.beta);
   }
+  const uint64_t budget = static_cast<uint64_t>(flags.mem_gib * (1ull << 30));
   const ElementPlan plan =
-      PlanElements(algo, traits.dense, flags.ranks, flags.elements, flags.density,
-                   static_cast<uint64_t>(flags.mem_gib * (1ull << 30)));
+      PlanElements(algo, traits.dense, flags.ranks, flags.elements, flags.density, budget);
   row.n_run = plan.n_run;
   row.n_second = plan.n_second;
+  if (const uint64_t need =
+          EstimateBytes(algo, traits.dense, flags.ranks, plan.n_run, flags.density);
+      need > budget) {
+    // Running anyway would break the budget the caller set (the first sweep
+    // did, by 4x): say what it needs instead.
+    row.skipped = absl::StrFormat("needs ~%.1f GiB even at N=%d, over --mem-gib %g",
+                                  need / double(1ull << 30), plan.n_run, flags.mem_gib);
+    return row;
+  }
   SimConfig cfg;
   cfg.algo = algo;
   cfg.ranks = flags.ranks;
@@ -96,11 +136,22 @@ SimRow SimulateAlgorithm(const SimFlags& flags, const std::string& algo) {
     } else if (first->time_mean_s < second->time_mean_s) {
       // Time must grow with N; where it does not, the small runs are in a
       // data-dependent regime (e.g. thresholds over a handful of entries per
-      // region) and the line through them says nothing about N.
-      row.error = absl::StrFormat(
-          "extrapolation refused: time not increasing in N (%.6g s at N=%d, %.6g s at N=%d); "
-          "raise --mem-gib",
-          first->time_mean_s, plan.n_run, second->time_mean_s, plan.n_second);
+      // region) and the line through them says nothing about N. Its parts
+      // still do: decompose (see DecomposeTime).
+      absl::StatusOr<Decomposition> d =
+          DecomposeTime(cfg, plan.n_run, plan.n_second, flags.elements);
+      if (!d.ok()) {
+        row.error = absl::StrFormat(
+            "extrapolation refused: time not increasing in N (%.6g s at N=%d, %.6g s at N=%d); "
+            "no decomposition: %s; raise --mem-gib",
+            first->time_mean_s, plan.n_run, second->time_mean_s, plan.n_second,
+            std::string(d.status().message()));
+      } else {
+        row.at_n = ExtrapolateOutcome(*first, plan.n_run, *second, plan.n_second, flags.elements);
+        row.at_n.time_mean_s = row.at_n.time_last_s = d->time_hi_s;
+        row.decomposed = true;
+        row.time_lo_s = d->time_lo_s;
+      }
     } else {
       row.at_n = ExtrapolateOutcome(*first, plan.n_run, *second, plan.n_second, flags.elements);
     }
@@ -115,6 +166,8 @@ std::string RowJson(const SimRow& r, const SimFlags& f) {
       R"("beta":%g,"gamma":%g,"iters":%d,"n_run":%d,"n_second":%d,"extrapolated":%s)",
       r.algo, r.ranks, r.teams, r.elements, f.density, f.alpha, f.beta, f.gamma, f.iters, r.n_run,
       r.n_second, r.n_second != 0 ? "true" : "false");
+  if (r.decomposed)
+    absl::StrAppendFormat(&s, R"(,"decomposed":true,"time_lo_s":%.9g)", r.time_lo_s);
   if (!r.skipped.empty()) return absl::StrCat(s, R"(,"skipped":")", r.skipped, "\"}");
   if (!r.error.empty()) {
     std::string e = r.error;
@@ -159,6 +212,9 @@ std::string RowsTable(const std::vector<SimRow>& rows, const SimFlags& f) {
     std::string note = r.n_second != 0
                            ? absl::StrFormat("extrapolated from N=%d and %d", r.n_run, r.n_second)
                            : "";
+    if (r.decomposed) {
+      note += absl::StrFormat(" (α·L + β·B; at least %.3f ms)", r.time_lo_s * 1e3);
+    }
     absl::StrAppendFormat(&s, "%-20s %3d %11.3f %21s %11.3f %11.3f %6d %10d %5s %5s  %s\n", r.algo,
                           r.teams, o.time_mean_s * 1e3, model, o.sent_max / 1e6, o.recv_max / 1e6,
                           o.messages_max, o.result_nnz, o.consistent ? "ok" : "FAIL",

@@ -180,6 +180,49 @@ TEST(Sim, ExtrapolationMatchesTheDirectRun) {
   }
 }
 
+// The fallback where the time's own extrapolation is refused (oktopk at
+// P = 1024): α·L (L at N/4) + β·B (B from N/4 and N/8) against the direct
+// run at N. Under the model the direct time lies in [max, sum] (up to B's
+// extrapolation); the sum is what gradex-sim reports, so it must also be
+// close.
+TEST(Sim, DecompositionBracketsTheDirectRun) {
+  for (const char* algo : {"oktopk", "spardl", "topka"}) {
+    SCOPED_TRACE(algo);
+    const SimFlags f = Flags(16, 20e-6, 8 / 25e9);
+    const SimRow direct = SimulateAlgorithm(f, algo);
+    ASSERT_TRUE(direct.error.empty()) << direct.error;
+    SimConfig cfg;
+    cfg.algo = algo;
+    cfg.ranks = 16;
+    cfg.density = kDensity;
+    cfg.params = SimParams{f.alpha, f.beta, 0};
+    cfg.iters = kIters;
+    absl::StatusOr<Decomposition> d = DecomposeTime(cfg, kN / 4, kN / 8, kN);
+    ASSERT_TRUE(d.ok()) << d.status();
+    const double t = direct.at_n.time_mean_s;
+    std::printf("%s P=16: direct %.6f ms, decomposed [%.6f, %.6f] ms (L %.1f, B %.0f)\n", algo,
+                t * 1e3, d->time_lo_s * 1e3, d->time_hi_s * 1e3, d->messages, d->bytes);
+    EXPECT_GE(t, d->time_lo_s * 0.98);
+    EXPECT_LE(t, d->time_hi_s * 1.02);
+    EXPECT_LE(d->time_hi_s, t * 1.05);
+  }
+  SimConfig with_gamma;
+  with_gamma.params.gamma_s_per_word = 1e-9;
+  EXPECT_FALSE(DecomposeTime(with_gamma, 2048, 1024, 4096).ok());
+}
+
+// A run whose N-independent part alone passes the budget is skipped, not run
+// over it (oktopk's P² boundary words at P = 1024: ~12 GiB at any N).
+TEST(Sim, OverBudgetAtAnyNIsSkipped) {
+  SimFlags f = Flags(1024, 20e-6, 8 / 25e9);
+  f.elements = 25'000'000;
+  f.mem_gib = 4;
+  const SimRow r = SimulateAlgorithm(f, "oktopk");
+  EXPECT_NE(r.skipped.find("over --mem-gib 4"), std::string::npos) << r.skipped << r.error;
+  EXPECT_GT(EstimateBytes("oktopk", false, 1024, 1024, 0.01), 8ull << 30);
+  EXPECT_LT(EstimateBytes("oktopk", false, 16, 1024, 0.01), 64ull << 20);
+}
+
 TEST(Sim, MemoryPlanAndExtrapolate) {
   EXPECT_EQ(PlanElements("spardl", false, 4, 1000, 0.01, 1ull << 30).n_second, 0u);
   ElementPlan big = PlanElements("topka", false, 1024, 25'000'000, 0.01, 12ull << 30);
