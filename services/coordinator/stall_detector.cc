@@ -24,6 +24,7 @@ std::optional<Stall> StallDetector::Check(const std::vector<uint64_t>& next_step
       s.step = std::min(s.step, next_step[r]);
     }
   }
+  laggards_ = !s.ranks.empty();
   if (s.ranks.empty()) return std::nullopt;
   if (now - since_ < deadline_) return std::nullopt;
   *behind = static_cast<int>(s.ranks.size());
@@ -34,7 +35,7 @@ std::optional<Stall> StallDetector::Check(const std::vector<uint64_t>& next_step
 }
 
 bool StallDetector::CheckWaits(uint64_t step, absl::Duration oldest, absl::Time now) {
-  if (step == waits_step_) return false;
+  if (step == waits_step_ || laggards_) return false;
   const bool frontier_stuck = since_ != absl::InfinitePast() && now - since_ >= deadline_;
   if (oldest < deadline_ / 2 && !frontier_stuck) return false;
   waits_step_ = step;

@@ -32,7 +32,8 @@ class StallDetector {
   // running epoch's ranks, in `step`. True once per step when it passes half
   // the deadline, or the frontier has not moved for the deadline (call after
   // Check): the waiters give up at their deadline, and the wait-for graph
-  // goes with them, so waiting for the whole deadline would miss it.
+  // goes with them, so waiting for the whole deadline would miss it. Never
+  // while ranks are behind the frontier: that stall is the laggard rule's.
   bool CheckWaits(uint64_t step, absl::Duration oldest, absl::Time now);
   void Reset() { frontier_ = 0, since_ = absl::InfinitePast(), reported_ = false; }
 
@@ -41,6 +42,7 @@ class StallDetector {
   uint64_t frontier_ = 0;
   absl::Time since_ = absl::InfinitePast();
   bool reported_ = false;  // a stall was reported at this frontier
+  bool laggards_ = false;  // ranks were behind the frontier at the last Check
   // The last step diagnosed from waits (kept across epochs: steps only go
   // forward), so a laggard stall of the same step is not counted twice.
   uint64_t waits_step_ = ~uint64_t{0};

@@ -115,6 +115,8 @@ std::string DescribeHang(const Membership& m, const Epoch& run, const EpochWaits
           " ago");
     } else if (rec->epoch != 0 && rec->epoch < run.number) {
       why = absl::StrCat("still runs epoch ", rec->epoch);
+    } else if (rec->next_step < w.step) {
+      why = absl::StrCat("is still in step ", rec->next_step);
     } else if (rec->next_step > w.step) {
       why = absl::StrCat("is past step ", w.step, " (next step ", rec->next_step, ")");
     } else {

@@ -177,6 +177,47 @@ TEST_F(HangTest, EveryRankOnTheSameStepNamesTheOneNotInTheExchange) {
   EXPECT_EQ(c_->stalled_steps(), 1u);
 }
 
+TEST_F(HangTest, LaggardLineAddsWhomItsPeersWaitOn) {
+  Start(3);
+  for (int r : {0, 2}) {  // ranks 0 and 2 finish step 5, rank 1 does not
+    gradex::v1::StepReport rep;
+    rep.set_member_id(ids_[r]);
+    rep.set_epoch(1);
+    rep.set_step(5);
+    bool accepted = false;
+    ASSERT_TRUE(c_->Report(rep, t0, &accepted).ok());
+  }
+  const absl::Time t1 = t0 + absl::Seconds(1);
+  for (int r : {0, 1, 2}) Beat(r, t1);
+  EXPECT_EQ(TickLog(t1), "");  // the frontier (6) starts its clock here
+  // Ranks 0 and 2 wait in step 6 on rank 1 for longer than half the
+  // deadline: ranks are behind, so that is the laggard rule's stall.
+  auto beat6 = [&](int rank, absl::Time t, uint32_t waited_ms) {
+    gradex::v1::HeartbeatRequest h;
+    h.set_member_id(ids_[rank]);
+    h.set_epoch(1);
+    h.set_next_step(6);
+    h.mutable_waiting()->set_epoch(1);
+    h.mutable_waiting()->set_step(6);
+    h.mutable_waiting()->set_peer_rank(1);
+    h.mutable_waiting()->set_waited_ms(waited_ms);
+    ASSERT_TRUE(c_->Heartbeat(h, t).ok());
+  };
+  const absl::Time t2 = t1 + absl::Milliseconds(2500);
+  for (int r : {0, 2}) beat6(r, t2, 2400);
+  Beat(1, t2);
+  EXPECT_EQ(TickLog(t2), "");
+  EXPECT_EQ(c_->stalled_steps(), 0u);
+  const absl::Time t3 = t1 + absl::Milliseconds(4100);
+  for (int r : {0, 2}) beat6(r, t3, 4000);
+  Beat(1, t3);
+  Contains(TickLog(t3),
+           "step 5 stalled in epoch 1: ranks 1 (h1, next step 5) have not arrived (the furthest "
+           "rank finished step 5); rank 1 (host 'h1', agent 'a1') is still in step 5: ranks 0, 2 "
+           "wait on it\n");
+  EXPECT_EQ(c_->stalled_steps(), 1u);
+}
+
 TEST_F(HangTest, ChainNamesTheEndAndEveryoneBehindIt) {
   Start(4);
   const absl::Time t = t0 + absl::Milliseconds(2500);
