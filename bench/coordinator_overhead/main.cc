@@ -5,8 +5,18 @@
 // coordinator on loopback gRPC (plan stream, heartbeats, a report per step).
 // Everything else is the same: agent runtime, algorithm, gradients, UCX.
 // Prints each arm's median and p90 step time (a step's time is its slowest
-// rank's) and the difference of the medians.
+// rank's) and the difference of the medians. Wall-time differences between
+// arms are at the noise floor of a shared 2-core machine (about +-10% per
+// round), so it also prints two quantities that are not: the process CPU
+// time per step of each arm (their difference is everything the control
+// plane, the in-process coordinator included, made the machine do), and the
+// time a step spends in the control plane itself (LatestPlan + ReportStep,
+// timed in a loop). Their ratio to the step time bounds the overhead where
+// agents do not share cores with the control plane.
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -33,8 +43,42 @@ struct Config {
   double density = 0.01;
 };
 
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+struct ArmResult {
+  std::vector<double> steps_ms;  // slowest rank per step, after warmup
+  double cpu_ms_per_step = 0;    // whole process, all steps of the arm
+  double in_step_us = 0;         // median LatestPlan + ReportStep (gRPC arm)
+};
+
+// What a step does with the control plane, timed: a pointer copy of the
+// latest plan and a non-blocking report (enqueued or dropped).
+double InStepMicros(ControlPlane* control) {
+  std::vector<double> us;
+  for (int i = 0; i < 2000; ++i) {
+    StepReport r;
+    r.step = 1000000 + i;
+    auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<const Plan> p = control->LatestPlan();
+    control->ReportStep(std::move(r));
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    if (p == nullptr) return -1;
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 // Step times (slowest rank per step, after warmup), or empty on failure.
-std::vector<double> RunArm(const Config& c, bool grpc) {
+ArmResult RunArm(const Config& c, bool grpc) {
+  // Process CPU over the timed steps only (rank 0's view of their start and
+  // end; ranks run in lockstep), so joins and teardown do not count.
+  std::atomic<double> cpu_start{0}, cpu_end{0};
+  ArmResult res;
   std::unique_ptr<coordinator::CoordinatorServer> server;
   std::unique_ptr<FakeCoordinator> fake;
   if (grpc) {
@@ -54,7 +98,7 @@ std::vector<double> RunArm(const Config& c, bool grpc) {
     auto s = coordinator::CoordinatorServer::Start(job, so);
     if (!s.ok()) {
       std::fprintf(stderr, "coordinator: %s\n", std::string(s.status().message()).c_str());
-      return {};
+      return res;
     }
     server = std::move(*s);
   } else {
@@ -109,25 +153,33 @@ std::vector<double> RunArm(const Config& c, bool grpc) {
           return;
         }
         times[i].push_back(out.seconds);
+        if (i == 0 && agent.next_step() == static_cast<uint64_t>(c.warmup)) {
+          cpu_start.store(CpuSeconds());
+        }
         if (i == 0) {
           for (const CallStats& cs : out.stats) sent0 += cs.sent_bytes;
         }
       }
+      if (i == 0) cpu_end.store(CpuSeconds());
+      // After the timed steps, so it cannot disturb them (and a stale step
+      // number makes the coordinator ignore these reports).
+      if (grpc && i == 0) res.in_step_us = InStepMicros(control.get());
       (void)agent.Leave();
     });
   }
   for (auto& t : threads) t.join();
   if (server) server->Shutdown();
-  if (failures.load() > 0) return {};
-  std::printf("  (%s: agent-0 sent %.0f B per step)\n", grpc ? "gRPC" : "in-memory",
-              static_cast<double>(sent0) / c.steps);
-  std::vector<double> steps;
+  res.cpu_ms_per_step = (cpu_end.load() - cpu_start.load()) * 1e3 / (c.steps - c.warmup);
+  if (failures.load() > 0) return ArmResult{};
+  std::printf("  (%s: agent-0 sent %.0f B per step; process CPU %.2f ms per step)\n",
+              grpc ? "gRPC" : "in-memory", static_cast<double>(sent0) / c.steps,
+              res.cpu_ms_per_step);
   for (int s = c.warmup; s < c.steps; ++s) {
     double m = 0;
     for (auto& t : times) m = std::max(m, t[s]);
-    steps.push_back(m * 1e3);
+    res.steps_ms.push_back(m * 1e3);
   }
-  return steps;
+  return res;
 }
 
 double Pct(std::vector<double> v, double q) {
@@ -162,21 +214,38 @@ int main(int argc, char** argv) {
   }
   std::printf("%d agents, spardl-bsag, %d teams, N=%zu, density %g, %d timed steps per arm\n",
               c.agents, c.teams, c.elements, c.density, c.steps - c.warmup);
-  std::vector<double> all_off, all_on;
+  std::vector<double> all_off, all_on, cpu_off, cpu_on, in_step, paired;
   for (int r = 0; r < c.rounds; ++r) {
+    double med[2] = {0, 0};
     // Alternate which arm goes first, so an order effect cancels out.
     for (bool grpc : {r % 2 == 1, r % 2 == 0}) {
-      std::vector<double> t = RunArm(c, grpc);
+      ArmResult a = RunArm(c, grpc);
+      const std::vector<double>& t = a.steps_ms;
       if (t.empty()) return 1;
+      (grpc ? cpu_on : cpu_off).push_back(a.cpu_ms_per_step);
+      if (grpc) in_step.push_back(a.in_step_us);
+      med[grpc] = Pct(t, 0.5);
       std::printf("round %d %-28s median %8.2f ms  p90 %8.2f ms\n", r,
                   grpc ? "coordinator (gRPC):" : "in-memory control plane:", Pct(t, 0.5),
                   Pct(t, 0.9));
       std::fflush(stdout);
       (grpc ? all_on : all_off).insert((grpc ? all_on : all_off).end(), t.begin(), t.end());
     }
+    paired.push_back(100.0 * (med[1] - med[0]) / med[0]);
   }
   double off = Pct(all_off, 0.5), on = Pct(all_on, 0.5);
   std::printf("all rounds: in-memory median %.2f ms, coordinator median %.2f ms: %+.1f%%\n", off,
               on, 100.0 * (on - off) / off);
+  std::printf("per-round difference of medians: median %+.1f%%, range %+.1f%% .. %+.1f%%\n",
+              Pct(paired, 0.5), Pct(paired, 0.0), Pct(paired, 1.0));
+  const double dcpu = Pct(cpu_on, 0.5) - Pct(cpu_off, 0.5);
+  std::printf(
+      "process CPU per step (median over rounds): in-memory %.2f ms, coordinator %.2f ms: "
+      "control plane + coordinator %+.3f ms = %+.2f%% of the step's wall time, %+.2f%% of its "
+      "CPU\n",
+      Pct(cpu_off, 0.5), Pct(cpu_on, 0.5), dcpu, 100.0 * dcpu / off,
+      100.0 * dcpu / Pct(cpu_off, 0.5));
+  std::printf("in the step: LatestPlan + ReportStep median %.2f us = %.4f%% of the step\n",
+              Pct(in_step, 0.5), 100.0 * Pct(in_step, 0.5) * 1e-3 / off);
   return 0;
 }
