@@ -26,7 +26,7 @@ DEFAULT_RANKS = "2,3,4,6,8,12,16,32,48,64,128,256,512,1024"
 FIELDS = ["algo", "ranks", "teams", "elements", "density", "alpha", "beta", "n_run", "n_second",
           "extrapolated", "decomposed", "time_s", "time_lo_s", "model_lo_s", "model_hi_s", "sent_bytes_max",
           "recv_bytes_max", "messages_max", "result_nnz", "consistent", "conserved",
-          "peak_rss_bytes", "mem_gib", "wall_s", "skipped", "error"]
+          "peak_rss_bytes", "mem_gib", "wall_s", "skipped", "error", "note"]
 
 
 def ensure_matplotlib():
@@ -90,8 +90,9 @@ def write_markdown(path, rows, args):
                 if r.get("decomposed"):
                     mark += "~"
                     notes.append(f"~ {a}, P={p}: α·L + β·B, at least "
-                                 f"{float(r['time_lo_s']) * 1e3:.2f} ms, from N={r['n_run']} and "
-                                 f"{r['n_second']}, run with --mem-gib {r.get('mem_gib')}")
+                                 f"{float(r['time_lo_s']) * 1e3:.2f} ms, "
+                                 + (r.get("note") or f"from N={r['n_run']} and {r['n_second']}")
+                                 + f"; run with --mem-gib {r.get('mem_gib')}")
                 if not (r.get("consistent") and r.get("conserved")):
                     mark += "!"
                 cells.append(f"{r['time_s'] * 1e3:.2f}{mark}")
