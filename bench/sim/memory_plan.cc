@@ -26,6 +26,13 @@ uint64_t EstimateBytes(const std::string& algo, bool dense, int p, uint64_t n, d
   // boundaries (4-byte words), received and forwarded: 2·4·P(P-1) per rank
   // whatever N (9.4 GB peak at P = 1024, N = 97,656).
   if (algo == "oktopk") per_rank += 8.0 * p * (p - 1);
+  // Measured per-rank costs that grow with P whatever N (peak RSS at
+  // P = 1024, N = 1024): dense-ring 3.0 GB (0.76 GB at P = 512), the split
+  // reduce-scatters 1.76 GB; the 4 GiB sweep's dense-ring row peaked at 4.5.
+  if (algo == "dense-ring") per_rank += 3072.0 * p;
+  if (algo == "sparcml-ssar-split" || algo == "sparcml-dsar-split" || algo == "topkdsa") {
+    per_rank += 1800.0 * p;
+  }
   const double shared = 20 * N;  // reference sums (double) and one dense result
   // Allocator slack and transient copies. (The first sweep, with gathers
   // capped by N and no dense-gather term, peaked at 18.7 GB for 4 GiB.)
