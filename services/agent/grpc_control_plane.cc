@@ -318,8 +318,12 @@ class GrpcControlPlane final : public ControlPlane {
         if (stopping_) return;
       }
       if (st.ok() || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) continue;
-      if (st.error_code() == grpc::StatusCode::NOT_FOUND ||
-          st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // Only a coordinator that does not know this member is re-joined. A
+      // broken connection is waited out and the stream re-opened with the
+      // same member id: re-joining on it would replace a membership the
+      // coordinator still holds and open a needless epoch on a network blip.
+      // A restarted coordinator answers the re-opened stream NOT_FOUND.
+      if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
         Recover(backoff, member);
       } else {
         AwaitChannel(DeadlineIn(backoff.Next()));
@@ -342,10 +346,11 @@ class GrpcControlPlane final : public ControlPlane {
         next_heartbeat = Clock::now() + heartbeat_.load();
       }
       std::vector<StepReport> batch;
-      const Deadline until = std::min(next_heartbeat, DeadlineIn(std::chrono::milliseconds(100)));
+      Deadline until = std::min(next_heartbeat, DeadlineIn(std::chrono::milliseconds(100)));
       while (batch.size() < options_.report_batch) {
-        std::optional<StepReport> r = reports_.Pop(batch.empty() ? until : Clock::now());
+        std::optional<StepReport> r = reports_.Pop(until);
         if (!r) break;
+        if (batch.empty()) until = std::min(next_heartbeat, DeadlineIn(options_.report_linger));
         batch.push_back(std::move(*r));
       }
       if (!batch.empty() && !SendReports(batch)) lost_.fetch_add(batch.size());

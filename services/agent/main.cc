@@ -42,6 +42,8 @@ constexpr char kUsage[] =
   --join-timeout-s T       how long the first join retries a coordinator that is not (yet)
                            reachable, e.g. started after this agent (default 120); a refusal
                            (wrong token, bad request) fails at once
+  --report-linger-ms T     after a step report, wait up to T ms for more before sending them
+                           as one batch (default 250; 0..10000): fewer RPCs, later reports
   --check-invariants       after every step check in-band (over the epoch's transport) that
                            the result is identical on every rank, conserves the gradient
                            mass (dense-ring over grad + residual_in - residual_out) and fits
@@ -65,6 +67,7 @@ struct Flags {
   bool metrics_any = false, quiet = false, check_invariants = false;
   int64_t join_timeout_ms = 120000;
   int64_t join_timeout_s = 120;
+  int64_t report_linger_ms = 250;
   uint64_t corrupt_step = ~uint64_t{0};
   uint64_t stall_step = ~uint64_t{0};
   int64_t stall_ms = 0;
@@ -148,6 +151,8 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       s = number(&f->join_timeout_ms);
     else if (a == "--join-timeout-s")
       s = number(&f->join_timeout_s);
+    else if (a == "--report-linger-ms")
+      s = number(&f->report_linger_ms);
     else
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", a, " (see --help)"));
     if (!s.ok()) return s;
@@ -166,6 +171,9 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
   if (f->metrics_port > 65535) return absl::InvalidArgumentError("--metrics-port out of range");
   if (f->join_timeout_s < 0 || f->join_timeout_s > 86400) {
     return absl::InvalidArgumentError("--join-timeout-s must be in 0..86400");
+  }
+  if (f->report_linger_ms < 0 || f->report_linger_ms > 10000) {
+    return absl::InvalidArgumentError("--report-linger-ms must be in 0..10000");
   }
   if (f->tls_cert.empty() != f->tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
@@ -204,6 +212,7 @@ int Run(const Flags& f) {
   }
   GrpcControlPlaneOptions g = f.grpc;
   g.join_timeout = std::chrono::seconds(f.join_timeout_s);
+  g.report_linger = std::chrono::milliseconds(f.report_linger_ms);
   g.on_join_progress = [](const std::string& line) {
     std::cerr << "gradex-agent: " << line << std::endl;
   };

@@ -29,9 +29,13 @@ P=4
 write_config "$TMP/job.json" job_id="$JOB" algorithm=spardl-bsag density=0.0001 world_size=$P \
   teams=1 auto_teams=true barrier_period=16 plan_lead_steps=16 step_deadline_ms=5000 lease_ms=3000
 start_coordinator coordinator
-for ((i = 0; i < P; ++i)); do start_agent "$i"; done
-# Mid-run (the agents leave at the end, and the survivors' epochs choose again).
-wait_for "$TMP/agent0.out" "^[0-9.]+ step 40 " 90 || fail "agent 0 did not reach step 40"
+# Reports sent at once (no batching linger), so the choice lands early in the
+# 64 steps and its barrier comes before the end.
+for ((i = 0; i < P; ++i)); do start_agent "$i" --report-linger-ms 0; done
+# Mid-run, once decided (the agents leave at the end, and the survivors'
+# epochs choose again).
+wait_for "$TMP/coordinator.log" "auto teams: .* over $P ranks" 90 ||
+  fail "the coordinator never decided the team count"
 metrics=$(curl -sf "http://127.0.0.1:$COORD_METRICS/metrics") || fail "no coordinator metrics"
 alpha=$(awk '$1 == "gradex_coordinator_link_alpha_seconds" {print $2}' <<<"$metrics")
 teams=$(awk '$1 == "gradex_coordinator_teams" {print $2}' <<<"$metrics")
