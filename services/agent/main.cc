@@ -43,7 +43,7 @@ constexpr char kUsage[] =
                            reachable, e.g. started after this agent (default 120); a refusal
                            (wrong token, bad request) fails at once
   --report-linger-ms T     after a step report, wait up to T ms for more before sending them
-                           as one batch (default 250; 0..10000): fewer RPCs, later reports
+                           as one batch (default 100; 0..10000)
   --check-invariants       after every step check in-band (over the epoch's transport) that
                            the result is identical on every rank, conserves the gradient
                            mass (dense-ring over grad + residual_in - residual_out) and fits
@@ -67,7 +67,7 @@ struct Flags {
   bool metrics_any = false, quiet = false, check_invariants = false;
   int64_t join_timeout_ms = 120000;
   int64_t join_timeout_s = 120;
-  int64_t report_linger_ms = 250;
+  int64_t report_linger_ms = 100;
   uint64_t corrupt_step = ~uint64_t{0};
   uint64_t stall_step = ~uint64_t{0};
   int64_t stall_ms = 0;
