@@ -1,0 +1,197 @@
+// UcxTransport: endpoint creation and wire-up, peer-error handling, and the
+// bounded ways out (abort, teardown, force-close, drain).
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "transport/ucx_internal.h"
+
+namespace gradex {
+namespace ucx_internal {
+
+void UcxTransport::OnPeerError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* a = static_cast<PeerErrorArg*>(arg);
+  if (a->self->peer_status_[a->peer].ok()) {
+    a->self->peer_status_[a->peer] = absl::UnavailableError(absl::StrCat(
+        "rank ", a->self->rank_, ": peer ", a->peer, " failed: ", ucs_status_string(status)));
+  }
+}
+
+absl::Status UcxTransport::Connect(const std::vector<std::string>& addresses, Deadline deadline) {
+  if (static_cast<int>(addresses.size()) != size_) {
+    return absl::InternalError(absl::StrCat("rank ", rank_, ": got ", addresses.size(),
+                                            " addresses for ", size_, " ranks"));
+  }
+  DrainOtherGenerations(deadline);
+  eps_.assign(size_, nullptr);
+  error_args_.resize(size_);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    error_args_[p] = std::make_unique<PeerErrorArg>(PeerErrorArg{this, p});
+    ucp_ep_params_t ep_params = {};
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(addresses[p].data());
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep_params.err_handler.cb = &UcxTransport::OnPeerError;
+    ep_params.err_handler.arg = error_args_[p].get();
+    if (addresses[p].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank_, ": no UCX address for peer ", p));
+    }
+    ucs_status_t st = ucp_ep_create(worker_, &ep_params, &eps_[p]);
+    if (st != UCS_OK) {
+      eps_[p] = nullptr;
+      return absl::UnavailableError(
+          absl::StrCat("rank ", rank_, ": ucp_ep_create to peer ", p, ": ", ucs_status_string(st)));
+    }
+  }
+  return WireUp(deadline);
+}
+
+// A one-byte exchange with every peer, so connections exist (and a missing
+// peer shows) before the first real message.
+absl::Status UcxTransport::WireUp(Deadline deadline) {
+  std::vector<RequestId> ids;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    ids.push_back(StartRecv(p, kWireUpTag, /*internal=*/true));
+    absl::StatusOr<RequestId> send = StartSend(p, kWireUpTag, /*internal=*/true, Bytes{1});
+    if (!send.ok()) return send.status();
+    ids.push_back(*send);
+  }
+  for (RequestId id : ids) {
+    absl::Status s = Wait(id, deadline, nullptr);
+    if (!s.ok()) {
+      CancelAll(DeadlineIn(options_.close_timeout));
+      return absl::Status(s.code(), absl::StrCat("UCX wire-up: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Teardown in three bounded steps: (1) cancel our requests; (2) flush live
+// endpoints so eagerly completed sends still reach their peers; (3) close
+// every endpoint in force mode, which also completes (as cancelled) sends UCX
+// cannot cancel, such as a rendezvous nobody matched. Closing in flush mode
+// instead could leave such a request on the endpoint when the budget runs
+// out, and UCX 1.13 asserts on that in ucp_worker_destroy.
+UcxTransport::~UcxTransport() {
+  if (worker_ != nullptr) {
+    const Deadline deadline = DeadlineIn(options_.close_timeout);
+    CancelAll(Clock::now() + options_.close_timeout / 4);
+    std::vector<void*> pending;
+    for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
+      if (eps_[p] == nullptr || !peer_status_[p].ok()) continue;  // a failed ep cannot flush
+      ucp_request_param_t param = {};
+      ucs_status_ptr_t r = ucp_ep_flush_nbx(eps_[p], &param);
+      if (UCS_PTR_IS_PTR(r)) pending.push_back(r);
+    }
+    DrainRequests(pending, Clock::now() + (deadline - Clock::now()) / 2);
+    ForceCloseEndpoints(&pending);
+    DrainRequests(pending, std::max(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    ReapZombies();
+    // UCX releases these when they complete; their buffers stay alive with
+    // the worker, which may carry the next communicator.
+    for (auto& z : zombies_) {
+      if (z->ucx != nullptr) ucp_request_free(z->ucx);
+      z->ucx = nullptr;
+      w_->orphans.push_back(std::move(z));
+    }
+    zombies_.clear();
+  }
+  if (w_ != nullptr) w_->in_use = false;
+}
+
+void UcxTransport::DrainOtherGenerations(Deadline deadline) {
+  std::vector<std::unique_ptr<Request>> drained;
+  for (uint64_t g = 0; g <= 7; ++g) {
+    if (g == (generation_ & 7)) continue;
+    for (;;) {
+      ucp_tag_recv_info_t info = {};
+      ucp_tag_message_h msg =
+          ucp_tag_probe_nb(worker_, g << kGenerationShift, kGenerationMask, 1, &info);
+      if (msg == nullptr) break;
+      auto r = std::make_unique<Request>();
+      r->buf.resize(info.length);
+      r->state = State::kInFlight;
+      ucp_request_param_t param = {};
+      param.op_attr_mask =
+          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+      param.cb.recv = &RecvCallback;
+      param.user_data = r.get();
+      param.datatype = ucp_dt_make_contig(1);
+      ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), info.length, msg, &param);
+      if (UCS_PTR_IS_ERR(p)) {
+        r->Finish(UCS_PTR_STATUS(p));
+      } else if (p == nullptr) {
+        r->Finish(UCS_OK);
+      } else {
+        r->ucx = p;
+      }
+      drained.push_back(std::move(r));
+    }
+  }
+  int idle = 0;
+  for (auto& r : drained) {
+    while (r->state == State::kInFlight && Clock::now() < deadline) {
+      Backoff(static_cast<int>(ucp_worker_progress(worker_)), idle);
+    }
+    if (r->ucx != nullptr) ucp_request_free(r->ucx);
+    r->ucx = nullptr;
+    if (r->state == State::kInFlight) w_->orphans.push_back(std::move(r));
+  }
+}
+
+// Force-closing our endpoints drops the connections, which the peers' error
+// callbacks see (at once over TCP, within the keepalive over shared memory).
+void UcxTransport::Abort(Deadline deadline) {
+  if (aborted_ || worker_ == nullptr) return;
+  aborted_ = true;
+  CancelAll(deadline);
+  for (size_t p = 0; p < eps_.size(); ++p) {
+    if (eps_[p] == nullptr) continue;
+    peer_status_[p] = absl::FailedPreconditionError(absl::StrCat("rank ", rank_, " aborted"));
+  }
+  std::vector<void*> pending;
+  ForceCloseEndpoints(&pending);
+  DrainRequests(pending, deadline);
+}
+
+void UcxTransport::ForceCloseEndpoints(std::vector<void*>* pending) {
+  for (ucp_ep_h& ep : eps_) {
+    if (ep == nullptr) continue;
+    ucp_request_param_t param = {};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(r)) pending->push_back(r);
+    ep = nullptr;
+  }
+}
+
+// Unfinished at the deadline: UCX releases them when they complete.
+void UcxTransport::DrainRequests(std::vector<void*>& reqs, Deadline until) {
+  int idle = 0;
+  while (!reqs.empty() && Clock::now() < until) {
+    int events = static_cast<int>(ucp_worker_progress(worker_));
+    for (size_t i = 0; i < reqs.size();) {
+      if (ucp_request_check_status(reqs[i]) != UCS_INPROGRESS) {
+        ucp_request_free(reqs[i]);
+        reqs[i] = reqs.back();
+        reqs.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    Backoff(events, idle);
+  }
+  for (void* r : reqs) ucp_request_free(r);
+  reqs.clear();
+}
+
+}  // namespace ucx_internal
+}  // namespace gradex

@@ -1,0 +1,179 @@
+// Internal to the UCX transport: what its pieces share (wire tags, the
+// request record, the worker and the communicator classes). Not a public API.
+//   ucx_worker.cc     UCP context/worker and its address
+//   ucx_endpoints.cc  wire-up, endpoints, peer errors, abort and teardown
+//   ucx_requests.cc   post, match, progress, wait, test, cancel
+//   ucx_transport.cc  the public factories
+#ifndef GRADEX_TRANSPORT_UCX_INTERNAL_H_
+#define GRADEX_TRANSPORT_UCX_INTERNAL_H_
+
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "transport/transport.h"
+#include "transport/ucx_transport.h"
+
+namespace gradex {
+namespace ucx_internal {
+
+constexpr uint64_t kInternalBit = uint64_t{1} << 63;
+constexpr int kRankBits = 12;
+constexpr int kMaxRanks = 1 << kRankBits;
+constexpr int kGenerationShift = kTagBits + kRankBits;  // bits 60..62
+constexpr uint64_t kGenerationMask = uint64_t{7} << kGenerationShift;
+constexpr uint64_t kFullMask = ~uint64_t{0};
+constexpr uint64_t kWireUpTag = 1;
+
+inline uint64_t WireTag(uint32_t generation, int src, uint64_t tag, bool internal) {
+  return (internal ? kInternalBit : 0) |
+         ((uint64_t{generation} << kGenerationShift) & kGenerationMask) |
+         (static_cast<uint64_t>(src) << kTagBits) | tag;
+}
+
+enum class State { kQueued, kInFlight, kDone, kFailed };
+
+// One posted operation. Its address is the UCX request's user_data, so it
+// must outlive the UCX request (see UcxTransport::zombies_).
+struct Request {
+  bool is_send = false;
+  bool internal = false;
+  int peer = 0;
+  uint64_t tag = 0;
+  uint64_t wire_tag = 0;
+  Bytes buf;
+  void* ucx = nullptr;  // UCX request handle while it exists
+  State state = State::kQueued;
+  ucs_status_t ucx_status = UCS_OK;
+
+  void Finish(ucs_status_t status) {
+    ucx_status = status;
+    state = status == UCS_OK ? State::kDone : State::kFailed;
+  }
+};
+
+// UCX completion callbacks; user_data is the Request.
+void SendCallback(void* request, ucs_status_t status, void* user_data);
+void RecvCallback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                  void* user_data);
+
+// The UCP context and worker; shared by the communicators built on it one
+// after another (one per epoch in the agent).
+class UcxWorkerImpl final : public UcxWorker {
+ public:
+  ~UcxWorkerImpl() override;
+  absl::Status Init(const UcxOptions& options);
+  const std::string& address() const override { return address_; }
+
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  // Requests a closed communicator could not reclaim (UCX may still write
+  // into their buffers): freed only after the worker is destroyed.
+  std::vector<std::unique_ptr<Request>> orphans;
+  // The generation whose communicator is using the worker, if any.
+  bool in_use = false;
+
+ private:
+  std::string address_;
+};
+
+class UcxTransport : public Transport {
+ public:
+  UcxTransport(std::shared_ptr<UcxWorkerImpl> worker, int rank, int size, uint32_t generation,
+               const UcxOptions& options)
+      : rank_(rank),
+        size_(size),
+        generation_(generation),
+        options_(options),
+        w_(std::move(worker)),
+        worker_(w_->worker),
+        counters_(size),
+        peer_status_(size) {}
+  ~UcxTransport() override;
+
+  absl::Status Connect(const std::vector<std::string>& addresses, Deadline deadline);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override;
+  absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) override;
+  absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override;
+  absl::StatusOr<bool> Test(RequestId request, Bytes* out) override;
+  void CancelAll(Deadline deadline) override;
+  void Abort(Deadline deadline) override;
+  bool aborted() const override { return aborted_; }
+  PeerCounters counters(int peer) const override {
+    return peer >= 0 && peer < size_ ? counters_[peer] : PeerCounters{};
+  }
+  void ResetCounters() override {
+    for (PeerCounters& c : counters_) c = PeerCounters{};
+  }
+
+ private:
+  struct PeerErrorArg {
+    UcxTransport* self;
+    int peer;
+  };
+  static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  absl::Status CheckArgs(int peer, uint64_t tag) const;
+  absl::StatusOr<RequestId> StartSend(int peer, uint64_t tag, bool internal, Bytes payload);
+  RequestId StartRecv(int peer, uint64_t tag, bool internal);
+  absl::Status WireUp(Deadline deadline);
+  // Receives and drops every queued message of another generation: leftovers
+  // of an earlier communicator on this worker (e.g. an aborted epoch).
+  void DrainOtherGenerations(Deadline deadline);
+  // Drives the worker and matches queued receives; returns the number of
+  // UCX events seen (0 means idle).
+  int Progress();
+  void MatchQueued();
+  // Non-empty once the request is over (OK or error).
+  std::optional<absl::Status> Outcome(Request& r);
+  // Releases a finished request, moving a received payload into *out.
+  absl::Status Release(RequestId id, absl::Status outcome, Bytes* out);
+  // Drops a request the caller no longer wants; an active UCX request is
+  // cancelled and kept (with its buffer) until UCX lets go of it.
+  void Abandon(std::unique_ptr<Request> r);
+  void ReapZombies();
+  void Backoff(int events, int& idle);
+  // Force-closes every open endpoint, collecting the close requests.
+  void ForceCloseEndpoints(std::vector<void*>* pending);
+  // Progresses until every request in `reqs` is released or `until` passes.
+  void DrainRequests(std::vector<void*>& reqs, Deadline until);
+  std::string Describe(const Request& r) const;
+
+  const int rank_;
+  const int size_;
+  const uint32_t generation_;
+  const UcxOptions options_;
+  bool aborted_ = false;
+  std::shared_ptr<UcxWorkerImpl> w_;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<std::unique_ptr<PeerErrorArg>> error_args_;
+  std::vector<PeerCounters> counters_;
+  // OK while the peer is reachable; set by the endpoint error callback.
+  std::vector<absl::Status> peer_status_;
+  std::map<RequestId, std::unique_ptr<Request>> requests_;
+  // Receives not yet matched, per wire tag (which names the source), oldest
+  // first: only the head may take the next message, which keeps FIFO order.
+  std::map<uint64_t, std::deque<Request*>> queued_;
+  // Self-sends not yet received, per wire tag.
+  std::map<uint64_t, std::deque<Bytes>> self_unmatched_;
+  std::vector<std::unique_ptr<Request>> zombies_;
+  RequestId next_id_ = 1;
+};
+
+}  // namespace ucx_internal
+}  // namespace gradex
+
+#endif  // GRADEX_TRANSPORT_UCX_INTERNAL_H_
