@@ -116,22 +116,7 @@ void UcxTransport::DrainOtherGenerations(Deadline deadline) {
           ucp_tag_probe_nb(worker_, g << kGenerationShift, kGenerationMask, 1, &info);
       if (msg == nullptr) break;
       auto r = std::make_unique<Request>();
-      r->buf.resize(info.length);
-      r->state = State::kInFlight;
-      ucp_request_param_t param = {};
-      param.op_attr_mask =
-          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-      param.cb.recv = &RecvCallback;
-      param.user_data = r.get();
-      param.datatype = ucp_dt_make_contig(1);
-      ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), info.length, msg, &param);
-      if (UCS_PTR_IS_ERR(p)) {
-        r->Finish(UCS_PTR_STATUS(p));
-      } else if (p == nullptr) {
-        r->Finish(UCS_OK);
-      } else {
-        r->ucx = p;
-      }
+      ReceiveProbed(r.get(), msg, info);
       drained.push_back(std::move(r));
     }
   }

@@ -136,6 +136,9 @@ class UcxTransport : public Transport {
   // UCX events seen (0 means idle).
   int Progress();
   void MatchQueued();
+  // Receives the probed message `msg` (`info.length` bytes) into r->buf;
+  // r completes now or in RecvCallback.
+  void ReceiveProbed(Request* r, ucp_tag_message_h msg, const ucp_tag_recv_info_t& info);
   // Non-empty once the request is over (OK or error).
   std::optional<absl::Status> Outcome(Request& r);
   // Releases a finished request, moving a received payload into *out.

@@ -110,6 +110,26 @@ RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal) {
   return id;
 }
 
+void UcxTransport::ReceiveProbed(Request* r, ucp_tag_message_h msg,
+                                 const ucp_tag_recv_info_t& info) {
+  r->buf.resize(info.length);
+  r->state = State::kInFlight;
+  ucp_request_param_t param = {};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.recv = &RecvCallback;
+  param.user_data = r;
+  param.datatype = ucp_dt_make_contig(1);
+  ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), info.length, msg, &param);
+  if (UCS_PTR_IS_ERR(p)) {
+    r->Finish(UCS_PTR_STATUS(p));
+  } else if (p == nullptr) {
+    r->Finish(UCS_OK);
+  } else {
+    r->ucx = p;
+  }
+}
+
 void UcxTransport::MatchQueued() {
   for (auto it = queued_.begin(); it != queued_.end();) {
     std::deque<Request*>& q = it->second;
@@ -129,22 +149,7 @@ void UcxTransport::MatchQueued() {
       ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, r->wire_tag, kFullMask, 1, &info);
       if (msg == nullptr) break;
       q.pop_front();
-      r->buf.resize(info.length);
-      r->state = State::kInFlight;
-      ucp_request_param_t param = {};
-      param.op_attr_mask =
-          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-      param.cb.recv = &RecvCallback;
-      param.user_data = r;
-      param.datatype = ucp_dt_make_contig(1);
-      ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), info.length, msg, &param);
-      if (UCS_PTR_IS_ERR(p)) {
-        r->Finish(UCS_PTR_STATUS(p));
-      } else if (p == nullptr) {
-        r->Finish(UCS_OK);
-      } else {
-        r->ucx = p;
-      }
+      ReceiveProbed(r, msg, info);
     }
     it = q.empty() ? queued_.erase(it) : std::next(it);
   }
