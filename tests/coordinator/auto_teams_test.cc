@@ -9,6 +9,7 @@
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/job_config.h"
 #include "services/coordinator/validate.h"
+#include "tests/coordinator/join_all.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -29,17 +30,8 @@ class AutoTeamsTest : public ::testing::Test {
     s.lease = absl::Seconds(100);
     s.min_publish_interval = absl::ZeroDuration();
     c_ = std::make_unique<Coordinator>(s, nullptr);
-    for (int i = 0; i < world; ++i) {
-      gradex::v1::JoinRequest r;
-      r.set_job_id("job");
-      r.set_agent_id("a" + std::to_string(i));
-      r.set_host("h");
-      r.set_local_rank(i);
-      r.set_ucx_address("x");
-      auto resp = c_->Join(r, t0);
-      ASSERT_TRUE(resp.ok());
-      ids_.push_back(resp->member_id());
-    }
+    ids_ = JoinAll(*c_, world, t0);
+    ASSERT_EQ(ids_.size(), static_cast<size_t>(world));
     c_->Tick(t0);
     ASSERT_NE(c_->plan(), nullptr);
   }

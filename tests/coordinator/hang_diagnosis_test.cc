@@ -11,6 +11,7 @@
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/validate.h"
 #include "services/coordinator/wait_graph.h"
+#include "tests/coordinator/join_all.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -91,17 +92,8 @@ class HangTest : public testing::Test {
     s.barrier_period = 64;
     s.plan_lead_steps = 64;
     c_ = std::make_unique<Coordinator>(s, nullptr);
-    for (int i = 0; i < world; ++i) {
-      gradex::v1::JoinRequest r;
-      r.set_job_id("job");
-      r.set_agent_id("a" + std::to_string(i));
-      r.set_host("h" + std::to_string(i));
-      r.set_local_rank(i);
-      r.set_ucx_address("addr");
-      auto j = c_->Join(r, t0);
-      ASSERT_TRUE(j.ok());
-      ids_.push_back(j->member_id());
-    }
+    ids_ = JoinAll(*c_, world, t0);
+    ASSERT_EQ(ids_.size(), static_cast<size_t>(world));
     c_->Tick(t0);
     ASSERT_EQ(c_->epoch(), 1u);
     // Everyone finished steps 0..4 and runs step 5 next.

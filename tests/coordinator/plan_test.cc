@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "services/coordinator/coordinator.h"
+#include "tests/coordinator/join_all.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -18,17 +19,8 @@ class PlanTest : public ::testing::Test {
     s.lease = absl::Seconds(100);
     s.min_publish_interval = absl::ZeroDuration();
     c_ = std::make_unique<Coordinator>(s, nullptr);
-    for (int i = 0; i < s.world_size; ++i) {
-      gradex::v1::JoinRequest r;
-      r.set_job_id("job");
-      r.set_agent_id("a" + std::to_string(i));
-      r.set_host("h");
-      r.set_local_rank(i);
-      r.set_ucx_address("x");
-      auto resp = c_->Join(r, t0);
-      ASSERT_TRUE(resp.ok());
-      ids_.push_back(resp->member_id());
-    }
+    ids_ = JoinAll(*c_, s.world_size, t0);
+    ASSERT_EQ(ids_.size(), static_cast<size_t>(s.world_size));
     c_->Tick(t0);
     ASSERT_NE(c_->plan(), nullptr);
   }
