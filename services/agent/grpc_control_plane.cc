@@ -390,15 +390,13 @@ class GrpcControlPlane final : public ControlPlane {
     }
   }
 
-  // Ends the stream. When the coordinator did not confirm it, the reports
-  // written on it that it did not acknowledge count as lost (an upper bound:
-  // it applies each report as it reads it, so most may have landed).
+  // Ends the stream. When the coordinator did not confirm it (no ack), every
+  // report written on it counts as lost (an upper bound: it applies each
+  // report as it reads it, so most may have landed).
   void CloseReportStream() {
     if (report_writer_ == nullptr) return;
     report_writer_->WritesDone();
-    const grpc::Status st = report_writer_->Finish();
-    const uint64_t acked = st.ok() ? report_ack_.accepted() + report_ack_.ignored() : 0;
-    if (!st.ok() && report_written_ > acked) lost_.fetch_add(report_written_ - acked);
+    if (!report_writer_->Finish().ok()) lost_.fetch_add(report_written_);
     report_writer_.reset();
     report_ctx_.reset();
   }
