@@ -36,9 +36,15 @@ for ((i = 0; i < P; ++i)); do start_agent "$i" --report-linger-ms 0; done
 # epochs choose again).
 wait_for "$TMP/coordinator.log" "auto teams: .* over $P ranks" 90 ||
   fail "the coordinator never decided the team count"
-metrics=$(curl -sf "http://127.0.0.1:$COORD_METRICS/metrics") || fail "no coordinator metrics"
-alpha=$(awk '$1 == "gradex_coordinator_link_alpha_seconds" {print $2}' <<<"$metrics")
-teams=$(awk '$1 == "gradex_coordinator_teams" {print $2}' <<<"$metrics")
+# The decision is logged when the last link report arrives; the plan (and
+# the teams gauge with it) is published at the coordinator's next tick.
+for ((try = 0; try < 50; ++try)); do
+  metrics=$(curl -sf "http://127.0.0.1:$COORD_METRICS/metrics") || fail "no coordinator metrics"
+  alpha=$(awk '$1 == "gradex_coordinator_link_alpha_seconds" {print $2}' <<<"$metrics")
+  teams=$(awk '$1 == "gradex_coordinator_teams" {print $2}' <<<"$metrics")
+  [[ "$teams" == 4 ]] && break
+  sleep 0.1
+done
 awk -v a="$alpha" 'BEGIN{exit !(a > 0 && a < 10)}' || fail "link alpha gauge is '$alpha'"
 [[ "$teams" == 4 ]] || fail "teams gauge is '$teams', expected 4"
 expect_all_exit_zero 120 0 1 2 3
