@@ -479,6 +479,9 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> CreateGrpcControlPlane(
   if (options.target.empty()) return absl::InvalidArgumentError("no coordinator address");
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (options.tls_ca.empty()) {
+    if (!options.tls_server_name.empty()) {
+      return absl::InvalidArgumentError("a TLS server name needs the coordinator's CA");
+    }
     if (!options.tls_client_cert.empty()) {
       return absl::InvalidArgumentError("a client certificate needs the coordinator's CA");
     }
@@ -492,6 +495,7 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> CreateGrpcControlPlane(
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);  // a plan carries every member's address
+  if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
   // gRPC's reconnect backoff bounds how soon a coordinator that is back is
   // seen (the agent waits on the channel, see AwaitChannel): retry the
   // connection within 1 s (x1.2 jitter) of it listening again. A dead

@@ -24,6 +24,9 @@ struct GrpcControlPlaneOptions {
   // TLS: the CA that signed the coordinator's certificate (PEM contents);
   // with client_cert and client_key, mutual TLS. Empty: plaintext.
   std::string tls_ca, tls_client_cert, tls_client_key;
+  // The name the coordinator's certificate must carry, when it differs from
+  // the host in `target` (e.g. dialling an IP address; no resolver involved).
+  std::string tls_server_name;
   std::chrono::milliseconds rpc_timeout{5000};
   std::chrono::milliseconds watch_window{60000};
   // How long the first Join keeps retrying an unreachable coordinator

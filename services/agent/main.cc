@@ -38,6 +38,8 @@ constexpr char kUsage[] =
   --ucx-tls T              UCX transports, e.g. tcp, posix (default: UCX_TLS or all)
   --tls-ca F               CA of the coordinator's certificate (enables TLS)
   --tls-cert F --tls-key F client certificate and key (mutual TLS)
+  --tls-server-name NAME   name the coordinator's certificate must carry when it is not the
+                           host of --coordinator (e.g. dialling an IP address)
   --join-timeout-ms T      how long to wait for an epoch that includes this agent (default 120000)
   --join-timeout-s T       how long the first join retries a coordinator that is not (yet)
                            reachable, e.g. started after this agent (default 120); a refusal
@@ -129,6 +131,8 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       f->tls_cert = v;
     else if (a == "--tls-key")
       f->tls_key = v;
+    else if (a == "--tls-server-name")
+      f->grpc.tls_server_name = v;
     else if (a == "--elements")
       s = number(&f->elements);
     else if (a == "--steps")
@@ -177,6 +181,9 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
   }
   if (f->tls_cert.empty() != f->tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (!f->grpc.tls_server_name.empty() && f->tls_ca.empty()) {
+    return absl::InvalidArgumentError("--tls-server-name needs --tls-ca");
   }
   return absl::OkStatus();
 }
