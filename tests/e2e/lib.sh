@@ -102,6 +102,23 @@ wait_for() {
   done
 }
 
+# wait_progress FILE REGEX STALL_SECONDS: until a line of FILE matches, as
+# long as FILE keeps growing (fails when it has not grown for STALL_SECONDS, or
+# after 600 s in all). For long runs whose speed follows the machine's load: a
+# stuck job fails as soon as it stops, a slow one is not mistaken for stuck.
+wait_progress() {
+  local file=$1 re=$2 stall=$3 size=-1 grown=$EPOCHSECONDS end=$((EPOCHSECONDS + 600)) now_size
+  until [[ -f "$file" ]] && grep -Eq -- "$re" "$file"; do
+    now_size=$(stat -c %s "$file" 2>/dev/null || echo 0)
+    if ((now_size != size)); then
+      size=$now_size
+      grown=$EPOCHSECONDS
+    fi
+    ((EPOCHSECONDS - grown < stall && EPOCHSECONDS < end)) || return 1
+    sleep 0.1
+  done
+}
+
 # The progress lines of agent I (without time stamps) matching REGEX.
 steps_of() { sed -E 's/^[0-9.]+ //' "$TMP/agent$1.out" | grep -E -- "${2:-^step }" || true; }
 
