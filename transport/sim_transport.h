@@ -1,6 +1,7 @@
-// Simulated transport for scale studies: P ranks as threads of one process
-// (like loopback, real payloads are delivered, so the real algorithm code
-// runs), plus a virtual clock per rank under the α-β(-γ) model.
+// Simulated transport for scale studies: the loopback fabric (P ranks as
+// threads of one process, real payloads delivered, so the real algorithm code
+// runs; loopback_fabric.h) plus a delivery-time policy that keeps a virtual
+// clock per rank under the α-β(-γ) model.
 //
 // The model (per rank r, clock now[r], outgoing link free at link[r]):
 // - A send of m bytes posted at now[r] starts when r's outgoing link is free,
