@@ -3,28 +3,26 @@
 #include <algorithm>
 #include <utility>
 
+#include "transport/forwarding_transport.h"
+
 namespace gradex::agent {
 
-class WaitTrackingTransport final : public Transport {
+// Overrides only the calls that post, complete or drop a receive.
+class WaitTrackingTransport final : public ForwardingTransport {
  public:
   WaitTrackingTransport(std::shared_ptr<WaitTracker> tracker, std::unique_ptr<Transport> inner)
-      : tracker_(std::move(tracker)), inner_(std::move(inner)), owner_(tracker_->NewOwner()) {}
+      : ForwardingTransport(std::move(inner)),
+        tracker_(std::move(tracker)),
+        owner_(tracker_->NewOwner()) {}
   ~WaitTrackingTransport() override { tracker_->Clear(owner_); }
 
-  Transport* inner() const { return inner_.get(); }
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override {
-    return inner_->PostSend(peer, tag, std::move(payload));
-  }
   absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) override {
-    absl::StatusOr<RequestId> id = inner_->PostRecv(peer, tag);
+    absl::StatusOr<RequestId> id = ForwardingTransport::PostRecv(peer, tag);
     if (id.ok()) tracker_->Posted(owner_, *id, peer);
     return id;
   }
   absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override {
-    absl::Status s = inner_->Wait(request, deadline, out);
+    absl::Status s = ForwardingTransport::Wait(request, deadline, out);
     // A deadline leaves the request posted (the caller may wait again or
     // cancel); anything else released it.
     if (s.code() == absl::StatusCode::kDeadlineExceeded) {
@@ -35,25 +33,21 @@ class WaitTrackingTransport final : public Transport {
     return s;
   }
   absl::StatusOr<bool> Test(RequestId request, Bytes* out) override {
-    absl::StatusOr<bool> done = inner_->Test(request, out);
+    absl::StatusOr<bool> done = ForwardingTransport::Test(request, out);
     if (!done.ok() || *done) tracker_->Done(owner_, request);
     return done;
   }
   void CancelAll(Deadline deadline) override {
-    inner_->CancelAll(deadline);
+    ForwardingTransport::CancelAll(deadline);
     tracker_->Clear(owner_);
   }
   void Abort(Deadline deadline) override {
-    inner_->Abort(deadline);
+    ForwardingTransport::Abort(deadline);
     tracker_->Clear(owner_);
   }
-  bool aborted() const override { return inner_->aborted(); }
-  PeerCounters counters(int peer) const override { return inner_->counters(peer); }
-  void ResetCounters() override { inner_->ResetCounters(); }
 
  private:
   std::shared_ptr<WaitTracker> tracker_;
-  std::unique_ptr<Transport> inner_;
   const uint64_t owner_;
 };
 
@@ -68,7 +62,7 @@ std::unique_ptr<Transport> WaitTracker::Wrap(std::unique_ptr<Transport> inner) {
 }
 
 Transport* WaitTracker::Inner(Transport* t) {
-  if (auto* w = dynamic_cast<WaitTrackingTransport*>(t)) return w->inner();
+  if (auto* w = dynamic_cast<WaitTrackingTransport*>(t)) return &w->inner();
   return t;
 }
 
