@@ -1,5 +1,6 @@
-// One conformance suite run against every Transport implementation (loopback
-// and UCX over several transport sets) for world sizes 1..5.
+// One conformance suite run against every Transport (loopback, the simulator,
+// loopback behind ForwardingTransport, the decorators' base, which must be
+// invisible; UCX over several transport sets) for world sizes 1..5.
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/transport/test_util.h"
+#include "transport/forwarding_transport.h"
 #include "transport/loopback_transport.h"
 #include "transport/sim_transport.h"
 #include "transport/transport.h"
@@ -24,7 +26,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kStepTimeout{20000};
 
 struct BackendParam {
-  std::string backend;  // "loopback", "sim" or "ucx"
+  std::string backend;  // "loopback", "sim", "forwarding" (loopback wrapped) or "ucx"
   std::string tls;      // UCX_TLS override for "ucx"
   int size;
 };
@@ -52,10 +54,13 @@ class TransportConformance : public ::testing::TestWithParam<BackendParam> {
 
   std::vector<absl::Status> RunStatuses(const RankBody& body) {
     const BackendParam& p = GetParam();
-    if (p.backend == "loopback" || p.backend == "sim") {
+    if (p.backend == "loopback" || p.backend == "sim" || p.backend == "forwarding") {
       auto ts = std::make_shared<std::vector<std::unique_ptr<Transport>>>(
           p.backend == "sim" ? CreateSimTransports(p.size, SimParams{})
                              : CreateLoopbackTransports(p.size));
+      for (auto& t : *ts) {
+        if (p.backend == "forwarding") t = std::make_unique<ForwardingTransport>(std::move(t));
+      }
       return RunWorld(
           p.size,
           [ts](int r, int, std::shared_ptr<InProcessExchange>)
@@ -378,8 +383,9 @@ TEST_P(TransportConformance, CancelAllThenReuse) {
 
 std::vector<BackendParam> Params() {
   std::vector<BackendParam> out;
-  for (int p = 1; p <= 5; ++p) out.push_back({"loopback", "", p});
-  for (int p = 1; p <= 5; ++p) out.push_back({"sim", "", p});
+  for (const char* b : {"loopback", "sim", "forwarding"}) {
+    for (int p = 1; p <= 5; ++p) out.push_back({b, "", p});
+  }
 #ifdef GRADEX_TEST_UCX
   for (const char* tls : GRADEX_TEST_UCX_TLS_SETS) {
     for (int p = 1; p <= 5; ++p) out.push_back({"ucx", tls, p});
