@@ -1,11 +1,17 @@
 #include "tests/collectives/harness.h"
 
+#include <barrier>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <thread>
 
+#include "tests/transport/test_util.h"
 #include "transport/loopback_transport.h"
+#include "transport/sim_transport.h"
+#include "transport/ucx_transport.h"
 
 namespace gradex::testing {
 
@@ -23,41 +29,124 @@ std::vector<float> MakeGradient(uint64_t seed, int rank, int iteration, size_t n
   return g;
 }
 
-std::vector<absl::Status> RunRanks(int world,
-                                   const std::function<absl::Status(int, Transport&)>& fn) {
-  auto transports = CreateLoopbackTransports(world);
-  std::vector<absl::Status> status(world);
+std::string FabricName(Fabric fabric) {
+  switch (fabric) {
+    case Fabric::kLoopback:
+      return "loopback";
+    case Fabric::kSim:
+      return "sim";
+    case Fabric::kUcx:
+      return "ucx";
+  }
+  return "?";
+}
+
+namespace {
+
+// Ranks of an in-process fabric (loopback or sim), created up front.
+std::vector<absl::Status> RunFabric(std::vector<std::unique_ptr<Transport>> transports,
+                                    const std::function<absl::Status(int, Transport&)>& fn) {
+  std::vector<absl::Status> status(transports.size());
   std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] { status[r] = fn(r, *transports[r]); });
+  for (size_t r = 0; r < transports.size(); ++r) {
+    threads.emplace_back([&, r] { status[r] = fn(static_cast<int>(r), *transports[r]); });
   }
   for (auto& t : threads) t.join();
   return status;
 }
 
+// UCX ranks build their context and worker on their own thread; a second
+// bootstrap round after wire-up keeps a rank that fails (or aborts) at once
+// from racing a peer's connection setup. A rank whose transport is aborted
+// when fn returns destroys it at once, as the agent does after a failed call
+// (UCX closes the connections when the worker is progressed or destroyed, so
+// an aborted but idle rank would look alive to its peers); the others wait
+// for every rank first, so that no rank tears down endpoints a peer uses.
+std::vector<absl::Status> RunUcx(int world,
+                                 const std::function<absl::Status(int, Transport&)>& fn) {
+  UcxOptions opt;
+  opt.tls = "tcp";
+  opt.connect_timeout = std::chrono::milliseconds(20000);
+  auto exchange = std::make_shared<InProcessExchange>(world);
+  std::vector<absl::Status> status(world);
+  std::barrier done(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      InProcessBootstrap boot(exchange, r);
+      absl::StatusOr<std::unique_ptr<Transport>> t = CreateUcxTransport(boot, opt);
+      absl::Status ready = t.status();
+      if (ready.ok()) ready = boot.AllGather("", DeadlineIn(opt.connect_timeout)).status();
+      status[r] = ready.ok() ? fn(r, **t) : ready;
+      if (t.ok() && (*t)->aborted()) t->reset();
+      done.arrive_and_wait();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return status;
+}
+
+}  // namespace
+
+std::vector<absl::Status> RunRanks(int world,
+                                   const std::function<absl::Status(int, Transport&)>& fn,
+                                   Fabric fabric) {
+  switch (fabric) {
+    case Fabric::kLoopback:
+      return RunFabric(CreateLoopbackTransports(world), fn);
+    case Fabric::kSim:
+      return RunFabric(CreateSimTransports(world, SimParams{}), fn);
+    case Fabric::kUcx:
+      return RunUcx(world, fn);
+  }
+  return std::vector<absl::Status>(world, absl::InvalidArgumentError("unknown fabric"));
+}
+
 std::vector<std::vector<RankCall>> RunAlgorithm(const std::string& algorithm, int world, size_t n,
                                                 const AllreduceOptions& options, int iterations,
-                                                Values kind, uint64_t seed) {
-  std::vector<std::vector<RankCall>> out(iterations, std::vector<RankCall>(world));
-  RunRanks(world, [&](int rank, Transport& t) -> absl::Status {
-    auto algo = CreateAllreduce(algorithm);
-    if (!algo.ok()) return algo.status();
-    std::vector<float> residual(n, 0.0f);
-    for (int it = 0; it < iterations; ++it) {
-      RankCall& c = out[it][rank];
-      c.grad = MakeGradient(seed, rank, it, n, kind);
-      c.residual_in = residual;
-      CallContext ctx{&t, /*job_id=*/42, /*epoch=*/1, /*step=*/static_cast<uint64_t>(it),
-                      DeadlineIn(std::chrono::seconds(20))};
-      AllreduceResult result;
-      c.status = (*algo)->Run(ctx, options, c.grad, residual, &result, &c.stats);
-      c.residual_out = residual;
-      c.result.assign(n, 0.0f);
-      result.ToDense(c.result);
-      if (!c.status.ok()) return c.status;
-    }
-    return absl::OkStatus();
-  });
+                                                Values kind, uint64_t seed, Fabric fabric) {
+  RunSpec spec{world, n, options, iterations, kind, seed};
+  return RunAlgorithmCases(algorithm, {spec}, fabric)[0];
+}
+
+std::vector<std::vector<std::vector<RankCall>>> RunAlgorithmCases(const std::string& algorithm,
+                                                                  const std::vector<RunSpec>& specs,
+                                                                  Fabric fabric) {
+  std::vector<std::vector<std::vector<RankCall>>> out(specs.size());
+  std::map<int, std::vector<size_t>> by_world;  // world size -> spec indices, in order
+  for (size_t i = 0; i < specs.size(); ++i) {
+    RankCall not_run;
+    not_run.status = absl::AbortedError("call not run: an earlier call failed on this rank");
+    out[i].assign(specs[i].iterations, std::vector<RankCall>(specs[i].world, not_run));
+    by_world[specs[i].world].push_back(i);
+  }
+  for (const auto& [world, indices] : by_world) {
+    RunRanks(
+        world,
+        [&, &indices = indices](int rank, Transport& t) -> absl::Status {
+          for (size_t i : indices) {
+            const RunSpec& spec = specs[i];
+            auto algo = CreateAllreduce(algorithm);
+            if (!algo.ok()) return algo.status();
+            std::vector<float> residual(spec.n, 0.0f);
+            for (int it = 0; it < spec.iterations; ++it) {
+              RankCall& c = out[i][it][rank];
+              c.grad = MakeGradient(spec.seed, rank, it, spec.n, spec.kind);
+              c.residual_in = residual;
+              CallContext ctx{&t, /*job_id=*/42, /*epoch=*/1, /*step=*/static_cast<uint64_t>(it),
+                              DeadlineIn(std::chrono::seconds(20))};
+              AllreduceResult result;
+              c.status = (*algo)->Run(ctx, spec.options, c.grad, residual, &result, &c.stats);
+              c.residual_out = residual;
+              c.result.assign(spec.n, 0.0f);
+              result.ToDense(c.result);
+              if (!c.status.ok()) return c.status;
+            }
+          }
+          return absl::OkStatus();
+        },
+        fabric);
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 // Thread-per-rank harness for collectives tests (in the spirit of gloo's
-// base_test.h): P ranks over a loopback fabric, seeded gradients with ties and
+// base_test.h: one harness sweeps transports x sizes): P ranks over the
+// loopback fabric, the simulator or UCX, seeded gradients with ties and
 // zeros, and the invariant checks of DESIGN.md over every rank's data.
 #ifndef GRADEX_TESTS_COLLECTIVES_HARNESS_H_
 #define GRADEX_TESTS_COLLECTIVES_HARNESS_H_
@@ -23,9 +24,19 @@ enum class Values {
 
 std::vector<float> MakeGradient(uint64_t seed, int rank, int iteration, size_t n, Values kind);
 
-// Runs fn(rank, transport) on P threads of one loopback fabric.
+// The transports a world can run on: the loopback fabric, the simulator (the
+// same fabric under α-β clocks) and UCX (a context and worker per rank, over
+// TCP on the loopback interface).
+enum class Fabric { kLoopback, kSim, kUcx };
+std::string FabricName(Fabric fabric);
+inline constexpr Fabric kAllFabrics[] = {Fabric::kLoopback, Fabric::kSim, Fabric::kUcx};
+
+// Runs fn(rank, transport) on P threads of one world of `fabric`. Every rank's
+// transport exists (UCX: is wired up) before any fn starts, and lives until
+// every fn has returned.
 std::vector<absl::Status> RunRanks(int world,
-                                   const std::function<absl::Status(int, Transport&)>& fn);
+                                   const std::function<absl::Status(int, Transport&)>& fn,
+                                   Fabric fabric = Fabric::kLoopback);
 
 // What one rank saw in one call.
 struct RankCall {
@@ -38,7 +49,26 @@ struct RankCall {
 // residual across calls. Returns per iteration, per rank.
 std::vector<std::vector<RankCall>> RunAlgorithm(const std::string& algorithm, int world, size_t n,
                                                 const AllreduceOptions& options, int iterations,
-                                                Values kind, uint64_t seed = 1);
+                                                Values kind, uint64_t seed = 1,
+                                                Fabric fabric = Fabric::kLoopback);
+
+// One run of RunAlgorithm, for RunAlgorithmCases.
+struct RunSpec {
+  int world = 1;
+  size_t n = 0;
+  AllreduceOptions options;
+  int iterations = 1;
+  Values kind = Values::kIntegers;
+  uint64_t seed = 1;
+};
+
+// Runs every spec as RunAlgorithm would (a fresh algorithm object and a zero
+// residual each), but the specs of one world size share one world, in order:
+// a world costs milliseconds on loopback and far more on UCX. Calls a rank
+// could not run because an earlier call failed carry an ABORTED status.
+std::vector<std::vector<std::vector<RankCall>>> RunAlgorithmCases(const std::string& algorithm,
+                                                                  const std::vector<RunSpec>& specs,
+                                                                  Fabric fabric);
 
 // Invariant 1: every rank's result is bitwise identical.
 bool Consistent(const std::vector<RankCall>& calls);

@@ -1,6 +1,8 @@
-// The four invariants of DESIGN.md for every algorithm, on loopback, swept over
-// P = 1..9, team counts dividing P, densities 0.001..1, N not divisible by P
-// and N < P.
+// The four invariants of DESIGN.md for every registered algorithm on every
+// fabric: on loopback swept over P = 1..9, team counts dividing P, densities
+// 0.001..1, N not divisible by P and N < P; the same kinds of cases on smaller
+// grids on the simulator (the loopback fabric under clocks: P = 3, 6, 8) and
+// on UCX (P = 3, 4: a world costs far more).
 #include <cmath>
 #include <string>
 
@@ -18,6 +20,25 @@ struct Case {
   double density;
   size_t n;
 };
+
+struct Param {
+  std::string algo;
+  Fabric fabric;
+};
+
+// The list for `fabric` out of one per fabric.
+std::vector<int> Pick(Fabric fabric, std::vector<int> loopback, std::vector<int> sim,
+                      std::vector<int> ucx) {
+  switch (fabric) {
+    case Fabric::kLoopback:
+      return loopback;
+    case Fabric::kSim:
+      return sim;
+    case Fabric::kUcx:
+      return ucx;
+  }
+  return {};
+}
 
 std::string Str(const Case& c) {
   return "P=" + std::to_string(c.world) + " T=" + std::to_string(c.teams) +
@@ -37,12 +58,15 @@ bool TeamsValid(const std::string& algo, int world, int teams) {
   return !t.teams_power_of_two || (teams & (teams - 1)) == 0;
 }
 
-std::vector<Case> Sweep(const std::string& algo) {
+std::vector<Case> Sweep(const std::string& algo, Fabric fabric) {
   std::vector<Case> cases;
-  for (int p = 1; p <= 9; ++p) {
+  const std::vector<double> densities = fabric == Fabric::kLoopback
+                                            ? std::vector<double>{0.001, 0.01, 0.1, 1.0}
+                                            : std::vector<double>{0.01, 1.0};
+  for (int p : Pick(fabric, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 8}, {3, 4})) {
     for (int t : {1, 2, 3, 4}) {
       if (!TeamsValid(algo, p, t)) continue;
-      for (double d : {0.001, 0.01, 0.1, 1.0}) {
+      for (double d : densities) {
         for (size_t n : {size_t{10007}, size_t{3}}) cases.push_back({p, t, d, n});
       }
     }
@@ -60,14 +84,20 @@ bool PaperFormKnown(const std::string& algo) {
   return algo == "dense-ring" || algo.rfind("spardl", 0) == 0;
 }
 
-class InvariantsTest : public ::testing::TestWithParam<std::string> {};
+class InvariantsTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(InvariantsTest, ConsistentConservingBoundedOnIntegers) {
-  const std::string algo = GetParam();
-  for (const Case& c : Sweep(algo)) {
+  const std::string algo = GetParam().algo;
+  const std::vector<Case> cases = Sweep(algo, GetParam().fabric);
+  std::vector<RunSpec> specs;
+  for (const Case& c : cases) {
+    specs.push_back({c.world, c.n, {c.density, c.teams, 0}, /*iterations=*/3, Values::kIntegers});
+  }
+  auto all = RunAlgorithmCases(algo, specs, GetParam().fabric);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
     SCOPED_TRACE(Str(c));
-    AllreduceOptions opt{c.density, c.teams, 0};
-    auto runs = RunAlgorithm(algo, c.world, c.n, opt, /*iterations=*/3, Values::kIntegers);
+    const auto& runs = all[i];
     for (size_t it = 0; it < runs.size(); ++it) {
       SCOPED_TRACE("iteration " + std::to_string(it));
       for (const RankCall& r : runs[it]) ASSERT_TRUE(r.status.ok()) << r.status;
@@ -97,41 +127,50 @@ TEST_P(InvariantsTest, ConsistentConservingBoundedOnIntegers) {
 }
 
 TEST_P(InvariantsTest, ConservationWithinRoundingOnFloats) {
-  const std::string algo = GetParam();
-  for (int p : {3, 4, 6}) {
+  const std::string algo = GetParam().algo;
+  std::vector<RunSpec> specs;
+  for (int p : Pick(GetParam().fabric, {3, 4, 6}, {6}, {4})) {
     for (int t : {1, 2, 3}) {
-      if (!TeamsValid(algo, p, t)) continue;
-      SCOPED_TRACE("P=" + std::to_string(p) + " T=" + std::to_string(t));
-      AllreduceOptions opt{0.01, t, 0};
-      auto runs = RunAlgorithm(algo, p, 20011, opt, 4, Values::kGrid, 7);
-      for (auto& calls : runs) {
-        for (const RankCall& r : calls) ASSERT_TRUE(r.status.ok()) << r.status;
-        EXPECT_TRUE(Consistent(calls));
-        // A few float roundings per element, each at most 2^-24 of the magnitudes.
-        EXPECT_LE(ConservationError(calls, true), 1e-6);
-      }
+      if (TeamsValid(algo, p, t)) specs.push_back({p, 20011, {0.01, t, 0}, 4, Values::kGrid, 7});
+    }
+  }
+  auto all = RunAlgorithmCases(algo, specs, GetParam().fabric);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    SCOPED_TRACE("P=" + std::to_string(specs[i].world) +
+                 " T=" + std::to_string(specs[i].options.teams));
+    for (auto& calls : all[i]) {
+      for (const RankCall& r : calls) ASSERT_TRUE(r.status.ok()) << r.status;
+      EXPECT_TRUE(Consistent(calls));
+      // A few float roundings per element, each at most 2^-24 of the magnitudes.
+      EXPECT_LE(ConservationError(calls, true), 1e-6);
     }
   }
 }
 
 TEST_P(InvariantsTest, DensityOneEqualsDenseRing) {
-  const std::string algo = GetParam();
-  for (int p = 1; p <= 9; ++p) {
+  const std::string algo = GetParam().algo;
+  if (!Traits(algo).equals_dense_at_density_one) return;
+  std::vector<RunSpec> mine, ring;
+  for (int p : Pick(GetParam().fabric, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {8}, {4})) {
     for (int t : {1, 2, 3, 4}) {
-      if (!TeamsValid(algo, p, t) || !Traits(algo).equals_dense_at_density_one) continue;
+      if (!TeamsValid(algo, p, t)) continue;
       for (size_t n : {size_t{1009}, size_t{2}}) {
-        SCOPED_TRACE("P=" + std::to_string(p) + " T=" + std::to_string(t) +
-                     " N=" + std::to_string(n));
-        AllreduceOptions opt{1.0, t, 0};
-        auto mine = RunAlgorithm(algo, p, n, opt, 2, Values::kIntegers, 3);
-        auto ring = RunAlgorithm("dense-ring", p, n, {1.0, 1, 0}, 2, Values::kIntegers, 3);
-        for (int it = 0; it < 2; ++it) {
-          for (int r = 0; r < p; ++r) {
-            ASSERT_TRUE(mine[it][r].status.ok()) << mine[it][r].status;
-            EXPECT_EQ(mine[it][r].result, ring[it][r].result);
-            for (float v : mine[it][r].residual_out) ASSERT_EQ(v, 0.0f);
-          }
-        }
+        mine.push_back({p, n, {1.0, t, 0}, 2, Values::kIntegers, 3});
+        ring.push_back({p, n, {1.0, 1, 0}, 2, Values::kIntegers, 3});
+      }
+    }
+  }
+  auto got = RunAlgorithmCases(algo, mine, GetParam().fabric);
+  auto want = RunAlgorithmCases("dense-ring", ring, GetParam().fabric);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const int p = mine[i].world;
+    SCOPED_TRACE("P=" + std::to_string(p) + " T=" + std::to_string(mine[i].options.teams) +
+                 " N=" + std::to_string(mine[i].n));
+    for (int it = 0; it < 2; ++it) {
+      for (int r = 0; r < p; ++r) {
+        ASSERT_TRUE(got[i][it][r].status.ok()) << got[i][it][r].status;
+        EXPECT_EQ(got[i][it][r].result, want[i][it][r].result);
+        for (float v : got[i][it][r].residual_out) ASSERT_EQ(v, 0.0f);
       }
     }
   }
@@ -142,49 +181,62 @@ TEST_P(InvariantsTest, DensityOneEqualsDenseRing) {
 // sum that cancels to exactly zero is not sent: bytes never exceed the model
 // and fall short of it by at most the algorithm's stated slack (3% for SparDL).
 TEST_P(InvariantsTest, BytesMatchVolumeModel) {
-  const std::string algo = GetParam();
-  for (int p : {2, 3, 4, 5, 6, 8, 9}) {
+  const std::string algo = GetParam().algo;
+  const size_t n = 50021;
+  std::vector<RunSpec> specs;
+  for (int p : Pick(GetParam().fabric, {2, 3, 4, 5, 6, 8, 9}, {8}, {4})) {
     for (int t : {1, 2, 3, 4}) {
       if (!TeamsValid(algo, p, t)) continue;
-      for (double d : {0.01, 0.1}) {
-        SCOPED_TRACE("P=" + std::to_string(p) + " T=" + std::to_string(t) +
-                     " density=" + std::to_string(d));
-        const size_t n = 50021;
-        AllreduceOptions opt{d, t, 0};
-        auto runs = RunAlgorithm(algo, p, n, opt, 2, Values::kGrid, 11);
-        auto algorithm = CreateAllreduce(algo);
-        ASSERT_TRUE(algorithm.ok());
-        for (auto& calls : runs) {
-          for (int r = 0; r < p; ++r) {
-            const RankCall& c = calls[r];
-            ASSERT_TRUE(c.status.ok()) << c.status;
-            auto model = (*algorithm)->ModelVolume(r, p, n, opt, c.stats);
-            ASSERT_TRUE(model.ok()) << model.status();
-            EXPECT_LE(c.stats.sent_bytes, model->sent_bytes);
-            EXPECT_LE(c.stats.recv_bytes, model->recv_bytes);
-            const double floor = 1.0 - (*algorithm)->traits().volume_slack;
-            EXPECT_GE(double(c.stats.sent_bytes), floor * model->sent_bytes);
-            EXPECT_GE(double(c.stats.recv_bytes), floor * model->recv_bytes);
-            if (!PaperFormKnown(algo)) continue;
-            // The exact model is the paper's closed form plus headers and
-            // ceil() per block: within 2% + headers at this size.
-            double paper = PaperSentBytes(algo, p, n, opt, c.stats.kprime_used);
-            double headers = 48.0 * 2 * (p + t);
-            EXPECT_NEAR(double(model->sent_bytes), paper, 0.02 * paper + headers + 8.0 * 2 * p);
-          }
-        }
+      for (double d : {0.01, 0.1}) specs.push_back({p, n, {d, t, 0}, 2, Values::kGrid, 11});
+    }
+  }
+  auto all = RunAlgorithmCases(algo, specs, GetParam().fabric);
+  auto algorithm = CreateAllreduce(algo);
+  ASSERT_TRUE(algorithm.ok());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int p = specs[i].world, t = specs[i].options.teams;
+    const AllreduceOptions& opt = specs[i].options;
+    SCOPED_TRACE("P=" + std::to_string(p) + " T=" + std::to_string(t) +
+                 " density=" + std::to_string(opt.density));
+    for (auto& calls : all[i]) {
+      for (int r = 0; r < p; ++r) {
+        const RankCall& c = calls[r];
+        ASSERT_TRUE(c.status.ok()) << c.status;
+        auto model = (*algorithm)->ModelVolume(r, p, n, opt, c.stats);
+        ASSERT_TRUE(model.ok()) << model.status();
+        EXPECT_LE(c.stats.sent_bytes, model->sent_bytes);
+        EXPECT_LE(c.stats.recv_bytes, model->recv_bytes);
+        const double floor = 1.0 - (*algorithm)->traits().volume_slack;
+        EXPECT_GE(double(c.stats.sent_bytes), floor * model->sent_bytes);
+        EXPECT_GE(double(c.stats.recv_bytes), floor * model->recv_bytes);
+        if (!PaperFormKnown(algo)) continue;
+        // The exact model is the paper's closed form plus headers and
+        // ceil() per block: within 2% + headers at this size.
+        double paper = PaperSentBytes(algo, p, n, opt, c.stats.kprime_used);
+        double headers = 48.0 * 2 * (p + t);
+        EXPECT_NEAR(double(model->sent_bytes), paper, 0.02 * paper + headers + 8.0 * 2 * p);
       }
     }
   }
 }
 
-// Every registered algorithm runs the whole sweep.
-INSTANTIATE_TEST_SUITE_P(Algorithms, InvariantsTest, ::testing::ValuesIn(AllreduceNames()),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s) ch = ch == '-' ? '_' : ch;
-                           return s;
-                         });
+// Every registered algorithm runs the whole sweep on every fabric.
+std::vector<Param> Params(Fabric fabric) {
+  std::vector<Param> out;
+  for (const std::string& algo : AllreduceNames()) out.push_back({algo, fabric});
+  return out;
+}
+
+std::string Name(const ::testing::TestParamInfo<Param>& info) {
+  std::string s = info.param.algo;
+  for (char& ch : s) ch = ch == '-' ? '_' : ch;
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, InvariantsTest, ::testing::ValuesIn(Params(Fabric::kLoopback)),
+                         Name);
+INSTANTIATE_TEST_SUITE_P(Sim, InvariantsTest, ::testing::ValuesIn(Params(Fabric::kSim)), Name);
+INSTANTIATE_TEST_SUITE_P(Ucx, InvariantsTest, ::testing::ValuesIn(Params(Fabric::kUcx)), Name);
 
 }  // namespace
 }  // namespace gradex::testing
