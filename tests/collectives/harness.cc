@@ -59,9 +59,9 @@ std::vector<absl::Status> RunFabric(std::vector<std::unique_ptr<Transport>> tran
 // bootstrap round after wire-up keeps a rank that fails (or aborts) at once
 // from racing a peer's connection setup. A rank whose transport is aborted
 // when fn returns destroys it at once, as the agent does after a failed call
-// (UCX closes the connections when the worker is progressed or destroyed, so
-// an aborted but idle rank would look alive to its peers); the others wait
-// for every rank first, so that no rank tears down endpoints a peer uses.
+// (over TCP, peers of a rank aborted but kept idle were seen to wait to their
+// deadline; destroying it fails them at once); the others wait for every
+// rank first, so that no rank tears down endpoints a peer still uses.
 std::vector<absl::Status> RunUcx(int world,
                                  const std::function<absl::Status(int, Transport&)>& fn) {
   UcxOptions opt;
