@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "services/coordinator/limits.h"
@@ -68,6 +69,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobS
   }
   s->service_ = std::make_unique<CoordinatorService>(s->coordinator_.get(), s->metrics_.get(),
                                                      TokenAuth(opts.token));
+  // grpc.health.v1.Health: Kubernetes' grpc probes and gradex-health-probe.
+  // It answers without the job token (it says nothing about the job).
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder b;
   b.AddListeningPort(opts.listen, creds, &s->port_);
   b.RegisterService(s->service_.get());
@@ -77,6 +81,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobS
   if (!s->server_ || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", opts.listen));
   }
+  // "" (the server) is SERVING from the default service; the API's own name too.
+  s->server_->GetHealthCheckService()->SetServingStatus(kHealthServiceName, true);
   if (opts.metrics_port >= 0) {
     // The metrics endpoint binds where the API does (loopback unless opened).
     const std::string bind = absl::StrCat(
@@ -106,6 +112,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobS
 void CoordinatorServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  // Readiness drops before the listener closes.
+  if (server_ && server_->GetHealthCheckService()) server_->GetHealthCheckService()->Shutdown();
   stop_.Notify();
   if (ticker_.joinable()) ticker_.join();
   // Streams are cancelled after the deadline; WatchPlan never ends by itself.

@@ -31,6 +31,9 @@ struct ServerOptions {
   absl::Duration tick = absl::Milliseconds(50);
 };
 
+// The name the health service reports for the coordinator's API (besides "").
+inline constexpr char kHealthServiceName[] = "gradex.v1.Coordinator";
+
 // True for 127.0.0.0/8, localhost and [::1].
 bool IsLoopbackHost(const std::string& host);
 // Splits "host:port" / "[v6]:port"; INVALID_ARGUMENT when malformed.
