@@ -1,0 +1,273 @@
+{{/* Names, labels and small shared pieces of the gradex chart. */}}
+
+{{- define "gradex.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gradex.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The gradex job id: job.id, or the full name. */}}
+{{- define "gradex.jobId" -}}
+{{- default (include "gradex.fullname" .) .Values.job.id -}}
+{{- end -}}
+
+{{- define "gradex.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "gradex.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+gradex.dev/job: {{ include "gradex.jobId" . | trunc 63 | trimSuffix "-" | quote }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component (coordinator / trainer). */}}
+{{- define "gradex.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gradex.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "gradex.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gradex.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* registry/repository:tag@digest; the tag defaults to the appVersion. */}}
+{{- define "gradex.image" -}}
+{{- $img := .image -}}
+{{- $repo := required "image.repository is required (the coordinator/trainer image to run)" $img.repository -}}
+{{- $ref := $repo -}}
+{{- if $img.registry }}{{ $ref = printf "%s/%s" $img.registry $repo }}{{ end -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $ref $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $ref (default .root.Chart.AppVersion $img.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gradex.tokenSecretName" -}}
+{{- default (printf "%s-token" (include "gradex.fullname" .)) .Values.token.existingSecret -}}
+{{- end -}}
+
+{{/* The name the coordinator's certificate carries (the Service's DNS name). */}}
+{{- define "gradex.serverName" -}}
+{{- default (printf "%s-coordinator.%s.svc" (include "gradex.fullname" .) .Release.Namespace) .Values.tls.serverName -}}
+{{- end -}}
+
+{{- define "gradex.coordinatorAddress" -}}
+{{- printf "%s-coordinator.%s.svc:%d" (include "gradex.fullname" .) .Release.Namespace (int .Values.service.grpcPort) -}}
+{{- end -}}
+
+{{/* Checks of values that the schema cannot express (cross-field). */}}
+{{- define "gradex.validate" -}}
+{{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
+{{- fail "tls.enabled needs tls.secretName (a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt)" -}}
+{{- end -}}
+{{- if and .Values.tls.clientAuth (not .Values.tls.enabled) -}}
+{{- fail "tls.clientAuth needs tls.enabled" -}}
+{{- end -}}
+{{- if and .Values.tls.clientAuth .Values.workload.enabled (not .Values.tls.clientSecretName) -}}
+{{- fail "tls.clientAuth with the example workload needs tls.clientSecretName (the trainers' client certificate)" -}}
+{{- end -}}
+{{- if gt (int .Values.workload.ucxPortRange.start) (int .Values.workload.ucxPortRange.end) -}}
+{{- fail (printf "workload.ucxPortRange: start %d is after end %d" (int .Values.workload.ucxPortRange.start) (int .Values.workload.ucxPortRange.end)) -}}
+{{- end -}}
+{{- if and .Values.workload.enabled (ne (int .Values.job.worldSize) (mul (int .Values.workload.replicas) (int .Values.workload.nprocPerNode))) -}}
+{{- fail (printf "job.worldSize (%d) must equal workload.replicas x workload.nprocPerNode (%d x %d)" (int .Values.job.worldSize) (int .Values.workload.replicas) (int .Values.workload.nprocPerNode)) -}}
+{{- end -}}
+{{- if and (not .Values.job.autoTeams) (ne 0 (mod (int .Values.job.worldSize) (int .Values.job.teams))) -}}
+{{- fail (printf "job.teams (%d) must divide job.worldSize (%d)" (int .Values.job.teams) (int .Values.job.worldSize)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Peers allowed to scrape a metrics port (NetworkPolicy). */}}
+{{- define "gradex.metricsPeer" -}}
+- namespaceSelector:
+    {{- toYaml (default (dict) .Values.networkPolicy.metricsNamespaceSelector) | nindent 4 }}
+  podSelector:
+    {{- toYaml (default (dict) .Values.networkPolicy.metricsPodSelector) | nindent 4 }}
+{{- end -}}
+
+{{/* The trainers' DNS names: <fullname>-trainer-<i>.<fullname>-trainers. */}}
+{{- define "gradex.trainerService" -}}
+{{- printf "%s-trainers" (include "gradex.fullname" .) -}}
+{{- end -}}
+
+{{/* A trainer container (name given: PyTorchJob wants "pytorch"). */}}
+{{- define "gradex.trainerContainer" -}}
+{{- $root := .root -}}
+{{- $w := $root.Values.workload -}}
+{{- $tls := "/etc/gradex/tls" -}}
+- name: {{ .name }}
+  image: {{ include "gradex.image" (dict "image" $w.image "root" $root) | quote }}
+  imagePullPolicy: {{ $w.image.pullPolicy }}
+  {{- if $w.command }}
+  command:
+    {{- toYaml $w.command | nindent 4 }}
+  {{- with concat $w.args $w.extraArgs }}
+  args:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- else }}
+  # The example: gradex-agent on synthetic gradients, one per pod, until the
+  # client library's torchrun example replaces it (chart README).
+  command: [gradex-agent]
+  args:
+    - --coordinator=$(GRADEX_COORDINATOR)
+    - --job=$(GRADEX_JOB)
+    - --token-file=$(GRADEX_TOKEN_FILE)
+    - --agent-id=$(POD_NAME)
+    - --elements={{ int64 $w.example.elements }}
+    - --steps={{ int64 $w.example.steps }}
+    - --metrics-port={{ $w.metricsPort }}
+    - --metrics-any
+    {{- if $root.Values.tls.enabled }}
+    - --tls-ca=$(GRADEX_TLS_CA_FILE)
+    {{- if $root.Values.tls.clientAuth }}
+    - --tls-cert=$(GRADEX_TLS_CERT_FILE)
+    - --tls-key=$(GRADEX_TLS_KEY_FILE)
+    {{- end }}
+    {{- end }}
+    {{- with $w.extraArgs }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- end }}
+  env:
+    - name: POD_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    - name: GRADEX_COORDINATOR
+      value: {{ include "gradex.coordinatorAddress" $root | quote }}
+    - name: GRADEX_JOB
+      value: {{ include "gradex.jobId" $root | quote }}
+    - name: GRADEX_TOKEN_FILE
+      value: /etc/gradex/token/{{ $root.Values.token.secretKey }}
+    - name: GRADEX_METRICS_PORT
+      value: {{ $w.metricsPort | quote }}
+    {{- if $root.Values.tls.enabled }}
+    - name: GRADEX_TLS_CA_FILE
+      value: {{ $tls }}/ca.crt
+    - name: GRADEX_TLS_SERVER_NAME
+      value: {{ include "gradex.serverName" $root | quote }}
+    {{- if $root.Values.tls.clientAuth }}
+    - name: GRADEX_TLS_CERT_FILE
+      value: {{ $tls }}/client/tls.crt
+    - name: GRADEX_TLS_KEY_FILE
+      value: {{ $tls }}/client/tls.key
+    {{- end }}
+    {{- end }}
+    - name: UCX_TCP_PORT_RANGE
+      value: "{{ $w.ucxPortRange.start }}-{{ $w.ucxPortRange.end }}"
+    - name: NNODES
+      value: {{ $w.replicas | quote }}
+    - name: NPROC_PER_NODE
+      value: {{ $w.nprocPerNode | quote }}
+    {{- with .env }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+    {{- with $w.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: gradex-metrics
+      containerPort: {{ $w.metricsPort }}
+      protocol: TCP
+    - name: rendezvous
+      containerPort: {{ $w.rendezvousPort }}
+      protocol: TCP
+  {{- with $w.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml $w.securityContext | nindent 4 }}
+  volumeMounts:
+    - name: token
+      mountPath: /etc/gradex/token
+      readOnly: true
+    {{- if $root.Values.tls.enabled }}
+    - name: tls
+      mountPath: {{ $tls }}
+      readOnly: true
+    {{- if $root.Values.tls.clientAuth }}
+    - name: tls-client
+      mountPath: {{ $tls }}/client
+      readOnly: true
+    {{- end }}
+    {{- end }}
+{{- end -}}
+
+{{/* The trainer pod's spec around its container. */}}
+{{- define "gradex.trainerPodSpec" -}}
+{{- $root := .root -}}
+{{- $w := $root.Values.workload -}}
+serviceAccountName: {{ include "gradex.serviceAccountName" $root }}
+automountServiceAccountToken: false
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml $w.podSecurityContext | nindent 2 }}
+containers:
+  {{- include "gradex.trainerContainer" . | nindent 2 }}
+volumes:
+  - name: token
+    secret:
+      secretName: {{ include "gradex.tokenSecretName" $root }}
+      defaultMode: 0440
+  {{- if $root.Values.tls.enabled }}
+  - name: tls
+    secret:
+      secretName: {{ $root.Values.tls.secretName }}
+      items: [{key: ca.crt, path: ca.crt}]
+  {{- if $root.Values.tls.clientAuth }}
+  - name: tls-client
+    secret:
+      secretName: {{ $root.Values.tls.clientSecretName }}
+      defaultMode: 0440
+  {{- end }}
+  {{- end }}
+{{- with $w.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $w.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $w.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Labels and annotations of a trainer pod. */}}
+{{- define "gradex.trainerPodMeta" -}}
+labels:
+  {{- include "gradex.labels" . | nindent 2 }}
+  app.kubernetes.io/component: trainer
+  {{- with .Values.workload.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .Values.workload.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
