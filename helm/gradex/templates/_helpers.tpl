@@ -231,7 +231,7 @@ volumes:
   - name: token
     secret:
       secretName: {{ include "gradex.tokenSecretName" $root }}
-      defaultMode: 0440
+      defaultMode: 288  # 0440
   {{- if $root.Values.tls.enabled }}
   - name: tls
     secret:
@@ -241,7 +241,7 @@ volumes:
   - name: tls-client
     secret:
       secretName: {{ $root.Values.tls.clientSecretName }}
-      defaultMode: 0440
+      defaultMode: 288  # 0440
   {{- end }}
   {{- end }}
 {{- with $w.nodeSelector }}

@@ -6,7 +6,7 @@
 // .Values/.Release/.Chart/.Capabilities/.Template/.Files. Only what the
 // gradex chart needs; a function it lacks fails the parse, not silently.
 //
-// usage: helmrender [-f values.yaml]... [--name R] [--namespace N] CHART_DIR
+// usage: helmrender [-f values.yaml]... [--name R] [--namespace N] [--dump-values] CHART_DIR
 // Prints the manifests ("---\n# Source: CHART/templates/F") to stdout; exit 1
 // with "Error: ..." (Helm's wording) on bad values or a failing template.
 package main
@@ -37,7 +37,7 @@ func (v *valueFiles) Set(s string) error { *v = append(*v, s); return nil }
 // Files is .Files: the chart's non-template files by slash path.
 type Files map[string][]byte
 
-func (f Files) Get(name string) string { return string(f[name]) }
+func (f Files) Get(name string) string      { return string(f[name]) }
 func (f Files) GetBytes(name string) []byte { return f[name] }
 func (f Files) Glob(pattern string) Files {
 	out := Files{}
@@ -155,6 +155,7 @@ func main() {
 	name := flag.String("name", "release-name", "release name")
 	namespace := flag.String("namespace", "default", "release namespace")
 	kubeVersion := flag.String("kube-version", "v1.29.0", "Capabilities.KubeVersion")
+	dumpValues := flag.Bool("dump-values", false, "print the merged values as JSON (before the schema check) and exit")
 	flag.Var(&files, "f", "values file (repeatable; later ones win)")
 	flag.Parse()
 	if flag.NArg() != 1 {
@@ -174,6 +175,11 @@ func main() {
 	values := readYAMLMap(filepath.Join(chartDir, "values.yaml"))
 	for _, f := range files {
 		values = mergeValues(values, readYAMLMap(f))
+	}
+	if *dumpValues {
+		b, _ := json.Marshal(values)
+		fmt.Println(string(b))
+		return
 	}
 	validateSchema(chartDir, values)
 

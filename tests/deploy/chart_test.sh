@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The fast chart checks (ctest: deploy_chart): helmrender renders helm/gradex
+# for the default values and every tests/deploy/values/*.yaml (Helm's schema
+# check included), every tests/deploy/bad/*.yaml fails with the message its
+# "# expect:" line names, the alert rules load and pass their promtool unit
+# tests (the rendered PrometheusRule's too), and the dashboards are
+# scripts/gen-dashboards' output.
+# usage: chart_test.sh [OUT_DIR]  (renders are left in OUT_DIR/renders)
+# Exit 77 (skip) when Go, the Go libraries or promtool are missing:
+# scripts/install-deps installs them.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+CHART=$ROOT/helm/gradex
+OUT=${1:-$(mktemp -d "${TMPDIR:-/tmp}/gradex-chart.XXXXXX")}
+mkdir -p "$OUT/renders"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+export GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=${GOCACHE:-$OUT/gocache} GOFLAGS=
+for need in go promtool; do
+  command -v "$need" >/dev/null || { echo "SKIP: no $need (scripts/install-deps installs it)"; exit 77; }
+done
+for lib in github.com/Masterminds/sprig sigs.k8s.io/yaml github.com/xeipuuv/gojsonschema; do
+  [[ -d /usr/share/gocode/src/$lib ]] || { echo "SKIP: no Go library $lib (scripts/install-deps)"; exit 77; }
+done
+(cd "$HERE/helmrender" && go build -o "$OUT/helmrender" .) || fail "helmrender does not build"
+R=$OUT/helmrender
+
+# Good value sets render.
+"$R" --name gx --namespace gradex "$CHART" >"$OUT/renders/default.yaml" || fail "default values do not render"
+for v in "$HERE"/values/*.yaml; do
+  n=$(basename "$v" .yaml)
+  "$R" --name gx --namespace gradex -f "$v" "$CHART" >"$OUT/renders/$n.yaml" || fail "values $n do not render"
+done
+echo "rendered: default $(cd "$HERE/values" && ls -- *.yaml | sed 's/\.yaml$//' | tr '\n' ' ')"
+
+# Expected objects (a template that silently renders nothing fails here).
+expect_kinds() {
+  local file=$1 kind
+  shift
+  for kind in "$@"; do
+    grep -q "^kind: $kind$" "$file" || fail "$(basename "$file"): no $kind"
+  done
+}
+expect_kinds "$OUT/renders/default.yaml" Deployment Service Secret ConfigMap NetworkPolicy Job ServiceAccount
+expect_kinds "$OUT/renders/monitors.yaml" ServiceMonitor PodMonitor PrometheusRule
+expect_kinds "$OUT/renders/pytorchjob.yaml" PyTorchJob
+! grep -q "^kind: Secret$" "$OUT/renders/tls.yaml" || fail "tls.yaml: a token Secret although token.existingSecret is set"
+grep -q -- "- --tls-cert=/etc/gradex/tls/tls.crt" "$OUT/renders/tls.yaml" || fail "tls.yaml: the coordinator has no --tls-cert"
+grep -q "/usr/bin/gradex-health-probe" "$OUT/renders/tls.yaml" || fail "tls.yaml: no exec health probe under TLS"
+grep -q "^ *grpc:$" "$OUT/renders/default.yaml" || fail "default: no grpc probe"
+n=$(grep -c "grafana_dashboard: \"1\"" "$OUT/renders/default.yaml")
+((n == $(ls "$CHART"/dashboards/*.json | wc -l))) || fail "default: $n dashboard ConfigMaps"
+
+# Bad value sets fail, with the message they name.
+for b in "$HERE"/bad/*.yaml; do
+  want=$(sed -n 's/^# expect: //p' "$b" | head -n 1)
+  [[ -n "$want" ]] || fail "$b has no '# expect:' line"
+  if out=$("$R" -f "$b" "$CHART" 2>&1 >/dev/null); then
+    fail "$(basename "$b") rendered, expected an error: $want"
+  fi
+  [[ "$out" == *"$want"* ]] || fail "$(basename "$b"): error does not say '$want': $out"
+  printf 'rejected %s: %s\n' "$(basename "$b")" "$(tail -n 1 <<<"$out" | sed 's/^.*error calling fail: //' | cut -c1-150)"
+done
+
+# Alerts: the rule file and the rendered PrometheusRule load; unit tests pass.
+promtool check rules "$CHART/rules/gradex-alerts.yaml" >/dev/null || fail "promtool check rules"
+python3 - "$OUT/renders/monitors.yaml" "$OUT/rendered-rules.yaml" <<'PY' || fail "no PrometheusRule in the monitors render"
+import json, sys
+docs = open(sys.argv[1]).read().split("\n---\n")
+for d in docs:
+    if "\nkind: PrometheusRule\n" in "\n" + d:
+        spec = d.split("\nspec:\n", 1)[1]
+        open(sys.argv[2], "w").write("\n".join(l[2:] for l in spec.splitlines()) + "\n")
+        break
+else:
+    sys.exit(1)
+PY
+promtool check rules "$OUT/rendered-rules.yaml" >/dev/null || fail "the rendered PrometheusRule's rules do not load"
+(cd "$HERE" && promtool test rules alerts_test.yaml) || fail "promtool test rules"
+
+# Dashboards are the generator's output.
+python3 "$ROOT/scripts/gen-dashboards" "$OUT/dashboards"
+diff -r "$OUT/dashboards" "$CHART/dashboards" >/dev/null ||
+  fail "helm/gradex/dashboards differ from scripts/gen-dashboards' output (run it)"
+echo "PASS chart checks ($OUT)"
