@@ -48,13 +48,20 @@ int main(int argc, char** argv) {
   std::string addr, service, ca, server_name, cert, key;
   int timeout_ms = 1000;
   for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+    std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if (i + 1 >= argc) return Usage(absl::StrCat("unknown flag or missing value: ", a));
-    const std::string v = argv[++i];
+    std::string v;  // --flag=value or --flag value
+    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < argc) {
+      v = argv[++i];
+    } else {
+      return Usage(absl::StrCat("unknown flag or missing value: ", a));
+    }
     if (a == "--addr") {
       addr = v;
     } else if (a == "--service") {

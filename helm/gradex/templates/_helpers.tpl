@@ -92,7 +92,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.workload.enabled (ne (int .Values.job.worldSize) (mul (int .Values.workload.replicas) (int .Values.workload.nprocPerNode))) -}}
 {{- fail (printf "job.worldSize (%d) must equal workload.replicas x workload.nprocPerNode (%d x %d)" (int .Values.job.worldSize) (int .Values.workload.replicas) (int .Values.workload.nprocPerNode)) -}}
 {{- end -}}
-{{- if and (not .Values.job.autoTeams) (ne 0 (mod (int .Values.job.worldSize) (int .Values.job.teams))) -}}
+{{- if ne 0 (mod (int .Values.job.worldSize) (int .Values.job.teams)) -}}
 {{- fail (printf "job.teams (%d) must divide job.worldSize (%d)" (int .Values.job.teams) (int .Values.job.worldSize)) -}}
 {{- end -}}
 {{- end -}}
