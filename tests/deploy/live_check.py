@@ -18,7 +18,7 @@ usage: live_check.py BIN_DIR HELMRENDER CHART WORKDIR
 import base64, json, os, re, signal, socket, subprocess, sys, time, urllib.parse, urllib.request
 import yaml
 
-BIN, RENDER, CHART, WORK = sys.argv[1:5]
+BIN = RENDER = CHART = WORK = None  # set from argv (kube_play.py imports the helpers)
 PROCS = []
 # Late enough that Prometheus has scraped every trainer before it (a counter
 # whose first sample is already 1 shows no increase()).
@@ -69,6 +69,34 @@ def prom(port, query, at=None):
     if d["status"] != "success":
         fail(f"query failed: {query}: {d}")
     return d["data"]["result"]
+
+
+def save_series(pport, subst, t0, t1, path):
+    """Every panel's queries over the run (range queries, 2 s steps)."""
+    out = {}
+    for fn in sorted(os.listdir(f"{CHART}/dashboards")):
+        d = json.load(open(f"{CHART}/dashboards/{fn}"))
+        panels = []
+        for p in d["panels"]:
+            series = []
+            for t in p["targets"]:
+                q = t["expr"]
+                for k, v in subst.items():
+                    q = q.replace(k, v)
+                url = f"http://127.0.0.1:{pport}/api/v1/query_range?" + urllib.parse.urlencode(
+                    {"query": q, "start": f"{t0:.0f}", "end": f"{t1:.0f}", "step": "2"})
+                with urllib.request.urlopen(url, timeout=30) as r:
+                    res = json.load(r)["data"]["result"]
+                for r in res:
+                    legend = re.sub(r"\{\{ *(\w+) *\}\}", lambda m: r["metric"].get(m.group(1), ""),
+                                    t["legendFormat"])
+                    series.append({"legend": legend, "labels": r["metric"], "t": [float(v[0]) - t0 for v in r["values"]],
+                                   "v": [float(v[1]) for v in r["values"]]})
+            panels.append({"title": p["title"], "type": p["type"], "unit": p["fieldConfig"]["defaults"].get("unit", ""),
+                           "stack": p["fieldConfig"]["defaults"].get("custom", {}).get("stacking", {}).get("mode") == "normal",
+                           "gridPos": p["gridPos"], "repeat": p.get("repeat"), "series": series})
+        out[fn] = {"title": d["title"], "panels": panels}
+    json.dump(out, open(path, "w"))
 
 
 def render():
@@ -231,6 +259,7 @@ def main():
                lambda: prom(pport, 'up{gradex_component="coordinator"} == 1'), 60)
 
     # The trainers: the rendered container, $(VAR)s expanded as the kubelet does.
+    t_start = time.time()
     jobid = json.loads(job_cm["data"]["job.json"])["job_id"]
     agents = []
     for i, (name, meta) in enumerate(pods):
@@ -329,6 +358,8 @@ def main():
                 empty_panels.append(f"{fn}: {p['title']}")
     json.dump({"prometheus_port": pport, "t_stall": t_stall, "t_end": t_end, "panels": results},
               open(f"{WORK}/panels.json", "w"), indent=1)
+    if os.environ.get("LIVE_SAVE_SERIES"):  # for scripts/plot-dashboards
+        save_series(pport, subst, t_start, t_end, os.environ["LIVE_SAVE_SERIES"])
     if empty_panels:
         fail(f"{len(empty_panels)} of {panels} panels show no data:\n  " + "\n  ".join(empty_panels))
     print(f"dashboards: all {panels} panels show data ({queries - len(empty_queries)} of {queries} queries)")
@@ -343,6 +374,7 @@ def main():
 
 
 if __name__ == "__main__":
+    BIN, RENDER, CHART, WORK = sys.argv[1:5]
     try:
         main()
     finally:

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""`podman kube play` of what the chart renders, with the images of
+scripts/images: the coordinator Deployment (its ConfigMap and token), the
+health probe answering inside the container (gradex-health-probe by exec,
+the image has no shell), the indexed Job's 4 trainer pods, each as the Job
+controller would make it (completion index annotation, JOB_COMPLETION_INDEX,
+hostname/subdomain), finishing their example run, and a Prometheus on the
+host scraping the pods' IPs through the rendered ServiceMonitor and
+PodMonitor (selectors, named ports, relabelings).
+
+podman 4.3 (Debian 12) adaptations, each mirrored in nothing the chart
+renders: the token Secret is played as a ConfigMap (4.3's kube play
+panics on Secret volumes); the Service's DNS name becomes a hostAliases
+entry (podman has no Services); grpc probes, which 4.3 does not run, are
+dropped and the same Health/Check is made by exec.
+
+usage: kube_play.py HELMRENDER CHART WORKDIR  (root; CONTAINERS_CONF set)
+"""
+import base64, copy, json, os, subprocess, sys, time
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import live_check as lc  # noqa: E402  (the monitor -> scrape config helpers)
+
+RENDER, CHART, WORK = sys.argv[1:4]
+lc.WORK = WORK
+PODS = []
+
+
+def sh(*argv, check=True, timeout=300):
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode:
+        lc.fail(f"{' '.join(argv[:4])}: {r.stdout[-800:]}{r.stderr[-1500:]}")
+    return r.stdout.strip()
+
+
+def as_configmap(secret):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": secret["metadata"],
+            "data": {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}}
+
+
+def adapt(spec):
+    for v in spec.get("volumes", []):
+        if "secret" in v:
+            v["configMap"] = {"name": v.pop("secret")["secretName"]}
+    for c in spec["containers"]:
+        for probe in ("livenessProbe", "readinessProbe"):
+            if "grpc" in c.get(probe, {}):
+                c.pop(probe)
+
+
+def play(name, docs):
+    path = f"{WORK}/{name}.yaml"
+    with open(path, "w") as f:
+        yaml.safe_dump_all(docs, f)
+    sh("podman", "kube", "play", path)
+    PODS.append(path)
+
+
+def main():
+    os.makedirs(WORK, exist_ok=True)
+    version = yaml.safe_load(open(f"{CHART}/Chart.yaml"))["appVersion"]
+    values = {
+        "image": {"registry": "localhost"},
+        "workload": {"image": {"registry": "localhost"}, "example": {"elements": 100003, "steps": 1500},
+                     "extraEnv": [{"name": "UCX_TLS", "value": "tcp"}]},
+        "serviceMonitor": {"enabled": True, "interval": "1s", "scrapeTimeout": "900ms"},
+        "podMonitor": {"enabled": True, "interval": "1s", "scrapeTimeout": "900ms"},
+    }
+    vf = f"{WORK}/values.yaml"
+    yaml.safe_dump(values, open(vf, "w"))
+    out = sh(RENDER, "--name", "gx", "--namespace", "gradex", "-f", vf, CHART)
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    objs = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    dep, job = lc.one(objs, "Deployment"), lc.one(objs, "Job")
+    svc = objs[("Service", "gx-gradex-coordinator")]
+    smon, pmon = lc.one(objs, "ServiceMonitor"), lc.one(objs, "PodMonitor")
+    token = as_configmap(lc.one(objs, "Secret"))
+    jobcm = objs[("ConfigMap", "gx-gradex-job")]
+    for img in (dep["spec"]["template"]["spec"]["containers"][0]["image"],
+                job["spec"]["template"]["spec"]["containers"][0]["image"]):
+        if not img.endswith(f":{version}"):
+            lc.fail(f"rendered image {img} is not tagged {version}")
+        sh("podman", "image", "exists", img)
+
+    # The coordinator.
+    d = copy.deepcopy(dep)
+    adapt(d["spec"]["template"]["spec"])
+    play("coordinator", [d, jobcm, token])
+    cpod = f"{dep['metadata']['name']}-pod-0"
+    ctr = f"{cpod}-coordinator"
+    lc.wait_until("coordinator container serving",
+                  lambda: "serving on" in sh("podman", "logs", ctr, check=False) +
+                  subprocess.run(["podman", "logs", ctr], capture_output=True, text=True).stderr, 60)
+    grpc = [p["containerPort"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]
+            if p["name"] == "grpc"][0]
+    probe = sh("podman", "exec", ctr, "/usr/bin/gradex-health-probe", f"--addr=127.0.0.1:{grpc}")
+    print(f"coordinator pod: health probe by exec: {probe}")
+    infra = json.loads(sh("podman", "pod", "inspect", cpod))["InfraContainerID"]
+    nets = json.loads(sh("podman", "inspect", infra))[0]["NetworkSettings"]["Networks"]
+    cip = list(nets.values())[0]["IPAddress"]
+    svc_name = f"{svc['metadata']['name']}.gradex.svc"
+
+    # The trainers: the Job controller's pods.
+    tpl = job["spec"]["template"]
+    n = job["spec"]["completions"]
+    pod_names = []
+    for i in range(n):
+        meta = copy.deepcopy(tpl["metadata"])
+        meta["name"] = f"{job['metadata']['name']}-{i}"
+        meta["annotations"] = {"batch.kubernetes.io/job-completion-index": str(i)}
+        spec = copy.deepcopy(tpl["spec"])
+        adapt(spec)
+        spec["hostname"] = meta["name"]
+        spec["hostAliases"] = [{"ip": cip, "hostnames": [svc_name]}]
+        spec["containers"][0]["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(i)})
+        play(f"trainer{i}", [{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}, token])
+        pod_names.append(meta["name"])
+
+    # Prometheus on the host, scrape jobs from the monitors, targets = pod IPs.
+    def pod_ip(pod):
+        infra = json.loads(sh("podman", "pod", "inspect", pod))["InfraContainerID"]
+        return list(json.loads(sh("podman", "inspect", infra))[0]["NetworkSettings"]["Networks"].values())[0]["IPAddress"]
+    if not lc.matches(smon["spec"]["selector"], svc["metadata"]["labels"]) or \
+            not lc.matches(pmon["spec"]["selector"], tpl["metadata"]["labels"]):
+        lc.fail("the monitors do not select the rendered Service / trainer pods")
+    ep, pep = smon["spec"]["endpoints"][0], pmon["spec"]["podMetricsEndpoints"][0]
+    sport = [p for p in svc["spec"]["ports"] if p["name"] == ep["port"]][0]["targetPort"]
+    cport = [p["containerPort"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"] if p["name"] == sport][0]
+    tport = [p["containerPort"] for p in tpl["spec"]["containers"][0]["ports"] if p["name"] == pep["port"]][0]
+    cfg = {"global": {"scrape_interval": "1s"}, "scrape_configs": [
+        {"job_name": f"serviceMonitor/gradex/{smon['metadata']['name']}/0", "scrape_timeout": ep["scrapeTimeout"],
+         "static_configs": [{"targets": [f"{cip}:{cport}"], "labels": lc.meta_labels(dep["spec"]["template"]["metadata"], cpod)}],
+         "relabel_configs": lc.relabel(ep["relabelings"])},
+        {"job_name": f"podMonitor/gradex/{pmon['metadata']['name']}/0", "scrape_timeout": pep["scrapeTimeout"],
+         "static_configs": [{"targets": [f"{pod_ip(p)}:{tport}"],
+                             "labels": lc.meta_labels({**tpl["metadata"], "annotations": {"batch.kubernetes.io/job-completion-index": str(i)}}, p)}
+                            for i, p in enumerate(pod_names)],
+         "relabel_configs": lc.relabel(pep["relabelings"])}]}
+    yaml.safe_dump(cfg, open(f"{WORK}/prometheus.yml", "w"))
+    pport = lc.free_port()
+    lc.start("prometheus", ["prometheus", f"--config.file={WORK}/prometheus.yml",
+                            f"--storage.tsdb.path={WORK}/prom-data", f"--web.listen-address=127.0.0.1:{pport}"])
+    lc.wait_until("prometheus scraping the coordinator and 4 trainer pods",
+                  lambda: (r := lc.prom(pport, 'count(up{gradex_job="gx-gradex"} == 1)')) and r[0]["value"][1] == str(n + 1), 120)
+    print(f"prometheus: {n + 1} pod targets up through the rendered monitors")
+
+    for i, p in enumerate(pod_names):
+        ctr_name = f"{p}-trainer"
+        rc = sh("podman", "wait", ctr_name, timeout=600)
+        logs = subprocess.run(["podman", "logs", ctr_name], capture_output=True, text=True)
+        last = [l for l in logs.stdout.splitlines() if l.startswith("step ")][-1:] or ["(no step line)"]
+        if rc != "0":
+            lc.fail(f"trainer pod {p} exited {rc}: {logs.stderr[-800:]}")
+        print(f"trainer pod {i}: exit 0, last line: {last[0][:90]}")
+    steps = lc.prom(pport, 'sum(last_over_time(gradex_agent_steps_total{outcome="ok"}[10m]))')
+    print(f"prometheus: {steps[0]['value'][1]} ok steps counted over the 4 trainer pods")
+    print("PASS kube play")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        for path in reversed(PODS):
+            subprocess.run(["podman", "kube", "down", path], capture_output=True)
+        for p in lc.PROCS:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
