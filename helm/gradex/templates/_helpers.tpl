@@ -140,6 +140,7 @@ app.kubernetes.io/component: {{ .component }}
     - --metrics-any
     {{- if $root.Values.tls.enabled }}
     - --tls-ca=$(GRADEX_TLS_CA_FILE)
+    - --tls-server-name=$(GRADEX_TLS_SERVER_NAME)
     {{- if $root.Values.tls.clientAuth }}
     - --tls-cert=$(GRADEX_TLS_CERT_FILE)
     - --tls-key=$(GRADEX_TLS_KEY_FILE)
