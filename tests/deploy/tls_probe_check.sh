@@ -5,7 +5,8 @@
 # (mutual TLS) and certificates made here the way cert-manager lays out a
 # kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt; SAN = the Service's DNS
 # name), then the rendered readiness and liveness probe commands: SERVING;
-# the same probe trusting another CA: refused.
+# the same probe trusting another CA: refused; the rendered example trainer
+# joins over mutual TLS with its client certificate.
 # usage: tls_probe_check.sh BIN_DIR HELMRENDER CHART WORKDIR
 set -euo pipefail
 BIN=$(cd "$1" && pwd)
@@ -36,6 +37,13 @@ for kind in ("readinessProbe", "livenessProbe"):
     open(f"{w}/{kind}.cmd", "w").write("\n".join(m(a) for a in cmd) + "\n")
 name = [a for a in c[ "readinessProbe"]["exec"]["command"] if a.startswith("--tls-server-name=")][0].split("=", 1)[1]
 open(f"{w}/server-name", "w").write(name)
+# The example trainer's command, its $(VAR)s expanded from its env, paths mapped.
+tj = [d for d in docs if d["kind"] == "Job"][0]["spec"]["template"]["spec"]["containers"][0]
+env = {e["name"]: e.get("value", "trainer-0") for e in tj["env"]}
+env["GRADEX_COORDINATOR"] = f"127.0.0.1:{port}"
+ex = lambda a: __import__("re").sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), a)
+open(f"{w}/trainer.args", "w").write("\n".join(m(ex(a)) for a in tj["command"] + tj["args"]
+                                               if not a.startswith("--metrics")) + "\n")
 PY
 name=$(cat "$W/server-name")
 cd "$W"
@@ -49,6 +57,12 @@ openssl x509 -req -in server.csr -CA tls/ca.crt -CAkey ca.key -CAcreateserial -o
   -days 1 -extfile server.ext 2>/dev/null
 key other.key
 openssl req -x509 -new -key other.key -out other/ca.crt -days 1 -subj "/CN=other-ca" 2>/dev/null
+mkdir -p tls/client
+key tls/client/tls.key
+openssl req -new -key tls/client/tls.key -out client.csr -subj "/CN=trainer-0" 2>/dev/null
+printf 'extendedKeyUsage=clientAuth\n' >client.ext
+openssl x509 -req -in client.csr -CA tls/ca.crt -CAkey ca.key -CAcreateserial -out tls/client/tls.crt \
+  -days 1 -extfile client.ext 2>/dev/null
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"token/token"
 mapfile -t args <"$W/coordinator.args"
 "$BIN/gradex-coordinator" "${args[@]}" >"$W/coordinator.log" 2>&1 &
@@ -69,3 +83,13 @@ cmd[0]=$BIN/gradex-health-probe
 for i in "${!cmd[@]}"; do cmd[$i]=${cmd[$i]/"$W/tls/ca.crt"/"$W/other/ca.crt"}; done
 if out=$("${cmd[@]}" 2>&1); then fail "a probe trusting another CA got: $out"; fi
 echo "probe trusting another CA: refused ($(echo "$out" | cut -c1-100))"
+# The rendered example trainer joins over mutual TLS with its client
+# certificate (it then waits for the rest of the world: stopped here).
+mapfile -t targs <"$W/trainer.args"
+"$BIN/${targs[0]}" "${targs[@]:1}" --join-timeout-s 20 >"$W/trainer.log" 2>&1 &
+tpid=$!
+for _ in $(seq 200); do grep -q "join: member .*agent 'trainer-0'" "$W/coordinator.log" && break; sleep 0.1; done
+kill "$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null || true
+grep -q "join: member .*agent 'trainer-0'" "$W/coordinator.log" ||
+  fail "the rendered TLS trainer did not join: $(tail -n 3 "$W/trainer.log")"
+echo "rendered trainer joined over mutual TLS: $(grep -m1 "join: member .*agent 'trainer-0'" "$W/coordinator.log" | cut -d' ' -f3- | cut -c1-90)"
