@@ -12,11 +12,15 @@ podman 4.3 (Debian 12) adaptations, each mirrored in nothing the chart
 renders: the token Secret is played as a ConfigMap (4.3's kube play
 panics on Secret volumes); the Service's DNS name becomes a hostAliases
 entry (podman has no Services); grpc probes, which 4.3 does not run, are
-dropped and the same Health/Check is made by exec.
+dropped and the same Health/Check is made by exec; fieldRef env values and
+$(VAR)s in args, which 4.3 leaves alone, are resolved as the kubelet does;
+containerPorts are dropped (4.3 publishes them on the host, where the 4
+trainers' would collide): the pods are reached on their own addresses at
+the ports the rendered objects name.
 
 usage: kube_play.py HELMRENDER CHART WORKDIR  (root; CONTAINERS_CONF set)
 """
-import base64, copy, json, os, subprocess, sys, time
+import base64, copy, json, os, subprocess, sys, time, urllib.request
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +48,7 @@ def adapt(spec):
         if "secret" in v:
             v["configMap"] = {"name": v.pop("secret")["secretName"]}
     for c in spec["containers"]:
+        c.pop("ports", None)  # 4.3 publishes them on the host: 4 trainers would collide
         for probe in ("livenessProbe", "readinessProbe"):
             if "grpc" in c.get(probe, {}):
                 c.pop(probe)
@@ -113,7 +118,18 @@ def main():
         adapt(spec)
         spec["hostname"] = meta["name"]
         spec["hostAliases"] = [{"ip": cip, "hostnames": [svc_name]}]
-        spec["containers"][0]["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(i)})
+        c = spec["containers"][0]
+        c["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(i)})
+        # podman 4.3 neither resolves fieldRefs nor expands $(VAR) in args:
+        # done here as the kubelet does.
+        env = {}
+        for e in c["env"]:
+            if "valueFrom" in e:
+                path = e.pop("valueFrom")["fieldRef"]["fieldPath"]
+                e["value"] = meta["name"] if path == "metadata.name" else str(i)
+            e["value"] = lc.expand(e["value"], env)
+            env[e["name"]] = e["value"]
+        c["args"] = [lc.expand(a, env) for a in c["args"]]
         play(f"trainer{i}", [{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}, token])
         pod_names.append(meta["name"])
 
@@ -141,8 +157,18 @@ def main():
     pport = lc.free_port()
     lc.start("prometheus", ["prometheus", f"--config.file={WORK}/prometheus.yml",
                             f"--storage.tsdb.path={WORK}/prom-data", f"--web.listen-address=127.0.0.1:{pport}"])
-    lc.wait_until("prometheus scraping the coordinator and 4 trainer pods",
-                  lambda: (r := lc.prom(pport, 'count(up{gradex_job="gx-gradex"} == 1)')) and r[0]["value"][1] == str(n + 1), 120)
+    lc.wait_until("prometheus ready",
+                  lambda: "Server is ready to receive web requests" in open(f"{WORK}/prometheus.log").read(), 30)
+    end = time.time() + 120
+    while not ((r := lc.prom(pport, 'count(up{gradex_job="gx-gradex"} == 1)')) and r[0]["value"][1] == str(n + 1)):
+        if time.time() > end:
+            with urllib.request.urlopen(f"http://127.0.0.1:{pport}/api/v1/targets", timeout=10) as t:
+                targets = json.load(t)["data"]["activeTargets"]
+            why = "; ".join(f"{t['scrapeUrl']} {t['health']} {t['lastError']}" for t in targets)
+            logs = subprocess.run(["podman", "logs", "--tail", "5", f"{pod_names[0]}-trainer"],
+                                  capture_output=True, text=True)
+            lc.fail(f"prometheus does not see {n + 1} targets up: {why}\ntrainer 0: {logs.stdout}{logs.stderr}")
+        time.sleep(1)
     print(f"prometheus: {n + 1} pod targets up through the rendered monitors")
 
     for i, p in enumerate(pod_names):
@@ -154,7 +180,7 @@ def main():
             lc.fail(f"trainer pod {p} exited {rc}: {logs.stderr[-800:]}")
         print(f"trainer pod {i}: exit 0, last line: {last[0][:90]}")
     steps = lc.prom(pport, 'sum(last_over_time(gradex_agent_steps_total{outcome="ok"}[10m]))')
-    print(f"prometheus: {steps[0]['value'][1]} ok steps counted over the 4 trainer pods")
+    print(f"prometheus: {steps[0]['value'][1]} ok steps in the trainers' last scrapes (1 s apart)")
     print("PASS kube play")
 
 
