@@ -280,7 +280,7 @@ func main() {
 	var out strings.Builder
 	for _, n := range tplNames {
 		base := path.Base(n)
-		if strings.HasPrefix(base, "_") || base == "NOTES.txt" {
+		if strings.HasPrefix(base, "_") {
 			continue
 		}
 		data := map[string]interface{}{
@@ -293,6 +293,9 @@ func main() {
 			die("%v", err)
 		}
 		s := strings.Replace(buf.String(), "<no value>", "", -1)
+		if base == "NOTES.txt" { // rendered (a failing one fails), printed by helm install, not a manifest
+			continue
+		}
 		if strings.TrimSpace(s) == "" {
 			continue
 		}
