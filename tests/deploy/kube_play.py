@@ -67,7 +67,9 @@ def main():
     version = yaml.safe_load(open(f"{CHART}/Chart.yaml"))["appVersion"]
     values = {
         "image": {"registry": "localhost"},
-        "workload": {"image": {"registry": "localhost"}, "example": {"elements": 100003, "steps": 1500},
+        "workload": {"image": {"registry": "localhost"},
+                     # long enough for Prometheus (started once the pods have addresses) to scrape them
+                     "example": {"elements": 100003, "steps": 5000},
                      "extraEnv": [{"name": "UCX_TLS", "value": "tcp"}]},
         "serviceMonitor": {"enabled": True, "interval": "1s", "scrapeTimeout": "900ms"},
         "podMonitor": {"enabled": True, "interval": "1s", "scrapeTimeout": "900ms"},
