@@ -8,24 +8,21 @@
 #include <cstdint>
 #include <vector>
 
+#include "catalog/models.h"
 #include "collectives/frame.h"
 
 namespace gradex {
 
-// Entries a block of `size` elements keeps: ceil(density * size), at most size.
-// The small epsilon keeps 0.01 * 6250000 at 62500 despite binary rounding.
-inline size_t KeepCount(double density, size_t size) {
-  if (density <= 0) return 0;
-  double k = std::ceil(density * static_cast<double>(size) - 1e-9);
-  return k >= static_cast<double>(size) ? size : static_cast<size_t>(k);
-}
+// The catalog's models (shared with the coordinator and the simulator).
+using catalog::CeilLog2;
+using catalog::KeepCount;
 
 class BlockLayout {
  public:
   // Blocks b = 0..parts-1 cover [b*n/parts, (b+1)*n/parts); some may be empty.
   BlockLayout(size_t n, int parts, double density) : n_(n), parts_(parts) {
     bounds_.resize(parts + 1);
-    for (int b = 0; b <= parts; ++b) bounds_[b] = n * static_cast<size_t>(b) / parts;
+    for (int b = 0; b <= parts; ++b) bounds_[b] = catalog::BlockBegin(n, parts, b);
     keep_.resize(parts);
     for (int b = 0; b < parts; ++b) keep_[b] = KeepCount(density, bounds_[b + 1] - bounds_[b]);
   }
@@ -80,12 +77,6 @@ inline Group CrossTeamGroup(int rank, int world, int teams) {
   for (int t = 0; t < teams; ++t) g.ranks.push_back(t * q + rank % q);
   g.me = rank / q;
   return g;
-}
-
-inline int CeilLog2(int p) {
-  int s = 0;
-  while ((1 << s) < p) ++s;
-  return s;
 }
 
 }  // namespace gradex

@@ -10,7 +10,6 @@ namespace gradex {
 
 class DenseAllreduce : public SparseAllreduce {
  public:
-  AlgorithmTraits traits() const override { return {.dense = true}; }
   absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
                    std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
                    CallStats* stats) final;

@@ -11,7 +11,6 @@
 #include "collectives/dense_allreduce.h"
 #include "collectives/link.h"
 #include "collectives/one_way.h"
-#include "collectives/peer_algorithms.h"
 #include "collectives/phase_timer.h"
 #include "collectives/power_of_two_fold.h"
 
@@ -85,8 +84,8 @@ class DenseRabenseifner final : public DenseAllreduce {
 
   absl::Status Schedule(const CallContext& ctx, float* data, size_t n, PhaseTimes* times) override {
     const PowerOfTwoFold fold(ctx.transport->rank(), ctx.transport->size());
-    Link link(ctx, AlgorithmId::kDenseRabenseifner, times);
-    OneWay one(ctx, AlgorithmId::kDenseRabenseifner, times);
+    Link link(ctx, id(), times);
+    OneWay one(ctx, id(), times);
     const BlockRange whole{0, static_cast<uint32_t>(n)};
     if (fold.folded_out) {
       Bytes out;
@@ -132,8 +131,7 @@ class DenseRabenseifner final : public DenseAllreduce {
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateDenseRabenseifner() {
-  return std::make_unique<DenseRabenseifner>();
-}
+GRADEX_REGISTER_ALGORITHM("dense-rabenseifner",
+                          [] { return std::make_unique<DenseRabenseifner>(); });
 
 }  // namespace gradex

@@ -1,6 +1,5 @@
 // dense-ring: the dense baseline, ring reduce-scatter then ring all-gather
 // (P-1 steps each, 2(P-1)/P of the gradient sent per rank).
-#include "collectives/dense_ring.h"
 
 #include <cstring>
 
@@ -8,7 +7,6 @@
 #include "collectives/dense_allreduce.h"
 #include "collectives/link.h"
 #include "collectives/phase_timer.h"
-#include "collectives/volume_model.h"
 
 namespace gradex {
 namespace {
@@ -18,16 +16,26 @@ enum : uint16_t { kPhaseReduceScatter = 1, kPhaseAllGather = 2 };
 class DenseRing final : public DenseAllreduce {
  public:
   std::string_view name() const override { return "dense-ring"; }
-  absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
+  // 2(P-1) dense frames of one block each.
+  absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions&,
                                      const CallStats&) const override {
-    return gradex::ModelVolume(name(), rank, world, n, options);
+    const BlockLayout layout(n, world, 1.0);
+    auto bytes = [&](int b) { return uint64_t{48} + 4 * uint64_t{layout.range(b).size()}; };
+    auto mod = [world](int a) { return ((a % world) + world) % world; };
+    Volume v;
+    for (int s = 0; s < world - 1; ++s) {
+      v.sent_bytes += bytes(mod(rank - s)) + bytes(mod(rank + 1 - s));
+      v.recv_bytes += bytes(mod(rank - s - 1)) + bytes(mod(rank - s));
+      v.messages += 2;
+    }
+    return v;
   }
 
   absl::Status Schedule(const CallContext& ctx, float* data, size_t n, PhaseTimes* times) override {
     const int p = ctx.transport->size();
     const int r = ctx.transport->rank();
     const BlockLayout layout(n, p, 1.0);
-    Link link(ctx, AlgorithmId::kDenseRing, times);
+    Link link(ctx, id(), times);
     auto mod = [p](int a) { return ((a % p) + p) % p; };
     absl::Status st;
     for (int s = 0; s < p - 1 && st.ok(); ++s) {
@@ -64,6 +72,6 @@ class DenseRing final : public DenseAllreduce {
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateDenseRing() { return std::make_unique<DenseRing>(); }
+GRADEX_REGISTER_ALGORITHM("dense-ring", [] { return std::make_unique<DenseRing>(); });
 
 }  // namespace gradex

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/catalog.h"
 #include "kernels/qsgd.h"
 
 namespace gradex {
@@ -109,6 +110,11 @@ absl::Status DecodeQuantized(const uint8_t* p, size_t bytes, uint32_t count, flo
 }
 
 }  // namespace
+
+AlgorithmId CatalogId(std::string_view name) {
+  const catalog::AlgorithmSpec* spec = catalog::Find(name);
+  return AlgorithmId{spec == nullptr ? uint16_t{0} : spec->id};
+}
 
 FrameHeader MakeFrameHeader(const FrameMeta& meta, BlockRange range, uint16_t flags,
                             uint32_t count) {

@@ -29,24 +29,12 @@ enum FrameFlags : uint16_t {
   kFrameQuantized = 4,
 };
 
-// Stable numbers for the algorithm names of DESIGN.md (carried in frames).
-enum class AlgorithmId : uint16_t {
-  kDenseRing = 1,
-  kDenseRabenseifner = 2,
-  kTopkA = 3,
-  kTopkDsa = 4,
-  kGTopk = 5,
-  kGaussianK = 6,
-  kOkTopk = 7,
-  kSparcmlSsarRd = 8,
-  kSparcmlSsarSplit = 9,
-  kSparcmlDsarSplit = 10,
-  kSparDL = 11,
-  kSparDLRsag = 12,
-  kSparDLBsag = 13,
-  kCovap = 14,
-  kDgs = 15,
-};
+// An algorithm's stable wire number: its catalog id (catalog/catalog.h). The
+// values come from the catalog only; 0 is no algorithm.
+enum class AlgorithmId : uint16_t {};
+
+// The catalog id of `name`, or AlgorithmId{0} when the catalog lacks it.
+AlgorithmId CatalogId(std::string_view name);
 
 #pragma pack(push, 1)
 struct FrameHeader {
@@ -71,7 +59,7 @@ struct FrameMeta {
   uint64_t job_id = 0;
   uint32_t epoch = 0;
   uint64_t step = 0;
-  AlgorithmId algorithm = AlgorithmId::kDenseRing;
+  AlgorithmId algorithm{};
   uint16_t phase = 0;
 };
 

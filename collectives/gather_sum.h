@@ -26,7 +26,6 @@ class GatherSumAlgorithm : public SparseAllreduce {
                    CallStats* stats) final;
 
  protected:
-  virtual AlgorithmId id() const = 0;
   // The most entries one rank selects from n elements at `options`.
   virtual size_t Capacity(size_t n, const AllreduceOptions& options) const = 0;
   // Selects this rank's entries out of `acc` (gradient + residual): appends

@@ -14,7 +14,6 @@
 
 #include "collectives/block_layout.h"
 #include "collectives/gather_sum.h"
-#include "collectives/peer_algorithms.h"
 
 namespace gradex {
 namespace {
@@ -86,7 +85,6 @@ class GaussianK final : public GatherSumAlgorithm {
   // other rank's at the cap 2k, an upper bound; each count is at least 3k/4
   // (when a rank has that many nonzeros), so measured bytes are at least
   // (48 + 8 * 3k/4) / (48 + 8 * 2k) > 3/8 of the model.
-  AlgorithmTraits traits() const override { return {.volume_slack = 0.625}; }
 
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
                                      const CallStats& observed) const override {
@@ -95,7 +93,6 @@ class GaussianK final : public GatherSumAlgorithm {
   }
 
  protected:
-  AlgorithmId id() const override { return AlgorithmId::kGaussianK; }
   size_t Capacity(size_t n, const AllreduceOptions& options) const override {
     return std::min(n, 2 * KeepCount(options.density, n));
   }
@@ -132,6 +129,6 @@ class GaussianK final : public GatherSumAlgorithm {
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateGaussianK() { return std::make_unique<GaussianK>(); }
+GRADEX_REGISTER_ALGORITHM("gaussiank", [] { return std::make_unique<GaussianK>(); });
 
 }  // namespace gradex

@@ -14,7 +14,6 @@
 #include "collectives/call_checks.h"
 #include "collectives/link.h"
 #include "collectives/one_way.h"
-#include "collectives/peer_algorithms.h"
 #include "collectives/phase_timer.h"
 #include "collectives/power_of_two_fold.h"
 #include "collectives/residual_ledger.h"
@@ -65,7 +64,6 @@ std::vector<Move> Schedule(int rank, int world) {
 class GTopk final : public SparseAllreduce {
  public:
   std::string_view name() const override { return "gtopk"; }
-  AlgorithmTraits traits() const override { return {}; }
 
   // Every message carries k entries (a sum that cancels to zero is not sent,
   // hence the default 3% slack).
@@ -101,8 +99,8 @@ class GTopk final : public SparseAllreduce {
       ledger.Selected(current);
     }
     stats->local_selected = current.nnz();
-    Link link(ctx, AlgorithmId::kGTopk, &stats->phases);
-    OneWay one(ctx, AlgorithmId::kGTopk, &stats->phases);
+    Link link(ctx, id(), &stats->phases);
+    OneWay one(ctx, id(), &stats->phases);
     const ExpectedBlock whole{{0, static_cast<uint32_t>(n)}, static_cast<uint32_t>(k)};
     for (const Move& m : Schedule(ctx.transport->rank(), ctx.transport->size())) {
       st = m.send ? SendTopK(link, one, m, whole.range, current)
@@ -177,6 +175,6 @@ class GTopk final : public SparseAllreduce {
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateGTopk() { return std::make_unique<GTopk>(); }
+GRADEX_REGISTER_ALGORITHM("gtopk", [] { return std::make_unique<GTopk>(); });
 
 }  // namespace gradex

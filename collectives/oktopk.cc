@@ -45,11 +45,6 @@ class OkTopk final : public SparseAllreduce {
         global_ctl_(config.rule) {}
 
   std::string_view name() const override { return "oktopk"; }
-  AlgorithmTraits traits() const override {
-    // Slack: the model prices every entry as COO; small control frames (word
-    // halves) and pieces over half full go dense, at 4 bytes an element.
-    return {.exact_on_integers = true, .equals_dense_at_density_one = true, .volume_slack = 0.10};
-  }
 
   // The α-β volume of the schedule on the call's observed counts: 8 bytes per
   // COO entry and 48 per frame (Table 1's 2 words an entry, plus headers).
@@ -133,7 +128,7 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   const size_t local_cap =
       keep_all || rule_ == ThresholdRule::kAuthors ? n : std::min(n, BandHigh(k));
   PhaseTimes* times = &stats->phases;
-  Link link(ctx, AlgorithmId::kOkTopk, times);
+  Link link(ctx, id(), times);
   WireCount wire;
 
   // 1. Local selection; the selected values leave the residual (the ledger
@@ -230,6 +225,8 @@ const OkTopkCallInfo* OkTopkLastCall(const SparseAllreduce& algorithm) {
 }
 
 std::unique_ptr<SparseAllreduce> CreateOkTopk() { return CreateOkTopk(OkTopkConfig{}); }
+
+GRADEX_REGISTER_ALGORITHM("oktopk", [] { return CreateOkTopk(); });
 std::unique_ptr<SparseAllreduce> CreateOkTopk(OkTopkConfig config) {
   return std::make_unique<OkTopk>(std::move(config));
 }

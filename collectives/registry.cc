@@ -1,54 +1,92 @@
-// The registry of algorithms by the names of DESIGN.md, and the result helpers.
+// The factory registry: catalog names to schedules, filled by each
+// algorithm's static registrar (GRADEX_REGISTER_ALGORITHM).
 #include <algorithm>
-#include <functional>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "collectives/dense_ring.h"
-#include "collectives/oktopk.h"
-#include "collectives/peer_algorithms.h"
-#include "collectives/sparcml.h"
-#include "collectives/spardl.h"
 #include "collectives/sparse_allreduce.h"
 
 namespace gradex {
 namespace {
 
-using Factory = std::function<std::unique_ptr<SparseAllreduce>()>;
+struct Factories {
+  std::mutex mu;
+  std::map<std::string, AllreduceFactory, std::less<>> by_name;
+};
 
-const std::vector<std::pair<std::string, Factory>>& Registry() {
-  static const auto* r = new std::vector<std::pair<std::string, Factory>>{
-      {"dense-ring", CreateDenseRing},
-      {"spardl", CreateSparDL},
-      {"spardl-rsag", CreateSparDLRsag},
-      {"spardl-bsag", CreateSparDLBsag},
-      {"dense-rabenseifner", CreateDenseRabenseifner},
-      {"topka", CreateTopkA},
-      {"gaussiank", CreateGaussianK},
-      {"gtopk", CreateGTopk},
-      {"oktopk", [] { return CreateOkTopk(); }},
-      {"sparcml-ssar-rd", CreateSparcmlSsarRd},
-      {"sparcml-ssar-split", CreateSparcmlSsarSplit},
-      {"sparcml-dsar-split", CreateSparcmlDsarSplit},
-      {"topkdsa", CreateTopkDsa},
-  };
-  return *r;
+Factories& TheFactories() {
+  static Factories* f = new Factories;
+  return *f;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SparseAllreduce>> CreateAllreduce(std::string_view name) {
-  for (const auto& [n, f] : Registry()) {
-    if (n == name) return f();
+AlgorithmTraits SparseAllreduce::traits() const {
+  const catalog::AlgorithmSpec* spec = catalog::Find(name());
+  return spec == nullptr ? AlgorithmTraits{} : spec->traits;
+}
+
+AlgorithmId SparseAllreduce::id() const { return CatalogId(name()); }
+
+absl::Status RegisterAlgorithm(std::string_view name, AllreduceFactory factory) {
+  if (catalog::Find(name) == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "algorithm '", std::string(name), "' has no catalog entry; known: ", catalog::NameList()));
   }
-  return absl::NotFoundError(absl::StrCat("unknown algorithm '", std::string(name),
-                                          "'; known: ", absl::StrJoin(AllreduceNames(), ", ")));
+  Factories& f = TheFactories();
+  std::lock_guard<std::mutex> lock(f.mu);
+  if (!f.by_name.emplace(std::string(name), std::move(factory)).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("algorithm '", std::string(name), "' registered twice"));
+  }
+  return absl::OkStatus();
+}
+
+bool internal::RegisterOrDie(std::string_view name, AllreduceFactory factory) {
+  absl::Status st = RegisterAlgorithm(name, std::move(factory));
+  if (!st.ok()) {
+    std::fprintf(stderr, "gradex: %s\n", std::string(st.message()).c_str());
+    std::abort();
+  }
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<SparseAllreduce>> CreateAllreduce(std::string_view name) {
+  AllreduceFactory factory;
+  {
+    Factories& f = TheFactories();
+    std::lock_guard<std::mutex> lock(f.mu);
+    auto it = f.by_name.find(name);
+    if (it != f.by_name.end()) factory = it->second;
+  }
+  if (!factory || catalog::Find(name) == nullptr) {
+    std::string known;
+    for (const std::string& n : AllreduceNames())
+      absl::StrAppend(&known, known.empty() ? "" : ", ", n);
+    return absl::NotFoundError(
+        absl::StrCat("unknown algorithm '", std::string(name), "'; known: ", known));
+  }
+  return factory();
+}
+
+std::vector<CatalogAlgorithm> CatalogAlgorithms() {
+  std::vector<CatalogAlgorithm> out;
+  Factories& f = TheFactories();
+  for (const catalog::AlgorithmSpec* spec : catalog::All()) {
+    std::lock_guard<std::mutex> lock(f.mu);
+    auto it = f.by_name.find(spec->name);
+    if (it != f.by_name.end()) out.push_back({spec, it->second});
+  }
+  return out;
 }
 
 std::vector<std::string> AllreduceNames() {
   std::vector<std::string> names;
-  for (const auto& entry : Registry()) names.push_back(entry.first);
+  for (const CatalogAlgorithm& a : CatalogAlgorithms()) names.push_back(a.spec->name);
   return names;
 }
 

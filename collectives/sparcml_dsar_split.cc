@@ -3,7 +3,6 @@
 // dynamic stream that switches to dense when its entries pass δ; the second
 // phase is a dense all-gather of every slice (the phase QSGD quantizes, with
 // --quantize-bits), and the result is returned dense.
-#include "collectives/sparcml.h"
 #include "collectives/sparcml_split.h"
 
 namespace gradex {
@@ -14,15 +13,13 @@ class SparcmlDsarSplit final : public SparcmlSplit {
   std::string_view name() const override { return "sparcml-dsar-split"; }
 
  protected:
-  AlgorithmId id() const override { return AlgorithmId::kSparcmlDsarSplit; }
   StreamPolicy policy() const override { return StreamPolicy::kDynamic; }
   GatherForm gather_form() const override { return GatherForm::kDense; }
 };
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateSparcmlDsarSplit() {
-  return std::make_unique<SparcmlDsarSplit>();
-}
+GRADEX_REGISTER_ALGORITHM("sparcml-dsar-split",
+                          [] { return std::make_unique<SparcmlDsarSplit>(); });
 
 }  // namespace gradex

@@ -48,12 +48,6 @@ size_t SumOfSelectionsCapacity(int world, size_t n, double density) {
   return std::min(n, static_cast<size_t>(world) * KeepCount(density, n));
 }
 
-AlgorithmTraits SparcmlSplit::traits() const {
-  // Frames are priced from what was sent (stats.stream_frames_*), so the
-  // model is exact: no slack.
-  return {.volume_slack = 0.0};
-}
-
 absl::StatusOr<Volume> SparcmlSplit::ModelVolume(int rank, int world, size_t n,
                                                  const AllreduceOptions& options,
                                                  const CallStats& observed) const {

@@ -39,7 +39,6 @@ size_t SumOfSelectionsCapacity(int world, size_t n, double density);
 
 class SparcmlSplit : public SparseAllreduce {
  public:
-  AlgorithmTraits traits() const override;
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
                                      const CallStats& observed) const final;
   absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
@@ -47,7 +46,6 @@ class SparcmlSplit : public SparseAllreduce {
                    CallStats* stats) final;
 
  protected:
-  virtual AlgorithmId id() const = 0;
   virtual StreamPolicy policy() const = 0;  // of the reduce-scatter streams
   virtual GatherForm gather_form() const = 0;
 };

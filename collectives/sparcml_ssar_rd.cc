@@ -14,7 +14,6 @@
 #include "collectives/link.h"
 #include "collectives/one_way.h"
 #include "collectives/phase_timer.h"
-#include "collectives/sparcml.h"
 #include "collectives/sparcml_split.h"
 
 namespace gradex {
@@ -38,7 +37,6 @@ class SparcmlSsarRd final : public SparseAllreduce {
  public:
   std::string_view name() const override { return "sparcml-ssar-rd"; }
   // Frames are priced from what was sent: the model is exact.
-  AlgorithmTraits traits() const override { return {.volume_slack = 0.0}; }
 
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions&,
                                      const CallStats& observed) const override {
@@ -80,8 +78,8 @@ class SparcmlSsarRd final : public SparseAllreduce {
       for (size_t i = 0; i < n; ++i) residual[i] += grad[i];
     }
     ResidualLedger ledger(residual);
-    Link link(ctx, AlgorithmId::kSparcmlSsarRd, times);
-    OneWay one_way(ctx, AlgorithmId::kSparcmlSsarRd, times);
+    Link link(ctx, id(), times);
+    OneWay one_way(ctx, id(), times);
     const size_t k = KeepCount(options.density, n);
     const int p2 = FloorPow2(p);
     const BlockRange all{0, static_cast<uint32_t>(n)};
@@ -164,6 +162,6 @@ class SparcmlSsarRd final : public SparseAllreduce {
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateSparcmlSsarRd() { return std::make_unique<SparcmlSsarRd>(); }
+GRADEX_REGISTER_ALGORITHM("sparcml-ssar-rd", [] { return std::make_unique<SparcmlSsarRd>(); });
 
 }  // namespace gradex

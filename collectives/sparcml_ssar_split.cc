@@ -3,7 +3,6 @@
 // never switch: the split reduce-scatter and the Bruck all-gather carry
 // sparse frames only (P·k of the result at most), and QSGD, which applies to
 // dense phases, never does.
-#include "collectives/sparcml.h"
 #include "collectives/sparcml_split.h"
 
 namespace gradex {
@@ -14,15 +13,13 @@ class SparcmlSsarSplit final : public SparcmlSplit {
   std::string_view name() const override { return "sparcml-ssar-split"; }
 
  protected:
-  AlgorithmId id() const override { return AlgorithmId::kSparcmlSsarSplit; }
   StreamPolicy policy() const override { return StreamPolicy::kStatic; }
   GatherForm gather_form() const override { return GatherForm::kStatic; }
 };
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateSparcmlSsarSplit() {
-  return std::make_unique<SparcmlSsarSplit>();
-}
+GRADEX_REGISTER_ALGORITHM("sparcml-ssar-split",
+                          [] { return std::make_unique<SparcmlSsarSplit>(); });
 
 }  // namespace gradex

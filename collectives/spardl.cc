@@ -1,6 +1,7 @@
 // spardl: Spar-Reduce-Scatter over all P ranks, Bruck all-gather, global
 // residual collection (SparDL without teams).
-#include "collectives/spardl.h"
+
+#include "collectives/spardl_family.h"
 
 namespace gradex {
 namespace {
@@ -8,20 +9,19 @@ namespace {
 class SparDL final : public SparDLFamily {
  public:
   std::string_view name() const override { return "spardl"; }
-  AlgorithmTraits traits() const override { return {}; }
 
  protected:
-  AlgorithmId id() const override { return AlgorithmId::kSparDL; }
   // Teams belong to the SAG variants; plain SparDL is one team of P.
   absl::StatusOr<int> Teams(const AllreduceOptions&, int) const override { return 1; }
   absl::Status SyncTeams(Link&, const Group&, const ExpectedBlock&, const AllreduceOptions&,
                          ResidualLedger&, CallStats*, kernels::SparseVec*) override {
     return absl::OkStatus();
   }
+  void SyncVolume(int, uint32_t, size_t, size_t, Volume*) const override {}
 };
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateSparDL() { return std::make_unique<SparDL>(); }
+GRADEX_REGISTER_ALGORITHM("spardl", [] { return std::make_unique<SparDL>(); });
 
 }  // namespace gradex

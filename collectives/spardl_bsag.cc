@@ -4,10 +4,12 @@
 // same on every holder, so bitwise equal) and keep the top k_block; each of
 // the T holders keeps 1/T of what that drops. k' comes from the call's options
 // (the coordinator) or from this rank's step controller.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "collectives/bsag_controller.h"
 #include "collectives/phase_timer.h"
-#include "collectives/spardl.h"
+#include "collectives/spardl_family.h"
 #include "collectives/sparse_steps.h"
 
 namespace gradex {
@@ -16,12 +18,17 @@ namespace {
 class SparDLBsag final : public SparDLFamily {
  public:
   std::string_view name() const override { return "spardl-bsag"; }
-  AlgorithmTraits traits() const override {
-    return {.uses_teams = true, .exact_on_integers = false};
-  }
 
  protected:
-  AlgorithmId id() const override { return AlgorithmId::kSparDLBsag; }
+  // Bruck across the teams sends and receives T-1 pieces of k' entries.
+  void SyncVolume(int teams, uint32_t size, size_t, size_t kprime, Volume* v) const override {
+    for (int dist = 1; dist < teams; dist <<= 1) {
+      const int count = std::min(dist, teams - dist);
+      v->sent_bytes += count * FrameBytes(size, kprime);
+      v->recv_bytes += count * FrameBytes(size, kprime);
+      ++v->messages;
+    }
+  }
 
   absl::StatusOr<int> Teams(const AllreduceOptions& options, int world) const override {
     const int t = options.teams;
@@ -83,6 +90,6 @@ class SparDLBsag final : public SparDLFamily {
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateSparDLBsag() { return std::make_unique<SparDLBsag>(); }
+GRADEX_REGISTER_ALGORITHM("spardl-bsag", [] { return std::make_unique<SparDLBsag>(); });
 
 }  // namespace gradex

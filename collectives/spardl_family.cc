@@ -11,11 +11,13 @@ namespace gradex {
 absl::StatusOr<Volume> SparDLFamily::ModelVolume(int rank, int world, size_t n,
                                                  const AllreduceOptions& options,
                                                  const CallStats& observed) const {
-  AllreduceOptions o = options;
   absl::StatusOr<int> teams = Teams(options, world);
   if (!teams.ok()) return teams.status();
-  o.teams = *teams;
-  return gradex::ModelVolume(name(), rank, world, n, o, observed.kprime_used);
+  const BlockLayout layout(n, world / *teams, options.density);
+  const int me = rank % layout.parts();
+  Volume v = SrsAndBruckVolume(layout, me);
+  SyncVolume(*teams, layout.range(me).size(), layout.keep(me), observed.kprime_used, &v);
+  return v;
 }
 
 absl::Status SparDLFamily::Run(const CallContext& ctx, const AllreduceOptions& options,

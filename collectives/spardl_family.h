@@ -28,7 +28,6 @@ class SparDLFamily : public SparseAllreduce {
                    CallStats* stats) final;
 
  protected:
-  virtual AlgorithmId id() const = 0;
   // The team count this variant uses for `options` on `world` ranks, or an
   // error when the variant cannot run with it.
   virtual absl::StatusOr<int> Teams(const AllreduceOptions& options, int world) const = 0;
@@ -38,6 +37,10 @@ class SparDLFamily : public SparseAllreduce {
   virtual absl::Status SyncTeams(Link& link, const Group& cross, const ExpectedBlock& block,
                                  const AllreduceOptions& options, ResidualLedger& ledger,
                                  CallStats* stats, kernels::SparseVec* owned) = 0;
+  // Adds the bytes SyncTeams sends and receives on a block of `size`
+  // elements keeping `keep` entries (B-SAG: `kprime` pre-selected) to `v`.
+  virtual void SyncVolume(int teams, uint32_t size, size_t keep, size_t kprime,
+                          Volume* v) const = 0;
 };
 
 }  // namespace gradex

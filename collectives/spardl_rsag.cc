@@ -4,7 +4,7 @@
 // what it discards.
 #include "absl/strings/str_cat.h"
 #include "collectives/phase_timer.h"
-#include "collectives/spardl.h"
+#include "collectives/spardl_family.h"
 #include "collectives/sparse_steps.h"
 
 namespace gradex {
@@ -13,12 +13,16 @@ namespace {
 class SparDLRsag final : public SparDLFamily {
  public:
   std::string_view name() const override { return "spardl-rsag"; }
-  AlgorithmTraits traits() const override {
-    return {.uses_teams = true, .teams_power_of_two = true};
-  }
 
  protected:
-  AlgorithmId id() const override { return AlgorithmId::kSparDLRsag; }
+  // log2(T) recursive-doubling exchanges of the block.
+  void SyncVolume(int teams, uint32_t size, size_t keep, size_t, Volume* v) const override {
+    for (int bit = 1; bit < teams; bit <<= 1) {
+      v->sent_bytes += FrameBytes(size, keep);
+      v->recv_bytes += FrameBytes(size, keep);
+      ++v->messages;
+    }
+  }
 
   absl::StatusOr<int> Teams(const AllreduceOptions& options, int world) const override {
     const int t = options.teams;
@@ -69,6 +73,6 @@ class SparDLRsag final : public SparDLFamily {
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateSparDLRsag() { return std::make_unique<SparDLRsag>(); }
+GRADEX_REGISTER_ALGORITHM("spardl-rsag", [] { return std::make_unique<SparDLRsag>(); });
 
 }  // namespace gradex

@@ -5,6 +5,7 @@
 #define GRADEX_COLLECTIVES_SPARSE_ALLREDUCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -13,6 +14,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "catalog/catalog.h"
+#include "collectives/frame.h"
 #include "kernels/sparse.h"
 #include "transport/transport.h"
 
@@ -86,19 +89,8 @@ struct AllreduceResult {
   size_t CountNonZeros() const;
 };
 
-// What the invariant tests may expect of an algorithm.
-struct AlgorithmTraits {
-  bool uses_teams = false;          // AllreduceOptions::teams is honoured
-  bool teams_power_of_two = false;  // ... and must be a power of two
-  bool dense = false;               // sends the whole gradient (nothing is discarded)
-  // Integer gradients give exact sums (no scaling of discards, no quantisation).
-  bool exact_on_integers = true;
-  // At density 1 the result equals dense-ring's (integer gradients).
-  bool equals_dense_at_density_one = true;
-  // Measured bytes may fall this fraction below ModelVolume (never above it):
-  // sums that cancel are not sent; data-dependent selections state their own.
-  double volume_slack = 0.03;
-};
+// What the invariant tests may expect of an algorithm: its catalog traits.
+using AlgorithmTraits = catalog::Traits;
 
 // Bytes one rank sends and receives in one call under the algorithm's α-β
 // model (frame headers included).
@@ -111,8 +103,12 @@ struct Volume {
 class SparseAllreduce {
  public:
   virtual ~SparseAllreduce() = default;
+  // The catalog name (catalog/algorithms.cc); its entry supplies the rest.
   virtual std::string_view name() const = 0;
-  virtual AlgorithmTraits traits() const = 0;
+  // The catalog entry's traits and frame id (defaults when the catalog lacks
+  // the name, which registration refuses).
+  AlgorithmTraits traits() const;
+  AlgorithmId id() const;
 
   // The model's bytes for the call `observed` describes (data-dependent models
   // read what they need from it, e.g. B-SAG's k'). Invariant 4 holds measured
@@ -132,8 +128,33 @@ class SparseAllreduce {
                            AllreduceResult* result, CallStats* stats) = 0;
 };
 
-// Registry by the algorithm names of DESIGN.md.
+// The schedules, by catalog name. Each algorithm's .cc registers its factory
+// with GRADEX_REGISTER_ALGORITHM; the name must be in the catalog.
+using AllreduceFactory = std::function<std::unique_ptr<SparseAllreduce>()>;
+absl::Status RegisterAlgorithm(std::string_view name, AllreduceFactory factory);
+
+#define GRADEX_REGISTER_ALGORITHM_CONCAT2(a, b) a##b
+#define GRADEX_REGISTER_ALGORITHM_CONCAT(a, b) GRADEX_REGISTER_ALGORITHM_CONCAT2(a, b)
+// At namespace scope in the algorithm's .cc. A name the catalog lacks aborts
+// at start-up (a programming error a test would otherwise miss).
+#define GRADEX_REGISTER_ALGORITHM(name, factory)                       \
+  [[maybe_unused]] static const bool GRADEX_REGISTER_ALGORITHM_CONCAT( \
+      gradex_registered_algorithm_, __LINE__) = ::gradex::internal::RegisterOrDie(name, factory)
+
+namespace internal {
+bool RegisterOrDie(std::string_view name, AllreduceFactory factory);
+}  // namespace internal
+
+// The schedule of a catalog algorithm; NOT_FOUND lists the known names.
 absl::StatusOr<std::unique_ptr<SparseAllreduce>> CreateAllreduce(std::string_view name);
+
+// Every catalog algorithm with a registered schedule, by catalog id: what the
+// invariant sweep, the dead-peer suites, bench and the agents iterate.
+struct CatalogAlgorithm {
+  const catalog::AlgorithmSpec* spec;
+  AllreduceFactory create;
+};
+std::vector<CatalogAlgorithm> CatalogAlgorithms();
 std::vector<std::string> AllreduceNames();
 
 }  // namespace gradex

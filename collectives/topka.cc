@@ -5,7 +5,6 @@
 // allgather-based baseline of Table 1 of the Ok-Topk paper.
 #include "collectives/block_layout.h"
 #include "collectives/gather_sum.h"
-#include "collectives/peer_algorithms.h"
 
 namespace gradex {
 namespace {
@@ -13,7 +12,6 @@ namespace {
 class TopkA final : public GatherSumAlgorithm {
  public:
   std::string_view name() const override { return "topka"; }
-  AlgorithmTraits traits() const override { return {}; }
 
   // Every rank selects min(k, nonzeros) entries; the model prices k (the
   // sweep's data has far more than k nonzeros on every rank).
@@ -24,7 +22,6 @@ class TopkA final : public GatherSumAlgorithm {
   }
 
  protected:
-  AlgorithmId id() const override { return AlgorithmId::kTopkA; }
   size_t Capacity(size_t n, const AllreduceOptions& options) const override {
     return KeepCount(options.density, n);
   }
@@ -37,6 +34,6 @@ class TopkA final : public GatherSumAlgorithm {
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateTopkA() { return std::make_unique<TopkA>(); }
+GRADEX_REGISTER_ALGORITHM("topka", [] { return std::make_unique<TopkA>(); });
 
 }  // namespace gradex

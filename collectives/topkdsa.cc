@@ -4,7 +4,6 @@
 // carrying each slice in its own form: 4k(P-1)/P words when the selections
 // overlap fully, up to (2k + n)(P-1)/P when the slices are dense. It differs
 // from sparcml-dsar-split only there: dsar-split always gathers dense.
-#include "collectives/sparcml.h"
 #include "collectives/sparcml_split.h"
 
 namespace gradex {
@@ -15,13 +14,12 @@ class TopkDsa final : public SparcmlSplit {
   std::string_view name() const override { return "topkdsa"; }
 
  protected:
-  AlgorithmId id() const override { return AlgorithmId::kTopkDsa; }
   StreamPolicy policy() const override { return StreamPolicy::kDynamic; }
   GatherForm gather_form() const override { return GatherForm::kPerSlice; }
 };
 
 }  // namespace
 
-std::unique_ptr<SparseAllreduce> CreateTopkDsa() { return std::make_unique<TopkDsa>(); }
+GRADEX_REGISTER_ALGORITHM("topkdsa", [] { return std::make_unique<TopkDsa>(); });
 
 }  // namespace gradex

@@ -1,8 +1,5 @@
-// The seeds' Table 1 cost formulas (oktopk.txt Table 1; SparDL's own rows as
-// reconstructed in DESIGN.md and docs/architecture.md), as
-// time = α · latency + β · bytes, where latency counts messages on the
-// critical path and bytes are bytes on it (8 per COO entry, 4 per dense
-// element; frame headers excluded). Data-dependent rows give a range [lo, hi].
+// The simulator's view of the catalog's Table 1 rows (catalog/table1.h):
+// time = α · latency + β · bytes, by algorithm name.
 #ifndef GRADEX_BENCH_SIM_COST_MODEL_H_
 #define GRADEX_BENCH_SIM_COST_MODEL_H_
 
@@ -11,21 +8,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "catalog/catalog.h"
 
 namespace gradex::sim {
 
-struct CostRange {
-  double latency_lo = 0, latency_hi = 0;  // messages (α multipliers)
-  double bytes_lo = 0, bytes_hi = 0;      // bytes (β multipliers)
-  std::string formula;                    // the row, in words
-};
+using CostRange = catalog::CostRange;
 
 // `teams` is the SAG team count (1 for other algorithms). NOT_FOUND for names
-// without a Table 1 row (covap, dgs).
+// without a Table 1 row.
 absl::StatusOr<CostRange> Table1Cost(const std::string& algo, int p, uint64_t n, double density,
                                      int teams);
 
-// Every name of DESIGN.md that has a row here.
+// Every catalog algorithm that has a Table 1 row.
 std::vector<std::string> Table1Names();
 
 // Time of the range's ends under (alpha, beta).

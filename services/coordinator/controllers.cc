@@ -29,40 +29,6 @@ TeamChoice ChooseTeams(const std::string& algorithm, int configured_teams, int w
   return c;
 }
 
-uint64_t BlockKeep(uint64_t n, int q, int pos, double density) {
-  uint64_t lo = n * static_cast<uint64_t>(pos) / q;
-  uint64_t hi = n * static_cast<uint64_t>(pos + 1) / q;
-  uint64_t size = hi - lo;
-  if (density <= 0) return 0;
-  double k = std::ceil(density * static_cast<double>(size) - 1e-9);
-  return k >= static_cast<double>(size) ? size : static_cast<uint64_t>(k);
-}
-
-KPrimeController::KPrimeController(uint64_t k_block, int teams)
-    : k_block_(static_cast<int64_t>(k_block)) {
-  teams = std::max(teams, 1);
-  floor_ = (k_block_ + teams - 1) / teams;
-  kprime_ = floor_;
-  step_ = std::max<int64_t>(1, (k_block_ - kprime_) / 100);
-}
-
-void KPrimeController::Update(uint64_t u) {
-  const bool too_many = static_cast<int64_t>(u) > k_block_;
-  const bool right = too_many == (step_ < 0);
-  if (right) {
-    if (++right_in_a_row_ >= 2) {
-      step_ *= 2;
-      right_in_a_row_ = 0;
-    }
-  } else {
-    right_in_a_row_ = 0;
-    step_ = (step_ == 1 || step_ == -1) ? -step_ : -step_ / 2;
-  }
-  const int64_t bound = std::max<int64_t>(1, k_block_);
-  step_ = std::clamp<int64_t>(step_, -bound, bound);
-  kprime_ = std::clamp<int64_t>(kprime_ + step_, floor_, std::max(floor_, k_block_));
-}
-
 bool KPrimeTable::Feed(uint32_t bucket, uint64_t elements, int team_position, uint64_t kprime_used,
                        uint64_t post_gather_count, uint64_t step, int world, int teams,
                        double density) {

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "catalog/models.h"
+
 namespace gradex::coordinator {
 
 // Team count for an epoch of P members: the configured T when it divides P,
@@ -22,30 +24,10 @@ struct TeamChoice {
 TeamChoice ChooseTeams(const std::string& algorithm, int configured_teams, int world,
                        bool prefer_rsag);
 
-// Entries block `pos` of q blocks of an n-element bucket keeps at `density`
-// (the data plane's BlockLayout/KeepCount, restated: the coordinator does not
-// link the collectives).
-uint64_t BlockKeep(uint64_t n, int q, int pos, double density);
-
-// SparDL's B-SAG k' step controller (the brief's Algorithm 2 as the authors'
-// code runs it; same rule as collectives/bsag_controller.h, which a test
-// checks step for step). Starts at ceil(k_block/T) with a step of
-// (k_block - k')/100; two right-direction moves double the step, a wrong one
-// reverses and halves it; k' stays in [ceil(k_block/T), k_block].
-class KPrimeController {
- public:
-  KPrimeController(uint64_t k_block, int teams);
-  uint64_t kprime() const { return static_cast<uint64_t>(kprime_); }
-  // u: the post-gather count of a step that ran with kprime().
-  void Update(uint64_t u);
-
- private:
-  int64_t k_block_;
-  int64_t floor_;
-  int64_t kprime_;
-  int64_t step_;
-  int right_in_a_row_ = 0;
-};
+// The catalog's models (catalog/models.h), shared with the data plane: the
+// keep count of block `pos` of q, and B-SAG's k' step controller.
+using catalog::BlockKeep;
+using catalog::KPrimeController;
 
 // One KPrimeController per (bucket, team position). Every holder of a block
 // reports the same u, so each step feeds a position once; feedback from a k'

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "catalog/catalog.h"
 #include "google/protobuf/util/json_util.h"
 #include "gradex/v1/job_config.pb.h"
 #include "services/coordinator/limits.h"
@@ -22,25 +23,7 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 }  // namespace
 
 bool IsKnownAlgorithm(absl::string_view name) {
-  static constexpr absl::string_view kNames[] = {"dense-ring",
-                                                 "dense-rabenseifner",
-                                                 "topka",
-                                                 "topkdsa",
-                                                 "gtopk",
-                                                 "gaussiank",
-                                                 "oktopk",
-                                                 "sparcml-ssar-rd",
-                                                 "sparcml-ssar-split",
-                                                 "sparcml-dsar-split",
-                                                 "spardl",
-                                                 "spardl-rsag",
-                                                 "spardl-bsag",
-                                                 "covap",
-                                                 "dgs"};
-  for (absl::string_view n : kNames) {
-    if (n == name) return true;
-  }
-  return false;
+  return catalog::Find(std::string_view(name.data(), name.size())) != nullptr;
 }
 
 absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
@@ -64,7 +47,8 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   if (c.rendezvous_timeout_ms() > 0)
     s.rendezvous_timeout = absl::Milliseconds(c.rendezvous_timeout_ms());
   if (!IsKnownAlgorithm(c.algorithm())) {
-    return Bad("algorithm", absl::StrCat("unknown name '", c.algorithm().substr(0, 64), "'"));
+    return Bad("algorithm", absl::StrCat("unknown name '", c.algorithm().substr(0, 64),
+                                         "'; the agents run: ", catalog::NameList()));
   }
   s.algorithm = c.algorithm();
   if (!(c.density() > 0 && c.density() <= 1)) return Bad("density", "required, in (0, 1]");

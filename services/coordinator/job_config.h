@@ -45,8 +45,7 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json);
 // Reads FILE and parses it; NOT_FOUND / INVALID_ARGUMENT name the file.
 absl::StatusOr<JobSettings> LoadJobConfig(const std::string& path);
 
-// The algorithm names of DESIGN.md (the coordinator does not link the
-// collectives, so it keeps the list; agents reject a name they lack).
+// An algorithm of the catalog (catalog/catalog.h): the ones the agents run.
 bool IsKnownAlgorithm(absl::string_view name);
 
 }  // namespace gradex::coordinator

@@ -3,35 +3,27 @@
 #include <algorithm>
 #include <cmath>
 
+#include "catalog/catalog.h"
+
 namespace gradex::coordinator {
 namespace {
 
-int CeilLog2(int v) {
-  int s = 0;
-  while ((1 << s) < v) ++s;
-  return s;
-}
-
 bool IsPowerOfTwo(int v) { return v > 0 && (v & (v - 1)) == 0; }
-
-constexpr double kEntryBytes = 8;  // a COO entry: uint32 index + float value
 
 }  // namespace
 
 double SagSeconds(const std::string& algorithm, int world, uint64_t elements, double density,
                   int teams, double kprime_ratio, double alpha, double beta) {
-  const double T = teams, Q = static_cast<double>(world) / teams;
-  const double k = density * static_cast<double>(elements);
-  const int lq = CeilLog2(world / teams), lt = CeilLog2(teams);
-  const double messages = 2.0 * lq + lt;
-  double bytes = 2 * (Q - 1) / Q * kEntryBytes * k;  // the reduce-scatter in each team
-  if (algorithm == "spardl-rsag") {
-    bytes += lt * kEntryBytes * k / Q;
-  } else {
-    const double r = std::clamp(kprime_ratio > 0 ? kprime_ratio : 1 / T, 1 / T, 1.0);
-    bytes += (T - 1) * kEntryBytes * r * k / Q;
-  }
-  return messages * alpha + bytes * beta;
+  const catalog::AlgorithmSpec* spec = catalog::Find(algorithm);
+  if (spec == nullptr || spec->table1_cost == nullptr || teams < 1) return HUGE_VAL;
+  // B-SAG's k' ratio: the controller's start, 1/T, when none was measured.
+  const double r = kprime_ratio > 0 ? kprime_ratio : 1.0 / teams;
+  const catalog::CostRange c = spec->table1_cost({.world = world,
+                                                  .elements = elements,
+                                                  .density = density,
+                                                  .teams = teams,
+                                                  .kprime_ratio = r});
+  return c.latency_lo * alpha + c.bytes_lo * beta;
 }
 
 std::vector<TeamCandidate> TeamCandidates(int world, uint64_t elements, double density,

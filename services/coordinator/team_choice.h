@@ -15,12 +15,9 @@
 namespace gradex::coordinator {
 
 // Seconds of one SAG call on P ranks, n elements at `density`, T teams, by
-// Table 1's rows (the same as bench/sim/cost_model.cc Table1Cost, restated:
-// the coordinator does not link bench/):
-//   R-SAG: (2 ceil log2 Q + ceil log2 T) α + [2 e k (Q-1)/Q + ceil(log2 T) e k/Q] β
-//   B-SAG: (2 ceil log2 Q + ceil log2 T) α + [2 e k (Q-1)/Q + (T-1) e k'] β
-// with Q = P/T, k = density n, e = 8 bytes per COO entry, and B-SAG's k' =
-// kprime_ratio k/Q (the ratio is clamped to [1/T, 1], its possible range).
+// the algorithm's Table 1 row in the catalog (catalog/table1.h); for B-SAG at
+// k' = kprime_ratio · k_block (<= 0: the controller's start, 1/T). HUGE_VAL
+// for an algorithm without a row.
 double SagSeconds(const std::string& algorithm, int world, uint64_t elements, double density,
                   int teams, double kprime_ratio, double alpha, double beta);
 

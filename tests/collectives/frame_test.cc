@@ -8,7 +8,7 @@
 namespace gradex {
 namespace {
 
-const FrameMeta kMeta{7, 3, 11, AlgorithmId::kSparDL, 1};
+const FrameMeta kMeta{7, 3, 11, CatalogId("spardl"), 1};
 const BlockRange kRange{100, 200};
 const ExpectedBlock kExpect{kRange, 10};
 

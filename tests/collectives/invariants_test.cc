@@ -7,7 +7,6 @@
 #include <string>
 
 #include "collectives/block_layout.h"
-#include "collectives/volume_model.h"
 #include "gtest/gtest.h"
 #include "tests/collectives/harness.h"
 
@@ -78,6 +77,21 @@ std::vector<Case> Sweep(const std::string& algo, Fabric fabric) {
 size_t SparDLCapacity(const Case& c) {
   BlockLayout layout(c.n, c.world / c.teams, c.density);
   return layout.total_keep();
+}
+
+// The paper's closed form (entries of 8 bytes, no headers, k/P per block):
+// spardl 2(P-1)k/P; rsag 2(Q-1)k/Q + log2(T) k/Q; bsag 2(Q-1)k/Q + (T-1) k';
+// dense-ring 2(P-1)/P * 4n. Used to show the exact model is the paper's.
+double PaperSentBytes(std::string_view algorithm, int world, size_t n,
+                      const AllreduceOptions& options, size_t kprime = 0) {
+  const double k = options.density * static_cast<double>(n);
+  if (algorithm == "dense-ring") return 2.0 * (world - 1) / world * 4.0 * n;
+  const int teams = algorithm == "spardl" ? 1 : options.teams;
+  const int q = world / teams;
+  double entries = 2.0 * (q - 1) * k / q;
+  if (algorithm == "spardl-rsag") entries += CeilLog2(teams) * k / q;
+  if (algorithm == "spardl-bsag") entries += (teams - 1) * static_cast<double>(kprime);
+  return 8.0 * entries;
 }
 
 bool PaperFormKnown(const std::string& algo) {

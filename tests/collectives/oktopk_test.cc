@@ -259,7 +259,7 @@ TEST(OkTopkTest, MeanBoundaryAgreement) {
     CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(10))};
     PhaseTimes times;
     WireCount wire;
-    Link link(ctx, AlgorithmId::kOkTopk, &times);
+    Link link(ctx, CatalogId("oktopk"), &times);
     const uint32_t base = 100 * rank;  // proposals 100r + {10, 20, 30}
     std::vector<uint32_t> proposal = {base + 10, base + 20, base + 30};
     auto b = MeanBoundaryAgreement().Agree(link, proposal, n, &times, &wire);
@@ -278,7 +278,7 @@ TEST(OkTopkTest, MeanBoundaryAgreement) {
     CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(10))};
     PhaseTimes times;
     WireCount wire;
-    Link link(ctx, AlgorithmId::kOkTopk, &times);
+    Link link(ctx, CatalogId("oktopk"), &times);
     std::vector<uint32_t> proposal = {rank == 1 ? 5000u : 10u};  // rank 1: beyond n
     return MeanBoundaryAgreement().Agree(link, proposal, n, &times, &wire).status();
   });
@@ -298,7 +298,7 @@ TEST(OkTopkTest, BadControlWordFailsAndKeepsContribution) {
   bad.idx = {2};
   bad.val = {0.5f};
   Bytes msg;
-  AppendBlockFrame({42, 1, 0, AlgorithmId::kOkTopk, kOkPhaseBoundaries}, {2, 4}, kernels::View(bad),
+  AppendBlockFrame({42, 1, 0, CatalogId("oktopk"), kOkPhaseBoundaries}, {2, 4}, kernels::View(bad),
                    &msg);
   ASSERT_TRUE(t[1]->PostSend(0, MessageTag(kOkPhaseBoundaries, 0, 0), msg).ok());
   auto algo = CreateOkTopk();

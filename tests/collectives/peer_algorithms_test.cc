@@ -297,7 +297,7 @@ TEST(PeerFramesTest, DenseFrameOverCapacityIsRejectedAndResidualKept) {
     uint16_t phase;  // topka's all-gather, gtopk's reduction
   };
   for (const Case& c :
-       {Case{"topka", AlgorithmId::kTopkA, 1}, Case{"gtopk", AlgorithmId::kGTopk, 2}}) {
+       {Case{"topka", CatalogId("topka"), 1}, Case{"gtopk", CatalogId("gtopk"), 2}}) {
     SCOPED_TRACE(c.algo);
     const size_t n = 1000;
     auto t = CreateLoopbackTransports(2);

@@ -67,7 +67,7 @@ TEST(QsgdTest, SameSeedSameBytesOtherSeedOtherBytes) {
   const auto x = Values(2048, 2);
   EXPECT_EQ(RoundTrip(x, 4, 5), RoundTrip(x, 4, 5));
   EXPECT_NE(RoundTrip(x, 4, 5), RoundTrip(x, 4, 6));
-  const FrameMeta meta{1, 2, 3, AlgorithmId::kSparcmlDsarSplit, 2};
+  const FrameMeta meta{1, 2, 3, CatalogId("sparcml-dsar-split"), 2};
   EXPECT_NE(QsgdSeed(meta, 0, {0, 10}), QsgdSeed(meta, 1, {0, 10}));
   EXPECT_NE(QsgdSeed(meta, 0, {0, 10}), QsgdSeed(meta, 0, {10, 20}));
   FrameMeta next = meta;
@@ -126,7 +126,7 @@ TEST(QsgdTest, NonFiniteValuesStayAtZeroWithAFiniteScale) {
 }
 
 // Quantized dense frames through the frame decoder.
-const FrameMeta kMeta{7, 3, 11, AlgorithmId::kSparcmlDsarSplit, 2};
+const FrameMeta kMeta{7, 3, 11, CatalogId("sparcml-dsar-split"), 2};
 const BlockRange kRange{100, 1300};
 
 Bytes GoodFrame(int bits, std::vector<float>* decoded) {

@@ -128,7 +128,7 @@ TEST(JobConfig, DefaultsAndErrors) {
   EXPECT_EQ(s->barrier_period, 64);
   EXPECT_TRUE(s->coordinate_kprime);
   EXPECT_EQ(s->covap_profile_steps, 16);
-  auto z = ParseJobConfig(R"({"job_id":"j","world_size":1,"algorithm":"covap","density":1,
+  auto z = ParseJobConfig(R"({"job_id":"j","world_size":1,"algorithm":"spardl","density":1,
                               "covap_profile_steps":0,"lease_ms":500})");
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(z->covap_profile_steps, 0);
@@ -138,6 +138,9 @@ TEST(JobConfig, DefaultsAndErrors) {
         R"({"job_id":"j/x","world_size":4,"algorithm":"spardl","density":0.01})",
         R"({"job_id":"j","world_size":0,"algorithm":"spardl","density":0.01})",
         R"({"job_id":"j","world_size":4,"algorithm":"nope","density":0.01})",
+        // Names of DESIGN.md without a schedule yet: the agents could not run them.
+        R"({"job_id":"j","world_size":4,"algorithm":"covap","density":0.01})",
+        R"({"job_id":"j","world_size":4,"algorithm":"dgs","density":0.01})",
         R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0})",
         R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0.1,"teams":5})",
         R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0.1,"quantize_bits":3})",
@@ -148,6 +151,11 @@ TEST(JobConfig, DefaultsAndErrors) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_EQ(LoadJobConfig("/nonexistent/job.json").status().code(), absl::StatusCode::kNotFound);
+  // The refusal lists what the agents can run.
+  auto covap =
+      ParseJobConfig(R"({"job_id":"j","world_size":4,"algorithm":"covap","density":0.01})");
+  EXPECT_NE(covap.status().message().find("spardl-bsag"), std::string::npos) << covap.status();
+  EXPECT_NE(covap.status().message().find("dense-ring"), std::string::npos) << covap.status();
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ inline FrameMeta Meta() {
   m.job_id = 7;
   m.epoch = 3;
   m.step = 42;
-  m.algorithm = AlgorithmId::kSparDL;
+  m.algorithm = CatalogId("spardl");
   m.phase = 2;
   return m;
 }

@@ -1,0 +1,127 @@
+// One entry per algorithm the agents run (DESIGN.md's names). Ids are stable
+// wire values (data-plane frames carry them): never renumber, never reuse.
+// Reserved for algorithms not built yet: 14 (covap), 15 (dgs). An algorithm
+// is listed here only once its schedule exists (collectives/), so that a job
+// config naming it is refused by the coordinator rather than by every agent.
+#include "catalog/builtin.h"
+#include "catalog/table1.h"
+
+namespace gradex::catalog {
+namespace {
+
+ParamSpec Teams(bool power_of_two) {
+  return {.name = "teams",
+          .type = ParamType::kInt,
+          .default_value = 1,
+          .min = 1,
+          .max = 65536,
+          .description = power_of_two ? "SAG team count; a power of two dividing P"
+                                      : "SAG team count; divides P"};
+}
+
+ParamSpec QuantizeBits() {
+  return {.name = "quantize_bits",
+          .type = ParamType::kInt,
+          .default_value = 0,
+          .allowed = {0, 2, 4, 8},
+          .description = "QSGD bits per value on the dense phases (0 = off)"};
+}
+
+}  // namespace
+
+std::vector<AlgorithmSpec> BuiltinAlgorithms() {
+  return {
+      {.id = 1,
+       .name = "dense-ring",
+       .description = "dense baseline: ring reduce-scatter then ring all-gather",
+       .traits = {.dense = true},
+       .table1_cost = table1::DenseRing},
+      {.id = 2,
+       .name = "dense-rabenseifner",
+       .description = "dense baseline: recursive halving then doubling (Rabenseifner)",
+       .traits = {.dense = true},
+       .table1_cost = table1::DenseRabenseifner},
+      {.id = 3,
+       .name = "topka",
+       .description = "local top-k, all-gather of every selection, local sum",
+       .traits = {},
+       .table1_cost = table1::AllGatherTopk},
+      {.id = 4,
+       .name = "topkdsa",
+       .description = "SparCML dynamic sparse reduce-scatter, per-slice all-gather",
+       .traits = {.volume_slack = 0.0},
+       .params = {QuantizeBits()},
+       .table1_cost = table1::DynamicSparseSplit},
+      {.id = 5,
+       .name = "gtopk",
+       .description = "global top-k by a binomial reduction tree (Shi et al. 2019)",
+       .traits = {},
+       .table1_cost = table1::GlobalTopkTree},
+      {.id = 6,
+       .name = "gaussiank",
+       .description = "topka's exchange with a Gaussian-fit threshold selection",
+       .traits = {.volume_slack = 0.625},
+       .table1_cost = table1::GaussianThreshold},
+      {.id = 7,
+       .name = "oktopk",
+       .description = "Ok-Topk: balanced split-and-reduce, global top-k, all-gatherv",
+       // Slack: the model prices every entry as COO; small control frames
+       // (word halves) and pieces over half full go dense, at 4 bytes.
+       .traits = {.volume_slack = 0.10, .coordinated_regions = true},
+       .params = {{.name = "oktopk_tau",
+                   .type = ParamType::kInt,
+                   .default_value = 64,
+                   .min = 1,
+                   .max = 1 << 20,
+                   .description = "training steps between region boundary re-agreements"},
+                  {.name = "oktopk_tau_prime",
+                   .type = ParamType::kInt,
+                   .default_value = 32,
+                   .min = 1,
+                   .max = 1 << 20,
+                   .description = "training steps between exact threshold computations"}},
+       .table1_cost = table1::OkTopk},
+      {.id = 8,
+       .name = "sparcml-ssar-rd",
+       .description = "SparCML static sparse allreduce by recursive doubling",
+       .traits = {.volume_slack = 0.0},
+       .table1_cost = table1::SsarRecursiveDoubling},
+      {.id = 9,
+       .name = "sparcml-ssar-split",
+       .description = "SparCML static sparse allreduce, split all-gather",
+       .traits = {.volume_slack = 0.0},
+       .params = {QuantizeBits()},
+       .table1_cost = table1::SsarSplit},
+      {.id = 10,
+       .name = "sparcml-dsar-split",
+       .description = "SparCML dynamic sparse allreduce, dense split all-gather",
+       .traits = {.volume_slack = 0.0},
+       .params = {QuantizeBits()},
+       .table1_cost = table1::DsarSplit},
+      {.id = 11,
+       .name = "spardl",
+       .description = "SparDL: Spar-Reduce-Scatter, Bruck all-gather, global residuals",
+       .traits = {},
+       .table1_cost = table1::SparDL},
+      {.id = 12,
+       .name = "spardl-rsag",
+       .description = "SparDL in teams synchronised by recursive doubling (R-SAG)",
+       .traits = {.uses_teams = true, .teams_power_of_two = true},
+       .params = {Teams(true)},
+       .table1_cost = table1::Rsag},
+      {.id = 13,
+       .name = "spardl-bsag",
+       .description = "SparDL in teams synchronised by Bruck with a k' pre-selection (B-SAG)",
+       .traits = {.uses_teams = true, .exact_on_integers = false, .kprime_controlled = true},
+       .params = {Teams(false),
+                  {.name = "kprime",
+                   .type = ParamType::kInt,
+                   .default_value = 0,
+                   .min = 0,
+                   .max = 4294967295.0,
+                   .description = "per-block pre-selection count (0 = the k' controller)"}},
+       .table1_cost = table1::Bsag},
+  };
+}
+
+}  // namespace gradex::catalog

@@ -1,0 +1,131 @@
+#include "catalog/catalog.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "catalog/builtin.h"
+
+namespace gradex::catalog {
+namespace {
+
+struct Store {
+  std::mutex mu;
+  // unique_ptr: Find's pointers survive later registrations.
+  std::vector<std::unique_ptr<AlgorithmSpec>> specs;  // by id
+};
+
+absl::Status AddLocked(Store& s, AlgorithmSpec spec) {
+  if (spec.id == 0) return absl::InvalidArgumentError("catalog: algorithm id 0 is reserved");
+  if (spec.name.empty()) return absl::InvalidArgumentError("catalog: empty algorithm name");
+  for (const auto& e : s.specs) {
+    if (e->id == spec.id || e->name == spec.name) {
+      return absl::AlreadyExistsError(absl::StrCat("catalog: '", spec.name, "' (id ", spec.id,
+                                                   ") clashes with '", e->name, "' (id ", e->id,
+                                                   ")"));
+    }
+  }
+  auto it = std::lower_bound(s.specs.begin(), s.specs.end(), spec.id,
+                             [](const auto& e, uint16_t id) { return e->id < id; });
+  s.specs.insert(it, std::make_unique<AlgorithmSpec>(std::move(spec)));
+  return absl::OkStatus();
+}
+
+// Built in on first use, so that a static registrar in another translation
+// unit finds them present whatever the initialisation order.
+Store& TheStore() {
+  static Store* s = [] {
+    auto* store = new Store;
+    for (AlgorithmSpec& spec : BuiltinAlgorithms()) {
+      absl::Status st = AddLocked(*store, std::move(spec));
+      if (!st.ok()) std::abort();  // two built-in entries clash: a programming error
+    }
+    return store;
+  }();
+  return *s;
+}
+
+}  // namespace
+
+absl::Status Register(AlgorithmSpec spec) {
+  Store& s = TheStore();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return AddLocked(s, std::move(spec));
+}
+
+bool internal::RegisterOrDie(AlgorithmSpec spec) {
+  absl::Status st = Register(std::move(spec));
+  if (!st.ok()) {
+    std::fprintf(stderr, "gradex: %s\n", std::string(st.message()).c_str());
+    std::abort();
+  }
+  return true;
+}
+
+const AlgorithmSpec* Find(std::string_view name) {
+  Store& s = TheStore();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (const auto& e : s.specs) {
+    if (e->name == name) return e.get();
+  }
+  return nullptr;
+}
+
+const AlgorithmSpec* FindId(uint16_t id) {
+  Store& s = TheStore();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (const auto& e : s.specs) {
+    if (e->id == id) return e.get();
+  }
+  return nullptr;
+}
+
+std::vector<const AlgorithmSpec*> All() {
+  Store& s = TheStore();
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::vector<const AlgorithmSpec*> out;
+  for (const auto& e : s.specs) out.push_back(e.get());
+  return out;
+}
+
+std::vector<std::string> Names() {
+  std::vector<std::string> out;
+  for (const AlgorithmSpec* e : All()) out.push_back(e->name);
+  return out;
+}
+
+std::string NameList() { return absl::StrJoin(Names(), ", "); }
+
+const ParamSpec* FindParam(const AlgorithmSpec& spec, std::string_view name) {
+  for (const ParamSpec& p : spec.params) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+absl::Status CheckParam(const ParamSpec& param, double value) {
+  if (!std::isfinite(value) || (param.type == ParamType::kInt && value != std::floor(value))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(param.name, ": ", value, " is not ",
+                     param.type == ParamType::kInt ? "an integer" : "a finite number"));
+  }
+  if (!param.allowed.empty()) {
+    if (std::find(param.allowed.begin(), param.allowed.end(), value) == param.allowed.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(param.name, ": ", value, " not one of ",
+                                                     absl::StrJoin(param.allowed, ", ")));
+    }
+    return absl::OkStatus();
+  }
+  if (value < param.min || value > param.max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(param.name, ": ", value, " not in [", param.min, ", ", param.max, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gradex::catalog

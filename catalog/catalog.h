@@ -1,0 +1,120 @@
+// The algorithm catalog: what every layer may know about an algorithm without
+// linking its schedule. Per algorithm: a stable id (carried in data-plane
+// frames), the name of DESIGN.md, a one-line description, traits and its
+// parameters as data, and its Table 1 cost row (the Ok-Topk paper's Table 1;
+// SparDL's rows as reconstructed in DESIGN.md). The coordinator, the
+// simulator, bench and the agents all link this library; the schedules live
+// in collectives/ and register their factories under these names.
+// Dependency-free (absl only): no transport, no kernels, no protobuf.
+#ifndef GRADEX_CATALOG_CATALOG_H_
+#define GRADEX_CATALOG_CATALOG_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace gradex::catalog {
+
+// What the invariant tests, the coordinator and the simulator may expect of
+// an algorithm.
+struct Traits {
+  bool uses_teams = false;          // the teams parameter is honoured
+  bool teams_power_of_two = false;  // ... and must be a power of two
+  bool dense = false;               // sends the whole gradient (nothing is discarded)
+  // Integer gradients give exact sums (no scaling of discards, no quantisation).
+  bool exact_on_integers = true;
+  // At density 1 the result equals dense-ring's (integer gradients).
+  bool equals_dense_at_density_one = true;
+  // Measured bytes may fall this fraction below the volume model (never above
+  // it): sums that cancel are not sent; data-dependent selections state their own.
+  double volume_slack = 0.03;
+  // Every rank takes part in every call and the call ends together (no
+  // rank runs ahead by a step).
+  bool synchronous = true;
+  // Its per-block pre-selection count k' is steered by the B-SAG controller
+  // (the coordinator may coordinate it).
+  bool kprime_controlled = false;
+  // Its region boundaries may be agreed by the coordinator (Ok-Topk).
+  bool coordinated_regions = false;
+};
+
+enum class ParamType { kInt, kDouble };
+
+// One parameter the algorithm reads, with its default and valid range
+// (inclusive). `allowed`, when not empty, lists the only valid values.
+struct ParamSpec {
+  std::string name;
+  ParamType type = ParamType::kInt;
+  double default_value = 0;
+  double min = 0;
+  double max = 0;
+  std::vector<double> allowed;
+  std::string description;
+};
+
+// Inputs of a Table 1 row: P ranks, n elements at `density`, the SAG team
+// count and, for B-SAG, k' as a fraction of k_block (0: the row's range).
+struct CostInputs {
+  int world = 1;
+  uint64_t elements = 0;
+  double density = 0.01;
+  int teams = 1;
+  double kprime_ratio = 0;
+};
+
+// time = α · latency + β · bytes, where latency counts messages on the
+// critical path and bytes are bytes on it (8 per COO entry, 4 per dense
+// element; frame headers excluded). Data-dependent rows give a range [lo, hi].
+struct CostRange {
+  double latency_lo = 0, latency_hi = 0;  // messages (α multipliers)
+  double bytes_lo = 0, bytes_hi = 0;      // bytes (β multipliers)
+  std::string formula;                    // the row, in words
+};
+using CostFn = CostRange (*)(const CostInputs&);
+
+struct AlgorithmSpec {
+  uint16_t id = 0;  // stable, never reused; 0 is not an algorithm
+  std::string name;
+  std::string description;
+  Traits traits;
+  std::vector<ParamSpec> params;
+  CostFn table1_cost = nullptr;  // null: no Table 1 row
+};
+
+// Adds an algorithm (the built-in ones are present from the start). Refused
+// when the id is 0 or the id or name is taken. Safe from static initialisers.
+absl::Status Register(AlgorithmSpec spec);
+
+namespace internal {
+bool RegisterOrDie(AlgorithmSpec spec);
+}  // namespace internal
+
+#define GRADEX_CATALOG_CONCAT2(a, b) a##b
+#define GRADEX_CATALOG_CONCAT(a, b) GRADEX_CATALOG_CONCAT2(a, b)
+// At namespace scope, before the algorithm's GRADEX_REGISTER_ALGORITHM: adds
+// an entry at start-up (a clash aborts: a programming error).
+#define GRADEX_CATALOG_ENTRY(...)                                                             \
+  [[maybe_unused]] static const bool GRADEX_CATALOG_CONCAT(gradex_catalog_entry_, __LINE__) = \
+      ::gradex::catalog::internal::RegisterOrDie(__VA_ARGS__)
+
+// Null when unknown. Pointers stay valid for the life of the process.
+const AlgorithmSpec* Find(std::string_view name);
+const AlgorithmSpec* FindId(uint16_t id);
+
+// Every algorithm, by id.
+std::vector<const AlgorithmSpec*> All();
+std::vector<std::string> Names();
+// "a, b, c": for error messages that list the known names.
+std::string NameList();
+
+// The parameter `name` of `spec`, or null.
+const ParamSpec* FindParam(const AlgorithmSpec& spec, std::string_view name);
+// OK when `value` is valid for `param`; else INVALID_ARGUMENT naming it.
+absl::Status CheckParam(const ParamSpec& param, double value);
+
+}  // namespace gradex::catalog
+
+#endif  // GRADEX_CATALOG_CATALOG_H_

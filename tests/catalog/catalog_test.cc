@@ -1,0 +1,96 @@
+// The catalog against the schedules: every entry has one and every schedule
+// has an entry, ids are unique wire values, parameters are checked as data.
+#include "catalog/catalog.h"
+
+#include <set>
+
+#include "catalog/models.h"
+#include "collectives/sparse_allreduce.h"
+#include "gtest/gtest.h"
+
+namespace gradex {
+namespace {
+
+TEST(Catalog, EveryEntryHasAScheduleOfTheSameName) {
+  const std::vector<const catalog::AlgorithmSpec*> all = catalog::All();
+  ASSERT_GE(all.size(), 13u);
+  EXPECT_EQ(CatalogAlgorithms().size(), all.size());
+  std::set<uint16_t> ids;
+  for (const catalog::AlgorithmSpec* spec : all) {
+    SCOPED_TRACE(spec->name);
+    EXPECT_NE(spec->id, 0);
+    EXPECT_TRUE(ids.insert(spec->id).second);
+    EXPECT_FALSE(spec->description.empty());
+    EXPECT_NE(spec->table1_cost, nullptr);
+    auto algo = CreateAllreduce(spec->name);
+    ASSERT_TRUE(algo.ok()) << algo.status();
+    EXPECT_EQ((*algo)->name(), spec->name);
+    EXPECT_EQ(static_cast<uint16_t>((*algo)->id()), spec->id);
+    EXPECT_EQ(catalog::FindId(spec->id), spec);
+  }
+}
+
+TEST(Catalog, UnknownNamesListTheKnownOnes) {
+  auto algo = CreateAllreduce("covap");
+  ASSERT_EQ(algo.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(algo.status().message().find("spardl-bsag"), std::string::npos);
+  EXPECT_EQ(catalog::Find("covap"), nullptr);
+  EXPECT_EQ(CatalogId("covap"), AlgorithmId{0});
+}
+
+TEST(Catalog, ClashingEntriesAreRefused) {
+  catalog::AlgorithmSpec dup{.id = 1, .name = "another-name"};
+  EXPECT_EQ(catalog::Register(dup).code(), absl::StatusCode::kAlreadyExists);
+  catalog::AlgorithmSpec same_name{.id = 60999, .name = "dense-ring"};
+  EXPECT_EQ(catalog::Register(same_name).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(catalog::Register({.id = 0, .name = "zero"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog::FindId(60999), nullptr);
+  // A schedule without an entry is refused too.
+  EXPECT_EQ(RegisterAlgorithm("no-entry", [] { return std::unique_ptr<SparseAllreduce>(); }).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(Catalog, ParametersAreData) {
+  const catalog::AlgorithmSpec* ok = catalog::Find("oktopk");
+  ASSERT_NE(ok, nullptr);
+  const catalog::ParamSpec* tau = catalog::FindParam(*ok, "oktopk_tau");
+  ASSERT_NE(tau, nullptr);
+  EXPECT_EQ(tau->default_value, 64);
+  EXPECT_TRUE(catalog::CheckParam(*tau, 1).ok());
+  EXPECT_FALSE(catalog::CheckParam(*tau, 0).ok());
+  EXPECT_FALSE(catalog::CheckParam(*tau, 2.5).ok());
+  const catalog::ParamSpec* bits = catalog::FindParam(*catalog::Find("topkdsa"), "quantize_bits");
+  ASSERT_NE(bits, nullptr);
+  EXPECT_TRUE(catalog::CheckParam(*bits, 4).ok());
+  EXPECT_FALSE(catalog::CheckParam(*bits, 3).ok());
+  EXPECT_EQ(catalog::FindParam(*catalog::Find("dense-ring"), "oktopk_tau"), nullptr);
+}
+
+TEST(Catalog, TraitsSayWhatTheSchedulesNeed) {
+  EXPECT_TRUE(catalog::Find("dense-ring")->traits.dense);
+  EXPECT_TRUE(catalog::Find("spardl-rsag")->traits.teams_power_of_two);
+  EXPECT_TRUE(catalog::Find("spardl-bsag")->traits.kprime_controlled);
+  EXPECT_FALSE(catalog::Find("spardl-bsag")->traits.teams_power_of_two);
+  for (const catalog::AlgorithmSpec* spec : catalog::All()) EXPECT_TRUE(spec->traits.synchronous);
+}
+
+TEST(Catalog, Table1RowsAtKnownPoints) {
+  // dense-ring at P=4, n=1000: 6 messages, 2·3/4·4·1000 bytes.
+  catalog::CostRange c = catalog::Find("dense-ring")->table1_cost({.world = 4, .elements = 1000});
+  EXPECT_EQ(c.latency_lo, 6);
+  EXPECT_EQ(c.bytes_lo, 6000);
+  // B-SAG's row spans k' in [k/(QT), k/Q]; a measured ratio picks one point.
+  const catalog::CostFn bsag = catalog::Find("spardl-bsag")->table1_cost;
+  catalog::CostRange range = bsag({.world = 8, .elements = 100000, .density = 0.01, .teams = 2});
+  catalog::CostRange at_one =
+      bsag({.world = 8, .elements = 100000, .density = 0.01, .teams = 2, .kprime_ratio = 1.0});
+  EXPECT_LT(range.bytes_lo, range.bytes_hi);
+  EXPECT_DOUBLE_EQ(at_one.bytes_lo, range.bytes_hi);
+  EXPECT_EQ(catalog::CeilLog2(5), 3);
+  EXPECT_EQ(catalog::FloorLog2(5), 2);
+  EXPECT_EQ(catalog::KeepCount(0.01, 6250000), 62500u);
+}
+
+}  // namespace
+}  // namespace gradex
