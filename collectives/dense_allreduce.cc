@@ -2,33 +2,25 @@
 
 #include <algorithm>
 
-#include "collectives/call_checks.h"
 #include "collectives/phase_timer.h"
 
 namespace gradex {
 
-absl::Status DenseAllreduce::Run(const CallContext& ctx, const AllreduceOptions& options,
-                                 std::span<const float> grad, std::span<float> residual,
-                                 AllreduceResult* result, CallStats* stats) {
-  absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
-  if (!st.ok()) return st;
-  auto start = Clock::now();
-  *stats = CallStats{};
-  PeerCounters before = ctx.transport->TotalCounters();
-  const size_t n = grad.size();
+absl::Status DenseAllreduce::Exchange(const CallContext& ctx, const AllreduceOptions&,
+                                      std::span<float> acc, ResidualLedger&,
+                                      AllreduceResult* result, CallStats* stats) {
+  const size_t n = acc.size();
   result->is_dense = true;
   result->sparse.clear();
   {
     PhaseTimer t(&stats->phases.reduction_s);
-    for (size_t i = 0; i < n; ++i) residual[i] += grad[i];
-    result->dense.assign(residual.begin(), residual.end());
+    result->dense.assign(acc.begin(), acc.end());
   }
-  st = Schedule(ctx, result->dense.data(), n, &stats->phases);
-  if (!st.ok()) return FailCall(ctx, st);  // residual still holds grad + old residual
-  std::fill(residual.begin(), residual.end(), 0.0f);
+  absl::Status st = ReduceDense(ctx, result->dense.data(), n, &stats->phases);
+  if (!st.ok()) return st;  // acc still holds grad + old residual
+  std::fill(acc.begin(), acc.end(), 0.0f);
   stats->result_nnz = result->CountNonZeros();
   stats->result_capacity = n;
-  FinishStats(ctx, before, start, stats);
   return absl::OkStatus();
 }
 

@@ -10,15 +10,15 @@ namespace gradex {
 
 class DenseAllreduce : public SparseAllreduce {
  public:
-  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
-                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
-                   CallStats* stats) final;
+  absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                        std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
+                        CallStats* stats) final;
 
  protected:
   // Reduces `data` (n elements, this rank's grad + residual) in place to the
   // sum over ranks, bitwise the same on every rank.
-  virtual absl::Status Schedule(const CallContext& ctx, float* data, size_t n,
-                                PhaseTimes* times) = 0;
+  virtual absl::Status ReduceDense(const CallContext& ctx, float* data, size_t n,
+                                   PhaseTimes* times) = 0;
 };
 
 }  // namespace gradex

@@ -82,7 +82,8 @@ class DenseRabenseifner final : public DenseAllreduce {
     return v;
   }
 
-  absl::Status Schedule(const CallContext& ctx, float* data, size_t n, PhaseTimes* times) override {
+  absl::Status ReduceDense(const CallContext& ctx, float* data, size_t n,
+                           PhaseTimes* times) override {
     const PowerOfTwoFold fold(ctx.transport->rank(), ctx.transport->size());
     Link link(ctx, id(), times);
     OneWay one(ctx, id(), times);

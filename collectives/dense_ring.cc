@@ -31,7 +31,8 @@ class DenseRing final : public DenseAllreduce {
     return v;
   }
 
-  absl::Status Schedule(const CallContext& ctx, float* data, size_t n, PhaseTimes* times) override {
+  absl::Status ReduceDense(const CallContext& ctx, float* data, size_t n,
+                           PhaseTimes* times) override {
     const int p = ctx.transport->size();
     const int r = ctx.transport->rank();
     const BlockLayout layout(n, p, 1.0);

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/block_layout.h"
-#include "collectives/call_checks.h"
+#include "collectives/call_frame.h"
 #include "collectives/phase_timer.h"
 #include "collectives/sparse_steps.h"
 
@@ -30,26 +30,16 @@ void SumInFixedOrder(std::vector<kernels::SparseVec>& parts, kernels::SparseVec*
 
 }  // namespace
 
-absl::Status GatherSumAlgorithm::Run(const CallContext& ctx, const AllreduceOptions& options,
-                                     std::span<const float> grad, std::span<float> residual,
-                                     AllreduceResult* result, CallStats* stats) {
-  absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
-  if (!st.ok()) return st;
+absl::Status GatherSumAlgorithm::Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                                          std::span<float> acc, ResidualLedger& ledger,
+                                          AllreduceResult* result, CallStats* stats) {
   const int world = ctx.transport->size();
   const int rank = ctx.transport->rank();
-  const size_t n = grad.size();
-  auto start = Clock::now();
-  *stats = CallStats{};
-  PeerCounters before = ctx.transport->TotalCounters();
-  {
-    PhaseTimer t(&stats->phases.reduction_s);
-    for (size_t i = 0; i < n; ++i) residual[i] += grad[i];
-  }
-  ResidualLedger ledger(residual);
+  const size_t n = acc.size();
   kernels::SparseVec mine;
   {
     PhaseTimer t(&stats->phases.selection_s);
-    Select(residual, options, stats, &mine);
+    Select(acc, options, stats, &mine);
     ledger.Selected(mine);
   }
   stats->local_selected = mine.nnz();
@@ -60,7 +50,8 @@ absl::Status GatherSumAlgorithm::Run(const CallContext& ctx, const AllreduceOpti
   all.me = rank;
   const std::vector<ExpectedBlock> expect(world, {{0, static_cast<uint32_t>(n)}, capacity});
   std::vector<kernels::SparseVec> parts;
-  st = BruckAllGather(link, all, expect, kPhaseAllGather, &stats->phases, std::move(mine), &parts);
+  absl::Status st =
+      BruckAllGather(link, all, expect, kPhaseAllGather, &stats->phases, std::move(mine), &parts);
   // A dense frame carries no count: hold its nonzeros to the capacity too.
   for (int r = 0; st.ok() && r < world; ++r) {
     if (parts[r].nnz() > capacity) {
@@ -68,13 +59,9 @@ absl::Status GatherSumAlgorithm::Run(const CallContext& ctx, const AllreduceOpti
                                             " entries, more than the capacity ", capacity));
     }
   }
-  if (!st.ok()) {
-    ledger.Restore();
-    return FailCall(ctx, st);
-  }
+  if (!st.ok()) return st;
   {
-    PhaseTimer t(&stats->phases.reduction_s);
-    ledger.Commit();  // nothing is discarded after the selection
+    PhaseTimer t(&stats->phases.reduction_s);  // nothing is discarded after the selection
     result->is_dense = false;
     result->dense.clear();
     SumInFixedOrder(parts, &result->sparse);
@@ -82,7 +69,6 @@ absl::Status GatherSumAlgorithm::Run(const CallContext& ctx, const AllreduceOpti
   }
   stats->result_nnz = result->sparse.nnz();
   stats->result_capacity = std::min(n, static_cast<size_t>(world) * capacity);
-  FinishStats(ctx, before, start, stats);
   return absl::OkStatus();
 }
 

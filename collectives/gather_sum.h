@@ -21,9 +21,9 @@ namespace gradex {
 // out of gradient + residual (zeroing them there), the rest is shared.
 class GatherSumAlgorithm : public SparseAllreduce {
  public:
-  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
-                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
-                   CallStats* stats) final;
+  absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                        std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
+                        CallStats* stats) final;
 
  protected:
   // The most entries one rank selects from n elements at `options`.

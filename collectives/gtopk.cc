@@ -11,7 +11,7 @@
 // the Ok-Topk paper: 4k log P words); the result has at most k non-zeros.
 #include "absl/strings/str_cat.h"
 #include "collectives/block_layout.h"
-#include "collectives/call_checks.h"
+#include "collectives/call_frame.h"
 #include "collectives/link.h"
 #include "collectives/one_way.h"
 #include "collectives/phase_timer.h"
@@ -78,24 +78,15 @@ class GTopk final : public SparseAllreduce {
     return v;
   }
 
-  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
-                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
-                   CallStats* stats) override {
-    absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
-    if (!st.ok()) return st;
-    const size_t n = grad.size(), k = KeepCount(options.density, n);
-    auto start = Clock::now();
-    *stats = CallStats{};
-    PeerCounters before = ctx.transport->TotalCounters();
-    {
-      PhaseTimer t(&stats->phases.reduction_s);
-      for (size_t i = 0; i < n; ++i) residual[i] += grad[i];
-    }
-    ResidualLedger ledger(residual);
+  absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                        std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
+                        CallStats* stats) override {
+    const size_t n = acc.size(), k = KeepCount(options.density, n);
+    absl::Status st;
     kernels::SparseVec current;
     {
       PhaseTimer t(&stats->phases.selection_s);
-      kernels::SelectTopKAndZero(residual.data(), n, k, 0, &current);
+      kernels::SelectTopKAndZero(acc.data(), n, k, 0, &current);
       ledger.Selected(current);
     }
     stats->local_selected = current.nnz();
@@ -107,13 +98,9 @@ class GTopk final : public SparseAllreduce {
                   : ReceiveTopK(link, one, m, whole, k, ledger, &stats->phases, &current);
       if (!st.ok()) break;
     }
-    if (!st.ok()) {
-      ledger.Restore();
-      return FailCall(ctx, st);
-    }
+    if (!st.ok()) return st;
     {
       PhaseTimer t(&stats->phases.reduction_s);
-      ledger.Commit();
       DropZeros(&current);
       result->is_dense = false;
       result->dense.clear();
@@ -121,7 +108,6 @@ class GTopk final : public SparseAllreduce {
     }
     stats->result_nnz = result->sparse.nnz();
     stats->result_capacity = k;
-    FinishStats(ctx, before, start, stats);
     return absl::OkStatus();
   }
 

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "collectives/block_layout.h"
-#include "collectives/call_checks.h"
+#include "collectives/call_frame.h"
 #include "collectives/oktopk_balance.h"
 #include "collectives/oktopk_exchange.h"
 #include "collectives/phase_timer.h"
@@ -57,16 +57,17 @@ class OkTopk final : public SparseAllreduce {
     return v;
   }
 
-  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
-                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
-                   CallStats* stats) override;
-
   const OkTopkCallInfo& last() const { return last_; }
 
- private:
+ protected:
+  absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions& options) const override;
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
-                        CallStats* stats);
+                        CallStats* stats) override;
+  // A failed call ends the epoch; the next one re-agrees everything.
+  void AfterFailure() override { Reset(); }
+
+ private:
   void Reset() {
     bounds_.clear();
     local_ctl_.Reset();
@@ -83,43 +84,24 @@ class OkTopk final : public SparseAllreduce {
   OkTopkCallInfo last_;
 };
 
-absl::Status OkTopk::Run(const CallContext& ctx, const AllreduceOptions& options,
-                         std::span<const float> grad, std::span<float> residual,
-                         AllreduceResult* result, CallStats* stats) {
-  absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
-  if (!st.ok()) return st;
+absl::Status OkTopk::CheckOptions(const CallContext&, const AllreduceOptions& options) const {
   if (options.oktopk_tau < 1 || options.oktopk_tau_prime < 1) {
     return absl::InvalidArgumentError("oktopk_tau and oktopk_tau_prime must be >= 1");
   }
-  auto start = Clock::now();
-  *stats = CallStats{};
-  last_ = {};
-  PeerCounters before = ctx.transport->TotalCounters();
-  // Boundaries and thresholds belong to one communicator and one bucket size.
-  if (grad.size() != n_ || ctx.transport->size() != world_ || ctx.epoch != epoch_) {
-    Reset();
-    n_ = grad.size();
-    world_ = ctx.transport->size();
-    epoch_ = ctx.epoch;
-  }
-  {
-    PhaseTimer t(&stats->phases.reduction_s);
-    for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
-  }
-  ResidualLedger ledger(residual);
-  st = Exchange(ctx, options, residual, ledger, result, stats);
-  if (!st.ok()) {
-    ledger.Restore();
-    Reset();  // a failed call ends the epoch; the next one re-agrees everything
-    return FailCall(ctx, st);
-  }
-  FinishStats(ctx, before, start, stats);
   return absl::OkStatus();
 }
 
 absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& options,
                               std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                               CallStats* stats) {
+  last_ = {};
+  // Boundaries and thresholds belong to one communicator and one bucket size.
+  if (acc.size() != n_ || ctx.transport->size() != world_ || ctx.epoch != epoch_) {
+    Reset();
+    n_ = acc.size();
+    world_ = ctx.transport->size();
+    epoch_ = ctx.epoch;
+  }
   const int p = ctx.transport->size(), me = ctx.transport->rank();
   const size_t n = acc.size();
   const size_t k = KeepCount(options.density, n);
@@ -201,7 +183,6 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   {
     PhaseTimer t(&times->reduction_s);
     ledger.Discarded(Undelivered(local, result->sparse, all_cancelled), 1.0f);
-    ledger.Commit();
   }
   result->is_dense = false;
   result->dense.clear();

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/block_layout.h"
-#include "collectives/call_checks.h"
+#include "collectives/call_frame.h"
 #include "collectives/link.h"
 #include "collectives/phase_timer.h"
 #include "collectives/qsgd.h"
@@ -79,31 +79,25 @@ absl::StatusOr<Volume> SparcmlSplit::ModelVolume(int rank, int world, size_t n,
   return v;
 }
 
-absl::Status SparcmlSplit::Run(const CallContext& ctx, const AllreduceOptions& options,
-                               std::span<const float> grad, std::span<float> residual,
-                               AllreduceResult* result, CallStats* stats) {
-  absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
-  if (st.ok()) st = ValidateQuantizeBits(options.quantize_bits);
-  if (!st.ok()) return st;
+absl::Status SparcmlSplit::CheckOptions(const CallContext&, const AllreduceOptions& options) const {
+  return ValidateQuantizeBits(options.quantize_bits);
+}
+
+absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                                    std::span<float> acc, ResidualLedger& ledger,
+                                    AllreduceResult* result, CallStats* stats) {
+  absl::Status st;
   const int p = ctx.transport->size();
   const int r = ctx.transport->rank();
-  const size_t n = grad.size();
-  auto start = Clock::now();
-  *stats = CallStats{};
-  PeerCounters before = ctx.transport->TotalCounters();
+  const size_t n = acc.size();
   PhaseTimes* times = &stats->phases;
-  {
-    PhaseTimer t(&times->reduction_s);
-    for (size_t i = 0; i < n; ++i) residual[i] += grad[i];
-  }
-  ResidualLedger ledger(residual);
   Link link(ctx, id(), times);
   const BlockLayout layout(n, p, 1.0);
   const size_t k = KeepCount(options.density, n);
   // Static streams never go dense, so there is nothing to quantize.
   const int bits = gather_form() == GatherForm::kStatic ? 0 : options.quantize_bits;
   kernels::SparseVec mine, error;
-  SelectLocalTopK(residual, k, ledger, times, &mine);
+  SelectLocalTopK(acc, k, ledger, times, &mine);
 
   // Split reduce-scatter: step s sends slice r+s to its owner, receives this
   // rank's slice from r-s and adds it (the owner alone sums: any order works).
@@ -191,13 +185,9 @@ absl::Status SparcmlSplit::Run(const CallContext& ctx, const AllreduceOptions& o
       gathered.push_back(std::move(g));
     }
   }
-  if (!st.ok()) {
-    ledger.Restore();
-    return FailCall(ctx, st);
-  }
+  if (!st.ok()) return st;
   {
     PhaseTimer t(&times->reduction_s);
-    ledger.Commit();
     std::vector<kernels::SparseVec> slices(p);
     for (int j = 0; j < p; ++j) slices[Mod(r + j, p)] = std::move(gathered[j].values);
     result->dense.clear();
@@ -211,7 +201,6 @@ absl::Status SparcmlSplit::Run(const CallContext& ctx, const AllreduceOptions& o
   }
   stats->result_nnz = result->CountNonZeros();
   stats->result_capacity = SumOfSelectionsCapacity(p, n, options.density);
-  FinishStats(ctx, before, start, stats);
   return absl::OkStatus();
 }
 

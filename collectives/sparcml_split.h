@@ -41,11 +41,12 @@ class SparcmlSplit : public SparseAllreduce {
  public:
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
                                      const CallStats& observed) const final;
-  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
-                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
-                   CallStats* stats) final;
+  absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                        std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
+                        CallStats* stats) final;
 
  protected:
+  absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions& options) const final;
   virtual StreamPolicy policy() const = 0;  // of the reduce-scatter streams
   virtual GatherForm gather_form() const = 0;
 };

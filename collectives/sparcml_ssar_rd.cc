@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/block_layout.h"
-#include "collectives/call_checks.h"
+#include "collectives/call_frame.h"
 #include "collectives/link.h"
 #include "collectives/one_way.h"
 #include "collectives/phase_timer.h"
@@ -61,30 +61,21 @@ class SparcmlSsarRd final : public SparseAllreduce {
     return v;
   }
 
-  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
-                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
-                   CallStats* stats) override {
-    absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
-    if (!st.ok()) return st;
+  absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                        std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
+                        CallStats* stats) override {
+    absl::Status st;
     const int p = ctx.transport->size();
     const int r = ctx.transport->rank();
-    const size_t n = grad.size();
-    auto start = Clock::now();
-    *stats = CallStats{};
-    PeerCounters before = ctx.transport->TotalCounters();
+    const size_t n = acc.size();
     PhaseTimes* times = &stats->phases;
-    {
-      PhaseTimer t(&times->reduction_s);
-      for (size_t i = 0; i < n; ++i) residual[i] += grad[i];
-    }
-    ResidualLedger ledger(residual);
     Link link(ctx, id(), times);
     OneWay one_way(ctx, id(), times);
     const size_t k = KeepCount(options.density, n);
     const int p2 = FloorPow2(p);
     const BlockRange all{0, static_cast<uint32_t>(n)};
     kernels::SparseVec mine;
-    SelectLocalTopK(residual, k, ledger, times, &mine);
+    SelectLocalTopK(acc, k, ledger, times, &mine);
     SparseStream sum(all, StreamPolicy::kStatic);
     sum.Assign(std::move(mine));
 
@@ -142,20 +133,15 @@ class SparcmlSsarRd final : public SparseAllreduce {
         st = one_way.Send(r + p2, std::move(out), kPhaseRdUnfold, 0);
       }
     }
-    if (!st.ok()) {
-      ledger.Restore();
-      return FailCall(ctx, st);
-    }
+    if (!st.ok()) return st;
     {
       PhaseTimer t(&times->reduction_s);
-      ledger.Commit();
       result->is_dense = false;
       result->dense.clear();
       sum.NonZeros(&result->sparse);
     }
     stats->result_nnz = result->sparse.nnz();
     stats->result_capacity = result_cap;
-    FinishStats(ctx, before, start, stats);
     return absl::OkStatus();
   }
 };

@@ -1,7 +1,7 @@
 #include "collectives/spardl_family.h"
 
 #include "absl/strings/str_cat.h"
-#include "collectives/call_checks.h"
+#include "collectives/call_frame.h"
 #include "collectives/phase_timer.h"
 #include "collectives/sparse_steps.h"
 #include "collectives/volume_model.h"
@@ -20,31 +20,26 @@ absl::StatusOr<Volume> SparDLFamily::ModelVolume(int rank, int world, size_t n,
   return v;
 }
 
-absl::Status SparDLFamily::Run(const CallContext& ctx, const AllreduceOptions& options,
-                               std::span<const float> grad, std::span<float> residual,
-                               AllreduceResult* result, CallStats* stats) {
-  absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
-  if (!st.ok()) return st;
+absl::Status SparDLFamily::CheckOptions(const CallContext& ctx,
+                                        const AllreduceOptions& options) const {
+  return Teams(options, ctx.transport->size()).status();
+}
+
+absl::Status SparDLFamily::Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                                    std::span<float> acc, ResidualLedger& ledger,
+                                    AllreduceResult* result, CallStats* stats) {
   const int world = ctx.transport->size();
   const int rank = ctx.transport->rank();
   absl::StatusOr<int> teams = Teams(options, world);
   if (!teams.ok()) return teams.status();
-
-  auto start = Clock::now();
-  *stats = CallStats{};
-  PeerCounters before = ctx.transport->TotalCounters();
-  {
-    PhaseTimer t(&stats->phases.reduction_s);
-    for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
-  }
-  ResidualLedger ledger(residual);
   Link link(ctx, id(), &stats->phases);
   const Group team = TeamGroup(rank, world, *teams);
-  const BlockLayout layout(grad.size(), team.size(), options.density);
+  const BlockLayout layout(acc.size(), team.size(), options.density);
 
   kernels::SparseVec owned;
   std::vector<kernels::SparseVec> blocks;
-  st = SparReduceScatter(link, team, layout, residual, kPhaseSrs, ledger, &stats->phases, &owned);
+  absl::Status st =
+      SparReduceScatter(link, team, layout, acc, kPhaseSrs, ledger, &stats->phases, &owned);
   if (st.ok() && *teams > 1) {
     st = SyncTeams(link, CrossTeamGroup(rank, world, *teams), layout.expect(team.me), options,
                    ledger, stats, &owned);
@@ -56,20 +51,15 @@ absl::Status SparDLFamily::Run(const CallContext& ctx, const AllreduceOptions& o
     st = BruckAllGather(link, team, expect, kPhaseAllGather, &stats->phases, std::move(owned),
                         &blocks);
   }
-  if (!st.ok()) {
-    ledger.Restore();
-    return FailCall(ctx, st);
-  }
+  if (!st.ok()) return st;
   {
     PhaseTimer t(&stats->phases.reduction_s);
-    ledger.Commit();
     result->is_dense = false;
     result->dense.clear();
     ConcatBlocks(blocks, &result->sparse);
   }
   stats->result_nnz = result->sparse.nnz();
   stats->result_capacity = layout.total_keep();
-  FinishStats(ctx, before, start, stats);
   return absl::OkStatus();
 }
 

@@ -23,11 +23,12 @@ class SparDLFamily : public SparseAllreduce {
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
                                      const CallStats& observed) const final;
 
-  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
-                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
-                   CallStats* stats) final;
+  absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                        std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
+                        CallStats* stats) final;
 
  protected:
+  absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions& options) const final;
   // The team count this variant uses for `options` on `world` ranks, or an
   // error when the variant cannot run with it.
   virtual absl::StatusOr<int> Teams(const AllreduceOptions& options, int world) const = 0;

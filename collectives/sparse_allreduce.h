@@ -21,6 +21,8 @@
 
 namespace gradex {
 
+class ResidualLedger;
+
 // Where a call runs: the communicator and the identity stamped on every frame.
 struct CallContext {
   Transport* transport = nullptr;
@@ -122,10 +124,31 @@ class SparseAllreduce {
   // residual: in, the residual kept from earlier calls; out, the new one.
   // Returns the SUM over ranks of the (sparsified) gradients. On error the
   // residual holds grad + old residual (this rank's whole contribution is kept
-  // for the next call, nothing is lost) and the result is unspecified.
-  virtual absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
-                           std::span<const float> grad, std::span<float> residual,
-                           AllreduceResult* result, CallStats* stats) = 0;
+  // for the next call, nothing is lost) and the result is unspecified. A
+  // failed call leaves the transport as it is: its owner (agent, bench,
+  // client) aborts it, so that peers waiting on this rank fail now.
+  // The call frame, written once (call_frame.cc): checks, statistics, the
+  // accumulation into the residual and its ledger around Exchange.
+  absl::Status Run(const CallContext& ctx, const AllreduceOptions& options,
+                   std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
+                   CallStats* stats);
+
+ protected:
+  // The algorithm's own checks of `options`, before anything is touched.
+  virtual absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions& options) const {
+    return absl::OkStatus();
+  }
+  // The schedule. `acc` (the residual) holds grad + old residual, this rank's
+  // whole contribution; values taken out of it are recorded in `ledger`
+  // (Selected) and values owed back to it too (Discarded). The frame commits
+  // the ledger when Exchange succeeds and restores it when it fails. Fills the
+  // result, stats->result_nnz / result_capacity and the algorithm's details.
+  virtual absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                                std::span<float> acc, ResidualLedger& ledger,
+                                AllreduceResult* result, CallStats* stats) = 0;
+  // After a failed call (the residual restored): drops state that belonged
+  // to the failed epoch.
+  virtual void AfterFailure() {}
 };
 
 // The schedules, by catalog name. Each algorithm's .cc registers its factory

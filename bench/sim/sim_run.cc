@@ -115,6 +115,8 @@ void RankMain(Shared& sh, Transport& t, SparseAllreduce& algo) {
     absl::Status st = algo.Run(ctx, options, grad, residual, &result, &sh.stats[r]);
     sh.clocks[r] = SimNow(t);
     if (!st.ok()) {
+      // The owner of a failed call gives the transport up (peers fail now).
+      t.Abort(DeadlineIn(std::chrono::milliseconds(500)));
       sh.errors[r] = st;
       sh.failed = true;
     } else {

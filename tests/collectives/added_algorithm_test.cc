@@ -37,7 +37,8 @@ class DenseGather final : public DenseAllreduce {
   }
 
  protected:
-  absl::Status Schedule(const CallContext& ctx, float* data, size_t n, PhaseTimes* times) override {
+  absl::Status ReduceDense(const CallContext& ctx, float* data, size_t n,
+                           PhaseTimes* times) override {
     const int p = ctx.transport->size(), r = ctx.transport->rank();
     Link link(ctx, id(), times);
     const BlockRange whole{0, static_cast<uint32_t>(n)};

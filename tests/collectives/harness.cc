@@ -1,5 +1,6 @@
 #include "tests/collectives/harness.h"
 
+#include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -27,6 +28,16 @@ std::vector<float> MakeGradient(uint64_t seed, int rank, int iteration, size_t n
     for (float& v : g) v = u(rng) < 0.05f ? 0.0f : std::round(d(rng) * 64.0f) / 64.0f;
   }
   return g;
+}
+
+absl::Status RunOrAbort(SparseAllreduce& algo, const CallContext& ctx,
+                        const AllreduceOptions& options, std::span<const float> grad,
+                        std::span<float> residual, AllreduceResult* result, CallStats* stats) {
+  absl::Status s = algo.Run(ctx, options, grad, residual, result, stats);
+  if (!s.ok() && ctx.transport != nullptr) {
+    ctx.transport->Abort(std::min(ctx.deadline, DeadlineIn(std::chrono::milliseconds(500))));
+  }
+  return s;
 }
 
 std::string FabricName(Fabric fabric) {
@@ -136,7 +147,7 @@ std::vector<std::vector<std::vector<RankCall>>> RunAlgorithmCases(const std::str
               CallContext ctx{&t, /*job_id=*/42, /*epoch=*/1, /*step=*/static_cast<uint64_t>(it),
                               DeadlineIn(std::chrono::seconds(20))};
               AllreduceResult result;
-              c.status = (*algo)->Run(ctx, spec.options, c.grad, residual, &result, &c.stats);
+              c.status = RunOrAbort(**algo, ctx, spec.options, c.grad, residual, &result, &c.stats);
               c.residual_out = residual;
               c.result.assign(spec.n, 0.0f);
               result.ToDense(c.result);

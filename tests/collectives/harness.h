@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,20 @@ inline constexpr Fabric kAllFabrics[] = {Fabric::kLoopback, Fabric::kSim, Fabric
 std::vector<absl::Status> RunRanks(int world,
                                    const std::function<absl::Status(int, Transport&)>& fn,
                                    Fabric fabric = Fabric::kLoopback);
+
+// Runs one call as its owners do (agent, bench): a failed call aborts the
+// transport, so that peers waiting on this rank fail now, not at their
+// deadline.
+absl::Status RunOrAbort(SparseAllreduce& algo, const CallContext& ctx,
+                        const AllreduceOptions& options, std::span<const float> grad,
+                        std::span<float> residual, AllreduceResult* result, CallStats* stats);
+
+// Runs one call as its owners do (agent, bench): a failed call aborts the
+// transport, so that peers waiting on this rank fail now, not at their
+// deadline.
+absl::Status RunOrAbort(SparseAllreduce& algo, const CallContext& ctx,
+                        const AllreduceOptions& options, std::span<const float> grad,
+                        std::span<float> residual, AllreduceResult* result, CallStats* stats);
 
 // What one rank saw in one call.
 struct RankCall {

@@ -57,7 +57,7 @@ std::vector<std::vector<CallRecord>> RunNormal(ThresholdRule rule, int world, si
       std::vector<float> grad = Normal(rank, c, n);
       CallContext ctx{&t, 42, 1, static_cast<uint64_t>(c), DeadlineIn(std::chrono::seconds(20))};
       AllreduceResult result;
-      absl::Status s = algo->Run(ctx, opt, grad, residual, &result, &rec[c][rank].stats);
+      absl::Status s = RunOrAbort(*algo, ctx, opt, grad, residual, &result, &rec[c][rank].stats);
       if (!s.ok()) return s;
       rec[c][rank].info = *OkTopkLastCall(*algo);
     }
@@ -170,7 +170,7 @@ TEST(OkTopkTest, BalancingAndAlgorithmTwoResidualsConserveExactly) {
       rc.residual_in = residual;
       CallContext ctx{&t, 42, 1, static_cast<uint64_t>(c), DeadlineIn(std::chrono::seconds(20))};
       AllreduceResult result;
-      rc.status = algo->Run(ctx, opt, rc.grad, residual, &result, &rc.stats);
+      rc.status = RunOrAbort(*algo, ctx, opt, rc.grad, residual, &result, &rc.stats);
       if (!rc.status.ok()) return rc.status;
       rc.residual_out = residual;
       rc.result.assign(n, 0.0f);
@@ -233,7 +233,7 @@ TEST(OkTopkTest, InjectedBoundaryAgreementIsAskedEveryTau) {
       rc.residual_in = residual;
       CallContext ctx{&t, 42, 1, static_cast<uint64_t>(c), DeadlineIn(std::chrono::seconds(20))};
       AllreduceResult result;
-      absl::Status s = algo->Run(ctx, opt, rc.grad, residual, &result, &rc.stats);
+      absl::Status s = RunOrAbort(*algo, ctx, opt, rc.grad, residual, &result, &rc.stats);
       if (!s.ok()) return s;
       rc.residual_out = residual;
       rc.result.assign(n, 0.0f);
@@ -305,7 +305,7 @@ TEST(OkTopkTest, BadControlWordFailsAndKeepsContribution) {
   AllreduceResult result;
   CallStats stats;
   CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
-  absl::Status s = algo->Run(ctx, {0.01, 1, 0}, grad, residual, &result, &stats);
+  absl::Status s = RunOrAbort(*algo, ctx, {0.01, 1, 0}, grad, residual, &result, &stats);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_EQ(residual, expected);
 }

@@ -133,7 +133,7 @@ std::vector<RankCall> RunWith(const std::string& algorithm,
     std::vector<float> residual = c.residual_in;
     CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20))};
     AllreduceResult result;
-    c.status = (*algo)->Run(ctx, options, c.grad, residual, &result, &c.stats);
+    c.status = RunOrAbort(**algo, ctx, options, c.grad, residual, &result, &c.stats);
     c.residual_out = residual;
     c.result.assign(c.grad.size(), 0.0f);
     result.ToDense(c.result);
@@ -313,7 +313,7 @@ TEST(PeerFramesTest, DenseFrameOverCapacityIsRejectedAndResidualKept) {
     AllreduceResult result;
     CallStats stats;
     CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
-    absl::Status s = (*algo)->Run(ctx, {0.01, 1, 0}, grad, residual, &result, &stats);
+    absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1, 0}, grad, residual, &result, &stats);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
     EXPECT_EQ(residual, expected);
   }

@@ -105,7 +105,7 @@ std::vector<RankCall> RunOnce(const std::string& algo, int world, size_t n,
     c.residual_in = residual;
     CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20))};
     AllreduceResult result;
-    c.status = (*a)->Run(ctx, opt, c.grad, residual, &result, &c.stats);
+    c.status = RunOrAbort(**a, ctx, opt, c.grad, residual, &result, &c.stats);
     c.residual_out = residual;
     c.result.assign(n, 0.0f);
     result.ToDense(c.result);
@@ -299,7 +299,7 @@ TEST(SparcmlFaultsTest, DenseFrameOverCapacityIsRejected) {
   AllreduceOptions opt;
   opt.density = 0.01;
   CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
-  absl::Status s = (*algo)->Run(ctx, opt, grad, residual, &result, &stats);
+  absl::Status s = RunOrAbort(**algo, ctx, opt, grad, residual, &result, &stats);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_NE(std::string(s.message()).find("over_capacity"), std::string::npos) << s;
   EXPECT_EQ(residual, expected);

@@ -1,9 +1,11 @@
-#include "collectives/call_checks.h"
+#include "collectives/call_frame.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/phase_timer.h"
+#include "collectives/residual_ledger.h"
 
 namespace gradex {
 
@@ -25,11 +27,9 @@ absl::Status ValidateCall(const CallContext& ctx, const AllreduceOptions& option
   return absl::OkStatus();
 }
 
-absl::Status FailCall(const CallContext& ctx, absl::Status status) {
-  ctx.transport->Abort(std::min(ctx.deadline, DeadlineIn(std::chrono::milliseconds(500))));
-  return status;
-}
+namespace {
 
+// Fills the byte counters and totals of `stats` at the end of a call.
 void FinishStats(const CallContext& ctx, const PeerCounters& before, Clock::time_point start,
                  CallStats* stats) {
   PeerCounters after = ctx.transport->TotalCounters();
@@ -37,6 +37,36 @@ void FinishStats(const CallContext& ctx, const PeerCounters& before, Clock::time
   stats->recv_bytes = after.recv_bytes - before.recv_bytes;
   stats->messages_sent = after.sent_messages - before.sent_messages;
   stats->total_s = std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+absl::Status SparseAllreduce::Run(const CallContext& ctx, const AllreduceOptions& options,
+                                  std::span<const float> grad, std::span<float> residual,
+                                  AllreduceResult* result, CallStats* stats) {
+  absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
+  if (st.ok()) st = CheckOptions(ctx, options);
+  if (!st.ok()) return st;
+  const auto start = Clock::now();
+  *stats = CallStats{};
+  const PeerCounters before = ctx.transport->TotalCounters();
+  {
+    PhaseTimer t(&stats->phases.reduction_s);
+    for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
+  }
+  ResidualLedger ledger(residual);
+  st = Exchange(ctx, options, residual, ledger, result, stats);
+  if (!st.ok()) {
+    ledger.Restore();  // the residual holds grad + old residual again
+    AfterFailure();
+    return st;
+  }
+  {
+    PhaseTimer t(&stats->phases.reduction_s);
+    ledger.Commit();
+  }
+  FinishStats(ctx, before, start, stats);
+  return absl::OkStatus();
 }
 
 }  // namespace gradex
