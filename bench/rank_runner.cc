@@ -116,9 +116,10 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
       ctx.transport = &transport;
       ctx.job_id = kJobId;
       ctx.epoch = kEpoch;
-      ctx.step = step++;
+      ctx.call_id = step++;
+      ctx.training_step = ctx.call_id;  // one bucket: a call per step
       ctx.deadline = DeadlineIn(call_budget);
-      if (before_call) before_call(ctx.step);
+      if (before_call) before_call(ctx.call_id);
       stats = CallStats();
       const auto t0 = Clock::now();
       absl::Status s = alg.Run(ctx, opts, grad, residual, &result, &stats);
@@ -160,7 +161,8 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
     ctx.transport = &transport;
     ctx.job_id = kJobId;
     ctx.epoch = kEpoch;
-    ctx.step = step++;
+    ctx.call_id = step++;
+    ctx.training_step = ctx.call_id;
     ctx.deadline = DeadlineIn(call_budget);
     auto cons =
         CheckConservation(ctx, grad, residual_in, residual, result_dense, grad, residual_in);

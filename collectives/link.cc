@@ -7,7 +7,7 @@ namespace gradex {
 
 absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase, uint32_t sub) {
   PhaseTimer timer(&times_->communication_s);
-  uint64_t tag = MessageTag(phase, ctx_.step, sub);
+  uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
   absl::StatusOr<Bytes> in =
       SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag, ctx_.deadline);
   if (!in.ok()) {

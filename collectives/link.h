@@ -26,7 +26,7 @@ class Link {
   Deadline deadline() const { return ctx_.deadline; }
 
   FrameMeta meta(uint16_t phase) const {
-    return {ctx_.job_id, ctx_.epoch, ctx_.step, algorithm_, phase};
+    return {ctx_.job_id, ctx_.epoch, ctx_.call_id, algorithm_, phase};
   }
 
   // Sends `out` to global rank `to` and receives one message from `from`,

@@ -106,7 +106,7 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   const size_t n = acc.size();
   const size_t k = KeepCount(options.density, n);
   const bool keep_all = k >= n;
-  const bool refresh = ctx.step % static_cast<uint64_t>(options.oktopk_tau_prime) == 0;
+  const bool refresh = ctx.training_step % static_cast<uint64_t>(options.oktopk_tau_prime) == 0;
   const size_t local_cap =
       keep_all || rule_ == ThresholdRule::kAuthors ? n : std::min(n, BandHigh(k));
   PhaseTimes* times = &stats->phases;
@@ -123,7 +123,7 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
     ledger.Selected(local);
   }
   // 2. Region boundaries, at the first call and every τ calls.
-  if (bounds_.empty() || ctx.step % static_cast<uint64_t>(options.oktopk_tau) == 0) {
+  if (bounds_.empty() || ctx.training_step % static_cast<uint64_t>(options.oktopk_tau) == 0) {
     std::vector<uint32_t> proposal = ProposeBoundaries(local, n, p);
     auto agreed = agreement_->Agree(link, proposal, n, times, &wire);
     if (!agreed.ok()) return agreed.status();

@@ -54,7 +54,7 @@ absl::Status RotatedAllToAll(const CallContext& ctx, Link& link, uint16_t phase,
     bucket->clear();
     for (int d = first; d < std::min(p, first + window); ++d) {
       Posted x{d, 0, 0, {}};
-      const uint64_t tag = MessageTag(phase, ctx.step, static_cast<uint32_t>(d));
+      const uint64_t tag = MessageTag(phase, ctx.call_id, static_cast<uint32_t>(d));
       if (plan.recv[d]) {
         auto r = t.PostRecv(Mod(me - d, p), tag);
         if (!r.ok()) return Annotate(r.status(), me, phase, Mod(me - d, p), false);

@@ -17,7 +17,7 @@ absl::Status OneWay::Annotate(const absl::Status& s, const char* what, int peer,
 absl::Status OneWay::Send(int to, Bytes out, uint16_t phase, uint32_t sub) {
   PhaseTimer timer(&times_->communication_s);
   absl::StatusOr<RequestId> id =
-      ctx_.transport->PostSend(to, MessageTag(phase, ctx_.step, sub), std::move(out));
+      ctx_.transport->PostSend(to, MessageTag(phase, ctx_.call_id, sub), std::move(out));
   if (!id.ok()) return Annotate(id.status(), "send to", to, phase, sub);
   absl::Status s = ctx_.transport->Wait(*id, ctx_.deadline, nullptr);
   if (!s.ok()) return Annotate(s, "send to", to, phase, sub);
@@ -26,7 +26,8 @@ absl::Status OneWay::Send(int to, Bytes out, uint16_t phase, uint32_t sub) {
 
 absl::StatusOr<Bytes> OneWay::Recv(int from, uint16_t phase, uint32_t sub) {
   PhaseTimer timer(&times_->communication_s);
-  absl::StatusOr<RequestId> id = ctx_.transport->PostRecv(from, MessageTag(phase, ctx_.step, sub));
+  absl::StatusOr<RequestId> id =
+      ctx_.transport->PostRecv(from, MessageTag(phase, ctx_.call_id, sub));
   if (!id.ok()) return Annotate(id.status(), "receive from", from, phase, sub);
   Bytes in;
   absl::Status s = ctx_.transport->Wait(*id, ctx_.deadline, &in);

@@ -28,10 +28,14 @@ struct CallContext {
   Transport* transport = nullptr;
   uint64_t job_id = 0;
   uint32_t epoch = 0;
-  uint64_t step = 0;
+  // Unique per call in the epoch and the same on every rank (the agent's
+  // step * buckets + bucket): stamped on every frame and in every tag.
+  uint64_t call_id = 0;
   Deadline deadline;  // every wait inside the call ends by then
+  // The training step the call belongs to (every bucket of a step shares it):
+  // what step-driven schedules count, such as Ok-Topk's τ and τ'.
+  uint64_t training_step = 0;
 };
-
 // Parameters the coordinator owns (slowly changing, per call).
 struct AllreduceOptions {
   double density = 0.01;  // k = ceil(density * block size), per block

@@ -108,8 +108,12 @@ void RankMain(Shared& sh, Transport& t, SparseAllreduce& algo) {
     bench::GenerateGradient(c.seed, r, it, c.integer, grad);
     residual_in = residual;
     AllreduceResult result;
-    CallContext ctx{&t, /*job_id=*/1, /*epoch=*/1, static_cast<uint64_t>(it),
-                    DeadlineIn(std::chrono::milliseconds(c.deadline_ms))};
+    CallContext ctx{&t,
+                    /*job_id=*/1,
+                    /*epoch=*/1,
+                    /*call_id=*/static_cast<uint64_t>(it),
+                    DeadlineIn(std::chrono::milliseconds(c.deadline_ms)),
+                    /*training_step=*/static_cast<uint64_t>(it)};
     sh.sync.arrive_and_wait();  // the previous call is over everywhere
     SimResetClock(t, 0);
     absl::Status st = algo.Run(ctx, options, grad, residual, &result, &sh.stats[r]);

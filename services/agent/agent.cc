@@ -305,7 +305,8 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
     ctx.transport = transport_.get();
     ctx.job_id = job_id_;
     ctx.epoch = plan_->epoch;
-    ctx.step = step * grads.size() + b;  // unique per call, the same on every rank
+    ctx.call_id = step * grads.size() + b;  // unique per call, the same on every rank
+    ctx.training_step = step;
     ctx.deadline = DeadlineIn(plan_->step_deadline);
     const Clock::time_point call_start = Clock::now();
     absl::Status s = algorithms_[b]->Run(ctx, Options(static_cast<int>(b)), grads[b], residuals_[b],

@@ -66,7 +66,8 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
     ctx.transport = t;
     ctx.job_id = job_id_;
     ctx.epoch = out.epoch;
-    ctx.step = (out.step * buckets + b) + kCheckStepOffset;
+    ctx.call_id = (out.step * buckets + b) + kCheckStepOffset;
+    ctx.training_step = out.step;
     ctx.deadline = deadline;
     auto cons = bench::CheckConservation(ctx, grads[b], residual_in_[b],
                                          agent.residual(static_cast<int>(b)), result_dense_,

@@ -144,8 +144,12 @@ std::vector<std::vector<std::vector<RankCall>>> RunAlgorithmCases(const std::str
               RankCall& c = out[i][it][rank];
               c.grad = MakeGradient(spec.seed, rank, it, spec.n, spec.kind);
               c.residual_in = residual;
-              CallContext ctx{&t, /*job_id=*/42, /*epoch=*/1, /*step=*/static_cast<uint64_t>(it),
-                              DeadlineIn(std::chrono::seconds(20))};
+              CallContext ctx{&t,
+                              /*job_id=*/42,
+                              /*epoch=*/1,
+                              /*call_id=*/static_cast<uint64_t>(it),
+                              DeadlineIn(std::chrono::seconds(20)),
+                              /*training_step=*/static_cast<uint64_t>(it)};
               AllreduceResult result;
               c.status = RunOrAbort(**algo, ctx, spec.options, c.grad, residual, &result, &c.stats);
               c.residual_out = residual;
