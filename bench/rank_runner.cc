@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/gradient_gen.h"
-#include "bench/in_band.h"
-#include "bench/invariants.h"
+#include "collectives/in_band.h"
+#include "collectives/invariants.h"
 #include "collectives/sparse_allreduce.h"
 
 namespace gradex::bench {

@@ -8,13 +8,9 @@
 #include "absl/status/statusor.h"
 #include "collectives/frame.h"
 #include "collectives/sparse_allreduce.h"
+#include "collectives/tag_space.h"
 
 namespace gradex {
-
-// Tag of a message: phase (8 bits), step (low 24 bits), sub-step (16 bits).
-inline uint64_t MessageTag(uint16_t phase, uint64_t step, uint32_t sub) {
-  return (uint64_t{phase & 0xffu} << 40) | ((step & 0xffffffu) << 16) | (sub & 0xffffu);
-}
 
 class Link {
  public:

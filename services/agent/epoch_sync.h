@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "collectives/tag_space.h"
 #include "services/agent/control_plane.h"
 #include "transport/transport.h"
 
@@ -45,8 +46,8 @@ struct SyncState {
   BarrierValues values;
 };
 
-// Phase byte of the agreement's tags, above every collective's phases.
-inline constexpr uint16_t kSyncPhase = 0xF0;
+// Phase byte of the agreement's tags (collectives/tag_space.h).
+inline constexpr uint16_t kSyncPhase = kTagPhaseEpochAgreement;
 
 // `sequence` must be the same on every rank and unique among agreements of
 // this transport (e.g. the barrier's step). Every received message is checked

@@ -13,14 +13,14 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "collectives/tag_space.h"
 #include "services/agent/control_plane.h"
 #include "transport/transport.h"
 
 namespace gradex::agent {
 
-// Phase byte of the probe's tags: above every collective's phases, beside
-// the epoch agreement's 0xF0 and the benchmark's in-band 0xFF.
-inline constexpr uint16_t kProbePhase = 0xF1;
+// Phase byte of the probe's tags (collectives/tag_space.h).
+inline constexpr uint16_t kProbePhase = kTagPhaseLinkProbe;
 
 struct LinkProbeOptions {
   size_t small_bytes = 16;      // the header alone

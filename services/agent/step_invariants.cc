@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "bench/invariants.h"
+#include "collectives/invariants.h"
 
 namespace gradex::agent {
 namespace {
@@ -43,7 +43,7 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
     return absl::FailedPreconditionError("invariants: no communicator after a completed step");
   }
   if (in_band_ == nullptr || in_band_for_ != t || in_band_epoch_ != out.epoch) {
-    in_band_ = std::make_unique<bench::InBand>(*t);
+    in_band_ = std::make_unique<InBand>(*t);
     in_band_for_ = t;
     in_band_epoch_ = out.epoch;
   }
@@ -60,7 +60,7 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
       bad = absl::StrCat("bounds: bucket ", b, " has ", entries, " entries, capacity ",
                          out.stats[b].result_capacity);
     }
-    hash = (hash ^ bench::HashFloats(result_dense_)) * 0x100000001b3ULL;
+    hash = (hash ^ HashFloats(result_dense_)) * 0x100000001b3ULL;
 
     CallContext ctx;
     ctx.transport = t;
@@ -69,9 +69,9 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
     ctx.call_id = (out.step * buckets + b) + kCheckStepOffset;
     ctx.training_step = out.step;
     ctx.deadline = deadline;
-    auto cons = bench::CheckConservation(ctx, grads[b], residual_in_[b],
-                                         agent.residual(static_cast<int>(b)), result_dense_,
-                                         contribution_, scratch_);
+    auto cons =
+        CheckConservation(ctx, grads[b], residual_in_[b], agent.residual(static_cast<int>(b)),
+                          result_dense_, contribution_, scratch_);
     if (!cons.ok()) return cons.status();
     const double limit = kRelativeTolerance * std::max(cons->max_abs_sum, 1e-30);
     if (cons->max_abs_err > limit && bad.empty()) {
@@ -80,7 +80,7 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
                          " (max |sum| ", cons->max_abs_sum, ")");
     }
   }
-  auto consistent = bench::CheckConsistency(*in_band_, hash, deadline);
+  auto consistent = CheckConsistency(*in_band_, hash, deadline);
   if (!consistent.ok()) return consistent.status();
   if (!*consistent && bad.empty()) bad = "consistency: the result differs between ranks";
   if (!bad.empty()) {

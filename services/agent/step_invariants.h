@@ -2,9 +2,9 @@
 // gradex-agent --check-invariants: consistency (one hash of every bucket's
 // result all-gathered over the epoch's transport), conservation (dense-ring
 // over grad + residual_in - residual_out must equal the result) and bounds
-// (entries within the result capacity the algorithm promised). Reuses the
-// benchmark's helpers (bench/in_band.h, bench/invariants.h); only the binary
-// links them, the gradex_agent library does not.
+// (entries within the result capacity the algorithm promised). The checks
+// themselves are the collectives' (collectives/invariants.h), shared with the
+// benchmark.
 #ifndef GRADEX_SERVICES_AGENT_STEP_INVARIANTS_H_
 #define GRADEX_SERVICES_AGENT_STEP_INVARIANTS_H_
 
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "bench/in_band.h"
+#include "collectives/in_band.h"
 #include "services/agent/agent.h"
 
 namespace gradex::agent {
@@ -42,7 +42,7 @@ class StepInvariants {
   const uint64_t corrupt_step_;
   std::vector<std::vector<float>> residual_in_;
   std::vector<float> result_dense_, contribution_, scratch_;
-  std::unique_ptr<bench::InBand> in_band_;  // one per communicator (its seq restarts)
+  std::unique_ptr<InBand> in_band_;  // one per communicator (its seq restarts)
   Transport* in_band_for_ = nullptr;
   uint32_t in_band_epoch_ = 0;
 };

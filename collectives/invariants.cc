@@ -1,4 +1,4 @@
-#include "bench/invariants.h"
+#include "collectives/invariants.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::bench {
+namespace gradex {
 
 uint64_t HashFloats(std::span<const float> x) {
   // FNV-1a over 32-bit words, finished with a mixer: fast enough for 25M floats.
@@ -59,4 +59,4 @@ absl::StatusOr<bool> CheckConsistency(InBand& in_band, uint64_t hash, Deadline d
   return true;
 }
 
-}  // namespace gradex::bench
+}  // namespace gradex

@@ -1,10 +1,10 @@
-#include "bench/in_band.h"
+#include "collectives/in_band.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::bench {
+namespace gradex {
 
 absl::Status InBand::Barrier(Deadline deadline) {
   auto r = AllGather(0, deadline);
@@ -12,7 +12,7 @@ absl::Status InBand::Barrier(Deadline deadline) {
 }
 
 absl::StatusOr<std::vector<uint64_t>> InBand::AllGather(uint64_t value, Deadline deadline) {
-  const uint64_t tag = kBenchTagBase | seq_++;
+  const uint64_t tag = kInBandTagBase | seq_++;
   const int p = t_.size();
   const int me = t_.rank();
   std::vector<uint64_t> out(p, 0);
@@ -57,4 +57,4 @@ absl::StatusOr<std::vector<uint64_t>> InBand::AllGather(uint64_t value, Deadline
   return out;
 }
 
-}  // namespace gradex::bench
+}  // namespace gradex

@@ -1,17 +1,17 @@
 // Invariant checks of one call (DESIGN.md "Invariants"), run in-band on every
 // rank: consistency (result hash all-gathered), conservation (dense-ring over
 // each rank's contribution), bounds (non-zeros within capacity).
-#ifndef GRADEX_BENCH_INVARIANTS_H_
-#define GRADEX_BENCH_INVARIANTS_H_
+#ifndef GRADEX_COLLECTIVES_INVARIANTS_H_
+#define GRADEX_COLLECTIVES_INVARIANTS_H_
 
 #include <cstdint>
 #include <span>
 
 #include "absl/status/status.h"
-#include "bench/in_band.h"
+#include "collectives/in_band.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex::bench {
+namespace gradex {
 
 // Hash of a dense float vector's bits (equal iff bitwise equal, modulo
 // collisions).
@@ -35,6 +35,6 @@ absl::StatusOr<ConservationResult> CheckConservation(
 // Consistency: true on every rank iff every rank's hash equals every other's.
 absl::StatusOr<bool> CheckConsistency(InBand& in_band, uint64_t hash, Deadline deadline);
 
-}  // namespace gradex::bench
+}  // namespace gradex
 
-#endif  // GRADEX_BENCH_INVARIANTS_H_
+#endif  // GRADEX_COLLECTIVES_INVARIANTS_H_
