@@ -27,7 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "services/agent/agent.h"
-#include "services/agent/fake_control_plane.h"
+#include "tests/fakes/fake_control_plane.h"
 #include "services/agent/grpc_control_plane.h"
 #include "services/agent/transport_provider.h"
 #include "services/coordinator/server.h"

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "services/agent/fake_control_plane.h"
+#include "tests/fakes/fake_control_plane.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
 

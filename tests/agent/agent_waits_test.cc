@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/agent/agent.h"
-#include "services/agent/fake_control_plane.h"
+#include "tests/fakes/fake_control_plane.h"
 #include "tests/agent/loopback_provider.h"
 
 namespace gradex::agent {

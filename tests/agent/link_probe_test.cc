@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collectives/link.h"
 #include "services/agent/agent.h"
-#include "services/agent/fake_control_plane.h"
+#include "tests/fakes/fake_control_plane.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
 #include "transport/loopback_transport.h"

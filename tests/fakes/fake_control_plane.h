@@ -10,8 +10,8 @@
 //   barrier at least one period past the newest reported step;
 // - a lost member (lease expiry, leave) or a re-registration (same agent id)
 //   opens a new epoch at once (effective_step = the newest reported step).
-#ifndef GRADEX_SERVICES_AGENT_FAKE_CONTROL_PLANE_H_
-#define GRADEX_SERVICES_AGENT_FAKE_CONTROL_PLANE_H_
+#ifndef GRADEX_TESTS_FAKES_FAKE_CONTROL_PLANE_H_
+#define GRADEX_TESTS_FAKES_FAKE_CONTROL_PLANE_H_
 
 #include <atomic>
 #include <chrono>
@@ -124,4 +124,4 @@ class FakeControlPlane final : public ControlPlane {
 
 }  // namespace gradex::agent
 
-#endif  // GRADEX_SERVICES_AGENT_FAKE_CONTROL_PLANE_H_
+#endif  // GRADEX_TESTS_FAKES_FAKE_CONTROL_PLANE_H_

@@ -1,4 +1,4 @@
-#include "services/agent/fake_control_plane.h"
+#include "tests/fakes/fake_control_plane.h"
 
 #include <algorithm>
 #include <utility>
