@@ -93,6 +93,24 @@ std::vector<const AlgorithmSpec*> All() {
   return out;
 }
 
+Traits TraitsOf(std::string_view name) {
+  const AlgorithmSpec* spec = Find(name);
+  return spec == nullptr ? Traits{} : spec->traits;
+}
+
+std::string TeamAlgorithmFor(bool power_of_two) {
+  const AlgorithmSpec* any = nullptr;
+  for (const AlgorithmSpec* spec : All()) {
+    if (!spec->traits.uses_teams) continue;
+    if (spec->traits.teams_power_of_two) {
+      if (power_of_two) return spec->name;
+    } else if (any == nullptr) {
+      any = spec;
+    }
+  }
+  return any == nullptr ? std::string() : any->name;
+}
+
 std::vector<std::string> Names() {
   std::vector<std::string> out;
   for (const AlgorithmSpec* e : All()) out.push_back(e->name);

@@ -104,6 +104,13 @@ bool RegisterOrDie(AlgorithmSpec spec);
 const AlgorithmSpec* Find(std::string_view name);
 const AlgorithmSpec* FindId(uint16_t id);
 
+// The traits of `name`; defaults when the catalog lacks it.
+Traits TraitsOf(std::string_view name);
+// The algorithm with teams to run on a team count that is (`power_of_two`) or
+// is not a power of two: one that needs a power of two when asked and one
+// exists, else one that runs on any count. Empty when none has teams.
+std::string TeamAlgorithmFor(bool power_of_two);
+
 // Every algorithm, by id.
 std::vector<const AlgorithmSpec*> All();
 std::vector<std::string> Names();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "catalog/catalog.h"
+
 namespace gradex::coordinator {
 namespace {
 
@@ -20,11 +22,10 @@ TeamChoice ChooseTeams(const std::string& algorithm, int configured_teams, int w
   int t = std::min(std::max(configured_teams, 1), std::max(world, 1));
   while (t > 1 && world % t != 0) --t;
   c.teams = t;
-  const bool sag = algorithm == "spardl-bsag" || algorithm == "spardl-rsag";
-  if (sag && (prefer_rsag || algorithm == "spardl-rsag")) {
+  const catalog::Traits traits = catalog::TraitsOf(algorithm);
+  if (traits.uses_teams && (prefer_rsag || traits.teams_power_of_two)) {
     // R-SAG only runs on a power-of-two team count; B-SAG runs on any.
-    c.algorithm = IsPowerOfTwo(t) && (prefer_rsag || algorithm == "spardl-rsag") ? "spardl-rsag"
-                                                                                 : "spardl-bsag";
+    c.algorithm = catalog::TeamAlgorithmFor(IsPowerOfTwo(t));
   }
   return c;
 }

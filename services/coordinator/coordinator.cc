@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "catalog/catalog.h"
 #include "services/coordinator/log.h"
 #include "services/coordinator/wait_graph.h"
 
@@ -134,7 +135,7 @@ void Coordinator::FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank,
   for (const gradex::v1::BucketReport& b : r.buckets()) {
     // k'/k_block is only B-SAG's with teams; otherwise the model uses the
     // controller's start, 1/T.
-    const bool observed = cur.algorithm == "spardl-bsag" && cur.teams > 1 &&
+    const bool observed = catalog::TraitsOf(cur.algorithm).kprime_controlled && cur.teams > 1 &&
                           b.team_position() < q && r.step() >= kprime_from_step_;
     auto kb = observed ? BlockKeep(b.elements(), q, b.team_position(), s_.density) : 0;
     auto_teams_.FeedBucket(b.elements(), observed ? b.kprime_used() : 0, kb);

@@ -56,8 +56,9 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   if (c.teams() < 0 || c.teams() > c.world_size()) return Bad("teams", "0..world_size");
   s.teams = c.teams() == 0 ? 1 : c.teams();
   s.prefer_rsag = c.prefer_rsag();
-  if (c.auto_teams() && s.algorithm != "spardl-rsag" && s.algorithm != "spardl-bsag") {
-    return Bad("auto_teams", "only for spardl-rsag and spardl-bsag");
+  const catalog::Traits traits = catalog::TraitsOf(s.algorithm);
+  if (c.auto_teams() && !traits.uses_teams) {
+    return Bad("auto_teams", "only for algorithms with teams (SparDL's SAG variants)");
   }
   s.auto_teams = c.auto_teams();
   auto period = [](int v, int def, absl::string_view name, int* out) -> absl::Status {
@@ -87,10 +88,9 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   int q = c.quantize_bits();
   if (q != 0 && q != 2 && q != 4 && q != 8) return Bad("quantize_bits", "0, 2, 4 or 8");
   s.quantize_bits = q;
-  bool sag = s.algorithm == "spardl-bsag" || s.algorithm == "spardl-rsag";
-  s.coordinate_kprime = c.has_coordinate_kprime() ? c.coordinate_kprime() : sag;
-  s.coordinate_oktopk_regions =
-      c.has_coordinate_oktopk_regions() ? c.coordinate_oktopk_regions() : s.algorithm == "oktopk";
+  s.coordinate_kprime = c.has_coordinate_kprime() ? c.coordinate_kprime() : traits.uses_teams;
+  s.coordinate_oktopk_regions = c.has_coordinate_oktopk_regions() ? c.coordinate_oktopk_regions()
+                                                                  : traits.coordinated_regions;
   return s;
 }
 

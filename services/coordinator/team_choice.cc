@@ -31,7 +31,7 @@ std::vector<TeamCandidate> TeamCandidates(int world, uint64_t elements, double d
   std::vector<TeamCandidate> out;
   for (int t = 1; t <= std::max(world, 1); ++t) {
     if (world % t != 0) continue;
-    TeamCandidate c{t, IsPowerOfTwo(t) ? "spardl-rsag" : "spardl-bsag", 0};
+    TeamCandidate c{t, catalog::TeamAlgorithmFor(IsPowerOfTwo(t)), 0};
     c.seconds = SagSeconds(c.algorithm, world, elements, density, t, kprime_ratio, alpha, beta);
     out.push_back(std::move(c));
   }
@@ -55,9 +55,10 @@ TeamDecision DecideTeams(const TeamChoice& current, int world, uint64_t elements
     }
   }
   if (best == nullptr) return d;
+  const catalog::Traits traits = catalog::TraitsOf(current.algorithm);
   const bool current_valid = current.teams >= 1 && world % current.teams == 0 &&
-                             (current.algorithm == "spardl-bsag" ||
-                              (current.algorithm == "spardl-rsag" && IsPowerOfTwo(current.teams)));
+                             traits.uses_teams &&
+                             (!traits.teams_power_of_two || IsPowerOfTwo(current.teams));
   d.current_seconds = current_valid ? SagSeconds(current.algorithm, world, elements, density,
                                                  current.teams, kprime_ratio, alpha, beta)
                                     : HUGE_VAL;

@@ -1,0 +1,64 @@
+// Ok-Topk with several buckets, as the agent runs it: one instance per bucket,
+// the step's buckets sharing its training step.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/oktopk.h"
+#include "gtest/gtest.h"
+#include "tests/collectives/harness.h"
+
+namespace gradex::testing {
+namespace {
+
+// The agent runs one Ok-Topk instance per bucket, with call ids step * B + b.
+// τ and τ' count training steps (CallContext::training_step), so every bucket
+// re-agrees its boundaries at every τ-th step and refreshes its thresholds
+// at every τ'-th step; counted by call id, buckets 1 and 2 would re-agree at
+// the wrong steps or never.
+TEST(OkTopkTest, EveryBucketRefreshesWhenDue) {
+  const int p = 3, buckets = 3, steps = 9;
+  const size_t n = 4001;
+  AllreduceOptions opt;
+  opt.density = 0.02;
+  opt.oktopk_tau = 4;
+  opt.oktopk_tau_prime = 2;
+  // [step][bucket] on rank 0.
+  std::vector<std::vector<OkTopkCallInfo>> info(steps, std::vector<OkTopkCallInfo>(buckets));
+  auto status = RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
+    std::vector<std::unique_ptr<SparseAllreduce>> algos;
+    std::vector<std::vector<float>> residual(buckets, std::vector<float>(n, 0.0f));
+    for (int b = 0; b < buckets; ++b) algos.push_back(CreateOkTopk());
+    for (int step = 0; step < steps; ++step) {
+      for (int b = 0; b < buckets; ++b) {
+        std::vector<float> grad = MakeGradient(21 + b, rank, step, n, Values::kGrid);
+        CallContext ctx{&t,
+                        42,
+                        1,
+                        /*call_id=*/static_cast<uint64_t>(step * buckets + b),
+                        DeadlineIn(std::chrono::seconds(20)),
+                        /*training_step=*/static_cast<uint64_t>(step)};
+        AllreduceResult result;
+        CallStats stats;
+        absl::Status s = RunOrAbort(*algos[b], ctx, opt, grad, residual[b], &result, &stats);
+        if (!s.ok()) return s;
+        if (rank == 0) info[step][b] = *OkTopkLastCall(*algos[b]);
+      }
+    }
+    return absl::OkStatus();
+  });
+  for (const auto& s : status) ASSERT_TRUE(s.ok()) << s;
+  for (int step = 0; step < steps; ++step) {
+    for (int b = 0; b < buckets; ++b) {
+      SCOPED_TRACE("step " + std::to_string(step) + " bucket " + std::to_string(b));
+      EXPECT_EQ(info[step][b].agreed, step % opt.oktopk_tau == 0);
+      if (step % opt.oktopk_tau_prime == 0) {
+        EXPECT_TRUE(info[step][b].local.exact);
+        EXPECT_TRUE(info[step][b].global.exact);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradex::testing
