@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "catalog/catalog.h"
 
 namespace gradex::bench {
 namespace {
@@ -299,14 +300,14 @@ absl::StatusOr<std::vector<std::string>> ResolveAlgorithms(const std::string& al
 }
 
 int TeamsFor(const std::string& algo, const BenchFlags& flags) {
-  // Only the Spar-All-Gather variants split ranks into teams.
-  if (algo == "spardl-rsag" || algo == "spardl-bsag") return flags.teams;
-  return 1;
+  // Only algorithms with teams (the Spar-All-Gather variants) split ranks.
+  return catalog::TraitsOf(algo).uses_teams ? flags.teams : 1;
 }
 
 std::string SkipReason(const std::string& algo, const BenchFlags& flags) {
-  if (algo == "spardl-rsag" && !IsPowerOfTwo(flags.teams)) {
-    return absl::StrCat("skipped: spardl-rsag needs a power-of-two team count, --teams is ",
+  const catalog::Traits traits = catalog::TraitsOf(algo);
+  if (traits.uses_teams && traits.teams_power_of_two && !IsPowerOfTwo(flags.teams)) {
+    return absl::StrCat("skipped: ", algo, " needs a power-of-two team count, --teams is ",
                         flags.teams);
   }
   return "";
