@@ -10,7 +10,6 @@
 #include "collectives/block_layout.h"
 #include "collectives/dense_allreduce.h"
 #include "collectives/link.h"
-#include "collectives/one_way.h"
 #include "collectives/phase_timer.h"
 #include "collectives/power_of_two_fold.h"
 
@@ -86,20 +85,19 @@ class DenseRabenseifner final : public DenseAllreduce {
                            PhaseTimes* times) override {
     const PowerOfTwoFold fold(ctx.transport->rank(), ctx.transport->size());
     Link link(ctx, id(), times);
-    OneWay one(ctx, id(), times);
     const BlockRange whole{0, static_cast<uint32_t>(n)};
     if (fold.folded_out) {
       Bytes out;
       AppendDenseFrame(link.meta(kPhaseFoldIn), whole, data, &out);
-      absl::Status st = one.Send(fold.partner, std::move(out), kPhaseFoldIn, 0);
+      absl::Status st = link.Send(fold.partner, std::move(out), kPhaseFoldIn, 0);
       if (!st.ok()) return st;
-      absl::StatusOr<Bytes> in = one.Recv(fold.partner, kPhaseFoldOut, 0);
+      absl::StatusOr<Bytes> in = link.Recv(fold.partner, kPhaseFoldOut, 0);
       if (!in.ok()) return in.status();
       PhaseTimer t(&times->communication_s);
       return DecodeDenseBlock(*in, link.meta(kPhaseFoldOut), whole, false, data);
     }
     if (fold.partner >= 0) {
-      absl::StatusOr<Bytes> in = one.Recv(fold.partner, kPhaseFoldIn, 0);
+      absl::StatusOr<Bytes> in = link.Recv(fold.partner, kPhaseFoldIn, 0);
       if (!in.ok()) return in.status();
       PhaseTimer t(&times->reduction_s);
       absl::Status st = DecodeDenseBlock(*in, link.meta(kPhaseFoldIn), whole, true, data);
@@ -124,7 +122,7 @@ class DenseRabenseifner final : public DenseAllreduce {
     if (fold.partner >= 0) {
       Bytes out;
       AppendDenseFrame(link.meta(kPhaseFoldOut), whole, data, &out);
-      return one.Send(fold.partner, std::move(out), kPhaseFoldOut, 0);
+      return link.Send(fold.partner, std::move(out), kPhaseFoldOut, 0);
     }
     return absl::OkStatus();
   }

@@ -13,7 +13,6 @@
 #include "collectives/block_layout.h"
 #include "collectives/call_frame.h"
 #include "collectives/link.h"
-#include "collectives/one_way.h"
 #include "collectives/phase_timer.h"
 #include "collectives/power_of_two_fold.h"
 #include "collectives/residual_ledger.h"
@@ -91,11 +90,10 @@ class GTopk final : public SparseAllreduce {
     }
     stats->local_selected = current.nnz();
     Link link(ctx, id(), &stats->phases);
-    OneWay one(ctx, id(), &stats->phases);
     const ExpectedBlock whole{{0, static_cast<uint32_t>(n)}, static_cast<uint32_t>(k)};
     for (const Move& m : Schedule(ctx.transport->rank(), ctx.transport->size())) {
-      st = m.send ? SendTopK(link, one, m, whole.range, current)
-                  : ReceiveTopK(link, one, m, whole, k, ledger, &stats->phases, &current);
+      st = m.send ? SendTopK(link, m, whole.range, current)
+                  : ReceiveTopK(link, m, whole, k, ledger, &stats->phases, &current);
       if (!st.ok()) break;
     }
     if (!st.ok()) return st;
@@ -112,20 +110,20 @@ class GTopk final : public SparseAllreduce {
   }
 
  private:
-  static absl::Status SendTopK(Link& link, OneWay& one, const Move& m, BlockRange range,
+  static absl::Status SendTopK(Link& link, const Move& m, BlockRange range,
                                const kernels::SparseVec& v) {
     Bytes out;
     AppendBlockFrame(link.meta(m.phase), range, kernels::View(v), &out);
-    return one.Send(m.peer, std::move(out), m.phase, m.sub);
+    return link.Send(m.peer, std::move(out), m.phase, m.sub);
   }
 
   // Receives a top-k; on the way up (fold in, reduce) sums it into `current`
   // and keeps the top k, dropping the rest into this rank's residual; on the
   // way down (broadcast, fold out) it replaces `current`.
-  static absl::Status ReceiveTopK(Link& link, OneWay& one, const Move& m,
-                                  const ExpectedBlock& whole, size_t k, ResidualLedger& ledger,
-                                  PhaseTimes* times, kernels::SparseVec* current) {
-    absl::StatusOr<Bytes> in = one.Recv(m.peer, m.phase, m.sub);
+  static absl::Status ReceiveTopK(Link& link, const Move& m, const ExpectedBlock& whole, size_t k,
+                                  ResidualLedger& ledger, PhaseTimes* times,
+                                  kernels::SparseVec* current) {
+    absl::StatusOr<Bytes> in = link.Recv(m.peer, m.phase, m.sub);
     if (!in.ok()) return in.status();
     std::vector<kernels::SparseVec> got;
     {

@@ -1,9 +1,26 @@
 #include "collectives/link.h"
 
+#include <string>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "collectives/phase_timer.h"
 
 namespace gradex {
+namespace {
+
+std::string PeerText(bool send, int peer) {
+  return absl::StrCat(send ? "send to " : "receive from ", peer);
+}
+
+}  // namespace
+
+absl::Status Link::Annotate(const absl::Status& s, uint16_t phase, uint32_t sub,
+                            absl::string_view peers) const {
+  return absl::Status(
+      s.code(), absl::StrCat("rank ", rank(), " algorithm ", static_cast<int>(algorithm_),
+                             " phase ", phase, " step ", sub, " (", peers, "): ", s.message()));
+}
 
 absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase, uint32_t sub) {
   PhaseTimer timer(&times_->communication_s);
@@ -11,11 +28,56 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
   absl::StatusOr<Bytes> in =
       SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag, ctx_.deadline);
   if (!in.ok()) {
-    return absl::Status(in.status().code(),
-                        absl::StrCat("rank ", rank(), " algorithm ", static_cast<int>(algorithm_),
-                                     " phase ", phase, " step ", sub, " (send to ", to,
-                                     ", receive from ", from, "): ", in.status().message()));
+    return Annotate(in.status(), phase, sub,
+                    absl::StrCat(PeerText(true, to), ", ", PeerText(false, from)));
   }
+  return in;
+}
+
+absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_t phase,
+                                         uint32_t sub) {
+  const uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
+  absl::StatusOr<RequestId> id = send ? ctx_.transport->PostSend(peer, tag, std::move(out))
+                                      : ctx_.transport->PostRecv(peer, tag);
+  if (!id.ok()) return Annotate(id.status(), phase, sub, PeerText(send, peer));
+  return Pending{*id, peer, phase, sub, send};
+}
+
+absl::Status Link::Complete(const Pending& p, Bytes* in) {
+  absl::Status s = ctx_.transport->Wait(p.id, ctx_.deadline, p.send ? nullptr : in);
+  if (!s.ok()) return Annotate(s, p.phase, p.sub, PeerText(p.send, p.peer));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Link::Pending> Link::PostSend(int to, Bytes out, uint16_t phase, uint32_t sub) {
+  PhaseTimer timer(&times_->communication_s);
+  return Post(true, to, std::move(out), phase, sub);
+}
+
+absl::StatusOr<Link::Pending> Link::PostRecv(int from, uint16_t phase, uint32_t sub) {
+  PhaseTimer timer(&times_->communication_s);
+  return Post(false, from, {}, phase, sub);
+}
+
+absl::Status Link::Wait(const Pending& p, Bytes* in) {
+  PhaseTimer timer(&times_->communication_s);
+  return Complete(p, in);
+}
+
+absl::Status Link::Send(int to, Bytes out, uint16_t phase, uint32_t sub) {
+  PhaseTimer timer(&times_->communication_s);
+  absl::StatusOr<Pending> p = Post(true, to, std::move(out), phase, sub);
+  if (!p.ok()) return p.status();
+  return Complete(*p, nullptr);
+}
+
+absl::StatusOr<Bytes> Link::Recv(int from, uint16_t phase, uint32_t sub) {
+  PhaseTimer timer(&times_->communication_s);
+  absl::StatusOr<Pending> p = Post(false, from, {}, phase, sub);
+  if (!p.ok()) return p.status();
+  Bytes in;
+  absl::Status s = Complete(*p, &in);
+  if (!s.ok()) return s;
   return in;
 }
 

@@ -1,11 +1,17 @@
-// One call's view of the transport: stamps frames with the call's identity,
-// derives tags, and books the time spent communicating.
+// One call's view of the transport, and the one way every algorithm sends:
+// stamps frames with the call's identity, derives tags from the tag space
+// (tag_space.h), applies the call's deadline, words errors the same way, and
+// books the time spent communicating. Paired exchanges (rings, Bruck,
+// recursive doubling), one-way messages (trees, folds) and posted messages
+// kept in flight (Ok-Topk's rotated all-to-all) are all served here.
 #ifndef GRADEX_COLLECTIVES_LINK_H_
 #define GRADEX_COLLECTIVES_LINK_H_
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "collectives/frame.h"
 #include "collectives/sparse_allreduce.h"
 #include "collectives/tag_space.h"
@@ -30,7 +36,34 @@ class Link {
   // and peers.
   absl::StatusOr<Bytes> Exchange(int to, Bytes out, int from, uint16_t phase, uint32_t sub);
 
+  // One-way halves, for schedules that do not pair every send with a receive
+  // (gtopk's trees, the non-power-of-two folds). Send waits until the
+  // transport has taken the message.
+  absl::Status Send(int to, Bytes out, uint16_t phase, uint32_t sub);
+  absl::StatusOr<Bytes> Recv(int from, uint16_t phase, uint32_t sub);
+
+  // A message posted and not yet completed, for schedules that keep several
+  // in flight (Ok-Topk's bucketed all-to-all). Complete it with Wait.
+  struct Pending {
+    RequestId id = 0;
+    int peer = -1;
+    uint16_t phase = 0;
+    uint32_t sub = 0;
+    bool send = false;
+    bool posted() const { return peer >= 0; }
+  };
+  absl::StatusOr<Pending> PostSend(int to, Bytes out, uint16_t phase, uint32_t sub);
+  absl::StatusOr<Pending> PostRecv(int from, uint16_t phase, uint32_t sub);
+  // Waits for `p` until the call's deadline; a receive's message goes to `in`.
+  absl::Status Wait(const Pending& p, Bytes* in);
+
  private:
+  // Unbooked halves the public calls share (each books its time once).
+  absl::StatusOr<Pending> Post(bool send, int peer, Bytes out, uint16_t phase, uint32_t sub);
+  absl::Status Complete(const Pending& p, Bytes* in);
+  absl::Status Annotate(const absl::Status& s, uint16_t phase, uint32_t sub,
+                        absl::string_view peers) const;
+
   const CallContext& ctx_;
   AlgorithmId algorithm_;
   PhaseTimes* times_;

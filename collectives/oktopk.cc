@@ -147,7 +147,7 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   const ExpectedBlock want{mine, static_cast<uint32_t>(std::min<size_t>(mine.size(), local_cap))};
   std::vector<kernels::SparseVec> got;
   absl::Status st =
-      RotatedAllToAll(ctx, link, kOkPhaseSplitReduce, std::min(4, p), std::move(plan), times,
+      RotatedAllToAll(link, kOkPhaseSplitReduce, std::min(4, p), std::move(plan),
                       [&](int, const Bytes& msg) -> absl::Status {
                         absl::Status s = DecodeCounted(msg, link.meta(kOkPhaseSplitReduce),
                                                        {&want, 1}, &wire, &got);
@@ -174,7 +174,7 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   if (!st.ok()) return st;
   // 5. Balance (when lopsided) and all-gatherv.
   kernels::SparseVec all_cancelled;
-  st = BalanceAndAllGather(ctx, link, bounds_, counts, zero_counts, std::move(selected),
+  st = BalanceAndAllGather(link, bounds_, counts, zero_counts, std::move(selected),
                            std::move(cancelled), times, &wire, &result->sparse, &all_cancelled,
                            &last_.balanced);
   if (!st.ok()) return st;

@@ -67,7 +67,7 @@ bool NeedsBalancing(const std::vector<uint32_t>& counts) {
   return counts.size() > 1 && most * counts.size() > 4 * total;
 }
 
-absl::Status BalanceAndAllGather(const CallContext& ctx, Link& link, const Boundaries& bounds,
+absl::Status BalanceAndAllGather(Link& link, const Boundaries& bounds,
                                  const std::vector<uint32_t>& counts,
                                  const std::vector<uint32_t>& zero_counts,
                                  kernels::SparseVec selected, kernels::SparseVec cancelled,
@@ -101,7 +101,7 @@ absl::Status BalanceAndAllGather(const CallContext& ctx, Link& link, const Bound
     }
     std::vector<kernels::SparseVec> got;
     absl::Status st = RotatedAllToAll(
-        ctx, link, kOkPhaseBalance, std::min(4, p), std::move(plan), times,
+        link, kOkPhaseBalance, std::min(4, p), std::move(plan),
         [&](int d, const Bytes& msg) -> absl::Status {
           const int j = Mod(me - d, p);
           auto [a, b] = layout.Piece(j, me);

@@ -23,7 +23,7 @@ bool NeedsBalancing(const std::vector<uint32_t>& counts);
 // the whole selection (sorted COO, identical on every rank) and `all_cancelled`
 // every region's cancelled indices (values 1). Every received block is checked
 // to hold exactly the count the buffer sizes announced.
-absl::Status BalanceAndAllGather(const CallContext& ctx, Link& link, const Boundaries& bounds,
+absl::Status BalanceAndAllGather(Link& link, const Boundaries& bounds,
                                  const std::vector<uint32_t>& counts,
                                  const std::vector<uint32_t>& zero_counts,
                                  kernels::SparseVec selected, kernels::SparseVec cancelled,

@@ -12,12 +12,6 @@ namespace {
 
 int Mod(int a, int m) { return ((a % m) + m) % m; }
 
-absl::Status Annotate(const absl::Status& s, int rank, uint16_t phase, int peer, bool sending) {
-  return absl::Status(
-      s.code(), absl::StrCat("rank ", rank, " oktopk phase ", phase,
-                             sending ? " (send to " : " (receive from ", peer, "): ", s.message()));
-}
-
 }  // namespace
 
 void AppendCounted(const FrameMeta& meta, BlockRange range, kernels::SparseView block,
@@ -37,32 +31,31 @@ absl::Status DecodeCounted(const Bytes& message, const FrameMeta& meta,
   return absl::OkStatus();
 }
 
-absl::Status RotatedAllToAll(const CallContext& ctx, Link& link, uint16_t phase, int window,
-                             AllToAllPlan plan, PhaseTimes* times,
+absl::Status RotatedAllToAll(Link& link, uint16_t phase, int window, AllToAllPlan plan,
                              const std::function<absl::Status(int, const Bytes&)>& on_recv) {
-  Transport& t = *ctx.transport;
   const int p = link.size(), me = link.rank();
   window = std::max(1, window);
   struct Posted {
     int offset;
-    RequestId send = 0, recv = 0;
+    Link::Pending send, recv;
     Bytes in;
   };
-  // Posts the bucket of offsets [first, first + window).
+  // Posts the bucket of offsets [first, first + window); the sub of offset d
+  // is d.
   auto post = [&](int first, std::vector<Posted>* bucket) -> absl::Status {
-    PhaseTimer timer(&times->communication_s);
     bucket->clear();
     for (int d = first; d < std::min(p, first + window); ++d) {
-      Posted x{d, 0, 0, {}};
-      const uint64_t tag = MessageTag(phase, ctx.call_id, static_cast<uint32_t>(d));
+      Posted x{d, {}, {}, {}};
+      const uint32_t sub = static_cast<uint32_t>(d);
       if (plan.recv[d]) {
-        auto r = t.PostRecv(Mod(me - d, p), tag);
-        if (!r.ok()) return Annotate(r.status(), me, phase, Mod(me - d, p), false);
+        absl::StatusOr<Link::Pending> r = link.PostRecv(Mod(me - d, p), phase, sub);
+        if (!r.ok()) return r.status();
         x.recv = *r;
       }
       if (plan.send[d]) {
-        auto s = t.PostSend(Mod(me + d, p), tag, std::move(plan.out[d]));
-        if (!s.ok()) return Annotate(s.status(), me, phase, Mod(me + d, p), true);
+        absl::StatusOr<Link::Pending> s =
+            link.PostSend(Mod(me + d, p), std::move(plan.out[d]), phase, sub);
+        if (!s.ok()) return s.status();
         x.send = *s;
       }
       bucket->push_back(std::move(x));
@@ -70,16 +63,15 @@ absl::Status RotatedAllToAll(const CallContext& ctx, Link& link, uint16_t phase,
     return absl::OkStatus();
   };
   auto complete = [&](std::vector<Posted>* bucket) -> absl::Status {
-    PhaseTimer timer(&times->communication_s);
     for (Posted& x : *bucket) {
-      if (x.recv == 0) continue;
-      absl::Status s = t.Wait(x.recv, ctx.deadline, &x.in);
-      if (!s.ok()) return Annotate(s, me, phase, Mod(me - x.offset, p), false);
+      if (!x.recv.posted()) continue;
+      absl::Status s = link.Wait(x.recv, &x.in);
+      if (!s.ok()) return s;
     }
     for (Posted& x : *bucket) {
-      if (x.send == 0) continue;
-      absl::Status s = t.Wait(x.send, ctx.deadline, nullptr);
-      if (!s.ok()) return Annotate(s, me, phase, Mod(me + x.offset, p), true);
+      if (!x.send.posted()) continue;
+      absl::Status s = link.Wait(x.send, nullptr);
+      if (!s.ok()) return s;
     }
     return absl::OkStatus();
   };
@@ -92,7 +84,7 @@ absl::Status RotatedAllToAll(const CallContext& ctx, Link& link, uint16_t phase,
     if (first + window < p) st = post(first + window, &next);
     if (!st.ok()) break;
     for (Posted& x : current) {
-      if (x.recv != 0) st = on_recv(x.offset, x.in);
+      if (x.recv.posted()) st = on_recv(x.offset, x.in);
       if (!st.ok()) break;
     }
     std::swap(current, next);

@@ -1,5 +1,5 @@
-// The message patterns Ok-Topk is built from, written against Link and the
-// call's transport: a rotated, bucketed all-to-all (split and reduce, data
+// The message patterns Ok-Topk is built from, written against Link (the one
+// way every algorithm sends): a rotated, bucketed all-to-all (split and reduce, data
 // balancing), a Bruck all-gather of several blocks per member (the
 // all-gatherv), and an all-gather of small unsigned words (boundary
 // agreement, buffer sizes, histograms of the exact global selection).
@@ -52,8 +52,7 @@ struct AllToAllPlan {
   std::vector<bool> send, recv;  // indexed by offset, size P
   std::vector<Bytes> out;        // indexed by offset
 };
-absl::Status RotatedAllToAll(const CallContext& ctx, Link& link, uint16_t phase, int window,
-                             AllToAllPlan plan, PhaseTimes* times,
+absl::Status RotatedAllToAll(Link& link, uint16_t phase, int window, AllToAllPlan plan,
                              const std::function<absl::Status(int, const Bytes&)>& on_recv);
 
 // Bruck all-gather over all ranks where member j contributes the blocks

@@ -12,7 +12,6 @@
 #include "collectives/block_layout.h"
 #include "collectives/call_frame.h"
 #include "collectives/link.h"
-#include "collectives/one_way.h"
 #include "collectives/phase_timer.h"
 #include "collectives/sparcml_split.h"
 
@@ -70,7 +69,6 @@ class SparcmlSsarRd final : public SparseAllreduce {
     const size_t n = acc.size();
     PhaseTimes* times = &stats->phases;
     Link link(ctx, id(), times);
-    OneWay one_way(ctx, id(), times);
     const size_t k = KeepCount(options.density, n);
     const int p2 = FloorPow2(p);
     const BlockRange all{0, static_cast<uint32_t>(n)};
@@ -107,13 +105,13 @@ class SparcmlSsarRd final : public SparseAllreduce {
       // Folded out: hand the selection over, get the result back.
       Bytes out;
       frame(kPhaseRdFold, &out);
-      st = one_way.Send(r - p2, std::move(out), kPhaseRdFold, 0);
+      st = link.Send(r - p2, std::move(out), kPhaseRdFold, 0);
       absl::StatusOr<Bytes> in =
-          st.ok() ? one_way.Recv(r - p2, kPhaseRdUnfold, 0) : absl::StatusOr<Bytes>(st);
+          st.ok() ? link.Recv(r - p2, kPhaseRdUnfold, 0) : absl::StatusOr<Bytes>(st);
       st = in.ok() ? absorb(*in, kPhaseRdUnfold, result_cap, false) : in.status();
     } else {
       if (r + p2 < p) {
-        absl::StatusOr<Bytes> in = one_way.Recv(r + p2, kPhaseRdFold, 0);
+        absl::StatusOr<Bytes> in = link.Recv(r + p2, kPhaseRdFold, 0);
         st = in.ok() ? absorb(*in, kPhaseRdFold, static_cast<uint32_t>(std::min(n, k)), true)
                      : in.status();
       }
@@ -130,7 +128,7 @@ class SparcmlSsarRd final : public SparseAllreduce {
       if (st.ok() && r + p2 < p) {
         Bytes out;
         frame(kPhaseRdUnfold, &out);
-        st = one_way.Send(r + p2, std::move(out), kPhaseRdUnfold, 0);
+        st = link.Send(r + p2, std::move(out), kPhaseRdUnfold, 0);
       }
     }
     if (!st.ok()) return st;
