@@ -27,7 +27,20 @@ ParamSpec QuantizeBits() {
           .description = "QSGD bits per value on the dense phases (0 = off)"};
 }
 
+// Memory models (the simulator's, catalog.h): the SparDL family and gtopk
+// gather a few k per rank, whatever P.
+constexpr MemoryModel kLocalGather{.gather_k = 4, .gather_pk = 0};
+// Measured per-rank costs that grow with P whatever N (peak RSS at P = 1024,
+// N = 1024): the split reduce-scatters 1.76 GB (1800 bytes per rank).
+constexpr double kSplitPerWorldBytes = 1800;
+
 }  // namespace
+
+// SparDL with B-SAG teams: gradex's own algorithm (DESIGN.md).
+std::string_view DefaultAlgorithm() { return "spardl-bsag"; }
+
+// Its sum is exact on integers and it takes no options.
+std::string_view ReferenceSumAlgorithm() { return "dense-ring"; }
 
 std::vector<AlgorithmSpec> BuiltinAlgorithms() {
   return {
@@ -35,7 +48,10 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        .name = "dense-ring",
        .description = "dense baseline: ring reduce-scatter then ring all-gather",
        .traits = {.dense = true},
-       .table1_cost = table1::DenseRing},
+       .table1_cost = table1::DenseRing,
+       // Measured peak RSS at P = 1024, N = 1024: 3.0 GB per rank (0.76 GB
+       // at P = 512); the 4 GiB sweep's row peaked at 4.5 GB.
+       .memory = {.per_world_bytes = 3072}},
       {.id = 2,
        .name = "dense-rabenseifner",
        .description = "dense baseline: recursive halving then doubling (Rabenseifner)",
@@ -51,17 +67,21 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        .description = "SparCML dynamic sparse reduce-scatter, per-slice all-gather",
        .traits = {.volume_slack = 0.0},
        .params = {QuantizeBits()},
-       .table1_cost = table1::DynamicSparseSplit},
+       .table1_cost = table1::DynamicSparseSplit,
+       .memory = {.dense_result = true, .per_world_bytes = kSplitPerWorldBytes}},
       {.id = 5,
        .name = "gtopk",
        .description = "global top-k by a binomial reduction tree (Shi et al. 2019)",
        .traits = {},
-       .table1_cost = table1::GlobalTopkTree},
+       .table1_cost = table1::GlobalTopkTree,
+       .memory = kLocalGather},
       {.id = 6,
        .name = "gaussiank",
        .description = "topka's exchange with a Gaussian-fit threshold selection",
        .traits = {.volume_slack = 0.625},
-       .table1_cost = table1::GaussianThreshold},
+       .table1_cost = table1::GaussianThreshold,
+       // Its threshold may pass up to 2k per rank.
+       .memory = {.gather_pk = 2}},
       {.id = 7,
        .name = "oktopk",
        .description = "Ok-Topk: balanced split-and-reduce, global top-k, all-gatherv",
@@ -80,7 +100,11 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
                    .min = 1,
                    .max = 1 << 20,
                    .description = "training steps between exact threshold computations"}},
-       .table1_cost = table1::OkTopk},
+       .table1_cost = table1::OkTopk,
+       // The boundary agreement all-gathers every rank's P-1 proposed
+       // boundaries (4-byte words), received and forwarded, whatever N (9.4 GB
+       // peak at P = 1024, N = 97,656).
+       .memory = {.gather_k = 4, .gather_pk = 0, .per_world_pair_bytes = 8}},
       {.id = 8,
        .name = "sparcml-ssar-rd",
        .description = "SparCML static sparse allreduce by recursive doubling",
@@ -91,24 +115,28 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        .description = "SparCML static sparse allreduce, split all-gather",
        .traits = {.volume_slack = 0.0},
        .params = {QuantizeBits()},
-       .table1_cost = table1::SsarSplit},
+       .table1_cost = table1::SsarSplit,
+       .memory = {.per_world_bytes = kSplitPerWorldBytes}},
       {.id = 10,
        .name = "sparcml-dsar-split",
        .description = "SparCML dynamic sparse allreduce, dense split all-gather",
        .traits = {.volume_slack = 0.0},
        .params = {QuantizeBits()},
-       .table1_cost = table1::DsarSplit},
+       .table1_cost = table1::DsarSplit,
+       .memory = {.dense_result = true, .per_world_bytes = kSplitPerWorldBytes}},
       {.id = 11,
        .name = "spardl",
        .description = "SparDL: Spar-Reduce-Scatter, Bruck all-gather, global residuals",
        .traits = {},
-       .table1_cost = table1::SparDL},
+       .table1_cost = table1::SparDL,
+       .memory = kLocalGather},
       {.id = 12,
        .name = "spardl-rsag",
        .description = "SparDL in teams synchronised by recursive doubling (R-SAG)",
        .traits = {.uses_teams = true, .teams_power_of_two = true},
        .params = {Teams(true)},
-       .table1_cost = table1::Rsag},
+       .table1_cost = table1::Rsag,
+       .memory = kLocalGather},
       {.id = 13,
        .name = "spardl-bsag",
        .description = "SparDL in teams synchronised by Bruck with a k' pre-selection (B-SAG)",
@@ -120,7 +148,8 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
                    .min = 0,
                    .max = 4294967295.0,
                    .description = "per-block pre-selection count (0 = the k' controller)"}},
-       .table1_cost = table1::Bsag},
+       .table1_cost = table1::Bsag,
+       .memory = kLocalGather},
   };
 }
 

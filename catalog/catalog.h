@@ -75,6 +75,22 @@ struct CostRange {
 };
 using CostFn = CostRange (*)(const CostInputs&);
 
+// What one rank of the simulator (P ranks in one process) holds beyond its
+// gradient, residual and the residual's copy, so that a run at scale picks an
+// N that fits its memory budget (bench/sim/memory_plan.h). The defaults, an
+// all-gather of every rank's selection, are the safe guess for an algorithm
+// not measured yet.
+struct MemoryModel {
+  // Holds a dense result and frames of it although it is not dense.
+  bool dense_result = false;
+  // COO entries a sparse algorithm gathers per rank: (gather_k + gather_pk·P)·k.
+  double gather_k = 0;
+  double gather_pk = 1;
+  // Bytes per rank whatever N: per_world·P + per_world_pair·P(P-1).
+  double per_world_bytes = 0;
+  double per_world_pair_bytes = 0;
+};
+
 struct AlgorithmSpec {
   uint16_t id = 0;  // stable, never reused; 0 is not an algorithm
   std::string name;
@@ -82,6 +98,7 @@ struct AlgorithmSpec {
   Traits traits;
   std::vector<ParamSpec> params;
   CostFn table1_cost = nullptr;  // null: no Table 1 row
+  MemoryModel memory;
 };
 
 // Adds an algorithm (the built-in ones are present from the start). Refused
@@ -110,6 +127,12 @@ Traits TraitsOf(std::string_view name);
 // is not a power of two: one that needs a power of two when asked and one
 // exists, else one that runs on any count. Empty when none has teams.
 std::string TeamAlgorithmFor(bool power_of_two);
+
+// The algorithm a job runs when its configuration names none.
+std::string_view DefaultAlgorithm();
+// The algorithm whose sum every other is checked against (conservation,
+// equality at density 1): dense, exact on integers, no options.
+std::string_view ReferenceSumAlgorithm();
 
 // Every algorithm, by id.
 std::vector<const AlgorithmSpec*> All();

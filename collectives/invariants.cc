@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/catalog.h"
 
 namespace gradex {
 
@@ -28,9 +31,11 @@ absl::StatusOr<ConservationResult> CheckConservation(
     std::span<float> contribution, std::span<float> scratch) {
   const size_t n = grad.size();
   for (size_t i = 0; i < n; ++i) contribution[i] = grad[i] + residual_in[i] - residual_out[i];
-  auto ring = CreateAllreduce("dense-ring");
+  // The catalog's reference sum (dense, exact on integers, no options).
+  const std::string_view reference = catalog::ReferenceSumAlgorithm();
+  auto ring = CreateAllreduce(reference);
   if (!ring.ok()) return ring.status();
-  std::fill(scratch.begin(), scratch.end(), 0.0f);  // dense-ring's residual: none
+  std::fill(scratch.begin(), scratch.end(), 0.0f);  // a dense algorithm's residual: none
   AllreduceOptions opts;
   opts.density = 1.0;
   opts.teams = 1;
@@ -38,7 +43,8 @@ absl::StatusOr<ConservationResult> CheckConservation(
   CallStats stats;
   absl::Status s = (*ring)->Run(ctx, opts, contribution, scratch, &sum, &stats);
   if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("conservation check (dense-ring): ", s.message()));
+    return absl::Status(
+        s.code(), absl::StrCat("conservation check (", std::string(reference), "): ", s.message()));
   }
   sum.ToDense(scratch);
   ConservationResult r;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "catalog/catalog.h"
 #include "gradex/v1/coordinator.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -80,7 +81,7 @@ absl::StatusOr<LoadResult> RunCoordinatorLoad(const LoadOptions& opts) {
   job.job_id = "load";
   job.world_size = opts.agents;
   job.min_world_size = opts.agents;
-  job.algorithm = "spardl-bsag";
+  job.algorithm = std::string(catalog::DefaultAlgorithm());
   job.lease = opts.lease;
   job.rendezvous_timeout = absl::Hours(1);
   coordinator::ServerOptions so;

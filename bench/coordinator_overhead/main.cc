@@ -26,11 +26,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "catalog/catalog.h"
 #include "services/agent/agent.h"
-#include "tests/fakes/fake_control_plane.h"
 #include "services/agent/grpc_control_plane.h"
 #include "services/agent/transport_provider.h"
 #include "services/coordinator/server.h"
+#include "tests/fakes/fake_control_plane.h"
 
 namespace gradex::agent {
 namespace {
@@ -98,11 +99,12 @@ ArmResult RunArm(const Config& c, bool grpc) {
     job.job_id = "overhead";
     job.world_size = c.agents;
     job.min_world_size = c.agents;
-    job.algorithm = "spardl-bsag";
+    job.algorithm = std::string(catalog::DefaultAlgorithm());
     job.density = c.density;
     job.teams = c.teams;
-    // The coordinator's k' controller would change B-SAG's work; both arms
-    // run the algorithm's own controller, so only the control plane differs.
+    // The coordinator's k' controller would change B-SAG's (the default's)
+    // work; both arms run the algorithm's own controller, so only the control
+    // plane differs.
     job.coordinate_kprime = false;
     coordinator::ServerOptions so;
     so.listen = "127.0.0.1:0";
@@ -119,7 +121,7 @@ ArmResult RunArm(const Config& c, bool grpc) {
     fc.token = kToken;
     fc.world_size = c.agents;
     fc.lease = std::chrono::milliseconds(10000);
-    fc.base.algorithm = "spardl-bsag";
+    fc.base.algorithm = std::string(catalog::DefaultAlgorithm());
     fc.base.density = c.density;
     fc.base.teams = c.teams;
     fake = std::make_unique<FakeCoordinator>(fc);
@@ -232,8 +234,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("%d agents, spardl-bsag, %d teams, N=%zu, density %g, %d timed steps per arm\n",
-              c.agents, c.teams, c.elements, c.density, c.steps - c.warmup);
+  std::printf("%d agents, %s, %d teams, N=%zu, density %g, %d timed steps per arm\n", c.agents,
+              std::string(gradex::catalog::DefaultAlgorithm()).c_str(), c.teams, c.elements,
+              c.density, c.steps - c.warmup);
   std::vector<double> all_off, all_on, cpu_off, cpu_on, other_off, other_on, in_step, paired;
   for (int r = 0; r < c.rounds; ++r) {
     double med[2] = {0, 0};

@@ -10,11 +10,11 @@
 
 namespace gradex::sim {
 
-// Estimated peak bytes of a run (all ranks plus the shared reference sums).
-// Algorithms that all-gather every rank's selection (or one not known here)
-// are charged P·k entries per rank (2P·k for gaussiank); the SparDL family,
-// gtopk and oktopk a few k; SparCML-dsar and TopkDSA a dense result; oktopk
-// also P² words of boundary proposals, whatever N.
+// Estimated peak bytes of a run (all ranks plus the shared reference sums),
+// from the algorithm's memory model in the catalog (catalog::MemoryModel: the
+// entries it gathers per rank, a dense result, costs that grow with P
+// whatever N). An algorithm the catalog lacks is charged an all-gather of
+// every rank's selection (P·k entries per rank).
 uint64_t EstimateBytes(const std::string& algo, bool dense, int p, uint64_t n, double density);
 
 struct ElementPlan {

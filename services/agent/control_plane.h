@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "catalog/catalog.h"
 #include "transport/transport.h"
 
 namespace gradex::agent {
@@ -39,7 +40,7 @@ struct Plan {
   uint32_t epoch = 0;               // membership generation; every frame carries it
   uint64_t effective_step = 0;      // first step the barrier values may apply to
   std::vector<PlanMember> members;  // indexed by rank
-  std::string algorithm = "spardl-bsag";
+  std::string algorithm{catalog::DefaultAlgorithm()};
   double density = 0.01;
   int teams = 1;
   // B-SAG k' per bucket and team position (rank % (P / teams)); missing or

@@ -229,6 +229,12 @@ TEST(Sim, MemoryPlanAndExtrapolate) {
   EXPECT_LT(big.n_run, 25'000'000u);
   EXPECT_EQ(big.n_second * 2, big.n_run);
   EXPECT_LE(EstimateBytes("topka", false, 1024, big.n_run, 0.01), 12ull << 30);
+  // The memory model is catalog data: an algorithm the catalog lacks is
+  // charged an all-gather of every selection, like topka (the default model).
+  EXPECT_EQ(EstimateBytes("not-in-catalog", false, 64, 100000, 0.01),
+            EstimateBytes("topka", false, 64, 100000, 0.01));
+  EXPECT_LT(EstimateBytes("spardl", false, 64, 100000, 0.01),
+            EstimateBytes("topka", false, 64, 100000, 0.01));
   EXPECT_DOUBLE_EQ(Extrapolate(3, 10, 2, 5, 20), 5);  // v = 1 + N/5
 }
 

@@ -75,6 +75,19 @@ TEST(Catalog, TraitsSayWhatTheSchedulesNeed) {
   for (const catalog::AlgorithmSpec* spec : catalog::All()) EXPECT_TRUE(spec->traits.synchronous);
 }
 
+TEST(Catalog, DefaultAndReferenceAreEntries) {
+  // The agents' default plan and the invariant checks' reference sum name
+  // catalog entries; the reference is dense, exact on integers, option-free.
+  const catalog::AlgorithmSpec* def = catalog::Find(catalog::DefaultAlgorithm());
+  ASSERT_NE(def, nullptr);
+  EXPECT_TRUE(CreateAllreduce(def->name).ok());
+  const catalog::AlgorithmSpec* ref = catalog::Find(catalog::ReferenceSumAlgorithm());
+  ASSERT_NE(ref, nullptr);
+  EXPECT_TRUE(ref->traits.dense);
+  EXPECT_TRUE(ref->traits.exact_on_integers);
+  EXPECT_TRUE(ref->params.empty());
+}
+
 TEST(Catalog, Table1RowsAtKnownPoints) {
   // dense-ring at P=4, n=1000: 6 messages, 2·3/4·4·1000 bytes.
   catalog::CostRange c = catalog::Find("dense-ring")->table1_cost({.world = 4, .elements = 1000});
