@@ -1,6 +1,7 @@
 // Invariant checks of one call (DESIGN.md "Invariants"), run in-band on every
-// rank: consistency (result hash all-gathered), conservation (dense-ring over
-// each rank's contribution), bounds (non-zeros within capacity).
+// rank: consistency (result hash all-gathered), conservation (the catalog's
+// reference sum, catalog::ReferenceSumAlgorithm(), over each rank's
+// contribution), bounds (non-zeros within capacity).
 #ifndef GRADEX_COLLECTIVES_INVARIANTS_H_
 #define GRADEX_COLLECTIVES_INVARIANTS_H_
 
@@ -18,13 +19,13 @@ namespace gradex {
 uint64_t HashFloats(std::span<const float> x);
 
 struct ConservationResult {
-  double max_abs_err = 0;  // max |dense-ring sum - result|
-  double max_abs_sum = 0;  // max |dense-ring sum|
+  double max_abs_err = 0;  // max |reference sum - result|
+  double max_abs_sum = 0;  // max |reference sum|
 };
 
 // contribution = grad + residual_in - residual_out is what this rank gave up
-// this call; the sum of every rank's contribution (computed with dense-ring,
-// the reference) must equal `result_dense`. `contribution` and `scratch` are
+// this call; the sum of every rank's contribution (computed with the
+// catalog's reference sum) must equal `result_dense`. `contribution` and `scratch` are
 // n-element scratch; they may alias `grad` and `residual_in` (both are read
 // only before either is written).
 absl::StatusOr<ConservationResult> CheckConservation(

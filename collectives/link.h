@@ -3,7 +3,7 @@
 // (tag_space.h), applies the call's deadline, words errors the same way, and
 // books the time spent communicating. Paired exchanges (rings, Bruck,
 // recursive doubling), one-way messages (trees, folds) and posted messages
-// kept in flight (Ok-Topk's rotated all-to-all) are all served here.
+// kept in flight (a bucketed all-to-all) are all served here.
 #ifndef GRADEX_COLLECTIVES_LINK_H_
 #define GRADEX_COLLECTIVES_LINK_H_
 
@@ -37,13 +37,13 @@ class Link {
   absl::StatusOr<Bytes> Exchange(int to, Bytes out, int from, uint16_t phase, uint32_t sub);
 
   // One-way halves, for schedules that do not pair every send with a receive
-  // (gtopk's trees, the non-power-of-two folds). Send waits until the
+  // (reduction and broadcast trees, the non-power-of-two folds). Send waits until the
   // transport has taken the message.
   absl::Status Send(int to, Bytes out, uint16_t phase, uint32_t sub);
   absl::StatusOr<Bytes> Recv(int from, uint16_t phase, uint32_t sub);
 
   // A message posted and not yet completed, for schedules that keep several
-  // in flight (Ok-Topk's bucketed all-to-all). Complete it with Wait.
+  // in flight (a bucketed all-to-all). Complete it with Wait.
   struct Pending {
     RequestId id = 0;
     int peer = -1;
