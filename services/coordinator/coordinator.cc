@@ -79,7 +79,12 @@ absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now
   *accepted = false;
   const MemberRecord* m = membership_.Find(r.member_id());
   if (m == nullptr) return absl::NotFoundError("unknown member: join again");
-  membership_.NoteStep(r.member_id(), r.step());
+  if (absl::Status st = membership_.CheckEpoch("epoch", r.epoch()); !st.ok()) return st;
+  if (r.step() >= kMaxStep) return absl::InvalidArgumentError("step: over 2^48");
+  if (absl::Status st = membership_.CheckStep(r.member_id(), "step", r.step() + 1, now); !st.ok()) {
+    return st;
+  }
+  membership_.NoteStep(r.member_id(), r.step(), now);
   const Epoch* e = membership_.FindEpoch(r.epoch());
   const int rank = e ? membership_.RankIn(*e, r.member_id()) : -1;
   if (rank < 0) {

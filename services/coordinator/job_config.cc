@@ -44,6 +44,11 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
     return Bad("min_world_size", "0..world_size");
   }
   s.min_world_size = c.min_world_size() == 0 ? c.world_size() : c.min_world_size();
+  if (c.max_world_size() != 0 &&
+      (c.max_world_size() < c.world_size() || c.max_world_size() > kMaxWorldSize)) {
+    return Bad("max_world_size", "0 or world_size..65536");
+  }
+  s.max_world_size = c.max_world_size();
   if (c.rendezvous_timeout_ms() > 0)
     s.rendezvous_timeout = absl::Milliseconds(c.rendezvous_timeout_ms());
   if (!IsKnownAlgorithm(c.algorithm())) {

@@ -16,6 +16,9 @@ struct JobSettings {
   std::string job_id;
   int world_size = 1;
   int min_world_size = 1;
+  // The most members an epoch may have (late joiners grow it up to this);
+  // 0: world_size. Read through MaxWorld().
+  int max_world_size = 0;
   absl::Duration rendezvous_timeout = absl::Seconds(30);
   std::string algorithm;
   double density = 0.01;
@@ -47,6 +50,16 @@ absl::StatusOr<JobSettings> LoadJobConfig(const std::string& path);
 
 // An algorithm of the catalog (catalog/catalog.h): the ones the agents run.
 bool IsKnownAlgorithm(absl::string_view name);
+
+// Members the coordinator holds at most: max_world_size plus a spare for
+// replacements that join before the member they replace is evicted.
+inline int MaxWorld(const JobSettings& s) {
+  return s.max_world_size > s.world_size ? s.max_world_size : s.world_size;
+}
+inline int MemberCap(const JobSettings& s) {
+  const int w = MaxWorld(s);
+  return w + (w / 4 > 2 ? w / 4 : 2);
+}
 
 }  // namespace gradex::coordinator
 

@@ -19,9 +19,15 @@ absl::Status Membership::Join(const gradex::v1::JoinRequest& r, uint64_t id, abs
     return absl::FailedPreconditionError(
         absl::StrCat("this coordinator serves job '", s_.job_id, "'"));
   }
+  if (absl::Status st = CheckJoinBounds(r, now); !st.ok()) return st;
   auto old = by_agent_.find(r.agent_id());
-  if (old == by_agent_.end() && members_.size() >= static_cast<size_t>(kMaxWorldSize)) {
-    return absl::ResourceExhaustedError("the job has the maximum number of members");
+  // Memory and epochs stay bounded by the job, not by who holds the token:
+  // the largest epoch plus a spare for replacements that join before the
+  // member they replace is evicted.
+  if (old == by_agent_.end() && members_.size() >= static_cast<size_t>(MemberCap(s_))) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the job holds its ", members_.size(), " members (at most ", MaxWorld(s_),
+                     " in an epoch plus ", MemberCap(s_) - MaxWorld(s_), " spare): join refused"));
   }
   if (old != by_agent_.end()) {
     // Re-registration replaces the old membership (its id stops working).
@@ -39,11 +45,14 @@ absl::Status Membership::Join(const gradex::v1::JoinRequest& r, uint64_t id, abs
   m.lease_expiry = now + s_.lease;
   m.last_heartbeat = now;
   m.next_step = r.next_step();
+  m.progress_at = now;
   if (r.last_epoch() > 0) {
     m.last_epoch = r.last_epoch();
     m.last_rank = r.last_rank();
     // Keep the epoch monotonic across a coordinator restart.
-    epoch_counter_ = std::max(epoch_counter_, r.last_epoch());
+    // (Bounded by CheckJoinBounds: at most kMaxRejoinEpoch, and a member's
+    // claimed world at most the job's largest.)
+    epoch_counter_ = std::max(epoch_counter_, static_cast<EpochNumber>(r.last_epoch()));
     if (!has_epoch()) rebuild_world_ = std::max(rebuild_world_, r.last_world_size());
   }
   members_[id] = std::move(m);
@@ -60,12 +69,20 @@ absl::Status Membership::Heartbeat(uint64_t id, uint64_t next_step, absl::Time n
   if (it == members_.end()) return absl::NotFoundError("unknown member: join again");
   it->second.lease_expiry = now + s_.lease;
   it->second.next_step = std::max(it->second.next_step, next_step);
+  it->second.progress_at = now;
   it->second.last_heartbeat = now;
   return absl::OkStatus();
 }
 
 absl::Status Membership::Heartbeat(const gradex::v1::HeartbeatRequest& r, absl::Time now) {
-  absl::Status st = Heartbeat(r.member_id(), r.next_step(), now);
+  if (Find(r.member_id()) == nullptr) return absl::NotFoundError("unknown member: join again");
+  absl::Status st = CheckStep(r.member_id(), "next_step", r.next_step(), now);
+  if (st.ok()) st = CheckEpoch("epoch", r.epoch());
+  if (st.ok() && r.has_waiting()) st = CheckEpoch("waiting.epoch", r.waiting().epoch());
+  if (st.ok() && r.has_waiting()) {
+    st = CheckStep(r.member_id(), "waiting.step", r.waiting().step(), now);
+  }
+  if (st.ok()) st = Heartbeat(r.member_id(), r.next_step(), now);
   if (!st.ok()) return st;
   MemberRecord& m = members_.at(r.member_id());
   m.epoch = r.epoch();
@@ -83,9 +100,11 @@ absl::Status Membership::Leave(uint64_t id) {
   return absl::OkStatus();
 }
 
-void Membership::NoteStep(uint64_t id, uint64_t step) {
+void Membership::NoteStep(uint64_t id, uint64_t step, absl::Time now) {
   auto it = members_.find(id);
-  if (it != members_.end()) it->second.next_step = std::max(it->second.next_step, step + 1);
+  if (it == members_.end()) return;
+  it->second.next_step = std::max(it->second.next_step, step + 1);
+  it->second.progress_at = now;
 }
 
 const Epoch* Membership::FindEpoch(uint64_t number) const {
@@ -137,7 +156,10 @@ std::vector<uint64_t> Membership::FreshOrder(std::vector<uint64_t> ids) const {
   return ids;
 }
 
-void Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, bool immediate) {
+bool Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, bool immediate) {
+  if (epoch_counter_ >= kMaxEpoch) return false;  // never wraps (agents drop a wrapped epoch)
+  if (roster.size() > static_cast<size_t>(MaxWorld(s_))) roster.resize(MaxWorld(s_));
+  formed_any_ = true;
   Epoch e;
   e.number = ++epoch_counter_;
   e.effective_step = effective;
@@ -148,6 +170,7 @@ void Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, boo
   lost_ = false;
   rendezvous_open_ = false;
   rebuild_world_ = 0;
+  return true;
 }
 
 bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
@@ -173,20 +196,22 @@ bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
       lost_ = false;
       return false;
     }
+    // A rebuild waits for the world its members say they ran, but a claim
+    // below the job's minimum only counts after the rendezvous timeout: one
+    // member saying "we were 1" must not open a 1-member epoch at once.
     const bool rebuild = rebuild_world_ > 0;
-    const int expected = rebuild ? rebuild_world_ : s_.world_size;
+    const int expected = rebuild ? std::max(rebuild_world_, s_.min_world_size) : s_.world_size;
+    const int minimum = rebuild ? std::min(rebuild_world_, s_.min_world_size) : s_.min_world_size;
     const int n = static_cast<int>(all.size());
     const bool complete = n >= expected;
-    if (!complete && !(now >= rendezvous_deadline_ && n >= s_.min_world_size)) return false;
+    if (!complete && !(now >= rendezvous_deadline_ && n >= minimum)) return false;
     // A rebuilt job whose members all came back is still running its old
     // epoch: switch at a barrier. Otherwise start (or restart) at once.
     const uint64_t next = MaxNextStep();
     if (rebuild && complete) {
-      FormEpoch(FreshOrder(all), NextBarrier(next + s_.plan_lead_steps), false);
-    } else {
-      FormEpoch(FreshOrder(all), next, true);
+      return FormEpoch(FreshOrder(all), NextBarrier(next + s_.plan_lead_steps), false);
     }
-    return true;
+    return FormEpoch(FreshOrder(all), next, true);
   }
 
   const Epoch& cur = latest();
@@ -202,22 +227,26 @@ bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
   for (uint64_t id : all) {
     if (!in.count(id)) newcomers.push_back(id);
   }
-  if (!lost_ && newcomers.empty()) return false;
+  // An epoch never grows past the job's largest (max_world_size): the rest
+  // wait, pending, for a place.
+  const size_t room =
+      static_cast<size_t>(MaxWorld(s_)) - std::min<size_t>(roster.size(), MaxWorld(s_));
   newcomers = FreshOrder(std::move(newcomers));
+  if (newcomers.size() > room) newcomers.resize(room);
+  if (!lost_ && newcomers.empty()) return false;
   roster.insert(roster.end(), newcomers.begin(), newcomers.end());
   if (lost_) {
     // The old epoch cannot finish a step without the lost member: the new one
     // applies at once, from the furthest step any survivor reached.
-    FormEpoch(std::move(roster), MaxNextStep(), true);
+    return FormEpoch(std::move(roster), MaxNextStep(), true);
   } else {
     // Late joiners: admitted at the next plan barrier the running members can
     // still see coming. A later joiner before that barrier gets a newer epoch
     // for the same (or a later) barrier.
     uint64_t at = NextBarrier(MaxNextStep() + s_.plan_lead_steps);
     at = std::max(at, cur.effective_step);  // never earlier than the epoch it replaces
-    FormEpoch(std::move(roster), at, false);
+    return FormEpoch(std::move(roster), at, false);
   }
-  return true;
 }
 
 }  // namespace gradex::coordinator

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "gradex/v1/coordinator.pb.h"
 #include "services/coordinator/job_config.h"
+#include "services/coordinator/limits.h"
 
 namespace gradex::coordinator {
 
@@ -24,6 +25,7 @@ struct MemberRecord {
   int local_rank = 0;
   absl::Time lease_expiry;
   uint64_t next_step = 0;  // the step it runs next (join, heartbeat, reports)
+  absl::Time progress_at;  // when it last told its step (bounds the next claim)
   // Hang diagnosis: when it last heartbeated (or joined), the epoch its
   // heartbeats say it runs (0: not said), and the wait its last heartbeat
   // carried (`waiting` false when that heartbeat carried none).
@@ -37,7 +39,7 @@ struct MemberRecord {
 };
 
 struct Epoch {
-  uint64_t number = 0;
+  EpochNumber number = 0;
   uint64_t effective_step = 0;
   bool immediate = false;        // formed because a member was lost (or first)
   std::vector<uint64_t> roster;  // member ids in rank order
@@ -59,7 +61,7 @@ class Membership {
   absl::Status Heartbeat(const gradex::v1::HeartbeatRequest& r, absl::Time now);
   absl::Status Leave(uint64_t id);
   // A step report: progress only (the step it finished or failed).
-  void NoteStep(uint64_t id, uint64_t step);
+  void NoteStep(uint64_t id, uint64_t step, absl::Time now);
 
   // Evicts expired leases (their ids appended to *evicted) and forms a new
   // epoch when due: the rendezvous completed, members were lost (at once),
@@ -80,15 +82,26 @@ class Membership {
   uint64_t MaxNextStep() const;
   uint64_t NextBarrier(uint64_t step) const;
 
+  // Bounds on the numbers a member sends, from what the coordinator knows
+  // (DESIGN.md, Trust; progress_bounds.cc): INVALID_ARGUMENT naming the
+  // field. `id` is the member that claims (0: none yet).
+  absl::Status CheckJoinBounds(const gradex::v1::JoinRequest& r, absl::Time now) const;
+  absl::Status CheckStep(uint64_t id, const char* field, uint64_t step, absl::Time now) const;
+  absl::Status CheckEpoch(const char* field, uint64_t epoch) const;
+  // The largest step member `id` may claim to run next now.
+  uint64_t StepBound(uint64_t id, absl::Time now) const;
+
  private:
-  void FormEpoch(std::vector<uint64_t> roster, uint64_t effective, bool immediate);
+  // False (and nothing formed) when the epoch numbers are exhausted.
+  bool FormEpoch(std::vector<uint64_t> roster, uint64_t effective, bool immediate);
   std::vector<uint64_t> FreshOrder(std::vector<uint64_t> ids) const;
 
   JobSettings s_;
   std::map<uint64_t, MemberRecord> members_;
   std::map<std::string, uint64_t> by_agent_;
   std::deque<Epoch> epochs_;  // the last few, newest at the back
-  uint64_t epoch_counter_ = 0;
+  EpochNumber epoch_counter_ = 0;
+  bool formed_any_ = false;  // this coordinator formed an epoch (vs. only rebuilt the count)
   // Rendezvous (no epoch yet): when it times out, and how many re-registering
   // agents ran the last epoch (0: a fresh job).
   bool rendezvous_open_ = false;

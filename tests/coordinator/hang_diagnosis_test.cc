@@ -251,11 +251,16 @@ TEST_F(HangTest, StaleWaitsAreIgnored) {
   w.set_member_id(ids_[0]);
   w.set_epoch(1);
   w.set_next_step(5);
-  w.mutable_waiting()->set_epoch(7);  // another epoch
+  w.mutable_waiting()->set_epoch(7);  // never published: refused, naming the field
   w.mutable_waiting()->set_step(5);
   w.mutable_waiting()->set_peer_rank(1);
   w.mutable_waiting()->set_waited_ms(2900);
+  absl::Status refused = c_->Heartbeat(w, u).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("waiting.epoch"), absl::string_view::npos) << refused;
+  w.clear_waiting();
   ASSERT_TRUE(c_->Heartbeat(w, u).ok());
+  w.mutable_waiting()->set_waited_ms(2900);
   w.set_member_id(ids_[1]);
   w.mutable_waiting()->set_epoch(1);
   w.mutable_waiting()->set_step(4);  // it runs step 5 next: step 4 is over
@@ -277,6 +282,7 @@ TEST(DescribeHang, OlderEpochIsNamed) {
   JobSettings s;
   s.job_id = "job";
   s.world_size = s.min_world_size = 2;
+  s.max_world_size = 3;  // the third is admitted (elastic growth)
   s.lease = absl::Seconds(3);
   s.barrier_period = 8;
   s.plan_lead_steps = 8;

@@ -97,13 +97,15 @@ TEST(Membership, EvictionOnLeaseExpiryGivesNewEpochWithDenseRanks) {
 }
 
 TEST(Membership, LateJoinerAdmittedAtNextBarrier) {
-  Membership m(Job(2));
+  JobSettings s = Job(2);
+  s.max_world_size = 3;  // elastic growth by one
+  Membership m(s);
   uint64_t rep = 0;
   std::vector<uint64_t> ev;
   ASSERT_TRUE(m.Join(Req("a", 0), 1, t0, &rep).ok());
   ASSERT_TRUE(m.Join(Req("b", 1), 2, t0, &rep).ok());
   ASSERT_TRUE(m.Tick(t0, &ev));
-  m.NoteStep(1, 99);  // rank 0 finished step 99
+  m.NoteStep(1, 99, t0);  // rank 0 finished step 99
   ASSERT_TRUE(m.Join(Req("c", 2), 3, t0, &rep).ok());
   EXPECT_EQ(m.pending(), 1u);
   ASSERT_TRUE(m.Tick(t0, &ev));

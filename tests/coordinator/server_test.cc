@@ -72,17 +72,23 @@ TEST_F(ServerTest, PlanStreamRendezvousReportsAndEviction) {
   EXPECT_EQ(p.barrier_period(), 64);
   ASSERT_TRUE(sb.NextUntil(&p, [](const Plan& x) { return x.epoch() == 1; }));
 
-  // Reports on one stream: two accepted, one of an unknown epoch ignored.
+  // Reports on one stream: two accepted; one of an epoch never published
+  // ends the stream with INVALID_ARGUMENT naming the field.
   gradex::v1::ReportAck ack;
-  std::vector<gradex::v1::StepReport> reports(3);
-  for (int i = 0; i < 3; ++i) {
+  std::vector<gradex::v1::StepReport> reports(2);
+  for (int i = 0; i < 2; ++i) {
     reports[i].set_member_id(a->member_id());
-    reports[i].set_epoch(i == 2 ? 99 : 1);
+    reports[i].set_epoch(1);
     reports[i].set_step(i);
   }
   ASSERT_TRUE(SendReports(*stub_, kToken, reports, &ack).ok());
   EXPECT_EQ(ack.accepted(), 2u);
-  EXPECT_EQ(ack.ignored(), 1u);
+  EXPECT_EQ(ack.ignored(), 0u);
+  reports.resize(1);
+  reports[0].set_epoch(99);
+  grpc::Status refused = SendReports(*stub_, kToken, reports, &ack);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("epoch"), std::string::npos);
 
   // b stops heartbeating; a keeps its lease: b is evicted, a gets epoch 2
   // alone at rank 0, and b's stream ends with NOT_FOUND.

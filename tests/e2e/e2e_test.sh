@@ -187,7 +187,7 @@ scenario_join_retry() {
 
 scenario_late_join() {
   local i first
-  config world_size=3 teams=1 lease_ms=3000
+  config world_size=3 max_world_size=4 teams=1 lease_ms=3000
   start_coordinator coordinator
   for i in 0 1 2; do start_agent "$i"; done
   wait_for "$TMP/agent0.out" "^[0-9.]+ step 20 " 90 || fail "agent 0 never reached step 20"
