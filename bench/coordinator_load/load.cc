@@ -28,6 +28,7 @@ constexpr absl::Duration kRpcDeadline = absl::Seconds(5);
 
 struct SimAgent {
   uint64_t member = 0;
+  std::string secret;  // JoinResponse.member_secret, sent with every heartbeat
   bool silent = false;
   std::atomic<bool> in_flight{false};
   // Touched by one call's callback at a time (in_flight orders them).
@@ -157,6 +158,7 @@ absl::StatusOr<LoadResult> RunCoordinatorLoad(const LoadOptions& opts) {
                                ++joined;
                                SimAgent& a = *agents[i];
                                a.member = join_resp[i].member_id();
+                               a.secret = join_resp[i].member_secret();
                                a.last_renewed = absl::Now();
                                if (!a.silent) due.push({a.last_renewed + interval, i});
                              });
@@ -197,6 +199,7 @@ absl::StatusOr<LoadResult> RunCoordinatorLoad(const LoadOptions& opts) {
     a.ctx = new grpc::ClientContext();
     Authorize(a.ctx);
     a.req.set_member_id(a.member);
+    a.req.set_member_secret(a.secret);
     a.sent = absl::Now();
     hb_in_flight.fetch_add(1);
     stub_of(next.second).async()->Heartbeat(a.ctx, &a.req, &a.resp, [&, ap = &a](grpc::Status st) {

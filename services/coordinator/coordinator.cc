@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "catalog/catalog.h"
 #include "services/coordinator/log.h"
+#include "services/coordinator/member_secret.h"
 #include "services/coordinator/wait_graph.h"
 
 namespace gradex::coordinator {
@@ -33,6 +34,8 @@ absl::StatusOr<gradex::v1::JoinResponse> Coordinator::Join(const gradex::v1::Joi
   absl::Status st = membership_.Join(r, id, now, &replaced);
   if (!st.ok()) return st;
   if (replaced != 0) gone_.push_back(replaced);  // its watchers end at the next tick
+  std::string secret = NewMemberSecret();
+  membership_.SetSecret(id, secret);
   if (metrics_) (r.last_epoch() > 0 ? metrics_->joins_rejoin : metrics_->joins_fresh).Increment();
   Log("join: member ", id, " agent '", r.agent_id(), "' host '", r.host(), "' local rank ",
       r.local_rank(),
@@ -46,6 +49,7 @@ absl::StatusOr<gradex::v1::JoinResponse> Coordinator::Join(const gradex::v1::Joi
   resp.set_lease_duration_ms(static_cast<uint32_t>(lease_ms));
   resp.set_heartbeat_interval_ms(static_cast<uint32_t>(std::max<int64_t>(lease_ms / 3, 1)));
   resp.set_coordinator_incarnation(incarnation_);
+  resp.set_member_secret(std::move(secret));
   return resp;
 }
 
@@ -324,6 +328,17 @@ void Coordinator::Notify(const std::vector<uint64_t>& gone, bool plan_changed) {
 std::shared_ptr<const gradex::v1::Plan> Coordinator::plan() const {
   absl::MutexLock lock(&mu_);
   return plan_;
+}
+
+absl::Status Coordinator::Authorize(uint64_t member, absl::string_view secret) const {
+  absl::MutexLock lock(&mu_);
+  const MemberRecord* m = membership_.Find(member);
+  if (m == nullptr) return absl::NotFoundError("unknown member: join again");
+  if (!SecretMatches(m->secret, secret)) {
+    return absl::PermissionDeniedError(absl::StrCat("member_secret is not member ", member,
+                                                    "'s (a member speaks only for itself)"));
+  }
+  return absl::OkStatus();
 }
 
 bool Coordinator::IsMember(uint64_t id) const {

@@ -46,6 +46,10 @@ class Coordinator {
   // Evictions, epochs, parameter publication, stall detection.
   void Tick(absl::Time now);
 
+  // The call for `member` carries `secret`: NOT_FOUND for an unknown member
+  // (join again), PERMISSION_DENIED for a secret that is not its own.
+  absl::Status Authorize(uint64_t member, absl::string_view secret) const;
+
   // The latest plan (null before the first epoch).
   std::shared_ptr<const gradex::v1::Plan> plan() const;
   bool IsMember(uint64_t id) const;

@@ -119,6 +119,11 @@ int Membership::RankIn(const Epoch& e, uint64_t id) const {
   return it == e.roster.end() ? -1 : static_cast<int>(it - e.roster.begin());
 }
 
+void Membership::SetSecret(uint64_t id, std::string secret) {
+  auto it = members_.find(id);
+  if (it != members_.end()) it->second.secret = std::move(secret);
+}
+
 const MemberRecord* Membership::Find(uint64_t id) const {
   auto it = members_.find(id);
   return it == members_.end() ? nullptr : &it->second;

@@ -23,6 +23,7 @@ struct MemberRecord {
   uint64_t id = 0;
   std::string agent_id, host, device, ucx_address;
   int local_rank = 0;
+  std::string secret;  // member_secret.h: proves a call comes from this member
   absl::Time lease_expiry;
   uint64_t next_step = 0;  // the step it runs next (join, heartbeat, reports)
   absl::Time progress_at;  // when it last told its step (bounds the next claim)
@@ -76,6 +77,7 @@ class Membership {
   // Rank of the member in the epoch, or -1.
   int RankIn(const Epoch& e, uint64_t id) const;
   const MemberRecord* Find(uint64_t id) const;
+  void SetSecret(uint64_t id, std::string secret);
   size_t size() const { return members_.size(); }
   size_t pending() const;  // members not in the latest epoch
   // The largest step any member will run next.

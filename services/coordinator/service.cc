@@ -208,6 +208,9 @@ class ReportReactor final : public grpc::ServerReadReactor<ByteBuffer> {
     gradex::v1::StepReport report;
     grpc::Status st = Parse(in_, &report);
     if (st.ok()) st = ToGrpc(ValidateReport(report));
+    if (st.ok()) {
+      st = ToGrpc(svc_->coordinator()->Authorize(report.member_id(), report.member_secret()));
+    }
     bool accepted = false;
     if (st.ok()) st = ToGrpc(svc_->coordinator()->Report(report, absl::Now(), &accepted));
     if (!st.ok()) {
@@ -281,7 +284,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerCont
                                                         const ByteBuffer* in, ByteBuffer* out) {
   return Unary<gradex::v1::HeartbeatRequest, gradex::v1::HeartbeatResponse>(
       ctx, metrics_, Authenticate(*ctx, "Heartbeat"), "Heartbeat", in, out, &ValidateHeartbeat,
-      [&](const gradex::v1::HeartbeatRequest& r) {
+      [&](const gradex::v1::HeartbeatRequest& r) -> absl::StatusOr<gradex::v1::HeartbeatResponse> {
+        absl::Status st = coordinator_->Authorize(r.member_id(), r.member_secret());
+        if (!st.ok()) return st;
         return coordinator_->Heartbeat(r, absl::Now());
       });
 }
@@ -291,7 +296,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext*
   return Unary<gradex::v1::LeaveRequest, gradex::v1::LeaveResponse>(
       ctx, metrics_, Authenticate(*ctx, "Leave"), "Leave", in, out, &ValidateLeave,
       [&](const gradex::v1::LeaveRequest& r) -> absl::StatusOr<gradex::v1::LeaveResponse> {
-        absl::Status st = coordinator_->Leave(r, absl::Now());
+        absl::Status st = coordinator_->Authorize(r.member_id(), r.member_secret());
+        if (st.ok()) st = coordinator_->Leave(r, absl::Now());
         if (!st.ok()) return st;
         return gradex::v1::LeaveResponse();
       });
@@ -303,6 +309,7 @@ grpc::ServerWriteReactor<ByteBuffer>* CoordinatorService::WatchPlan(
   grpc::Status st = Authenticate(*ctx, "WatchPlan");
   if (st.ok()) st = Parse(*in, &req);
   if (st.ok()) st = ToGrpc(ValidateWatch(req));
+  if (st.ok()) st = ToGrpc(coordinator_->Authorize(req.member_id(), req.member_secret()));
   if (!st.ok()) {
     if (metrics_) metrics_->ObserveRpc("WatchPlan", st.error_code(), 0);
     return new RefusedWriter(st);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "services/coordinator/limits.h"
+#include "services/coordinator/member_secret.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -72,6 +73,8 @@ absl::Status ValidateJoin(const gradex::v1::JoinRequest& r) {
 
 absl::Status ValidateHeartbeat(const gradex::v1::HeartbeatRequest& r) {
   if (r.member_id() == 0) return Bad("member_id", "required");
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
+    return Bad("member_secret", "over 64 bytes");
   if (r.has_waiting()) {
     const gradex::v1::WaitState& w = r.waiting();
     if (w.epoch() == 0) return Bad("waiting.epoch", "required (a step waits in an epoch)");
@@ -87,16 +90,22 @@ absl::Status ValidateHeartbeat(const gradex::v1::HeartbeatRequest& r) {
 
 absl::Status ValidateLeave(const gradex::v1::LeaveRequest& r) {
   if (r.member_id() == 0) return Bad("member_id", "required");
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
+    return Bad("member_secret", "over 64 bytes");
   return CheckLength("reason", r.reason(), 0, kMaxReasonBytes);
 }
 
 absl::Status ValidateWatch(const gradex::v1::WatchPlanRequest& r) {
   if (r.member_id() == 0) return Bad("member_id", "required");
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
+    return Bad("member_secret", "over 64 bytes");
   return absl::OkStatus();
 }
 
 absl::Status ValidateReport(const gradex::v1::StepReport& r) {
   if (r.member_id() == 0) return Bad("member_id", "required");
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
+    return Bad("member_secret", "over 64 bytes");
   if (r.epoch() == 0) return Bad("epoch", "required (steps run in an epoch)");
   for (auto [name, v] : {std::pair{"selection_seconds", r.selection_seconds()},
                          {"communication_seconds", r.communication_seconds()},

@@ -51,11 +51,12 @@ absl::StatusOr<gradex::v1::JoinResponse> JoinAs(gradex::v1::Coordinator::StubInt
 }
 
 grpc::Status Heartbeat(gradex::v1::Coordinator::StubInterface& stub, const std::string& token,
-                       uint64_t member, uint64_t next_step) {
+                       uint64_t member, const std::string& secret, uint64_t next_step) {
   grpc::ClientContext ctx;
   SetAuth(&ctx, token, absl::Seconds(5));
   gradex::v1::HeartbeatRequest r;
   r.set_member_id(member);
+  r.set_member_secret(secret);
   r.set_next_step(next_step);
   gradex::v1::HeartbeatResponse resp;
   return stub.Heartbeat(&ctx, r, &resp);
@@ -123,10 +124,11 @@ std::string HttpGet(int port, const std::string& path) {
 }
 
 PlanStream::PlanStream(gradex::v1::Coordinator::StubInterface& stub, const std::string& token,
-                       uint64_t member, absl::Duration deadline) {
+                       uint64_t member, const std::string& secret, absl::Duration deadline) {
   SetAuth(&ctx_, token, deadline);
   gradex::v1::WatchPlanRequest r;
   r.set_member_id(member);
+  r.set_member_secret(secret);
   reader_ = stub.WatchPlan(&ctx_, r);
 }
 

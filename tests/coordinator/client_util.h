@@ -22,8 +22,9 @@ absl::StatusOr<gradex::v1::JoinResponse> JoinWith(gradex::v1::Coordinator::StubI
 absl::StatusOr<gradex::v1::JoinResponse> JoinAs(gradex::v1::Coordinator::StubInterface& stub,
                                                 const std::string& token, const std::string& agent,
                                                 int local_rank);
+// `secret`: the member's JoinResponse.member_secret.
 grpc::Status Heartbeat(gradex::v1::Coordinator::StubInterface& stub, const std::string& token,
-                       uint64_t member, uint64_t next_step);
+                       uint64_t member, const std::string& secret, uint64_t next_step);
 grpc::Status SendReports(gradex::v1::Coordinator::StubInterface& stub, const std::string& token,
                          const std::vector<gradex::v1::StepReport>& reports,
                          gradex::v1::ReportAck* ack);
@@ -37,7 +38,7 @@ std::string HttpGet(int port, const std::string& path);
 class PlanStream {
  public:
   PlanStream(gradex::v1::Coordinator::StubInterface& stub, const std::string& token,
-             uint64_t member, absl::Duration deadline);
+             uint64_t member, const std::string& secret, absl::Duration deadline);
   // Reads plans until one satisfies `want` (true) or the stream ends (false).
   bool NextUntil(gradex::v1::Plan* p, const std::function<bool(const gradex::v1::Plan&)>& want);
   // Reads to the end and returns the stream's status.

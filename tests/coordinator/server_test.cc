@@ -60,8 +60,8 @@ TEST_F(ServerTest, PlanStreamRendezvousReportsAndEviction) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->lease_duration_ms(), 600u);
 
-  PlanStream sa(*stub_, kToken, a->member_id(), absl::Seconds(20));
-  PlanStream sb(*stub_, kToken, b->member_id(), absl::Seconds(20));
+  PlanStream sa(*stub_, kToken, a->member_id(), a->member_secret(), absl::Seconds(20));
+  PlanStream sb(*stub_, kToken, b->member_id(), b->member_secret(), absl::Seconds(20));
   Plan p;
   ASSERT_TRUE(sa.NextUntil(&p, [](const Plan& x) { return x.epoch() == 1; }));
   ASSERT_EQ(p.members_size(), 2);
@@ -78,6 +78,7 @@ TEST_F(ServerTest, PlanStreamRendezvousReportsAndEviction) {
   std::vector<gradex::v1::StepReport> reports(2);
   for (int i = 0; i < 2; ++i) {
     reports[i].set_member_id(a->member_id());
+    reports[i].set_member_secret(a->member_secret());
     reports[i].set_epoch(1);
     reports[i].set_step(i);
   }
@@ -95,7 +96,7 @@ TEST_F(ServerTest, PlanStreamRendezvousReportsAndEviction) {
   const absl::Time until = absl::Now() + absl::Seconds(15);
   bool evicted = false;
   while (!evicted && absl::Now() < until) {
-    ASSERT_TRUE(Heartbeat(*stub_, kToken, a->member_id(), 3).ok());
+    ASSERT_TRUE(Heartbeat(*stub_, kToken, a->member_id(), a->member_secret(), 3).ok());
     evicted = server_->coordinator().epoch() >= 2;
     absl::SleepFor(absl::Milliseconds(100));
   }
@@ -105,7 +106,8 @@ TEST_F(ServerTest, PlanStreamRendezvousReportsAndEviction) {
   EXPECT_EQ(p.members(0).member_id(), a->member_id());
   EXPECT_EQ(p.effective_step(), 3u);
   EXPECT_EQ(sb.Drain().error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(Heartbeat(*stub_, kToken, b->member_id(), 0).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Heartbeat(*stub_, kToken, b->member_id(), b->member_secret(), 0).error_code(),
+            grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(server_->metrics().evictions.Value(), 1);
   EXPECT_EQ(server_->metrics().epoch.Value(), 2);
 
@@ -125,9 +127,9 @@ TEST_F(ServerTest, WrongOrMissingTokenIsUnauthenticatedAndCounted) {
   EXPECT_EQ(JoinAs(*stub_, "", "x", 0).status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(JoinAs(*stub_, "test-token-0123456789abcdeX", "x", 0).status().code(),
             absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(Heartbeat(*stub_, "wrong-token-wrong-token", 1, 0).error_code(),
+  EXPECT_EQ(Heartbeat(*stub_, "wrong-token-wrong-token", 1, "", 0).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  PlanStream s(*stub_, "", 1, absl::Seconds(5));
+  PlanStream s(*stub_, "", 1, "", absl::Seconds(5));
   EXPECT_EQ(s.Drain().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   gradex::v1::ReportAck ack;
   EXPECT_EQ(SendReports(*stub_, "", {}, &ack).error_code(), grpc::StatusCode::UNAUTHENTICATED);
@@ -162,7 +164,7 @@ TEST_F(ServerTest, OversizedAndMalformedRequestsAreInvalidArgument) {
             }),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(join([](R& r) { r.set_job_id("other"); }), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(Heartbeat(*stub_, kToken, 0, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Heartbeat(*stub_, kToken, 0, "", 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   auto ok = JoinAs(*stub_, kToken, "agent", 0);
   ASSERT_TRUE(ok.ok());
@@ -200,6 +202,45 @@ TEST_F(ServerTest, OversizedAndMalformedRequestsAreInvalidArgument) {
       6);
 }
 
+// Issue 12, item 3: a token holder cannot act for another member. Every call
+// for a member needs the secret only that member's Join returned.
+TEST_F(ServerTest, MemberSecretIsRequiredAndNeverInThePlan) {
+  StartServer(2, absl::Seconds(30));
+  auto a = JoinAs(*stub_, kToken, "agent-a", 0);
+  auto b = JoinAs(*stub_, kToken, "agent-b", 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->member_secret().size(), 32u);
+  EXPECT_NE(a->member_secret(), b->member_secret());
+  const uint64_t victim = b->member_id();
+  for (const std::string& forged : {std::string(), a->member_secret(), std::string(32, 'x')}) {
+    EXPECT_EQ(Heartbeat(*stub_, kToken, victim, forged, 0).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    grpc::ClientContext ctx;
+    SetAuth(&ctx, kToken, absl::Seconds(5));
+    gradex::v1::LeaveRequest leave;
+    leave.set_member_id(victim);
+    leave.set_member_secret(forged);
+    gradex::v1::LeaveResponse lr;
+    EXPECT_EQ(stub_->Leave(&ctx, leave, &lr).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    gradex::v1::StepReport r;
+    r.set_member_id(victim);
+    r.set_member_secret(forged);
+    r.set_epoch(1);
+    gradex::v1::ReportAck ack;
+    EXPECT_EQ(SendReports(*stub_, kToken, {r}, &ack).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    PlanStream s(*stub_, kToken, victim, forged, absl::Seconds(5));
+    EXPECT_EQ(s.Drain().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // The victim is still a member, and the plan lists no secret.
+  EXPECT_TRUE(Heartbeat(*stub_, kToken, victim, b->member_secret(), 0).ok());
+  PlanStream sa(*stub_, kToken, a->member_id(), a->member_secret(), absl::Seconds(20));
+  Plan p;
+  ASSERT_TRUE(sa.NextUntil(&p, [](const Plan& x) { return x.epoch() == 1; }));
+  EXPECT_EQ(p.members_size(), 2);
+  EXPECT_EQ(p.SerializeAsString().find(b->member_secret()), std::string::npos);
+}
+
 // A measurement, not a check (off in ctest; run with
 // --gtest_also_run_disabled_tests): unary heartbeat latency on loopback and
 // the time until 64 watchers all hold a new plan version.
@@ -207,23 +248,26 @@ TEST_F(ServerTest, DISABLED_MeasureHeartbeatLatencyAndPlanFanout) {
   constexpr int kWatchers = 64;
   StartServer(kWatchers, absl::Seconds(30));
   std::vector<uint64_t> ids;
+  std::vector<std::string> secrets;
   for (int i = 0; i < kWatchers; ++i) {
     auto r = JoinAs(*stub_, kToken, "agent-" + std::to_string(i), i);
     ASSERT_TRUE(r.ok());
     ids.push_back(r->member_id());
+    secrets.push_back(r->member_secret());
   }
   std::vector<double> lat;
   for (int i = 0; i < 2000; ++i) {
     absl::Time t = absl::Now();
-    ASSERT_TRUE(Heartbeat(*stub_, kToken, ids[i % kWatchers], 0).ok());
+    ASSERT_TRUE(Heartbeat(*stub_, kToken, ids[i % kWatchers], secrets[i % kWatchers], 0).ok());
     lat.push_back(absl::ToDoubleMicroseconds(absl::Now() - t));
   }
   std::sort(lat.begin(), lat.end());
   std::printf("heartbeat latency: median %.0f us, p99 %.0f us (2000 calls)\n", lat[1000],
               lat[1980]);
   std::vector<std::unique_ptr<PlanStream>> streams;
-  for (uint64_t id : ids) {
-    streams.push_back(std::make_unique<PlanStream>(*stub_, kToken, id, absl::Seconds(20)));
+  for (int i = 0; i < kWatchers; ++i) {
+    streams.push_back(
+        std::make_unique<PlanStream>(*stub_, kToken, ids[i], secrets[i], absl::Seconds(20)));
   }
   Plan p;
   for (auto& s : streams)

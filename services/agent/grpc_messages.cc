@@ -1,0 +1,145 @@
+#include "services/agent/grpc_messages.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+
+namespace gradex::agent {
+
+namespace pb = ::gradex::v1;
+
+// A heartbeat reports the step's oldest pending receive past this (why: in
+// FillWait).
+constexpr std::chrono::milliseconds kReportWaitsAfter(1000);
+
+absl::Status FromGrpc(const grpc::Status& s, const char* what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+absl::StatusOr<Plan> ToPlan(const pb::Plan& m, uint64_t version_offset) {
+  Plan p;
+  if (m.epoch() == 0 || m.epoch() > UINT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("plan epoch ", m.epoch(), " out of range"));
+  }
+  if (!(m.density() > 0 && m.density() <= 1) || m.teams() < 1 || m.barrier_period() < 1 ||
+      m.step_deadline_ms() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("plan ", m.version(), ": bad parameters"));
+  }
+  p.version = version_offset + m.version();
+  p.epoch = static_cast<uint32_t>(m.epoch());
+  p.effective_step = m.effective_step();
+  for (int i = 0; i < m.members_size(); ++i) {
+    const pb::Member& mem = m.members(i);
+    if (mem.rank() != i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan ", m.version(), ": member ", i, " has rank ", mem.rank()));
+    }
+    p.members.push_back({mem.rank(), mem.agent_id(), mem.ucx_address()});
+  }
+  p.algorithm = m.algorithm();
+  p.density = m.density();
+  p.teams = m.teams();
+  for (const pb::KPrime& k : m.kprime()) {
+    if (k.bucket() >= 4096 || k.team_position() < 0 || k.team_position() > 65535) continue;
+    if (p.kprime.size() <= k.bucket()) p.kprime.resize(k.bucket() + 1);
+    auto& row = p.kprime[k.bucket()];
+    if (row.size() <= static_cast<size_t>(k.team_position())) row.resize(k.team_position() + 1);
+    row[k.team_position()] = k.kprime();
+  }
+  p.tau = m.barrier_period();
+  p.oktopk_tau = std::max(m.oktopk_tau(), 1);
+  p.oktopk_tau_prime = std::max(m.oktopk_tau_prime(), 1);
+  p.quantize_bits = m.quantize_bits();
+  p.step_deadline = std::chrono::milliseconds(m.step_deadline_ms());
+  p.measure_links = m.measure_links();
+  return p;
+}
+
+pb::StepReport ToProto(const StepReport& r, uint64_t member, const std::string& secret) {
+  pb::StepReport m;
+  m.set_member_id(member);
+  m.set_member_secret(secret);
+  m.set_epoch(r.epoch);
+  m.set_step(r.step);
+  m.set_selection_seconds(r.selection_s);
+  m.set_communication_seconds(r.communication_s);
+  m.set_reduction_seconds(r.reduction_s);
+  m.set_total_seconds(r.total_s);
+  m.set_compute_seconds(r.compute_s);
+  m.set_comm_start_unix_ns(r.comm_start_unix_ns);
+  m.set_comm_end_unix_ns(r.comm_end_unix_ns);
+  m.set_sent_bytes(r.sent_bytes);
+  m.set_recv_bytes(r.recv_bytes);
+  for (size_t b = 0; b < r.buckets.size() && b < 4096; ++b) {
+    pb::BucketReport* br = m.add_buckets();
+    br->set_bucket(static_cast<uint32_t>(b));
+    br->set_elements(r.buckets[b].elements);
+    br->set_team_position(r.buckets[b].team_position);
+    br->set_kprime_used(r.buckets[b].kprime_used);
+    br->set_post_gather_count(r.buckets[b].post_gather_count);
+    br->set_result_nnz(r.buckets[b].result_nnz);
+  }
+  if (!r.ok) m.set_error(r.error.empty() ? "failed" : r.error.substr(0, 512));
+  if (r.link) {
+    m.mutable_link()->set_alpha_seconds(r.link->alpha_s);
+    m.mutable_link()->set_beta_seconds_per_byte(r.link->beta_s_per_byte);
+    m.mutable_link()->set_samples(r.link->samples);
+  }
+  return m;
+}
+
+void FillWait(const WaitSource& w, pb::HeartbeatRequest* req) {
+  // The epoch actually run, not the newest plan's: a member still in an
+  // older epoch is what the coordinator's hang diagnosis names.
+  if (uint32_t e = w.running_epoch(); e != 0) req->set_epoch(e);
+  // Only a wait longer than any healthy one: a step's receives complete
+  // in milliseconds, and a straggler's compute jitter is well under a
+  // second, while step deadlines are seconds; so a stalled step shows
+  // up well before the waiters give up, and healthy ones send nothing.
+  if (std::optional<WaitInfo> info = w.OldestWait(kReportWaitsAfter)) {
+    pb::WaitState* ws = req->mutable_waiting();
+    ws->set_epoch(info->epoch);
+    ws->set_step(info->step);
+    ws->set_peer_rank(info->peer);
+    ws->set_waited_ms(static_cast<uint32_t>(
+        std::min<int64_t>(info->waited.count(), std::numeric_limits<uint32_t>::max())));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CoordinatorChannel(
+    const GrpcControlPlaneOptions& options) {
+  if (options.target.empty()) return absl::InvalidArgumentError("no coordinator address");
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (options.tls_ca.empty()) {
+    if (!options.tls_server_name.empty()) {
+      return absl::InvalidArgumentError("a TLS server name needs the coordinator's CA");
+    }
+    if (!options.tls_client_cert.empty()) {
+      return absl::InvalidArgumentError("a client certificate needs the coordinator's CA");
+    }
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_ca;
+    ssl.pem_cert_chain = options.tls_client_cert;
+    ssl.pem_private_key = options.tls_client_key;
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);  // a plan carries every member's address
+  if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
+  // gRPC's reconnect backoff bounds how soon a coordinator that is back is
+  // seen (the agent waits on the channel, see AwaitChannel): retry the
+  // connection within 1 s (x1.2 jitter) of it listening again. A dead
+  // coordinator costs each agent one refused connect per second.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(options.target, creds, args);
+}
+
+}  // namespace gradex::agent

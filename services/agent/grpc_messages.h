@@ -1,0 +1,35 @@
+// The agent's types as gradex.v1 messages and back, and the channel, for
+// the gRPC control plane (grpc_control_plane.cc).
+#ifndef GRADEX_SERVICES_AGENT_GRPC_MESSAGES_H_
+#define GRADEX_SERVICES_AGENT_GRPC_MESSAGES_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gradex/v1/coordinator.pb.h"
+#include "services/agent/control_plane.h"
+#include "services/agent/grpc_control_plane.h"
+
+namespace gradex::agent {
+
+// A gRPC status as an absl::Status, the message prefixed with `what`.
+absl::Status FromGrpc(const grpc::Status& s, const char* what);
+// A coordinator's plan as the agent's Plan; an error when a field is out of
+// range (the plan is then ignored).
+absl::StatusOr<Plan> ToPlan(const gradex::v1::Plan& m, uint64_t version_offset);
+// A step report for member `member`, carrying its secret.
+gradex::v1::StepReport ToProto(const StepReport& r, uint64_t member, const std::string& secret);
+// The running epoch and the oldest long wait of `w` into a heartbeat.
+void FillWait(const WaitSource& w, gradex::v1::HeartbeatRequest* req);
+// The channel to the coordinator (TLS when options.tls_ca is set).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CoordinatorChannel(
+    const GrpcControlPlaneOptions& options);
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_SERVICES_AGENT_GRPC_MESSAGES_H_
