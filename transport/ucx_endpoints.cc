@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "transport/ucx_internal.h"
+#include "transport/ucx_sockaddr.h"
 
 namespace gradex {
 namespace ucx_internal {
@@ -25,6 +26,19 @@ absl::Status UcxTransport::Connect(const std::vector<std::string>& addresses, De
     return absl::InternalError(absl::StrCat("rank ", rank_, ": got ", addresses.size(),
                                             " addresses for ", size_, " ranks"));
   }
+  // Every address is checked before UCX sees any: a malformed one fails
+  // this communicator, naming the peer (ucx_sockaddr.h).
+  std::vector<DataAddress> peers(size_);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    absl::StatusOr<DataAddress> a = ParseDataAddress(addresses[p]);
+    if (!a.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank_, ": peer ", p, "'s ", a.status().message()));
+    }
+    peers[p] = *a;
+  }
+  w_->ReapAccepted(false);
   DrainOtherGenerations(deadline);
   eps_.assign(size_, nullptr);
   error_args_.resize(size_);
@@ -32,16 +46,14 @@ absl::Status UcxTransport::Connect(const std::vector<std::string>& addresses, De
     if (p == rank_) continue;
     error_args_[p] = std::make_unique<PeerErrorArg>(PeerErrorArg{this, p});
     ucp_ep_params_t ep_params = {};
-    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep_params.address = reinterpret_cast<const ucp_address_t*>(addresses[p].data());
+    ep_params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep_params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&peers[p].addr);
+    ep_params.sockaddr.addrlen = peers[p].len;
     ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep_params.err_handler.cb = &UcxTransport::OnPeerError;
     ep_params.err_handler.arg = error_args_[p].get();
-    if (addresses[p].empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank_, ": no UCX address for peer ", p));
-    }
     ucs_status_t st = ucp_ep_create(worker_, &ep_params, &eps_[p]);
     if (st != UCS_OK) {
       eps_[p] = nullptr;

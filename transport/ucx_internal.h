@@ -72,10 +72,28 @@ class UcxWorkerImpl final : public UcxWorker {
  public:
   ~UcxWorkerImpl() override;
   absl::Status Init(const UcxOptions& options);
+  absl::Status Listen(const UcxOptions& options);
   const std::string& address() const override { return address_; }
 
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
+  // Endpoints peers opened to our listener (their sends arrive on them).
+  // Bounded: past kMaxAccepted live ones a connection is rejected.
+  struct Accepted {
+    UcxWorkerImpl* self = nullptr;
+    ucp_ep_h ep = nullptr;
+    bool failed = false;
+  };
+  static constexpr size_t kMaxAccepted = 2 * 4096;
+  std::vector<std::unique_ptr<Accepted>> accepted;
+  std::vector<void*> closing;  // close requests of reaped endpoints
+  ucp_listener_h listener = nullptr;
+  static void OnConnRequest(ucp_conn_request_h request, void* arg);
+  static void OnAcceptedError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // Force-closes the accepted endpoints whose peer failed or left (all of
+  // them when `all`), and frees finished close requests.
+  void ReapAccepted(bool all);
+
   // Requests a closed communicator could not reclaim (UCX may still write
   // into their buffers): freed only after the worker is destroyed.
   std::vector<std::unique_ptr<Request>> orphans;

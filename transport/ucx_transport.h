@@ -3,6 +3,10 @@
 // Honours UCX_TLS and the other UCX_* environment variables; the options
 // below override them for this transport only.
 //
+// Endpoints are opened to each peer's listener by IP and port, never from a
+// packed UCX worker address, which UCX unpacks without checking (see
+// ucx_sockaddr.h).
+//
 // Wire tag layout: UCP tag matching carries no source, so bit 63 marks the
 // transport's own control messages, bits 60..62 the communicator's generation
 // (mod 8), bits 48..59 the sender's rank (so at most 4096 ranks) and bits
@@ -37,6 +41,10 @@ struct UcxOptions {
   std::chrono::milliseconds keepalive_interval{1000};
   // Teardown budget for flushing and closing endpoints in the destructor.
   std::chrono::milliseconds close_timeout{2000};
+  // The IP the worker's listener binds (the data-plane interface); empty:
+  // $GRADEX_DATA_IP, else 127.0.0.1. Never the wildcard: the data plane
+  // listens on one interface only (issue 12, item 8).
+  std::string listen_ip;
 };
 
 // Creates a UCP worker and connects it to every rank through `bootstrap`.
@@ -50,7 +58,8 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(Bootstrap& bootstr
 class UcxWorker {
  public:
   virtual ~UcxWorker() = default;
-  // The UCP worker address, an opaque blob for ConnectUcxTransport.
+  // The worker's listener, "IPv4:port" or "[IPv6]:port" (ucx_sockaddr.h):
+  // peers connect to it; no packed UCX address ever leaves the process.
   virtual const std::string& address() const = 0;
 };
 

@@ -1,4 +1,6 @@
 // The UCP context and worker a rank keeps for its life, and its address.
+#include <netinet/in.h>
+
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -8,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "transport/ucx_internal.h"
+#include "transport/ucx_sockaddr.h"
 
 namespace gradex {
 namespace ucx_internal {
@@ -28,9 +31,43 @@ bool MayUseSharedMemory(const std::string& tls_option) {
   return false;
 }
 
+// The TLS list to set, or "" to keep UCX's: endpoints are opened through
+// listeners (ucx_sockaddr.h), whose connection manager wires up over tcp, so
+// an explicit list without tcp gets it added; UCX still puts the data on the
+// best lanes (shared memory on one host).
+std::string WithConnectionManager(const std::string& tls_option) {
+  std::string tls = tls_option;
+  if (tls.empty()) {
+    const char* env = std::getenv("UCX_TLS");
+    if (env == nullptr) return "";
+    tls = env;
+  }
+  if (tls.empty() || tls[0] == '^') return tls_option;
+  bool known = false;  // a list of unknown names stays as it is: UCX refuses it
+  for (absl::string_view t : absl::StrSplit(tls, ',')) {
+    if (t == "all" || t == "tcp") return tls_option;
+    for (absl::string_view k :
+         {"sm",    "shm",  "posix", "sysv",      "mm",       "cma",      "knem",
+          "xpmem", "rc",   "ud",    "dc",        "rc_x",     "ud_x",     "dc_x",
+          "rc_v",  "ud_v", "ib",    "cuda_copy", "cuda_ipc", "gdr_copy", "self"}) {
+      known = known || t == k;
+    }
+  }
+  return known ? tls + ",tcp" : tls_option;
+}
+
 }  // namespace
 
 UcxWorkerImpl::~UcxWorkerImpl() {
+  if (listener != nullptr) ucp_listener_destroy(listener);
+  if (worker != nullptr) {
+    ReapAccepted(true);
+    // Bounded: a force close completes locally.
+    for (int i = 0; i < 100000 && !closing.empty(); ++i) {
+      ucp_worker_progress(worker);
+      ReapAccepted(false);
+    }
+  }
   for (auto& r : orphans) {
     if (r->ucx != nullptr) ucp_request_free(r->ucx);
     r->ucx = nullptr;
@@ -55,7 +92,7 @@ absl::Status UcxWorkerImpl::Init(const UcxOptions& options) {
     return absl::OkStatus();
   };
   absl::Status s;
-  if (!options.tls.empty()) s = modify("TLS", options.tls);
+  if (std::string tls = WithConnectionManager(options.tls); !tls.empty()) s = modify("TLS", tls);
   // Environment settings win over our defaults.
   if (s.ok() && options.shm_error_handling) {
     // UCP hands unknown keys to each UCT interface table without the
@@ -93,15 +130,94 @@ absl::Status UcxWorkerImpl::Init(const UcxOptions& options) {
     worker = nullptr;
     return absl::InternalError(absl::StrCat("ucp_worker_create: ", ucs_status_string(st)));
   }
-  ucp_address_t* address = nullptr;
-  size_t address_length = 0;
-  st = ucp_worker_get_address(worker, &address, &address_length);
-  if (st != UCS_OK) {
-    return absl::InternalError(absl::StrCat("ucp_worker_get_address: ", ucs_status_string(st)));
+  return Listen(options);
+}
+
+absl::Status UcxWorkerImpl::Listen(const UcxOptions& options) {
+  std::string ip = options.listen_ip;
+  if (ip.empty()) {
+    const char* env = std::getenv("GRADEX_DATA_IP");
+    ip = env != nullptr && *env != '\0' ? env : "127.0.0.1";
   }
-  address_.assign(reinterpret_cast<const char*>(address), address_length);
-  ucp_worker_release_address(worker, address);
+  const bool v6 = ip.find(':') != std::string::npos;
+  absl::StatusOr<DataAddress> bind_to =
+      ParseDataAddress(v6 ? absl::StrCat("[", ip, "]:1") : absl::StrCat(ip, ":1"));
+  if (!bind_to.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("data-plane IP '", ip, "': not an IP address"));
+  }
+  // Port 0: the kernel picks a free one, read back below.
+  if (v6) {
+    reinterpret_cast<sockaddr_in6*>(&bind_to->addr)->sin6_port = 0;
+  } else {
+    reinterpret_cast<sockaddr_in*>(&bind_to->addr)->sin_port = 0;
+  }
+  ucp_listener_params_t lp = {};
+  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&bind_to->addr);
+  lp.sockaddr.addrlen = bind_to->len;
+  lp.conn_handler.cb = &UcxWorkerImpl::OnConnRequest;
+  lp.conn_handler.arg = this;
+  ucs_status_t st = ucp_listener_create(worker, &lp, &listener);
+  if (st != UCS_OK) {
+    listener = nullptr;
+    return absl::UnavailableError(
+        absl::StrCat("UCX listener on ", ip, ": ", ucs_status_string(st)));
+  }
+  ucp_listener_attr_t attr = {};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  st = ucp_listener_query(listener, &attr);
+  if (st != UCS_OK) {
+    return absl::InternalError(absl::StrCat("ucp_listener_query: ", ucs_status_string(st)));
+  }
+  address_ = FormatDataAddress(reinterpret_cast<const sockaddr*>(&attr.sockaddr));
   return absl::OkStatus();
+}
+
+void UcxWorkerImpl::OnConnRequest(ucp_conn_request_h request, void* arg) {
+  auto* self = static_cast<UcxWorkerImpl*>(arg);
+  self->ReapAccepted(false);
+  if (self->accepted.size() >= kMaxAccepted) {
+    ucp_listener_reject(self->listener, request);
+    return;
+  }
+  auto a = std::make_unique<Accepted>();
+  a->self = self;
+  ucp_ep_params_t p = {};
+  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  p.conn_request = request;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = &UcxWorkerImpl::OnAcceptedError;
+  p.err_handler.arg = a.get();
+  if (ucp_ep_create(self->worker, &p, &a->ep) != UCS_OK) return;
+  self->accepted.push_back(std::move(a));
+}
+
+void UcxWorkerImpl::OnAcceptedError(void* arg, ucp_ep_h /*ep*/, ucs_status_t /*status*/) {
+  static_cast<Accepted*>(arg)->failed = true;  // closed at the next reap, outside UCX's callback
+}
+
+void UcxWorkerImpl::ReapAccepted(bool all) {
+  for (auto it = accepted.begin(); it != accepted.end();) {
+    if (!all && !(*it)->failed) {
+      ++it;
+      continue;
+    }
+    ucp_request_param_t param = {};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = ucp_ep_close_nbx((*it)->ep, &param);
+    if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
+    it = accepted.erase(it);
+  }
+  for (auto it = closing.begin(); it != closing.end();) {
+    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+      ucp_request_free(*it);
+      it = closing.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 }  // namespace ucx_internal
