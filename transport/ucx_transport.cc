@@ -38,6 +38,12 @@ absl::StatusOr<std::unique_ptr<Transport>> Connect(std::shared_ptr<UcxWorker> wo
 
 }  // namespace
 
+std::string UcxVersion() {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  return absl::StrCat(major, ".", minor);
+}
+
 absl::StatusOr<std::unique_ptr<Transport>> ConnectUcxTransport(
     std::shared_ptr<UcxWorker> worker, int rank, const std::vector<std::string>& addresses,
     uint32_t generation, const UcxOptions& options) {

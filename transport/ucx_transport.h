@@ -65,6 +65,9 @@ class UcxWorker {
 
 absl::StatusOr<std::shared_ptr<UcxWorker>> CreateUcxWorker(const UcxOptions& options);
 
+// The UCX library's "MAJOR.MINOR" (ucp_get_version).
+std::string UcxVersion();
+
 // Connects `worker` to every rank's address (this rank's own included, indexed
 // by rank) and wires up within options.connect_timeout. One communicator at a
 // time per worker: destroy the previous transport first. `generation` (e.g.

@@ -144,7 +144,10 @@ absl::StatusOr<LoadResult> RunCoordinatorLoad(const LoadOptions& opts) {
     r.set_host(absl::StrCat("loadhost-", i / 8));
     r.set_local_rank(i % 8);
     r.set_device("cpu");
-    r.set_ucx_address(std::string(128, static_cast<char>('a' + i % 26)));  // UCX-sized
+    r.set_ucx_address(absl::StrCat("10.", i / 65536 % 256, ".", i / 256 % 256, ".", i % 256,
+                                   ":40000"));  // a data-plane listener
+    r.set_ucx_version("1.13");
+    r.set_ucx_transports("tcp");
     join_ctx[i] = std::make_unique<grpc::ClientContext>();
     Authorize(join_ctx[i].get());
     stub_of(i).async()->Join(join_ctx[i].get(), &join_req[i], &join_resp[i],

@@ -52,6 +52,8 @@ absl::Status Agent::Rejoin() {
   req.local_rank = options_.local_rank;
   req.device = options_.device;
   req.ucx_address = transports_->address();
+  req.ucx_version = transports_->version();
+  req.ucx_transports = transports_->transports();
   req.last_epoch = last_epoch_;
   req.last_rank = rank_;
   req.last_world_size = plan_ == nullptr ? 0 : plan_->world();

@@ -69,10 +69,12 @@ struct JoinRequest {
   int local_rank = 0;
   std::string device;
   std::string ucx_address;
-  uint32_t last_epoch = 0;  // 0 on the first join; the last epoch run on a re-join
-  int last_rank = -1;       // this agent's rank in last_epoch
-  int last_world_size = 0;  // P of last_epoch
-  uint64_t next_step = 0;   // the step this agent runs next
+  std::string ucx_version;     // "MAJOR.MINOR" of the agent's UCX
+  std::string ucx_transports;  // its UCX_TLS list ("all": unrestricted)
+  uint32_t last_epoch = 0;     // 0 on the first join; the last epoch run on a re-join
+  int last_rank = -1;          // this agent's rank in last_epoch
+  int last_world_size = 0;     // P of last_epoch
+  uint64_t next_step = 0;      // the step this agent runs next
 };
 
 struct JoinReply {

@@ -106,6 +106,8 @@ class GrpcControlPlane final : public ControlPlane {
       req.set_local_rank(join_.local_rank);
       req.set_device(join_.device);
       req.set_ucx_address(join_.ucx_address);
+      req.set_ucx_version(join_.ucx_version);
+      req.set_ucx_transports(join_.ucx_transports);
       req.set_last_epoch(join_.last_epoch);
       req.set_last_rank(std::max(join_.last_rank, 0));
       req.set_last_world_size(join_.last_world_size);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "services/agent/agent.h"
+#include "services/agent/data_interface.h"
 #include "services/agent/grpc_control_plane.h"
 #include "services/agent/step_invariants.h"
 
@@ -36,6 +37,8 @@ constexpr char kUsage[] =
   --agent-id ID            stable identity (default HOST/LOCAL_RANK/PID)
   --local-rank R           rank among the agents on this host (default 0)
   --ucx-tls T              UCX transports, e.g. tcp, posix (default: UCX_TLS or all)
+  --data-ip IP             the interface the data plane listens on (default: GRADEX_DATA_IP,
+                           else the local address of the route to the coordinator)
   --tls-ca F               CA of the coordinator's certificate (enables TLS)
   --tls-cert F --tls-key F client certificate and key (mutual TLS)
   --tls-server-name NAME   name the coordinator's certificate must carry when it is not the
@@ -62,7 +65,7 @@ constexpr char kUsage[] =
 
 struct Flags {
   GrpcControlPlaneOptions grpc;
-  std::string job, token_file, agent_id, ucx_tls, tls_ca, tls_cert, tls_key;
+  std::string job, token_file, agent_id, ucx_tls, data_ip, tls_ca, tls_cert, tls_key;
   size_t elements = 0;
   uint64_t steps = 0, seed = 1;
   int buckets = 1, metrics_port = -1, local_rank = 0;
@@ -125,6 +128,8 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       f->agent_id = v;
     else if (a == "--ucx-tls")
       f->ucx_tls = v;
+    else if (a == "--data-ip")
+      f->data_ip = v;
     else if (a == "--tls-ca")
       f->tls_ca = v;
     else if (a == "--tls-cert")
@@ -241,6 +246,12 @@ int Run(const Flags& f) {
   }
   UcxOptions ucx;
   ucx.tls = f.ucx_tls;
+  absl::StatusOr<std::string> data_ip = DataPlaneIp(f.data_ip, f.grpc.target);
+  if (!data_ip.ok()) {
+    std::cerr << "gradex-agent: " << data_ip.status().message() << "\n";
+    return 2;
+  }
+  ucx.listen_ip = *data_ip;
   absl::StatusOr<std::unique_ptr<TransportProvider>> transports = CreateUcxProvider(ucx);
   if (!transports.ok()) {
     std::cerr << "gradex-agent: UCX: " << transports.status() << "\n";

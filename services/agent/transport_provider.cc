@@ -1,5 +1,6 @@
 #include "services/agent/transport_provider.h"
 
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,12 @@ class UcxProvider final : public TransportProvider {
   UcxProvider(std::shared_ptr<UcxWorker> worker, const UcxOptions& options)
       : worker_(std::move(worker)), options_(options) {}
   std::string address() const override { return worker_->address(); }
+  std::string version() const override { return UcxVersion(); }
+  std::string transports() const override {
+    if (!options_.tls.empty()) return options_.tls;
+    const char* env = std::getenv("UCX_TLS");
+    return env != nullptr && *env != '\0' ? env : "all";
+  }
   absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank) override {
     absl::StatusOr<std::vector<std::string>> addresses = PlanAddresses(plan);
     if (!addresses.ok()) return addresses.status();

@@ -21,6 +21,11 @@ class TransportProvider {
   virtual ~TransportProvider() = default;
   // Published through Join; the plan hands it to the peers.
   virtual std::string address() const = 0;
+  // Published through Join so that the coordinator refuses a member its
+  // peers could not connect to: the UCX version and transports ("" when
+  // not UCX).
+  virtual std::string version() const { return ""; }
+  virtual std::string transports() const { return ""; }
   // The communicator of `plan`'s epoch as `rank`. The previous one is
   // destroyed before this is called.
   virtual absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank) = 0;

@@ -12,7 +12,10 @@ inline constexpr size_t kMaxJobIdBytes = 128;
 inline constexpr size_t kMaxAgentIdBytes = 128;
 inline constexpr size_t kMaxHostBytes = 255;
 inline constexpr size_t kMaxDeviceBytes = 64;
-inline constexpr size_t kMaxUcxAddressBytes = 16384;
+// A data-plane listener's "IPv4:port" / "[IPv6]:port" (transport/ucx_sockaddr.h).
+inline constexpr size_t kMaxUcxAddressBytes = 64;
+inline constexpr size_t kMaxUcxVersionBytes = 16;
+inline constexpr size_t kMaxUcxTransportsBytes = 256;
 inline constexpr size_t kMaxReasonBytes = 256;
 inline constexpr size_t kMaxErrorBytes = 512;
 inline constexpr size_t kMaxAlgorithmBytes = 64;

@@ -20,6 +20,7 @@ absl::Status Membership::Join(const gradex::v1::JoinRequest& r, uint64_t id, abs
         absl::StrCat("this coordinator serves job '", s_.job_id, "'"));
   }
   if (absl::Status st = CheckJoinBounds(r, now); !st.ok()) return st;
+  if (absl::Status st = CheckDataPlane(r); !st.ok()) return st;
   auto old = by_agent_.find(r.agent_id());
   // Memory and epochs stay bounded by the job, not by who holds the token:
   // the largest epoch plus a spare for replacements that join before the
@@ -41,6 +42,8 @@ absl::Status Membership::Join(const gradex::v1::JoinRequest& r, uint64_t id, abs
   m.host = r.host();
   m.device = r.device();
   m.ucx_address = r.ucx_address();
+  m.ucx_version = r.ucx_version();
+  m.ucx_transports = r.ucx_transports();
   m.local_rank = r.local_rank();
   m.lease_expiry = now + s_.lease;
   m.last_heartbeat = now;

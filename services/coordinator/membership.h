@@ -21,7 +21,7 @@ namespace gradex::coordinator {
 
 struct MemberRecord {
   uint64_t id = 0;
-  std::string agent_id, host, device, ucx_address;
+  std::string agent_id, host, device, ucx_address, ucx_version, ucx_transports;
   int local_rank = 0;
   std::string secret;  // member_secret.h: proves a call comes from this member
   absl::Time lease_expiry;
@@ -90,6 +90,9 @@ class Membership {
   absl::Status CheckJoinBounds(const gradex::v1::JoinRequest& r, absl::Time now) const;
   absl::Status CheckStep(uint64_t id, const char* field, uint64_t step, absl::Time now) const;
   absl::Status CheckEpoch(const char* field, uint64_t epoch) const;
+  // FAILED_PRECONDITION when the joiner's UCX version differs from the
+  // members' or it shares no transport with them (data_plane_compat.cc).
+  absl::Status CheckDataPlane(const gradex::v1::JoinRequest& r) const;
   // The largest step member `id` may claim to run next now.
   uint64_t StepBound(uint64_t id, absl::Time now) const;
 

@@ -1,6 +1,10 @@
 #include "services/coordinator/validate.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cmath>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -26,6 +30,40 @@ bool Printable(absl::string_view v) {
     if (c < 0x20 || c > 0x7e) return false;
   }
   return true;
+}
+
+// What transport/ucx_sockaddr.h accepts (the coordinator does not link the
+// transport): a numeric IP and a port 1..65535, nothing to resolve.
+bool IsDataAddress(absl::string_view a) {
+  const size_t colon = a.rfind(':');
+  if (colon == absl::string_view::npos || colon + 1 >= a.size() || a.size() - colon > 6) {
+    return false;
+  }
+  uint32_t port = 0;
+  for (char c : a.substr(colon + 1)) {
+    if (c < '0' || c > '9') return false;
+    port = port * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (port < 1 || port > 65535) return false;
+  std::string host(a.substr(0, colon));
+  unsigned char buf[sizeof(in6_addr)];
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    return inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), buf) == 1;
+  }
+  return inet_pton(AF_INET, host.c_str(), buf) == 1 && host != "0.0.0.0";
+}
+
+bool IsUcxVersion(absl::string_view v) {
+  if (v.empty() || v.size() > kMaxUcxVersionBytes) return false;
+  int dots = 0;
+  for (char c : v) {
+    if (c == '.') {
+      ++dots;
+    } else if (c < '0' || c > '9') {
+      return false;
+    }
+  }
+  return dots == 1 && v.front() != '.' && v.back() != '.';
 }
 
 absl::Status CheckSeconds(absl::string_view field, double v) {
@@ -59,6 +97,15 @@ absl::Status ValidateJoin(const gradex::v1::JoinRequest& r) {
       !s.ok()) {
     return s;
   }
+  if (!IsDataAddress(r.ucx_address())) {
+    return Bad("ucx_address", "must be a data-plane listener, IPv4:port or [IPv6]:port");
+  }
+  if (!IsUcxVersion(r.ucx_version())) return Bad("ucx_version", "required, MAJOR.MINOR");
+  if (absl::Status s = CheckLength("ucx_transports", r.ucx_transports(), 1, kMaxUcxTransportsBytes);
+      !s.ok()) {
+    return s;
+  }
+  if (!Printable(r.ucx_transports())) return Bad("ucx_transports", "must be printable ASCII");
   if (r.local_rank() < 0 || r.local_rank() > kMaxLocalRank) return Bad("local_rank", "0..65535");
   if (r.last_epoch() > 0) {
     if (r.last_world_size() < 1 || r.last_world_size() > kMaxWorldSize) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "services/coordinator/coordinator.h"
+#include "services/coordinator/validate.h"
 #include "tests/coordinator/join_all.h"
 
 namespace gradex::coordinator {
@@ -184,6 +185,57 @@ TEST(Bounds, ElasticGrowthStopsAtMaxWorldSize) {
   c.Tick(t0);
   EXPECT_EQ(c.epoch(), 2u);
   EXPECT_EQ(c.members(), 4u);
+}
+
+}  // namespace
+}  // namespace gradex::coordinator
+
+namespace gradex::coordinator {
+namespace {
+
+// Issue 12, item 1: the address one member publishes reaches every peer, so
+// the coordinator takes only a listener's IP:port, and refuses a member
+// whose UCX cannot talk to the members'.
+TEST(DataPlane, MalformedAddressesAreRefusedNamingTheField) {
+  gradex::v1::JoinRequest r = Req("a");
+  r.set_ucx_version("1.13");
+  r.set_ucx_transports("tcp");
+  r.set_ucx_address("127.0.0.1:4000");
+  EXPECT_TRUE(ValidateJoin(r).ok()) << ValidateJoin(r);
+  r.set_ucx_address("[::1]:4000");
+  EXPECT_TRUE(ValidateJoin(r).ok()) << ValidateJoin(r);
+  for (const std::string& bad :
+       {std::string(64, '\x07'), std::string("127.0.0.1"), std::string("127.0.0.1:0"),
+        std::string("127.0.0.1:65536"), std::string("0.0.0.0:4000"),
+        std::string("127.attacker.example:7006"), std::string("1.2.3.4:5x"),
+        std::string("[::1:4000")}) {
+    r.set_ucx_address(bad);
+    ExpectRefused(ValidateJoin(r), absl::StatusCode::kInvalidArgument, "ucx_address");
+  }
+  r.set_ucx_address("127.0.0.1:4000");
+  r.set_ucx_version("");
+  ExpectRefused(ValidateJoin(r), absl::StatusCode::kInvalidArgument, "ucx_version");
+  r.set_ucx_version("1.13.1x");
+  ExpectRefused(ValidateJoin(r), absl::StatusCode::kInvalidArgument, "ucx_version");
+}
+
+TEST(DataPlane, IncompatibleUcxIsRefusedAtJoin) {
+  Coordinator c(Job(3), nullptr);
+  gradex::v1::JoinRequest r = Req("a", 0);
+  r.set_ucx_version("1.13");
+  r.set_ucx_transports("tcp,posix");
+  ASSERT_TRUE(c.Join(r, t0).ok());
+  gradex::v1::JoinRequest old = Req("b", 1);
+  old.set_ucx_version("1.12");
+  old.set_ucx_transports("tcp");
+  ExpectRefused(c.Join(old, t0).status(), absl::StatusCode::kFailedPrecondition, "UCX 1.12");
+  gradex::v1::JoinRequest rdma = Req("c", 2);
+  rdma.set_ucx_version("1.13");
+  rdma.set_ucx_transports("rc");
+  ExpectRefused(c.Join(rdma, t0).status(), absl::StatusCode::kFailedPrecondition, "ucx_transports");
+  rdma.set_ucx_transports("rc,tcp");
+  EXPECT_TRUE(c.Join(rdma, t0).ok());
+  EXPECT_EQ(c.members(), 2u);
 }
 
 }  // namespace

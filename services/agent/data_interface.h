@@ -1,0 +1,20 @@
+// Which interface the agent's data plane listens on (issue 12, item 8):
+// --data-ip, else $GRADEX_DATA_IP, else the local address of the route to
+// the coordinator (the interface the job's traffic already uses), so a
+// loopback job listens on loopback only and nothing listens on 0.0.0.0.
+#ifndef GRADEX_SERVICES_AGENT_DATA_INTERFACE_H_
+#define GRADEX_SERVICES_AGENT_DATA_INTERFACE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace gradex::agent {
+
+// `flag`: --data-ip ("" when not given); `coordinator`: HOST:PORT or
+// [IPv6]:PORT. An error names what could not be resolved.
+absl::StatusOr<std::string> DataPlaneIp(const std::string& flag, const std::string& coordinator);
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_SERVICES_AGENT_DATA_INTERFACE_H_
