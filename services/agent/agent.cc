@@ -89,8 +89,16 @@ absl::Status Agent::EnterEpoch() {
     if (plan != nullptr && plan->epoch > last_epoch_ && plan->RankOf(options_.agent_id) >= 0) {
       absl::Status s = Connect(plan, kEntrySequence);
       if (s.ok()) return s;
-      // A member that never came (dead, or gone to a newer epoch): wait for
-      // the next epoch.
+      // A member that never came (dead, unreachable, or gone to a newer
+      // epoch): the coordinator hears which (the error names the peer), and
+      // this agent waits for the next epoch.
+      StepReport failed;
+      failed.epoch = plan->epoch;
+      failed.step = next_step_;
+      failed.rank = plan->RankOf(options_.agent_id);
+      failed.ok = false;
+      failed.error = std::string(s.message());
+      control_->ReportStep(std::move(failed));
       last = s;
       last_epoch_ = plan->epoch;
       // Superseded: take the newer epoch; anything else: wait for one, and

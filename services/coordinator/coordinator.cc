@@ -37,8 +37,8 @@ absl::StatusOr<gradex::v1::JoinResponse> Coordinator::Join(const gradex::v1::Joi
   std::string secret = NewMemberSecret();
   membership_.SetSecret(id, secret);
   if (metrics_) (r.last_epoch() > 0 ? metrics_->joins_rejoin : metrics_->joins_fresh).Increment();
-  Log("join: member ", id, " agent '", r.agent_id(), "' host '", r.host(), "' local rank ",
-      r.local_rank(),
+  Log("join: member ", id, " agent '", Quote(r.agent_id()), "' host '", Quote(r.host()),
+      "' local rank ", r.local_rank(),
       r.last_epoch() > 0
           ? absl::StrCat(" (rejoin, last epoch ", r.last_epoch(), " rank ", r.last_rank(), ")")
           : "");
@@ -71,7 +71,7 @@ absl::Status Coordinator::Leave(const gradex::v1::LeaveRequest& r, absl::Time no
     absl::Status st = membership_.Leave(r.member_id());
     if (!st.ok()) return st;
     if (metrics_) metrics_->leaves.Increment();
-    Log("leave: member ", r.member_id(), r.reason().empty() ? "" : ": ", r.reason());
+    Log("leave: member ", r.member_id(), r.reason().empty() ? "" : ": ", Quote(r.reason()));
     gone_.push_back(r.member_id());
   }
   Tick(now);  // the survivors' new epoch goes out now, not at the next tick
@@ -100,7 +100,7 @@ absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now
   if (!r.error().empty()) {
     if (metrics_) metrics_->step_failures.Increment();
     Log("step ", r.step(), " failed on rank ", rank, " (member ", r.member_id(), ", host '",
-        m->host, "', epoch ", r.epoch(), "): ", r.error());
+        Quote(m->host), "', epoch ", r.epoch(), "): ", Quote(r.error()));
     return absl::OkStatus();
   }
   // Controllers follow the latest epoch only (they restart with each epoch).
@@ -214,8 +214,10 @@ void Coordinator::Tick(absl::Time now) {
     absl::MutexLock lock(&mu_);
     std::vector<uint64_t> evicted;
     const bool formed = membership_.Tick(now, &evicted);
-    for (uint64_t id : evicted) {
-      Log("evicted member ", id, ": lease expired");
+    for (const MemberRecord& m : membership_.last_evicted()) {
+      const uint64_t id = m.id;
+      Log("evicted member ", id, " (agent '", Quote(m.agent_id), "' on host '", Quote(m.host),
+          "'): lease expired");
       if (metrics_) metrics_->evictions.Increment();
       gone_.push_back(id);
     }

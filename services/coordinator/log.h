@@ -5,11 +5,17 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace gradex::coordinator {
+
+// A member's text as one log field: newlines and other control bytes
+// escaped (C-style), so a member cannot forge log lines (issue 12, item 10).
+inline std::string Quote(absl::string_view member_text) { return absl::CEscape(member_text); }
 
 template <typename... Args>
 void Log(const Args&... args) {

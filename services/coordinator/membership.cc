@@ -182,10 +182,12 @@ bool Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, boo
 }
 
 bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
+  last_evicted_.clear();
   for (auto it = members_.begin(); it != members_.end();) {
     if (it->second.lease_expiry <= now) {
       if (has_epoch() && RankIn(latest(), it->first) >= 0) lost_ = true;
       evicted->push_back(it->first);
+      last_evicted_.push_back(it->second);
       by_agent_.erase(it->second.agent_id);
       it = members_.erase(it);
     } else {

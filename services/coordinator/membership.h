@@ -69,6 +69,8 @@ class Membership {
   // or members wait to be admitted (at the next plan barrier). Returns true
   // when a new epoch was formed.
   bool Tick(absl::Time now, std::vector<uint64_t>* evicted);
+  // The members the last Tick evicted, as they were (for the log's names).
+  const std::vector<MemberRecord>& last_evicted() const { return last_evicted_; }
 
   bool has_epoch() const { return !epochs_.empty(); }
   const Epoch& latest() const { return epochs_.back(); }
@@ -105,6 +107,7 @@ class Membership {
   std::map<uint64_t, MemberRecord> members_;
   std::map<std::string, uint64_t> by_agent_;
   std::deque<Epoch> epochs_;  // the last few, newest at the back
+  std::vector<MemberRecord> last_evicted_;
   EpochNumber epoch_counter_ = 0;
   bool formed_any_ = false;  // this coordinator formed an epoch (vs. only rebuilt the count)
   // Rendezvous (no epoch yet): when it times out, and how many re-registering

@@ -240,3 +240,41 @@ TEST(DataPlane, IncompatibleUcxIsRefusedAtJoin) {
 
 }  // namespace
 }  // namespace gradex::coordinator
+
+namespace gradex::coordinator {
+namespace {
+
+// Issue 12, item 10: a member's text cannot forge log lines, and an
+// eviction names the agent and its host.
+TEST(LogLines, MemberTextIsEscapedAndEvictionsNameTheAgent) {
+  JobSettings s = Job(2);
+  s.lease = absl::Seconds(5);
+  Coordinator c(s, nullptr);
+  std::vector<uint64_t> ids = JoinAll(c, 2, t0);
+  c.Tick(t0);
+  ASSERT_EQ(c.epoch(), 1u);
+  testing::internal::CaptureStderr();
+  gradex::v1::StepReport r;
+  r.set_member_id(ids[0]);
+  r.set_epoch(1);
+  r.set_step(3);
+  r.set_error("boom\n2026-01-01T00:00:00.000Z gradex-coordinator: evicted member 1");
+  bool accepted = false;
+  ASSERT_TRUE(c.Report(r, t0, &accepted).ok());
+  gradex::v1::LeaveRequest l;
+  l.set_member_id(ids[1]);
+  l.set_reason("bye\nforged");
+  ASSERT_TRUE(c.Leave(l, t0).ok());
+  c.Tick(t0 + absl::Seconds(6));  // a0's lease lapses
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("boom\\n2026"), std::string::npos) << log;
+  EXPECT_NE(log.find("bye\\nforged"), std::string::npos) << log;
+  EXPECT_EQ(log.find("\nforged"), std::string::npos) << log;
+  EXPECT_EQ(log.find("\n2026-01-01"), std::string::npos) << log;
+  EXPECT_NE(log.find(absl::StrCat("evicted member ", ids[0], " (agent 'a0' on host 'h0')")),
+            std::string::npos)
+      << log;
+}
+
+}  // namespace
+}  // namespace gradex::coordinator

@@ -1,0 +1,210 @@
+// A hostile (or broken) member for tests/hostile/hostile_test.sh: a gRPC
+// client that holds the job token and plays a member the way an attacker or
+// a misconfigured pod would (issue 12). Every call has a deadline; each
+// action prints one line per call, "ACTION: CODE: message", and exits 0
+// (the script judges), 2 on bad usage.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gradex/v1/coordinator.grpc.pb.h"
+#include "transport/ucx_transport.h"
+
+namespace {
+
+namespace pb = gradex::v1;
+
+constexpr char kUsage[] =
+    R"(usage: hostile_member --coordinator HOST:PORT --token-file F --job J ACTION [ARG]
+  join-address HEX        Join with ucx_address = the bytes HEX (e.g. 07 x64)
+  join-version V          Join with a valid address but UCX version V
+  rejoin EPOCH WORLD      a restart-style Join: last_epoch EPOCH, last_world_size WORLD
+  heartbeat-step STEP     Join, then Heartbeat with next_step STEP
+  flood N                 N Joins with distinct agent ids; prints the counts by code
+  impersonate             Join, read the plan, then Heartbeat / ReportSteps / Leave as
+                          every other member with this member's secret
+  join-unreachable        Join with a valid address where nothing listens, then leave
+                          the lease to expire (never heartbeat)
+  --help                  this text
+)";
+
+struct Ctx {
+  std::unique_ptr<pb::Coordinator::Stub> stub;
+  std::string token, job;
+};
+
+void Prepare(grpc::ClientContext& c, const Ctx& x) {
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  c.AddMetadata("authorization", "Bearer " + x.token);
+}
+
+void Print(const std::string& what, const grpc::Status& s) {
+  std::printf("%s: %d: %s\n", what.c_str(), static_cast<int>(s.error_code()),
+              s.error_message().c_str());
+  std::fflush(stdout);
+}
+
+pb::JoinRequest Base(const Ctx& x, const std::string& agent) {
+  pb::JoinRequest r;
+  r.set_job_id(x.job);
+  r.set_agent_id(agent);
+  r.set_host("hostile-host");
+  r.set_ucx_address("127.0.0.1:1");         // nothing listens on port 1
+  r.set_ucx_version(gradex::UcxVersion());  // the agents' own: only the named fields are hostile
+  r.set_ucx_transports("tcp");
+  return r;
+}
+
+grpc::Status Join(const Ctx& x, const pb::JoinRequest& r, pb::JoinResponse* out) {
+  grpc::ClientContext c;
+  Prepare(c, x);
+  return x.stub->Join(&c, r, out);
+}
+
+int Run(const Ctx& x, const std::string& action, const std::vector<std::string>& args) {
+  pb::JoinResponse me;
+  if (action == "join-address" && args.size() == 1) {
+    std::string bytes;
+    for (size_t i = 0; i + 1 < args[0].size(); i += 2) {
+      int v = 0;
+      if (!absl::SimpleHexAtoi(args[0].substr(i, 2), &v)) return 2;
+      bytes.push_back(static_cast<char>(v));
+    }
+    pb::JoinRequest r = Base(x, "hostile-address");
+    r.set_ucx_address(bytes);
+    Print("join", Join(x, r, &me));
+  } else if (action == "join-version" && args.size() == 1) {
+    pb::JoinRequest r = Base(x, "hostile-version");
+    r.set_ucx_version(args[0]);
+    Print("join", Join(x, r, &me));
+  } else if (action == "rejoin" && args.size() == 2) {
+    uint64_t epoch = 0;
+    int world = 0;
+    if (!absl::SimpleAtoi(args[0], &epoch) || !absl::SimpleAtoi(args[1], &world)) return 2;
+    pb::JoinRequest r = Base(x, "hostile-rejoin");
+    r.set_last_epoch(epoch);
+    r.set_last_rank(0);
+    r.set_last_world_size(world);
+    Print("join", Join(x, r, &me));
+  } else if (action == "heartbeat-step" && args.size() == 1) {
+    uint64_t step = 0;
+    if (!absl::SimpleAtoi(args[0], &step)) return 2;
+    Print("join", Join(x, Base(x, "hostile-step"), &me));
+    pb::HeartbeatRequest h;
+    h.set_member_id(me.member_id());
+    h.set_member_secret(me.member_secret());
+    h.set_next_step(step);
+    pb::HeartbeatResponse hr;
+    grpc::ClientContext c;
+    Prepare(c, x);
+    Print("heartbeat", x.stub->Heartbeat(&c, h, &hr));
+  } else if (action == "flood" && args.size() == 1) {
+    int n = 0;
+    if (!absl::SimpleAtoi(args[0], &n) || n < 1 || n > 100000) return 2;
+    std::map<int, int> codes;
+    std::string last;
+    for (int i = 0; i < n; ++i) {
+      grpc::Status s = Join(x, Base(x, absl::StrCat("flood-", i)), &me);
+      ++codes[s.error_code()];
+      if (!s.ok()) last = s.error_message();
+    }
+    for (auto [code, count] : codes) std::printf("flood: code %d: %d joins\n", code, count);
+    std::printf("flood: last refusal: %s\n", last.c_str());
+  } else if (action == "impersonate" && args.empty()) {
+    Print("join", Join(x, Base(x, "hostile-impostor"), &me));
+    pb::WatchPlanRequest w;
+    w.set_member_id(me.member_id());
+    w.set_member_secret(me.member_secret());
+    grpc::ClientContext c;
+    Prepare(c, x);
+    auto reader = x.stub->WatchPlan(&c, w);
+    pb::Plan plan;
+    if (!reader->Read(&plan)) {
+      Print("watch", reader->Finish());
+      return 0;
+    }
+    c.TryCancel();
+    for (const pb::Member& m : plan.members()) {
+      const std::string who = absl::StrCat(" as rank ", m.rank());
+      pb::HeartbeatRequest h;
+      h.set_member_id(m.member_id());
+      h.set_member_secret(me.member_secret());
+      pb::HeartbeatResponse hr;
+      grpc::ClientContext hc;
+      Prepare(hc, x);
+      Print("heartbeat" + who, x.stub->Heartbeat(&hc, h, &hr));
+      pb::StepReport rep;
+      rep.set_member_id(m.member_id());
+      rep.set_member_secret(me.member_secret());
+      rep.set_epoch(plan.epoch());
+      rep.set_step(1);
+      rep.set_error("forged failure");
+      pb::ReportAck ack;
+      grpc::ClientContext rc;
+      Prepare(rc, x);
+      auto writer = x.stub->ReportSteps(&rc, &ack);
+      writer->Write(rep);
+      writer->WritesDone();
+      Print("report" + who, writer->Finish());
+      pb::LeaveRequest l;
+      l.set_member_id(m.member_id());
+      l.set_member_secret(me.member_secret());
+      l.set_reason("forged\nleave");
+      pb::LeaveResponse lr;
+      grpc::ClientContext lc;
+      Prepare(lc, x);
+      Print("leave" + who, x.stub->Leave(&lc, l, &lr));
+    }
+  } else if (action == "join-unreachable" && args.empty()) {
+    Print("join", Join(x, Base(x, "hostile-unreachable"), &me));
+  } else {
+    std::cerr << kUsage;
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> rest;
+  std::string target, token_file, job;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if ((a == "--coordinator" || a == "--token-file" || a == "--job") && i + 1 < argc) {
+      (a == "--coordinator" ? target : a == "--job" ? job : token_file) = argv[++i];
+    } else {
+      rest.push_back(a);
+    }
+  }
+  if (target.empty() || token_file.empty() || job.empty() || rest.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  std::ifstream in(token_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Ctx x;
+  x.token = ss.str();
+  while (!x.token.empty() && (x.token.back() == '\n' || x.token.back() == '\r')) x.token.pop_back();
+  x.job = job;
+  x.stub =
+      pb::Coordinator::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  const std::string action = rest[0];
+  rest.erase(rest.begin());
+  return Run(x, action, rest);
+}

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The hostile-member suite (issue 12): a coordinator, real agents checking
+# every step's invariants in-band, and hostile_member, a client holding the
+# job token that sends what a hostile or broken member would. Each scenario
+# asserts the job survives: every agent finishes every step with the
+# invariants checked, nobody crashes, and the coordinator refuses the
+# hostile calls naming the field.
+# usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO
+#   bad-address | bounds | flood | impersonate
+set -euo pipefail
+
+COORDINATOR=$1
+AGENT=$2
+HOSTILE=$3
+SCENARIO=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gradex-hostile.XXXXXX")
+# shellcheck source=tests/e2e/lib.sh
+source "$HERE/../e2e/lib.sh"
+trap cleanup EXIT
+
+JOB=hostile-$SCENARIO
+ELEMENTS=100003
+STEPS=${HOSTILE_STEPS:-300}
+UCX_TLS_E2E=${GRADEX_E2E_UCX_TLS:-tcp}
+COORD_PORT=$(free_port)
+COORD_METRICS=$(free_port)
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
+
+hostile() {  # hostile ACTION [ARG...]: its output, also kept in hostile.log
+  "$HOSTILE" --coordinator "127.0.0.1:$COORD_PORT" --token-file "$TMP/token" --job "$JOB" "$@" |
+    tee -a "$TMP/hostile.log"
+}
+
+# expect_line OUTPUT REGEX: a line of OUTPUT matches.
+expect_line() { grep -Eq -- "$2" <<<"$1" || fail "expected a line matching '$2' in: $1"; }
+
+start_job() {  # start_job P [config...]: P agents, the job running past step 20
+  local p=$1 i
+  shift
+  write_config "$TMP/job.json" job_id="$JOB" algorithm=spardl-bsag density=0.01 \
+    barrier_period=16 plan_lead_steps=16 step_deadline_ms=5000 world_size="$p" teams=1 "$@"
+  start_coordinator coordinator
+  for ((i = 0; i < p; ++i)); do start_agent "$i"; done
+  wait_for "$TMP/agent0.out" "^[0-9.]+ step 20 " 90 || fail "agent 0 never reached step 20"
+}
+
+# Epochs formed before the first agent finished (each leave opens one).
+epochs_while_running() {
+  awk '/leave: member/ { exit } /epoch [0-9]+: [0-9]+ members/ { n++ } END { print n + 0 }' \
+    "$TMP/coordinator.log"
+}
+
+finish_job() {  # finish_job P WORLD: every agent ends with STEPS steps in WORLD ranks
+  local p=$1 world=$2 i
+  # shellcheck disable=SC2046  # one argument per agent
+  expect_all_exit_zero 180 $(seq 0 $((p - 1)))
+  for ((i = 0; i < p; ++i)); do expect_finished "$i" "$world"; done
+}
+
+# Item 1: a malformed address and an incompatible UCX are refused at Join; a
+# well-formed address where nothing listens fails that epoch's connect on
+# every agent, naming the peer, without a crash; its lease lapses, it is
+# evicted, and the job goes on.
+scenario_bad_address() {
+  local out
+  start_job 3 max_world_size=4 lease_ms=3000
+  out=$(hostile join-address "$(printf '07%.0s' $(seq 64))")
+  expect_line "$out" "^join: 3: ucx_address: "
+  out=$(hostile join-version 0.9)
+  expect_line "$out" "^join: 9: ucx_version: this agent runs UCX 0.9"
+  out=$(hostile join-unreachable)
+  expect_line "$out" "^join: 0: "
+  wait_for "$TMP/coordinator.log" "epoch [0-9]+: 4 members" 60 || fail "the hostile member never entered an epoch"
+  wait_for "$TMP/coordinator.log" "failed on rank [0-9] .*peer 3" 60 ||
+    fail "no agent reported that it cannot reach peer 3"
+  wait_for "$TMP/coordinator.log" "evicted member .*hostile-unreachable" 30 ||
+    fail "the unreachable member was never evicted"
+  finish_job 3 3
+  ! grep -q "Assertion\|ucp_address_unpack" "$TMP"/agent*.err || fail "an agent hit a UCX assertion"
+}
+
+# Item 2: epochs, steps and world sizes past what the coordinator knows are
+# refused naming the field; the job's epochs and steps stay where they were.
+scenario_bounds() {
+  local out
+  start_job 3 lease_ms=3000
+  out=$(hostile rejoin 4294967296 3)
+  expect_line "$out" "^join: 3: last_epoch: 4294967296 "
+  out=$(hostile rejoin 18446744073709551615 3)
+  expect_line "$out" "^join: 3: last_epoch: 18446744073709551615 "
+  out=$(hostile rejoin 1 4)
+  expect_line "$out" "^join: 3: last_world_size: 4 "
+  out=$(hostile heartbeat-step 1000000000000)
+  expect_line "$out" "^heartbeat: 3: next_step: 1000000000000 is ahead of the job"
+  finish_job 3 3
+  ! grep -Eq "from step [0-9]{7,}" "$TMP/coordinator.log" || fail "an epoch placed at a made-up step"
+  ! grep -q "stalled" "$TMP/coordinator.log" || fail "a false stall was logged"
+  (($(epochs_while_running) == 1)) || fail "epoch churn while the job ran"
+}
+
+# Item 4: 5000 Joins into a world_size 3 job: the coordinator holds at most
+# 3 + 2 spare members, refuses the rest RESOURCE_EXHAUSTED, its memory stays
+# flat and no epoch changes.
+scenario_flood() {
+  local out rss0 rss1
+  start_job 3 lease_ms=3000
+  rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
+  out=$(hostile flood 5000)
+  rss1=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
+  expect_line "$out" "^flood: code 0: 2 joins$"
+  expect_line "$out" "^flood: code 8: 4998 joins$"
+  echo "coordinator RSS ${rss0} kB before the flood, ${rss1} kB after"
+  ((rss1 - rss0 < 20000)) || fail "the coordinator grew by $((rss1 - rss0)) kB under the flood"
+  finish_job 3 3
+  (($(epochs_while_running) == 1)) || fail "epoch churn under the flood"
+}
+
+# Item 3: a token holder cannot heartbeat, report or leave as another member:
+# every such call is PERMISSION_DENIED and the job never notices.
+scenario_impersonate() {
+  local out
+  start_job 3 lease_ms=3000
+  out=$(hostile impersonate)
+  for r in 0 1 2; do
+    expect_line "$out" "^heartbeat as rank $r: 7: member_secret"
+    expect_line "$out" "^report as rank $r: 7: member_secret"
+    expect_line "$out" "^leave as rank $r: 7: member_secret"
+  done
+  finish_job 3 3
+  ! grep -q "leave: member .*forged" "$TMP/coordinator.log" || fail "a forged Leave was applied"
+  (($(epochs_while_running) == 1)) || fail "epoch churn while the job ran"
+  ! grep -q "forged" "$TMP/coordinator.log" || fail "a forged report was logged"
+}
+
+case "$SCENARIO" in
+  bad-address) scenario_bad_address ;;
+  bounds) scenario_bounds ;;
+  flood) scenario_flood ;;
+  impersonate) scenario_impersonate ;;
+  *) fail "unknown scenario $SCENARIO" ;;
+esac
+echo "PASS: $SCENARIO"
