@@ -13,10 +13,6 @@
 
 namespace gradex::coordinator {
 
-bool IsLoopbackHost(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 absl::Status SplitHostPort(const std::string& addr, std::string* host, int* port) {
   size_t colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0) {
@@ -47,11 +43,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobS
   if (!tls && !opts.tls.client_ca.empty()) {
     return absl::InvalidArgumentError("--client-ca needs --tls-cert and --tls-key");
   }
-  if (!tls && !IsLoopbackHost(host) && !opts.insecure_listen_any) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--listen ", opts.listen,
-                     ": without TLS the coordinator listens on loopback only "
-                     "(give --tls-cert/--tls-key, or --insecure-listen-any)"));
+  if (!tls && !opts.insecure_listen_any) {
+    absl::StatusOr<std::string> numeric = ResolveLoopback(host);
+    if (!numeric.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--listen ", opts.listen, ": ", numeric.status().message(),
+                       ": without TLS the coordinator listens on loopback only "
+                       "(give --tls-cert/--tls-key, or --insecure-listen-any)"));
+    }
+    opts.listen = absl::StrCat(*numeric, ":", want_port);  // bind what was checked
+    host = *numeric;
+    if (host.front() == '[') host = host.substr(1, host.size() - 2);
   }
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (tls) {

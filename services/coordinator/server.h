@@ -35,7 +35,10 @@ struct ServerOptions {
 inline constexpr char kHealthServiceName[] = "gradex.v1.Coordinator";
 
 // True for 127.0.0.0/8, localhost and [::1].
-bool IsLoopbackHost(const std::string& host);
+// The numeric loopback address `host` resolves to ("[::1]" for IPv6), or
+// INVALID_ARGUMENT when it does not resolve or any address it resolves to
+// is not loopback (loopback.cc).
+absl::StatusOr<std::string> ResolveLoopback(const std::string& host);
 // Splits "host:port" / "[v6]:port"; INVALID_ARGUMENT when malformed.
 absl::Status SplitHostPort(const std::string& addr, std::string* host, int* port);
 

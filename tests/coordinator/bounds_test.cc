@@ -8,6 +8,7 @@
 #include <string>
 
 #include "services/coordinator/coordinator.h"
+#include "services/coordinator/server.h"
 #include "services/coordinator/validate.h"
 #include "tests/coordinator/join_all.h"
 
@@ -274,6 +275,34 @@ TEST(LogLines, MemberTextIsEscapedAndEvictionsNameTheAgent) {
   EXPECT_NE(log.find(absl::StrCat("evicted member ", ids[0], " (agent 'a0' on host 'h0')")),
             std::string::npos)
       << log;
+}
+
+}  // namespace
+}  // namespace gradex::coordinator
+
+namespace gradex::coordinator {
+namespace {
+
+// Issue 12, item 7: the plaintext loopback check resolves the name and
+// binds the numeric address it checked; a name that merely starts with
+// "127." is not loopback.
+TEST(Loopback, TheAddressBoundIsTheOneChecked) {
+  EXPECT_EQ(ResolveLoopback("127.0.0.1").value_or(""), "127.0.0.1");
+  EXPECT_EQ(ResolveLoopback("127.1").value_or(""), "127.0.0.1");
+  EXPECT_TRUE(ResolveLoopback("localhost").ok()) << ResolveLoopback("localhost").status();
+  for (const char* bad : {"0.0.0.0", "::", "0", "10.1.2.3", "127.attacker.invalid"}) {
+    EXPECT_EQ(ResolveLoopback(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  ServerOptions opts;
+  opts.listen = "0:0";  // "0" is 0.0.0.0
+  auto s = CoordinatorServer::Start(Job(1), opts);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("not a loopback address"), absl::string_view::npos)
+      << s.status();
+  opts.listen = "127.1:0";
+  s = CoordinatorServer::Start(Job(1), opts);
+  ASSERT_TRUE(s.ok()) << s.status();
+  (*s)->Shutdown();
 }
 
 }  // namespace
