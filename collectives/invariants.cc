@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -49,8 +50,11 @@ absl::StatusOr<ConservationResult> CheckConservation(
   sum.ToDense(scratch);
   ConservationResult r;
   for (size_t i = 0; i < n; ++i) {
+    // std::max drops a NaN (max(err, NaN) is err), so a NaN result would
+    // pass as conserved: a non-finite value is an infinite error.
+    const double err = std::fabs(double(scratch[i]) - double(result_dense[i]));
     r.max_abs_err =
-        std::max(r.max_abs_err, std::fabs(double(scratch[i]) - double(result_dense[i])));
+        std::isfinite(err) ? std::max(r.max_abs_err, err) : std::numeric_limits<double>::infinity();
     r.max_abs_sum = std::max(r.max_abs_sum, std::fabs(double(scratch[i])));
   }
   return r;

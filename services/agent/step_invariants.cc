@@ -74,7 +74,7 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
                           result_dense_, contribution_, scratch_);
     if (!cons.ok()) return cons.status();
     const double limit = kRelativeTolerance * std::max(cons->max_abs_sum, 1e-30);
-    if (cons->max_abs_err > limit && bad.empty()) {
+    if (!(cons->max_abs_err <= limit) && bad.empty()) {  // NaN-safe
       bad = absl::StrCat("conservation: bucket ", b,
                          " max |dense-ring sum - result| = ", cons->max_abs_err, " > ", limit,
                          " (max |sum| ", cons->max_abs_sum, ")");

@@ -7,10 +7,12 @@
 
 #include "bench/flags.h"
 #include "bench/gradient_gen.h"
+#include "bench/invariants.h"
 #include "bench/output.h"
 #include "bench/rank_report.h"
 #include "bench/stats.h"
 #include "gtest/gtest.h"
+#include "transport/loopback_transport.h"
 
 namespace gradex::bench {
 namespace {
@@ -226,6 +228,32 @@ TEST(Output, JsonHasExactlyTheFields) {
   EXPECT_EQ(colons, 15u);
   EXPECT_DOUBLE_EQ(AlgBwGbps(f, 1e-3), 0.004);
   EXPECT_DOUBLE_EQ(BusBwGbps(f, 1e-3), 0.004);  // 2(P-1)/P = 1 at P = 2
+}
+
+}  // namespace
+}  // namespace gradex::bench
+
+namespace gradex::bench {
+namespace {
+
+// Issue 12, item 10: max(err, NaN) is err, so a NaN in the result used to
+// pass the conservation check as conserved.
+TEST(Invariants, ANaNResultIsNotConserved) {
+  std::vector<std::unique_ptr<Transport>> t = CreateLoopbackTransports(1);
+  CallContext ctx;
+  ctx.transport = t[0].get();
+  ctx.job_id = 1;
+  ctx.epoch = 1;
+  ctx.deadline = DeadlineIn(std::chrono::seconds(5));
+  std::vector<float> grad = {1, 2, 3, 4}, zero(4, 0), result = {1, 2, 3, 4}, contrib(4), scratch(4);
+  auto ok = CheckConservation(ctx, grad, zero, zero, result, contrib, scratch);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->max_abs_err, 0.0);
+  result[0] = std::nanf("");
+  ctx.step = 1;
+  auto nan = CheckConservation(ctx, grad, zero, zero, result, contrib, scratch);
+  ASSERT_TRUE(nan.ok()) << nan.status();
+  EXPECT_FALSE(nan->max_abs_err <= 1e-6) << nan->max_abs_err;  // never "within tolerance"
 }
 
 }  // namespace
