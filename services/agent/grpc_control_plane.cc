@@ -100,18 +100,7 @@ class GrpcControlPlane final : public ControlPlane {
     pb::JoinRequest req;
     {
       absl::MutexLock lock(&mu_);
-      req.set_job_id(join_.job);
-      req.set_agent_id(join_.agent_id);
-      req.set_host(join_.host);
-      req.set_local_rank(join_.local_rank);
-      req.set_device(join_.device);
-      req.set_ucx_address(join_.ucx_address);
-      req.set_ucx_version(join_.ucx_version);
-      req.set_ucx_transports(join_.ucx_transports);
-      req.set_last_epoch(join_.last_epoch);
-      req.set_last_rank(std::max(join_.last_rank, 0));
-      req.set_last_world_size(join_.last_world_size);
-      req.set_next_step(std::max(join_.next_step, next_step_.load()));
+      req = JoinToProto(join_, next_step_.load());
       // A re-join from the background knows more than the agent's last call.
       if (std::shared_ptr<const Plan> p = store_.Latest();
           p != nullptr && p->epoch > join_.last_epoch && p->RankOf(join_.agent_id) >= 0) {
@@ -157,7 +146,8 @@ class GrpcControlPlane final : public ControlPlane {
         options_.join_timeout.count() > 0 ? start + options_.join_timeout : deadline;
     Backoff backoff({std::chrono::milliseconds(100), std::chrono::milliseconds(2000), 2.0, 0.2});
     Clock::time_point last_note = start;
-    std::string refused;  // the last connection error, kept past a final attempt cut short
+    std::string refused;   // the last connection error, kept past a final attempt cut short
+    int tls_refusals = 0;  // attempts in a row whose TLS session the coordinator closed
     for (int attempt = 1;; ++attempt) {
       absl::StatusOr<JoinReply> r = DoJoin(std::min(give_up, Clock::now() + per_attempt));
       if (r.ok()) return r;
@@ -168,6 +158,8 @@ class GrpcControlPlane final : public ControlPlane {
         return absl::Status(s.code(), absl::StrCat("the coordinator at ", options_.target,
                                                    " refused the join: ", s.message()));
       }
+      tls_refusals = LooksLikeTlsRefusal(options_, s) ? tls_refusals + 1 : 0;
+      if (tls_refusals >= 2) return TlsRefused(options_, s);
       if (s.code() == absl::StatusCode::kUnavailable) refused = std::string(s.message());
       if (now >= give_up) {
         return absl::UnavailableError(absl::StrCat(

@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace gradex::agent {
@@ -93,6 +94,23 @@ pb::StepReport ToProto(const StepReport& r, uint64_t member, const std::string& 
   return m;
 }
 
+pb::JoinRequest JoinToProto(const JoinRequest& j, uint64_t next_step) {
+  pb::JoinRequest req;
+  req.set_job_id(j.job);
+  req.set_agent_id(j.agent_id);
+  req.set_host(j.host);
+  req.set_local_rank(j.local_rank);
+  req.set_device(j.device);
+  req.set_ucx_address(j.ucx_address);
+  req.set_ucx_version(j.ucx_version);
+  req.set_ucx_transports(j.ucx_transports);
+  req.set_last_epoch(j.last_epoch);
+  req.set_last_rank(std::max(j.last_rank, 0));
+  req.set_last_world_size(j.last_world_size);
+  req.set_next_step(std::max(j.next_step, next_step));
+  return req;
+}
+
 void FillWait(const WaitSource& w, pb::HeartbeatRequest* req) {
   // The epoch actually run, not the newest plan's: a member still in an
   // older epoch is what the coordinator's hang diagnosis names.
@@ -109,6 +127,24 @@ void FillWait(const WaitSource& w, pb::HeartbeatRequest* req) {
     ws->set_waited_ms(static_cast<uint32_t>(
         std::min<int64_t>(info->waited.count(), std::numeric_limits<uint32_t>::max())));
   }
+}
+
+bool LooksLikeTlsRefusal(const GrpcControlPlaneOptions& options, const absl::Status& s) {
+  if (options.tls_ca.empty() || s.code() != absl::StatusCode::kUnavailable) return false;
+  for (absl::string_view sign : {"Socket closed", "andshake", "SSL", "certificate"}) {
+    if (absl::StrContains(s.message(), sign)) return true;
+  }
+  return false;
+}
+
+absl::Status TlsRefused(const GrpcControlPlaneOptions& options, const absl::Status& s) {
+  return absl::UnauthenticatedError(
+      absl::StrCat("TLS handshake refused by the coordinator at ", options.target,
+                   options.tls_client_cert.empty()
+                       ? ": it closed the session; under mutual TLS it needs a client certificate "
+                         "(--tls-cert/--tls-key)"
+                       : ": it closed the session; it does not accept this client certificate",
+                   " (", s.message(), ")"));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CoordinatorChannel(

@@ -24,8 +24,16 @@ absl::Status FromGrpc(const grpc::Status& s, const char* what);
 absl::StatusOr<Plan> ToPlan(const gradex::v1::Plan& m, uint64_t version_offset);
 // A step report for member `member`, carrying its secret.
 gradex::v1::StepReport ToProto(const StepReport& r, uint64_t member, const std::string& secret);
+// A join request; `next_step`: the step the agent reported it runs next.
+gradex::v1::JoinRequest JoinToProto(const JoinRequest& j, uint64_t next_step);
 // The running epoch and the oldest long wait of `w` into a heartbeat.
 void FillWait(const WaitSource& w, gradex::v1::HeartbeatRequest* req);
+// With TLS, a join the coordinator answered by closing the session: under
+// mutual TLS that is how a missing or unaccepted client certificate shows
+// (TLS 1.3 servers reject it after the client's side of the handshake, and
+// the client sees only "Socket closed"), not a coordinator that is absent.
+bool LooksLikeTlsRefusal(const GrpcControlPlaneOptions& options, const absl::Status& s);
+absl::Status TlsRefused(const GrpcControlPlaneOptions& options, const absl::Status& s);
 // The channel to the coordinator (TLS when options.tls_ca is set).
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CoordinatorChannel(
     const GrpcControlPlaneOptions& options);

@@ -17,6 +17,9 @@
 #include "services/agent/grpc_control_plane.h"
 #include "services/coordinator/server.h"
 #include "tests/coordinator/client_util.h"
+#ifdef GRADEX_TLS_TEST_AGENT
+#include "services/agent/grpc_control_plane.h"
+#endif
 
 namespace gradex::coordinator {
 namespace {
@@ -173,3 +176,39 @@ TEST_F(TlsTest, ListeningRules) {
 
 }  // namespace
 }  // namespace gradex::coordinator
+
+#ifdef GRADEX_TLS_TEST_AGENT
+namespace gradex::coordinator {
+namespace {
+
+// Issue 12, item 10: an agent without a client certificate under mutual TLS
+// is told its handshake was refused, at once, not "no coordinator within
+// the join timeout".
+TEST_F(TlsTest, AgentWithoutClientCertificateIsToldTheHandshakeWasRefused) {
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  agent::GrpcControlPlaneOptions o;
+  o.target = absl::StrCat("localhost:", server->port());
+  o.tls_ca = Slurp(dir_ + "/jobca.pem");
+  o.join_timeout = std::chrono::milliseconds(20000);
+  auto cp = agent::CreateGrpcControlPlane(o);
+  ASSERT_TRUE(cp.ok()) << cp.status();
+  agent::JoinRequest r;
+  r.job = "job";
+  r.token = kToken;
+  r.agent_id = "no-cert";
+  r.host = "localhost";
+  r.ucx_address = "127.0.0.1:10000";
+  r.ucx_version = "1.13";
+  r.ucx_transports = "tcp";
+  const absl::Time t0 = absl::Now();
+  auto reply = (*cp)->Join(r, DeadlineIn(std::chrono::milliseconds(2000)));
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().message().find("TLS handshake refused"), absl::string_view::npos)
+      << reply.status();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10)) << "waited out the join timeout";
+}
+
+}  // namespace
+}  // namespace gradex::coordinator
+#endif
