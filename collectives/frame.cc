@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -130,6 +131,7 @@ FrameHeader MakeFrameHeader(const FrameMeta& meta, BlockRange range, uint16_t fl
   h.block_begin = range.begin;
   h.block_end = range.end;
   h.count = count;
+  h.sender = meta.sender;
   return h;
 }
 
@@ -260,6 +262,61 @@ absl::Status DecodeDenseBlock(const Bytes& message, const FrameMeta& meta, Block
   return absl::OkStatus();
 }
 
+namespace {
+
+// Walks the frames of a message, handing each header and its offset to
+// `fn`. A message that does not parse (magic, version, flags, lengths) ends
+// the walk with OUT_OF_RANGE, uncounted: the decoder rejects it with the
+// precise reason.
+template <typename Fn>
+absl::Status ForEachFrame(const Bytes& m, Fn&& fn) {
+  const absl::Status malformed = absl::OutOfRangeError("malformed message");
+  size_t offset = 0;
+  while (offset < m.size()) {
+    FrameHeader h;
+    if (m.size() - offset < sizeof(FrameHeader)) return malformed;
+    std::memcpy(&h, m.data() + offset, sizeof(FrameHeader));
+    if (h.magic != kFrameMagic || h.version != kFrameVersion) return malformed;
+    if (absl::Status s = fn(offset, h); !s.ok()) return s;
+    size_t payload = 0;
+    const size_t body = m.size() - offset - sizeof(FrameHeader);
+    if ((h.flags & kFrameSparse) != 0) {
+      payload = size_t{h.count} * (sizeof(uint32_t) + sizeof(float));
+    } else if ((h.flags & kFrameQuantized) != 0) {
+      uint32_t bits = 0;
+      if (body < sizeof bits) return malformed;
+      std::memcpy(&bits, m.data() + offset + sizeof(FrameHeader), sizeof bits);
+      if (bits > 8 || !kernels::QsgdBitsValid(static_cast<int>(bits))) return malformed;
+      payload = kernels::QsgdPayloadBytes(h.count, static_cast<int>(bits));
+    } else {
+      payload = size_t{h.count} * sizeof(float);
+    }
+    if (body < payload) return malformed;
+    offset += sizeof(FrameHeader) + payload;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status StampFrameSenders(Bytes* m, uint32_t sender) {
+  absl::Status s = ForEachFrame(*m, [&](size_t offset, const FrameHeader&) {
+    std::memcpy(m->data() + offset + offsetof(FrameHeader, sender), &sender, sizeof sender);
+    return absl::OkStatus();
+  });
+  if (s.ok()) return s;
+  return absl::InternalError("sending a message that is not frames");
+}
+
+absl::Status CheckFrameSenders(const Bytes& m, uint32_t expected) {
+  absl::Status s = ForEachFrame(m, [&](size_t, const FrameHeader& h) {
+    if (h.sender == expected) return absl::OkStatus();
+    return Reject(FrameError::kWrongSender,
+                  absl::StrCat("frame from rank ", h.sender, ", received from rank ", expected));
+  });
+  return s.code() == absl::StatusCode::kOutOfRange ? absl::OkStatus() : s;
+}
+
 std::string_view FrameErrorName(FrameError e) {
   switch (e) {
     case FrameError::kTruncated:
@@ -292,6 +349,8 @@ std::string_view FrameErrorName(FrameError e) {
       return "unsorted_indices";
     case FrameError::kBadQuantized:
       return "bad_quantized";
+    case FrameError::kWrongSender:
+      return "wrong_sender";
     case FrameError::kCount:
       break;
   }

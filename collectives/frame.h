@@ -20,7 +20,7 @@ namespace gradex {
 static_assert(std::endian::native == std::endian::little, "frames are little-endian structs");
 
 inline constexpr uint32_t kFrameMagic = 0x58445247;  // "GRDX"
-inline constexpr uint16_t kFrameVersion = 1;
+inline constexpr uint16_t kFrameVersion = 2;         // 2: the sender's rank in the header
 
 enum FrameFlags : uint16_t {
   kFrameDense = 1,   // payload: (end - begin) float32 values
@@ -48,8 +48,8 @@ struct FrameHeader {
   uint64_t step;
   uint32_t block_begin;  // element range [begin, end) the payload covers
   uint32_t block_end;
-  uint32_t count;  // entries in the payload
-  uint32_t reserved;
+  uint32_t count;   // entries in the payload
+  uint32_t sender;  // the sending rank; receivers check it against the peer they expect
 };
 #pragma pack(pop)
 static_assert(sizeof(FrameHeader) == 48);
@@ -61,6 +61,7 @@ struct FrameMeta {
   uint64_t step = 0;
   AlgorithmId algorithm{};
   uint16_t phase = 0;
+  uint32_t sender = 0;  // the rank that stamps the frames
 };
 
 struct BlockRange {
@@ -91,6 +92,15 @@ void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseVi
 // Appends one dense frame of range.size() values.
 void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* values, Bytes* out);
 
+// The rank that put a frame on the link: stamped on every frame of a message
+// as it is sent (a forwarded frame carries the last hop, e.g. SparCML's
+// split gather), and checked against the peer the receive named as it
+// arrives, so a frame routed from the wrong peer (a replay from another
+// exchange, a misdelivery) is a clear error and a counter. Headers are read
+// as DecodeSparseBlocks reads them (magic, version, lengths).
+absl::Status StampFrameSenders(Bytes* message, uint32_t sender);
+absl::Status CheckFrameSenders(const Bytes& message, uint32_t expected);
+
 // Parses a message holding exactly one frame per expected block, in order.
 // Dense frames decode to their nonzeros. Indices are validated (sorted,
 // unique, inside the block), counts against capacity, lengths exactly.
@@ -119,6 +129,7 @@ enum class FrameError : int {
   kIndexOutOfRange,
   kUnsortedIndices,
   kBadQuantized,  // a QSGD payload with a bad scale, code or padding
+  kWrongSender,   // the header names another rank than the peer received from
   kCount,
 };
 std::string_view FrameErrorName(FrameError e);

@@ -25,11 +25,15 @@ absl::Status Link::Annotate(const absl::Status& s, uint16_t phase, uint32_t sub,
 absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase, uint32_t sub) {
   PhaseTimer timer(&times_->communication_s);
   uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
+  if (absl::Status s = StampFrameSenders(&out, static_cast<uint32_t>(rank())); !s.ok()) return s;
   absl::StatusOr<Bytes> in =
       SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag, ctx_.deadline);
   if (!in.ok()) {
     return Annotate(in.status(), phase, sub,
                     absl::StrCat(PeerText(true, to), ", ", PeerText(false, from)));
+  }
+  if (absl::Status s = CheckFrameSenders(*in, static_cast<uint32_t>(from)); !s.ok()) {
+    return Annotate(s, phase, sub, PeerText(false, from));
   }
   return in;
 }
@@ -37,6 +41,12 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
 absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_t phase,
                                          uint32_t sub) {
   const uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
+  if (send) {
+    // Every frame names the rank that put it on the link (frame.h).
+    if (absl::Status s = StampFrameSenders(&out, static_cast<uint32_t>(rank())); !s.ok()) {
+      return Annotate(s, phase, sub, PeerText(true, peer));
+    }
+  }
   absl::StatusOr<RequestId> id = send ? ctx_.transport->PostSend(peer, tag, std::move(out))
                                       : ctx_.transport->PostRecv(peer, tag);
   if (!id.ok()) return Annotate(id.status(), phase, sub, PeerText(send, peer));
@@ -45,6 +55,7 @@ absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_
 
 absl::Status Link::Complete(const Pending& p, Bytes* in) {
   absl::Status s = ctx_.transport->Wait(p.id, ctx_.deadline, p.send ? nullptr : in);
+  if (s.ok() && !p.send) s = CheckFrameSenders(*in, static_cast<uint32_t>(p.peer));
   if (!s.ok()) return Annotate(s, p.phase, p.sub, PeerText(p.send, p.peer));
   return absl::OkStatus();
 }

@@ -28,7 +28,8 @@ class Link {
   Deadline deadline() const { return ctx_.deadline; }
 
   FrameMeta meta(uint16_t phase) const {
-    return {ctx_.job_id, ctx_.epoch, ctx_.call_id, algorithm_, phase};
+    return {ctx_.job_id, ctx_.epoch, ctx_.call_id,
+            algorithm_,  phase,      static_cast<uint32_t>(ctx_.transport->rank())};
   }
 
   // Sends `out` to global rank `to` and receives one message from `from`,

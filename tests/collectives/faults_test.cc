@@ -46,8 +46,8 @@ TEST(FaultsTest, BadFramesAreRejectedAndResidualKept) {
     honest.idx = {1, 2, 3, 4, 5};
     honest.val = {1, 1, 1, 1, 1};
     Bytes bad;
-    AppendBlockFrame({42, 1, 0, CatalogId("spardl"), kPhaseSrs}, {0, 500}, kernels::View(honest),
-                     &bad);
+    AppendBlockFrame({42, 1, 0, CatalogId("spardl"), kPhaseSrs, /*sender=*/1}, {0, 500},
+                     kernels::View(honest), &bad);
     c.apply(&bad);
     const uint64_t tag = MessageTag(kPhaseSrs, 0, 1);
     ASSERT_TRUE(t[1]->PostSend(0, tag, bad).ok());

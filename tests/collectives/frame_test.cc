@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "collectives/link.h"
 #include "gtest/gtest.h"
 
 namespace gradex {
@@ -153,6 +154,49 @@ TEST(FrameTest, DenseFrameWrongLength) {
   auto s = DecodeDenseBlock(b, kMeta, kRange, true, out.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(out[5], 1.0f);  // nothing added from a rejected frame
+}
+
+}  // namespace
+}  // namespace gradex
+
+namespace gradex {
+namespace {
+
+// Issue 12, item 9: frames say who sent them, and the receiver checks it
+// against the peer it received from; a replayed frame (another step) and a
+// stale frame whose step shares the tag's low 24 bits are rejected too.
+TEST(FrameSender, WrongPeerReplayAndStaleAfterTheTagWrapsAreRejected) {
+  FrameMeta meta{7, 3, 100, CatalogId("spardl"), 2, /*sender=*/2};
+  kernels::SparseVec v;
+  v.idx = {1, 5};
+  v.val = {1.0f, 2.0f};
+  Bytes m;
+  AppendBlockFrame(meta, {0, 8}, kernels::View(v), &m);
+  kernels::SparseVec w;
+  w.idx = {9, 12};
+  w.val = {3.0f, 4.0f};
+  AppendBlockFrame(meta, {8, 16}, kernels::View(w), &m);
+  EXPECT_TRUE(CheckFrameSenders(m, 2).ok());
+  ASSERT_TRUE(StampFrameSenders(&m, 5).ok());  // the next hop forwards it
+  EXPECT_TRUE(CheckFrameSenders(m, 5).ok());
+  ASSERT_TRUE(StampFrameSenders(&m, 2).ok());
+  const uint64_t before = TotalFrameErrors();
+  absl::Status wrong = CheckFrameSenders(m, 1);
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(wrong.message().find("wrong_sender"), absl::string_view::npos) << wrong;
+  EXPECT_EQ(TotalFrameErrors(), before + 1);
+  std::vector<ExpectedBlock> want = {{{0, 8}, 8}, {{8, 16}, 8}};
+  std::vector<kernels::SparseVec> out;
+  ASSERT_TRUE(DecodeSparseBlocks(m, meta, want, &out).ok());
+  FrameMeta replay = meta;
+  replay.step = 101;  // the same frames delivered again at the next step
+  EXPECT_NE(DecodeSparseBlocks(m, replay, want, &out).message().find("wrong_step"),
+            absl::string_view::npos);
+  FrameMeta wrapped = meta;
+  wrapped.step = meta.step + (uint64_t{1} << 24);  // the tag's step bits wrapped
+  EXPECT_EQ(MessageTag(2, wrapped.step, 0), MessageTag(2, meta.step, 0));
+  EXPECT_NE(DecodeSparseBlocks(m, wrapped, want, &out).message().find("wrong_step"),
+            absl::string_view::npos);
 }
 
 }  // namespace

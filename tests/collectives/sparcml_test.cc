@@ -289,8 +289,8 @@ TEST(SparcmlFaultsTest, DenseFrameOverCapacityIsRejected) {
   for (size_t i = 0; i < n; ++i) expected[i] = grad[i] + residual[i];
   std::vector<float> forged(500, 1.0f);  // slice [0, 500): keep count is 10
   Bytes bad;
-  AppendDenseFrame({42, 1, 0, CatalogId("sparcml-dsar-split"), kPhaseSplitScatter}, {0, 500},
-                   forged.data(), &bad);
+  AppendDenseFrame({42, 1, 0, CatalogId("sparcml-dsar-split"), kPhaseSplitScatter, /*sender=*/1},
+                   {0, 500}, forged.data(), &bad);
   ASSERT_TRUE(t[1]->PostSend(0, MessageTag(kPhaseSplitScatter, 0, 1), bad).ok());
   auto algo = CreateAllreduce("sparcml-dsar-split");
   ASSERT_TRUE(algo.ok());
