@@ -17,9 +17,6 @@
 #include "services/agent/grpc_control_plane.h"
 #include "services/coordinator/server.h"
 #include "tests/coordinator/client_util.h"
-#ifdef GRADEX_TLS_TEST_AGENT
-#include "services/agent/grpc_control_plane.h"
-#endif
 
 namespace gradex::coordinator {
 namespace {
@@ -140,7 +137,9 @@ TEST_F(TlsTest, AgentControlPlaneJoinsByAddressWithServerName) {
   req.token = kToken;
   req.agent_id = "tls-agent";
   req.host = "h";
-  req.ucx_address = "addr";
+  req.ucx_address = "127.0.0.1:10000";  // a data-plane listener (issue 12)
+  req.ucx_version = "1.13";
+  req.ucx_transports = "tcp";
   auto reply = (*cp)->Join(req, Clock::now() + std::chrono::seconds(10));
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(server->coordinator().members(), 1u);
@@ -177,7 +176,6 @@ TEST_F(TlsTest, ListeningRules) {
 }  // namespace
 }  // namespace gradex::coordinator
 
-#ifdef GRADEX_TLS_TEST_AGENT
 namespace gradex::coordinator {
 namespace {
 
@@ -188,7 +186,8 @@ TEST_F(TlsTest, AgentWithoutClientCertificateIsToldTheHandshakeWasRefused) {
   auto server = Start();
   ASSERT_NE(server, nullptr);
   agent::GrpcControlPlaneOptions o;
-  o.target = absl::StrCat("localhost:", server->port());
+  o.target = absl::StrCat("127.0.0.1:", server->port());
+  o.tls_server_name = kServerName;
   o.tls_ca = Slurp(dir_ + "/jobca.pem");
   o.join_timeout = std::chrono::milliseconds(20000);
   auto cp = agent::CreateGrpcControlPlane(o);
@@ -211,4 +210,3 @@ TEST_F(TlsTest, AgentWithoutClientCertificateIsToldTheHandshakeWasRefused) {
 
 }  // namespace
 }  // namespace gradex::coordinator
-#endif
