@@ -51,7 +51,8 @@ struct Request {
   uint64_t tag = 0;
   uint64_t wire_tag = 0;
   Bytes buf;
-  void* ucx = nullptr;  // UCX request handle while it exists
+  void* ucx = nullptr;       // UCX request handle while it exists
+  size_t refused_bytes = 0;  // a receive over the cap: the size the peer announced
   State state = State::kQueued;
   ucs_status_t ucx_status = UCS_OK;
 

@@ -112,7 +112,10 @@ RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal) {
 
 void UcxTransport::ReceiveProbed(Request* r, ucp_tag_message_h msg,
                                  const ucp_tag_recv_info_t& info) {
-  r->buf.resize(info.length);
+  const size_t cap = options_.max_message_bytes;
+  const bool refused = cap > 0 && info.length > cap;
+  if (refused) r->refused_bytes = info.length;
+  r->buf.resize(refused ? 1 : info.length);
   r->state = State::kInFlight;
   ucp_request_param_t param = {};
   param.op_attr_mask =
@@ -120,7 +123,7 @@ void UcxTransport::ReceiveProbed(Request* r, ucp_tag_message_h msg,
   param.cb.recv = &RecvCallback;
   param.user_data = r;
   param.datatype = ucp_dt_make_contig(1);
-  ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), info.length, msg, &param);
+  ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), r->buf.size(), msg, &param);
   if (UCS_PTR_IS_ERR(p)) {
     r->Finish(UCS_PTR_STATUS(p));
   } else if (p == nullptr) {
@@ -176,8 +179,13 @@ std::string UcxTransport::Describe(const Request& r) const {
 std::optional<absl::Status> UcxTransport::Outcome(Request& r) {
   switch (r.state) {
     case State::kDone:
-      return absl::OkStatus();
     case State::kFailed:
+      if (r.refused_bytes > 0) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(Describe(r), ": peer ", r.peer, " sent ", r.refused_bytes,
+                         " bytes, over the receive cap of ", options_.max_message_bytes));
+      }
+      if (r.state == State::kDone) return absl::OkStatus();
       return absl::UnavailableError(
           absl::StrCat(Describe(r), " failed: ", ucs_status_string(r.ucx_status),
                        peer_status_[r.peer].ok() ? "" : " (peer failed)"));

@@ -45,6 +45,12 @@ struct UcxOptions {
   // $GRADEX_DATA_IP, else 127.0.0.1. Never the wildcard: the data plane
   // listens on one interface only (issue 12, item 8).
   std::string listen_ip;
+  // The largest message a receive accepts; a peer announcing more gets its
+  // message discarded (UCX truncates it into a 1-byte buffer) and the
+  // receive fails naming the size, instead of this process allocating what
+  // the peer asked for. 0: unlimited. The agent sets it from its bucket size
+  // (issue 12, item 8).
+  size_t max_message_bytes = 0;
 };
 
 // Creates a UCP worker and connects it to every rank through `bootstrap`.

@@ -252,6 +252,11 @@ int Run(const Flags& f) {
     return 2;
   }
   ucx.listen_ip = *data_ip;
+  // No schedule sends more in one message than a bucket in dense frames
+  // (FrameBytes picks the smaller encoding) plus a header per block, twice
+  // over for slack; the link probe's 1 MiB message sets the floor.
+  ucx.max_message_bytes =
+      std::max<size_t>(2 * (f.elements * sizeof(float) + 48 * 4096), (1u << 20) + (64u << 10));
   absl::StatusOr<std::unique_ptr<TransportProvider>> transports = CreateUcxProvider(ucx);
   if (!transports.ok()) {
     std::cerr << "gradex-agent: UCX: " << transports.status() << "\n";

@@ -122,5 +122,43 @@ TEST(UcxTransportTest, PeerDestroyedMidWaitTcp) {
   EXPECT_LT(waited, milliseconds(5000));
 }
 
+// Issue 12, item 8: a peer's announced length is not allocated past the
+// receive cap; the receive fails naming the size and the link stays usable.
+TEST(UcxTransportTest, ReceivesOverTheCapAreRefused) {
+  UcxOptions opt;
+  opt.tls = "tcp";
+  opt.max_message_bytes = 4096;
+  std::vector<absl::Status> st = RunWorld(
+      2,
+      [&](int r, int,
+          std::shared_ptr<InProcessExchange> ex) -> absl::StatusOr<std::unique_ptr<Transport>> {
+        InProcessBootstrap boot(ex, r);
+        return CreateUcxTransport(boot, opt);
+      },
+      [&](Transport& t) -> absl::Status {
+        const Deadline d = DeadlineIn(milliseconds(5000));
+        if (t.rank() == 1) {
+          for (size_t n : {size_t{1} << 20, size_t{100}}) {
+            auto s = t.PostSend(0, 7, Bytes(n, 1));
+            if (!s.ok()) return s.status();
+            if (absl::Status w = t.Wait(*s, d, nullptr); !w.ok()) return w;
+          }
+          return absl::OkStatus();
+        }
+        auto big = t.PostRecv(1, 7);
+        if (!big.ok()) return big.status();
+        Bytes in;
+        absl::Status w = t.Wait(*big, d, &in);
+        if (!absl::IsResourceExhausted(w) || !absl::StrContains(w.message(), "1048576 bytes")) {
+          return absl::InternalError(absl::StrCat("want RESOURCE_EXHAUSTED: ", w.ToString()));
+        }
+        auto small = t.PostRecv(1, 7);
+        if (!small.ok()) return small.status();
+        if (absl::Status s = t.Wait(*small, d, &in); !s.ok()) return s;
+        return in.size() == 100 ? absl::OkStatus() : absl::InternalError("short message");
+      });
+  for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
+}
+
 }  // namespace
 }  // namespace gradex::testing
