@@ -127,6 +127,19 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
                         absl::StrCat("epoch ", plan->epoch, " connect: ", t.status().message()));
   }
   transport_ = waits_->Wrap(*std::move(t));
+  // A newer epoch that drops one of this epoch's members (an eviction or a
+  // leave) preempts the step in progress: this epoch cannot finish a step.
+  waits_->SetPreemption([control = control_, running = plan]() -> std::optional<std::string> {
+    std::shared_ptr<const Plan> p = control->LatestPlan();
+    if (p == nullptr || p->epoch <= running->epoch) return std::nullopt;
+    for (const PlanMember& m : running->members) {
+      if (p->RankOf(m.agent_id) < 0) {
+        return absl::StrCat("epoch ", running->epoch, " preempted: agent '", m.agent_id, "' (rank ",
+                            m.rank, ") is not in epoch ", p->epoch);
+      }
+    }
+    return std::nullopt;
+  });
   waits_->SetStep(plan->epoch, next_step_);
   last_epoch_ = plan->epoch;
   SyncState mine;

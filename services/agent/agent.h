@@ -89,6 +89,9 @@ class Agent {
   // The communicator of the current epoch (tests kill it to simulate a crash),
   // under the wait tracker's decorator.
   Transport* transport() const { return WaitTracker::Inner(transport_.get()); }
+  // The same behind the wait tracker: its waits end when an eviction
+  // preempts the epoch (the in-band checks after a step use it).
+  Transport* tracked_transport() const { return transport_.get(); }
 
  private:
   absl::Status EnterEpoch();

@@ -37,7 +37,7 @@ void StepInvariants::Before(const Agent& agent) {
 
 absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const float>> grads,
                                    const StepOutcome& out, std::string* violation) {
-  Transport* t = agent.transport();
+  Transport* t = agent.tracked_transport();  // preempted by an eviction like the step
   const Plan* plan = agent.plan();
   if (t == nullptr || plan == nullptr) {
     return absl::FailedPreconditionError("invariants: no communicator after a completed step");

@@ -22,7 +22,17 @@ class WaitTrackingTransport final : public ForwardingTransport {
     return id;
   }
   absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override {
-    absl::Status s = ForwardingTransport::Wait(request, deadline, out);
+    absl::Status s;
+    // In slices, so that an eviction of a peer preempts the wait.
+    for (;;) {
+      const Deadline slice = std::min(deadline, Clock::now() + WaitTracker::kPreemptPoll);
+      s = ForwardingTransport::Wait(request, slice, out);
+      if (s.code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline) break;
+      if (std::optional<std::string> why = tracker_->Preempted()) {
+        tracker_->Done(owner_, request);
+        return absl::AbortedError(*why);
+      }
+    }
     // A deadline leaves the request posted (the caller may wait again or
     // cancel); anything else released it.
     if (s.code() == absl::StatusCode::kDeadlineExceeded) {
@@ -125,6 +135,20 @@ std::optional<WaitInfo> WaitTracker::LastTimeout(Clock::time_point since) const 
   std::lock_guard<std::mutex> lock(mu_);
   if (!last_timeout_ || last_timeout_at_ < since) return std::nullopt;
   return last_timeout_;
+}
+
+void WaitTracker::SetPreemption(Preemption check) {
+  std::lock_guard<std::mutex> lock(mu_);
+  preempt_ = std::move(check);
+}
+
+std::optional<std::string> WaitTracker::Preempted() const {
+  Preemption check;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    check = preempt_;
+  }
+  return check ? check() : std::nullopt;
 }
 
 }  // namespace gradex::agent

@@ -11,9 +11,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "services/agent/control_plane.h"
@@ -36,6 +38,14 @@ class WaitTracker final : public WaitSource, public std::enable_shared_from_this
   std::optional<WaitInfo> OldestWait(std::chrono::milliseconds at_least) const override;
   uint32_t running_epoch() const override { return epoch_.load(std::memory_order_relaxed); }
 
+  // An eviction preempts the step in progress (issue 12, item 6): while a
+  // Wait is blocked, `check` is polled (every kPreemptPoll); when it returns
+  // a reason, the Wait ends ABORTED with it, so the survivors enter the new
+  // epoch at once instead of at the step deadline. Empty: never.
+  using Preemption = std::function<std::optional<std::string>()>;
+  void SetPreemption(Preemption check);
+  static constexpr std::chrono::milliseconds kPreemptPoll{50};
+
   // The last receive whose Wait ran past its deadline since `since` (the
   // agent names that peer in its step error), or nothing.
   std::optional<WaitInfo> LastTimeout(Clock::time_point since) const;
@@ -55,7 +65,10 @@ class WaitTracker final : public WaitSource, public std::enable_shared_from_this
   void TimedOut(uint64_t owner, RequestId id);
   void Clear(uint64_t owner);
 
+  std::optional<std::string> Preempted() const;
+
   std::atomic<uint32_t> epoch_{0};
+  Preemption preempt_;  // guarded by mu_
   mutable std::mutex mu_;
   uint64_t step_ = 0;  // guarded by mu_
   uint64_t owners_ = 0;

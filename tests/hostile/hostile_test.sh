@@ -6,7 +6,7 @@
 # invariants checked, nobody crashes, and the coordinator refuses the
 # hostile calls naming the field.
 # usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO
-#   bad-address | bounds | flood | impersonate
+#   bad-address | bounds | flood | impersonate | sigstop
 set -euo pipefail
 
 COORDINATOR=$1
@@ -39,7 +39,8 @@ start_job() {  # start_job P [config...]: P agents, the job running past step 20
   local p=$1 i
   shift
   write_config "$TMP/job.json" job_id="$JOB" algorithm=spardl-bsag density=0.01 \
-    barrier_period=16 plan_lead_steps=16 step_deadline_ms=5000 world_size="$p" teams=1 "$@"
+    barrier_period=16 plan_lead_steps=16 step_deadline_ms="${DEADLINE_MS:-5000}" world_size="$p" \
+    teams=1 "$@"
   start_coordinator coordinator
   for ((i = 0; i < p; ++i)); do start_agent "$i"; done
   wait_for "$TMP/agent0.out" "^[0-9.]+ step 20 " 90 || fail "agent 0 never reached step 20"
@@ -133,11 +134,32 @@ scenario_impersonate() {
   ! grep -q "forged" "$TMP/coordinator.log" || fail "a forged report was logged"
 }
 
+# Item 6: a stopped process (SIGSTOP: alive, silent) is evicted at its lease
+# (2 s), and the eviction preempts the step the survivors wait in: they
+# enter the 3-member epoch within seconds, not at the 30 s step deadline.
+scenario_sigstop() {
+  local t_stop t_new i
+  DEADLINE_MS=30000 start_job 4 lease_ms=2000
+  t_stop=$(now)
+  kill -STOP "${AGENT_PID[3]}"
+  wait_for "$TMP/agent0.out" "^[0-9.]+ step [0-9]+ epoch [0-9]+ rank [0-9]/3 " 40 ||
+    fail "the survivors never ran a step without the stopped agent"
+  t_new=$(grep -m1 -E "^[0-9.]+ step [0-9]+ epoch [0-9]+ rank [0-9]/3 " "$TMP/agent0.out" | cut -d' ' -f1)
+  echo "survivors ran their first 3-rank step $(awk -v a="$t_new" -v b="$t_stop" 'BEGIN{printf "%.2f", a-b}') s after the SIGSTOP (lease 2 s, step deadline 30 s)"
+  awk -v a="$t_new" -v b="$t_stop" 'BEGIN { exit !(a - b < 12) }' ||
+    fail "the survivors waited $(awk -v a="$t_new" -v b="$t_stop" 'BEGIN{print a-b}') s: the eviction did not preempt the step"
+  grep -q "preempted: agent 'e2e-a3'" "$TMP"/agent0.err || fail "agent 0 does not say the step was preempted by the eviction"
+  kill -9 "${AGENT_PID[3]}"
+  expect_all_exit_zero 180 0 1 2
+  for i in 0 1 2; do expect_finished "$i" 3; done
+}
+
 case "$SCENARIO" in
   bad-address) scenario_bad_address ;;
   bounds) scenario_bounds ;;
   flood) scenario_flood ;;
   impersonate) scenario_impersonate ;;
+  sigstop) scenario_sigstop ;;
   *) fail "unknown scenario $SCENARIO" ;;
 esac
 echo "PASS: $SCENARIO"
