@@ -7,10 +7,10 @@
 
 #include "bench/flags.h"
 #include "bench/gradient_gen.h"
-#include "bench/invariants.h"
 #include "bench/output.h"
 #include "bench/rank_report.h"
 #include "bench/stats.h"
+#include "collectives/invariants.h"
 #include "gtest/gtest.h"
 #include "transport/loopback_transport.h"
 
@@ -250,7 +250,7 @@ TEST(Invariants, ANaNResultIsNotConserved) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->max_abs_err, 0.0);
   result[0] = std::nanf("");
-  ctx.step = 1;
+  ctx.call_id = 1;
   auto nan = CheckConservation(ctx, grad, zero, zero, result, contrib, scratch);
   ASSERT_TRUE(nan.ok()) << nan.status();
   EXPECT_FALSE(nan->max_abs_err <= 1e-6) << nan->max_abs_err;  // never "within tolerance"
