@@ -3,17 +3,24 @@
 // server then listens on the numeric address checked, so what is bound is
 // what was checked. A prefix test on the name let "127.attacker.example",
 // resolving to 0.0.0.0, listen on every interface in plaintext.
+// "localhost" (and names under .localhost) are loopback by definition (RFC
+// 6761) and map to 127.0.0.1 without the resolver: a minimal machine or
+// container may have no /etc/hosts.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/coordinator/server.h"
 
 namespace gradex::coordinator {
 
 absl::StatusOr<std::string> ResolveLoopback(const std::string& host) {
+  const std::string lower = absl::AsciiStrToLower(host);
+  if (lower == "localhost" || absl::EndsWith(lower, ".localhost")) return std::string("127.0.0.1");
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
