@@ -38,6 +38,16 @@ double BusBwGbps(const BenchFlags& flags, double seconds) {
   return AlgBwGbps(flags, seconds) * 2.0 * double(flags.ranks - 1) / double(flags.ranks);
 }
 
+// {"name":value,...} of the algorithm's own details.
+static std::string DetailsJson(const AlgoSummary& s) {
+  std::string out = "{";
+  for (const auto& [name, value] : s.details) {
+    if (out.size() > 1) out += ",";
+    absl::StrAppend(&out, JsonString(name), ":", Num(value));
+  }
+  return out + "}";
+}
+
 std::string JsonLine(const AlgoSummary& s, const BenchFlags& flags) {
   return absl::StrCat(
       "{\"algo\":", JsonString(s.algo), ",\"ranks\":", s.ranks, ",\"teams\":", s.teams,
@@ -48,7 +58,7 @@ std::string JsonLine(const AlgoSummary& s, const BenchFlags& flags) {
       ",\"consistent\":", s.consistent ? "true" : "false",
       ",\"conservation_max_abs_err\":", Num(s.conservation_max_abs_err),
       ",\"algbw_gbps\":", Num(AlgBwGbps(flags, s.median_s)),
-      ",\"busbw_gbps\":", Num(BusBwGbps(flags, s.median_s)), "}");
+      ",\"busbw_gbps\":", Num(BusBwGbps(flags, s.median_s)), ",\"details\":", DetailsJson(s), "}");
 }
 
 std::string Table(const std::vector<AlgoSummary>& all, const BenchFlags& flags) {
@@ -90,6 +100,15 @@ std::string Table(const std::vector<AlgoSummary>& all, const BenchFlags& flags) 
       "(per call: time of the slowest rank; MB = 1e6 bytes sent/received per rank; invariants = "
       "consistent + conserved + within bounds; select / comm / reduce: ms per call in each phase, "
       "per-rank medians averaged over ranks)\n";
+  bool titled = false;
+  for (const auto& s : all) {
+    if (!s.ran() || s.details.empty()) continue;
+    if (!titled) out += "details (the algorithm's own, last call, mean over ranks):\n";
+    titled = true;
+    out += absl::StrFormat("%-16s", s.algo);
+    for (const auto& [name, value] : s.details) absl::StrAppend(&out, " ", name, "=", value);
+    out += "\n";
+  }
   for (const auto& n : notes) out += absl::StrCat("invariant failure: ", n, "\n");
   return out;
 }

@@ -12,7 +12,7 @@ namespace gradex::bench {
 namespace {
 
 constexpr char kMagic[] = "GXR1";
-constexpr size_t kFields = 21;  // magic .. END
+constexpr size_t kFields = 22;  // magic .. END
 
 // Tabs and newlines would break the framing; messages are for humans anyway.
 std::string Clean(const std::string& s) {
@@ -70,6 +70,31 @@ bool ParseU64s(absl::string_view s, std::vector<uint64_t>* out) {
   return true;
 }
 
+// "name=hex,name=hex" ("-" when empty). Detail names are identifiers; one
+// that could not be parsed back is left out.
+std::string Details(const std::vector<std::pair<std::string, double>>& d) {
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : d) {
+    if (name.empty() || name.find_first_of("=,\t\n\r") != std::string::npos) continue;
+    parts.push_back(absl::StrCat(name, "=", Hex(value)));
+  }
+  return parts.empty() ? "-" : absl::StrJoin(parts, ",");
+}
+
+bool ParseDetails(absl::string_view s, std::vector<std::pair<std::string, double>>* out) {
+  out->clear();
+  if (s == "-") return true;
+  for (absl::string_view p : absl::StrSplit(s, ',')) {
+    const size_t eq = p.find('=');
+    double v;
+    if (eq == 0 || eq == absl::string_view::npos || !ParseDouble(p.substr(eq + 1), &v)) {
+      return false;
+    }
+    out->emplace_back(std::string(p.substr(0, eq)), v);
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string SerializeReport(const RankAlgoReport& r) {
@@ -79,7 +104,7 @@ std::string SerializeReport(const RankAlgoReport& r) {
       Doubles(r.communication_s), "\t", Doubles(r.reduction_s), "\t", U64s(r.sent_bytes), "\t",
       U64s(r.recv_bytes), "\t", r.result_nnz, "\t", r.result_capacity, "\t", r.result_hash, "\t",
       r.consistent ? 1 : 0, "\t", r.bounds_ok ? 1 : 0, "\t", r.conservation_checked ? 1 : 0, "\t",
-      Hex(r.conservation_max_abs_err), "\t", Hex(r.max_abs_sum), "\tEND");
+      Hex(r.conservation_max_abs_err), "\t", Hex(r.max_abs_sum), "\t", Details(r.details), "\tEND");
 }
 
 absl::StatusOr<RankAlgoReport> ParseReport(const std::string& line) {
@@ -99,7 +124,8 @@ absl::StatusOr<RankAlgoReport> ParseReport(const std::string& line) {
        absl::SimpleAtoi(f[12], &r.result_nnz) && absl::SimpleAtoi(f[13], &r.result_capacity) &&
        absl::SimpleAtoi(f[14], &r.result_hash) && absl::SimpleAtoi(f[15], &b[0]) &&
        absl::SimpleAtoi(f[16], &b[1]) && absl::SimpleAtoi(f[17], &b[2]) &&
-       ParseDouble(f[18], &r.conservation_max_abs_err) && ParseDouble(f[19], &r.max_abs_sum);
+       ParseDouble(f[18], &r.conservation_max_abs_err) && ParseDouble(f[19], &r.max_abs_sum) &&
+       ParseDetails(f[20], &r.details);
   if (!ok) {
     return absl::DataLossError(absl::StrCat("malformed rank report: '", line.substr(0, 80), "'"));
   }

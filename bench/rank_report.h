@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,8 @@ struct RankAlgoReport {
   bool conservation_checked = false;
   double conservation_max_abs_err = 0;
   double max_abs_sum = 0;  // max |sum over ranks|, to make the error relative
+  // The last call's algorithm-specific details (CallStats.details), by name.
+  std::vector<std::pair<std::string, double>> details;
 };
 
 // One line, no newline inside; fields tab-separated.

@@ -101,7 +101,7 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
     AllreduceOptions opts;
     opts.density = flags.density;
     opts.teams = rep.teams;
-    opts.quantize_bits = flags.quantize_bits;
+    opts.params["quantize_bits"] = flags.quantize_bits;
     std::fill(residual.begin(), residual.end(), 0.0f);
     AllreduceResult result;
     CallStats stats;
@@ -138,6 +138,7 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
       rep.recv_bytes.push_back(stats.recv_bytes);
     }
 
+    rep.details.assign(stats.details.begin(), stats.details.end());
     // Invariants on the last call.
     result.ToDense(result_dense);
     rep.result_nnz = result.CountNonZeros();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 
@@ -73,6 +74,14 @@ AlgoSummary Summarize(const std::string& algo, int ranks, int teams,
   s.recv_bytes_per_rank = recv / double(ranks) / double(iters);
   s.result_nnz = by_rank[0]->result_nnz;
   s.result_capacity = by_rank[0]->result_capacity;
+  std::map<std::string, std::pair<double, int>> details;  // name -> (sum, ranks)
+  for (const auto* r : by_rank) {
+    for (const auto& [name, value] : r->details) {
+      details[name].first += value;
+      ++details[name].second;
+    }
+  }
+  for (const auto& [name, sum] : details) s.details.emplace_back(name, sum.first / sum.second);
   s.consistent = true;
   s.bounds_ok = true;
   s.conservation_ok = true;

@@ -32,6 +32,9 @@ struct AlgoSummary {
   double conservation_max_abs_err = 0;
   double conservation_rel_err = 0;  // relative to max |sum|
   bool conservation_ok = false;
+  // The last call's algorithm-specific details (CallStats.details), each the
+  // mean over the ranks that reported it, by name.
+  std::vector<std::pair<std::string, double>> details;
 
   bool ran() const { return skip_note.empty() && errors.empty(); }
   bool invariants_ok() const { return consistent && bounds_ok && conservation_ok; }

@@ -146,4 +146,31 @@ absl::Status CheckParam(const ParamSpec& param, double value) {
   return absl::OkStatus();
 }
 
+absl::Status CheckParams(const AlgorithmSpec& spec, const ParamValues& values) {
+  if (values.size() > kMaxParams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(values.size(), " parameters (at most ", kMaxParams, ")"));
+  }
+  for (const auto& [name, value] : values) {
+    const ParamSpec* param = FindParam(spec, name);
+    if (param == nullptr) {
+      std::vector<std::string> known;
+      for (const ParamSpec& p : spec.params) known.push_back(p.name);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", name.substr(0, kMaxParamNameBytes), "' is not one of ", spec.name, "'s (",
+          known.empty() ? "it has none" : absl::StrJoin(known, ", "), ")"));
+    }
+    absl::Status st = CheckParam(*param, value);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+double ParamOr(const AlgorithmSpec* spec, const ParamValues& values, std::string_view name) {
+  auto it = values.find(name);
+  if (it != values.end()) return it->second;
+  const ParamSpec* param = spec == nullptr ? nullptr : FindParam(*spec, name);
+  return param == nullptr ? 0 : param->default_value;
+}
+
 }  // namespace gradex::catalog

@@ -10,6 +10,8 @@
 #define GRADEX_CATALOG_CATALOG_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -140,10 +142,25 @@ std::vector<std::string> Names();
 // "a, b, c": for error messages that list the known names.
 std::string NameList();
 
+// Algorithm parameters by catalog name: what a job config sets, the plan and
+// the agents' barrier carry and the algorithm reads (ParamOr). Every value is
+// a double; kInt parameters hold integers (CheckParam).
+using ParamValues = std::map<std::string, double, std::less<>>;
+// Bounds on what a plan or a barrier message may carry.
+inline constexpr size_t kMaxParams = 32;
+inline constexpr size_t kMaxParamNameBytes = 64;
+
 // The parameter `name` of `spec`, or null.
 const ParamSpec* FindParam(const AlgorithmSpec& spec, std::string_view name);
 // OK when `value` is valid for `param`; else INVALID_ARGUMENT naming it.
 absl::Status CheckParam(const ParamSpec& param, double value);
+// OK when every entry of `values` is a parameter of `spec` with a valid
+// value; else INVALID_ARGUMENT naming the parameter (and, for an unknown one,
+// listing the algorithm's parameters).
+absl::Status CheckParams(const AlgorithmSpec& spec, const ParamValues& values);
+// `values[name]` when present, else the catalog default of `name` in `spec`
+// (0 when `spec` is null or lacks it).
+double ParamOr(const AlgorithmSpec* spec, const ParamValues& values, std::string_view name);
 
 }  // namespace gradex::catalog
 

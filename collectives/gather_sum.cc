@@ -42,7 +42,7 @@ absl::Status GatherSumAlgorithm::Exchange(const CallContext& ctx, const Allreduc
     Select(acc, options, stats, &mine);
     ledger.Selected(mine);
   }
-  stats->local_selected = mine.nnz();
+  stats->details["local_selected"] = static_cast<double>(mine.nnz());
   const uint32_t capacity = static_cast<uint32_t>(Capacity(n, options));
   Link link(ctx, id(), &stats->phases);
   Group all;

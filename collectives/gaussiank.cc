@@ -88,7 +88,8 @@ class GaussianK final : public GatherSumAlgorithm {
 
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
                                      const CallStats& observed) const override {
-    const size_t cap = Capacity(n, options), own = observed.local_selected;
+    const size_t cap = Capacity(n, options),
+                 own = static_cast<size_t>(observed.Detail("local_selected"));
     return GatherVolume(rank, world, n, [&](int j) { return j == rank ? own : cap; });
   }
 

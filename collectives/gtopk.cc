@@ -88,7 +88,7 @@ class GTopk final : public SparseAllreduce {
       kernels::SelectTopKAndZero(acc.data(), n, k, 0, &current);
       ledger.Selected(current);
     }
-    stats->local_selected = current.nnz();
+    stats->details["local_selected"] = static_cast<double>(current.nnz());
     Link link(ctx, id(), &stats->phases);
     const ExpectedBlock whole{{0, static_cast<uint32_t>(n)}, static_cast<uint32_t>(k)};
     for (const Move& m : Schedule(ctx.transport->rank(), ctx.transport->size())) {

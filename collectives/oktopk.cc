@@ -85,7 +85,7 @@ class OkTopk final : public SparseAllreduce {
 };
 
 absl::Status OkTopk::CheckOptions(const CallContext&, const AllreduceOptions& options) const {
-  if (options.oktopk_tau < 1 || options.oktopk_tau_prime < 1) {
+  if (Param(options, "oktopk_tau") < 1 || Param(options, "oktopk_tau_prime") < 1) {
     return absl::InvalidArgumentError("oktopk_tau and oktopk_tau_prime must be >= 1");
   }
   return absl::OkStatus();
@@ -106,7 +106,8 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   const size_t n = acc.size();
   const size_t k = KeepCount(options.density, n);
   const bool keep_all = k >= n;
-  const bool refresh = ctx.training_step % static_cast<uint64_t>(options.oktopk_tau_prime) == 0;
+  const bool refresh =
+      ctx.training_step % static_cast<uint64_t>(Param(options, "oktopk_tau_prime")) == 0;
   const size_t local_cap =
       keep_all || rule_ == ThresholdRule::kAuthors ? n : std::min(n, BandHigh(k));
   PhaseTimes* times = &stats->phases;
@@ -123,7 +124,8 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
     ledger.Selected(local);
   }
   // 2. Region boundaries, at the first call and every τ calls.
-  if (bounds_.empty() || ctx.training_step % static_cast<uint64_t>(options.oktopk_tau) == 0) {
+  if (bounds_.empty() ||
+      ctx.training_step % static_cast<uint64_t>(Param(options, "oktopk_tau")) == 0) {
     std::vector<uint32_t> proposal = ProposeBoundaries(local, n, p);
     auto agreed = agreement_->Agree(link, proposal, n, times, &wire);
     if (!agreed.ok()) return agreed.status();
@@ -189,8 +191,10 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   stats->result_nnz = result->sparse.nnz();
   stats->result_capacity =
       keep_all || rule_ == ThresholdRule::kAuthors ? n : std::min(n, BandHigh(k));
-  stats->local_selected = local.nnz();
-  for (uint32_t c : counts) stats->global_selected += c;
+  stats->details["local_selected"] = static_cast<double>(local.nnz());
+  double global = 0;
+  for (uint32_t c : counts) global += c;
+  stats->details["global_selected"] = global;
   stats->coo_entries_sent = wire.entries_sent;
   stats->coo_entries_recv = wire.entries_recv;
   stats->frames_sent = wire.frames_sent;

@@ -32,6 +32,10 @@ AlgorithmTraits SparseAllreduce::traits() const {
 
 AlgorithmId SparseAllreduce::id() const { return CatalogId(name()); }
 
+double SparseAllreduce::Param(const AllreduceOptions& options, std::string_view name) const {
+  return catalog::ParamOr(catalog::Find(this->name()), options.params, name);
+}
+
 absl::Status RegisterAlgorithm(std::string_view name, AllreduceFactory factory) {
   if (catalog::Find(name) == nullptr) {
     return absl::NotFoundError(absl::StrCat(

@@ -60,7 +60,7 @@ absl::StatusOr<Volume> SparcmlSplit::ModelVolume(int rank, int world, size_t n,
     return absl::InvalidArgumentError(absl::StrCat("expected ", frames, " frames each way, got ",
                                                    sent.size(), " sent and ", recv.size()));
   }
-  const int bits = options.quantize_bits;
+  const int bits = static_cast<int>(Param(options, "quantize_bits"));
   auto size = [&](int b) { return layout.range(Mod(b, world)).size(); };
   Volume v;
   size_t f = 0;
@@ -80,7 +80,7 @@ absl::StatusOr<Volume> SparcmlSplit::ModelVolume(int rank, int world, size_t n,
 }
 
 absl::Status SparcmlSplit::CheckOptions(const CallContext&, const AllreduceOptions& options) const {
-  return ValidateQuantizeBits(options.quantize_bits);
+  return ValidateQuantizeBits(static_cast<int>(Param(options, "quantize_bits")));
 }
 
 absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptions& options,
@@ -95,7 +95,8 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
   const BlockLayout layout(n, p, 1.0);
   const size_t k = KeepCount(options.density, n);
   // Static streams never go dense, so there is nothing to quantize.
-  const int bits = gather_form() == GatherForm::kStatic ? 0 : options.quantize_bits;
+  const int bits =
+      gather_form() == GatherForm::kStatic ? 0 : static_cast<int>(Param(options, "quantize_bits"));
   kernels::SparseVec mine, error;
   SelectLocalTopK(acc, k, ledger, times, &mine);
 

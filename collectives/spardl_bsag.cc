@@ -46,10 +46,12 @@ class SparDLBsag final : public SparDLFamily {
     const int teams = cross.size();
     const size_t k_block = block.capacity;
     // A block kept whole (density 1) gains nothing from pre-selection.
+    // "kprime" 0: this rank's controller steers k' (catalog/algorithms.cc).
+    const auto asked = static_cast<size_t>(Param(options, "kprime"));
     size_t kprime = k_block >= block.range.size() ? k_block
-                    : options.kprime > 0          ? std::min(options.kprime, k_block)
+                    : asked > 0                   ? std::min(asked, k_block)
                                                   : controller_.KPrime(k_block, teams);
-    stats->kprime_used = kprime;
+    stats->details["kprime_used"] = static_cast<double>(kprime);
     kernels::SparseVec mine, dropped;
     {
       PhaseTimer t(&times->selection_s);
@@ -74,13 +76,13 @@ class SparDLBsag final : public SparDLFamily {
     }
     size_t u = 0;
     for (float v : sum.val) u += v != 0.0f;
-    stats->post_gather_count = u;
+    stats->details["post_gather_count"] = static_cast<double>(u);
     {
       PhaseTimer t(&times->selection_s);
       kernels::SparseTopK(kernels::View(sum), k_block, owned, &dropped);
       ledger.Discarded(std::move(dropped), 1.0f / static_cast<float>(teams));
     }
-    if (options.kprime == 0 && k_block < block.range.size()) controller_.Update(u);
+    if (asked == 0 && k_block < block.range.size()) controller_.Update(u);
     return absl::OkStatus();
   }
 

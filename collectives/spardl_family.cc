@@ -16,7 +16,8 @@ absl::StatusOr<Volume> SparDLFamily::ModelVolume(int rank, int world, size_t n,
   const BlockLayout layout(n, world / *teams, options.density);
   const int me = rank % layout.parts();
   Volume v = SrsAndBruckVolume(layout, me);
-  SyncVolume(*teams, layout.range(me).size(), layout.keep(me), observed.kprime_used, &v);
+  SyncVolume(*teams, layout.range(me).size(), layout.keep(me),
+             static_cast<size_t>(observed.Detail("kprime_used")), &v);
   return v;
 }
 

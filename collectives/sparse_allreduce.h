@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -36,21 +37,17 @@ struct CallContext {
   // what step-driven schedules count, such as Ok-Topk's τ and τ'.
   uint64_t training_step = 0;
 };
-// Parameters the coordinator owns (slowly changing, per call).
+// What the call is asked to do: the plan's density and team count (the
+// coordinator decides them for every algorithm) and the algorithm's own
+// parameters by catalog name (catalog/algorithms.cc), e.g. B-SAG's "kprime"
+// (0: the algorithm's k' controller), Ok-Topk's "oktopk_tau" and
+// "oktopk_tau_prime", SparCML's "quantize_bits". An algorithm reads its own
+// with SparseAllreduce::Param (the catalog default when absent) and ignores
+// names its entry lacks, so one sweep may set a value for every algorithm.
 struct AllreduceOptions {
   double density = 0.01;  // k = ceil(density * block size), per block
   int teams = 1;          // SparDL SAG team count; must divide P
-  // B-SAG k' (per block, this rank's team position). 0: use the algorithm's own
-  // step controller, which starts at k_block / T.
-  size_t kprime = 0;
-  // Ok-Topk: region boundaries are re-agreed every oktopk_tau calls (by step
-  // number) and exact local and global thresholds computed every
-  // oktopk_tau_prime calls (reused in between).
-  int oktopk_tau = 64;
-  int oktopk_tau_prime = 32;
-  // QSGD bits per value on the dense phases (SparCML's low-precision layer):
-  // 0 = off, else 2, 4 or 8. Algorithms without a dense phase ignore it.
-  int quantize_bits = 0;
+  catalog::ParamValues params;
 };
 
 // Wall time of the call split by what it was doing.
@@ -66,15 +63,11 @@ struct CallStats {
   uint64_t sent_bytes = 0;  // this call, all peers, frame headers included
   uint64_t recv_bytes = 0;
   uint64_t messages_sent = 0;
-  size_t result_nnz = 0;         // non-zeros of the result
-  size_t result_capacity = 0;    // the most non-zeros the algorithm promises
-  size_t post_gather_count = 0;  // B-SAG: u, entries after the cross-team gather
-  size_t kprime_used = 0;        // B-SAG: k' used by this call
+  size_t result_nnz = 0;       // non-zeros of the result
+  size_t result_capacity = 0;  // the most non-zeros the algorithm promises
   // Data-dependent volumes (Ok-Topk): the selected counts, and the COO entries
   // and frames this rank framed and sent / decoded and received, which its
   // volume model prices at 8 bytes an entry and 48 a frame.
-  size_t local_selected = 0;   // entries this rank selected from grad + residual
-  size_t global_selected = 0;  // entries of the global selection (all ranks)
   uint64_t coo_entries_sent = 0;
   uint64_t coo_entries_recv = 0;
   uint64_t frames_sent = 0;
@@ -84,6 +77,18 @@ struct CallStats {
   // the volume) depends on the data; the volume model prices these frames.
   std::vector<uint64_t> stream_frames_sent;
   std::vector<uint64_t> stream_frames_recv;
+  // The algorithm's own details of the call, by name, which metrics and
+  // bench print without knowing them: e.g. B-SAG's "kprime_used" (k') and
+  // "post_gather_count" (u, entries after the cross-team gather), the
+  // selections' "local_selected" (entries this rank selected from grad +
+  // residual) and Ok-Topk's "global_selected" (entries of the global
+  // selection, all ranks).
+  std::map<std::string, double, std::less<>> details;
+  // details[name], 0 when the call did not set it.
+  double Detail(std::string_view name) const {
+    auto it = details.find(name);
+    return it == details.end() ? 0 : it->second;
+  }
 };
 
 // The summed result: COO (sorted, unique) or, for dense algorithms, dense.
@@ -115,6 +120,9 @@ class SparseAllreduce {
   // the name, which registration refuses).
   AlgorithmTraits traits() const;
   AlgorithmId id() const;
+  // The parameter `name` of this algorithm in `options`, else its catalog
+  // default (0 when the entry lacks it).
+  double Param(const AllreduceOptions& options, std::string_view name) const;
 
   // The model's bytes for the call `observed` describes (data-dependent models
   // read what they need from it, e.g. B-SAG's k'). Invariant 4 holds measured

@@ -241,9 +241,7 @@ AllreduceOptions Agent::Options(int bucket) const {
   AllreduceOptions o;
   o.density = plan_->density;
   o.teams = plan_->teams;
-  o.oktopk_tau = plan_->oktopk_tau;
-  o.oktopk_tau_prime = plan_->oktopk_tau_prime;
-  o.quantize_bits = plan_->quantize_bits;
+  o.params = plan_->params;  // agreed at the barrier with the algorithm
   // k' needs no agreement: the newest plan's, whenever it arrived, as long as
   // it speaks of the same team layout.
   std::shared_ptr<const Plan> newest = control_->LatestPlan();
@@ -255,7 +253,9 @@ AllreduceOptions Agent::Options(int bucket) const {
   const int position = rank_ % std::max(plan_->world() / teams, 1);
   if (bucket < static_cast<int>(source.kprime.size()) &&
       position < static_cast<int>(source.kprime[bucket].size())) {
-    o.kprime = source.kprime[bucket][position];
+    // The coordinator's k' controller (catalog trait kprime_controlled)
+    // steers the algorithm's "kprime" parameter per bucket and position.
+    o.params["kprime"] = static_cast<double>(source.kprime[bucket][position]);
   }
   return o;
 }
@@ -376,17 +376,20 @@ void Agent::Report(const StepOutcome& out, double compute_s,
   r.rank = out.rank;
   r.compute_s = compute_s;
   for (const CallStats& s : out.stats) {
+    // What the coordinator's k' controller reads (StepReport's B-SAG
+    // fields); 0 for algorithms that do not set them.
+    const auto kprime = static_cast<size_t>(s.Detail("kprime_used"));
+    const auto post_gather = static_cast<size_t>(s.Detail("post_gather_count"));
     r.total_s += s.total_s;
     r.selection_s += s.phases.selection_s;
     r.communication_s += s.phases.communication_s;
     r.reduction_s += s.phases.reduction_s;
-    r.post_gather_count += s.post_gather_count;
-    r.kprime_used = std::max(r.kprime_used, s.kprime_used);
+    r.post_gather_count += post_gather;
+    r.kprime_used = std::max(r.kprime_used, kprime);
     r.sent_bytes += s.sent_bytes;
     r.recv_bytes += s.recv_bytes;
     r.result_nnz += s.result_nnz;
-    r.buckets.push_back(
-        {options_.elements, out.rank % q, s.kprime_used, s.post_gather_count, s.result_nnz});
+    r.buckets.push_back({options_.elements, out.rank % q, kprime, post_gather, s.result_nnz});
   }
   if (link_ && link_epoch_ == out.epoch) r.link = link_;
   control_->ReportStep(std::move(r));  // drops, never blocks

@@ -72,15 +72,15 @@ AgentMetrics::AgentMetrics() : registry_(std::make_shared<prometheus::Registry>(
   threshold_ = NewGauge(r, "gradex_agent_selection_threshold",
                         "Smallest non-zero magnitude in the last sparse result (the effective "
                         "global selection threshold)");
-  post_gather_ = NewGauge(r, "gradex_agent_bsag_post_gather_count",
-                          "B-SAG: entries after the cross-team gather in the last call");
   epoch_ = NewGauge(r, "gradex_agent_epoch", "Epoch of the current communicator");
   members_ = NewGauge(r, "gradex_agent_members", "Ranks in the current epoch");
   rank_ = NewGauge(r, "gradex_agent_rank", "This agent's rank in the current epoch");
-  kprime_ = &BuildGauge()
-                 .Name("gradex_agent_bsag_kprime")
-                 .Help("B-SAG k' used by the last call, by this rank's team position")
-                 .Register(r);
+  details_ = &BuildGauge()
+                  .Name("gradex_agent_call_detail")
+                  .Help(
+                      "The last call's algorithm-specific details (CallStats.details), by "
+                      "algorithm, detail name and this rank's team position (rank mod P/T)")
+                  .Register(r);
   auto& frames = BuildCounter()
                      .Name("gradex_agent_frame_errors_total")
                      .Help(
@@ -131,10 +131,12 @@ void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& st
     }
     threshold_->Set(t);
   }
-  if (stats.kprime_used > 0) {
-    kprime_->Add({{"team_position", std::to_string(team_position)}})
-        .Set(static_cast<double>(stats.kprime_used));
-    post_gather_->Set(static_cast<double>(stats.post_gather_count));
+  for (const auto& [name, value] : stats.details) {
+    details_
+        ->Add({{"algorithm", algorithm},
+               {"detail", name},
+               {"team_position", std::to_string(team_position)}})
+        .Set(value);
   }
 }
 

@@ -54,9 +54,9 @@ class AgentMetrics {
   prometheus::Family<prometheus::Histogram>* call_seconds_;
   prometheus::Counter *sent_bytes_, *recv_bytes_, *steps_ok_, *steps_failed_, *epoch_changes_,
       *report_drops_;
-  prometheus::Gauge *result_nnz_, *result_density_, *residual_l2_, *threshold_, *post_gather_,
-      *epoch_, *members_, *rank_;
-  prometheus::Family<prometheus::Gauge>* kprime_;
+  prometheus::Gauge *result_nnz_, *result_density_, *residual_l2_, *threshold_, *epoch_, *members_,
+      *rank_;
+  prometheus::Family<prometheus::Gauge>* details_;
   std::array<prometheus::Counter*, static_cast<int>(FrameError::kCount)> frame_errors_{};
   std::array<uint64_t, static_cast<int>(FrameError::kCount)> frame_seen_{};
   uint64_t drops_seen_ = 0;

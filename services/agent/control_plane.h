@@ -30,7 +30,7 @@ struct PlanMember {
 };
 
 // One version of the job's plan. Values every rank must agree on (epoch and
-// members, algorithm, density, teams, the periods, quantize_bits, deadline)
+// members, algorithm, density, teams, the period, deadline, parameters)
 // are switched only at plan barriers (steps that are multiples of tau), to
 // values the members agree on in-band (epoch_sync.h); the B-SAG k' is per
 // rank and applied as soon as it arrives. A new epoch replacing a broken one
@@ -47,9 +47,10 @@ struct Plan {
   // 0 = the algorithm's own step controller.
   std::vector<std::vector<size_t>> kprime;
   int tau = 64;  // plan barrier period, in steps
-  int oktopk_tau = 64;
-  int oktopk_tau_prime = 32;
-  int quantize_bits = 0;
+  // The algorithm's parameters by catalog name (e.g. Ok-Topk's "oktopk_tau"),
+  // from the job config, checked against the catalog entry; absent ones take
+  // the entry's default where the algorithm reads them.
+  catalog::ParamValues params;
   std::chrono::milliseconds step_deadline{10000};  // budget of one call
   // Probe the links at each epoch's start (link_probe.h) and report them. A
   // job constant (the coordinator's auto_teams), so every rank of an epoch

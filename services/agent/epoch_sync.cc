@@ -15,9 +15,11 @@ constexpr uint32_t kMagic = 0x59535847;  // "GXSY" little-endian
 constexpr size_t kNameBytes = 64;
 
 // Little-endian fixed layout: magic, epoch, next_step, newest_epoch,
-// values_rank, plan_version, algorithm[64], density, teams, tau, oktopk_tau,
-// oktopk_tau_prime, quantize_bits, step_deadline_ms.
-constexpr size_t kSize = 4 + 4 + 8 + 8 + 4 + 8 + kNameBytes + 8 + 4 * 5 + 4;
+// values_rank, plan_version, algorithm[64], density, teams, tau,
+// step_deadline_ms, then the algorithm's parameters: a count (u8, <=
+// catalog::kMaxParams) and per parameter its name's length (u8, 1..64), the
+// name and its value (f64).
+constexpr size_t kFixedSize = 4 + 4 + 8 + 8 + 4 + 8 + kNameBytes + 8 + 4 * 2 + 4 + 1;
 
 class Writer {
  public:
@@ -43,6 +45,7 @@ class Reader {
     at_ += sizeof(T);
     return v;
   }
+  size_t left() const { return b_.size() - at_; }
   const uint8_t* Skip(size_t n) {
     const uint8_t* p = b_.data() + at_;
     at_ += n;
@@ -56,7 +59,7 @@ class Reader {
 
 Bytes Encode(uint32_t epoch, const SyncState& s) {
   Bytes b;
-  b.reserve(kSize);
+  b.reserve(kFixedSize + s.values.params.size() * (1 + catalog::kMaxParamNameBytes + 8));
   Writer w(&b);
   w.Put(kMagic);
   w.Put(epoch);
@@ -70,10 +73,14 @@ Bytes Encode(uint32_t epoch, const SyncState& s) {
   w.Put(s.values.density);
   w.Put(s.values.teams);
   w.Put(s.values.tau);
-  w.Put(s.values.oktopk_tau);
-  w.Put(s.values.oktopk_tau_prime);
-  w.Put(s.values.quantize_bits);
   w.Put(s.values.step_deadline_ms);
+  // BarrierValues::From keeps at most kMaxParams names of 1..64 bytes.
+  w.Put(static_cast<uint8_t>(s.values.params.size()));
+  for (const auto& [pname, value] : s.values.params) {
+    w.Put(static_cast<uint8_t>(pname.size()));
+    for (char c : pname) w.Put(c);
+    w.Put(value);
+  }
   return b;
 }
 
@@ -81,7 +88,9 @@ absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int w
   auto bad = [&](const std::string& why) {
     return absl::DataLossError(absl::StrCat("epoch sync: from rank ", from, ": ", why));
   };
-  if (b.size() != kSize) return bad(absl::StrCat(b.size(), " bytes, expected ", kSize));
+  if (b.size() < kFixedSize) {
+    return bad(absl::StrCat(b.size(), " bytes, expected at least ", kFixedSize));
+  }
   Reader r(b);
   if (r.Get<uint32_t>() != kMagic) return bad("bad magic");
   if (const uint32_t e = r.Get<uint32_t>(); e != epoch) {
@@ -100,19 +109,34 @@ absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int w
   s.values.density = r.Get<double>();
   s.values.teams = r.Get<int32_t>();
   s.values.tau = r.Get<int32_t>();
-  s.values.oktopk_tau = r.Get<int32_t>();
-  s.values.oktopk_tau_prime = r.Get<int32_t>();
-  s.values.quantize_bits = r.Get<int32_t>();
   s.values.step_deadline_ms = r.Get<uint32_t>();
+  const size_t count = r.Get<uint8_t>();
+  if (count > catalog::kMaxParams) return bad(absl::StrCat(count, " parameters"));
+  for (size_t i = 0; i < count; ++i) {
+    // Each length is checked against what is left before the bytes are read.
+    if (r.left() < 1) return bad("parameters truncated");
+    const size_t len = r.Get<uint8_t>();
+    if (len == 0 || len > catalog::kMaxParamNameBytes || r.left() < len + 8) {
+      return bad("bad parameter name length");
+    }
+    const uint8_t* pname = r.Skip(len);
+    std::string key(reinterpret_cast<const char*>(pname), len);
+    const double value = r.Get<double>();
+    if (!s.values.params.emplace(std::move(key), value).second) return bad("repeated parameter");
+  }
+  if (r.left() != 0) return bad(absl::StrCat(r.left(), " trailing bytes"));
   const BarrierValues& v = s.values;
   if (s.values_rank < 0 || s.values_rank >= world) return bad("values rank out of range");
   if (!(std::isfinite(v.density) && v.density > 0 && v.density <= 1)) return bad("bad density");
-  if (v.teams < 1 || v.tau < 1 || v.oktopk_tau < 1 || v.oktopk_tau_prime < 1) {
-    return bad("teams and periods must be >= 1");
-  }
-  if (v.quantize_bits != 0 && v.quantize_bits != 2 && v.quantize_bits != 4 &&
-      v.quantize_bits != 8) {
-    return bad("bad quantize_bits");
+  if (v.teams < 1 || v.tau < 1) return bad("teams and period must be >= 1");
+  // The parameters are checked against the algorithm's catalog entry, as the
+  // coordinator checked the job config.
+  if (const catalog::AlgorithmSpec* spec = catalog::Find(v.algorithm); spec != nullptr) {
+    if (absl::Status st = catalog::CheckParams(*spec, v.params); !st.ok()) {
+      return bad(std::string(st.message()));
+    }
+  } else if (!v.params.empty()) {
+    return bad("parameters for an algorithm the catalog lacks");
   }
   if (v.step_deadline_ms == 0) return bad("zero step deadline");
   return s;
@@ -159,9 +183,13 @@ BarrierValues BarrierValues::From(const Plan& plan) {
   v.density = plan.density;
   v.teams = plan.teams;
   v.tau = plan.tau;
-  v.oktopk_tau = plan.oktopk_tau;
-  v.oktopk_tau_prime = plan.oktopk_tau_prime;
-  v.quantize_bits = plan.quantize_bits;
+  // The plan's parameters were checked when it arrived; the wire bounds are
+  // enforced again here so Encode never writes what Decode would refuse.
+  for (const auto& [name, value] : plan.params) {
+    if (v.params.size() == catalog::kMaxParams) break;
+    if (name.empty() || name.size() > catalog::kMaxParamNameBytes) continue;
+    v.params.emplace(name, value);
+  }
   v.step_deadline_ms = static_cast<uint32_t>(plan.step_deadline.count());
   return v;
 }
@@ -171,9 +199,7 @@ void BarrierValues::ApplyTo(Plan* plan) const {
   plan->density = density;
   plan->teams = teams;
   plan->tau = tau;
-  plan->oktopk_tau = oktopk_tau;
-  plan->oktopk_tau_prime = oktopk_tau_prime;
-  plan->quantize_bits = quantize_bits;
+  plan->params = params;
   plan->step_deadline = std::chrono::milliseconds(step_deadline_ms);
 }
 

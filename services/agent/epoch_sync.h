@@ -3,10 +3,10 @@
 // - the step to run next: the largest any member proposes (a rank that
 //   completed a step its peers failed does not run it again);
 // - whether to leave the epoch: the newest epoch any member has seen;
-// - the values all ranks must share (algorithm, density, teams, periods,
-//   deadline): those of the lowest rank's newest eligible plan, carried in
-//   the messages themselves, so no rank needs to hold that plan version (the
-//   plan stream may skip versions).
+// - the values all ranks must share (algorithm, density, teams, barrier
+//   period, deadline, the algorithm's parameters by catalog name): those of the lowest rank's
+//   newest eligible plan, carried in the messages themselves, so no rank needs to hold that plan
+//   version (the plan stream may skip versions).
 // A dissemination all-reduce: ceil(log2 P) rounds of one small message; max,
 // and "keep the lowest source rank" are idempotent, so any P works.
 #ifndef GRADEX_SERVICES_AGENT_EPOCH_SYNC_H_
@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "catalog/catalog.h"
 #include "collectives/tag_space.h"
 #include "services/agent/control_plane.h"
 #include "transport/transport.h"
@@ -30,10 +31,8 @@ struct BarrierValues {
   double density = 0;
   int32_t teams = 1;
   int32_t tau = 64;
-  int32_t oktopk_tau = 64;
-  int32_t oktopk_tau_prime = 32;
-  int32_t quantize_bits = 0;
   uint32_t step_deadline_ms = 10000;
+  catalog::ParamValues params;  // checked against the algorithm's catalog entry
 
   static BarrierValues From(const Plan& plan);
   void ApplyTo(Plan* plan) const;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "catalog/catalog.h"
 
 namespace gradex::agent {
 
@@ -53,9 +54,22 @@ absl::StatusOr<Plan> ToPlan(const pb::Plan& m, uint64_t version_offset) {
     row[k.team_position()] = k.kprime();
   }
   p.tau = m.barrier_period();
-  p.oktopk_tau = std::max(m.oktopk_tau(), 1);
-  p.oktopk_tau_prime = std::max(m.oktopk_tau_prime(), 1);
-  p.quantize_bits = m.quantize_bits();
+  if (m.params_size() > static_cast<int>(catalog::kMaxParams)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan ", m.version(), ": ", m.params_size(), " parameters"));
+  }
+  for (const auto& [name, value] : m.params()) {
+    if (name.empty() || name.size() > catalog::kMaxParamNameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan ", m.version(), ": parameter name of ", name.size(), " bytes"));
+    }
+    p.params.emplace(name, value);
+  }
+  const catalog::AlgorithmSpec* spec = catalog::Find(p.algorithm);
+  if (absl::Status st = spec == nullptr ? absl::OkStatus() : catalog::CheckParams(*spec, p.params);
+      !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("plan ", m.version(), ": ", st.message()));
+  }
   p.step_deadline = std::chrono::milliseconds(m.step_deadline_ms());
   p.measure_links = m.measure_links();
   return p;

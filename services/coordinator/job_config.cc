@@ -26,6 +26,50 @@ bool IsKnownAlgorithm(absl::string_view name) {
   return catalog::Find(std::string_view(name.data(), name.size())) != nullptr;
 }
 
+namespace {
+
+// The algorithm's parameters: `params` by catalog name, checked against the
+// entry (a refusal names the parameter), and the older top-level keys as
+// aliases, checked as they always were and kept only when the algorithm has
+// the parameter (other algorithms ignored them before params existed).
+absl::Status ReadParams(const gradex::v1::JobConfig& c, JobSettings* s) {
+  const catalog::AlgorithmSpec* spec = catalog::Find(s->algorithm);
+  if (spec == nullptr) return Bad("algorithm", "not in the catalog");
+  if (c.params_size() > static_cast<int>(catalog::kMaxParams)) {
+    return Bad("params", absl::StrCat("at most ", catalog::kMaxParams, " entries"));
+  }
+  for (const auto& [name, value] : c.params()) s->params.emplace(name, value);
+  if (absl::Status st = catalog::CheckParams(*spec, s->params); !st.ok()) {
+    return Bad("params", std::string(st.message()));
+  }
+  struct Alias {
+    const char* name;
+    int value;
+    bool valid;
+    const char* range;
+  };
+  const int q = c.quantize_bits();
+  const Alias aliases[] = {
+      {"oktopk_tau", c.oktopk_tau(), c.oktopk_tau() >= 0 && c.oktopk_tau() <= (1 << 20),
+       "0..1048576 steps (0 = default)"},
+      {"oktopk_tau_prime", c.oktopk_tau_prime(),
+       c.oktopk_tau_prime() >= 0 && c.oktopk_tau_prime() <= (1 << 20),
+       "0..1048576 steps (0 = default)"},
+      {"quantize_bits", q, q == 0 || q == 2 || q == 4 || q == 8, "0, 2, 4 or 8"},
+  };
+  for (const Alias& a : aliases) {
+    if (!a.valid) return Bad(a.name, a.range);
+    if (a.value == 0 || catalog::FindParam(*spec, a.name) == nullptr) continue;
+    auto [it, added] = s->params.emplace(a.name, a.value);
+    if (!added && it->second != a.value) {
+      return Bad(a.name, absl::StrCat(a.value, " differs from params.", a.name, " ", it->second));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   if (json.size() > kMaxConfigBytes) return Bad("file", "over 1 MiB");
   gradex::v1::JobConfig c;
@@ -73,10 +117,6 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   };
   if (auto e = period(c.barrier_period(), 64, "barrier_period", &s.barrier_period); !e.ok())
     return e;
-  if (auto e = period(c.oktopk_tau(), 64, "oktopk_tau", &s.oktopk_tau); !e.ok()) return e;
-  if (auto e = period(c.oktopk_tau_prime(), 32, "oktopk_tau_prime", &s.oktopk_tau_prime); !e.ok()) {
-    return e;
-  }
   if (auto e = period(c.covap_interval(), 3, "covap_interval", &s.covap_interval); !e.ok())
     return e;
   if (c.covap_profile_steps() < 0 || c.covap_profile_steps() > 100000) {
@@ -90,9 +130,7 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
     return Bad("plan_lead_steps", "0..1048576");
   }
   s.plan_lead_steps = c.plan_lead_steps() == 0 ? s.barrier_period : c.plan_lead_steps();
-  int q = c.quantize_bits();
-  if (q != 0 && q != 2 && q != 4 && q != 8) return Bad("quantize_bits", "0, 2, 4 or 8");
-  s.quantize_bits = q;
+  if (auto e = ReadParams(c, &s); !e.ok()) return e;
   s.coordinate_kprime = c.has_coordinate_kprime() ? c.coordinate_kprime() : traits.uses_teams;
   s.coordinate_oktopk_regions = c.has_coordinate_oktopk_regions() ? c.coordinate_oktopk_regions()
                                                                   : traits.coordinated_regions;

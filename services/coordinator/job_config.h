@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "catalog/catalog.h"
 
 namespace gradex::coordinator {
 
@@ -27,14 +28,15 @@ struct JobSettings {
   // The coordinator chooses T (and R-SAG/B-SAG) from the measured links.
   bool auto_teams = false;
   int barrier_period = 64;
-  int oktopk_tau = 64;
-  int oktopk_tau_prime = 32;
   int covap_interval = 3;
   int covap_profile_steps = 16;
   absl::Duration lease = absl::Seconds(10);
   absl::Duration step_deadline = absl::Seconds(30);
   int plan_lead_steps = 64;
-  int quantize_bits = 0;
+  // The algorithm's parameters by catalog name, each checked against its
+  // catalog entry; absent ones take the entry's default where read. Carried
+  // by the plan and agreed by the agents at barriers.
+  catalog::ParamValues params;
   bool coordinate_kprime = false;
   bool coordinate_oktopk_regions = false;
   // Parameter-only plan changes (k') are published at most this often, so a

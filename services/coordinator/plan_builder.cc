@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "catalog/catalog.h"
+
 namespace gradex::coordinator {
 
 gradex::v1::Plan BuildPlan(
@@ -35,8 +37,14 @@ gradex::v1::Plan BuildPlan(
     k->set_team_position(key.second);
     k->set_kprime(value);
   }
-  p.set_oktopk_tau(s.oktopk_tau);
-  p.set_oktopk_tau_prime(s.oktopk_tau_prime);
+  // The published algorithm's parameters only: the team choice may publish
+  // R-SAG for a B-SAG job (or back), and agents refuse a name the plan's
+  // algorithm lacks.
+  if (const catalog::AlgorithmSpec* spec = catalog::Find(agreed.teams.algorithm)) {
+    for (const auto& [name, value] : s.params) {
+      if (catalog::FindParam(*spec, name) != nullptr) (*p.mutable_params())[name] = value;
+    }
+  }
   for (const auto& [bucket, r] : agreed.regions) {
     if (static_cast<int>(r.boundaries.size()) != rank + 1) continue;  // another epoch's P
     gradex::v1::OkTopkRegions* o = p.add_oktopk_regions();
@@ -49,7 +57,6 @@ gradex::v1::Plan BuildPlan(
   p.set_covap_ccr(agreed.covap_ccr);
   p.set_barrier_period(s.barrier_period);
   p.set_step_deadline_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(s.step_deadline)));
-  p.set_quantize_bits(s.quantize_bits);
   return p;
 }
 

@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "tests/fakes/fake_control_plane.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
+#include "tests/fakes/fake_control_plane.h"
 
 namespace gradex::agent {
 namespace {
@@ -175,7 +175,7 @@ TEST(AgentTest, FourAgentsRunFiftyStepsOfBsagWithInvariants) {
   for (auto& [step, ranks] : rec.steps()) {
     for (auto& [rank, r] : ranks) {
       EXPECT_EQ(r.epoch, 1u);
-      EXPECT_GT(r.stats.kprime_used, 0u) << "B-SAG ran with teams";
+      EXPECT_GT(r.stats.Detail("kprime_used"), 0u) << "B-SAG ran with teams";
     }
   }
   // Reports reach the coordinator asynchronously.
@@ -270,9 +270,9 @@ TEST(AgentTest, PlanChangesApplyAtTheirEffectiveStepOnEveryRank) {
     for (auto& [rank, r] : ranks) {
       EXPECT_EQ(r.density, step < kEffective ? 0.05 : 0.2) << "step " << step << " rank " << rank;
       if (step >= kPause) {
-        EXPECT_EQ(r.stats.kprime_used, kKPrime) << "step " << step;
+        EXPECT_EQ(r.stats.Detail("kprime_used"), kKPrime) << "step " << step;
       } else {
-        EXPECT_NE(r.stats.kprime_used, kKPrime) << "step " << step;
+        EXPECT_NE(r.stats.Detail("kprime_used"), kKPrime) << "step " << step;
       }
     }
   }

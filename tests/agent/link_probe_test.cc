@@ -14,9 +14,9 @@
 #include "absl/synchronization/mutex.h"
 #include "collectives/link.h"
 #include "services/agent/agent.h"
-#include "tests/fakes/fake_control_plane.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
+#include "tests/fakes/fake_control_plane.h"
 #include "transport/loopback_transport.h"
 
 namespace gradex::agent {
@@ -246,10 +246,11 @@ TEST(LinkProbeAgentTest, TeamCountChangeAtABarrierKeepsInvariants) {
     for (auto& [rank, r] : ranks) {
       EXPECT_EQ(r.teams, step < kEffective ? 2 : 4) << "step " << step << " rank " << rank;
       if (step >= kKPrimeAt && step < kTeamsAt) {
-        EXPECT_EQ(r.call.stats.kprime_used, kKPrime) << "step " << step;
+        EXPECT_EQ(r.call.stats.Detail("kprime_used"), kKPrime) << "step " << step;
       }
       if (step >= kEffective) {
-        EXPECT_NE(r.call.stats.kprime_used, kKPrime) << "old layout's k' at step " << step;
+        EXPECT_NE(r.call.stats.Detail("kprime_used"), kKPrime)
+            << "old layout's k' at step " << step;
       }
       calls.push_back(r.call);
     }

@@ -84,7 +84,7 @@ TEST_P(DeadPeerTest, EverySurvivorFailsFastAndKeepsItsContribution) {
           AllreduceOptions opt;
           opt.density = loss.density;
           opt.teams = loss.teams;
-          opt.quantize_bits = loss.quantize_bits;
+          opt.params["quantize_bits"] = loss.quantize_bits;
           AllreduceResult result;
           CallStats stats;
           const Clock::time_point start = Clock::now();
@@ -125,7 +125,7 @@ TEST_P(AbsentPeerTest, TimesOutAtDeadline) {
     AllreduceResult result;
     CallStats stats;
     CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::milliseconds(800))};
-    absl::Status s = (*a)->Run(ctx, {0.01, TeamsAtFour(algo), 0}, grad, residual, &result, &stats);
+    absl::Status s = (*a)->Run(ctx, {0.01, TeamsAtFour(algo)}, grad, residual, &result, &stats);
     if (!s.ok()) t.Abort(DeadlineIn(std::chrono::milliseconds(500)));  // as the owner does
     return s;
   });

@@ -57,7 +57,7 @@ TEST(FaultsTest, BadFramesAreRejectedAndResidualKept) {
     AllreduceResult result;
     CallStats stats;
     CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
-    absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1, 0}, grad, residual, &result, &stats);
+    absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1}, grad, residual, &result, &stats);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
     EXPECT_EQ(FrameErrorCounts()[static_cast<int>(c.reason)], before + 1);
     EXPECT_EQ(residual, expected);  // nothing lost, nothing added

@@ -105,7 +105,7 @@ TEST_P(InvariantsTest, ConsistentConservingBoundedOnIntegers) {
   const std::vector<Case> cases = Sweep(algo, GetParam().fabric);
   std::vector<RunSpec> specs;
   for (const Case& c : cases) {
-    specs.push_back({c.world, c.n, {c.density, c.teams, 0}, /*iterations=*/3, Values::kIntegers});
+    specs.push_back({c.world, c.n, {c.density, c.teams}, /*iterations=*/3, Values::kIntegers});
   }
   auto all = RunAlgorithmCases(algo, specs, GetParam().fabric);
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -145,7 +145,7 @@ TEST_P(InvariantsTest, ConservationWithinRoundingOnFloats) {
   std::vector<RunSpec> specs;
   for (int p : Pick(GetParam().fabric, {3, 4, 6}, {6}, {4})) {
     for (int t : {1, 2, 3}) {
-      if (TeamsValid(algo, p, t)) specs.push_back({p, 20011, {0.01, t, 0}, 4, Values::kGrid, 7});
+      if (TeamsValid(algo, p, t)) specs.push_back({p, 20011, {0.01, t}, 4, Values::kGrid, 7});
     }
   }
   auto all = RunAlgorithmCases(algo, specs, GetParam().fabric);
@@ -169,8 +169,8 @@ TEST_P(InvariantsTest, DensityOneEqualsDenseRing) {
     for (int t : {1, 2, 3, 4}) {
       if (!TeamsValid(algo, p, t)) continue;
       for (size_t n : {size_t{1009}, size_t{2}}) {
-        mine.push_back({p, n, {1.0, t, 0}, 2, Values::kIntegers, 3});
-        ring.push_back({p, n, {1.0, 1, 0}, 2, Values::kIntegers, 3});
+        mine.push_back({p, n, {1.0, t}, 2, Values::kIntegers, 3});
+        ring.push_back({p, n, {1.0, 1}, 2, Values::kIntegers, 3});
       }
     }
   }
@@ -201,7 +201,7 @@ TEST_P(InvariantsTest, BytesMatchVolumeModel) {
   for (int p : Pick(GetParam().fabric, {2, 3, 4, 5, 6, 8, 9}, {8}, {4})) {
     for (int t : {1, 2, 3, 4}) {
       if (!TeamsValid(algo, p, t)) continue;
-      for (double d : {0.01, 0.1}) specs.push_back({p, n, {d, t, 0}, 2, Values::kGrid, 11});
+      for (double d : {0.01, 0.1}) specs.push_back({p, n, {d, t}, 2, Values::kGrid, 11});
     }
   }
   auto all = RunAlgorithmCases(algo, specs, GetParam().fabric);
@@ -226,7 +226,7 @@ TEST_P(InvariantsTest, BytesMatchVolumeModel) {
         if (!PaperFormKnown(algo)) continue;
         // The exact model is the paper's closed form plus headers and
         // ceil() per block: within 2% + headers at this size.
-        double paper = PaperSentBytes(algo, p, n, opt, c.stats.kprime_used);
+        double paper = PaperSentBytes(algo, p, n, opt, c.stats.Detail("kprime_used"));
         double headers = 48.0 * 2 * (p + t);
         EXPECT_NEAR(double(model->sent_bytes), paper, 0.02 * paper + headers + 8.0 * 2 * p);
       }

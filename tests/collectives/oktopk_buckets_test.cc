@@ -21,8 +21,9 @@ TEST(OkTopkTest, EveryBucketRefreshesWhenDue) {
   const size_t n = 4001;
   AllreduceOptions opt;
   opt.density = 0.02;
-  opt.oktopk_tau = 4;
-  opt.oktopk_tau_prime = 2;
+  const int tau = 4, tau_prime = 2;
+  opt.params["oktopk_tau"] = tau;
+  opt.params["oktopk_tau_prime"] = tau_prime;
   // [step][bucket] on rank 0.
   std::vector<std::vector<OkTopkCallInfo>> info(steps, std::vector<OkTopkCallInfo>(buckets));
   auto status = RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
@@ -51,8 +52,8 @@ TEST(OkTopkTest, EveryBucketRefreshesWhenDue) {
   for (int step = 0; step < steps; ++step) {
     for (int b = 0; b < buckets; ++b) {
       SCOPED_TRACE("step " + std::to_string(step) + " bucket " + std::to_string(b));
-      EXPECT_EQ(info[step][b].agreed, step % opt.oktopk_tau == 0);
-      if (step % opt.oktopk_tau_prime == 0) {
+      EXPECT_EQ(info[step][b].agreed, step % tau == 0);
+      if (step % tau_prime == 0) {
         EXPECT_TRUE(info[step][b].local.exact);
         EXPECT_TRUE(info[step][b].global.exact);
       }

@@ -71,8 +71,10 @@ std::vector<std::vector<CallRecord>> RunNormal(ThresholdRule rule, int world, si
   for (const auto& s : status) EXPECT_TRUE(s.ok()) << s;
   if (getenv("OKTOPK_TRACE")) {
     for (int c = 0; c < calls; ++c) {
-      std::printf("call %d local %zu%s global %zu%s\n", c, rec[c][0].stats.local_selected,
-                  rec[c][0].info.local.fell_back ? "*" : "", rec[c][0].stats.global_selected,
+      std::printf("call %d local %zu%s global %zu%s\n", c,
+                  static_cast<size_t>(rec[c][0].stats.Detail("local_selected")),
+                  rec[c][0].info.local.fell_back ? "*" : "",
+                  static_cast<size_t>(rec[c][0].stats.Detail("global_selected")),
                   rec[c][0].info.global.fell_back ? "*" : "");
     }
   }
@@ -88,13 +90,13 @@ struct BandReport {
 BandReport Measure(const std::vector<std::vector<CallRecord>>& rec, size_t k, int warmup) {
   BandReport r;
   for (size_t c = warmup; c < rec.size(); ++c) {
-    const size_t g = rec[c][0].stats.global_selected;
+    const size_t g = static_cast<size_t>(rec[c][0].stats.Detail("global_selected"));
     r.global_max = std::max(r.global_max, g);
     r.global_out += g < BandLow(k) || g > BandHigh(k);
     r.global_fallbacks += rec[c][0].info.global.fell_back;
     r.global_dev += std::fabs(double(g) / k - 1) / (rec.size() - warmup);
     for (const CallRecord& x : rec[c]) {
-      const size_t l = x.stats.local_selected;
+      const size_t l = static_cast<size_t>(x.stats.Detail("local_selected"));
       r.local_max = std::max(r.local_max, l);
       r.local_out += l < BandLow(k) || l > BandHigh(k);
       r.local_fallbacks += x.info.local.fell_back;
@@ -160,7 +162,7 @@ TEST(OkTopkTest, BalancingAndAlgorithmTwoResidualsConserveExactly) {
   const size_t n = 20011;
   AllreduceOptions opt;
   opt.density = 0.01;
-  opt.oktopk_tau = 1000;
+  opt.params["oktopk_tau"] = 1000;
   std::vector<std::vector<RankCall>> runs(calls, std::vector<RankCall>(p));
   std::vector<int> balanced(calls, 0);
   auto status = RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
@@ -231,7 +233,7 @@ TEST(OkTopkTest, InjectedBoundaryAgreementIsAskedEveryTau) {
   std::atomic<int> asked{0};
   AllreduceOptions opt;
   opt.density = 0.05;
-  opt.oktopk_tau = 3;
+  opt.params["oktopk_tau"] = 3;
   std::vector<std::vector<RankCall>> runs(calls, std::vector<RankCall>(p));
   auto status = RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
     auto algo = CreateOkTopk(
@@ -320,7 +322,7 @@ TEST(OkTopkTest, BadControlWordFailsAndKeepsContribution) {
   AllreduceResult result;
   CallStats stats;
   CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
-  absl::Status s = RunOrAbort(*algo, ctx, {0.01, 1, 0}, grad, residual, &result, &stats);
+  absl::Status s = RunOrAbort(*algo, ctx, {0.01, 1}, grad, residual, &result, &stats);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_EQ(residual, expected);
 }

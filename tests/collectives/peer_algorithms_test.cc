@@ -34,8 +34,8 @@ TEST(DenseRabenseifnerTest, EqualsDenseRingOnIntegers) {
   for (int p = 1; p <= 9; ++p) {
     for (size_t n : {size_t{10007}, size_t{5}, size_t{1}}) {
       SCOPED_TRACE("P=" + std::to_string(p) + " N=" + std::to_string(n));
-      auto mine = RunAlgorithm("dense-rabenseifner", p, n, {0.01, 1, 0}, 2, Values::kIntegers, 9);
-      auto ring = RunAlgorithm("dense-ring", p, n, {0.01, 1, 0}, 2, Values::kIntegers, 9);
+      auto mine = RunAlgorithm("dense-rabenseifner", p, n, {0.01, 1}, 2, Values::kIntegers, 9);
+      auto ring = RunAlgorithm("dense-ring", p, n, {0.01, 1}, 2, Values::kIntegers, 9);
       for (int it = 0; it < 2; ++it) {
         for (int r = 0; r < p; ++r) {
           ASSERT_TRUE(mine[it][r].status.ok()) << mine[it][r].status;
@@ -54,7 +54,7 @@ TEST(DenseRabenseifnerTest, BytesAreTheClosedForm) {
   const size_t n = 8 * 1250;
   for (int p = 1; p <= 9; ++p) {
     SCOPED_TRACE("P=" + std::to_string(p));
-    auto runs = RunAlgorithm("dense-rabenseifner", p, n, {0.01, 1, 0}, 1, Values::kGrid, 3);
+    auto runs = RunAlgorithm("dense-rabenseifner", p, n, {0.01, 1}, 1, Values::kGrid, 3);
     const int p2 = FloorPow2(p), r = p - p2;
     const uint64_t active = 2 * (p2 - 1) * 4 * n / p2 + 48 * 2 * Log2(p2);
     const uint64_t whole = 4 * n + 48;
@@ -98,13 +98,13 @@ TEST(TopkATest, SumsTheLocalTopKAndMovesPMinusOneSelections) {
     for (double d : {0.001, 0.01, 0.1}) {
       SCOPED_TRACE("P=" + std::to_string(p) + " density=" + std::to_string(d));
       const size_t n = 20011, k = KeepCount(d, n);
-      auto runs = RunAlgorithm("topka", p, n, {d, 1, 0}, 3, Values::kIntegers, 5);
+      auto runs = RunAlgorithm("topka", p, n, {d, 1}, 3, Values::kIntegers, 5);
       for (const auto& calls : runs) {
         std::vector<float> want = SumOfLocalTopK(calls, k);
         for (const RankCall& c : calls) {
           ASSERT_TRUE(c.status.ok()) << c.status;
           EXPECT_EQ(c.result, want);
-          EXPECT_EQ(c.stats.local_selected, k);
+          EXPECT_EQ(c.stats.Detail("local_selected"), k);
           EXPECT_EQ(c.stats.result_capacity, std::min(n, p * k));
           EXPECT_LE(c.stats.result_nnz, c.stats.result_capacity);
           const uint64_t bytes = uint64_t(p - 1) * (48 + 8 * k);
@@ -173,16 +173,16 @@ TEST(GaussianKTest, SelectsBetweenThreeQuartersKAndTwoKOnNormalData) {
     for (double d : {0.001, 0.01, 0.1}) {
       SCOPED_TRACE("P=" + std::to_string(p) + " density=" + std::to_string(d));
       const size_t k = KeepCount(d, n);
-      auto runs = RunAlgorithm("gaussiank", p, n, {d, 1, 0}, 6, Values::kGrid, 13);
+      auto runs = RunAlgorithm("gaussiank", p, n, {d, 1}, 6, Values::kGrid, 13);
       double ratio = 0;
       for (const auto& calls : runs) {
         for (const RankCall& c : calls) {
           ASSERT_TRUE(c.status.ok()) << c.status;
-          EXPECT_EQ(CheckThresholdSelection(c), c.stats.local_selected);
-          EXPECT_GE(4 * c.stats.local_selected, 3 * k);
-          EXPECT_LE(c.stats.local_selected, 2 * k);
+          EXPECT_EQ(CheckThresholdSelection(c), c.stats.Detail("local_selected"));
+          EXPECT_GE(4 * c.stats.Detail("local_selected"), 3 * k);
+          EXPECT_LE(c.stats.Detail("local_selected"), 2 * k);
           EXPECT_LE(c.stats.result_nnz, std::min(n, 2 * k * p));
-          ratio += double(c.stats.local_selected) / k / (p * runs.size());
+          ratio += double(c.stats.Detail("local_selected")) / k / (p * runs.size());
         }
       }
       std::printf("gaussiank P=%d density=%g: mean selected/k = %.3f\n", p, d, ratio);
@@ -196,12 +196,12 @@ TEST(GaussianKTest, CapsAtTwoKOnIntegers) {
   const size_t n = 20011;
   for (double d : {0.001, 0.01}) {
     const size_t k = KeepCount(d, n);
-    auto runs = RunAlgorithm("gaussiank", 3, n, {d, 1, 0}, 2, Values::kIntegers, 2);
+    auto runs = RunAlgorithm("gaussiank", 3, n, {d, 1}, 2, Values::kIntegers, 2);
     for (const auto& calls : runs) {
       for (const RankCall& c : calls) {
         ASSERT_TRUE(c.status.ok()) << c.status;
         EXPECT_EQ(CheckThresholdSelection(c), 2 * k);
-        EXPECT_EQ(c.stats.local_selected, 2 * k);
+        EXPECT_EQ(c.stats.Detail("local_selected"), 2 * k);
       }
     }
   }
@@ -217,11 +217,11 @@ TEST(GaussianKTest, FallsBackToExactTopKWhenTheFitIsFarOff) {
     grads.push_back(MakeGradient(4, r, 0, n, Values::kGrid));
     grads.back()[17] = 1e30f;
   }
-  auto calls = RunWith("gaussiank", grads, {0.01, 1, 0});
+  auto calls = RunWith("gaussiank", grads, {0.01, 1});
   for (const RankCall& c : calls) {
     ASSERT_TRUE(c.status.ok()) << c.status;
-    EXPECT_EQ(c.stats.local_selected, KeepCount(0.01, n));
-    EXPECT_EQ(CheckThresholdSelection(c), c.stats.local_selected);
+    EXPECT_EQ(c.stats.Detail("local_selected"), KeepCount(0.01, n));
+    EXPECT_EQ(CheckThresholdSelection(c), c.stats.Detail("local_selected"));
     EXPECT_EQ(c.result[17], 2e30f);
   }
 }
@@ -264,7 +264,7 @@ TEST(GTopkTest, MatchesTheTreeDefinitionAndTwoLogPKAtTheRoot) {
     for (double d : {0.001, 0.01, 0.1}) {
       SCOPED_TRACE("P=" + std::to_string(p) + " density=" + std::to_string(d));
       const size_t k = KeepCount(d, n);
-      auto runs = RunAlgorithm("gtopk", p, n, {d, 1, 0}, 3, Values::kIntegers, 21);
+      auto runs = RunAlgorithm("gtopk", p, n, {d, 1}, 3, Values::kIntegers, 21);
       const int p2 = FloorPow2(p), r = p - p2, root = r > 0 ? 1 : 0;
       const uint64_t msg = 48 + 8 * k;
       for (const auto& calls : runs) {
@@ -313,7 +313,7 @@ TEST(PeerFramesTest, DenseFrameOverCapacityIsRejectedAndResidualKept) {
     AllreduceResult result;
     CallStats stats;
     CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
-    absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1, 0}, grad, residual, &result, &stats);
+    absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1}, grad, residual, &result, &stats);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
     EXPECT_EQ(residual, expected);
   }

@@ -206,9 +206,9 @@ TEST(SparcmlQuantizedTest, ConsistentConservingAndSmaller) {
         // Density 0.4 makes topkdsa's reduced slices dense too (fill-in).
         AllreduceOptions opt;
         opt.density = algo == "topkdsa" ? 0.4 : 0.05;
-        opt.quantize_bits = bits;
+        opt.params["quantize_bits"] = bits;
         auto runs = RunAlgorithm(algo, p, 10007, opt, 3, Values::kGrid, 5);
-        opt.quantize_bits = 0;
+        opt.params["quantize_bits"] = 0;
         auto plain = RunAlgorithm(algo, p, 10007, opt, 1, Values::kGrid, 5);
         auto model_algo = CreateAllreduce(algo);
         ASSERT_TRUE(model_algo.ok());
@@ -217,7 +217,7 @@ TEST(SparcmlQuantizedTest, ConsistentConservingAndSmaller) {
           EXPECT_TRUE(Consistent(calls));
           EXPECT_LE(ConservationError(calls, true), 1e-6);
         }
-        opt.quantize_bits = bits;
+        opt.params["quantize_bits"] = bits;
         for (int r = 0; r < p; ++r) {
           const CallStats& s = runs[0][r].stats;
           auto model = (*model_algo)->ModelVolume(r, p, 10007, opt, s);
@@ -243,7 +243,7 @@ TEST(SparcmlQuantizedTest, TinyGradientsWithEmptySlices) {
         SCOPED_TRACE(algo + " P=" + std::to_string(p) + " N=" + std::to_string(n));
         AllreduceOptions opt;
         opt.density = 1.0;
-        opt.quantize_bits = 2;
+        opt.params["quantize_bits"] = 2;
         auto runs = RunAlgorithm(algo, p, n, opt, 2, Values::kGrid, 9);
         for (auto& calls : runs) {
           for (const RankCall& c : calls) ASSERT_TRUE(c.status.ok()) << c.status;
@@ -259,9 +259,9 @@ TEST(SparcmlQuantizedTest, StaticAlgorithmsHaveNoDensePhaseToQuantize) {
   for (const std::string algo : {"sparcml-ssar-rd", "sparcml-ssar-split"}) {
     AllreduceOptions opt;
     opt.density = 0.3;
-    opt.quantize_bits = 4;
+    opt.params["quantize_bits"] = 4;
     auto q = RunAlgorithm(algo, 4, 5003, opt, 1, Values::kGrid, 2);
-    opt.quantize_bits = 0;
+    opt.params["quantize_bits"] = 0;
     auto plain = RunAlgorithm(algo, 4, 5003, opt, 1, Values::kGrid, 2);
     for (int r = 0; r < 4; ++r) EXPECT_EQ(q[0][r].result, plain[0][r].result) << algo;
   }
@@ -270,7 +270,7 @@ TEST(SparcmlQuantizedTest, StaticAlgorithmsHaveNoDensePhaseToQuantize) {
 TEST(SparcmlQuantizedTest, BadBitsFailBeforeTouchingTheResidual) {
   for (const std::string algo : {"sparcml-dsar-split", "topkdsa", "sparcml-ssar-split"}) {
     AllreduceOptions opt;
-    opt.quantize_bits = 3;
+    opt.params["quantize_bits"] = 3;
     auto runs = RunAlgorithm(algo, 2, 100, opt, 1, Values::kGrid, 2);
     for (const RankCall& c : runs[0]) {
       EXPECT_EQ(c.status.code(), absl::StatusCode::kInvalidArgument) << algo;

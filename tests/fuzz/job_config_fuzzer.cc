@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
+#include "catalog/catalog.h"
 #include "services/coordinator/job_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -17,7 +18,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!gradex::coordinator::IsKnownAlgorithm(j.algorithm)) std::abort();
   if (!(j.density > 0 && j.density <= 1)) std::abort();
   if (j.teams < 1 || j.teams > j.world_size) std::abort();
-  if (j.barrier_period < 1 || j.oktopk_tau < 1 || j.oktopk_tau_prime < 1) std::abort();
+  if (j.barrier_period < 1) std::abort();
+  // Every parameter kept is one of the algorithm's, with a valid value.
+  if (!gradex::catalog::CheckParams(*gradex::catalog::Find(j.algorithm), j.params).ok()) {
+    std::abort();
+  }
   if (j.covap_interval < 1 || j.plan_lead_steps < 1) std::abort();
   if (j.lease < absl::Milliseconds(100)) std::abort();
   return 0;
