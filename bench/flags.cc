@@ -84,11 +84,16 @@ Usage: gradex-bench [flags]
                         dsar-split's all-gather, topkdsa's dense slices) at B bits
                         per value: 0 (off), 2, 4 or 8; the error stays in the
                         quantizing rank's residual. Default: 0
+  --param NAME=VALUE    an algorithm parameter by catalog name (repeatable), e.g.
+                        --param oktopk_tau=8; each algorithm gets those its
+                        catalog entry has, checked against its range
   --json                one JSON object per algorithm per line on stdout instead
                         of the table: algo, ranks, teams, elements, density,
                         iters, median_s, p90_s, sent_bytes_per_rank,
                         recv_bytes_per_rank, result_nnz, consistent,
-                        conservation_max_abs_err, algbw_gbps, busbw_gbps
+                        conservation_max_abs_err, algbw_gbps, busbw_gbps, and
+                        details ({name: value}: the algorithm's own, e.g. B-SAG's
+                        kprime_used) when the algorithm reports any
   --json-out FILE       also append the JSON lines to FILE (with the table on
                         stdout, e.g. for scripts that want both)
   --dump DIR            write the last iteration as raw little-endian float32
@@ -161,6 +166,7 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
                                                         "transport",
                                                         "seed",
                                                         "quantize-bits",
+                                                        "param",
                                                         "dump",
                                                         "deadline-ms",
                                                         "timeout-s",
@@ -213,6 +219,21 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
       if (auto s = ParseInt(name, value, 0, 8, &x); !s.ok()) return s;
       if (x != 0 && x != 2 && x != 4 && x != 8) return Bad(name, value, "must be 0, 2, 4 or 8");
       f.quantize_bits = static_cast<int>(x);
+    } else if (name == "param") {
+      const size_t eq = value.find('=');
+      double v = 0;
+      if (eq == 0 || eq == absl::string_view::npos) return Bad(name, value, "expected NAME=VALUE");
+      if (auto s = ParseDouble(name, value.substr(eq + 1), &v); !s.ok()) return s;
+      const std::string pname(value.substr(0, eq));
+      bool known = false;
+      for (const catalog::AlgorithmSpec* spec : catalog::All()) {
+        const catalog::ParamSpec* p = catalog::FindParam(*spec, pname);
+        if (p == nullptr) continue;
+        known = true;
+        if (auto s = catalog::CheckParam(*p, v); !s.ok()) return Bad(name, value, s.message());
+      }
+      if (!known) return Bad(name, value, "no catalog algorithm has this parameter");
+      f.params[pname] = v;
     } else if (name == "seed") {
       if (auto s = ParseU64(name, value, &f.seed); !s.ok()) return s;
     } else if (name == "dump") {
@@ -255,6 +276,7 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
     }
   }
   if (f.help) return f;
+  if (f.quantize_bits != 0) f.params.emplace("quantize_bits", f.quantize_bits);
   if (teams_set && f.ranks % f.teams != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--teams ", f.teams, " does not divide --ranks ", f.ranks));

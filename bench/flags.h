@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "catalog/catalog.h"
 
 namespace gradex::bench {
 
@@ -21,10 +22,13 @@ struct BenchFlags {
   std::string transport = "ucx";  // ucx | loopback
   uint64_t seed = 1;
   bool json = false;
-  std::string json_out;          // also append the JSON lines to this file
-  std::string dump_dir;          // empty: no dump
-  bool integer = false;          // integer-valued gradients: conservation must be exact
-  int quantize_bits = 0;         // QSGD bits on dense phases (0 = off, 2, 4, 8)
+  std::string json_out;   // also append the JSON lines to this file
+  std::string dump_dir;   // empty: no dump
+  bool integer = false;   // integer-valued gradients: conservation must be exact
+  int quantize_bits = 0;  // QSGD bits on dense phases (0 = off, 2, 4, 8)
+  // --param NAME=VALUE (repeatable) and --quantize-bits: algorithm parameters
+  // by catalog name; each algorithm gets those of its own catalog entry.
+  catalog::ParamValues params;
   int64_t deadline_ms = 60'000;  // per call (every wait inside it)
   int64_t timeout_s = 1800;      // whole run; children are killed past it
   int64_t connect_timeout_ms = 30'000;

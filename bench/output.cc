@@ -38,12 +38,15 @@ double BusBwGbps(const BenchFlags& flags, double seconds) {
   return AlgBwGbps(flags, seconds) * 2.0 * double(flags.ranks - 1) / double(flags.ranks);
 }
 
-// {"name":value,...} of the algorithm's own details.
+// ,"details":{"name":value,...}: the algorithm's own details, when it
+// reports any (the other fields are the same for every algorithm).
 static std::string DetailsJson(const AlgoSummary& s) {
-  std::string out = "{";
+  if (s.details.empty()) return "";
+  std::string out = ",\"details\":{";
+  const char* sep = "";
   for (const auto& [name, value] : s.details) {
-    if (out.size() > 1) out += ",";
-    absl::StrAppend(&out, JsonString(name), ":", Num(value));
+    absl::StrAppend(&out, sep, JsonString(name), ":", Num(value));
+    sep = ",";
   }
   return out + "}";
 }
@@ -58,7 +61,7 @@ std::string JsonLine(const AlgoSummary& s, const BenchFlags& flags) {
       ",\"consistent\":", s.consistent ? "true" : "false",
       ",\"conservation_max_abs_err\":", Num(s.conservation_max_abs_err),
       ",\"algbw_gbps\":", Num(AlgBwGbps(flags, s.median_s)),
-      ",\"busbw_gbps\":", Num(BusBwGbps(flags, s.median_s)), ",\"details\":", DetailsJson(s), "}");
+      ",\"busbw_gbps\":", Num(BusBwGbps(flags, s.median_s)), DetailsJson(s), "}");
 }
 
 std::string Table(const std::vector<AlgoSummary>& all, const BenchFlags& flags) {

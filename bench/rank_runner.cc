@@ -101,7 +101,11 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
     AllreduceOptions opts;
     opts.density = flags.density;
     opts.teams = rep.teams;
-    opts.params["quantize_bits"] = flags.quantize_bits;
+    if (const catalog::AlgorithmSpec* spec = catalog::Find(algo)) {
+      for (const auto& [name, value] : flags.params) {
+        if (catalog::FindParam(*spec, name) != nullptr) opts.params[name] = value;
+      }
+    }
     std::fill(residual.begin(), residual.end(), 0.0f);
     AllreduceResult result;
     CallStats stats;

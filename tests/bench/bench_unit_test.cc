@@ -56,6 +56,21 @@ TEST(Flags, ParsesEveryForm) {
   EXPECT_EQ(f->json_out, "/tmp/y");
 }
 
+TEST(Flags, AlgorithmParametersByCatalogName) {
+  auto f = Parse({"--param", "oktopk_tau=8", "--param=kprime=100", "--quantize-bits", "4"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->params.at("oktopk_tau"), 8);
+  EXPECT_EQ(f->params.at("kprime"), 100);
+  EXPECT_EQ(f->params.at("quantize_bits"), 4);  // the older flag is an alias
+  // Refusals name the parameter: unknown to every algorithm, out of range.
+  for (const char* bad : {"nope=1", "oktopk_tau=0", "quantize_bits=3", "oktopk_tau"}) {
+    auto r = Parse({"--param", bad});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find(std::string(bad).substr(0, 4)), std::string::npos)
+        << r.status();
+  }
+}
+
 TEST(Flags, RejectsBadInput) {
   for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
            {"--ranks", "0"},
@@ -151,6 +166,7 @@ TEST(Report, RoundTrips) {
   r.conservation_checked = true;
   r.conservation_max_abs_err = 1.0 / 7;
   r.max_abs_sum = 12.5;
+  r.details = {{"kprime_used", 1.0 / 3}, {"post_gather_count", 250}};
   auto back = ParseReport(SerializeReport(r));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->rank, 3);
@@ -161,6 +177,7 @@ TEST(Report, RoundTrips) {
   EXPECT_EQ(back->result_hash, r.result_hash);
   EXPECT_EQ(back->conservation_max_abs_err, r.conservation_max_abs_err);
   EXPECT_TRUE(back->consistent);
+  EXPECT_EQ(back->details, r.details);  // exact: hex floats
   EXPECT_FALSE(ParseReport("garbage").ok());
 }
 
@@ -254,6 +271,20 @@ TEST(Invariants, ANaNResultIsNotConserved) {
   auto nan = CheckConservation(ctx, grad, zero, zero, result, contrib, scratch);
   ASSERT_TRUE(nan.ok()) << nan.status();
   EXPECT_FALSE(nan->max_abs_err <= 1e-6) << nan->max_abs_err;  // never "within tolerance"
+}
+
+TEST(Output, AlgorithmDetailsArePrintedByName) {
+  BenchFlags f;
+  f.ranks = 2;
+  f.elements = 1000;
+  RankAlgoReport a = Good(0, {1e-3}), b = Good(1, {1e-3});
+  a.details = {{"kprime_used", 10}};
+  b.details = {{"kprime_used", 20}};
+  auto s = Summarize("spardl-bsag", 2, 1, {a, b}, true);
+  const std::string j = JsonLine(s, f);
+  EXPECT_NE(j.find(R"("details":{"kprime_used":15})"), std::string::npos) << j;
+  const std::string t = Table({s}, f);
+  EXPECT_NE(t.find("kprime_used=15"), std::string::npos) << t;
 }
 
 }  // namespace
