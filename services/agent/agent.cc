@@ -253,8 +253,7 @@ AllreduceOptions Agent::Options(int bucket) const {
   const int position = rank_ % std::max(plan_->world() / teams, 1);
   if (bucket < static_cast<int>(source.kprime.size()) &&
       position < static_cast<int>(source.kprime[bucket].size())) {
-    // The coordinator's k' controller (catalog trait kprime_controlled)
-    // steers the algorithm's "kprime" parameter per bucket and position.
+    // The coordinator's k' controller steers the "kprime" parameter.
     o.params["kprime"] = static_cast<double>(source.kprime[bucket][position]);
   }
   return o;
@@ -376,9 +375,7 @@ void Agent::Report(const StepOutcome& out, double compute_s,
   r.rank = out.rank;
   r.compute_s = compute_s;
   for (const CallStats& s : out.stats) {
-    // What the coordinator's k' controller reads (StepReport's B-SAG
-    // fields); 0 for algorithms that do not set them.
-    const auto kprime = static_cast<size_t>(s.Detail("kprime_used"));
+    const auto kprime = static_cast<size_t>(s.Detail("kprime_used"));  // 0: none (k' controller)
     const auto post_gather = static_cast<size_t>(s.Detail("post_gather_count"));
     r.total_s += s.total_s;
     r.selection_s += s.phases.selection_s;
