@@ -1,4 +1,4 @@
-// One entry per algorithm the agents run (DESIGN.md's names). Ids are stable
+// One entry per algorithm the agents run (docs/design.md's names). Ids are stable
 // wire values (data-plane frames carry them): never renumber, never reuse.
 // Reserved for algorithms not built yet: 14 (covap), 15 (dgs). An algorithm
 // is listed here only once its schedule exists (collectives/), so that a job
@@ -36,7 +36,7 @@ constexpr double kSplitPerWorldBytes = 1800;
 
 }  // namespace
 
-// SparDL with B-SAG teams: gradex's own algorithm (DESIGN.md).
+// SparDL with B-SAG teams: gradex's own algorithm (docs/design.md).
 std::string_view DefaultAlgorithm() { return "spardl-bsag"; }
 
 // Its sum is exact on integers and it takes no options.

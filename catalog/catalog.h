@@ -1,8 +1,8 @@
 // The algorithm catalog: what every layer may know about an algorithm without
 // linking its schedule. Per algorithm: a stable id (carried in data-plane
-// frames), the name of DESIGN.md, a one-line description, traits and its
+// frames), the name of docs/design.md, a one-line description, traits and its
 // parameters as data, and its Table 1 cost row (the Ok-Topk paper's Table 1;
-// SparDL's rows as reconstructed in DESIGN.md). The coordinator, the
+// SparDL's rows as reconstructed in docs/design.md). The coordinator, the
 // simulator, bench and the agents all link this library; the schedules live
 // in collectives/ and register their factories under these names.
 // Dependency-free (absl only): no transport, no kernels, no protobuf.

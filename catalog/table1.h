@@ -1,5 +1,5 @@
 // The Table 1 rows (the Ok-Topk paper's Table 1; SparDL's own rows as
-// reconstructed in DESIGN.md and docs/architecture.md), one function per row,
+// reconstructed in docs/design.md and docs/architecture.md), one function per row,
 // referenced by the catalog entries (catalog/algorithms.cc).
 #ifndef GRADEX_CATALOG_TABLE1_H_
 #define GRADEX_CATALOG_TABLE1_H_

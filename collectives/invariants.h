@@ -1,4 +1,4 @@
-// Invariant checks of one call (DESIGN.md "Invariants"), run in-band on every
+// Invariant checks of one call (docs/design.md "Invariants"), run in-band on every
 // rank: consistency (result hash all-gathered), conservation (the catalog's
 // reference sum, catalog::ReferenceSumAlgorithm(), over each rank's
 // contribution), bounds (non-zeros within capacity).

@@ -1,4 +1,4 @@
-// In-band invariant checks of every agent step (DESIGN.md "Invariants"), for
+// In-band invariant checks of every agent step (docs/design.md "Invariants"), for
 // gradex-agent --check-invariants: consistency (one hash of every bucket's
 // result all-gathered over the epoch's transport), conservation (dense-ring
 // over grad + residual_in - residual_out must equal the result) and bounds

@@ -1,6 +1,6 @@
 // Each membership's secret (issue 12, item 3): the job token admits a
 // member, then the secret, given only to the caller that joined, proves
-// every later call comes from that member (DESIGN.md, Trust). Member ids are
+// every later call comes from that member (docs/design.md, Trust). Member ids are
 // public: plans list them.
 #ifndef GRADEX_SERVICES_COORDINATOR_MEMBER_SECRET_H_
 #define GRADEX_SERVICES_COORDINATOR_MEMBER_SECRET_H_

@@ -87,7 +87,7 @@ class Membership {
   uint64_t NextBarrier(uint64_t step) const;
 
   // Bounds on the numbers a member sends, from what the coordinator knows
-  // (DESIGN.md, Trust; progress_bounds.cc): INVALID_ARGUMENT naming the
+  // (docs/design.md, Trust; progress_bounds.cc): INVALID_ARGUMENT naming the
   // field. `id` is the member that claims (0: none yet).
   absl::Status CheckJoinBounds(const gradex::v1::JoinRequest& r, absl::Time now) const;
   absl::Status CheckStep(uint64_t id, const char* field, uint64_t step, absl::Time now) const;

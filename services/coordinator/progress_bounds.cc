@@ -1,5 +1,5 @@
 // Bounds on the epochs, steps and world sizes a member sends, from what the
-// coordinator already knows (DESIGN.md, Trust: numbers a member sends are
+// coordinator already knows (docs/design.md, Trust: numbers a member sends are
 // bounded before they are stored). Unbounded, one Join with last_epoch 2^32
 // pushed every later epoch past what agents accept, and one heartbeat with
 // next_step 10^12 placed every later epoch a trillion steps ahead.

@@ -28,7 +28,7 @@ struct TeamCandidate {
 };
 
 // Every divisor T of P with its algorithm (R-SAG when T is a power of two,
-// as DESIGN.md prefers, else B-SAG, the only one that runs there) and cost,
+// as docs/design.md prefers, else B-SAG, the only one that runs there) and cost,
 // T ascending. kprime_ratio <= 0: B-SAG's controller start, 1/T.
 std::vector<TeamCandidate> TeamCandidates(int world, uint64_t elements, double density,
                                           double kprime_ratio, double alpha, double beta);

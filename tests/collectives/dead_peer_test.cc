@@ -1,5 +1,5 @@
 // One dead-peer suite for every registered algorithm on every fabric (the
-// failure contract of DESIGN.md): a rank that dies before the call makes
+// failure contract of docs/design.md): a rank that dies before the call makes
 // every survivor fail with an error well before its deadline, and each
 // survivor keeps its whole contribution as residual (error feedback of
 // quantized frames included: it is only committed with the call). The dead

@@ -1,7 +1,7 @@
 // Thread-per-rank harness for collectives tests (in the spirit of gloo's
 // base_test.h: one harness sweeps transports x sizes): P ranks over the
 // loopback fabric, the simulator or UCX, seeded gradients with ties and
-// zeros, and the invariant checks of DESIGN.md over every rank's data.
+// zeros, and the invariant checks of docs/design.md over every rank's data.
 #ifndef GRADEX_TESTS_COLLECTIVES_HARNESS_H_
 #define GRADEX_TESTS_COLLECTIVES_HARNESS_H_
 

@@ -1,4 +1,4 @@
-// The four invariants of DESIGN.md for every registered algorithm on every
+// The four invariants of docs/design.md for every registered algorithm on every
 // fabric: on loopback swept over P = 1..9, team counts dividing P, densities
 // 0.001..1, N not divisible by P and N < P; the same kinds of cases on smaller
 // grids on the simulator (the loopback fabric under clocks: P = 3, 6, 8) and

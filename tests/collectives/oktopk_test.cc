@@ -107,7 +107,7 @@ BandReport Measure(const std::vector<std::vector<CallRecord>>& rec, size_t k, in
   return r;
 }
 
-// DESIGN.md's case: P = 4, N = 200003, density 0.01, fresh normal gradients
+// docs/design.md's case: P = 4, N = 200003, density 0.01, fresh normal gradients
 // every call, 500 calls. Ours stays in [0.8k, 1.25k] after a short warmup and
 // rarely needs its exact redo; the authors' ×1.025 rule leaves the band.
 TEST(OkTopkTest, SelectedCountsStayNearKWhereTheAuthorsRuleDrifts) {

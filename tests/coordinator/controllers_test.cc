@@ -138,7 +138,7 @@ TEST(JobConfig, DefaultsAndErrors) {
         R"({"job_id":"j/x","world_size":4,"algorithm":"spardl","density":0.01})",
         R"({"job_id":"j","world_size":0,"algorithm":"spardl","density":0.01})",
         R"({"job_id":"j","world_size":4,"algorithm":"nope","density":0.01})",
-        // Names of DESIGN.md without a schedule yet: the agents could not run them.
+        // Names of docs/design.md without a schedule yet: the agents could not run them.
         R"({"job_id":"j","world_size":4,"algorithm":"covap","density":0.01})",
         R"({"job_id":"j","world_size":4,"algorithm":"dgs","density":0.01})",
         R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0})",
