@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/agent/agent.h"
-#include "tests/fakes/fake_control_plane.h"
 #include "tests/agent/loopback_provider.h"
+#include "tests/fakes/fake_control_plane.h"
 
 namespace gradex::agent {
 namespace {

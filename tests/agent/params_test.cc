@@ -5,7 +5,6 @@
 // a bad value is refused, naming the parameter, wherever it enters.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <map>
 #include <thread>
 #include <utility>
@@ -14,13 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "catalog/catalog.h"
-#include "collectives/dense_allreduce.h"
-#include "collectives/link.h"
 #include "services/agent/agent.h"
 #include "services/agent/grpc_messages.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/job_config.h"
 #include "tests/agent/loopback_provider.h"
+#include "tests/collectives/test_dense_gather.h"
 #include "tests/coordinator/join_all.h"
 #include "tests/fakes/fake_control_plane.h"
 
@@ -51,44 +49,16 @@ std::map<std::pair<uint64_t, int>, double>& Seen() {
   return *seen;
 }
 
-// Every rank sends its vector to every other and sums them in rank order.
-class ParamProbe final : public DenseAllreduce {
+// The test gather schedule, recording the parameter every call sees.
+class ParamProbe final : public gradex::testing::TestDenseGather {
  public:
-  std::string_view name() const override { return kName; }
-  absl::StatusOr<Volume> ModelVolume(int, int world, size_t n, const AllreduceOptions&,
-                                     const CallStats&) const override {
-    const uint64_t frame = sizeof(FrameHeader) + 4 * uint64_t{n};
-    return Volume{(world - 1) * frame, (world - 1) * frame, uint64_t(world - 1)};
-  }
+  ParamProbe() : TestDenseGather(kName) {}
 
  protected:
   absl::Status CheckOptions(const CallContext& ctx,
                             const AllreduceOptions& options) const override {
     absl::MutexLock lock(&seen_mu);
     Seen()[{ctx.training_step, ctx.transport->rank()}] = Param(options, kParam);
-    return absl::OkStatus();
-  }
-  absl::Status ReduceDense(const CallContext& ctx, float* data, size_t n,
-                           PhaseTimes* times) override {
-    const int p = ctx.transport->size(), r = ctx.transport->rank();
-    Link link(ctx, id(), times);
-    const BlockRange whole{0, static_cast<uint32_t>(n)};
-    std::vector<std::vector<float>> from(p, std::vector<float>(n, 0.0f));
-    std::memcpy(from[r].data(), data, n * sizeof(float));
-    for (int d = 1; d < p; ++d) {
-      Bytes out;
-      AppendDenseFrame(link.meta(1), whole, data, &out);
-      const int src = (r - d + p) % p;
-      absl::StatusOr<Bytes> in = link.Exchange((r + d) % p, std::move(out), src, 1, d);
-      if (!in.ok()) return in.status();
-      absl::Status st = DecodeDenseBlock(*in, link.meta(1), whole, false, from[src].data());
-      if (!st.ok()) return st;
-    }
-    for (size_t i = 0; i < n; ++i) {
-      float s = 0.0f;
-      for (int q = 0; q < p; ++q) s += from[q][i];
-      data[i] = s;
-    }
     return absl::OkStatus();
   }
 };

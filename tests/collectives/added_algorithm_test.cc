@@ -4,17 +4,12 @@
 // as it runs every catalog algorithm, and the coordinator's job-config check
 // accepts its name.
 //
-// test-dense-gather: every rank sends its gradient + residual to every other
-// rank and sums the P vectors in rank order, so every rank holds the same bits.
-#include <cstring>
-
+// test-dense-gather: the schedule of test_dense_gather.h.
 #include "catalog/catalog.h"
-#include "collectives/dense_allreduce.h"
-#include "collectives/link.h"
-#include "collectives/phase_timer.h"
 #include "gtest/gtest.h"
 #include "services/coordinator/job_config.h"
 #include "tests/collectives/harness.h"
+#include "tests/collectives/test_dense_gather.h"
 
 namespace gradex::testing {
 namespace {
@@ -26,41 +21,9 @@ GRADEX_CATALOG_ENTRY({.id = 60001,
                       .description = "test only: all-to-all of dense vectors, summed in rank order",
                       .traits = {.dense = true}});
 
-class DenseGather final : public DenseAllreduce {
+class DenseGather final : public TestDenseGather {
  public:
-  std::string_view name() const override { return kName; }
-  absl::StatusOr<Volume> ModelVolume(int, int world, size_t n, const AllreduceOptions&,
-                                     const CallStats&) const override {
-    const uint64_t frame = sizeof(FrameHeader) + 4 * uint64_t{n};
-    const uint64_t peers = world - 1;
-    return Volume{peers * frame, peers * frame, peers};
-  }
-
- protected:
-  absl::Status ReduceDense(const CallContext& ctx, float* data, size_t n,
-                           PhaseTimes* times) override {
-    const int p = ctx.transport->size(), r = ctx.transport->rank();
-    Link link(ctx, id(), times);
-    const BlockRange whole{0, static_cast<uint32_t>(n)};
-    std::vector<std::vector<float>> from(p, std::vector<float>(n, 0.0f));
-    std::memcpy(from[r].data(), data, n * sizeof(float));
-    for (int d = 1; d < p; ++d) {
-      Bytes out;
-      AppendDenseFrame(link.meta(1), whole, data, &out);
-      const int src = (r - d + p) % p;
-      absl::StatusOr<Bytes> in = link.Exchange((r + d) % p, std::move(out), src, 1, d);
-      if (!in.ok()) return in.status();
-      absl::Status st = DecodeDenseBlock(*in, link.meta(1), whole, false, from[src].data());
-      if (!st.ok()) return st;
-    }
-    PhaseTimer t(&times->reduction_s);
-    for (size_t i = 0; i < n; ++i) {
-      float s = 0.0f;
-      for (int q = 0; q < p; ++q) s += from[q][i];
-      data[i] = s;
-    }
-    return absl::OkStatus();
-  }
+  DenseGather() : TestDenseGather(kName) {}
 };
 
 GRADEX_REGISTER_ALGORITHM(kName, [] { return std::make_unique<DenseGather>(); });

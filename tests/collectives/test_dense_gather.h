@@ -1,0 +1,63 @@
+// A schedule for algorithms that tests add to the catalog themselves
+// (added_algorithm_test.cc, tests/agent/params_test.cc): every rank sends its
+// gradient + residual to every other rank and sums the P vectors in rank
+// order, so every rank holds the same bits. Subclasses give the name (their
+// catalog entry's) and may hook CheckOptions.
+#ifndef GRADEX_TESTS_COLLECTIVES_TEST_DENSE_GATHER_H_
+#define GRADEX_TESTS_COLLECTIVES_TEST_DENSE_GATHER_H_
+
+#include <cstring>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "collectives/dense_allreduce.h"
+#include "collectives/link.h"
+#include "collectives/phase_timer.h"
+
+namespace gradex::testing {
+
+class TestDenseGather : public DenseAllreduce {
+ public:
+  explicit TestDenseGather(std::string_view name) : name_(name) {}
+  std::string_view name() const override { return name_; }
+  absl::StatusOr<Volume> ModelVolume(int, int world, size_t n, const AllreduceOptions&,
+                                     const CallStats&) const override {
+    const uint64_t frame = sizeof(FrameHeader) + 4 * uint64_t{n};
+    const uint64_t peers = world - 1;
+    return Volume{peers * frame, peers * frame, peers};
+  }
+
+ protected:
+  absl::Status ReduceDense(const CallContext& ctx, float* data, size_t n,
+                           PhaseTimes* times) override {
+    const int p = ctx.transport->size(), r = ctx.transport->rank();
+    Link link(ctx, id(), times);
+    const BlockRange whole{0, static_cast<uint32_t>(n)};
+    std::vector<std::vector<float>> from(p, std::vector<float>(n, 0.0f));
+    std::memcpy(from[r].data(), data, n * sizeof(float));
+    for (int d = 1; d < p; ++d) {
+      Bytes out;
+      AppendDenseFrame(link.meta(1), whole, data, &out);
+      const int src = (r - d + p) % p;
+      absl::StatusOr<Bytes> in = link.Exchange((r + d) % p, std::move(out), src, 1, d);
+      if (!in.ok()) return in.status();
+      absl::Status st = DecodeDenseBlock(*in, link.meta(1), whole, false, from[src].data());
+      if (!st.ok()) return st;
+    }
+    PhaseTimer t(&times->reduction_s);
+    for (size_t i = 0; i < n; ++i) {
+      float s = 0.0f;
+      for (int q = 0; q < p; ++q) s += from[q][i];
+      data[i] = s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string_view name_;
+};
+
+}  // namespace gradex::testing
+
+#endif  // GRADEX_TESTS_COLLECTIVES_TEST_DENSE_GATHER_H_
