@@ -1,0 +1,128 @@
+// gradex::Client: the trainer-facing API (docs/design.md, services/client).
+// It embeds the agent runtime in the trainer's process: joins the
+// coordinator (or, on rank 0 with none configured, starts one in-process and
+// publishes its address and a fresh token through the trainer's rendezvous
+// store), owns the UCX worker, and runs bucket exchanges on its own progress
+// thread in the order the trainer issues them.
+//
+// Residuals are kept per parameter span (ParamSpan::key), not per bucket
+// index, so they survive DDP's bucket rebuild after the first iteration; a
+// bucket whose layout is new gathers the residuals of its spans from wherever
+// they were kept (nothing is lost or counted twice).
+#ifndef GRADEX_SERVICES_CLIENT_CLIENT_H_
+#define GRADEX_SERVICES_CLIENT_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "catalog/catalog.h"
+
+namespace gradex::client {
+
+struct ClientOptions {
+  std::string job = "gradex";
+  int rank = 0;        // the trainer's rank (RANK): 0 embeds the coordinator when none is given
+  int world_size = 1;  // WORLD_SIZE
+  int local_rank = 0;  // LOCAL_RANK
+  // host:port of an existing coordinator (GRADEX_COORDINATOR); empty: rank 0
+  // starts one in-process and publishes it through the Rendezvous.
+  std::string coordinator;
+  std::string token;  // GRADEX_TOKEN, or the contents of GRADEX_TOKEN_FILE
+  // The address other ranks reach the embedded coordinator at (default:
+  // GRADEX_COORDINATOR_HOST, else MASTER_ADDR, else 127.0.0.1).
+  std::string advertise_host;
+  std::string algorithm = "auto";  // a catalog name, or "auto" (per bucket, cost model)
+  double density = 0.01;
+  int teams = 0;                      // 0: the coordinator chooses
+  uint64_t start_iter = 0;            // steps [0, start_iter) are dense (PowerSGD's start_iter)
+  double min_compression_rate = 2.0;  // buckets where sparse sends less than this factor stay dense
+  catalog::ParamValues params;        // algorithm parameters by catalog name
+  std::chrono::milliseconds timeout{60000};  // joining, and every bucket's exchange
+  bool mean = true;           // results are the mean over ranks (DDP); false: the sum
+  int metrics_port = -1;      // GRADEX_METRICS_PORT: -1 none, 0 any free port
+  std::string data_ip;        // GRADEX_DATA_IP: the data plane's interface
+  std::string timeline_path;  // GRADEX_TIMELINE: Chrome-trace JSON of every step's phases
+};
+
+// Fills what the environment says (GRADEX_*, RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR); a malformed value is INVALID_ARGUMENT naming the variable.
+absl::Status ApplyEnvironment(ClientOptions* options);
+
+// The trainer's own rendezvous (torch's c10d store): rank 0 sets, the others
+// get (blocking up to their timeout).
+struct Rendezvous {
+  std::function<absl::Status(const std::string& key, const std::string& value)> set;
+  std::function<absl::StatusOr<std::string>(const std::string& key)> get;
+};
+
+// One parameter's slice of a bucket, in bucket order.
+struct ParamSpan {
+  uint64_t key = 0;  // stable for the parameter's life (e.g. its index in the model)
+  size_t elements = 0;
+};
+
+enum class Memory { kHost, kDevice };
+
+// Per bucket layout, for stats(): what ran and what it cost, cumulative.
+struct BucketStats {
+  std::vector<ParamSpan> spans;
+  size_t elements = 0;
+  std::string algorithm;  // last call's (a catalog name; dense ones when it fell back)
+  double density = 0;
+  uint64_t calls = 0, dense_calls = 0, fallback_switches = 0;
+  uint64_t sent_bytes = 0, recv_bytes = 0;  // last call
+  double last_s = 0;                        // last exchange, wall
+  double sparse_s = 0;                      // median of recent sparse exchanges (0: none yet)
+  double dense_s = 0;                       // median of recent dense exchanges (0: none yet)
+  double residual_norm = 0;                 // L2 of the bucket's residual after the last call
+};
+
+class Client {
+ public:
+  // Joins (or starts and joins) the coordinator within options.timeout; a
+  // wrong token or an unreachable coordinator is a clear error.
+  static absl::StatusOr<std::unique_ptr<Client>> Create(ClientOptions options,
+                                                        Rendezvous rendezvous = {});
+  virtual ~Client() = default;
+
+  using Done = std::function<void(absl::Status)>;
+  // Queues one bucket's exchange; `done` runs on the progress thread when it
+  // ends. On success `data` holds the mean (or sum) over ranks; on failure
+  // `data` is unchanged and the bucket's gradient is kept in its residual.
+  // `data` must stay valid until `done`. `last_in_step` ends the training
+  // step (plan barriers, reports and COVAP count steps). Buckets run in the
+  // order issued; a step's buckets after a failed one fail too (their
+  // gradients also go to the residuals).
+  virtual void AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> data, Memory memory,
+                              bool last_in_step, Done done) = 0;
+  // Convenience: one span keyed `bucket`, host memory.
+  std::future<absl::Status> AllreduceAsync(uint64_t bucket, std::span<float> data,
+                                           bool last_in_step = true);
+  // Waits (up to the timeout) until every queued bucket has ended.
+  virtual absl::Status Flush() = 0;
+
+  virtual std::vector<BucketStats> Stats() const = 0;
+  virtual int rank() const = 0;  // gradex's rank in the current epoch
+  virtual int world_size() const = 0;
+  virtual uint64_t step() const = 0;            // the next training step
+  virtual std::string coordinator() const = 0;  // host:port in use
+
+  // Residuals and step counter, for checkpoints (call between steps).
+  virtual absl::StatusOr<std::string> SaveState() const = 0;
+  virtual absl::Status LoadState(std::string_view state) = 0;
+
+  // Leaves the job; queued buckets fail with CANCELLED. Idempotent.
+  virtual absl::Status Close() = 0;
+};
+
+}  // namespace gradex::client
+
+#endif  // GRADEX_SERVICES_CLIENT_CLIENT_H_
