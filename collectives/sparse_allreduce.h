@@ -36,6 +36,11 @@ struct CallContext {
   // The training step the call belongs to (every bucket of a step shares it):
   // what step-driven schedules count, such as Ok-Topk's τ and τ'.
   uint64_t training_step = 0;
+  // The call's bucket within the training step (issue order) and the sizes
+  // of the step's buckets, when the caller knows them (COVAP counts parts
+  // across all buckets); empty: this bucket alone.
+  uint32_t bucket_index = 0;
+  std::span<const size_t> step_buckets;
 };
 // What the call is asked to do: the plan's density and team count (the
 // coordinator decides them for every algorithm) and the algorithm's own

@@ -56,6 +56,11 @@ struct Plan {
   // job constant (the coordinator's auto_teams), so every rank of an epoch
   // probes at the same point.
   bool measure_links = false;
+  // Per bucket (its index in the step, in issue order): the algorithm to run,
+  // where it differs from `algorithm` ("" or missing: `algorithm`). Set by
+  // the coordinator's bucket controller ("auto", the dense fallback when a
+  // sparse exchange loses to a dense one); agreed at plan barriers.
+  std::vector<std::string> bucket_algorithms;
 
   int world() const { return static_cast<int>(members.size()); }
   // This agent's rank in the plan, or -1 when it is not a member.
@@ -114,6 +119,9 @@ struct StepReport {
     size_t kprime_used = 0;
     size_t post_gather_count = 0;
     size_t result_nnz = 0;
+    std::string algorithm;     // what ran (the plan's, or the bucket's own)
+    double seconds = 0;        // the bucket's exchange, wall
+    bool dense_probe = false;  // a dense exchange run to time it against the sparse one
   };
   std::vector<Bucket> buckets;
   // This agent's link probe of the step's epoch, when measured.
