@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Trains the Fashion-MNIST MLP with dense DDP and with gradex's algorithms at
+# one density (the same seeds every run), then writes the CSV, the PNG and a
+# table of each epoch's test-accuracy gap to dense. An algorithm that cannot
+# run (not in this build's catalog, or failing) is reported and skipped.
+#
+#   examples/compare_algorithms.sh [--nproc 4] [--epochs 3] [--density 0.01]
+#       [--start-iter 0] [--out DIR] [--algorithms "dense spardl ..."] [-- extra training flags]
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+nproc=4 epochs=3 density=0.01 start_iter=0 out="$root/examples/results"
+algorithms="dense spardl spardl-bsag oktopk topka gaussiank covap auto"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --nproc) nproc="$2"; shift 2 ;;
+    --epochs) epochs="$2"; shift 2 ;;
+    --density) density="$2"; shift 2 ;;
+    --start-iter) start_iter="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --algorithms) algorithms="$2"; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --) shift; break ;;
+    *) echo "compare_algorithms: unknown flag '$1' (--help)" >&2; exit 2 ;;
+  esac
+done
+py=/usr/bin/python3
+export PYTHONPATH="$root/build/python${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p "$out"
+csv="$out/fashion_mnist.csv"
+: > "$csv"
+failed=()
+for algo in $algorithms; do
+  echo "=== $algo (ranks $nproc, epochs $epochs, density $density, start_iter $start_iter)"
+  log="$out/$algo.log"
+  if "$root/scripts/launch" -n "$nproc" --timeout-s $((epochs * 1200 + 300)) -- \
+      "$py" "$root/examples/train_fashion_mnist.py" --algorithm "$algo" --density "$density" \
+      --start-iter "$start_iter" --epochs "$epochs" --csv "$csv" --check-identical "$@" \
+      >"$log" 2>&1; then
+    grep -E "^\[rank 0\] (\[$algo\]|parameters)" "$log"
+  else
+    echo "compare_algorithms: $algo could not run (exit $?); last lines of $log:"
+    tail -n 4 "$log" | sed 's/^/    /'
+    failed+=("$algo")
+  fi
+done
+"$py" "$root/examples/plot_accuracy.py" "$csv" "$out/fashion_mnist.png" \
+  --title "Fashion-MNIST MLP, $nproc ranks on CPU (gloo), density $density"
+"$py" - "$csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+dense = {r["epoch"]: float(r["test_acc"]) for r in rows if r["algorithm"] == "dense"}
+algos = list(dict.fromkeys(r["algorithm"] for r in rows))
+epochs = sorted({int(r["epoch"]) for r in rows})
+print("\n| algorithm | " + " | ".join(f"epoch {e}" for e in epochs) + " | wall s (last) |")
+print("|---" * (len(epochs) + 2) + "|")
+for a in algos:
+    got = {int(r["epoch"]): r for r in rows if r["algorithm"] == a}
+    cells = []
+    for e in epochs:
+        r = got.get(e)
+        if r is None:
+            cells.append("-")
+            continue
+        acc = 100 * float(r["test_acc"])
+        gap = "" if a == "dense" or str(e) not in dense else f" ({acc - 100 * dense[str(e)]:+.2f})"
+        cells.append(f"{acc:.2f}{gap}")
+    last = got[max(got)]["wall_s"] if got else "-"
+    print(f"| {a} | " + " | ".join(cells) + f" | {last} |")
+print("\n(test accuracy %, in parentheses the gap to dense at the same epoch)")
+PY
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "compare_algorithms: could not run: ${failed[*]}"
+fi

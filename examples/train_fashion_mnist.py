@@ -1,0 +1,217 @@
+#!/usr/bin/python3
+"""Fashion-MNIST on CPU with DDP (gloo): dense allreduce or gradex's comm hook.
+
+Launch one process per rank with torchrun or scripts/launch, e.g.
+
+    torchrun --nproc_per_node=4 --redirects 1 --tee 1 \
+        examples/train_fashion_mnist.py --algorithm spardl --density 0.01
+    scripts/launch -n 4 -- /usr/bin/python3 examples/train_fashion_mnist.py --algorithm dense
+
+Every run uses the same seeds (model init, data order), so runs differ only in
+how gradients are exchanged. Rank 0 prints the test accuracy after every
+epoch and appends a CSV row per epoch (--csv).
+"""
+import argparse
+import csv
+import gzip
+import hashlib
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
+MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's training-set pixel statistics
+
+
+def read_idx(path):
+    """An IDX file (gzip'ed or not) as a numpy array (the format of LeCun's MNIST)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise ValueError(f"{path}: not an unsigned-byte IDX file")
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: {data.size} bytes of data, header says {dims}")
+    return data.reshape(dims)
+
+
+def load_split(data_dir, split):
+    prefix = "train" if split == "train" else "t10k"
+    images = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"))
+    x = (torch.from_numpy(images.astype(np.float32)) / 255.0 - MEAN) / STD
+    return x.reshape(len(x), -1), torch.from_numpy(labels.astype(np.int64))
+
+
+class MLP(nn.Module):
+    """784-256-128-10 by default (235,146 parameters)."""
+
+    def __init__(self, hidden=(256, 128)):
+        super().__init__()
+        sizes = (784,) + tuple(hidden)
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+        self.out = nn.Linear(sizes[-1], 10)
+
+    def forward(self, x):
+        for layer in self.hidden:
+            x = F.relu(layer(x))
+        return self.out(x)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--algorithm", default="dense",
+                   help="'dense' (plain DDP, gloo allreduce) or a gradex algorithm or 'auto'")
+    p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--teams", type=int, default=0)
+    p.add_argument("--start-iter", type=int, default=0, help="dense steps before sparsifying")
+    p.add_argument("--min-compression-rate", type=float, default=2.0)
+    p.add_argument("--timeout-s", type=float, default=60.0)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
+    p.add_argument("--batch-size", type=int, default=64, help="per rank")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--hidden", default="256,128", help="MLP hidden sizes")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--data-dir", default=DATA_DIR)
+    p.add_argument("--csv", default="", help="append one row per epoch here (rank 0)")
+    p.add_argument("--label", default="", help="the CSV's algorithm column (default: --algorithm)")
+    p.add_argument("--check-identical", action="store_true",
+                   help="at the end, compare every rank's parameters bitwise (exit 3 if they differ)")
+    return p.parse_args(argv)
+
+
+def init_distributed():
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if var not in os.environ:
+            sys.exit(f"train_fashion_mnist: {var} is not set; launch with torchrun or scripts/launch")
+    dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def make_model(args):
+    torch.manual_seed(args.seed)
+    return MLP(tuple(int(h) for h in args.hidden.split(",") if h))
+
+
+def evaluate(model, x, y):
+    model.eval()
+    with torch.no_grad():
+        correct = sum(int((model(x[i:i + 2000]).argmax(1) == y[i:i + 2000]).sum())
+                      for i in range(0, len(x), 2000))
+    model.train()
+    return correct / len(x)
+
+
+def params_digest(model):
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def all_identical(model):
+    """Every rank's parameter digest, compared across ranks."""
+    digests = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, params_digest(model))
+    return all(d == digests[0] for d in digests), digests
+
+
+def train(args, rank, world, on_epoch=None):
+    """Trains; returns (ddp_model, gradex_state_or_None, rows)."""
+    torch.set_num_threads(1)  # one core's share per rank: ranks share the machine
+    x_train, y_train = load_split(args.data_dir, "train")
+    x_test, y_test = load_split(args.data_dir, "test")
+    model = DDP(make_model(args))
+    state = None
+    if args.algorithm != "dense":
+        import gradex.torch as gx
+        state = gx.GradexState(algorithm=args.algorithm, density=args.density, teams=args.teams,
+                               start_iter=args.start_iter,
+                               min_compression_rate=args.min_compression_rate,
+                               timeout_s=args.timeout_s, model=model)
+        model.register_comm_hook(state, gx.gradex_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    label = args.label or args.algorithm
+    rows, wall, step = [], 0.0, 0
+    n = len(x_train) - len(x_train) % (world * args.batch_size)
+    for epoch in range(1, args.epochs + 1):
+        order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed + epoch))
+        mine = order[:n][rank::world]
+        losses = []
+        t0 = time.perf_counter()
+        for i in range(0, len(mine), args.batch_size):
+            idx = mine[i:i + args.batch_size]
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+            step += 1
+            if args.max_steps and step >= args.max_steps:
+                break
+        wall += time.perf_counter() - t0
+        acc = evaluate(model, x_test, y_test) if rank == 0 else float("nan")
+        row = dict(algorithm=label, density=args.density if state else 1.0,
+                   start_iter=args.start_iter, ranks=world, epoch=epoch, steps=step,
+                   wall_s=round(wall, 3), train_loss=round(float(np.mean(losses)), 5),
+                   test_acc=round(acc, 5))
+        rows.append(row)
+        if rank == 0:
+            print(f"[{label}] epoch {epoch} step {step} wall {wall:.1f}s "
+                  f"train_loss {row['train_loss']:.4f} test_acc {100 * acc:.2f}%", flush=True)
+        if on_epoch:
+            on_epoch(row)
+        if args.max_steps and step >= args.max_steps:
+            break
+    if state is not None:
+        state.flush()
+    return model, state, rows
+
+
+def append_csv(path, rows):
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    rank, world = init_distributed()
+    model, state, rows = train(args, rank, world)
+    status = 0
+    if args.check_identical:
+        same, digests = all_identical(model)
+        if rank == 0:
+            print(f"parameters identical on all {world} ranks: {same}"
+                  + ("" if same else f" {digests}"), flush=True)
+        status = 0 if same else 3
+    if rank == 0 and args.csv and rows:
+        append_csv(args.csv, rows)
+    if state is not None:
+        if rank == 0:
+            for b in state.stats():
+                print(f"[{args.label or args.algorithm}] bucket {b['elements']} elements: "
+                      f"{b['algorithm']} calls {b['calls']} dense {b['dense_calls']} "
+                      f"last {1000 * b['last_s']:.2f} ms sent {b['sent_bytes']} B", flush=True)
+        state.close()
+    dist.destroy_process_group()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""gradex as a PyTorch DDP communication hook.
+
+    import gradex.torch as gx
+    state = gx.GradexState(algorithm="spardl", density=0.01, start_iter=10)
+    ddp_model.register_comm_hook(state, gx.gradex_hook)
+
+Shaped like PyTorch's ``powerSGD_hook``: ``gradex_hook(state, bucket)`` returns,
+per GradBucket, a ``torch.futures.Future`` whose value is the bucket's mean over
+ranks, as DDP's default allreduce hook does. The exchange runs on the C++
+client's progress thread, in the order DDP issues buckets (the README's "Use it
+from PyTorch" section documents the options and the environment).
+"""
+import atexit
+import datetime
+import itertools
+import warnings
+import weakref
+
+import torch
+import torch.distributed as dist
+
+from gradex._C import Client, GradexError
+
+__all__ = ["GradexState", "gradex_hook", "GradexError"]
+
+# Buckets of these dtypes go through a float32 copy (warned once per state).
+_CONVERTED = (torch.float16, torch.bfloat16, torch.float64)
+# Each GradexState of a process takes the next rendezvous namespace; every rank
+# creates its states in the same order, so the namespaces match across ranks.
+_generation = itertools.count()
+
+
+def _store_rendezvous(prefix, timeout_s):
+    """Rank 0 sets, the others wait (up to timeout_s) and get, through
+    torch.distributed's default store; (None, None) without one."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None, None
+    store = dist.distributed_c10d._get_default_store()
+    timeout = datetime.timedelta(seconds=timeout_s)
+
+    def set_(key, value):
+        store.set(prefix + key, value)
+
+    def get(key):
+        try:
+            store.wait([prefix + key], timeout)
+        except RuntimeError as e:
+            raise GradexError(
+                f"gradex: rank 0 did not publish '{key}' in the store within {timeout_s} s ({e})"
+            ) from None
+        return store.get(prefix + key)
+
+    return set_, get
+
+
+def _close_ref(ref):
+    state = ref()
+    if state is not None:
+        try:
+            state.close()
+        except Exception:  # exiting: nothing left to tell
+            pass
+
+
+class GradexState:
+    """One training job's gradex client, created on every rank.
+
+    Args:
+        algorithm: a catalog name (``spardl``, ``spardl-bsag``, ``oktopk``,
+            ``topka``, ``gaussiank``, ``covap``, ``dense-ring``, ...) or
+            ``"auto"``: chosen per bucket from the catalog's cost model with the
+            link alpha/beta the agents measure.
+        density: fraction of each bucket's entries sent per step (k = ceil(d*n)).
+        teams: SparDL team count; 0 lets the coordinator choose.
+        start_iter: steps [0, start_iter) run dense (as PowerSGD's
+            ``start_powerSGD_iter``), a warm-up before sparsification.
+        min_compression_rate: a bucket whose sparse message would be less than
+            this factor smaller than its dense one stays dense.
+        timeout_s: deadline for joining and for every bucket's exchange; a dead
+            peer or coordinator becomes a GradexError within it.
+        coordinator: ``host:port`` of an existing coordinator (default:
+            ``GRADEX_COORDINATOR``; without one, rank 0 starts one in-process and
+            publishes its address and a fresh token through torch's store).
+        token: the job's token (default: ``GRADEX_TOKEN`` or the contents of
+            ``GRADEX_TOKEN_FILE``).
+        model: optional module (or DDP wrapper) whose ``parameters()`` order
+            keys the residuals; without it a parameter's key is the order in
+            which the first step's buckets show it (identical on every rank).
+        job, metrics_port, data_ip, timeline_path: as ``GRADEX_METRICS_PORT``,
+            ``GRADEX_DATA_IP``, ``GRADEX_TIMELINE`` (the keyword wins).
+        **params: algorithm parameters by catalog name (numbers).
+    """
+
+    def __init__(self, algorithm="auto", density=0.01, teams=0, start_iter=0,
+                 min_compression_rate=2.0, timeout_s=60, coordinator=None, token=None,
+                 *, model=None, job=None, metrics_port=None, data_ip=None, timeline_path=None,
+                 **params):
+        if not (0 < density <= 1):
+            raise ValueError(f"gradex: density must be in (0, 1], got {density}")
+        if not timeout_s > 0:
+            raise ValueError(f"gradex: timeout_s must be > 0, got {timeout_s}")
+        for name, value in params.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"gradex: algorithm parameter '{name}' must be a number, "
+                                f"got {type(value).__name__}")
+        options = dict(algorithm=algorithm, density=float(density), teams=int(teams),
+                       start_iter=int(start_iter), min_compression_rate=float(min_compression_rate),
+                       timeout_s=float(timeout_s), coordinator=coordinator, token=token,
+                       job=job, metrics_port=metrics_port, data_ip=data_ip,
+                       timeline_path=timeline_path,
+                       params={k: float(v) for k, v in params.items()})
+        if dist.is_available() and dist.is_initialized():
+            options["rank"] = dist.get_rank()
+            options["world_size"] = dist.get_world_size()
+        rdv_set, rdv_get = _store_rendezvous(f"gradex/{next(_generation)}/", timeout_s)
+        self.timeout_s = float(timeout_s)
+        self.algorithm = algorithm
+        self.density = float(density)
+        self._keys = {}
+        if model is not None:
+            for i, p in enumerate(model.parameters()):
+                self._keys[p.data_ptr()] = i
+        self._warned_dtypes = set()
+        self._client = Client.create(options, True, rdv_set, rdv_get)
+        atexit.register(_close_ref, weakref.ref(self))
+
+    # The parameters of a bucket as (key, elements) spans, in bucket order.
+    def _spans(self, bucket):
+        spans = []
+        for p in bucket.parameters():
+            key = self._keys.get(p.data_ptr())
+            if key is None:
+                key = self._keys[p.data_ptr()] = len(self._keys)
+            spans.append((key, p.numel()))
+        return spans
+
+    @property
+    def client(self):
+        if self._client is None:
+            raise GradexError("FAILED_PRECONDITION: this GradexState is closed")
+        return self._client
+
+    @property
+    def rank(self):
+        return self.client.rank
+
+    @property
+    def world_size(self):
+        return self.client.world_size
+
+    @property
+    def step(self):
+        """The next training step (steps end with DDP's last bucket)."""
+        return self.client.step
+
+    @property
+    def coordinator(self):
+        """host:port of the coordinator in use."""
+        return self.client.coordinator
+
+    def stats(self):
+        """Per bucket layout: spans, elements, algorithm, density, calls,
+        dense_calls, fallback_switches, sent/recv bytes, last/sparse/dense
+        seconds, residual_norm."""
+        return self.client.stats()
+
+    def flush(self):
+        """Waits (up to timeout_s) until every issued bucket has ended."""
+        self.client.flush()
+
+    def state_dict(self):
+        """Residuals and the step counter, for a checkpoint (call between steps)."""
+        return {"version": 1, "client": self.client.save_state()}
+
+    def load_state_dict(self, state):
+        if state.get("version") != 1 or not isinstance(state.get("client"), (bytes, bytearray)):
+            raise ValueError("gradex: not a GradexState.state_dict() (version 1)")
+        self.client.load_state(bytes(state["client"]))
+
+    def close(self):
+        """Leaves the job; buckets still queued fail. Idempotent."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def gradex_hook(state, bucket):
+    """DDP communication hook: the bucket's mean over ranks, through gradex.
+
+    float32 buckets are exchanged in place; float16, bfloat16 and float64 ones
+    through a float32 copy (warned once); other dtypes raise TypeError. CUDA
+    buckets are passed as device memory. A failed exchange (dead rank, timeout)
+    sets the future's exception: DDP raises it from ``backward()`` as a
+    RuntimeError carrying the gradex message.
+    """
+    buf = bucket.buffer()
+    work = buf
+    if buf.dtype != torch.float32:
+        if buf.dtype not in _CONVERTED:
+            raise TypeError(f"gradex: bucket {bucket.index()} has dtype {buf.dtype}; gradex "
+                            "exchanges float32 (float16, bfloat16 and float64 are converted)")
+        if buf.dtype not in state._warned_dtypes:
+            state._warned_dtypes.add(buf.dtype)
+            warnings.warn(f"gradex: {buf.dtype} buckets are exchanged as float32 copies",
+                          stacklevel=2)
+        work = buf.to(torch.float32)
+    if not work.is_contiguous():
+        work = work.contiguous()
+    spans = state._spans(bucket)
+    fut = torch.futures.Future()
+    index = bucket.index()
+
+    def done(code, message):
+        if code != 0:
+            fut.set_exception(GradexError(f"gradex: bucket {index} failed: {message}"))
+            return
+        if work is not buf:
+            buf.copy_(work)
+        fut.set_result(buf)
+
+    state.client.allreduce_async(spans, work.data_ptr(), work.numel(), work.is_cuda,
+                                 bucket.is_last(), done)
+    return fut
