@@ -1,0 +1,289 @@
+#!/usr/bin/python3
+"""gradex.torch end to end with 2 rank processes (ctest torch_hook; docs in
+README "Use it from PyTorch"). Phases, each a fresh pair of processes:
+
+  conservation  integer-valued buckets through gradex_hook directly (a bucket
+                stand-in with DDP's GradBucket methods), a bucket-layout change
+                half way (DDP's rebuild), then zero buckets until every
+                residual is empty: the sum of P * result over the steps equals
+                the sum of every rank's gradients exactly, and results are
+                bitwise identical on both ranks. Also: float64 converted, int
+                refused with TypeError.
+  train         Fashion-MNIST MLP under DDP + gradex_hook for --steps steps:
+                rank 0's test accuracy above --min-accuracy, parameters bitwise
+                identical on both ranks.
+  dead-rank     rank 1 exits mid-training; rank 0's backward raises a gradex
+                error within timeout_s (+ slack), nothing hangs.
+
+Exit 0 pass, 1 fail, 77 skip (no torch for this Python).
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+SKIP = 77
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--phase", default="all", choices=["all", "conservation", "train", "dead-rank"])
+    p.add_argument("--algorithm", default="spardl")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--min-accuracy", type=float, default=0.0)
+    p.add_argument("--expect-module", default="ON", help="OFF: a missing gradex module is a skip")
+    p.add_argument("--phase-timeout-s", type=float, default=100)
+    return p.parse_args()
+
+
+def emit(**kv):
+    print("RESULT " + json.dumps(kv), flush=True)
+
+
+# ---- rank processes -------------------------------------------------------
+
+class Bucket:
+    """What gradex_hook uses of torch.distributed.GradBucket."""
+
+    def __init__(self, index, buffer, params, last):
+        self._index, self._buffer, self._params, self._last = index, buffer, params, last
+
+    def index(self):
+        return self._index
+
+    def buffer(self):
+        return self._buffer
+
+    def parameters(self):
+        return self._params
+
+    def is_last(self):
+        return self._last
+
+
+def conservation(args, rank, world):
+    import torch
+    import torch.distributed as dist
+    import gradex
+    import gradex.torch as gx
+    dist.init_process_group("gloo")
+    sizes = [700, 1300, 500, 1500]  # four "parameters"
+    params = [torch.zeros(n) for n in sizes]
+    state = gx.GradexState(algorithm=args.algorithm, density=0.05, timeout_s=30)
+    layouts = [[[0, 1], [2, 3]], [[3, 0], [2], [1]]]  # DDP's first layout, then a rebuild
+    gen = torch.Generator().manual_seed(100 + rank)
+    grad_sum = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    result_sum = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    digest = 0.0
+    steps, drain = 40, 80
+    for step in range(steps + drain):
+        layout = layouts[0] if step < steps // 2 else layouts[1]
+        futs = []
+        for b, members in enumerate(layout):
+            if step < steps:  # small integers: every sum below is exact in float32
+                grads = [torch.randint(-8, 9, (sizes[i],), generator=gen).float() for i in members]
+            else:
+                grads = [torch.zeros(sizes[i]) for i in members]
+            for i, g in zip(members, grads):
+                grad_sum[i] += g.double()
+            buf = torch.cat(grads)
+            fut = gx.gradex_hook(state, Bucket(b, buf, [params[i] for i in members],
+                                               b == len(layout) - 1))
+            futs.append((members, fut))
+        for members, fut in futs:
+            out = fut.wait()
+            off = 0
+            for i in members:
+                part = out[off:off + sizes[i]].double()
+                result_sum[i] += part * world  # the hook returns the mean
+                digest += float((part * (1 + torch.arange(sizes[i]) % 7)).sum())
+                off += sizes[i]
+    stats = state.stats()
+    residual = max(b["residual_norm"] for b in stats)
+    # Conservation needs every rank's gradients: sum them with gloo.
+    total = torch.cat(grad_sum)
+    dist.all_reduce(total)
+    err = float((torch.cat(result_sum) - total).abs().max())
+    # dtype handling
+    f64 = torch.full((1500,), 2.0 * (rank + 1), dtype=torch.float64)
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out64 = gx.gradex_hook(state, Bucket(0, f64, [params[3]], True)).wait()
+    warned = any("float32" in str(x.message) for x in w)
+    try:
+        gx.gradex_hook(state, Bucket(0, torch.zeros(1500, dtype=torch.int32), [params[3]], True))
+        refused = ""
+    except TypeError as e:
+        refused = str(e)
+    state.flush()
+    # The same object twice is a clear error, not a crash.
+    state.close()
+    try:
+        state.stats()
+        closed_error = ""
+    except gradex.GradexError as e:
+        closed_error = str(e)
+    emit(rank=rank, residual_max=residual, conservation_max_abs_err=err, digest=digest,
+         f64_dtype=str(out64.dtype), f64_warned=warned, int_refused=refused,
+         closed_error=closed_error, algorithms=sorted({b["algorithm"] for b in stats}))
+
+
+def train(args, rank, world):
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import train_fashion_mnist as t
+    a = t.parse_args(["--algorithm", args.algorithm, "--density", "0.01", "--epochs", "1",
+                      "--max-steps", str(args.steps), "--timeout-s", "30"])
+    t.init_distributed()
+    model, state, rows = t.train(a, rank, world)
+    same, _ = t.all_identical(model)
+    stats = state.stats()
+    emit(rank=rank, test_acc=rows[-1]["test_acc"], identical=same, steps=rows[-1]["steps"],
+         calls=sum(b["calls"] for b in stats), dense_calls=sum(b["dense_calls"] for b in stats))
+    state.close()
+
+
+def dead_rank(args, rank, world):
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import torch
+    import train_fashion_mnist as t
+    import gradex.torch as gx
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    t.init_distributed()
+    torch.set_num_threads(1)
+    timeout_s = 8.0
+    a = t.parse_args([])
+    model = DDP(t.make_model(a))
+    state = gx.GradexState(algorithm=args.algorithm, density=0.01, timeout_s=timeout_s)
+    model.register_comm_hook(state, gx.gradex_hook)
+    x, y = torch.randn(64, 784), torch.randint(0, 10, (64,))
+    for step in range(20):
+        if rank == 1 and step == 10:
+            os._exit(5)  # dies mid-training without leaving the job
+        t0 = time.monotonic()
+        try:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+        except Exception as e:  # DDP re-raises the future's error as RuntimeError
+            emit(rank=rank, step=step, error=str(e), error_s=time.monotonic() - t0,
+                 timeout_s=timeout_s)
+            os._exit(0)  # the state is broken; a trainer exits so torchrun restarts it
+    emit(rank=rank, step=20, error="", error_s=0, timeout_s=timeout_s)
+
+
+# ---- the launcher -----------------------------------------------------------
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_phase(args, phase, world=2):
+    env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()), LOCAL_WORLD_SIZE=str(world))
+    cmd = [sys.executable, os.path.abspath(__file__), "--phase", phase,
+           "--algorithm", args.algorithm, "--steps", str(args.steps)]
+    procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(world)]
+    t0 = time.monotonic()
+    outs, hung = [], False
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1, args.phase_timeout_s - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            hung = True
+            p.kill()
+            out, _ = p.communicate()
+        outs.append(out)
+    results = {}
+    for r, out in enumerate(outs):
+        for line in out.splitlines():
+            if line.startswith("RESULT "):
+                results[r] = json.loads(line[7:])
+    return results, outs, [p.returncode for p in procs], hung, time.monotonic() - t0
+
+
+def check(cond, what, failures):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def main():
+    args = parse_args()
+    if "RANK" in os.environ:  # a rank process
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        {"conservation": conservation, "train": train, "dead-rank": dead_rank}[args.phase](
+            args, rank, world)
+        return 0
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print(f"torch_hook_test: SKIP ({sys.executable} has no torch; install python3-torch)")
+        return SKIP
+    try:
+        import gradex.torch  # noqa: F401
+    except ImportError as e:
+        if args.expect_module == "OFF":
+            print(f"torch_hook_test: SKIP (the gradex module was not built: {e})")
+            return SKIP
+        print(f"torch_hook_test: cannot import gradex.torch: {e}")
+        return 1
+    failures = []
+    phases = ["conservation", "train", "dead-rank"] if args.phase == "all" else [args.phase]
+    for phase in phases:
+        results, outs, rcs, hung, took = run_phase(args, phase)
+        print(f"--- {phase}: {took:.1f} s, exit codes {rcs}, results {json.dumps(results)}", flush=True)
+        ok_procs = not hung and (phase == "dead-rank" or rcs == [0, 0])
+        if not ok_procs or len(results) < (1 if phase == "dead-rank" else 2):
+            for r, out in enumerate(outs):
+                print(f"--- rank {r} output (last 40 lines):\n" + "\n".join(out.splitlines()[-40:]))
+        check(not hung, f"{phase}: no rank hung (limit {args.phase_timeout_s} s)", failures)
+        if phase == "conservation":
+            check(len(results) == 2, "conservation: both ranks finished", failures)
+            if len(results) == 2:
+                a, b = results[0], results[1]
+                check(max(a["residual_max"], b["residual_max"]) == 0,
+                      "conservation: every residual drained to 0 by the zero steps", failures)
+                check(a["conservation_max_abs_err"] == 0 and b["conservation_max_abs_err"] == 0,
+                      "conservation: sum of P*result == sum of every rank's gradients, exactly",
+                      failures)
+                check(a["digest"] == b["digest"], "conservation: results identical on both ranks",
+                      failures)
+                check(a["f64_dtype"] == "torch.float64" and a["f64_warned"],
+                      "float64 bucket converted (and warned)", failures)
+                check("dtype torch.int32" in a["int_refused"], "int32 bucket refused with TypeError",
+                      failures)
+                check("closed" in a["closed_error"], "a closed state raises GradexError", failures)
+        elif phase == "train":
+            check(len(results) == 2, "train: both ranks finished", failures)
+            if len(results) == 2:
+                check(results[0]["test_acc"] > args.min_accuracy,
+                      f"train: test accuracy {results[0]['test_acc']} > {args.min_accuracy}", failures)
+                check(results[0]["identical"] and results[1]["identical"],
+                      "train: parameters bitwise identical on both ranks", failures)
+                check(results[0]["calls"] > 0 and results[0]["calls"] > results[0]["dense_calls"],
+                      "train: buckets went through gradex, mostly sparse", failures)
+        else:
+            r0 = results.get(0, {})
+            check(rcs[1] == 5, "dead-rank: rank 1 died as scripted", failures)
+            check(bool(r0.get("error")) and "gradex" in r0.get("error", ""),
+                  f"dead-rank: survivor's backward raised a gradex error: {r0.get('error', '')[:300]!r}",
+                  failures)
+            check(r0.get("error_s", 1e9) <= r0.get("timeout_s", 0) + 5,
+                  f"dead-rank: within timeout_s + 5 s ({r0.get('error_s')} s)", failures)
+    print("torch_hook_test: " + ("PASS" if not failures else f"FAIL ({len(failures)})"))
+    return 0 if not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
