@@ -14,6 +14,9 @@ README "Use it from PyTorch"). Phases, each a fresh pair of processes:
                 identical on both ranks.
   dead-rank     rank 1 exits mid-training; rank 0's backward raises a gradex
                 error within timeout_s (+ slack), nothing hangs.
+  bad-join      GradexState(...) against a gradex-coordinator with another
+                token, and against a port nobody listens on: GradexError
+                within timeout_s (+ slack).
 
 Exit 0 pass, 1 fail, 77 skip (no torch for this Python).
 """
@@ -32,7 +35,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--phase", default="all", choices=["all", "conservation", "train", "dead-rank"])
+    p.add_argument("--phase", default="all", choices=["all", "conservation", "train", "dead-rank", "bad-join"])
+    p.add_argument("--coordinator-bin", default="", help="gradex-coordinator, for bad-join")
+    p.add_argument("--target", default="", help="(bad-join rank process) host:port")
     p.add_argument("--algorithm", default="spardl")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--min-accuracy", type=float, default=0.0)
@@ -176,6 +181,62 @@ def dead_rank(args, rank, world):
     emit(rank=rank, step=20, error="", error_s=0, timeout_s=timeout_s)
 
 
+def bad_join(args, rank, world):
+    import gradex
+    import gradex.torch as gx
+    timeout_s = 5.0
+    t0 = time.monotonic()
+    try:
+        gx.GradexState(algorithm="spardl", coordinator=args.target, token="not-the-token",
+                       timeout_s=timeout_s).close()
+        error = ""
+    except gradex.GradexError as e:
+        error = str(e)
+    emit(rank=rank, error=error, error_s=time.monotonic() - t0, timeout_s=timeout_s)
+
+
+def run_bad_join(args, failures):
+    import tempfile
+    if not args.coordinator_bin:
+        print("bad-join: skipped (no --coordinator-bin)")
+        return
+    tmp = tempfile.mkdtemp(prefix="gradex-bad-join-")
+    with open(os.path.join(tmp, "job.json"), "w") as f:
+        json.dump({"job_id": "gradex", "algorithm": "spardl", "density": 0.01, "world_size": 2}, f)
+    with open(os.path.join(tmp, "token"), "w") as f:
+        f.write("the-token\n")
+    port = free_port()
+    log = open(os.path.join(tmp, "coordinator.log"), "w")
+    coord = subprocess.Popen([args.coordinator_bin, "--job-config", os.path.join(tmp, "job.json"),
+                              "--listen", f"127.0.0.1:{port}", "--token-file",
+                              os.path.join(tmp, "token")], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "serving on" not in open(log.name).read():
+            time.sleep(0.1)
+        for what, target in (("wrong token", f"127.0.0.1:{port}"),
+                             ("unreachable coordinator", f"127.0.0.1:{free_port()}")):
+            env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1")
+            env.pop("GRADEX_COORDINATOR", None)
+            t0 = time.monotonic()
+            try:
+                out = subprocess.run([sys.executable, os.path.abspath(__file__), "--phase", "bad-join",
+                                      "--target", target], env=env, capture_output=True, text=True,
+                                     timeout=60).stdout
+            except subprocess.TimeoutExpired:
+                out = ""
+            took = time.monotonic() - t0
+            r = next((json.loads(l[7:]) for l in out.splitlines() if l.startswith("RESULT ")), {})
+            print(f"--- bad-join, {what}: {took:.1f} s, {json.dumps(r)}")
+            check(bool(r.get("error")),
+                  f"bad-join: {what} raises GradexError: {r.get('error', out[-300:])[:300]!r}", failures)
+            check(r.get("error_s", 1e9) <= r.get("timeout_s", 0) + 5,
+                  f"bad-join: {what} within timeout_s + 5 s ({r.get('error_s')} s)", failures)
+    finally:
+        coord.terminate()
+        coord.wait(timeout=10)
+
+
 # ---- the launcher -----------------------------------------------------------
 
 def free_port():
@@ -222,7 +283,8 @@ def main():
     args = parse_args()
     if "RANK" in os.environ:  # a rank process
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        {"conservation": conservation, "train": train, "dead-rank": dead_rank}[args.phase](
+        {"conservation": conservation, "train": train, "dead-rank": dead_rank,
+         "bad-join": bad_join}[args.phase](
             args, rank, world)
         return 0
     try:
@@ -239,8 +301,12 @@ def main():
         print(f"torch_hook_test: cannot import gradex.torch: {e}")
         return 1
     failures = []
-    phases = ["conservation", "train", "dead-rank"] if args.phase == "all" else [args.phase]
+    phases = (["bad-join", "conservation", "train", "dead-rank"] if args.phase == "all"
+              else [args.phase])
     for phase in phases:
+        if phase == "bad-join":
+            run_bad_join(args, failures)
+            continue
         results, outs, rcs, hung, took = run_phase(args, phase)
         print(f"--- {phase}: {took:.1f} s, exit codes {rcs}, results {json.dumps(results)}", flush=True)
         ok_procs = not hung and (phase == "dead-rank" or rcs == [0, 0])
