@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def main():
@@ -37,6 +38,7 @@ def main():
         ax_epoch.plot(epochs, acc, label=name, **style)
         ax_wall.plot(wall, acc, label=name, **style)
     ax_epoch.set_xlabel("epoch")
+    ax_epoch.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_wall.set_xlabel("training wall time (s)")
     for ax in (ax_epoch, ax_wall):
         ax.set_ylabel("test accuracy (%)")
