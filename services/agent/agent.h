@@ -139,6 +139,10 @@ class Agent {
   absl::Status Leave();
 
   uint64_t next_step() const { return next_step_; }
+  // Restores the step counter (a checkpoint) before the first epoch: the
+  // epoch's entry agreement then takes the largest step of its members.
+  // FAILED_PRECONDITION once connected or inside a step.
+  absl::Status set_next_step(uint64_t step);
   uint32_t epoch() const { return plan_ == nullptr ? 0 : plan_->epoch; }
   int rank() const { return rank_; }
   bool connected() const { return transport_ != nullptr; }

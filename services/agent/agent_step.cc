@@ -13,6 +13,14 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 }  // namespace
 
+absl::Status Agent::set_next_step(uint64_t step) {
+  if (transport_ != nullptr || step_open_ || last_epoch_ != 0) {
+    return absl::FailedPreconditionError("the step counter is set before the first epoch only");
+  }
+  next_step_ = step;
+  return absl::OkStatus();
+}
+
 absl::Status Agent::BeginStep() {
   if (step_open_) return absl::FailedPreconditionError("BeginStep: a step is already open");
   step_open_ = true;
