@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -44,13 +45,23 @@ struct ClientOptions {
   int teams = 0;                      // 0: the coordinator chooses
   uint64_t start_iter = 0;            // steps [0, start_iter) are dense (PowerSGD's start_iter)
   double min_compression_rate = 2.0;  // buckets where sparse sends less than this factor stay dense
-  catalog::ParamValues params;        // algorithm parameters by catalog name
+  // Every this many steps (from start_iter) each bucket runs dense once, to
+  // time it against its sparse exchange (the bucket controller's "never
+  // slower than dense"); 0: never.
+  uint64_t dense_probe_period = 50;
+  // The largest bucket (elements); bounds what a peer may announce to the
+  // data plane (UcxOptions.max_message_bytes). Larger buckets are refused.
+  size_t max_bucket_elements = size_t{1} << 28;
+  catalog::ParamValues params;               // algorithm parameters by catalog name
   std::chrono::milliseconds timeout{60000};  // joining, and every bucket's exchange
   bool mean = true;           // results are the mean over ranks (DDP); false: the sum
   int metrics_port = -1;      // GRADEX_METRICS_PORT: -1 none, 0 any free port
   std::string data_ip;        // GRADEX_DATA_IP: the data plane's interface
   std::string timeline_path;  // GRADEX_TIMELINE: Chrome-trace JSON of every step's phases
 };
+// When the coordinator is embedded (rank 0, none given), its job takes
+// algorithm, density, teams and params from rank 0's options; a coordinator
+// given by address has its own job config, and those options are unused.
 
 // Fills what the environment says (GRADEX_*, RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR); a malformed value is INVALID_ARGUMENT naming the variable.
@@ -110,16 +121,23 @@ class Client {
   virtual absl::Status Flush() = 0;
 
   virtual std::vector<BucketStats> Stats() const = 0;
-  virtual int rank() const = 0;  // gradex's rank in the current epoch
+  virtual int rank() const = 0;  // gradex's rank in the current epoch (-1 before the first)
   virtual int world_size() const = 0;
   virtual uint64_t step() const = 0;            // the next training step
   virtual std::string coordinator() const = 0;  // host:port in use
 
-  // Residuals and step counter, for checkpoints (call between steps).
+  // Residuals (by span key) and step counter, for checkpoints: call between
+  // steps (FAILED_PRECONDITION while a step's buckets are in flight).
+  // LoadState replaces every residual; a malformed blob is INVALID_ARGUMENT
+  // and changes nothing. The step is restored when loaded before the first
+  // exchange (every rank loads the same checkpoint; ranks agree on the
+  // largest step at the epoch's start); later, the running step is kept.
   virtual absl::StatusOr<std::string> SaveState() const = 0;
   virtual absl::Status LoadState(std::string_view state) = 0;
 
-  // Leaves the job; queued buckets fail with CANCELLED. Idempotent.
+  // Leaves the job; queued buckets fail with CANCELLED (their gradients go
+  // to their residuals, so SaveState still sees them). The bucket in
+  // progress ends first (bounded by the timeout). Idempotent.
   virtual absl::Status Close() = 0;
 };
 

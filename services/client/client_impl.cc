@@ -1,0 +1,268 @@
+#include "services/client/client_impl.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "services/agent/data_interface.h"
+#include "services/agent/grpc_control_plane.h"
+
+namespace gradex::client {
+namespace {
+
+std::atomic<uint64_t> g_clients{0};  // agent ids stay unique across clients of one process
+
+}  // namespace
+
+ClientImpl::ClientImpl(ClientOptions options) : options_(std::move(options)) {
+  world_.store(options_.world_size);
+}
+
+ClientImpl::~ClientImpl() { (void)Close(); }
+
+absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
+  absl::StatusOr<CoordinatorEndpoint> e = FindCoordinator(options_, rendezvous);
+  if (!e.ok()) return e.status();
+  endpoint_ = *std::move(e);
+  const auto rpc = std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(5));
+  agent::GrpcControlPlaneOptions g;
+  g.target = endpoint_.address;
+  g.rpc_timeout = rpc;
+  // The first join retries an unreachable coordinator (rank 0 may start
+  // late) until the client's timeout, counting the attempt in flight.
+  g.join_timeout = std::max(options_.timeout - rpc, std::chrono::milliseconds(0));
+  absl::StatusOr<std::unique_ptr<agent::ControlPlane>> control = agent::CreateGrpcControlPlane(g);
+  if (!control.ok()) return control.status();
+  control_ = *std::move(control);
+  UcxOptions ucx;
+  absl::StatusOr<std::string> ip = agent::DataPlaneIp(options_.data_ip, endpoint_.address);
+  if (!ip.ok()) return ip.status();
+  ucx.listen_ip = *ip;
+  ucx.connect_timeout = options_.timeout;
+  // No schedule sends more in one message than a bucket in dense frames plus
+  // a header per block, twice over (as gradex-agent); the link probe's 1 MiB
+  // message sets the floor.
+  ucx.max_message_bytes = std::max<size_t>(2 * (options_.max_bucket_elements * 4 + 48 * 4096),
+                                           (1u << 20) + (64u << 10));
+  absl::StatusOr<std::unique_ptr<agent::TransportProvider>> t = agent::CreateUcxProvider(ucx);
+  if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("UCX: ", t.status().message()));
+  transports_ = *std::move(t);
+  metrics_ = std::make_unique<agent::AgentMetrics>();
+  if (options_.metrics_port >= 0) {
+    if (absl::Status s = metrics_->Serve(absl::StrCat("127.0.0.1:", options_.metrics_port));
+        !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("GRADEX_METRICS_PORT: ", s.message()));
+    }
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  agent::AgentOptions a;
+  a.job = options_.job;
+  a.token = endpoint_.token;
+  a.host = host;
+  a.local_rank = options_.local_rank;
+  a.agent_id = absl::StrCat(host, "/", options_.local_rank, "/", getpid(), "/r", options_.rank, "/",
+                            g_clients.fetch_add(1));
+  a.join_timeout = options_.timeout;
+  a.rpc_timeout = rpc;
+  a.sync_timeout = options_.timeout;
+  a.rules.start_iter = options_.start_iter;
+  a.rules.min_compression_rate = options_.min_compression_rate;
+  a.rules.dense_probe_period = options_.dense_probe_period;
+  agent_ = std::make_unique<agent::Agent>(a, control_.get(), transports_.get(), metrics_.get());
+  if (absl::Status s = agent_->Start(); !s.ok()) {
+    agent_.reset();  // never joined: nothing to leave
+    return absl::Status(s.code(), absl::StrCat("gradex: joining the coordinator at ",
+                                               endpoint_.address, ": ", s.message()));
+  }
+  if (!options_.timeline_path.empty()) {
+    absl::StatusOr<std::unique_ptr<Timeline>> tl = Timeline::Open(
+        Timeline::PathFor(options_.timeline_path, options_.rank, options_.world_size),
+        options_.rank);
+    if (!tl.ok()) return tl.status();
+    timeline_ = *std::move(tl);
+  }
+  started_ = true;
+  worker_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void ClientImpl::AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> data, Memory memory,
+                                bool last_in_step, Done done) {
+  if (!done) done = [](absl::Status) {};
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closing_ && started_) {
+      queue_.push_back({std::move(spans), data, memory, last_in_step, std::move(done),
+                        std::chrono::system_clock::now()});
+      return;
+    }
+  }
+  done(absl::FailedPreconditionError("gradex client is closed"));
+}
+
+absl::Status ClientImpl::Flush() {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_ == 0; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&idle), absl::FromChrono(options_.timeout))) {
+    return absl::DeadlineExceededError(absl::StrCat("gradex Flush: ", queue_.size() + running_,
+                                                    " buckets still pending after ",
+                                                    options_.timeout.count(), " ms"));
+  }
+  return absl::OkStatus();
+}
+
+void ClientImpl::Loop() {
+  for (;;) {
+    Item item;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || closing_; };
+      mu_.Await(absl::Condition(&ready));
+      if (closing_) return;  // Close fails what is left
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      ++running_;
+    }
+    const auto start = std::chrono::system_clock::now();
+    agent::BucketOutcome out;
+    uint32_t index = 0;
+    double residual_l2 = 0;
+    uint64_t step = 0;
+    absl::Status s;
+    {
+      absl::MutexLock lock(&state_mu_);
+      agent::BucketSlot* slot = nullptr;
+      s = Process(item, &out, &index, &slot);
+      if (slot != nullptr) {
+        double sq = 0;
+        for (float v : slot->residual) sq += static_cast<double>(v) * v;
+        residual_l2 = std::sqrt(sq);
+      }
+      step = agent_->next_step();
+      if (item.last_in_step && agent_->step_open()) {
+        agent::StepOutcome step;
+        (void)agent_->EndStep(&step);  // its first error is every later bucket's already
+        last_sizes_ = std::move(step_sizes_);
+        step_sizes_.clear();
+      }
+      rank_.store(agent_->connected() ? agent_->rank() : -1);
+      if (const agent::Plan* p = agent_->plan()) world_.store(p->world());
+      step_.store(agent_->next_step());
+    }
+    Record(item, out, s, step, index, residual_l2, start);
+    item.done(s);
+    absl::MutexLock lock(&mu_);
+    --running_;
+  }
+}
+
+absl::Status ClientImpl::Process(Item& item, agent::BucketOutcome* out, uint32_t* index,
+                                 agent::BucketSlot** slot) {
+  size_t n = 0;
+  for (const ParamSpan& s : item.spans) n += s.elements;
+  if (n != item.data.size() || n == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("bucket: its spans cover ", n,
+                                                   " elements, its data holds ", item.data.size()));
+  }
+  if (n > options_.max_bucket_elements) {
+    return absl::InvalidArgumentError(absl::StrCat("bucket of ", n, " elements: over ",
+                                                   options_.max_bucket_elements,
+                                                   " (ClientOptions.max_bucket_elements)"));
+  }
+  if (item.memory == Memory::kHost) return Exchange(item, item.data, out, index, slot);
+  absl::StatusOr<std::span<float>> host = staging_.ToHost(item.data);
+  if (!host.ok()) return host.status();
+  absl::Status s = Exchange(item, *host, out, index, slot);
+  if (!s.ok()) return s;  // the device data is untouched
+  return staging_.ToDevice(item.data);
+}
+
+absl::Status ClientImpl::Exchange(Item& item, std::span<float> host, agent::BucketOutcome* out,
+                                  uint32_t* index, agent::BucketSlot** slot) {
+  absl::StatusOr<agent::BucketSlot*> gathered = residuals_.Gather(item.spans);
+  if (!gathered.ok()) return gathered.status();
+  *slot = *gathered;
+  if (!agent_->step_open()) {
+    // A step that cannot begin (no epoch within the timeout) fails its
+    // buckets in RunBucket, which keeps their gradients.
+    (void)agent_->BeginStep();
+    step_sizes_.clear();
+  }
+  *index = static_cast<uint32_t>(std::min<size_t>(step_sizes_.size(), agent::kMaxStepBuckets));
+  step_sizes_.push_back(host.size());
+  if (*index >= agent::kMaxStepBuckets) {
+    for (size_t i = 0; i < host.size(); ++i) (*slot)->residual[i] += host[i];
+    return absl::InvalidArgumentError(
+        absl::StrCat("over ", agent::kMaxStepBuckets,
+                     " buckets in one step (is last_in_step ever set?); kept in the residual"));
+  }
+  // COVAP counts parts across the step's buckets: the last step's sizes, the
+  // same on every rank, when this bucket matches them.
+  std::span<const size_t> sizes;
+  if (*index < last_sizes_.size() && last_sizes_[*index] == host.size()) sizes = last_sizes_;
+  absl::Status s = agent_->RunBucket(*index, sizes, host, *slot, out);
+  if (!s.ok()) return s;
+  out->result.ToDense(host);
+  if (options_.mean) {
+    const float world = static_cast<float>(agent_->plan()->world());
+    for (float& v : host) v /= world;
+  }
+  return absl::OkStatus();
+}
+
+void ClientImpl::KeepUnrun(Item& item) {
+  size_t n = 0;
+  for (const ParamSpan& s : item.spans) n += s.elements;
+  if (n != item.data.size() || n == 0 || n > options_.max_bucket_elements) return;
+  std::span<const float> grad = item.data;
+  if (item.memory == Memory::kDevice) {
+    absl::StatusOr<std::span<float>> host = staging_.ToHost(item.data);
+    if (!host.ok()) return;
+    grad = *host;
+  }
+  absl::StatusOr<agent::BucketSlot*> slot = residuals_.Gather(item.spans);
+  if (!slot.ok()) return;
+  for (size_t i = 0; i < n; ++i) (*slot)->residual[i] += grad[i];
+}
+
+absl::Status ClientImpl::Close() {
+  std::deque<Item> left;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return absl::OkStatus();
+    closed_ = closing_ = true;
+    left.swap(queue_);
+  }
+  if (worker_.joinable()) worker_.join();  // the bucket in progress ends first
+  {
+    absl::MutexLock lock(&state_mu_);
+    for (Item& item : left) KeepUnrun(item);
+    if (agent_ != nullptr && agent_->step_open()) (void)agent_->EndStep(nullptr);
+  }
+  for (Item& item : left) {
+    item.done(absl::CancelledError(
+        "gradex client closed before the bucket was exchanged (kept in its residual)"));
+  }
+  absl::Status s;
+  if (agent_ != nullptr) s = agent_->Leave();
+  if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsNotFound(s)) {
+    // The coordinator is gone (rank 0 closed first) or has already dropped
+    // this member: its lease ends anyway, and leaving is done.
+    std::fprintf(stderr, "gradex: close: leave not confirmed (%s)\n",
+                 std::string(s.message()).c_str());
+    s = absl::OkStatus();
+  }
+  if (timeline_ != nullptr) timeline_->Close();
+  if (endpoint_.server != nullptr) endpoint_.server->Shutdown();
+  return s;
+}
+
+}  // namespace gradex::client

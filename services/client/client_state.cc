@@ -1,0 +1,42 @@
+// SaveState / LoadState (client.h): the residuals by span key and the step
+// counter, through saved_state.h's versioned, checked blob.
+#include "absl/strings/str_cat.h"
+#include "services/client/client_impl.h"
+#include "services/client/saved_state.h"
+
+namespace gradex::client {
+
+absl::StatusOr<std::string> ClientImpl::SaveState() const {
+  absl::MutexLock lock(&state_mu_);
+  if (agent_ != nullptr && agent_->step_open()) {
+    return absl::FailedPreconditionError(
+        "SaveState inside a step (its last bucket, last_in_step, has not run yet)");
+  }
+  SavedState s;
+  s.step = step_.load();
+  s.residuals = residuals_.Export();
+  return EncodeState(s);
+}
+
+absl::Status ClientImpl::LoadState(std::string_view blob) {
+  absl::StatusOr<SavedState> s = DecodeState(blob);
+  if (!s.ok()) return s.status();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!queue_.empty()) {
+      return absl::FailedPreconditionError("LoadState while buckets are queued (Flush first)");
+    }
+  }
+  absl::MutexLock lock(&state_mu_);
+  if (agent_ != nullptr && agent_->step_open()) {
+    return absl::FailedPreconditionError(
+        "LoadState inside a step (its last bucket, last_in_step, has not run yet)");
+  }
+  // Before the first epoch the step comes from the checkpoint; later the
+  // running step is kept (ranks agree on it in-band).
+  if (agent_ != nullptr && agent_->set_next_step(s->step).ok()) step_.store(s->step);
+  residuals_.Import(std::move(s->residuals));
+  return absl::OkStatus();
+}
+
+}  // namespace gradex::client

@@ -1,0 +1,97 @@
+// The client's per-layout statistics (Client::Stats) and timeline events,
+// recorded on the progress thread after each bucket.
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "catalog/catalog.h"
+#include "services/client/client_impl.h"
+
+namespace gradex::client {
+namespace {
+
+constexpr size_t kWindow = 16;  // recent exchanges behind each median
+
+double Median(const std::deque<double>& d) {
+  if (d.empty()) return 0;
+  std::vector<double> v(d.begin(), d.end());
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+void Push(std::deque<double>& d, double v) {
+  d.push_back(v);
+  if (d.size() > kWindow) d.pop_front();
+}
+
+}  // namespace
+
+void ClientImpl::Record(const Item& item, const agent::BucketOutcome& out,
+                        const absl::Status& status, uint64_t step, uint32_t index,
+                        double residual_l2, std::chrono::system_clock::time_point start) {
+  if (timeline_ != nullptr) {
+    std::vector<Timeline::Span> spans;
+    spans.push_back(
+        {"queue", item.queued, std::chrono::duration<double>(start - item.queued).count()});
+    if (status.ok()) {
+      auto at = start;
+      for (auto [name, s] : {std::pair{"selection", out.stats.phases.selection_s},
+                             {"communication", out.stats.phases.communication_s},
+                             {"reduction", out.stats.phases.reduction_s}}) {
+        spans.push_back({name, at, s});
+        at += std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::duration<double>(s));
+      }
+    } else {
+      spans.push_back(
+          {"failed", start,
+           std::chrono::duration<double>(std::chrono::system_clock::now() - start).count()});
+    }
+    timeline_->Bucket(spans, step, index, out.algorithm, item.data.size());
+  }
+  if (!status.ok() && out.algorithm.empty()) return;  // never ran
+  std::vector<std::pair<uint64_t, size_t>> key;
+  for (const ParamSpan& s : item.spans) key.emplace_back(s.key, s.elements);
+  const bool dense = catalog::TraitsOf(out.algorithm).dense;
+  absl::MutexLock lock(&stats_mu_);
+  BucketStats& b = stats_[key];
+  History& h = history_[key];
+  b.spans = item.spans;
+  b.elements = item.data.size();
+  b.algorithm = out.algorithm;
+  if (const agent::Plan* p = agent_->plan()) b.density = dense ? 1.0 : p->density;
+  ++b.calls;
+  b.dense_calls += dense;
+  if (!out.dense_probe) {
+    // A switch between sparse and dense outside the probes: the rules or the
+    // bucket controller chose the other kind for this bucket.
+    if (h.any && h.last_dense != dense) {
+      ++b.fallback_switches;
+      std::fprintf(
+          stderr, "gradex: bucket of spans [%s] switched to %s at step %llu\n",
+          absl::StrJoin(item.spans, ",",
+                        [](std::string* o, const ParamSpan& s) { absl::StrAppend(o, s.key); })
+              .c_str(),
+          out.algorithm.c_str(), static_cast<unsigned long long>(step));
+    }
+    h.last_dense = dense;
+    h.any = true;
+  }
+  b.sent_bytes = out.stats.sent_bytes;
+  b.recv_bytes = out.stats.recv_bytes;
+  b.last_s = out.seconds;
+  if (status.ok()) Push(dense ? h.dense_s : h.sparse_s, out.seconds);
+  b.sparse_s = Median(h.sparse_s);
+  b.dense_s = Median(h.dense_s);
+  b.residual_norm = residual_l2;
+}
+
+std::vector<BucketStats> ClientImpl::Stats() const {
+  absl::MutexLock lock(&stats_mu_);
+  std::vector<BucketStats> out;
+  for (const auto& [key, b] : stats_) out.push_back(b);
+  return out;
+}
+
+}  // namespace gradex::client

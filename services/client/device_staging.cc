@@ -1,0 +1,80 @@
+#include "services/client/device_staging.h"
+
+#include "absl/strings/str_cat.h"
+
+#if GRADEX_CLIENT_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace gradex::client {
+
+#if GRADEX_CLIENT_CUDA
+
+namespace {
+absl::Status CudaError(cudaError_t e, const char* what) {
+  return absl::InternalError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorString(e)));
+}
+}  // namespace
+
+bool DeviceStaging::Available() { return true; }
+
+DeviceStaging::~DeviceStaging() {
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+}
+
+absl::StatusOr<std::span<float>> DeviceStaging::ToHost(std::span<const float> device) {
+  cudaPointerAttributes attr{};
+  if (cudaError_t e = cudaPointerGetAttributes(&attr, device.data()); e != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    return absl::InvalidArgumentError(
+        absl::StrCat("Memory::kDevice: not CUDA memory (", cudaGetErrorString(e), ")"));
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+    return absl::InvalidArgumentError("Memory::kDevice: the pointer is not device memory");
+  }
+  if (device.size() > capacity_) {
+    if (pinned_ != nullptr) cudaFreeHost(pinned_);
+    pinned_ = nullptr;
+    capacity_ = 0;
+    void* p = nullptr;
+    if (cudaError_t e = cudaMallocHost(&p, device.size() * sizeof(float)); e != cudaSuccess) {
+      return CudaError(e, "pinned allocation");
+    }
+    pinned_ = static_cast<float*>(p);
+    capacity_ = device.size();
+  }
+  if (cudaError_t e =
+          cudaMemcpy(pinned_, device.data(), device.size_bytes(), cudaMemcpyDeviceToHost);
+      e != cudaSuccess) {
+    return CudaError(e, "copy to host");
+  }
+  return std::span<float>(pinned_, device.size());
+}
+
+absl::Status DeviceStaging::ToDevice(std::span<float> device) {
+  if (device.size() > capacity_) return absl::InternalError("ToDevice before ToHost");
+  if (cudaError_t e =
+          cudaMemcpy(device.data(), pinned_, device.size_bytes(), cudaMemcpyHostToDevice);
+      e != cudaSuccess) {
+    return CudaError(e, "copy to device");
+  }
+  return absl::OkStatus();
+}
+
+#else
+
+bool DeviceStaging::Available() { return false; }
+DeviceStaging::~DeviceStaging() = default;
+
+absl::StatusOr<std::span<float>> DeviceStaging::ToHost(std::span<const float>) {
+  return absl::UnimplementedError(
+      "Memory::kDevice: this gradex was built without CUDA (GRADEX_CUDA=OFF or no nvcc); pass "
+      "host memory");
+}
+absl::Status DeviceStaging::ToDevice(std::span<float>) {
+  return absl::UnimplementedError("Memory::kDevice: this gradex was built without CUDA");
+}
+
+#endif
+
+}  // namespace gradex::client

@@ -1,0 +1,89 @@
+#include "services/client/saved_state.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace gradex::client {
+namespace {
+
+constexpr char kMagic[8] = {'G', 'R', 'D', 'X', 'S', 'T', 'A', 'T'};
+
+uint64_t Fnv1a(std::string_view bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+absl::Status Bad(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("gradex state: ", what));
+}
+
+}  // namespace
+
+std::string EncodeState(const SavedState& state) {
+  std::string out(kMagic, sizeof(kMagic));
+  Put(&out, kSavedStateVersion);
+  Put(&out, state.step);
+  Put(&out, static_cast<uint64_t>(state.residuals.size()));
+  for (const auto& [key, values] : state.residuals) {
+    Put(&out, key);
+    Put(&out, static_cast<uint64_t>(values.size()));
+    out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  }
+  Put(&out, Fnv1a(out));
+  return out;
+}
+
+absl::StatusOr<SavedState> DecodeState(std::string_view blob) {
+  constexpr size_t kHeader = sizeof(kMagic) + 4 + 8 + 8;
+  if (blob.size() < kHeader + 8) return Bad(absl::StrCat(blob.size(), " bytes is too short"));
+  if (std::memcmp(blob.data(), kMagic, sizeof(kMagic)) != 0) return Bad("not a gradex state");
+  const std::string_view body = blob.substr(0, blob.size() - 8);
+  uint64_t sum;
+  std::memcpy(&sum, blob.data() + body.size(), 8);
+  size_t at = sizeof(kMagic);
+  auto get = [&](auto* v) {
+    std::memcpy(v, body.data() + at, sizeof(*v));
+    at += sizeof(*v);
+  };
+  uint32_t version;
+  get(&version);
+  if (version != kSavedStateVersion) {
+    return Bad(absl::StrCat("version ", version, ", this build reads ", kSavedStateVersion));
+  }
+  if (sum != Fnv1a(body)) return Bad("checksum mismatch (truncated or corrupted)");
+  SavedState s;
+  uint64_t spans;
+  get(&s.step);
+  get(&spans);
+  // Every span takes at least 16 bytes: bound the count before the loop.
+  if (spans > (body.size() - at) / 16) return Bad(absl::StrCat(spans, " spans do not fit"));
+  for (uint64_t i = 0; i < spans; ++i) {
+    if (body.size() - at < 16) return Bad(absl::StrCat("span ", i, " truncated"));
+    uint64_t key, elements;
+    get(&key);
+    get(&elements);
+    if (elements == 0 || elements > (body.size() - at) / sizeof(float)) {
+      return Bad(absl::StrCat("span ", key, ": ", elements, " elements do not fit"));
+    }
+    std::vector<float> values(elements);
+    std::memcpy(values.data(), body.data() + at, elements * sizeof(float));
+    at += elements * sizeof(float);
+    if (!s.residuals.emplace(key, std::move(values)).second) {
+      return Bad(absl::StrCat("span ", key, " twice"));
+    }
+  }
+  if (at != body.size()) return Bad(absl::StrCat(body.size() - at, " bytes after the last span"));
+  return s;
+}
+
+}  // namespace gradex::client
