@@ -74,18 +74,34 @@ ClientOptions ParseOptions(const py::dict& kw, bool use_environment) {
     const std::string key = py::cast<std::string>(item.first);
     py::handle v = item.second;
     if (v.is_none()) continue;
-    if (key == "job") o.job = py::cast<std::string>(v);
-    else if (key == "rank") o.rank = py::cast<int>(v);
-    else if (key == "world_size") o.world_size = py::cast<int>(v);
-    else if (key == "local_rank") o.local_rank = py::cast<int>(v);
-    else if (key == "coordinator") o.coordinator = py::cast<std::string>(v);
-    else if (key == "token") o.token = py::cast<std::string>(v);
-    else if (key == "advertise_host") o.advertise_host = py::cast<std::string>(v);
-    else if (key == "algorithm") o.algorithm = py::cast<std::string>(v);
-    else if (key == "density") o.density = py::cast<double>(v);
-    else if (key == "teams") o.teams = py::cast<int>(v);
-    else if (key == "start_iter") o.start_iter = py::cast<uint64_t>(v);
-    else if (key == "min_compression_rate") o.min_compression_rate = py::cast<double>(v);
+    if (key == "job")
+      o.job = py::cast<std::string>(v);
+    else if (key == "rank")
+      o.rank = py::cast<int>(v);
+    else if (key == "world_size")
+      o.world_size = py::cast<int>(v);
+    else if (key == "local_rank")
+      o.local_rank = py::cast<int>(v);
+    else if (key == "coordinator")
+      o.coordinator = py::cast<std::string>(v);
+    else if (key == "token")
+      o.token = py::cast<std::string>(v);
+    else if (key == "advertise_host")
+      o.advertise_host = py::cast<std::string>(v);
+    else if (key == "algorithm")
+      o.algorithm = py::cast<std::string>(v);
+    else if (key == "density")
+      o.density = py::cast<double>(v);
+    else if (key == "teams")
+      o.teams = py::cast<int>(v);
+    else if (key == "start_iter")
+      o.start_iter = py::cast<uint64_t>(v);
+    else if (key == "min_compression_rate")
+      o.min_compression_rate = py::cast<double>(v);
+    else if (key == "dense_probe_period")
+      o.dense_probe_period = py::cast<uint64_t>(v);
+    else if (key == "max_bucket_elements")
+      o.max_bucket_elements = py::cast<size_t>(v);
     else if (key == "params") {
       for (auto p : py::cast<py::dict>(v)) {
         o.params[py::cast<std::string>(p.first)] = py::cast<double>(p.second);
@@ -94,11 +110,16 @@ ClientOptions ParseOptions(const py::dict& kw, bool use_environment) {
       const double s = py::cast<double>(v);
       if (!(s > 0) || !std::isfinite(s)) throw py::value_error("timeout_s must be > 0");
       o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000)));
-    } else if (key == "mean") o.mean = py::cast<bool>(v);
-    else if (key == "metrics_port") o.metrics_port = py::cast<int>(v);
-    else if (key == "data_ip") o.data_ip = py::cast<std::string>(v);
-    else if (key == "timeline_path") o.timeline_path = py::cast<std::string>(v);
-    else throw py::type_error("gradex: unknown client option '" + key + "'");
+    } else if (key == "mean")
+      o.mean = py::cast<bool>(v);
+    else if (key == "metrics_port")
+      o.metrics_port = py::cast<int>(v);
+    else if (key == "data_ip")
+      o.data_ip = py::cast<std::string>(v);
+    else if (key == "timeline_path")
+      o.timeline_path = py::cast<std::string>(v);
+    else
+      throw py::type_error("gradex: unknown client option '" + key + "'");
   }
   return o;
 }

@@ -88,13 +88,16 @@ class GradexState:
             which the first step's buckets show it (identical on every rank).
         job, metrics_port, data_ip, timeline_path: as ``GRADEX_METRICS_PORT``,
             ``GRADEX_DATA_IP``, ``GRADEX_TIMELINE`` (the keyword wins).
+        dense_probe_period: every this many steps each bucket runs dense once
+            to be timed against its sparse exchange ("never slower than
+            dense"; default 50, 0 never).
         **params: algorithm parameters by catalog name (numbers).
     """
 
     def __init__(self, algorithm="auto", density=0.01, teams=0, start_iter=0,
                  min_compression_rate=2.0, timeout_s=60, coordinator=None, token=None,
                  *, model=None, job=None, metrics_port=None, data_ip=None, timeline_path=None,
-                 **params):
+                 dense_probe_period=None, **params):
         if not (0 < density <= 1):
             raise ValueError(f"gradex: density must be in (0, 1], got {density}")
         if not timeout_s > 0:
@@ -107,7 +110,7 @@ class GradexState:
                        start_iter=int(start_iter), min_compression_rate=float(min_compression_rate),
                        timeout_s=float(timeout_s), coordinator=coordinator, token=token,
                        job=job, metrics_port=metrics_port, data_ip=data_ip,
-                       timeline_path=timeline_path,
+                       timeline_path=timeline_path, dense_probe_period=dense_probe_period,
                        params={k: float(v) for k, v in params.items()})
         if dist.is_available() and dist.is_initialized():
             options["rank"] = dist.get_rank()
