@@ -229,4 +229,11 @@ def gradex_hook(state, bucket):
 
     state.client.allreduce_async(spans, work.data_ptr(), work.numel(), work.is_cuda,
                                  bucket.is_last(), done)
-    return fut
+    # Chained so that a failure marks the returned future as failed in C++
+    # (DDP's reducer then raises it) rather than holding an exception object
+    # where DDP expects a tensor.
+    return fut.then(_unwrap)
+
+
+def _unwrap(fut):
+    return fut.value()

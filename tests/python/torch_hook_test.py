@@ -202,11 +202,12 @@ def run_bad_join(args, failures):
     if not args.coordinator_bin:
         print("bad-join: skipped (no --coordinator-bin)")
         return
+    import shutil
     tmp = tempfile.mkdtemp(prefix="gradex-bad-join-")
     with open(os.path.join(tmp, "job.json"), "w") as f:
         json.dump({"job_id": "gradex", "algorithm": "spardl", "density": 0.01, "world_size": 2}, f)
     with open(os.path.join(tmp, "token"), "w") as f:
-        f.write("the-token\n")
+        f.write("the-token-of-this-test\n")
     port = free_port()
     log = open(os.path.join(tmp, "coordinator.log"), "w")
     coord = subprocess.Popen([args.coordinator_bin, "--job-config", os.path.join(tmp, "job.json"),
@@ -214,10 +215,17 @@ def run_bad_join(args, failures):
                               os.path.join(tmp, "token")], stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and "serving on" not in open(log.name).read():
+        while (time.monotonic() < deadline and coord.poll() is None
+               and "serving on" not in open(log.name).read()):
             time.sleep(0.1)
-        for what, target in (("wrong token", f"127.0.0.1:{port}"),
-                             ("unreachable coordinator", f"127.0.0.1:{free_port()}")):
+        serving = "serving on" in open(log.name).read()
+        check(serving, "bad-join: gradex-coordinator serving: " + open(log.name).read()[-300:],
+              failures)
+        if not serving:
+            return
+        for what, target, words in (
+                ("wrong token", f"127.0.0.1:{port}", "token"),
+                ("unreachable coordinator", f"127.0.0.1:{free_port()}", "no coordinator")):
             env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1")
             env.pop("GRADEX_COORDINATOR", None)
             t0 = time.monotonic()
@@ -230,13 +238,15 @@ def run_bad_join(args, failures):
             took = time.monotonic() - t0
             r = next((json.loads(l[7:]) for l in out.splitlines() if l.startswith("RESULT ")), {})
             print(f"--- bad-join, {what}: {took:.1f} s, {json.dumps(r)}")
-            check(bool(r.get("error")),
-                  f"bad-join: {what} raises GradexError: {r.get('error', out[-300:])[:300]!r}", failures)
+            check(words in r.get("error", ""),
+                  f"bad-join: {what} raises GradexError naming '{words}': {r.get('error', out[-300:])[:300]!r}", failures)
             check(r.get("error_s", 1e9) <= r.get("timeout_s", 0) + 5,
                   f"bad-join: {what} within timeout_s + 5 s ({r.get('error_s')} s)", failures)
     finally:
         coord.terminate()
         coord.wait(timeout=10)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- the launcher -----------------------------------------------------------
