@@ -209,9 +209,15 @@ def main(argv=None):
                       f"{b['algorithm']} calls {b['calls']} dense {b['dense_calls']} "
                       f"last {1000 * b['last_s']:.2f} ms sent {b['sent_bytes']} B", flush=True)
         state.close()
-    dist.destroy_process_group()
     return status
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Everything is written and gradex has left the job. torch 1.13 can
+    # deadlock tearing down DDP with gloo (the Reducer's ProcessGroupGloo joins
+    # a worker thread that waits for the GIL the exiting thread holds; seen
+    # here at exit after training), so skip the interpreter's teardown.
+    os._exit(code)
