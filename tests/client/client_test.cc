@@ -12,6 +12,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -363,6 +364,62 @@ TEST(ClientTest, AKilledRankFailsTheSurvivorsWithinTheTimeout) {
   const auto t0 = Clock::now();
   for (int r = 1; r >= 0; --r) (void)clients[r]->Close();
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
+}
+
+TEST(ClientTest, NonFiniteGradientIsRefusedWithoutPoisoningPeers) {
+  testing::MemoryStore store;
+  auto clients = MakeClients(2, store);
+  for (auto& c : clients) ASSERT_NE(c, nullptr);
+  std::vector<std::vector<StepResult>> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      for (int step = 0; step < 3; ++step) {
+        std::vector<std::vector<float>> data(kRebuilt.size());
+        std::vector<std::future<absl::Status>> done;
+        for (size_t b = 0; b < kRebuilt.size(); ++b) {
+          std::vector<ParamSpan> spans;
+          for (uint64_t key : kRebuilt[b]) {
+            std::vector<float> g = Grad(key, r, step);
+            data[b].insert(data[b].end(), g.begin(), g.end());
+            spans.push_back({key, kSpanSizes[key]});
+          }
+          if (r == 1 && step == 1 && b == 1) {  // span 4 (3 elements), then span 3
+            data[b][5] = std::nanf("");
+            data[b][900] = -INFINITY;
+          }
+          auto p = std::make_shared<std::promise<absl::Status>>();
+          done.push_back(p->get_future());
+          clients[r]->AllreduceAsync(spans, data[b], Memory::kHost, b + 1 == kRebuilt.size(),
+                                     [p](absl::Status s) { p->set_value(s); });
+        }
+        StepResult res;
+        for (size_t b = 0; b < kRebuilt.size(); ++b) {
+          res.statuses.push_back(done[b].get());
+          res.spans[b].assign(data[b].begin(), data[b].end());
+        }
+        results[r].push_back(std::move(res));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int step = 0; step < 3; ++step) {
+    for (size_t b = 0; b < kRebuilt.size(); ++b) {
+      EXPECT_EQ(results[0][step].spans[b], results[1][step].spans[b]) << step << " " << b;
+      for (float v : results[0][step].spans[b]) ASSERT_TRUE(std::isfinite(v)) << step;
+      EXPECT_TRUE(results[0][step].statuses[b].ok()) << results[0][step].statuses[b];
+      const absl::Status& s = results[1][step].statuses[b];
+      if (step == 1 && b == 1) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+        EXPECT_NE(s.message().find("2 NaN or infinite values (first: span 3 element 2)"),
+                  std::string::npos)
+            << s;
+      } else {
+        EXPECT_TRUE(s.ok()) << s;
+      }
+    }
+  }
+  for (auto& c : clients) (void)c->Close();
 }
 
 }  // namespace
