@@ -19,6 +19,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "prometheus/registry.h"
+#include "services/client/client_impl.h"
 #include "services/client/saved_state.h"
 #include "tests/client/client_steps.h"
 #include "tests/client/memory_rendezvous.h"
@@ -45,6 +47,23 @@ std::vector<std::unique_ptr<Client>> MakeClients(
   }
   for (auto& t : threads) t.join();
   return clients;
+}
+
+// A counter of the client's metrics registry (0 when absent).
+double Counter(const Client& c, const std::string& name, const std::string& label = "",
+               const std::string& value = "") {
+  const auto& impl = dynamic_cast<const ClientImpl&>(c);
+  for (const prometheus::MetricFamily& f : impl.metrics().registry()->Collect()) {
+    if (f.name != name) continue;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      bool match = label.empty();
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        match |= l.name == label && l.value == value;
+      }
+      if (match) return m.counter.value;
+    }
+  }
+  return 0;
 }
 
 TEST(ClientTest, ThreeRanksRebuiltBucketsIdenticalAndConserved) {
@@ -114,6 +133,11 @@ TEST(ClientTest, ThreeRanksRebuiltBucketsIdenticalAndConserved) {
   uint64_t dense = 0;
   for (const BucketStats& b : stats) dense += b.dense_calls;
   EXPECT_EQ(dense, 2 * kRebuilt.size()) << "steps 2 and 5 probe dense";
+  EXPECT_EQ(Counter(*clients[0], "gradex_client_dense_probes_total"), 2.0 * kRebuilt.size());
+  EXPECT_EQ(Counter(*clients[0], "gradex_client_buckets_total", "outcome", "ok"), 3.0 * kSteps);
+  EXPECT_EQ(Counter(*clients[0], "gradex_client_buckets_total", "outcome", "failed"), 0.0);
+  EXPECT_EQ(Counter(*clients[0], "gradex_client_algorithm_switches_total", "to", "dense"), 0.0)
+      << "probes are not switches";
   for (auto& c : clients) {
     const auto t0 = Clock::now();
     absl::Status s = c->Close();
@@ -419,7 +443,34 @@ TEST(ClientTest, NonFiniteGradientIsRefusedWithoutPoisoningPeers) {
       }
     }
   }
+  EXPECT_EQ(Counter(*clients[1], "gradex_client_nonfinite_values_total"), 2.0);
+  EXPECT_EQ(Counter(*clients[0], "gradex_client_nonfinite_values_total"), 0.0);
   for (auto& c : clients) (void)c->Close();
+}
+
+TEST(ClientTest, StartIterRunsDenseThenSwitchesOnceCountedAndLogged) {
+  testing::MemoryStore store;
+  ClientOptions o = Options(0, 1);
+  o.start_iter = 2;
+  o.dense_probe_period = 0;
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(o, store.rendezvous());
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int step = 0; step < 4; ++step) {
+    std::vector<float> x = Grad(0, 0, step);
+    ASSERT_TRUE((*c)->AllreduceAsync(0, x).get().ok());
+    std::vector<BucketStats> stats = (*c)->Stats();
+    ASSERT_EQ(stats.size(), 1u);
+    EXPECT_EQ(stats[0].algorithm, step < 2 ? "dense-ring" : "spardl") << step;
+  }
+  const BucketStats b = (*c)->Stats()[0];
+  EXPECT_EQ(b.calls, 4u);
+  EXPECT_EQ(b.dense_calls, 2u);
+  EXPECT_EQ(b.fallback_switches, 1u);
+  EXPECT_GT(b.dense_s, 0.0);
+  EXPECT_GT(b.sparse_s, 0.0);
+  EXPECT_GT(b.residual_norm, 0.0);
+  EXPECT_EQ(Counter(**c, "gradex_client_algorithm_switches_total", "to", "sparse"), 1.0);
+  EXPECT_EQ(Counter(**c, "gradex_client_algorithm_switches_total", "to", "dense"), 0.0);
 }
 
 }  // namespace
