@@ -58,6 +58,12 @@ struct ClientOptions {
   int metrics_port = -1;      // GRADEX_METRICS_PORT: -1 none, 0 any free port
   std::string data_ip;        // GRADEX_DATA_IP: the data plane's interface
   std::string timeline_path;  // GRADEX_TIMELINE: Chrome-trace JSON of every step's phases
+  // NaN or infinite gradient values. Refuse (default): they are exchanged as
+  // 0, so no peer's result and no residual is poisoned, `data` receives the
+  // (finite) result like every rank's, and the bucket ends INVALID_ARGUMENT
+  // naming how many there were and where. Pass through: summed like any
+  // value (every rank's result and this rank's residual become non-finite).
+  bool refuse_nonfinite = true;
 };
 // When the coordinator is embedded (rank 0, none given), its job takes
 // algorithm, density, teams and params from rank 0's options; a coordinator
@@ -111,7 +117,8 @@ class Client {
   // `data` must stay valid until `done`. `last_in_step` ends the training
   // step (plan barriers, reports and COVAP count steps). Buckets run in the
   // order issued; a step's buckets after a failed one fail too (their
-  // gradients also go to the residuals).
+  // gradients also go to the residuals). Non-finite gradient values: see
+  // ClientOptions::refuse_nonfinite.
   virtual void AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> data, Memory memory,
                               bool last_in_step, Done done) = 0;
   // Convenience: one span keyed `bucket`, host memory.

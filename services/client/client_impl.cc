@@ -17,6 +17,32 @@ namespace {
 
 std::atomic<uint64_t> g_clients{0};  // agent ids stay unique across clients of one process
 
+// Replaces NaN and infinite values by 0 (they are exchanged as 0) and says
+// how many there were and where the first was.
+absl::Status ZeroNonFinite(const std::vector<ParamSpan>& spans, std::span<float> data,
+                           ClientMetrics* metrics) {
+  size_t count = 0, first = 0;
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (std::isfinite(data[i])) continue;
+    if (count++ == 0) first = i;
+    data[i] = 0.0f;
+  }
+  if (count == 0) return absl::OkStatus();
+  metrics->nonfinite_values.Increment(static_cast<double>(count));
+  size_t at = 0;
+  uint64_t key = 0;
+  for (const ParamSpan& s : spans) {
+    if (first < at + s.elements) {
+      key = s.key;
+      break;
+    }
+    at += s.elements;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "gradient has ", count, " NaN or infinite values (first: span ", key, " element ", first - at,
+      "); they were exchanged as 0 and the result excludes them"));
+}
+
 }  // namespace
 
 ClientImpl::ClientImpl(ClientOptions options) : options_(std::move(options)) {
@@ -53,6 +79,7 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("UCX: ", t.status().message()));
   transports_ = *std::move(t);
   metrics_ = std::make_unique<agent::AgentMetrics>();
+  client_metrics_ = std::make_unique<ClientMetrics>(*metrics_->registry());
   if (options_.metrics_port >= 0) {
     if (absl::Status s = metrics_->Serve(absl::StrCat("127.0.0.1:", options_.metrics_port));
         !s.ok()) {
@@ -208,6 +235,9 @@ absl::Status ClientImpl::Exchange(Item& item, std::span<float> host, agent::Buck
   // same on every rank, when this bucket matches them.
   std::span<const size_t> sizes;
   if (*index < last_sizes_.size() && last_sizes_[*index] == host.size()) sizes = last_sizes_;
+  absl::Status refused = options_.refuse_nonfinite
+                             ? ZeroNonFinite(item.spans, host, client_metrics_.get())
+                             : absl::OkStatus();
   absl::Status s = agent_->RunBucket(*index, sizes, host, *slot, out);
   if (!s.ok()) return s;
   out->result.ToDense(host);
@@ -215,7 +245,7 @@ absl::Status ClientImpl::Exchange(Item& item, std::span<float> host, agent::Buck
     const float world = static_cast<float>(agent_->plan()->world());
     for (float& v : host) v /= world;
   }
-  return absl::OkStatus();
+  return refused;
 }
 
 void ClientImpl::KeepUnrun(Item& item) {

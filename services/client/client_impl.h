@@ -20,6 +20,7 @@
 #include "services/agent/control_plane.h"
 #include "services/agent/transport_provider.h"
 #include "services/client/client.h"
+#include "services/client/client_metrics.h"
 #include "services/client/device_staging.h"
 #include "services/client/embedded_coordinator.h"
 #include "services/client/residual_store.h"
@@ -47,6 +48,9 @@ class ClientImpl final : public Client {
   absl::StatusOr<std::string> SaveState() const override;
   absl::Status LoadState(std::string_view state) override;
   absl::Status Close() override;
+
+  // The agent's registry, with the client's metrics on it (tests read it).
+  const agent::AgentMetrics& metrics() const { return *metrics_; }
 
  private:
   struct Item {
@@ -83,6 +87,7 @@ class ClientImpl final : public Client {
   std::unique_ptr<agent::ControlPlane> control_;
   std::unique_ptr<agent::TransportProvider> transports_;
   std::unique_ptr<agent::AgentMetrics> metrics_;
+  std::unique_ptr<ClientMetrics> client_metrics_;
   std::unique_ptr<agent::Agent> agent_;
   std::unique_ptr<Timeline> timeline_;
   DeviceStaging staging_;

@@ -50,6 +50,7 @@ void ClientImpl::Record(const Item& item, const agent::BucketOutcome& out,
     }
     timeline_->Bucket(spans, step, index, out.algorithm, item.data.size());
   }
+  (status.ok() ? client_metrics_->buckets_ok : client_metrics_->buckets_failed).Increment();
   if (!status.ok() && out.algorithm.empty()) return;  // never ran
   std::vector<std::pair<uint64_t, size_t>> key;
   for (const ParamSpan& s : item.spans) key.emplace_back(s.key, s.elements);
@@ -63,11 +64,14 @@ void ClientImpl::Record(const Item& item, const agent::BucketOutcome& out,
   if (const agent::Plan* p = agent_->plan()) b.density = dense ? 1.0 : p->density;
   ++b.calls;
   b.dense_calls += dense;
+  if (out.dense_probe) client_metrics_->dense_probes.Increment();
   if (!out.dense_probe) {
     // A switch between sparse and dense outside the probes: the rules or the
     // bucket controller chose the other kind for this bucket.
     if (h.any && h.last_dense != dense) {
       ++b.fallback_switches;
+      (dense ? client_metrics_->switches_to_dense : client_metrics_->switches_to_sparse)
+          .Increment();
       std::fprintf(
           stderr, "gradex: bucket of spans [%s] switched to %s at step %llu\n",
           absl::StrJoin(item.spans, ",",

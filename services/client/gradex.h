@@ -66,7 +66,7 @@ typedef struct {
  * GRADEX_TIMELINE), then count key/value options: job, rank, world_size,
  * local_rank, coordinator, token, advertise_host, algorithm, density, teams,
  * start_iter, min_compression_rate, dense_probe_period, timeout_ms, mean
- * (0/1), metrics_port, data_ip, timeline, max_bucket_elements, and
+ * (0/1), refuse_nonfinite (0/1), metrics_port, data_ip, timeline, max_bucket_elements, and
  * param.NAME for an algorithm parameter. rendezvous may be NULL. */
 int gradex_create(const char* const* keys, const char* const* values, size_t count, int use_env,
                   const gradex_rendezvous* rendezvous, gradex_client** out);

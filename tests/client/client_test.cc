@@ -6,43 +6,30 @@
 // coordinator and a client closed mid-run fail clearly within the timeout.
 #include "services/client/client.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "prometheus/registry.h"
+#include "services/client/client_impl.h"
 #include "services/client/saved_state.h"
+#include "tests/client/client_steps.h"
 #include "tests/client/memory_rendezvous.h"
-#include "tests/collectives/harness.h"
 
 namespace gradex::client {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-const std::vector<size_t> kSpanSizes = {1000, 37, 500, 2048, 3, 800};
-// DDP issues buckets in reverse parameter order; after the first iteration
-// it rebuilds them in the order gradients became ready.
-const std::vector<std::vector<uint64_t>> kFirstLayout = {{5, 4}, {3, 2}, {1, 0}};
-const std::vector<std::vector<uint64_t>> kRebuilt = {{5}, {4, 3}, {2, 1, 0}};
-
-ClientOptions Options(int rank, int world) {
-  ClientOptions o;
-  o.job = "client-test";
-  o.rank = rank;
-  o.world_size = world;
-  o.algorithm = "spardl";
-  o.density = 0.05;
-  o.min_compression_rate = 0;  // small buckets stay sparse: residuals to conserve
-  o.dense_probe_period = 3;    // steps 2 and 5 run dense
-  o.mean = false;
-  o.timeout = milliseconds(20000);
-  return o;
-}
 
 std::vector<std::unique_ptr<Client>> MakeClients(
     int world, testing::MemoryStore& store,
@@ -62,45 +49,21 @@ std::vector<std::unique_ptr<Client>> MakeClients(
   return clients;
 }
 
-// The gradient of span `key` on `rank` at `step`: small integers.
-std::vector<float> Grad(uint64_t key, int rank, int step) {
-  return gradex::testing::MakeGradient(100 + key, rank, step, kSpanSizes[key],
-                                       gradex::testing::Values::kIntegers);
-}
-
-// One step on one client: every bucket of `layout` queued at once, the last
-// one ending the step; returns each span's result and each bucket's status.
-struct StepResult {
-  std::map<uint64_t, std::vector<float>> spans;
-  std::vector<absl::Status> statuses;
-};
-
-StepResult RunStep(Client& c, int rank, int step,
-                   const std::vector<std::vector<uint64_t>>& layout) {
-  std::vector<std::vector<float>> data(layout.size());
-  std::vector<std::future<absl::Status>> done;
-  for (size_t b = 0; b < layout.size(); ++b) {
-    std::vector<ParamSpan> spans;
-    for (uint64_t key : layout[b]) {
-      std::vector<float> g = Grad(key, rank, step);
-      data[b].insert(data[b].end(), g.begin(), g.end());
-      spans.push_back({key, kSpanSizes[key]});
-    }
-    auto p = std::make_shared<std::promise<absl::Status>>();
-    done.push_back(p->get_future());
-    c.AllreduceAsync(spans, data[b], Memory::kHost, b + 1 == layout.size(),
-                     [p](absl::Status s) { p->set_value(s); });
-  }
-  StepResult r;
-  for (size_t b = 0; b < layout.size(); ++b) {
-    r.statuses.push_back(done[b].get());
-    size_t at = 0;
-    for (uint64_t key : layout[b]) {
-      r.spans[key].assign(data[b].begin() + at, data[b].begin() + at + kSpanSizes[key]);
-      at += kSpanSizes[key];
+// A counter of the client's metrics registry (0 when absent).
+double Counter(const Client& c, const std::string& name, const std::string& label = "",
+               const std::string& value = "") {
+  const auto& impl = dynamic_cast<const ClientImpl&>(c);
+  for (const prometheus::MetricFamily& f : impl.metrics().registry()->Collect()) {
+    if (f.name != name) continue;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      bool match = label.empty();
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        match |= l.name == label && l.value == value;
+      }
+      if (match) return m.counter.value;
     }
   }
-  return r;
+  return 0;
 }
 
 TEST(ClientTest, ThreeRanksRebuiltBucketsIdenticalAndConserved) {
@@ -116,7 +79,12 @@ TEST(ClientTest, ThreeRanksRebuiltBucketsIdenticalAndConserved) {
   for (int r = 0; r < kWorld; ++r) {
     threads.emplace_back([&, r] {
       for (int step = 0; step < kSteps; ++step) {
+        const auto t0 = Clock::now();
         results[r].push_back(RunStep(*clients[r], r, step, step == 0 ? kFirstLayout : kRebuilt));
+        if (getenv("GRADEX_TEST_VERBOSE") != nullptr) {
+          fprintf(stderr, "rank %d step %d: %.1f ms\n", r, step,
+                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        }
       }
     });
   }
@@ -143,15 +111,19 @@ TEST(ClientTest, ThreeRanksRebuiltBucketsIdenticalAndConserved) {
   }
   double nonzero_residual = 0;
   for (uint64_t key = 0; key < kSpanSizes.size(); ++key) {
-    for (size_t i = 0; i < kSpanSizes[key]; ++i) {
-      double given = 0, delivered = 0, kept = 0;
-      for (int step = 0; step < kSteps; ++step) {
-        for (int r = 0; r < kWorld; ++r) given += Grad(key, r, step)[i];
-        delivered += results[0][step].spans.at(key)[i];
+    std::vector<double> given(kSpanSizes[key], 0.0);
+    for (int step = 0; step < kSteps; ++step) {
+      for (int r = 0; r < kWorld; ++r) {
+        const std::vector<float> g = Grad(key, r, step);
+        for (size_t i = 0; i < g.size(); ++i) given[i] += g[i];
       }
+    }
+    for (size_t i = 0; i < kSpanSizes[key]; ++i) {
+      double delivered = 0, kept = 0;
+      for (int step = 0; step < kSteps; ++step) delivered += results[0][step].spans.at(key)[i];
       for (int r = 0; r < kWorld; ++r) kept += residuals[r].at(key)[i];
       nonzero_residual += kept != 0;
-      ASSERT_EQ(given, delivered + kept) << "span " << key << " element " << i;
+      ASSERT_EQ(given[i], delivered + kept) << "span " << key << " element " << i;
     }
   }
   EXPECT_GT(nonzero_residual, 0) << "density 0.05 must leave residuals";
@@ -161,9 +133,19 @@ TEST(ClientTest, ThreeRanksRebuiltBucketsIdenticalAndConserved) {
   uint64_t dense = 0;
   for (const BucketStats& b : stats) dense += b.dense_calls;
   EXPECT_EQ(dense, 2 * kRebuilt.size()) << "steps 2 and 5 probe dense";
+  EXPECT_EQ(Counter(*clients[0], "gradex_client_dense_probes_total"), 2.0 * kRebuilt.size());
+  EXPECT_EQ(Counter(*clients[0], "gradex_client_buckets_total", "outcome", "ok"), 3.0 * kSteps);
+  EXPECT_EQ(Counter(*clients[0], "gradex_client_buckets_total", "outcome", "failed"), 0.0);
+  EXPECT_EQ(Counter(*clients[0], "gradex_client_algorithm_switches_total", "to", "dense"), 0.0)
+      << "probes are not switches";
   for (auto& c : clients) {
+    const auto t0 = Clock::now();
     absl::Status s = c->Close();
     EXPECT_TRUE(s.ok()) << s;
+    if (getenv("GRADEX_TEST_VERBOSE") != nullptr) {
+      fprintf(stderr, "close: %.1f ms\n",
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
   }
   // The timeline of rank 0 parses as JSON and holds 4 events per bucket.
   const std::string path0 = ::testing::TempDir() + "/gradex_client_timeline.rank0.json";
@@ -325,6 +307,170 @@ TEST(ClientTest, BadBucketsAreRefusedClearly) {
   o = Options(0, 1);
   o.density = 0;
   EXPECT_EQ(Client::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A rank killed (SIGKILL, a process of its own) while the others wait for
+// it in a step: every survivor's bucket fails with a clear error within the
+// timeout, and nothing hangs.
+TEST(ClientTest, AKilledRankFailsTheSurvivorsWithinTheTimeout) {
+  constexpr int kWorld = 3, kStall = 3;
+  constexpr auto kTimeout = milliseconds(5000);
+  testing::MemoryStore store;
+  std::vector<std::unique_ptr<Client>> clients(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ClientOptions o = Options(r, kWorld);
+      o.timeout = kTimeout;
+      absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(o, store.rendezvous());
+      ASSERT_TRUE(c.ok()) << c.status();
+      clients[r] = *std::move(c);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_NE(clients[0], nullptr);
+  ASSERT_NE(clients[1], nullptr);
+  // Rank 2: a process of its own, told where the coordinator is as a
+  // Kubernetes job would be (GRADEX_COORDINATOR, GRADEX_TOKEN).
+  const std::string out = ::testing::TempDir() + "/gradex_client_rank2.out";
+  std::vector<std::string> env = {"GRADEX_COORDINATOR=" + clients[0]->coordinator(),
+                                  "GRADEX_TOKEN=" + *store.rendezvous().get("gradex/token"),
+                                  "RANK=2", "WORLD_SIZE=3", "PATH=/usr/bin:/bin"};
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string bin = GRADEX_CLIENT_RANK_BIN, steps = "--steps", n = "100", stall = "--stall-at",
+              k = std::to_string(kStall);
+  char* argv[] = {bin.data(), steps.data(), n.data(), stall.data(), k.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t child = -1;
+  ASSERT_EQ(posix_spawn(&child, bin.c_str(), &actions, nullptr, argv, envp.data()), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  std::vector<StepResult> before(2 * kStall), stalled(2);
+  std::vector<Clock::time_point> ended(2);
+  threads.clear();
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      for (int step = 0; step < kStall; ++step) {
+        before[r * kStall + step] = RunStep(*clients[r], r, step, kRebuilt);
+      }
+      stalled[r] = RunStep(*clients[r], r, kStall, kRebuilt);
+      ended[r] = Clock::now();
+    });
+  }
+  // Kill rank 2 once it stalls before step kStall (the survivors wait in it).
+  for (int i = 0; i < 400; ++i) {
+    std::ifstream f(out);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (text.find("stalled") != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  std::this_thread::sleep_for(milliseconds(300));
+  const Clock::time_point kill_time = Clock::now();
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  for (auto& t : threads) t.join();
+  for (const StepResult& r : before) {
+    for (const absl::Status& s : r.statuses) EXPECT_TRUE(s.ok()) << s;
+  }
+  for (int r = 0; r < 2; ++r) {
+    const double took = std::chrono::duration<double>(ended[r] - kill_time).count();
+    EXPECT_LT(took, std::chrono::duration<double>(kTimeout).count() + 1.0) << "rank " << r;
+    EXPECT_GT(took, 0.0) << "rank " << r << " waited for the stalled rank until it was killed";
+    for (const absl::Status& s : stalled[r].statuses) {
+      EXPECT_FALSE(s.ok()) << "rank " << r;
+      EXPECT_NE(s.message().find(absl::StrCat("step ", kStall)), std::string::npos) << s;
+    }
+  }
+  const auto t0 = Clock::now();
+  for (int r = 1; r >= 0; --r) (void)clients[r]->Close();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
+}
+
+TEST(ClientTest, NonFiniteGradientIsRefusedWithoutPoisoningPeers) {
+  testing::MemoryStore store;
+  auto clients = MakeClients(2, store);
+  for (auto& c : clients) ASSERT_NE(c, nullptr);
+  std::vector<std::vector<StepResult>> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      for (int step = 0; step < 3; ++step) {
+        std::vector<std::vector<float>> data(kRebuilt.size());
+        std::vector<std::future<absl::Status>> done;
+        for (size_t b = 0; b < kRebuilt.size(); ++b) {
+          std::vector<ParamSpan> spans;
+          for (uint64_t key : kRebuilt[b]) {
+            std::vector<float> g = Grad(key, r, step);
+            data[b].insert(data[b].end(), g.begin(), g.end());
+            spans.push_back({key, kSpanSizes[key]});
+          }
+          if (r == 1 && step == 1 && b == 1) {  // span 4 (3 elements), then span 3
+            data[b][5] = std::nanf("");
+            data[b][900] = -INFINITY;
+          }
+          auto p = std::make_shared<std::promise<absl::Status>>();
+          done.push_back(p->get_future());
+          clients[r]->AllreduceAsync(spans, data[b], Memory::kHost, b + 1 == kRebuilt.size(),
+                                     [p](absl::Status s) { p->set_value(s); });
+        }
+        StepResult res;
+        for (size_t b = 0; b < kRebuilt.size(); ++b) {
+          res.statuses.push_back(done[b].get());
+          res.spans[b].assign(data[b].begin(), data[b].end());
+        }
+        results[r].push_back(std::move(res));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int step = 0; step < 3; ++step) {
+    for (size_t b = 0; b < kRebuilt.size(); ++b) {
+      EXPECT_EQ(results[0][step].spans[b], results[1][step].spans[b]) << step << " " << b;
+      for (float v : results[0][step].spans[b]) ASSERT_TRUE(std::isfinite(v)) << step;
+      EXPECT_TRUE(results[0][step].statuses[b].ok()) << results[0][step].statuses[b];
+      const absl::Status& s = results[1][step].statuses[b];
+      if (step == 1 && b == 1) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+        EXPECT_NE(s.message().find("2 NaN or infinite values (first: span 3 element 2)"),
+                  std::string::npos)
+            << s;
+      } else {
+        EXPECT_TRUE(s.ok()) << s;
+      }
+    }
+  }
+  EXPECT_EQ(Counter(*clients[1], "gradex_client_nonfinite_values_total"), 2.0);
+  EXPECT_EQ(Counter(*clients[0], "gradex_client_nonfinite_values_total"), 0.0);
+  for (auto& c : clients) (void)c->Close();
+}
+
+TEST(ClientTest, StartIterRunsDenseThenSwitchesOnceCountedAndLogged) {
+  testing::MemoryStore store;
+  ClientOptions o = Options(0, 1);
+  o.start_iter = 2;
+  o.dense_probe_period = 0;
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(o, store.rendezvous());
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int step = 0; step < 4; ++step) {
+    std::vector<float> x = Grad(0, 0, step);
+    ASSERT_TRUE((*c)->AllreduceAsync(0, x).get().ok());
+    std::vector<BucketStats> stats = (*c)->Stats();
+    ASSERT_EQ(stats.size(), 1u);
+    EXPECT_EQ(stats[0].algorithm, step < 2 ? "dense-ring" : "spardl") << step;
+  }
+  const BucketStats b = (*c)->Stats()[0];
+  EXPECT_EQ(b.calls, 4u);
+  EXPECT_EQ(b.dense_calls, 2u);
+  EXPECT_EQ(b.fallback_switches, 1u);
+  EXPECT_GT(b.dense_s, 0.0);
+  EXPECT_GT(b.sparse_s, 0.0);
+  EXPECT_GT(b.residual_norm, 0.0);
+  EXPECT_EQ(Counter(**c, "gradex_client_algorithm_switches_total", "to", "sparse"), 1.0);
+  EXPECT_EQ(Counter(**c, "gradex_client_algorithm_switches_total", "to", "dense"), 0.0);
 }
 
 }  // namespace

@@ -1,0 +1,33 @@
+#include "services/client/client_metrics.h"
+
+namespace gradex::client {
+namespace {
+
+prometheus::Family<prometheus::Counter>& Family(prometheus::Registry& r, const char* name,
+                                                const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+
+}  // namespace
+
+ClientMetrics::ClientMetrics(prometheus::Registry& r)
+    : buckets_ok(Family(r, "gradex_client_buckets_total", "Buckets exchanged, by outcome")
+                     .Add({{"outcome", "ok"}})),
+      buckets_failed(Family(r, "gradex_client_buckets_total", "Buckets exchanged, by outcome")
+                         .Add({{"outcome", "failed"}})),
+      dense_probes(Family(r, "gradex_client_dense_probes_total",
+                          "Buckets run dense to time them against their sparse exchange")
+                       .Add({})),
+      switches_to_dense(Family(r, "gradex_client_algorithm_switches_total",
+                               "A bucket's exchange switched between sparse and dense (outside "
+                               "the probes), by the kind it switched to")
+                            .Add({{"to", "dense"}})),
+      switches_to_sparse(Family(r, "gradex_client_algorithm_switches_total",
+                                "A bucket's exchange switched between sparse and dense (outside "
+                                "the probes), by the kind it switched to")
+                             .Add({{"to", "sparse"}})),
+      nonfinite_values(Family(r, "gradex_client_nonfinite_values_total",
+                              "NaN or infinite gradient values refused (exchanged as 0)")
+                           .Add({})) {}
+
+}  // namespace gradex::client

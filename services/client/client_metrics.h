@@ -1,0 +1,30 @@
+// The client's own Prometheus metrics, on the agent's registry (served on
+// GRADEX_METRICS_PORT with the agent's): buckets by outcome, the dense
+// probes, the switches between sparse and dense exchanges of a bucket (issue
+// 9, "never slower than dense": each is also logged), and the non-finite
+// gradient values refused.
+#ifndef GRADEX_SERVICES_CLIENT_CLIENT_METRICS_H_
+#define GRADEX_SERVICES_CLIENT_CLIENT_METRICS_H_
+
+#include <cstdint>
+
+#include "prometheus/counter.h"
+#include "prometheus/registry.h"
+
+namespace gradex::client {
+
+class ClientMetrics {
+ public:
+  explicit ClientMetrics(prometheus::Registry& registry);
+
+  prometheus::Counter& buckets_ok;
+  prometheus::Counter& buckets_failed;
+  prometheus::Counter& dense_probes;
+  prometheus::Counter& switches_to_dense;
+  prometheus::Counter& switches_to_sparse;
+  prometheus::Counter& nonfinite_values;
+};
+
+}  // namespace gradex::client
+
+#endif  // GRADEX_SERVICES_CLIENT_CLIENT_METRICS_H_
