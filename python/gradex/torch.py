@@ -13,6 +13,8 @@ from PyTorch" section documents the options and the environment).
 import atexit
 import datetime
 import itertools
+import os
+import time
 import warnings
 import weakref
 
@@ -91,13 +93,20 @@ class GradexState:
         dense_probe_period: every this many steps each bucket runs dense once
             to be timed against its sparse exchange ("never slower than
             dense"; default 50, 0 never).
+        refuse_nonfinite: NaN or Inf in a gradient. True (default): they are
+            exchanged as 0 (no peer's result or residual is poisoned), the
+            bucket gets every rank's finite result and its future fails with a
+            GradexError naming how many and where, so ``backward()`` raises.
+            False: summed like any value (every rank's result turns
+            non-finite, as with DDP's allreduce; for loss scalers that skip
+            such steps).
         **params: algorithm parameters by catalog name (numbers).
     """
 
     def __init__(self, algorithm="auto", density=0.01, teams=0, start_iter=0,
                  min_compression_rate=2.0, timeout_s=60, coordinator=None, token=None,
                  *, model=None, job=None, metrics_port=None, data_ip=None, timeline_path=None,
-                 dense_probe_period=None, **params):
+                 dense_probe_period=None, refuse_nonfinite=True, **params):
         if not (0 < density <= 1):
             raise ValueError(f"gradex: density must be in (0, 1], got {density}")
         if not timeout_s > 0:
@@ -111,11 +120,18 @@ class GradexState:
                        timeout_s=float(timeout_s), coordinator=coordinator, token=token,
                        job=job, metrics_port=metrics_port, data_ip=data_ip,
                        timeline_path=timeline_path, dense_probe_period=dense_probe_period,
+                       refuse_nonfinite=bool(refuse_nonfinite),
                        params={k: float(v) for k, v in params.items()})
         if dist.is_available() and dist.is_initialized():
             options["rank"] = dist.get_rank()
             options["world_size"] = dist.get_world_size()
-        rdv_set, rdv_get = _store_rendezvous(f"gradex/{next(_generation)}/", timeout_s)
+        prefix = f"gradex/{next(_generation)}/"
+        rdv_set, rdv_get = _store_rendezvous(prefix, timeout_s)
+        # Rank 0 hosts the coordinator when none is given: it leaves last (close()).
+        self._close_order = None
+        if rdv_set is not None and not coordinator and not os.environ.get("GRADEX_COORDINATOR"):
+            self._close_order = (dist.distributed_c10d._get_default_store(), prefix + "closed",
+                                 dist.get_rank(), dist.get_world_size())
         self.timeout_s = float(timeout_s)
         self.algorithm = algorithm
         self.density = float(density)
@@ -181,10 +197,30 @@ class GradexState:
         self.client.load_state(bytes(state["client"]))
 
     def close(self):
-        """Leaves the job; buckets still queued fail. Idempotent."""
+        """Leaves the job; buckets still queued fail. Idempotent. On rank 0,
+        when it hosts the coordinator, this first waits (up to
+        min(timeout_s, 10) s) for the other ranks to have closed, so their
+        leave still finds the coordinator."""
         client, self._client = self._client, None
-        if client is not None:
+        if client is None:
+            return
+        order, self._close_order = self._close_order, None
+        if order is not None and order[2] == 0:
+            store, key, _, world = order
+            deadline = time.monotonic() + min(self.timeout_s, 10.0)
+            try:
+                while store.add(key, 0) < world - 1 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            except RuntimeError:  # the store is gone: nobody left to wait for
+                pass
+        try:
             client.close()
+        finally:
+            if order is not None and order[2] != 0:
+                try:
+                    order[0].add(order[1], 1)
+                except RuntimeError:
+                    pass
 
     def __enter__(self):
         return self
