@@ -125,6 +125,8 @@ class Client {
   std::future<absl::Status> AllreduceAsync(uint64_t bucket, std::span<float> data,
                                            bool last_in_step = true);
   // Waits (up to the timeout) until every queued bucket has ended.
+  // Flush and Close from a `done` callback are FAILED_PRECONDITION (that
+  // thread is the one they would wait for).
   virtual absl::Status Flush() = 0;
 
   virtual std::vector<BucketStats> Stats() const = 0;

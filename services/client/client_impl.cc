@@ -134,6 +134,10 @@ void ClientImpl::AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> d
 }
 
 absl::Status ClientImpl::Flush() {
+  if (std::this_thread::get_id() == worker_.get_id()) {
+    return absl::FailedPreconditionError(
+        "gradex Flush from a bucket's done callback would wait for itself");
+  }
   absl::MutexLock lock(&mu_);
   auto idle = [this]()
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_ == 0; };
@@ -264,6 +268,11 @@ void ClientImpl::KeepUnrun(Item& item) {
 }
 
 absl::Status ClientImpl::Close() {
+  if (std::this_thread::get_id() == worker_.get_id()) {
+    return absl::FailedPreconditionError(
+        "gradex Close from a bucket's done callback (the progress thread); close from the "
+        "trainer's thread");
+  }
   std::deque<Item> left;
   {
     absl::MutexLock lock(&mu_);

@@ -298,6 +298,15 @@ TEST(ClientTest, BadBucketsAreRefusedClearly) {
       << d;
   EXPECT_EQ(x, std::vector<float>(10, 1.0f));
   EXPECT_TRUE(run({{1, 10}}, Memory::kHost).ok());
+  // Flush and Close from a done callback would wait for their own thread.
+  auto p = std::make_shared<std::promise<std::pair<absl::Status, absl::Status>>>();
+  Client* raw = c->get();
+  raw->AllreduceAsync({{1, 10}}, x, Memory::kHost, true, [p, raw](absl::Status) {
+    p->set_value({raw->Flush(), raw->Close()});
+  });
+  auto [flush, close] = p->get_future().get();
+  EXPECT_EQ(flush.code(), absl::StatusCode::kFailedPrecondition) << flush;
+  EXPECT_EQ(close.code(), absl::StatusCode::kFailedPrecondition) << close;
   // Options are checked before anything starts.
   ClientOptions o = Options(0, 1);
   o.algorithm = "nope";
