@@ -42,7 +42,7 @@ struct ClientOptions {
   std::string advertise_host;
   std::string algorithm = "auto";  // a catalog name, or "auto" (per bucket, cost model)
   double density = 0.01;
-  int teams = 0;                      // 0: the coordinator chooses
+  int teams = 0;  // 0: the embedded coordinator's default (1; its auto_teams is not enabled)
   uint64_t start_iter = 0;            // steps [0, start_iter) are dense (PowerSGD's start_iter)
   double min_compression_rate = 2.0;  // buckets where sparse sends less than this factor stay dense
   // Every this many steps (from start_iter) each bucket runs dense once, to
