@@ -300,7 +300,23 @@ absl::Status ClientImpl::Close() {
     s = absl::OkStatus();
   }
   if (timeline_ != nullptr) timeline_->Close();
-  if (endpoint_.server != nullptr) endpoint_.server->Shutdown();
+  if (endpoint_.server != nullptr) {
+    // The other ranks usually close at about the same time: let them leave
+    // (their last reports and Leave land) before the coordinator goes, for
+    // at most the timeout or 10 s (a rank that died is evicted by its lease).
+    const auto until =
+        std::chrono::steady_clock::now() +
+        std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(10));
+    while (endpoint_.server->coordinator().members() > 0 &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (size_t left = endpoint_.server->coordinator().members(); left > 0) {
+      std::fprintf(stderr, "gradex: close: the embedded coordinator stops with %zu members\n",
+                   left);
+    }
+    endpoint_.server->Shutdown();
+  }
   return s;
 }
 
