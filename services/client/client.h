@@ -147,7 +147,7 @@ class Client {
   // Leaves the job; queued buckets fail with CANCELLED (their gradients go
   // to their residuals, so SaveState still sees them). The bucket in
   // progress ends first (bounded by the timeout). On the rank that runs the
-  // embedded coordinator, it waits (up to the timeout, at most 10 s) for the
+  // embedded coordinator, it waits (up to the timeout, at most 5 s) for the
   // other ranks to leave before stopping it. Idempotent.
   virtual absl::Status Close() = 0;
 };

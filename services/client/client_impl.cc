@@ -303,10 +303,10 @@ absl::Status ClientImpl::Close() {
   if (endpoint_.server != nullptr) {
     // The other ranks usually close at about the same time: let them leave
     // (their last reports and Leave land) before the coordinator goes, for
-    // at most the timeout or 10 s (a rank that died is evicted by its lease).
+    // at most the timeout or 5 s (a rank that died stays until its lease ends).
     const auto until =
         std::chrono::steady_clock::now() +
-        std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(10));
+        std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(5));
     while (endpoint_.server->coordinator().members() > 0 &&
            std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
