@@ -13,8 +13,6 @@ from PyTorch" section documents the options and the environment).
 import atexit
 import datetime
 import itertools
-import os
-import time
 import warnings
 import weakref
 
@@ -127,11 +125,6 @@ class GradexState:
             options["world_size"] = dist.get_world_size()
         prefix = f"gradex/{next(_generation)}/"
         rdv_set, rdv_get = _store_rendezvous(prefix, timeout_s)
-        # Rank 0 hosts the coordinator when none is given: it leaves last (close()).
-        self._close_order = None
-        if rdv_set is not None and not coordinator and not os.environ.get("GRADEX_COORDINATOR"):
-            self._close_order = (dist.distributed_c10d._get_default_store(), prefix + "closed",
-                                 dist.get_rank(), dist.get_world_size())
         self.timeout_s = float(timeout_s)
         self.algorithm = algorithm
         self.density = float(density)
@@ -197,30 +190,12 @@ class GradexState:
         self.client.load_state(bytes(state["client"]))
 
     def close(self):
-        """Leaves the job; buckets still queued fail. Idempotent. On rank 0,
-        when it hosts the coordinator, this first waits (up to
-        min(timeout_s, 10) s) for the other ranks to have closed, so their
-        leave still finds the coordinator."""
+        """Leaves the job; buckets still queued fail. Idempotent. The rank
+        hosting the embedded coordinator waits (up to min(timeout_s, 10) s)
+        for the others to leave first."""
         client, self._client = self._client, None
-        if client is None:
-            return
-        order, self._close_order = self._close_order, None
-        if order is not None and order[2] == 0:
-            store, key, _, world = order
-            deadline = time.monotonic() + min(self.timeout_s, 10.0)
-            try:
-                while store.add(key, 0) < world - 1 and time.monotonic() < deadline:
-                    time.sleep(0.02)
-            except RuntimeError:  # the store is gone: nobody left to wait for
-                pass
-        try:
+        if client is not None:
             client.close()
-        finally:
-            if order is not None and order[2] != 0:
-                try:
-                    order[0].add(order[1], 1)
-                except RuntimeError:
-                    pass
 
     def __enter__(self):
         return self
