@@ -76,22 +76,6 @@ TEST(BoundaryConsensus, MeanOverAllRanksOnce) {
   EXPECT_EQ(done->from_step, 64u);
 }
 
-TEST(CcrProfiler, AlignsAtTheEndOfCommunication) {
-  // Rank 0 starts communicating 0.3 s early and waits; the true communication
-  // time is the shortest (end - start): 0.2 s; compute 0.1 s -> CCR 2, I 2.
-  CcrProfiler p(2, 3);
-  for (uint64_t step = 0; step < 3; ++step) {
-    EXPECT_FALSE(p.Feed(0, step, 0.5, 0.1));
-    EXPECT_EQ(p.Feed(1, step, 0.2, 0.1), step == 2);
-  }
-  ASSERT_TRUE(p.done());
-  EXPECT_NEAR(p.ccr(), 2.0, 1e-9);
-  EXPECT_EQ(p.interval(), 2);
-  CcrProfiler q(1, 1);
-  q.Feed(0, 5, 0.35, 0.1);
-  EXPECT_EQ(q.interval(), 4);  // ceil(3.5)
-}
-
 TEST(Teams, DivisorsAndRsagPreference) {
   EXPECT_EQ(ChooseTeams("spardl-bsag", 3, 6, false).teams, 3);
   EXPECT_EQ(ChooseTeams("spardl-bsag", 3, 5, false).teams, 1);  // 5 is prime
