@@ -4,6 +4,7 @@
 // "auto" and a pinned covap_interval.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -212,6 +213,31 @@ TEST_F(CoordinatorBuckets, APinnedCovapIntervalIsNotProfiled) {
   c_->Tick(t0 + absl::Seconds(5));
   EXPECT_EQ(c_->plan()->version(), first->version());
   EXPECT_EQ(c_->plan()->params().at("covap_interval"), 5);
+}
+
+}  // namespace
+}  // namespace gradex::coordinator
+
+namespace gradex::coordinator {
+namespace {
+
+TEST(CoordinatorBucketsReport, BucketTimingsAreBoundedOnReceipt) {
+  gradex::v1::StepReport r;
+  r.set_member_id(1);
+  r.set_epoch(1);
+  gradex::v1::BucketReport* b = r.add_buckets();
+  b->set_elements(10);
+  b->set_algorithm("spardl");
+  b->set_seconds(0.5);
+  b->set_dense_probe(true);
+  EXPECT_TRUE(ValidateReport(r).ok());
+  for (double bad : {-1.0, NAN, 1e6}) {
+    b->set_seconds(bad);
+    EXPECT_EQ(ValidateReport(r).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  b->set_seconds(0.5);
+  b->set_algorithm(std::string(65, 'a'));
+  EXPECT_EQ(ValidateReport(r).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
