@@ -231,7 +231,7 @@ TEST(CoordinatorBucketsReport, BucketTimingsAreBoundedOnReceipt) {
   b->set_seconds(0.5);
   b->set_dense_probe(true);
   EXPECT_TRUE(ValidateReport(r).ok());
-  for (double bad : {-1.0, NAN, 1e6}) {
+  for (double bad : {-1.0, std::nan(""), 1e6}) {
     b->set_seconds(bad);
     EXPECT_EQ(ValidateReport(r).code(), absl::StatusCode::kInvalidArgument) << bad;
   }
