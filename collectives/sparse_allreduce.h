@@ -30,7 +30,7 @@ struct CallContext {
   uint64_t job_id = 0;
   uint32_t epoch = 0;
   // Unique per call in the epoch and the same on every rank (the agent's
-  // step * buckets + bucket): stamped on every frame and in every tag.
+  // CallId: step * 65536 + bucket): stamped on every frame and in every tag.
   uint64_t call_id = 0;
   Deadline deadline;  // every wait inside the call ends by then
   // The training step the call belongs to (every bucket of a step shares it):

@@ -15,8 +15,6 @@ namespace {
 // fresh communicator, so it cannot be confused with a barrier's.
 constexpr uint64_t kEntrySequence = 0xffffff;
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 }  // namespace
 
 uint64_t JobId(const std::string& job) {
@@ -35,7 +33,8 @@ Agent::Agent(AgentOptions options, ControlPlane* control, TransportProvider* tra
       control_(control),
       transports_(transports),
       metrics_(metrics),
-      residuals_(std::max(options_.buckets, 1), std::vector<float>(options_.elements, 0.0f)) {
+      slots_(std::max(options_.buckets, 1)) {
+  for (BucketSlot& slot : slots_) slot.residual.assign(options_.elements, 0.0f);
   control_->SetWaitSource(waits_);
 }
 
@@ -158,7 +157,7 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
   plan_ = std::make_shared<const Plan>(std::move(p));
   next_step_ = agreed->next_step;
   synced_at_ = next_step_;
-  if (absl::Status s = MakeAlgorithms(); !s.ok()) return Fail(s);
+  if (absl::Status s = CheckAlgorithms(); !s.ok()) return Fail(s);
   link_.reset();
   if (plan_->measure_links && plan_->world() > 1) {
     // Every rank of the epoch probes here, right after the entry agreement;
@@ -210,7 +209,6 @@ absl::Status Agent::Barrier() {
     last_epoch_ = plan_->epoch;
     return EnterEpoch();
   }
-  const bool new_algorithm = agreed->values.algorithm != plan_->algorithm;
   Plan p = *plan_;
   // k' per team position means nothing under another team count: the
   // algorithm's own controller runs until the coordinator's k' for the new
@@ -219,20 +217,21 @@ absl::Status Agent::Barrier() {
   agreed->values.ApplyTo(&p);
   p.version = std::max(p.version, agreed->values.plan_version);
   plan_ = std::make_shared<const Plan>(std::move(p));
-  if (new_algorithm) {
-    if (absl::Status s = MakeAlgorithms(); !s.ok()) return Fail(s);
-  }
+  // Buckets whose algorithm changed get fresh objects when they next run.
+  if (absl::Status s = CheckAlgorithms(); !s.ok()) return Fail(s);
   return absl::OkStatus();
 }
 
-absl::Status Agent::MakeAlgorithms() {
-  // Fresh objects per epoch too: their state (B-SAG's controller, Ok-Topk's
-  // thresholds) was learnt for another P.
-  algorithms_.clear();
-  for (size_t b = 0; b < residuals_.size(); ++b) {
-    absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(plan_->algorithm);
-    if (!a.ok()) return a.status();
-    algorithms_.push_back(*std::move(a));
+absl::Status Agent::CheckAlgorithms() const {
+  // An algorithm this build lacks fails the epoch's entry (or the barrier)
+  // on every rank alike, not a bucket in the middle of a step.
+  absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(plan_->algorithm);
+  if (!a.ok()) return a.status();
+  for (const std::string& name : plan_->bucket_algorithms) {
+    if (name.empty()) continue;
+    if (absl::StatusOr<std::unique_ptr<SparseAllreduce>> b = CreateAllreduce(name); !b.ok()) {
+      return b.status();
+    }
   }
   return absl::OkStatus();
 }
@@ -288,108 +287,6 @@ absl::Status Agent::Fail(absl::Status status) {
   r.error = std::string(status.message());
   control_->ReportStep(std::move(r));
   return status;
-}
-
-absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutcome* out) {
-  if (grads.size() != residuals_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step: ", grads.size(), " buckets given, ", residuals_.size(), " configured"));
-  }
-  for (const auto& g : grads) {
-    if (g.size() != options_.elements) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step: a bucket of ", g.size(), " elements, expected ", options_.elements));
-    }
-  }
-  const Clock::time_point start = Clock::now();
-  const auto unix_start = std::chrono::system_clock::now();
-  const double compute_s =
-      last_step_end_ == Clock::time_point{} ? 0 : Seconds(start - last_step_end_);
-  if (transport_ == nullptr) {
-    if (absl::Status s = EnterEpoch(); !s.ok()) return s;
-  } else if (plan_->tau > 0 && next_step_ % static_cast<uint64_t>(plan_->tau) == 0 &&
-             next_step_ != synced_at_) {
-    if (absl::Status s = Barrier(); !s.ok()) return s;
-  }
-  const uint64_t step = next_step_;
-  waits_->SetStep(plan_->epoch, step);
-  out->step = step;
-  out->epoch = plan_->epoch;
-  out->rank = rank_;
-  out->world = plan_->world();
-  out->plan_version = plan_->version;
-  out->algorithm = plan_->algorithm;
-  out->density = plan_->density;
-  out->results.resize(grads.size());
-  out->stats.assign(grads.size(), CallStats{});
-  for (size_t b = 0; b < grads.size(); ++b) {
-    CallContext ctx;
-    ctx.transport = transport_.get();
-    ctx.job_id = job_id_;
-    ctx.epoch = plan_->epoch;
-    ctx.call_id = step * grads.size() + b;  // unique per call, the same on every rank
-    ctx.training_step = step;
-    ctx.deadline = DeadlineIn(plan_->step_deadline);
-    const Clock::time_point call_start = Clock::now();
-    absl::Status s = algorithms_[b]->Run(ctx, Options(static_cast<int>(b)), grads[b], residuals_[b],
-                                         &out->results[b], &out->stats[b]);
-    if (!s.ok()) {
-      s = NameWait(std::move(s), call_start);
-      // Reported as this step; then the step is spent (its gradient stays in
-      // the residual) and the next one is step + 1.
-      absl::Status failed = Fail(
-          absl::Status(s.code(), absl::StrCat("step ", step, " epoch ", plan_->epoch, " rank ",
-                                              rank_, " of ", plan_->world(), " (", plan_->algorithm,
-                                              ", bucket ", b, "): ", s.message())));
-      ++next_step_;
-      return failed;
-    }
-    if (metrics_ != nullptr) {
-      const int q = std::max(plan_->world() / std::max(plan_->teams, 1), 1);
-      metrics_->ObserveCall(plan_->algorithm, out->stats[b], options_.elements, residuals_[b],
-                            out->results[b], rank_ % q);
-    }
-  }
-  ++next_step_;
-  last_step_end_ = Clock::now();
-  out->seconds = Seconds(last_step_end_ - start);
-  if (metrics_ != nullptr) {
-    metrics_->StepOk();
-    metrics_->SyncCounters(control_->report_drops());
-  }
-  Report(*out, compute_s, unix_start);
-  return absl::OkStatus();
-}
-
-void Agent::Report(const StepOutcome& out, double compute_s,
-                   std::chrono::system_clock::time_point unix_start) {
-  auto ns = [](std::chrono::system_clock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-  };
-  StepReport r;
-  r.comm_start_unix_ns = ns(unix_start);
-  r.comm_end_unix_ns = ns(std::chrono::system_clock::now());
-  const int q = std::max(out.world / std::max(plan_->teams, 1), 1);
-  r.epoch = out.epoch;
-  r.step = out.step;
-  r.rank = out.rank;
-  r.compute_s = compute_s;
-  for (const CallStats& s : out.stats) {
-    const auto kprime = static_cast<size_t>(s.Detail("kprime_used"));  // 0: none (k' controller)
-    const auto post_gather = static_cast<size_t>(s.Detail("post_gather_count"));
-    r.total_s += s.total_s;
-    r.selection_s += s.phases.selection_s;
-    r.communication_s += s.phases.communication_s;
-    r.reduction_s += s.phases.reduction_s;
-    r.post_gather_count += post_gather;
-    r.kprime_used = std::max(r.kprime_used, kprime);
-    r.sent_bytes += s.sent_bytes;
-    r.recv_bytes += s.recv_bytes;
-    r.result_nnz += s.result_nnz;
-    r.buckets.push_back({options_.elements, out.rank % q, kprime, post_gather, s.result_nnz});
-  }
-  if (link_ && link_epoch_ == out.epoch) r.link = link_;
-  control_->ReportStep(std::move(r));  // drops, never blocks
 }
 
 absl::Status Agent::Leave() {

@@ -10,7 +10,14 @@
 // in-band (epoch_sync.h); B-SAG's k' is read from the newest plan at every
 // step. A failed step (dead peer, deadline, bad frame) aborts the
 // communicator so every peer fails fast, keeps this rank's whole contribution
-// in its residual, and the next Step() re-joins and enters the next epoch.
+// in its residual (the failed bucket's and every later bucket's of the step),
+// and the next step re-joins and enters the next epoch.
+//
+// Two ways to drive it: Step() runs all buckets of a step at once (fixed
+// size, residuals owned by the agent; gradex-agent, bench), and
+// BeginStep / RunBucket / EndStep run a step's buckets one by one, of any
+// size, with residual and algorithm object in a caller-owned BucketSlot
+// (the client's progress thread).
 #ifndef GRADEX_SERVICES_AGENT_AGENT_H_
 #define GRADEX_SERVICES_AGENT_AGENT_H_
 
@@ -24,6 +31,7 @@
 #include "absl/status/status.h"
 #include "collectives/sparse_allreduce.h"
 #include "services/agent/agent_metrics.h"
+#include "services/agent/bucket_choice.h"
 #include "services/agent/control_plane.h"
 #include "services/agent/transport_provider.h"
 #include "services/agent/wait_tracker.h"
@@ -37,8 +45,11 @@ struct AgentOptions {
   std::string host;
   int local_rank = 0;
   std::string device = "cpu";
-  size_t elements = 0;  // n per bucket
-  int buckets = 1;
+  size_t elements = 0;  // n per bucket (Step() only)
+  int buckets = 1;      // buckets per step (Step() only)
+  // Client-local per-bucket rules (bucket_choice.h), the same on every rank.
+  // The defaults change nothing (gradex-agent runs the plan's algorithm).
+  BucketRules rules;
   // Waiting for an epoch that includes this agent (start, after a failure).
   std::chrono::milliseconds join_timeout{60000};
   std::chrono::milliseconds rpc_timeout{5000};    // each control-plane call
@@ -59,6 +70,34 @@ struct StepOutcome {
   double seconds = 0;
 };
 
+// One bucket's state across steps, owned by the caller of RunBucket: its
+// residual (error feedback) and its algorithm objects, which are made anew
+// when the epoch or the bucket's algorithm changes (their state, such as
+// B-SAG's controller or Ok-Topk's thresholds, was learnt for another P or
+// belongs to another schedule).
+struct BucketSlot {
+  std::vector<float> residual;  // empty: zeros of the bucket's size
+  std::unique_ptr<SparseAllreduce> algorithm;
+  std::unique_ptr<SparseAllreduce> dense;  // start_iter, small buckets, probes
+  uint32_t epoch = 0;                      // the epoch the objects were made for
+};
+
+// What one bucket produced.
+struct BucketOutcome {
+  AllreduceResult result;
+  CallStats stats;
+  std::string algorithm;  // what ran
+  bool dense_probe = false;
+  double seconds = 0;  // the exchange, wall
+};
+
+// The call id of bucket `bucket` (< kMaxStepBuckets) of step `step`: unique
+// per call and the same on every rank whatever the step's bucket count.
+inline constexpr uint64_t kMaxStepBuckets = 65536;
+inline constexpr uint64_t CallId(uint64_t step, uint32_t bucket) {
+  return step * kMaxStepBuckets + bucket;
+}
+
 // The frame job id for a job name (FNV-1a), the same on every agent.
 uint64_t JobId(const std::string& job);
 
@@ -78,6 +117,25 @@ class Agent {
   // gradient given so far, and the next call re-joins.
   absl::Status Step(std::span<const std::span<const float>> grads, StepOutcome* out);
 
+  // Opens a step: enters an epoch or a plan barrier as Step() does and fixes
+  // the step number (next_step()). On failure the step is still open, failed:
+  // its buckets go to their residuals (RunBucket) and EndStep returns the
+  // error; the step number is not spent.
+  absl::Status BeginStep();
+  // Runs bucket `bucket` (issue order in the step, < 65536) of the open step.
+  // `step_buckets`: the sizes of the step's buckets when the caller knows
+  // them (CallContext::step_buckets). After a failure in the step (or when
+  // it failed to begin) the gradient is added to slot->residual and the
+  // step's first error returned.
+  absl::Status RunBucket(uint32_t bucket, std::span<const size_t> step_buckets,
+                         std::span<const float> grad, BucketSlot* slot, BucketOutcome* out);
+  // Closes the step: reports it (per bucket: algorithm, seconds, dense
+  // probe), fills `out`'s step fields (not results/stats), and returns the
+  // step's first error. A step whose buckets failed is spent (the next one
+  // is step + 1).
+  absl::Status EndStep(StepOutcome* out);
+  bool step_open() const { return step_open_; }
+
   absl::Status Leave();
 
   uint64_t next_step() const { return next_step_; }
@@ -85,7 +143,7 @@ class Agent {
   int rank() const { return rank_; }
   bool connected() const { return transport_ != nullptr; }
   const Plan* plan() const { return plan_.get(); }
-  std::span<const float> residual(int bucket) const { return residuals_[bucket]; }
+  std::span<const float> residual(int bucket) const { return slots_[bucket].residual; }
   // The communicator of the current epoch (tests kill it to simulate a crash),
   // under the wait tracker's decorator.
   Transport* transport() const { return WaitTracker::Inner(transport_.get()); }
@@ -99,7 +157,11 @@ class Agent {
   absl::Status Barrier();
   absl::Status Rejoin();
   absl::Status Fail(absl::Status status);
-  absl::Status MakeAlgorithms();
+  // Makes slot's algorithm objects for `name` and the current epoch, when
+  // they were made for another.
+  absl::StatusOr<SparseAllreduce*> Prepare(const std::string& name, BucketSlot* slot);
+  // Every algorithm the plan names exists in this build.
+  absl::Status CheckAlgorithms() const;
   // The newest held plan of base's epoch that may apply at `step` (base when
   // none is newer); *newest_epoch, if given, gets the newest epoch of any
   // held plan that may apply at `step`.
@@ -108,8 +170,9 @@ class Agent {
   AllreduceOptions Options(int bucket) const;
   // `s` with the peer this rank timed out waiting for (since `since`) named.
   absl::Status NameWait(absl::Status s, Clock::time_point since) const;
-  void Report(const StepOutcome& out, double compute_s,
-              std::chrono::system_clock::time_point unix_start);
+  void Report(uint64_t step);
+  // A bucket of a failed step: its gradient joins its residual.
+  absl::Status Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const;
 
   const AgentOptions options_;
   const uint64_t job_id_;
@@ -121,9 +184,16 @@ class Agent {
   // Pending receives of the data plane, read by the heartbeat (hang diagnosis).
   const std::shared_ptr<WaitTracker> waits_ = std::make_shared<WaitTracker>();
   std::unique_ptr<Transport> transport_;
-  std::vector<std::unique_ptr<SparseAllreduce>> algorithms_;  // one per bucket (state)
-  std::string algorithms_for_;
-  std::vector<std::vector<float>> residuals_;
+  std::vector<BucketSlot> slots_;  // Step()'s buckets
+  // The open step (BeginStep .. EndStep).
+  bool step_open_ = false;
+  bool step_ran_ = false;     // a bucket ran (or failed) in it: EndStep spends the number
+  absl::Status step_status_;  // its first error
+  Clock::time_point step_start_{};
+  std::chrono::system_clock::time_point step_unix_start_{};
+  double step_compute_s_ = 0;
+  std::vector<StepReport::Bucket> step_buckets_;
+  std::vector<CallStats> step_stats_;
   int rank_ = -1;
   uint64_t next_step_ = 0;
   uint64_t synced_at_ = ~uint64_t{0};  // the step the last agreement was made for

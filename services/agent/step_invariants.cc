@@ -12,9 +12,9 @@ namespace {
 // rounding only; the agent tests use the same bound.
 constexpr double kRelativeTolerance = 1e-5;
 
-// The conservation check's dense-ring runs under a call step far from every
-// collective call (steps are the low 24 bits of a tag), so its messages never
-// match a neighbouring step's.
+// The conservation check's dense-ring runs under a call id far from every
+// neighbouring collective call (tags carry the low 24 bits of the call id:
+// 2^23 is 128 steps away), so its messages never match a neighbouring step's.
 constexpr uint64_t kCheckStepOffset = uint64_t{1} << 23;
 
 }  // namespace
@@ -66,7 +66,7 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
     ctx.transport = t;
     ctx.job_id = job_id_;
     ctx.epoch = out.epoch;
-    ctx.call_id = (out.step * buckets + b) + kCheckStepOffset;
+    ctx.call_id = CallId(out.step, static_cast<uint32_t>(b)) + kCheckStepOffset;
     ctx.training_step = out.step;
     ctx.deadline = deadline;
     auto cons =

@@ -1,0 +1,222 @@
+// The agent's step: BeginStep / RunBucket / EndStep, and Step() on top of
+// them (agent.h). Epoch entry and plan barriers live in agent.cc.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "services/agent/agent.h"
+
+namespace gradex::agent {
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+absl::Status Agent::BeginStep() {
+  if (step_open_) return absl::FailedPreconditionError("BeginStep: a step is already open");
+  step_open_ = true;
+  step_ran_ = false;
+  step_status_ = absl::OkStatus();
+  step_buckets_.clear();
+  step_stats_.clear();
+  step_start_ = Clock::now();
+  step_unix_start_ = std::chrono::system_clock::now();
+  step_compute_s_ =
+      last_step_end_ == Clock::time_point{} ? 0 : Seconds(step_start_ - last_step_end_);
+  absl::Status s;
+  if (transport_ == nullptr) {
+    s = EnterEpoch();
+  } else if (plan_->tau > 0 && next_step_ % static_cast<uint64_t>(plan_->tau) == 0 &&
+             next_step_ != synced_at_) {
+    s = Barrier();
+  }
+  if (!s.ok()) {
+    step_status_ = s;
+    return s;
+  }
+  step_ran_ = true;
+  waits_->SetStep(plan_->epoch, next_step_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SparseAllreduce*> Agent::Prepare(const std::string& name, BucketSlot* slot) {
+  if (slot->epoch != plan_->epoch) {
+    slot->algorithm.reset();
+    slot->dense.reset();
+    slot->epoch = plan_->epoch;
+  }
+  // The dense fallback has an object of its own, so a probe or a small
+  // bucket's dense run leaves the sparse algorithm's state alone.
+  std::unique_ptr<SparseAllreduce>& held = name == DenseAlgorithm() ? slot->dense : slot->algorithm;
+  if (held == nullptr || held->name() != name) {
+    absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(name);
+    if (!a.ok()) return a.status();
+    held = *std::move(a);
+  }
+  return held.get();
+}
+
+absl::Status Agent::Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const {
+  for (size_t i = 0; i < grad.size(); ++i) slot->residual[i] += grad[i];
+  return absl::Status(
+      step_status_.code(),
+      absl::StrCat("step ", next_step_, " bucket ", bucket,
+                   " not exchanged (kept in its residual) after: ", step_status_.message()));
+}
+
+absl::Status Agent::RunBucket(uint32_t bucket, std::span<const size_t> step_buckets,
+                              std::span<const float> grad, BucketSlot* slot, BucketOutcome* out) {
+  if (!step_open_) return absl::FailedPreconditionError("RunBucket: no open step (BeginStep)");
+  if (slot->residual.empty()) slot->residual.assign(grad.size(), 0.0f);
+  if (slot->residual.size() != grad.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("bucket ", bucket, ": ", grad.size(),
+                                                   " elements, its residual holds ",
+                                                   slot->residual.size()));
+  }
+  if (bucket >= kMaxStepBuckets) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket ", bucket, ": at most ", kMaxStepBuckets, " buckets a step"));
+  }
+  if (!step_status_.ok()) return Keep(bucket, grad, slot);
+  const uint64_t step = next_step_;
+  const BucketChoice choice =
+      ChooseBucketAlgorithm(*plan_, options_.rules, step, bucket, grad.size());
+  absl::StatusOr<SparseAllreduce*> algorithm = Prepare(choice.algorithm, slot);
+  if (!algorithm.ok()) {
+    step_status_ = Fail(algorithm.status());
+    return Keep(bucket, grad, slot);
+  }
+  CallContext ctx;
+  ctx.transport = transport_.get();
+  ctx.job_id = job_id_;
+  ctx.epoch = plan_->epoch;
+  ctx.call_id = CallId(step, bucket);
+  ctx.training_step = step;
+  ctx.deadline = DeadlineIn(plan_->step_deadline);
+  ctx.bucket_index = bucket;
+  ctx.step_buckets = step_buckets;
+  out->algorithm = choice.algorithm;
+  out->dense_probe = choice.dense_probe;
+  out->stats = CallStats{};
+  const Clock::time_point call_start = Clock::now();
+  absl::Status s = (*algorithm)
+                       ->Run(ctx, Options(static_cast<int>(bucket)), grad, slot->residual,
+                             &out->result, &out->stats);
+  out->seconds = Seconds(Clock::now() - call_start);
+  if (!s.ok()) {
+    // The algorithm kept grad + old residual; the rest of the step follows.
+    s = NameWait(std::move(s), call_start);
+    step_status_ = Fail(
+        absl::Status(s.code(), absl::StrCat("step ", step, " epoch ", plan_->epoch, " rank ", rank_,
+                                            " of ", plan_->world(), " (", choice.algorithm,
+                                            ", bucket ", bucket, "): ", s.message())));
+    return step_status_;
+  }
+  const int q = std::max(plan_->world() / std::max(plan_->teams, 1), 1);
+  if (metrics_ != nullptr) {
+    metrics_->ObserveCall(choice.algorithm, out->stats, grad.size(), slot->residual, out->result,
+                          rank_ % q);
+  }
+  StepReport::Bucket b;
+  b.elements = grad.size();
+  b.team_position = rank_ % q;
+  b.kprime_used = static_cast<size_t>(out->stats.Detail("kprime_used"));  // 0: none
+  b.post_gather_count = static_cast<size_t>(out->stats.Detail("post_gather_count"));
+  b.result_nnz = out->stats.result_nnz;
+  b.algorithm = choice.algorithm;
+  b.seconds = out->seconds;
+  b.dense_probe = choice.dense_probe;
+  step_buckets_.push_back(std::move(b));
+  step_stats_.push_back(out->stats);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::EndStep(StepOutcome* out) {
+  if (!step_open_) return absl::FailedPreconditionError("EndStep: no open step");
+  step_open_ = false;
+  const uint64_t step = next_step_;
+  if (out != nullptr && plan_ != nullptr) {
+    out->step = step;
+    out->epoch = plan_->epoch;
+    out->rank = rank_;
+    out->world = plan_->world();
+    out->plan_version = plan_->version;
+    out->algorithm = plan_->algorithm;
+    out->density = plan_->density;
+  }
+  if (!step_status_.ok()) {
+    // A step that ran is spent (its gradients stay in the residuals); one
+    // that could not begin is tried again under the same number.
+    if (step_ran_) ++next_step_;
+    return step_status_;
+  }
+  ++next_step_;
+  last_step_end_ = Clock::now();
+  if (out != nullptr) out->seconds = Seconds(last_step_end_ - step_start_);
+  if (metrics_ != nullptr) {
+    metrics_->StepOk();
+    metrics_->SyncCounters(control_->report_drops());
+  }
+  Report(step);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutcome* out) {
+  if (grads.size() != slots_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: ", grads.size(), " buckets given, ", slots_.size(), " configured"));
+  }
+  for (const auto& g : grads) {
+    if (g.size() != options_.elements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step: a bucket of ", g.size(), " elements, expected ", options_.elements));
+    }
+  }
+  // A step that cannot begin takes no gradient: the caller runs it again.
+  if (absl::Status s = BeginStep(); !s.ok()) return EndStep(out);
+  const std::vector<size_t> sizes(grads.size(), options_.elements);
+  out->results.resize(grads.size());
+  out->stats.assign(grads.size(), CallStats{});
+  for (size_t b = 0; b < grads.size(); ++b) {
+    BucketOutcome o;
+    // After a failed bucket the later ones keep their gradients in their
+    // residuals; EndStep returns the first error.
+    (void)RunBucket(static_cast<uint32_t>(b), sizes, grads[b], &slots_[b], &o);
+    out->results[b] = std::move(o.result);
+    out->stats[b] = std::move(o.stats);
+  }
+  return EndStep(out);
+}
+
+void Agent::Report(uint64_t step) {
+  auto ns = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
+  StepReport r;
+  r.comm_start_unix_ns = ns(step_unix_start_);
+  r.comm_end_unix_ns = ns(std::chrono::system_clock::now());
+  r.epoch = plan_->epoch;
+  r.step = step;
+  r.rank = rank_;
+  r.compute_s = step_compute_s_;
+  for (const CallStats& s : step_stats_) {
+    r.total_s += s.total_s;
+    r.selection_s += s.phases.selection_s;
+    r.communication_s += s.phases.communication_s;
+    r.reduction_s += s.phases.reduction_s;
+    r.sent_bytes += s.sent_bytes;
+    r.recv_bytes += s.recv_bytes;
+    r.result_nnz += s.result_nnz;
+  }
+  for (const StepReport::Bucket& b : step_buckets_) {
+    r.post_gather_count += b.post_gather_count;
+    r.kprime_used = std::max(r.kprime_used, b.kprime_used);
+  }
+  r.buckets = std::move(step_buckets_);
+  step_buckets_.clear();
+  if (link_ && link_epoch_ == r.epoch) r.link = link_;
+  control_->ReportStep(std::move(r));  // drops, never blocks
+}
+
+}  // namespace gradex::agent

@@ -1,0 +1,37 @@
+#include "services/agent/bucket_choice.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "catalog/catalog.h"
+
+namespace gradex::agent {
+
+std::string DenseAlgorithm() { return std::string(catalog::ReferenceSumAlgorithm()); }
+
+BucketChoice ChooseBucketAlgorithm(const Plan& plan, const BucketRules& rules, uint64_t step,
+                                   uint32_t bucket, size_t elements) {
+  BucketChoice c;
+  if (step < rules.start_iter) {
+    c.algorithm = DenseAlgorithm();
+    return c;
+  }
+  const uint64_t period = rules.dense_probe_period;
+  if (period > 0 && step % period == period - 1) {
+    c.algorithm = DenseAlgorithm();
+    c.dense_probe = true;
+    return c;
+  }
+  c.algorithm = bucket < plan.bucket_algorithms.size() && !plan.bucket_algorithms[bucket].empty()
+                    ? plan.bucket_algorithms[bucket]
+                    : plan.algorithm;
+  if (rules.min_compression_rate > 0 && !catalog::TraitsOf(c.algorithm).dense && elements > 0) {
+    // Dense sends 4 bytes an element, sparse 8 (index and value) an entry.
+    const double k = std::ceil(plan.density * static_cast<double>(elements));
+    const double rate = (4.0 * static_cast<double>(elements)) / (8.0 * std::max(k, 1.0));
+    if (rate < rules.min_compression_rate) c.algorithm = DenseAlgorithm();
+  }
+  return c;
+}
+
+}  // namespace gradex::agent

@@ -1,0 +1,273 @@
+// The agent's per-bucket API (BeginStep / RunBucket / EndStep): buckets of
+// different sizes with caller-owned residuals, the per-bucket algorithm
+// rules, and a peer that dies in the middle of a step: every survivor keeps
+// the failed bucket's and every later bucket's gradient whole in its
+// residual, and runs the next step in the next epoch.
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "services/agent/agent.h"
+#include "tests/agent/loopback_provider.h"
+#include "tests/collectives/harness.h"
+#include "tests/fakes/fake_control_plane.h"
+
+namespace gradex::agent {
+namespace {
+
+using gradex::testing::ConservationError;
+using gradex::testing::Consistent;
+using gradex::testing::MakeGradient;
+using gradex::testing::RankCall;
+using gradex::testing::Values;
+using std::chrono::milliseconds;
+
+const std::vector<size_t> kSizes = {3001, 257, 1200};
+
+struct Box {
+  std::unique_ptr<FakeControlPlane> control;
+  std::unique_ptr<testing::LoopbackProvider> transports;
+  std::unique_ptr<Agent> agent;
+  std::vector<BucketSlot> slots{kSizes.size()};
+};
+
+FakeJobConfig Job(int world, const std::string& algorithm) {
+  FakeJobConfig c;
+  c.world_size = world;
+  c.lease = milliseconds(400);
+  c.base.algorithm = algorithm;
+  c.base.density = 0.05;
+  c.base.teams = 1;
+  c.base.tau = 8;
+  c.base.step_deadline = milliseconds(5000);
+  return c;
+}
+
+Box MakeAgent(FakeCoordinator& coordinator, testing::LoopbackPool& pool, const std::string& id,
+              BucketRules rules = {}) {
+  Box b;
+  b.control = std::make_unique<FakeControlPlane>(&coordinator);
+  b.transports = std::make_unique<testing::LoopbackProvider>(&pool, "addr-" + id);
+  AgentOptions o;
+  o.job = "job";
+  o.token = "token";
+  o.agent_id = id;
+  o.host = "localhost";
+  o.rules = rules;
+  o.join_timeout = milliseconds(20000);
+  o.sync_timeout = milliseconds(10000);
+  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  return b;
+}
+
+TEST(BucketChoiceTest, RulesInOrder) {
+  Plan plan;
+  plan.algorithm = "spardl";
+  plan.density = 0.01;
+  plan.bucket_algorithms = {"", "topka"};
+  BucketRules rules;
+  rules.start_iter = 5;
+  rules.min_compression_rate = 2.0;
+  rules.dense_probe_period = 10;
+  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 4, 0, 100000).algorithm, "dense-ring");
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 4, 0, 100000).dense_probe);
+  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 5, 0, 100000).algorithm, "spardl");
+  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 5, 1, 100000).algorithm, "topka");
+  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 5, 2, 100000).algorithm, "spardl");
+  BucketChoice probe = ChooseBucketAlgorithm(plan, rules, 9, 1, 100000);
+  EXPECT_EQ(probe.algorithm, "dense-ring");
+  EXPECT_TRUE(probe.dense_probe);
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 19, 1, 100000).algorithm == "topka");
+  // n = 400 at d = 0.01: k = 4, rate 1600 / 32 = 50 (sparse); n = 100: k = 1,
+  // rate 400 / 8 = 50; at density 0.5, n = 100: k = 50, rate 1 < 2 (dense).
+  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 400).algorithm, "spardl");
+  plan.density = 0.5;
+  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 100).algorithm, "dense-ring");
+  // rate exactly 2 (d = 0.25) is not below it.
+  plan.density = 0.25;
+  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 100).algorithm, "spardl");
+  rules = {};
+  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 0, 0, 100).algorithm, "spardl");
+  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 49, 0, 100).algorithm, "spardl");
+}
+
+// One step of `box` through the per-bucket API; grads[b] for bucket b.
+// Returns each bucket's status; residuals before/after in `before`/`after`.
+struct StepRun {
+  absl::Status end;
+  std::vector<absl::Status> buckets;
+  std::vector<BucketOutcome> outcomes;
+  std::vector<std::vector<float>> grads, before, after;
+  StepOutcome out;
+};
+
+StepRun RunStep(Box& box, int rank, int iteration,
+                const std::function<void(size_t)>& after_bucket) {
+  StepRun r;
+  Agent& a = *box.agent;
+  (void)a.BeginStep();
+  r.outcomes.resize(kSizes.size());
+  for (size_t b = 0; b < kSizes.size(); ++b) {
+    r.grads.push_back(MakeGradient(11 + b, rank, iteration, kSizes[b], Values::kIntegers));
+    std::vector<float> res = box.slots[b].residual;
+    if (res.empty()) res.assign(kSizes[b], 0.0f);
+    r.before.push_back(res);
+    r.buckets.push_back(
+        a.RunBucket(static_cast<uint32_t>(b), kSizes, r.grads[b], &box.slots[b], &r.outcomes[b]));
+    r.after.push_back(box.slots[b].residual);
+    if (after_bucket) after_bucket(b);
+  }
+  r.end = a.EndStep(&r.out);
+  return r;
+}
+
+TEST(AgentBucketsTest, PeerDyingMidStepKeepsEveryLaterBucketInTheResidual) {
+  FakeCoordinator coordinator(Job(3, "spardl"));
+  testing::LoopbackPool pool;
+  std::vector<Box> boxes;
+  for (int i = 0; i < 3; ++i) boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i)));
+  constexpr int kKillStep = 3;
+  std::barrier after_first(3);
+  std::vector<std::vector<StepRun>> runs(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      Agent& a = *boxes[i].agent;
+      ASSERT_TRUE(a.Start().ok());
+      for (int it = 0; it < 6; ++it) {
+        auto hook = [&, i, it](size_t b) {
+          if (it != kKillStep || b != 0) return;
+          after_first.arrive_and_wait();  // bucket 0 done on every rank
+          if (i == 2) {
+            KillLoopbackRank(*a.transport(), a.rank());
+            boxes[i].control->Crash();
+          }
+        };
+        runs[i].push_back(RunStep(boxes[i], i, it, hook));
+        if (i == 2 && it == kKillStep) return;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Steps before the kill: every bucket consistent and conserved over 3 ranks.
+  for (int it = 0; it < kKillStep; ++it) {
+    for (size_t b = 0; b < kSizes.size(); ++b) {
+      std::vector<RankCall> calls;
+      for (int i = 0; i < 3; ++i) {
+        const StepRun& r = runs[i][it];
+        ASSERT_TRUE(r.end.ok()) << r.end;
+        ASSERT_TRUE(r.buckets[b].ok()) << r.buckets[b];
+        EXPECT_EQ(r.outcomes[b].algorithm, "spardl");
+        RankCall c;
+        c.grad = r.grads[b];
+        c.residual_in = r.before[b];
+        c.residual_out = r.after[b];
+        c.result.assign(kSizes[b], 0.0f);
+        r.outcomes[b].result.ToDense(c.result);
+        calls.push_back(std::move(c));
+      }
+      EXPECT_TRUE(Consistent(calls)) << "step " << it << " bucket " << b;
+      EXPECT_EQ(ConservationError(calls, /*relative=*/false), 0.0) << "step " << it;
+    }
+  }
+  for (int i : {0, 1}) {
+    const StepRun& r = runs[i][kKillStep];
+    ASSERT_TRUE(r.buckets[0].ok()) << r.buckets[0];
+    EXPECT_FALSE(r.end.ok());
+    EXPECT_NE(r.end.message().find("bucket 1"), std::string::npos) << r.end;
+    for (size_t b = 1; b < kSizes.size(); ++b) {
+      ASSERT_FALSE(r.buckets[b].ok());
+      EXPECT_NE(r.buckets[b].message().find("bucket 1"), std::string::npos)
+          << "names the first failure: " << r.buckets[b];
+      for (size_t j = 0; j < kSizes[b]; ++j) {
+        ASSERT_EQ(r.after[b][j], r.before[b][j] + r.grads[b][j])
+            << "rank " << i << " bucket " << b << " at " << j;
+      }
+    }
+    // Recovered: the next steps run in a new epoch of two, every bucket ok.
+    for (int it = kKillStep + 1; it < 6; ++it) {
+      const StepRun& n = runs[i][it];
+      ASSERT_TRUE(n.end.ok()) << "rank " << i << " iteration " << it << ": " << n.end;
+      EXPECT_EQ(n.out.world, 2);
+      EXPECT_GE(n.out.epoch, 2u);
+    }
+  }
+  EXPECT_EQ(runs[0].back().out.step, runs[1].back().out.step);
+}
+
+TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
+  FakeJobConfig job = Job(2, "spardl");
+  job.base.bucket_algorithms = {"", "topka"};
+  FakeCoordinator coordinator(job);
+  testing::LoopbackPool pool;
+  BucketRules rules;
+  rules.start_iter = 2;
+  rules.dense_probe_period = 4;
+  std::vector<Box> boxes;
+  for (int i = 0; i < 2; ++i) {
+    boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i), rules));
+  }
+  std::vector<std::vector<StepRun>> runs(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      ASSERT_TRUE(boxes[i].agent->Start().ok());
+      for (int it = 0; it < 6; ++it) runs[i].push_back(RunStep(boxes[i], i, it, nullptr));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int it = 0; it < 6; ++it) {
+    for (size_t b = 0; b < kSizes.size(); ++b) {
+      std::string want = it < 2 || it == 3 ? "dense-ring" : b == 1 ? "topka" : "spardl";
+      std::vector<RankCall> calls;
+      for (int i = 0; i < 2; ++i) {
+        const StepRun& r = runs[i][it];
+        ASSERT_TRUE(r.end.ok()) << r.end;
+        EXPECT_EQ(r.outcomes[b].algorithm, want) << "step " << it << " bucket " << b;
+        EXPECT_EQ(r.outcomes[b].dense_probe, it == 3);
+        RankCall c;
+        c.grad = r.grads[b];
+        c.residual_in = r.before[b];
+        c.residual_out = r.after[b];
+        c.result.assign(kSizes[b], 0.0f);
+        r.outcomes[b].result.ToDense(c.result);
+        calls.push_back(std::move(c));
+      }
+      EXPECT_TRUE(Consistent(calls));
+      EXPECT_EQ(ConservationError(calls, false), 0.0);
+    }
+  }
+  for (int i = 0; i < 200 && coordinator.reports_received() < 12; ++i) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  int checked = 0;
+  for (const StepReport& r : coordinator.reports()) {
+    if (!r.ok || r.step != 4) continue;
+    ASSERT_EQ(r.buckets.size(), kSizes.size());
+    EXPECT_EQ(r.buckets[0].algorithm, "spardl");
+    EXPECT_EQ(r.buckets[1].algorithm, "topka");
+    EXPECT_EQ(r.buckets[1].elements, kSizes[1]);
+    EXPECT_GT(r.buckets[2].seconds, 0.0);
+    EXPECT_FALSE(r.buckets[2].dense_probe);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
+
+TEST(AgentBucketsTest, RunBucketOutsideAStepIsRefused) {
+  FakeCoordinator coordinator(Job(1, "spardl"));
+  testing::LoopbackPool pool;
+  Box box = MakeAgent(coordinator, pool, "solo");
+  std::vector<float> g(10, 1.0f);
+  BucketOutcome o;
+  EXPECT_EQ(box.agent->RunBucket(0, {}, g, &box.slots[0], &o).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(box.agent->EndStep(nullptr).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace gradex::agent
