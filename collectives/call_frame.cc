@@ -1,7 +1,10 @@
 #include "collectives/call_frame.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/phase_timer.h"
@@ -50,20 +53,41 @@ absl::Status SparseAllreduce::Run(const CallContext& ctx, const AllreduceOptions
   const auto start = Clock::now();
   *stats = CallStats{};
   const PeerCounters before = ctx.transport->TotalCounters();
+  // With a coefficient c < 1 the old residual is kept aside: a failed call
+  // puts back grad + old residual (nothing decays), a successful one reports
+  // old - c * old as decayed, so that conservation stays checkable.
+  const float c = ResidualCoefficient(ctx, options);
+  std::vector<float> old;
   {
     PhaseTimer t(&stats->phases.reduction_s);
-    for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
+    if (c == 1.0f) {
+      for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
+    } else {
+      old.assign(residual.begin(), residual.end());
+      for (size_t i = 0; i < grad.size(); ++i) residual[i] = c * residual[i] + grad[i];
+    }
   }
   ResidualLedger ledger(residual);
   st = Exchange(ctx, options, residual, ledger, result, stats);
   if (!st.ok()) {
     ledger.Restore();  // the residual holds grad + old residual again
+    for (size_t i = 0; i < old.size(); ++i) residual[i] = old[i] + grad[i];
     AfterFailure();
     return st;
   }
   {
     PhaseTimer t(&stats->phases.reduction_s);
     ledger.Commit();
+    double decayed_abs = 0;
+    for (size_t i = 0; i < old.size(); ++i) {
+      old[i] -= c * old[i];  // the same product the accumulation added
+      decayed_abs += std::fabs(old[i]);
+    }
+    result->decayed = std::move(old);
+    if (c != 1.0f) {
+      stats->details["ef_coefficient"] = c;
+      stats->details["decayed_abs_sum"] = decayed_abs;
+    }
   }
   FinishStats(ctx, before, start, stats);
   return absl::OkStatus();
