@@ -1,9 +1,7 @@
 #include "collectives/call_frame.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -53,40 +51,45 @@ absl::Status SparseAllreduce::Run(const CallContext& ctx, const AllreduceOptions
   const auto start = Clock::now();
   *stats = CallStats{};
   const PeerCounters before = ctx.transport->TotalCounters();
-  // With a coefficient c < 1 the old residual is kept aside: a failed call
-  // puts back grad + old residual (nothing decays), a successful one reports
-  // old - c * old as decayed, so that conservation stays checkable.
+  // With a coefficient c < 1 the old residual is kept aside (a failed call
+  // puts back grad + old residual: nothing decays) and old - c * old is
+  // reported as decayed when the call succeeds, so that conservation stays
+  // checkable. One pass; the buffers live with the algorithm across calls.
   const float c = ResidualCoefficient(ctx, options);
-  std::vector<float> old;
+  const bool decays = c != 1.0f;
   {
     PhaseTimer t(&stats->phases.reduction_s);
-    if (c == 1.0f) {
+    if (!decays) {
       for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
     } else {
-      old.assign(residual.begin(), residual.end());
-      for (size_t i = 0; i < grad.size(); ++i) residual[i] = c * residual[i] + grad[i];
+      ef_prior_.resize(grad.size());
+      ef_decayed_.resize(grad.size());
+      for (size_t i = 0; i < grad.size(); ++i) {
+        const float old = residual[i], kept = c * old;
+        ef_prior_[i] = old;
+        ef_decayed_[i] = old - kept;
+        residual[i] = kept + grad[i];
+      }
     }
   }
   ResidualLedger ledger(residual);
   st = Exchange(ctx, options, residual, ledger, result, stats);
   if (!st.ok()) {
     ledger.Restore();  // the residual holds grad + old residual again
-    for (size_t i = 0; i < old.size(); ++i) residual[i] = old[i] + grad[i];
+    if (decays) {
+      for (size_t i = 0; i < grad.size(); ++i) residual[i] = ef_prior_[i] + grad[i];
+    }
     AfterFailure();
     return st;
   }
   {
     PhaseTimer t(&stats->phases.reduction_s);
     ledger.Commit();
-    double decayed_abs = 0;
-    for (size_t i = 0; i < old.size(); ++i) {
-      old[i] -= c * old[i];  // the same product the accumulation added
-      decayed_abs += std::fabs(old[i]);
-    }
-    result->decayed = std::move(old);
-    if (c != 1.0f) {
+    if (decays) {
+      result->decayed.swap(ef_decayed_);  // the caller's old buffer is reused next call
       stats->details["ef_coefficient"] = c;
-      stats->details["decayed_abs_sum"] = decayed_abs;
+    } else {
+      result->decayed.clear();
     }
   }
   FinishStats(ctx, before, start, stats);

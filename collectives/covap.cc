@@ -89,20 +89,28 @@ class Covap final : public SparseAllreduce {
     const covap::BucketParts parts = covap::PartsOf(buckets, bucket, interval);
     const int j = covap::SentPart(parts, ctx.training_step, interval);
     const size_t m = j < 0 ? 0 : covap::PartElements(n, parts.count, j);
-    result->is_dense = false;
-    result->dense.clear();
-    result->sparse.clear();
     stats->details["parts"] = parts.count;
     stats->details["sent_part"] = j;
     stats->details["sent_elements"] = static_cast<double>(m);
     stats->details["interval"] = interval;
     stats->result_capacity = m;
-    if (m == 0) return absl::OkStatus();  // every rank skips alike: the schedule is shared
-
+    // The whole bucket gives a dense result, as dense-ring's; a strided part
+    // a sparse one. The part is reduced in the result's own buffer (the
+    // caller's, reused across calls).
+    const bool whole = parts.count == 1;
+    result->is_dense = whole && m > 0;
+    if (!result->is_dense) result->dense.clear();
+    if (whole) result->sparse.clear();
+    if (m == 0) {
+      result->sparse.clear();
+      stats->result_nnz = 0;
+      return absl::OkStatus();  // every rank skips alike: the schedule is shared
+    }
+    std::vector<float>& part = whole ? result->dense : result->sparse.val;
     const size_t stride = static_cast<size_t>(parts.count);
-    std::vector<float> part(m);
     {
       PhaseTimer t(&stats->phases.selection_s);
+      part.resize(m);
       for (size_t e = 0; e < m; ++e) part[e] = acc[j + e * stride];
     }
     Link link(ctx, id(), &stats->phases);
@@ -110,9 +118,7 @@ class Covap final : public SparseAllreduce {
       return s;  // acc untouched: the frame restores grad + old residual
     }
     PhaseTimer t(&stats->phases.reduction_s);
-    if (parts.count == 1) {  // the whole bucket: a dense result, as dense-ring's
-      result->is_dense = true;
-      result->dense = std::move(part);
+    if (whole) {
       std::fill(acc.begin(), acc.end(), 0.0f);
     } else {
       result->sparse.idx.resize(m);
@@ -120,7 +126,6 @@ class Covap final : public SparseAllreduce {
         result->sparse.idx[e] = static_cast<uint32_t>(j + e * stride);
         acc[j + e * stride] = 0.0f;  // sent whole: nothing of it stays behind
       }
-      result->sparse.val = std::move(part);
     }
     stats->result_nnz = result->CountNonZeros();
     return absl::OkStatus();

@@ -161,8 +161,8 @@ class SparseAllreduce {
   virtual absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions& options) const {
     return absl::OkStatus();
   }
-  // The schedule. `acc` (the residual) holds grad + old residual, this rank's
-  // whole contribution; values taken out of it are recorded in `ledger`
+  // The schedule. `acc` (the residual) holds grad + old residual (times
+  // ResidualCoefficient, 1 but for COVAP), this rank's whole contribution; values taken out of it are recorded in `ledger`
   // (Selected) and values owed back to it too (Discarded). The frame commits
   // the ledger when Exchange succeeds and restores it when it fails. Fills the
   // result, stats->result_nnz / result_capacity and the algorithm's details.
@@ -178,6 +178,11 @@ class SparseAllreduce {
   virtual float ResidualCoefficient(const CallContext& ctx, const AllreduceOptions& options) const {
     return 1.0f;
   }
+
+ private:
+  // The call frame's scratch when the coefficient is below 1: the old
+  // residual (put back on failure) and the decayed part, kept across calls.
+  std::vector<float> ef_prior_, ef_decayed_;
 };
 
 // The schedules, by catalog name. Each algorithm's .cc registers its factory
