@@ -168,4 +168,11 @@ CostRange Bsag(const CostInputs& in) {
   return CostRange{g.latency, g.latency, bytes(1 / g.T), bytes(1.0), formula};
 }
 
+CostRange Covap(const CostInputs& in) {
+  const Shape s(in);
+  const double interval = in.covap_interval > 0 ? in.covap_interval : 3;
+  return Exact(2 * (s.P - 1) / interval, 2 * (s.P - 1) / s.P * w * s.N / interval,
+               "(2(P-1)α + 2n(P-1)/P β) / I, I = covap_interval");
+}
+
 }  // namespace gradex::catalog::table1
