@@ -27,31 +27,34 @@ bool RunsOn(const catalog::AlgorithmSpec& spec, int world, int teams) {
 }
 
 double Price(const catalog::AlgorithmSpec& spec, int world, int teams, uint64_t elements,
-             double density, double alpha, double beta) {
+             double density, double alpha, double beta, int covap_interval) {
   if (spec.table1_cost == nullptr || world < 1 || !RunsOn(spec, world, teams)) return HUGE_VAL;
   const catalog::CostRange c =
       spec.table1_cost({.world = world,
                         .elements = elements,
                         .density = density,
                         .teams = spec.traits.uses_teams ? teams : 1,
-                        .kprime_ratio = 0});  // B-SAG: k' over its whole range
+                        .kprime_ratio = 0,  // B-SAG: k' over its whole range
+                        .covap_interval = covap_interval});
   return c.latency_hi * alpha + c.bytes_hi * beta;
 }
 
 }  // namespace
 
 double ModelSeconds(const std::string& algorithm, int world, int teams, uint64_t elements,
-                    double density, double alpha, double beta) {
+                    double density, double alpha, double beta, int covap_interval) {
   const catalog::AlgorithmSpec* spec = catalog::Find(algorithm);
-  return spec == nullptr ? HUGE_VAL : Price(*spec, world, teams, elements, density, alpha, beta);
+  return spec == nullptr
+             ? HUGE_VAL
+             : Price(*spec, world, teams, elements, density, alpha, beta, covap_interval);
 }
 
 std::string CheapestAlgorithm(int world, int teams, uint64_t elements, double density, double alpha,
-                              double beta, double* seconds) {
+                              double beta, double* seconds, int covap_interval) {
   const catalog::AlgorithmSpec* best = nullptr;
   double best_s = HUGE_VAL;
   for (const catalog::AlgorithmSpec* spec : catalog::All()) {  // by id: ties to the older
-    const double s = Price(*spec, world, teams, elements, density, alpha, beta);
+    const double s = Price(*spec, world, teams, elements, density, alpha, beta, covap_interval);
     if (s < best_s) {
       best = spec;
       best_s = s;
@@ -89,6 +92,12 @@ void BucketController::FeedLink(double alpha, double beta) {
   alpha_ = a;
   beta_ = b;
   for (Bucket& bucket : buckets_) ChooseAuto(bucket);
+}
+
+void BucketController::SetCovapInterval(int interval) {
+  if (interval == covap_interval_) return;
+  covap_interval_ = interval;
+  for (Bucket& b : buckets_) ChooseAuto(b);
 }
 
 void BucketController::Feed(int rank, uint64_t step, const std::vector<BucketSample>& buckets) {
@@ -171,13 +180,13 @@ void BucketController::ChooseAuto(Bucket& b) const {
     return;
   }
   double best_s = 0;
-  std::string best =
-      CheapestAlgorithm(world_, teams_, b.elements, density_, alpha(), beta(), &best_s);
+  std::string best = CheapestAlgorithm(world_, teams_, b.elements, density_, alpha(), beta(),
+                                       &best_s, covap_interval_);
   if (!b.auto_choice.empty()) {
     // Hysteresis, as for the team count: a noisy link estimate must not
     // flip a bucket's algorithm at every epoch.
-    const double cur =
-        ModelSeconds(b.auto_choice, world_, teams_, b.elements, density_, alpha(), beta());
+    const double cur = ModelSeconds(b.auto_choice, world_, teams_, b.elements, density_, alpha(),
+                                    beta(), covap_interval_);
     if (std::isfinite(cur) && !(best_s < cur * (1 - o_.margin))) return;
   }
   b.auto_choice = std::move(best);

@@ -58,12 +58,13 @@ struct BucketSwitch {
 // T teams, for n elements at `density`; rows that give a range are priced
 // at their upper end (selections of different ranks overlap little at low
 // density, and a tie should go to the algorithm whose cost is certain).
+// COVAP's row is priced at `covap_interval` (0: its catalog default).
 std::string CheapestAlgorithm(int world, int teams, uint64_t elements, double density, double alpha,
-                              double beta, double* seconds = nullptr);
+                              double beta, double* seconds = nullptr, int covap_interval = 0);
 // The price of `algorithm` on the same terms (HUGE_VAL without a row, or
 // when it cannot run on P ranks in T teams).
 double ModelSeconds(const std::string& algorithm, int world, int teams, uint64_t elements,
-                    double density, double alpha, double beta);
+                    double density, double alpha, double beta, int covap_interval = 0);
 
 class BucketController {
  public:
@@ -77,6 +78,8 @@ class BucketController {
   // A rank's link estimate; the maximum over ranks is used (a synchronous
   // step pays for its slowest link, as the automatic team count reasons).
   void FeedLink(double alpha, double beta);
+  // COVAP's interval in the plan (the CCR profiler's), which prices its row.
+  void SetCovapInterval(int interval);
   // One rank's buckets of one step. Reports may be dropped or come late;
   // a step counts once every rank of the epoch reported it.
   void Feed(int rank, uint64_t step, const std::vector<BucketSample>& buckets);
@@ -121,6 +124,8 @@ class BucketController {
   double density_ = 0.01;
   int world_ = 0;
   int teams_ = 1;
+  int covap_interval_ = 0;
+
   double alpha_ = 0, beta_ = 0;
   bool links_fresh_ = false;  // alpha_, beta_ come from this epoch's probes
   std::vector<Bucket> buckets_;

@@ -127,6 +127,7 @@ void Coordinator::NewEpochLocked() {
   kprime_.Reset();
   kprime_dirty_ = false;
   consensus_ = std::make_unique<BoundaryConsensus>(world);
+  buckets_.SetCovapInterval(agreed_.covap_interval);
   buckets_.Configure(agreed_.teams.algorithm, s_.auto_algorithm, s_.density, world,
                      agreed_.teams.teams);
   agreed_.bucket_algorithms = buckets_.Choices();

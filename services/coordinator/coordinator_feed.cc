@@ -114,6 +114,7 @@ void Coordinator::FeedProfilerLocked(const gradex::v1::StepReport& r, int rank) 
   agreed_.covap_ccr = profiler_->ccr();
   agreed_.covap_interval = profiler_->interval();
   agreed_dirty_ = true;
+  buckets_.SetCovapInterval(agreed_.covap_interval);  // prices COVAP's row for "auto"
 }
 
 void Coordinator::FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank, int world) {

@@ -121,16 +121,24 @@ TEST(BucketFallbackE2E, DenseProbesThatWinMakeTheBucketDenseFromABarrierOnEveryR
   ASSERT_NE(plan, nullptr);
   ASSERT_GE(plan->bucket_algorithms_size(), 1) << "the coordinator never switched bucket 0";
   EXPECT_EQ(plan->bucket_algorithms(0), "dense-ring");
-  const uint64_t from = plan->effective_step();
-  EXPECT_EQ(from % 4, 0u) << "a plan barrier";
-  // Three probes (steps 3, 7, 11) are needed first; the switch lands at a
-  // barrier after them and before the run ends.
-  EXPECT_GT(from, 11u);
-  ASSERT_LT(from, static_cast<uint64_t>(kSteps));
+  // Every rank ran the same thing at every step (agreed in-band).
+  EXPECT_EQ(boxes[0].ran, boxes[1].ran);
+  EXPECT_EQ(boxes[0].probe, boxes[1].probe);
+  EXPECT_EQ(boxes[0].plan_version, boxes[1].plan_version);
+  // The switch: the first step whose bucket 0 ran dense other than as a probe.
+  int from = -1;
+  for (int step = 0; step < kSteps && from < 0; ++step) {
+    if (boxes[0].ran[step] == "dense-ring" && !boxes[0].probe[step]) from = step;
+  }
+  ASSERT_GE(from, 0) << "no rank ever ran bucket 0 dense by the plan";
+  EXPECT_EQ(from % 4, 0) << "a plan barrier";
+  // Three probes (steps 3, 7, 11) are needed first.
+  EXPECT_GT(from, 11);
+  EXPECT_GT(boxes[0].plan_version[from], boxes[0].plan_version[from - 1]) << "a new plan";
   for (int i = 0; i < 2; ++i) {
     const Box& b = boxes[i];
     for (int step = 0; step < kSteps; ++step) {
-      if (static_cast<uint64_t>(step) < from) {
+      if (step < from) {
         // Before the switch: the job's algorithm, or a dense probe.
         EXPECT_EQ(b.ran[step], b.probe[step] ? "dense-ring" : kSlow)
             << "rank " << i << " step " << step;
@@ -141,8 +149,6 @@ TEST(BucketFallbackE2E, DenseProbesThatWinMakeTheBucketDenseFromABarrierOnEveryR
     }
     EXPECT_EQ(b.control->reports_refused(), 0u);
   }
-  // Both ranks ran every step under the same plan version (agreed in-band).
-  EXPECT_EQ(boxes[0].plan_version, boxes[1].plan_version);
 }
 
 }  // namespace
