@@ -162,10 +162,11 @@ class SparseAllreduce {
     return absl::OkStatus();
   }
   // The schedule. `acc` (the residual) holds grad + old residual (times
-  // ResidualCoefficient, 1 but for COVAP), this rank's whole contribution; values taken out of it are recorded in `ledger`
-  // (Selected) and values owed back to it too (Discarded). The frame commits
-  // the ledger when Exchange succeeds and restores it when it fails. Fills the
-  // result, stats->result_nnz / result_capacity and the algorithm's details.
+  // ResidualCoefficient, 1 but for COVAP), this rank's whole contribution;
+  // values taken out of it are recorded in `ledger` (Selected) and values
+  // owed back to it too (Discarded). The frame commits the ledger when
+  // Exchange succeeds and restores it when it fails. Fills the result,
+  // stats->result_nnz / result_capacity and the algorithm's details.
   virtual absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                                 std::span<float> acc, ResidualLedger& ledger,
                                 AllreduceResult* result, CallStats* stats) = 0;
