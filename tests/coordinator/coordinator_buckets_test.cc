@@ -21,26 +21,6 @@ namespace {
 
 const absl::Time t0 = absl::FromUnixSeconds(5000);
 
-// COVAP's catalog entry as the covap branch declares it (id 14, reserved
-// in catalog/algorithms.cc), when the catalog of this build lacks it.
-const bool kCovapEntry = [] {
-  if (catalog::Find("covap") == nullptr) {
-    absl::Status st =
-        catalog::Register({.id = 14,
-                           .name = "covap",
-                           .description = "test stand-in: COVAP's coarse-grained filter",
-                           .traits = {.dense = false},
-                           .params = {{.name = "covap_interval",
-                                       .type = catalog::ParamType::kInt,
-                                       .default_value = 3,
-                                       .min = 1,
-                                       .max = 64,
-                                       .description = "COVAP's filter interval I"}}});
-    if (!st.ok()) std::abort();
-  }
-  return true;
-}();
-
 struct Bucket {
   uint64_t elements;
   std::string algorithm;
@@ -166,7 +146,6 @@ gradex::v1::StepReport WithExchange(gradex::v1::StepReport r, double exchange, d
 }
 
 TEST_F(CoordinatorBuckets, CovapProfilerPublishesTheIntervalInTheParameters) {
-  ASSERT_TRUE(kCovapEntry);
   Start(R"({"job_id":"j","world_size":2,"algorithm":"covap","density":0.01,
             "barrier_period":8,"covap_profile_steps":4})");
   auto first = c_->plan();
@@ -202,7 +181,6 @@ TEST_F(CoordinatorBuckets, CovapProfilerPublishesTheIntervalInTheParameters) {
 }
 
 TEST_F(CoordinatorBuckets, APinnedCovapIntervalIsNotProfiled) {
-  ASSERT_TRUE(kCovapEntry);
   Start(R"({"job_id":"j","world_size":1,"algorithm":"covap","density":0.01,
             "covap_profile_steps":1,"params":{"covap_interval":5}})");
   auto first = c_->plan();
