@@ -51,12 +51,17 @@ def buckets(raw, rnd):
         if not tag.startswith("gradex-") or round_of(tag) != rnd:
             continue
         r0 = min(ranks, key=lambda r: r["rank"])
+        teams = 1
+        with open(os.path.join(raw, f"{tag}.rank{r0['rank']}.log")) as f:
+            m = re.search(r"epoch 1: \d+ members, (\d+) teams", f.read())
+            if m:  # the embedded coordinator's choice, logged on rank 0
+                teams = int(m.group(1))
         for b in last_layouts(r0.get("stats", []), len(r0["step_s"])):
-            key = (b["algorithm"], b["elements"])
+            key = (b["algorithm"], b["elements"], teams)
             if key not in seen:
                 seen.append(key)
-    for algo, n in seen:
-        print(algo, n)
+    for algo, n, teams in seen:
+        print(algo, n, teams)
 
 
 def timeline(raw, tag, first_step):
@@ -73,7 +78,13 @@ def timeline(raw, tag, first_step):
                 continue
             b = steps[a["step"]][a["bucket"]]
             b["algorithm"], b["elements"] = a["algorithm"], a["elements"]
-            b["ranks"][e["pid"]][e["name"]] = e["dur"] / 1e6
+            ph = b["ranks"][e["pid"]]
+            ph[e["name"]] = e["dur"] / 1e6
+            # The exchange runs from the selection's start to the reduction's end.
+            if e["name"] == "selection":
+                ph["start"] = e["ts"] / 1e6
+            elif e["name"] == "reduction":
+                ph["end"] = (e["ts"] + e["dur"]) / 1e6
     return steps
 
 
@@ -150,11 +161,13 @@ def report(out):
     bare = bare_times(raw)
     L += ["", "## gradex: where the step's exchange time goes, and the hook's overhead", "",
           "Per timed step, summed over the step's buckets; medians over steps and rounds. "
-          "Hook (last rank in): the rank that started the bucket last (it waited least for "
-          "the others' backward); hook (slowest rank): the longest rank. Bare: gradex-bench's "
+          "Hook (last in): per bucket, from the last rank's start of the exchange (selection) "
+          "to the last rank's end (reduction), the hook's equivalent of a barrier-started call "
+          "timed on the slowest rank; hook (slowest rank): the longest rank's own exchange, "
+          "which includes waiting for the others' backward. Bare: gradex-bench's "
           "median call at the same algorithm and sizes. Overhead = (hook - bare) / bare.", "",
           "| mode | buckets (algorithm: elements) | selection ms | communication ms | "
-          "reduction ms | hook, last rank in ms | hook, slowest rank ms | bare ms | "
+          "reduction ms | hook, last in ms | hook, slowest rank ms | bare ms | "
           "overhead (last in) | overhead (slowest) | stats() sparse_s sum ms |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for mode in sorted(m for m in mode_steps if m.startswith("gradex:")):
@@ -174,9 +187,11 @@ def report(out):
                 li = sl = bs = 0.0
                 for bi, b in sorted(bks.items()):
                     per_rank = {rk: sum(ph.get(p, 0) for p in PHASES) for rk, ph in b["ranks"].items()}
-                    # The rank that began the bucket last waited for nobody's
-                    # backward: its exchange is the shortest of the ranks'.
-                    li += min(per_rank.values())
+                    # As gradex-bench's barrier-started call timed on the slowest
+                    # rank: from the last rank's start to the last rank's end
+                    # (ranks share this machine's clock).
+                    li += (max(ph["end"] for ph in b["ranks"].values()) -
+                           max(ph["start"] for ph in b["ranks"].values()))
                     sl += max(per_rank.values())
                     for p in PHASES:
                         phase[p] += statistics.mean(ph.get(p, 0) for ph in b["ranks"].values())

@@ -9,7 +9,7 @@
 # summary.md under OUT (bench/train_step/report.py). Needs root.
 #
 # Usage: bench/train_step/run.sh [--modes ddp,gradex:spardl,gradex:auto,compute]
-#          [--rounds 2] [--steps 10] [--warmup 3] [--batch 8] [--density 0.01]
+#          [--rounds 3] [--steps 6] [--warmup 2] [--batch 8] [--density 0.01]
 #          [--rate 1gbit] [--bench-iters 5] [--no-bare] [--build-dir DIR]
 #          [--out DIR]   (default bench/results/train_step)
 # Traffic: only 10.97.0.0/24 on interfaces created here (namespaces gxts0..3
@@ -19,7 +19,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 modes=ddp,gradex:spardl,gradex:auto,compute
-rounds=2 steps=10 warmup=3 batch=8 density=0.01 rate=1gbit bench_iters=5 bare=1
+rounds=3 steps=6 warmup=2 batch=8 density=0.01 rate=1gbit bench_iters=5 bare=1
 build=$root/build
 out=$root/bench/results/train_step
 PREFIX=gxts NET=10.97.0 RANKS=4
@@ -108,11 +108,11 @@ run_mode() {  # run_mode MODE TAG: one training job, 4 ranks in their namespaces
 }
 
 run_bare() {  # run_bare ROUND: gradex-bench at every (algorithm, bucket size) the hook ran
-  local rnd=$1 algo n
-  "$py" "$here/report.py" --buckets "$out/raw" "$rnd" | while read -r algo n; do
-    say "round $rnd: gradex-bench --algo $algo --elements $n"
+  local rnd=$1 algo n teams
+  "$py" "$here/report.py" --buckets "$out/raw" "$rnd" | while read -r algo n teams; do
+    say "round $rnd: gradex-bench --algo $algo --elements $n --teams $teams"
     env UCX_TLS=tcp UCX_NET_DEVICES=gxeth UCX_WARN_UNUSED_ENV_VARS=n "$bench" --algo "$algo" \
-      --ranks "$RANKS" --elements "$n" --density "$density" --iters "$bench_iters" --warmup 1 \
+      --teams "$teams" --ranks "$RANKS" --elements "$n" --density "$density" --iters "$bench_iters" --warmup 1 \
       --transport ucx --rank-wrapper "$here/in_netns $PREFIX%d" --deadline-ms 300000 \
       --timeout-s 900 --quiet --json-out "$out/raw/bare-r$rnd.jsonl" \
       >>"$out/raw/bare-r$rnd.txt" 2>&1 || say "gradex-bench failed (raw/bare-r$rnd.txt)"

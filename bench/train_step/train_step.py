@@ -32,8 +32,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", required=True, help="ddp, compute, or gradex:ALGORITHM")
-    p.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--steps", type=int, default=6, help="timed steps (default 6)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     p.add_argument("--batch", type=int, default=8, help="samples per rank per step (default 8)")
     p.add_argument("--density", type=float, default=0.01)
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
