@@ -142,9 +142,11 @@ def report(out):
          ", ".join(f"{t} {la:.1f}/{b:.2f}" for t, la, b in loads) + ".", "",
          "Exposed exchange = the mode's median step - the compute mode's (no exchange): "
          "the time a step waits for its gradients.", "",
+         "Per-round ratios: the mode's round median over DDP's in the same round (the "
+         "modes of a round ran back to back, so they saw about the same load).", "",
          "| mode | median step ms (slowest rank) | p90 ms | steps | vs DDP | per-round medians ms "
-         "| exposed exchange ms | exposed vs DDP's |",
-         "|---|---|---|---|---|---|---|---|"]
+         "| per-round ratios vs DDP | exposed exchange ms | exposed vs DDP's |",
+         "|---|---|---|---|---|---|---|---|---|"]
     comp = med(mode_steps.get("compute", []))
     ddp_x = ddp - comp
     for mode in sorted(mode_steps, key=lambda m: (m != "ddp", m)):
@@ -154,9 +156,12 @@ def report(out):
         per = ", ".join(f"{round_med[mode].get(r, float('nan')) * 1e3:.0f}" for r in rounds)
         x = med(v) - comp
         xs = f"{x * 1e3:.0f}" if x == x and mode != "compute" else "-"
-        xr = f"{x / ddp_x:.3f}" if x == x and ddp_x == ddp_x and mode != "compute" else "-"
+        # A negative exposed time means the load moved more than the exchange weighs.
+        xr = f"{x / ddp_x:.3f}" if x > 0 and ddp_x > 0 and mode != "compute" else "-"
+        pr = ", ".join(f"{round_med[mode].get(r, float('nan')) / round_med['ddp'][r]:.2f}"
+                       for r in rounds if r in round_med.get("ddp", {}))
         L.append(f"| {mode} | {med(v) * 1e3:.0f} | {p90 * 1e3:.0f} | {len(v)} | {ratio} | {per} "
-                 f"| {xs} | {xr} |")
+                 f"| {pr or '-'} | {xs} | {xr} |")
 
     bare = bare_times(raw)
     L += ["", "## gradex: where the step's exchange time goes, and the hook's overhead", "",
