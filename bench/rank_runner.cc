@@ -169,8 +169,8 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
     ctx.call_id = step++;
     ctx.training_step = ctx.call_id;
     ctx.deadline = DeadlineIn(call_budget);
-    auto cons =
-        CheckConservation(ctx, grad, residual_in, residual, result_dense, grad, residual_in);
+    auto cons = CheckConservation(ctx, grad, residual_in, residual, result_dense, grad, residual_in,
+                                  result.decayed);
     if (!cons.ok()) return fail(cons.status());
     rep.conservation_checked = true;
     rep.conservation_max_abs_err = cons->max_abs_err;

@@ -1,6 +1,6 @@
 // One entry per algorithm the agents run (docs/design.md's names). Ids are stable
 // wire values (data-plane frames carry them): never renumber, never reuse.
-// Reserved for algorithms not built yet: 14 (covap), 15 (dgs). An algorithm
+// Reserved for algorithms not built yet: 15 (dgs). An algorithm
 // is listed here only once its schedule exists (collectives/), so that a job
 // config naming it is refused by the coordinator rather than by every agent.
 #include "catalog/builtin.h"
@@ -150,6 +150,23 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
                    .description = "per-block pre-selection count (0 = the k' controller)"}},
        .table1_cost = table1::Bsag,
        .memory = kLocalGather},
+      {.id = 14,
+       .name = "covap",
+       .description = "COVAP: whole bucket parts in turn by dense allreduce, decaying residuals",
+       // Dense frames of the sent part: the ring's model is exact. Exact on
+       // integers while the error-feedback coefficient is dyadic (0.5 below
+       // step 50, 1 from step 250): 0.6..0.9 round like any float scaling.
+       .traits = {.dense_params = {{"covap_interval", 1}}, .volume_slack = 0.0},
+       .params = {{.name = "covap_interval",
+                   .type = ParamType::kInt,
+                   .default_value = 3,
+                   .min = 1,
+                   .max = 1024,
+                   .description = "COVAP's interval I: each part is sent every I steps "
+                                  "(the coordinator's CCR profiler publishes ceil(CCR))"}},
+       .table1_cost = table1::Covap,
+       // A dense result of the bucket when it is sent whole.
+       .memory = {.dense_result = true, .gather_pk = 0}},
   };
 }
 

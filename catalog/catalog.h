@@ -20,6 +20,11 @@
 
 namespace gradex::catalog {
 
+// Algorithm parameters by catalog name: what a job config sets, the plan and
+// the agents' barrier carry and the algorithm reads (ParamOr). Every value is
+// a double; kInt parameters hold integers (CheckParam).
+using ParamValues = std::map<std::string, double, std::less<>>;
+
 // What the invariant tests, the coordinator and the simulator may expect of
 // an algorithm.
 struct Traits {
@@ -28,8 +33,10 @@ struct Traits {
   bool dense = false;               // sends the whole gradient (nothing is discarded)
   // Integer gradients give exact sums (no scaling of discards, no quantisation).
   bool exact_on_integers = true;
-  // At density 1 the result equals dense-ring's (integer gradients).
+  // At density 1 the result equals dense-ring's (integer gradients), with
+  // the parameters `dense_params` (COVAP: covap_interval 1, every part sent).
   bool equals_dense_at_density_one = true;
+  ParamValues dense_params;
   // Measured bytes may fall this fraction below the volume model (never above
   // it): sums that cancel are not sent; data-dependent selections state their own.
   double volume_slack = 0.03;
@@ -65,6 +72,7 @@ struct CostInputs {
   double density = 0.01;
   int teams = 1;
   double kprime_ratio = 0;
+  int covap_interval = 0;  // COVAP's I (0: its catalog default, 3)
 };
 
 // time = α · latency + β · bytes, where latency counts messages on the
@@ -142,10 +150,6 @@ std::vector<std::string> Names();
 // "a, b, c": for error messages that list the known names.
 std::string NameList();
 
-// Algorithm parameters by catalog name: what a job config sets, the plan and
-// the agents' barrier carry and the algorithm reads (ParamOr). Every value is
-// a double; kInt parameters hold integers (CheckParam).
-using ParamValues = std::map<std::string, double, std::less<>>;
 // Bounds on what a plan or a barrier message may carry.
 inline constexpr size_t kMaxParams = 32;
 inline constexpr size_t kMaxParamNameBytes = 64;

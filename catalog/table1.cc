@@ -168,4 +168,16 @@ CostRange Bsag(const CostInputs& in) {
   return CostRange{g.latency, g.latency, bytes(1 / g.T), bytes(1.0), formula};
 }
 
+CostRange Covap(const CostInputs& in) {
+  // A call sends nothing or one part of its bucket; the most is the whole
+  // bucket by a dense ring. Over any I consecutive steps every part is sent
+  // once, so a call costs 1/I of the ring on average: the row's low end.
+  const Shape s(in);
+  const double interval = in.covap_interval > 0 ? in.covap_interval : 3;
+  const double latency = 2 * (s.P - 1), bytes = 2 * (s.P - 1) / s.P * w * s.N;
+  return CostRange{latency / interval, latency, bytes / interval, bytes,
+                   "per call 0 or a part of the bucket, at most 2(P-1)α + 2n(P-1)/P β (the whole "
+                   "bucket); the mean over I steps (I = covap_interval) is 1/I of it"};
+}
+
 }  // namespace gradex::catalog::table1

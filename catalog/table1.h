@@ -23,6 +23,9 @@ CostRange Rsag(const CostInputs& in);
 // With in.kprime_ratio > 0 the row is exact at k' = ratio · k_block (the
 // ratio clamped to [1/T, 1], its possible range); else the range.
 CostRange Bsag(const CostInputs& in);
+// COVAP: from the mean over I steps (a dense ring of 1/I of the bucket) to
+// a call that sends its whole bucket (a dense ring of n).
+CostRange Covap(const CostInputs& in);
 
 }  // namespace gradex::catalog::table1
 

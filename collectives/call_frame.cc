@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/phase_timer.h"
@@ -50,20 +51,46 @@ absl::Status SparseAllreduce::Run(const CallContext& ctx, const AllreduceOptions
   const auto start = Clock::now();
   *stats = CallStats{};
   const PeerCounters before = ctx.transport->TotalCounters();
+  // With a coefficient c < 1 the old residual is kept aside (a failed call
+  // puts back grad + old residual: nothing decays) and old - c * old is
+  // reported as decayed when the call succeeds, so that conservation stays
+  // checkable. One pass; the buffers live with the algorithm across calls.
+  const float c = ResidualCoefficient(ctx, options);
+  const bool decays = c != 1.0f;
   {
     PhaseTimer t(&stats->phases.reduction_s);
-    for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
+    if (!decays) {
+      for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
+    } else {
+      ef_prior_.resize(grad.size());
+      ef_decayed_.resize(grad.size());
+      for (size_t i = 0; i < grad.size(); ++i) {
+        const float old = residual[i], kept = c * old;
+        ef_prior_[i] = old;
+        ef_decayed_[i] = old - kept;
+        residual[i] = kept + grad[i];
+      }
+    }
   }
   ResidualLedger ledger(residual);
   st = Exchange(ctx, options, residual, ledger, result, stats);
   if (!st.ok()) {
     ledger.Restore();  // the residual holds grad + old residual again
+    if (decays) {
+      for (size_t i = 0; i < grad.size(); ++i) residual[i] = ef_prior_[i] + grad[i];
+    }
     AfterFailure();
     return st;
   }
   {
     PhaseTimer t(&stats->phases.reduction_s);
     ledger.Commit();
+    if (decays) {
+      result->decayed.swap(ef_decayed_);  // the caller's old buffer is reused next call
+      stats->details["ef_coefficient"] = c;
+    } else {
+      result->decayed.clear();
+    }
   }
   FinishStats(ctx, before, start, stats);
   return absl::OkStatus();

@@ -29,9 +29,16 @@ uint64_t HashFloats(std::span<const float> x) {
 absl::StatusOr<ConservationResult> CheckConservation(
     const CallContext& ctx, std::span<const float> grad, std::span<const float> residual_in,
     std::span<const float> residual_out, std::span<const float> result_dense,
-    std::span<float> contribution, std::span<float> scratch) {
+    std::span<float> contribution, std::span<float> scratch, std::span<const float> decayed) {
   const size_t n = grad.size();
-  for (size_t i = 0; i < n; ++i) contribution[i] = grad[i] + residual_in[i] - residual_out[i];
+  if (!decayed.empty() && decayed.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decayed has ", decayed.size(), " elements, the gradient ", n));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    contribution[i] = grad[i] + residual_in[i] - residual_out[i];
+    if (!decayed.empty()) contribution[i] -= decayed[i];
+  }
   // The catalog's reference sum (dense, exact on integers, no options).
   const std::string_view reference = catalog::ReferenceSumAlgorithm();
   auto ring = CreateAllreduce(reference);

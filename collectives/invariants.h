@@ -24,14 +24,16 @@ struct ConservationResult {
 };
 
 // contribution = grad + residual_in - residual_out is what this rank gave up
-// this call; the sum of every rank's contribution (computed with the
-// catalog's reference sum) must equal `result_dense`. `contribution` and `scratch` are
-// n-element scratch; they may alias `grad` and `residual_in` (both are read
-// only before either is written).
+// this call, less `decayed` (AllreduceResult::decayed: what error feedback's
+// coefficient removed, COVAP's; empty when nothing decays); the sum of every
+// rank's contribution (computed with the catalog's reference sum) must equal
+// `result_dense`. `contribution` and `scratch` are n-element scratch; they
+// may alias `grad` and `residual_in` (both are read only before either is
+// written).
 absl::StatusOr<ConservationResult> CheckConservation(
     const CallContext& ctx, std::span<const float> grad, std::span<const float> residual_in,
     std::span<const float> residual_out, std::span<const float> result_dense,
-    std::span<float> contribution, std::span<float> scratch);
+    std::span<float> contribution, std::span<float> scratch, std::span<const float> decayed = {});
 
 // Consistency: true on every rank iff every rank's hash equals every other's.
 absl::StatusOr<bool> CheckConsistency(InBand& in_band, uint64_t hash, Deadline deadline);

@@ -101,6 +101,12 @@ struct AllreduceResult {
   bool is_dense = false;
   std::vector<float> dense;   // n values when is_dense
   kernels::SparseVec sparse;  // when !is_dense; may hold explicit zeros
+  // What error feedback's coefficient took out of this rank's old residual
+  // this call, (1 - c) * residual_in per element (n values), or empty when the
+  // algorithm keeps its whole residual (c = 1: every algorithm but COVAP).
+  // It leaves the exchange for good, so conservation reads, per element and
+  // summed over ranks: grad + residual_in = result + residual_out + decayed.
+  std::vector<float> decayed;
   void ToDense(std::span<float> out) const;
   size_t CountNonZeros() const;
 };
@@ -155,17 +161,29 @@ class SparseAllreduce {
   virtual absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions& options) const {
     return absl::OkStatus();
   }
-  // The schedule. `acc` (the residual) holds grad + old residual, this rank's
-  // whole contribution; values taken out of it are recorded in `ledger`
-  // (Selected) and values owed back to it too (Discarded). The frame commits
-  // the ledger when Exchange succeeds and restores it when it fails. Fills the
-  // result, stats->result_nnz / result_capacity and the algorithm's details.
+  // The schedule. `acc` (the residual) holds grad + old residual (times
+  // ResidualCoefficient, 1 but for COVAP), this rank's whole contribution;
+  // values taken out of it are recorded in `ledger` (Selected) and values
+  // owed back to it too (Discarded). The frame commits the ledger when
+  // Exchange succeeds and restores it when it fails. Fills the result,
+  // stats->result_nnz / result_capacity and the algorithm's details.
   virtual absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                                 std::span<float> acc, ResidualLedger& ledger,
                                 AllreduceResult* result, CallStats* stats) = 0;
   // After a failed call (the residual restored): drops state that belonged
   // to the failed epoch.
   virtual void AfterFailure() {}
+  // Error feedback's coefficient c for this call (COVAP's scheduler): the
+  // frame adds c * residual, not the whole residual, to the gradient and
+  // reports the rest in result->decayed. 1 (the default): nothing decays.
+  virtual float ResidualCoefficient(const CallContext& ctx, const AllreduceOptions& options) const {
+    return 1.0f;
+  }
+
+ private:
+  // The call frame's scratch when the coefficient is below 1: the old
+  // residual (put back on failure) and the decayed part, kept across calls.
+  std::vector<float> ef_prior_, ef_decayed_;
 };
 
 // The schedules, by catalog name. Each algorithm's .cc registers its factory

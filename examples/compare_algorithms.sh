@@ -5,10 +5,14 @@
 # run (not in this build's catalog, or failing) is reported and skipped.
 #
 #   examples/compare_algorithms.sh [--nproc 4] [--epochs 3] [--density 0.01]
-#       [--start-iter 0] [--out DIR] [--algorithms "dense spardl ..."] [-- extra training flags]
+#       [--start-iter 0] [--out DIR] [--algorithms "dense spardl ..."] [--keep]
+#       [-- extra training flags]
+# --keep appends to DIR/fashion_mnist.csv instead of starting it afresh. The
+# SAG variants (spardl-rsag, spardl-bsag) run with 2 teams when --nproc is even
+# (with 1 team they are spardl).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-nproc=4 epochs=3 density=0.01 start_iter=0 out="$root/examples/results"
+nproc=4 epochs=3 density=0.01 start_iter=0 out="$root/examples/results" keep=0
 algorithms="dense spardl spardl-bsag oktopk topka gaussiank covap auto"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -18,7 +22,8 @@ while [[ $# -gt 0 ]]; do
     --start-iter) start_iter="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --algorithms) algorithms="$2"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; break ;;
     *) echo "compare_algorithms: unknown flag '$1' (--help)" >&2; exit 2 ;;
   esac
@@ -27,14 +32,16 @@ py=/usr/bin/python3
 export PYTHONPATH="$root/build/python${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$out"
 csv="$out/fashion_mnist.csv"
-: > "$csv"
+[[ $keep == 1 ]] || : > "$csv"
 failed=()
 for algo in $algorithms; do
   echo "=== $algo (ranks $nproc, epochs $epochs, density $density, start_iter $start_iter)"
   log="$out/$algo.log"
+  teams=0
+  [[ "$algo" == spardl-?sag && $((nproc % 2)) == 0 ]] && teams=2
   if "$root/scripts/launch" -n "$nproc" --timeout-s $((epochs * 1200 + 300)) -- \
       "$py" "$root/examples/train_fashion_mnist.py" --algorithm "$algo" --density "$density" \
-      --start-iter "$start_iter" --epochs "$epochs" --csv "$csv" --check-identical "$@" \
+      --start-iter "$start_iter" --teams "$teams" --epochs "$epochs" --csv "$csv" --check-identical "$@" \
       >"$log" 2>&1; then
     grep -E "^\[rank 0\] (\[$algo\]|parameters)" "$log"
   else

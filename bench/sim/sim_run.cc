@@ -126,10 +126,13 @@ void RankMain(Shared& sh, Transport& t, SparseAllreduce& algo) {
     } else {
       sh.hashes[r] = HashResult(result);
       std::lock_guard<std::mutex> lock(sh.mu);
+      // What error feedback's coefficient removed (COVAP) left the exchange too.
+      const bool decays = !result.decayed.empty();
       for (size_t i = 0; i < n; ++i) {
         const double g = grad[i], in = residual_in[i], out = residual[i];
-        sh.sum[i] += g + in - out;
-        sh.abs_sum[i] += std::fabs(g) + std::fabs(in) + std::fabs(out);
+        const double gone = decays ? result.decayed[i] : 0.0;
+        sh.sum[i] += g + in - out - gone;
+        sh.abs_sum[i] += std::fabs(g) + std::fabs(in) + std::fabs(out) + std::fabs(gone);
       }
     }
     sh.sync.arrive_and_wait();

@@ -91,13 +91,20 @@ class GradexState:
         dense_probe_period: every this many steps each bucket runs dense once
             to be timed against its sparse exchange ("never slower than
             dense"; default 50, 0 never).
+        refuse_nonfinite: NaN or Inf in a gradient. True (default): they are
+            exchanged as 0 (no peer's result or residual is poisoned), the
+            bucket gets every rank's finite result and its future fails with a
+            GradexError naming how many and where, so ``backward()`` raises.
+            False: summed like any value (every rank's result turns
+            non-finite, as with DDP's allreduce; for loss scalers that skip
+            such steps).
         **params: algorithm parameters by catalog name (numbers).
     """
 
     def __init__(self, algorithm="auto", density=0.01, teams=0, start_iter=0,
                  min_compression_rate=2.0, timeout_s=60, coordinator=None, token=None,
                  *, model=None, job=None, metrics_port=None, data_ip=None, timeline_path=None,
-                 dense_probe_period=None, **params):
+                 dense_probe_period=None, refuse_nonfinite=True, **params):
         if not (0 < density <= 1):
             raise ValueError(f"gradex: density must be in (0, 1], got {density}")
         if not timeout_s > 0:
@@ -111,11 +118,13 @@ class GradexState:
                        timeout_s=float(timeout_s), coordinator=coordinator, token=token,
                        job=job, metrics_port=metrics_port, data_ip=data_ip,
                        timeline_path=timeline_path, dense_probe_period=dense_probe_period,
+                       refuse_nonfinite=bool(refuse_nonfinite),
                        params={k: float(v) for k, v in params.items()})
         if dist.is_available() and dist.is_initialized():
             options["rank"] = dist.get_rank()
             options["world_size"] = dist.get_world_size()
-        rdv_set, rdv_get = _store_rendezvous(f"gradex/{next(_generation)}/", timeout_s)
+        prefix = f"gradex/{next(_generation)}/"
+        rdv_set, rdv_get = _store_rendezvous(prefix, timeout_s)
         self.timeout_s = float(timeout_s)
         self.algorithm = algorithm
         self.density = float(density)
@@ -181,7 +190,9 @@ class GradexState:
         self.client.load_state(bytes(state["client"]))
 
     def close(self):
-        """Leaves the job; buckets still queued fail. Idempotent."""
+        """Leaves the job; buckets still queued fail. Idempotent. The rank
+        hosting the embedded coordinator waits (up to min(timeout_s, 10) s)
+        for the others to leave first."""
         client, self._client = self._client, None
         if client is not None:
             client.close()

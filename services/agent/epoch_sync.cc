@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/bucket_algorithms.h"
 #include "collectives/link.h"
 
 namespace gradex::agent {
@@ -18,7 +20,12 @@ constexpr size_t kNameBytes = 64;
 // values_rank, plan_version, algorithm[64], density, teams, tau,
 // step_deadline_ms, then the algorithm's parameters: a count (u8, <=
 // catalog::kMaxParams) and per parameter its name's length (u8, 1..64), the
-// name and its value (f64).
+// name and its value (f64); then the per-bucket algorithms: a bucket count
+// (u16, <= catalog::kMaxBucketAlgorithms), a table of the distinct names
+// (u8 count <= catalog::kMaxDistinctBucketAlgorithms, each a u8 length
+// 1..64 and the name) and one u8 per bucket (0 = the plan's algorithm, i =
+// the table's i-th name). A table keeps the message at a few KiB whatever
+// the names: 4096 buckets cost 4 KiB, not 4096 names.
 constexpr size_t kFixedSize = 4 + 4 + 8 + 8 + 4 + 8 + kNameBytes + 8 + 4 * 2 + 4 + 1;
 
 class Writer {
@@ -81,7 +88,63 @@ Bytes Encode(uint32_t epoch, const SyncState& s) {
     for (char c : pname) w.Put(c);
     w.Put(value);
   }
+  // BarrierValues::From keeps only lists CheckBucketAlgorithms accepts.
+  const std::vector<std::string>& buckets = s.values.bucket_algorithms;
+  std::vector<std::string_view> table;
+  Bytes index;
+  index.reserve(buckets.size());
+  for (const std::string& name : buckets) {
+    if (name.empty()) {
+      index.push_back(0);
+      continue;
+    }
+    auto it = std::find(table.begin(), table.end(), name);
+    if (it == table.end()) it = table.insert(table.end(), name);
+    index.push_back(static_cast<uint8_t>(it - table.begin() + 1));
+  }
+  w.Put(static_cast<uint16_t>(buckets.size()));
+  w.Put(static_cast<uint8_t>(table.size()));
+  for (std::string_view name : table) {
+    w.Put(static_cast<uint8_t>(name.size()));
+    for (char c : name) w.Put(c);
+  }
+  b.insert(b.end(), index.begin(), index.end());
   return b;
+}
+
+// The per-bucket section of a barrier message (Encode's layout), bounded by
+// what is left before each read.
+absl::Status DecodeBuckets(Reader& r, std::vector<std::string>* out) {
+  if (r.left() < 3) return absl::DataLossError("bucket algorithms truncated");
+  const size_t count = r.Get<uint16_t>();
+  const size_t names = r.Get<uint8_t>();
+  if (count > catalog::kMaxBucketAlgorithms) {
+    return absl::DataLossError(absl::StrCat(count, " bucket algorithms"));
+  }
+  if (names > catalog::kMaxDistinctBucketAlgorithms) {
+    return absl::DataLossError(absl::StrCat(names, " distinct bucket algorithms"));
+  }
+  std::vector<std::string> table;
+  for (size_t i = 0; i < names; ++i) {
+    if (r.left() < 1) return absl::DataLossError("bucket algorithm names truncated");
+    const size_t len = r.Get<uint8_t>();
+    if (len == 0 || len > catalog::kMaxParamNameBytes || r.left() < len) {
+      return absl::DataLossError("bad bucket algorithm name length");
+    }
+    const uint8_t* p = r.Skip(len);
+    table.emplace_back(reinterpret_cast<const char*>(p), len);
+    if (catalog::Find(table.back()) == nullptr) {
+      return absl::DataLossError("bucket algorithm not in the catalog");
+    }
+  }
+  if (r.left() < count) return absl::DataLossError("bucket algorithm indices truncated");
+  out->assign(count, std::string());
+  for (size_t i = 0; i < count; ++i) {
+    const size_t at = r.Get<uint8_t>();
+    if (at > table.size()) return absl::DataLossError("bucket algorithm index out of range");
+    if (at > 0) (*out)[i] = table[at - 1];
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int world) {
@@ -124,15 +187,20 @@ absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int w
     const double value = r.Get<double>();
     if (!s.values.params.emplace(std::move(key), value).second) return bad("repeated parameter");
   }
+  if (absl::Status st = DecodeBuckets(r, &s.values.bucket_algorithms); !st.ok()) {
+    return bad(std::string(st.message()));
+  }
   if (r.left() != 0) return bad(absl::StrCat(r.left(), " trailing bytes"));
   const BarrierValues& v = s.values;
   if (s.values_rank < 0 || s.values_rank >= world) return bad("values rank out of range");
   if (!(std::isfinite(v.density) && v.density > 0 && v.density <= 1)) return bad("bad density");
   if (v.teams < 1 || v.tau < 1) return bad("teams and period must be >= 1");
-  // The parameters are checked against the algorithm's catalog entry, as the
-  // coordinator checked the job config.
-  if (const catalog::AlgorithmSpec* spec = catalog::Find(v.algorithm); spec != nullptr) {
-    if (absl::Status st = catalog::CheckParams(*spec, v.params); !st.ok()) {
+  // The parameters are checked against the catalog entries in play (the
+  // algorithm's and the buckets'), as the coordinator checked the job config.
+  if (catalog::Find(v.algorithm) != nullptr) {
+    if (absl::Status st = catalog::CheckParamsInPlay(
+            catalog::AlgorithmsInPlay(v.algorithm, v.bucket_algorithms), v.params);
+        !st.ok()) {
       return bad(std::string(st.message()));
     }
   } else if (!v.params.empty()) {
@@ -176,6 +244,12 @@ absl::StatusOr<Bytes> Exchange(Transport& t, int to, Bytes out, int from, uint64
 
 }  // namespace
 
+Bytes EncodeSyncMessage(uint32_t epoch, const SyncState& s) { return Encode(epoch, s); }
+
+absl::StatusOr<SyncState> DecodeSyncMessage(const Bytes& b, uint32_t epoch, int from, int world) {
+  return Decode(b, epoch, from, world);
+}
+
 BarrierValues BarrierValues::From(const Plan& plan) {
   BarrierValues v;
   v.plan_version = plan.version;
@@ -191,6 +265,15 @@ BarrierValues BarrierValues::From(const Plan& plan) {
     v.params.emplace(name, value);
   }
   v.step_deadline_ms = static_cast<uint32_t>(plan.step_deadline.count());
+  // Likewise the per-bucket algorithms: a list out of bounds is not sent
+  // (every bucket runs the plan's algorithm); trailing "" entries are
+  // dropped, so "" and missing agree.
+  if (catalog::CheckBucketAlgorithms(plan.bucket_algorithms).ok()) {
+    v.bucket_algorithms = plan.bucket_algorithms;
+    while (!v.bucket_algorithms.empty() && v.bucket_algorithms.back().empty()) {
+      v.bucket_algorithms.pop_back();
+    }
+  }
   return v;
 }
 
@@ -200,6 +283,7 @@ void BarrierValues::ApplyTo(Plan* plan) const {
   plan->teams = teams;
   plan->tau = tau;
   plan->params = params;
+  plan->bucket_algorithms = bucket_algorithms;
   plan->step_deadline = std::chrono::milliseconds(step_deadline_ms);
 }
 

@@ -4,7 +4,8 @@
 //   completed a step its peers failed does not run it again);
 // - whether to leave the epoch: the newest epoch any member has seen;
 // - the values all ranks must share (algorithm, density, teams, barrier
-//   period, deadline, the algorithm's parameters by catalog name): those of the lowest rank's
+//   period, deadline, the algorithms' parameters by catalog name, the per-bucket
+//   algorithms): those of the lowest rank's
 //   newest eligible plan, carried in the messages themselves, so no rank needs to hold that plan
 //   version (the plan stream may skip versions).
 // A dissemination all-reduce: ceil(log2 P) rounds of one small message; max,
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
@@ -32,7 +34,10 @@ struct BarrierValues {
   int32_t teams = 1;
   int32_t tau = 64;
   uint32_t step_deadline_ms = 10000;
-  catalog::ParamValues params;  // checked against the algorithm's catalog entry
+  catalog::ParamValues params;  // checked against the catalog entries in play
+  // Plan.bucket_algorithms, without trailing "" entries (so "" and missing
+  // agree); at most catalog::kMaxBucketAlgorithms, each "" or a catalog name.
+  std::vector<std::string> bucket_algorithms;
 
   static BarrierValues From(const Plan& plan);
   void ApplyTo(Plan* plan) const;
@@ -53,6 +58,11 @@ inline constexpr uint16_t kSyncPhase = kTagPhaseEpochAgreement;
 // (length, magic, epoch, value ranges) before use. `abandon`, polled while
 // waiting, ends the agreement early with ABORTED (e.g. a newer epoch exists,
 // so peers of this one may never come).
+// One agreement message and its checked decoding (from rank `from` of
+// `world`), exposed for tests of the wire bounds.
+Bytes EncodeSyncMessage(uint32_t epoch, const SyncState& s);
+absl::StatusOr<SyncState> DecodeSyncMessage(const Bytes& b, uint32_t epoch, int from, int world);
+
 absl::StatusOr<SyncState> AgreeInBand(Transport& transport, uint32_t epoch, uint64_t sequence,
                                       SyncState mine, Deadline deadline,
                                       const std::function<bool()>& abandon = nullptr);

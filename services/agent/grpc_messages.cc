@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "catalog/bucket_algorithms.h"
 #include "catalog/catalog.h"
 
 namespace gradex::agent {
@@ -65,10 +66,24 @@ absl::StatusOr<Plan> ToPlan(const pb::Plan& m, uint64_t version_offset) {
     }
     p.params.emplace(name, value);
   }
-  const catalog::AlgorithmSpec* spec = catalog::Find(p.algorithm);
-  if (absl::Status st = spec == nullptr ? absl::OkStatus() : catalog::CheckParams(*spec, p.params);
-      !st.ok()) {
+  // Per-bucket algorithms: bounded and named from the catalog, else the
+  // whole plan is refused (a rank must never run a name its peers lack).
+  if (m.bucket_algorithms_size() > static_cast<int>(catalog::kMaxBucketAlgorithms)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan ", m.version(), ": ", m.bucket_algorithms_size(), " bucket algorithms"));
+  }
+  p.bucket_algorithms.assign(m.bucket_algorithms().begin(), m.bucket_algorithms().end());
+  if (absl::Status st = catalog::CheckBucketAlgorithms(p.bucket_algorithms); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("plan ", m.version(), ": ", st.message()));
+  }
+  // The parameters: each one of an algorithm in play (the plan's or a
+  // bucket's), valid for every one that reads it.
+  if (catalog::Find(p.algorithm) != nullptr) {
+    if (absl::Status st = catalog::CheckParamsInPlay(
+            catalog::AlgorithmsInPlay(p.algorithm, p.bucket_algorithms), p.params);
+        !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("plan ", m.version(), ": ", st.message()));
+    }
   }
   p.step_deadline = std::chrono::milliseconds(m.step_deadline_ms());
   p.measure_links = m.measure_links();
@@ -98,6 +113,9 @@ pb::StepReport ToProto(const StepReport& r, uint64_t member, const std::string& 
     br->set_kprime_used(r.buckets[b].kprime_used);
     br->set_post_gather_count(r.buckets[b].post_gather_count);
     br->set_result_nnz(r.buckets[b].result_nnz);
+    br->set_algorithm(r.buckets[b].algorithm.substr(0, catalog::kMaxParamNameBytes));
+    br->set_seconds(r.buckets[b].seconds);
+    br->set_dense_probe(r.buckets[b].dense_probe);
   }
   if (!r.ok) m.set_error(r.error.empty() ? "failed" : r.error.substr(0, 512));
   if (r.link) {

@@ -42,7 +42,7 @@ struct ClientOptions {
   std::string advertise_host;
   std::string algorithm = "auto";  // a catalog name, or "auto" (per bucket, cost model)
   double density = 0.01;
-  int teams = 0;                      // 0: the coordinator chooses
+  int teams = 0;  // 0: the embedded coordinator's default (1; its auto_teams is not enabled)
   uint64_t start_iter = 0;            // steps [0, start_iter) are dense (PowerSGD's start_iter)
   double min_compression_rate = 2.0;  // buckets where sparse sends less than this factor stay dense
   // Every this many steps (from start_iter) each bucket runs dense once, to
@@ -125,6 +125,8 @@ class Client {
   std::future<absl::Status> AllreduceAsync(uint64_t bucket, std::span<float> data,
                                            bool last_in_step = true);
   // Waits (up to the timeout) until every queued bucket has ended.
+  // Flush and Close from a `done` callback are FAILED_PRECONDITION (that
+  // thread is the one they would wait for).
   virtual absl::Status Flush() = 0;
 
   virtual std::vector<BucketStats> Stats() const = 0;
@@ -144,7 +146,9 @@ class Client {
 
   // Leaves the job; queued buckets fail with CANCELLED (their gradients go
   // to their residuals, so SaveState still sees them). The bucket in
-  // progress ends first (bounded by the timeout). Idempotent.
+  // progress ends first (bounded by the timeout). On the rank that runs the
+  // embedded coordinator, it waits (up to the timeout, at most 5 s) for the
+  // other ranks to leave before stopping it. Idempotent.
   virtual absl::Status Close() = 0;
 };
 

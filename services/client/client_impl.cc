@@ -134,6 +134,10 @@ void ClientImpl::AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> d
 }
 
 absl::Status ClientImpl::Flush() {
+  if (std::this_thread::get_id() == worker_.get_id()) {
+    return absl::FailedPreconditionError(
+        "gradex Flush from a bucket's done callback would wait for itself");
+  }
   absl::MutexLock lock(&mu_);
   auto idle = [this]()
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_ == 0; };
@@ -264,6 +268,11 @@ void ClientImpl::KeepUnrun(Item& item) {
 }
 
 absl::Status ClientImpl::Close() {
+  if (std::this_thread::get_id() == worker_.get_id()) {
+    return absl::FailedPreconditionError(
+        "gradex Close from a bucket's done callback (the progress thread); close from the "
+        "trainer's thread");
+  }
   std::deque<Item> left;
   {
     absl::MutexLock lock(&mu_);
@@ -291,7 +300,23 @@ absl::Status ClientImpl::Close() {
     s = absl::OkStatus();
   }
   if (timeline_ != nullptr) timeline_->Close();
-  if (endpoint_.server != nullptr) endpoint_.server->Shutdown();
+  if (endpoint_.server != nullptr) {
+    // The other ranks usually close at about the same time: let them leave
+    // (their last reports and Leave land) before the coordinator goes, for
+    // at most the timeout or 5 s (a rank that died stays until its lease ends).
+    const auto until =
+        std::chrono::steady_clock::now() +
+        std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(5));
+    while (endpoint_.server->coordinator().members() > 0 &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (size_t left = endpoint_.server->coordinator().members(); left > 0) {
+      std::fprintf(stderr, "gradex: close: the embedded coordinator stops with %zu members\n",
+                   left);
+    }
+    endpoint_.server->Shutdown();
+  }
   return s;
 }
 

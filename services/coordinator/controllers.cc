@@ -88,33 +88,4 @@ bool BoundaryConsensus::Feed(int rank, uint32_t bucket, uint64_t elements, uint6
   return true;
 }
 
-bool CcrProfiler::Feed(int rank, uint64_t step, double comm_seconds, double compute_seconds) {
-  if (done_ || steps_ <= 0 || rank < 0 || rank >= world_) return false;
-  auto it = open_.find(step);
-  if (it == open_.end()) {
-    if (open_.size() >= kMaxOpen) open_.erase(open_.begin());
-    it = open_.emplace(step, StepAcc{comm_seconds, 0, std::vector<bool>(world_), 0}).first;
-  }
-  StepAcc& a = it->second;
-  if (a.seen[rank]) return false;
-  a.seen[rank] = true;
-  ++a.count;
-  a.min_comm = std::min(a.min_comm, comm_seconds);
-  a.sum_compute += compute_seconds;
-  if (a.count < world_) return false;
-  comm_total_ += a.min_comm;
-  compute_total_ += a.sum_compute / world_;
-  open_.erase(it);
-  if (++complete_ < steps_) return false;
-  done_ = true;
-  // No compute measured: communication is all there is; cap what I can say.
-  ccr_ = compute_total_ > 0 ? comm_total_ / compute_total_ : 64.0;
-  return true;
-}
-
-int CcrProfiler::interval() const {
-  double i = std::ceil(ccr_ - 1e-9);
-  return static_cast<int>(std::clamp(i, 1.0, 64.0));
-}
-
 }  // namespace gradex::coordinator

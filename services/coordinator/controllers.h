@@ -79,37 +79,6 @@ class BoundaryConsensus {
   std::map<std::pair<uint32_t, uint64_t>, Pending> pending_;  // (bucket, step)
 };
 
-// COVAP's distributed profiler: per step, the communication time is the
-// shortest (end - start) over ranks (timelines aligned at the end of the
-// communication: early ranks' waiting is not communication), the computation
-// time the mean over ranks. After `steps` complete steps, CCR = sum comm /
-// sum compute and I = max(1, ceil(CCR)).
-class CcrProfiler {
- public:
-  CcrProfiler(int world, int steps) : world_(world), steps_(steps) {}
-  // Returns true when this report completed the measurement.
-  bool Feed(int rank, uint64_t step, double comm_seconds, double compute_seconds);
-  bool done() const { return done_; }
-  double ccr() const { return ccr_; }
-  int interval() const;
-
- private:
-  struct StepAcc {
-    double min_comm = 0;
-    double sum_compute = 0;
-    std::vector<bool> seen;
-    int count = 0;
-  };
-  int world_;
-  int steps_;
-  std::map<uint64_t, StepAcc> open_;
-  int complete_ = 0;
-  double comm_total_ = 0;
-  double compute_total_ = 0;
-  bool done_ = false;
-  double ccr_ = 0;
-};
-
 }  // namespace gradex::coordinator
 
 #endif  // GRADEX_SERVICES_COORDINATOR_CONTROLLERS_H_

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "catalog/bucket_algorithms.h"
 #include "catalog/catalog.h"
 #include "services/coordinator/log.h"
 #include "services/coordinator/member_secret.h"
@@ -21,7 +22,11 @@ Coordinator::Coordinator(JobSettings settings, CoordinatorMetrics* metrics)
       version_(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()))) {
   agreed_.teams =
       ChooseTeams(s_.algorithm, s_.teams, s_.world_size, s_.prefer_rsag || s_.auto_teams);
-  agreed_.covap_interval = s_.covap_interval;
+  // A pinned interval (params.covap_interval) is what the plan carries.
+  auto pinned = s_.params.find(kCovapInterval);
+  agreed_.covap_interval =
+      pinned != s_.params.end() ? static_cast<int>(pinned->second) : s_.covap_interval;
+  covap_history_.push_back({0, agreed_.covap_interval});
   UpdateGaugesLocked();
 }
 
@@ -110,71 +115,6 @@ absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now
   return absl::OkStatus();
 }
 
-void Coordinator::FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world) {
-  if (s_.auto_teams) FeedAutoTeamsLocked(r, rank, world);
-  for (const gradex::v1::BucketReport& b : r.buckets()) {
-    if (s_.coordinate_kprime && b.kprime_used() > 0 && r.step() >= kprime_from_step_ &&
-        kprime_.Feed(b.bucket(), b.elements(), b.team_position(), b.kprime_used(),
-                     b.post_gather_count(), r.step(), world, agreed_.teams.teams, s_.density)) {
-      kprime_dirty_ = true;
-    }
-    if (s_.coordinate_oktopk_regions && b.local_boundaries_size() > 0 && consensus_) {
-      std::vector<uint32_t> inner(b.local_boundaries().begin(), b.local_boundaries().end());
-      std::optional<AgreedRegions> done;
-      consensus_->Feed(rank, b.bucket(), b.elements(), r.step(), inner, &done);
-      if (done) {
-        agreed_.regions[done->bucket] = std::move(*done);
-        agreed_dirty_ = true;
-      }
-    }
-  }
-  if (profiler_ && r.comm_end_unix_ns() > r.comm_start_unix_ns() &&
-      profiler_->Feed(rank, r.step(), (r.comm_end_unix_ns() - r.comm_start_unix_ns()) * 1e-9,
-                      r.compute_seconds())) {
-    agreed_.covap_ccr = profiler_->ccr();
-    agreed_.covap_interval = profiler_->interval();
-    agreed_dirty_ = true;
-    Log("COVAP profiler: CCR ", agreed_.covap_ccr, " -> interval ", agreed_.covap_interval);
-  }
-}
-
-void Coordinator::FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank, int world) {
-  const TeamChoice& cur = agreed_.teams;
-  const int q = std::max(world / std::max(cur.teams, 1), 1);
-  for (const gradex::v1::BucketReport& b : r.buckets()) {
-    // k'/k_block is only B-SAG's with teams; otherwise the model uses the
-    // controller's start, 1/T.
-    const bool observed = catalog::TraitsOf(cur.algorithm).kprime_controlled && cur.teams > 1 &&
-                          b.team_position() < q && r.step() >= kprime_from_step_;
-    auto kb = observed ? BlockKeep(b.elements(), q, b.team_position(), s_.density) : 0;
-    auto_teams_.FeedBucket(b.elements(), observed ? b.kprime_used() : 0, kb);
-  }
-  if (!r.has_link()) return;
-  auto_teams_.FeedLink(rank, r.link().alpha_seconds(), r.link().beta_seconds_per_byte());
-  if (!auto_teams_.complete()) return;
-  if (metrics_) {
-    metrics_->link_alpha.Set(auto_teams_.alpha());
-    metrics_->link_beta.Set(auto_teams_.beta());
-  }
-  std::optional<TeamDecision> d = auto_teams_.Decide(cur, s_.density);
-  if (!d) return;
-  Log("auto teams: alpha ", auto_teams_.alpha(), " s, beta ", auto_teams_.beta(), " s/B over ",
-      world, " ranks: T=", cur.teams, " ", cur.algorithm, " ", d->current_seconds, " s, best ",
-      d->best_seconds, " s",
-      d->changed
-          ? absl::StrCat(" -> T=", d->choice.teams, " ", d->choice.algorithm, " at a plan barrier")
-          : " (kept: gain under 10%)");
-  auto_last_teams_ = d->choice.teams;
-  if (!d->changed) return;
-  agreed_.teams = d->choice;
-  agreed_dirty_ = true;
-  // k' of another team layout means nothing; the table restarts at the
-  // barrier that switches T (Tick sets the step).
-  kprime_.Reset();
-  kprime_dirty_ = false;
-  kprime_from_step_ = UINT64_MAX;
-}
-
 void Coordinator::NewEpochLocked() {
   const Epoch& e = membership_.latest();
   const int world = static_cast<int>(e.roster.size());
@@ -187,8 +127,16 @@ void Coordinator::NewEpochLocked() {
   kprime_.Reset();
   kprime_dirty_ = false;
   consensus_ = std::make_unique<BoundaryConsensus>(world);
-  if (s_.algorithm == "covap" && s_.covap_profile_steps > 0) {
-    profiler_ = std::make_unique<CcrProfiler>(world, s_.covap_profile_steps);
+  buckets_.SetCovapInterval(agreed_.covap_interval);
+  buckets_.Configure(agreed_.teams.algorithm, s_.auto_algorithm, s_.density, world,
+                     agreed_.teams.teams);
+  agreed_.bucket_algorithms = buckets_.Choices();
+  // COVAP's profiler, unless the job pins the interval; it measures while
+  // COVAP is in play (the plan's algorithm or a bucket's).
+  profiler_.reset();
+  if (s_.covap_profile_steps > 0 && s_.params.count(kCovapInterval) == 0) {
+    profiler_ =
+        std::make_unique<CcrProfiler>(world, s_.covap_profile_steps, agreed_.covap_interval);
   }
   stalls_.Reset();
   Log("epoch ", e.number, ": ", world, " members, ", agreed_.teams.teams, " teams, algorithm ",
@@ -201,7 +149,12 @@ void Coordinator::PublishLocked(uint64_t effective_step) {
   ++version_;
   gradex::v1::Plan p = BuildPlan(s_, membership_, membership_.latest(), version_, effective_step,
                                  agreed_, kprime_.Values());
-  p.set_measure_links(s_.auto_teams);  // the probe feeds the automatic team count
+  // The probe feeds the automatic team count and the per-bucket choice.
+  p.set_measure_links(s_.auto_teams || s_.auto_algorithm);
+  if (covap_history_.empty() || covap_history_.back().second != agreed_.covap_interval) {
+    if (covap_history_.size() >= 16) covap_history_.erase(covap_history_.begin());
+    covap_history_.push_back({effective_step, agreed_.covap_interval});
+  }
   plan_ = std::make_shared<const gradex::v1::Plan>(std::move(p));
   published_ = true;
   if (metrics_) metrics_->plans_published.Increment();
@@ -310,6 +263,7 @@ void Coordinator::UpdateGaugesLocked() {
   metrics_->covap_ccr.Set(agreed_.covap_ccr);
   metrics_->covap_interval.Set(agreed_.covap_interval);
   metrics_->teams.Set(agreed_.teams.teams);
+  metrics_->buckets_dense.Set(buckets_.dense_buckets());
 }
 
 void Coordinator::Notify(const std::vector<uint64_t>& gone, bool plan_changed) {

@@ -14,6 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gradex/v1/coordinator.pb.h"
+#include "services/coordinator/bucket_controller.h"
+#include "services/coordinator/ccr_profiler.h"
 #include "services/coordinator/controllers.h"
 #include "services/coordinator/job_config.h"
 #include "services/coordinator/membership.h"
@@ -72,6 +74,15 @@ class Coordinator {
   void FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank, int world)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bucket controller and COVAP's profiler (bucket_controller.h,
+  // ccr_profiler.h); mark agreed_ dirty when a choice changes.
+  void FeedBucketsLocked(const gradex::v1::StepReport& r, int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FeedProfilerLocked(const gradex::v1::StepReport& r, int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The COVAP interval the plan gave `step` (from the publication history).
+  int CovapIntervalAtLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CovapInPlayLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells watchers (after mu_ is released).
   void Notify(const std::vector<uint64_t>& gone, bool plan_changed);
 
@@ -86,6 +97,10 @@ class Coordinator {
   KPrimeTable kprime_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<BoundaryConsensus> consensus_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<CcrProfiler> profiler_ ABSL_GUARDED_BY(mu_);
+  // (effective step, COVAP interval) of the latest publications that changed
+  // it, oldest first; a few suffice (reports lag the plan by a few barriers).
+  std::vector<std::pair<uint64_t, int>> covap_history_ ABSL_GUARDED_BY(mu_);
+  BucketController buckets_ ABSL_GUARDED_BY(mu_);
   StallDetector stalls_ ABSL_GUARDED_BY(mu_);
   bool agreed_dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool kprime_dirty_ ABSL_GUARDED_BY(mu_) = false;

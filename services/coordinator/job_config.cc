@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "catalog/bucket_algorithms.h"
 #include "catalog/catalog.h"
 #include "google/protobuf/util/json_util.h"
 #include "gradex/v1/job_config.pb.h"
@@ -39,7 +40,11 @@ absl::Status ReadParams(const gradex::v1::JobConfig& c, JobSettings* s) {
     return Bad("params", absl::StrCat("at most ", catalog::kMaxParams, " entries"));
   }
   for (const auto& [name, value] : c.params()) s->params.emplace(name, value);
-  if (absl::Status st = catalog::CheckParams(*spec, s->params); !st.ok()) {
+  // "auto" may run any algorithm of the catalog on a bucket: a parameter of
+  // any of them, valid for each that reads it.
+  if (absl::Status st = s->auto_algorithm ? catalog::CheckParamsInPlay(catalog::All(), s->params)
+                                          : catalog::CheckParams(*spec, s->params);
+      !st.ok()) {
     return Bad("params", std::string(st.message()));
   }
   struct Alias {
@@ -59,7 +64,9 @@ absl::Status ReadParams(const gradex::v1::JobConfig& c, JobSettings* s) {
   };
   for (const Alias& a : aliases) {
     if (!a.valid) return Bad(a.name, a.range);
-    if (a.value == 0 || catalog::FindParam(*spec, a.name) == nullptr) continue;
+    if (a.value == 0 || (!s->auto_algorithm && catalog::FindParam(*spec, a.name) == nullptr)) {
+      continue;
+    }
     auto [it, added] = s->params.emplace(a.name, a.value);
     if (!added && it->second != a.value) {
       return Bad(a.name, absl::StrCat(a.value, " differs from params.", a.name, " ", it->second));
@@ -95,11 +102,13 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   s.max_world_size = c.max_world_size();
   if (c.rendezvous_timeout_ms() > 0)
     s.rendezvous_timeout = absl::Milliseconds(c.rendezvous_timeout_ms());
-  if (!IsKnownAlgorithm(c.algorithm())) {
+  s.auto_algorithm = c.algorithm() == kAutoAlgorithm;
+  if (!s.auto_algorithm && !IsKnownAlgorithm(c.algorithm())) {
     return Bad("algorithm", absl::StrCat("unknown name '", c.algorithm().substr(0, 64),
-                                         "'; the agents run: ", catalog::NameList()));
+                                         "'; the agents run: ", catalog::NameList(), " (or ",
+                                         kAutoAlgorithm, ": the coordinator chooses per bucket)"));
   }
-  s.algorithm = c.algorithm();
+  s.algorithm = s.auto_algorithm ? std::string(catalog::DefaultAlgorithm()) : c.algorithm();
   if (!(c.density() > 0 && c.density() <= 1)) return Bad("density", "required, in (0, 1]");
   s.density = c.density();
   if (c.teams() < 0 || c.teams() > c.world_size()) return Bad("teams", "0..world_size");

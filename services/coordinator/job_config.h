@@ -21,7 +21,10 @@ struct JobSettings {
   // 0: world_size. Read through MaxWorld().
   int max_world_size = 0;
   absl::Duration rendezvous_timeout = absl::Seconds(30);
+  // The plan's algorithm; for a job config's "auto", the catalog default,
+  // with auto_algorithm set (the bucket controller then chooses per bucket).
   std::string algorithm;
+  bool auto_algorithm = false;
   double density = 0.01;
   int teams = 1;
   bool prefer_rsag = false;
@@ -49,6 +52,9 @@ struct JobSettings {
 absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json);
 // Reads FILE and parses it; NOT_FOUND / INVALID_ARGUMENT name the file.
 absl::StatusOr<JobSettings> LoadJobConfig(const std::string& path);
+
+// The job config's algorithm that lets the coordinator choose per bucket.
+inline constexpr char kAutoAlgorithm[] = "auto";
 
 // An algorithm of the catalog (catalog/catalog.h): the ones the agents run.
 bool IsKnownAlgorithm(absl::string_view name);

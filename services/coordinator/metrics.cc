@@ -23,6 +23,9 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       reports_family(CounterFamily(r, "gradex_coordinator_step_reports_total",
                                    "Step reports by result (accepted; ignored: stale epoch or "
                                    "not a member of it)")),
+      fallbacks_family(CounterFamily(r, "gradex_coordinator_bucket_fallbacks_total",
+                                     "Per-bucket switches of the never-slower-than-dense rule, by "
+                                     "direction (to_dense, to_sparse)")),
       rpc_duration(prometheus::BuildHistogram()
                        .Name("gradex_coordinator_rpc_duration_seconds")
                        .Help("Coordinator RPC handling time by method (streams: their lifetime)")
@@ -73,7 +76,13 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       link_beta(GaugeFamily(r, "gradex_coordinator_link_beta_seconds_per_byte",
                             "Per-byte link cost the automatic team count used (max over ranks of "
                             "the epoch; 0: not measured)")
-                    .Add({})) {}
+                    .Add({})),
+      bucket_fallbacks_to_dense(fallbacks_family.Add({{"direction", "to_dense"}})),
+      bucket_fallbacks_to_sparse(fallbacks_family.Add({{"direction", "to_sparse"}})),
+      buckets_dense(GaugeFamily(r, "gradex_coordinator_buckets_dense",
+                                "Buckets the plan runs dense because their sparse exchange was "
+                                "slower than a dense one")
+                        .Add({})) {}
 
 void CoordinatorMetrics::ObserveRpc(const std::string& method, int code, double seconds) {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {

@@ -24,6 +24,7 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& members_family;
   prometheus::Family<prometheus::Counter>& joins_family;
   prometheus::Family<prometheus::Counter>& reports_family;
+  prometheus::Family<prometheus::Counter>& fallbacks_family;
 
   prometheus::Family<prometheus::Histogram>& rpc_duration;
   prometheus::Family<prometheus::Counter>& rpc_errors;
@@ -48,6 +49,11 @@ struct CoordinatorMetrics {
   // auto_teams: the epoch's link cost the team choice used (max over ranks).
   prometheus::Gauge& link_alpha;
   prometheus::Gauge& link_beta;
+  // The bucket controller: dense fallback switches by direction, and the
+  // buckets the plan runs dense by fallback now.
+  prometheus::Counter& bucket_fallbacks_to_dense;
+  prometheus::Counter& bucket_fallbacks_to_sparse;
+  prometheus::Gauge& buckets_dense;
 };
 
 // The gRPC status code's canonical name ("OK", "INVALID_ARGUMENT", ...).

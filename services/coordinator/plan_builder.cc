@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "catalog/bucket_algorithms.h"
 #include "catalog/catalog.h"
 
 namespace gradex::coordinator {
@@ -37,12 +38,24 @@ gradex::v1::Plan BuildPlan(
     k->set_team_position(key.second);
     k->set_kprime(value);
   }
-  // The published algorithm's parameters only: the team choice may publish
-  // R-SAG for a B-SAG job (or back), and agents refuse a name the plan's
-  // algorithm lacks.
-  if (const catalog::AlgorithmSpec* spec = catalog::Find(agreed.teams.algorithm)) {
+  // Only the parameters of the algorithms in play (the plan's and the
+  // buckets'): the team choice may publish R-SAG for a B-SAG job (or back),
+  // and agents refuse a name no algorithm in play has.
+  p.mutable_bucket_algorithms()->Add(agreed.bucket_algorithms.begin(),
+                                     agreed.bucket_algorithms.end());
+  const std::vector<const catalog::AlgorithmSpec*> in_play =
+      catalog::AlgorithmsInPlay(agreed.teams.algorithm, agreed.bucket_algorithms);
+  for (const catalog::AlgorithmSpec* spec : in_play) {
     for (const auto& [name, value] : s.params) {
       if (catalog::FindParam(*spec, name) != nullptr) (*p.mutable_params())[name] = value;
+    }
+    // COVAP's interval from the CCR profiler, unless the job pins it.
+    if (const catalog::ParamSpec* ci = catalog::FindParam(*spec, kCovapInterval);
+        ci != nullptr && s.params.count(kCovapInterval) == 0) {
+      const double v = ci->allowed.empty() ? std::clamp(static_cast<double>(agreed.covap_interval),
+                                                        ci->min, ci->max)
+                                           : agreed.covap_interval;
+      if (catalog::CheckParam(*ci, v).ok()) (*p.mutable_params())[kCovapInterval] = v;
     }
   }
   for (const auto& [bucket, r] : agreed.regions) {

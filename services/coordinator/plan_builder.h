@@ -16,12 +16,19 @@
 
 namespace gradex::coordinator {
 
+// COVAP's filter interval I, the catalog parameter the CCR profiler sets.
+inline constexpr char kCovapInterval[] = "covap_interval";
+inline constexpr char kCovapAlgorithm[] = "covap";
+
 // What all ranks must agree on, beyond membership; changes at barriers.
 struct AgreedParams {
   TeamChoice teams;
   int covap_interval = 3;
   double covap_ccr = 0;
   std::map<uint32_t, AgreedRegions> regions;  // by bucket
+  // Per bucket index: its own algorithm ("" = the plan's), from the bucket
+  // controller.
+  std::vector<std::string> bucket_algorithms;
 };
 
 gradex::v1::Plan BuildPlan(

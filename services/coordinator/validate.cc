@@ -190,6 +190,10 @@ absl::Status ValidateReport(const gradex::v1::StepReport& r) {
         b.result_nnz() > b.elements()) {
       return Bad("buckets", "counts cannot exceed elements");
     }
+    // What ran: a name of at most 64 bytes (the bucket controller uses only
+    // catalog names and ignores others) and a duration like the step's.
+    if (b.algorithm().size() > kMaxAlgorithmBytes) return Bad("buckets.algorithm", "over 64 bytes");
+    if (absl::Status s = CheckSeconds("buckets.seconds", b.seconds()); !s.ok()) return s;
     size_t nb = static_cast<size_t>(b.local_boundaries_size());
     if (nb > kMaxBoundariesPerBucket) return Bad("buckets.local_boundaries", "over 65535");
     total_boundaries += nb;

@@ -31,11 +31,11 @@ TEST(Catalog, EveryEntryHasAScheduleOfTheSameName) {
 }
 
 TEST(Catalog, UnknownNamesListTheKnownOnes) {
-  auto algo = CreateAllreduce("covap");
+  auto algo = CreateAllreduce("dgs");
   ASSERT_EQ(algo.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(algo.status().message().find("spardl-bsag"), std::string::npos);
-  EXPECT_EQ(catalog::Find("covap"), nullptr);
-  EXPECT_EQ(CatalogId("covap"), AlgorithmId{0});
+  EXPECT_EQ(catalog::Find("dgs"), nullptr);
+  EXPECT_EQ(CatalogId("dgs"), AlgorithmId{0});
 }
 
 TEST(Catalog, ClashingEntriesAreRefused) {

@@ -138,7 +138,8 @@ TEST(ClientTest, ThreeRanksRebuiltBucketsIdenticalAndConserved) {
   EXPECT_EQ(Counter(*clients[0], "gradex_client_buckets_total", "outcome", "failed"), 0.0);
   EXPECT_EQ(Counter(*clients[0], "gradex_client_algorithm_switches_total", "to", "dense"), 0.0)
       << "probes are not switches";
-  for (auto& c : clients) {
+  for (int r = kWorld - 1; r >= 0; --r) {  // rank 0, the coordinator's, last
+    Client* c = clients[r].get();
     const auto t0 = Clock::now();
     absl::Status s = c->Close();
     EXPECT_TRUE(s.ok()) << s;
@@ -298,6 +299,15 @@ TEST(ClientTest, BadBucketsAreRefusedClearly) {
       << d;
   EXPECT_EQ(x, std::vector<float>(10, 1.0f));
   EXPECT_TRUE(run({{1, 10}}, Memory::kHost).ok());
+  // Flush and Close from a done callback would wait for their own thread.
+  auto p = std::make_shared<std::promise<std::pair<absl::Status, absl::Status>>>();
+  Client* raw = c->get();
+  raw->AllreduceAsync({{1, 10}}, x, Memory::kHost, true, [p, raw](absl::Status) {
+    p->set_value({raw->Flush(), raw->Close()});
+  });
+  auto [flush, close] = p->get_future().get();
+  EXPECT_EQ(flush.code(), absl::StatusCode::kFailedPrecondition) << flush;
+  EXPECT_EQ(close.code(), absl::StatusCode::kFailedPrecondition) << close;
   // Options are checked before anything starts.
   ClientOptions o = Options(0, 1);
   o.algorithm = "nope";
@@ -445,7 +455,7 @@ TEST(ClientTest, NonFiniteGradientIsRefusedWithoutPoisoningPeers) {
   }
   EXPECT_EQ(Counter(*clients[1], "gradex_client_nonfinite_values_total"), 2.0);
   EXPECT_EQ(Counter(*clients[0], "gradex_client_nonfinite_values_total"), 0.0);
-  for (auto& c : clients) (void)c->Close();
+  for (int r = 1; r >= 0; --r) (void)clients[r]->Close();
 }
 
 TEST(ClientTest, StartIterRunsDenseThenSwitchesOnceCountedAndLogged) {

@@ -155,6 +155,7 @@ std::vector<std::vector<std::vector<RankCall>>> RunAlgorithmCases(const std::str
               c.residual_out = residual;
               c.result.assign(spec.n, 0.0f);
               result.ToDense(c.result);
+              c.decayed = result.decayed;
               if (!c.status.ok()) return c.status;
             }
           }
@@ -184,6 +185,10 @@ double ConservationError(const std::vector<RankCall>& calls, bool relative) {
       in += double{c.grad[i]} + c.residual_in[i];
       out += c.residual_out[i];
       scale += std::fabs(c.grad[i]) + std::fabs(c.residual_in[i]) + std::fabs(c.residual_out[i]);
+      if (!c.decayed.empty()) {
+        out += c.decayed[i];
+        scale += std::fabs(c.decayed[i]);
+      }
     }
     double err = std::fabs(in - out);
     if (relative && scale > 0) err /= scale;

@@ -56,6 +56,7 @@ absl::Status RunOrAbort(SparseAllreduce& algo, const CallContext& ctx,
 // What one rank saw in one call.
 struct RankCall {
   std::vector<float> grad, residual_in, residual_out, result;  // result as dense
+  std::vector<float> decayed;  // AllreduceResult::decayed: empty when nothing decays
   CallStats stats;
   absl::Status status;
 };
@@ -87,8 +88,9 @@ std::vector<std::vector<std::vector<RankCall>>> RunAlgorithmCases(const std::str
 
 // Invariant 1: every rank's result is bitwise identical.
 bool Consistent(const std::vector<RankCall>& calls);
-// Invariant 2: max over elements of |sum(grad + res_in) - result - sum(res_out)|
-// relative to the sum of the magnitudes of those terms (0 when exact).
+// Invariant 2: max over elements of |sum(grad + res_in) - result - sum(res_out)
+// - sum(decayed)| relative to the sum of the magnitudes of those terms (0 when
+// exact). `decayed` is what error feedback's coefficient removed (COVAP).
 double ConservationError(const std::vector<RankCall>& calls, bool relative);
 
 }  // namespace gradex::testing

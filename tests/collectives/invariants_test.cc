@@ -169,7 +169,8 @@ TEST_P(InvariantsTest, DensityOneEqualsDenseRing) {
     for (int t : {1, 2, 3, 4}) {
       if (!TeamsValid(algo, p, t)) continue;
       for (size_t n : {size_t{1009}, size_t{2}}) {
-        mine.push_back({p, n, {1.0, t}, 2, Values::kIntegers, 3});
+        // The algorithm's own parameters for a dense run (COVAP: I = 1).
+        mine.push_back({p, n, {1.0, t, Traits(algo).dense_params}, 2, Values::kIntegers, 3});
         ring.push_back({p, n, {1.0, 1}, 2, Values::kIntegers, 3});
       }
     }

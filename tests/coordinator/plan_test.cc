@@ -108,7 +108,13 @@ TEST_F(PlanTest, CovapIntervalFromTheProfiler) {
   for (uint64_t step = 0; step < 4; ++step) {
     for (int rank = 0; rank < 2; ++rank) {
       gradex::v1::StepReport r = Base(rank, step);
-      // Rank 0 waits 1 s for rank 1; the exchange itself is 0.45 s; compute 0.1 s.
+      // Rank 0 waits 1 s for rank 1; the exchange itself is 0.45 s; compute
+      // 0.1 s. The steps ran dense (the trainer's warm-up), so their time is
+      // the uncompressed exchange COVAP's CCR is defined against (a COVAP
+      // step's would count I times: ccr_profiler.h).
+      gradex::v1::BucketReport* b = r.add_buckets();
+      b->set_elements(1000);
+      b->set_algorithm("dense-ring");
       const int64_t end = 1'000'000'000'000 + step * 10'000'000'000;
       r.set_comm_end_unix_ns(end);
       r.set_comm_start_unix_ns(end - (rank == 0 ? 1'450'000'000 : 450'000'000));

@@ -116,6 +116,18 @@ def conservation(args, rank, world):
     total = torch.cat(grad_sum)
     dist.all_reduce(total)
     err = float((torch.cat(result_sum) - total).abs().max())
+    # NaN on rank 0 (refused by default): rank 0's future fails naming it,
+    # every rank's bucket still gets the same finite result.
+    nan_buf = torch.full((1500,), float(rank + 1))
+    if rank == 0:
+        nan_buf[5] = float("nan")
+    try:
+        gx.gradex_hook(state, Bucket(0, nan_buf, [params[3]], True)).wait()
+        nan_error = ""
+    except RuntimeError as e:
+        nan_error = str(e)
+    nan_finite = bool(torch.isfinite(nan_buf).all())
+    nan_digest = float((nan_buf * (1 + torch.arange(1500) % 7)).sum())
     # dtype handling
     f64 = torch.full((1500,), 2.0 * (rank + 1), dtype=torch.float64)
     import warnings
@@ -138,7 +150,8 @@ def conservation(args, rank, world):
         closed_error = str(e)
     emit(rank=rank, residual_max=residual, conservation_max_abs_err=err, digest=digest,
          f64_dtype=str(out64.dtype), f64_warned=warned, int_refused=refused,
-         closed_error=closed_error, algorithms=sorted({b["algorithm"] for b in stats}))
+         closed_error=closed_error, algorithms=sorted({b["algorithm"] for b in stats}),
+         nan_error=nan_error, nan_finite=nan_finite, nan_digest=nan_digest)
 
 
 def train(args, rank, world):
@@ -339,6 +352,11 @@ def main():
                       failures)
                 check(a["digest"] == b["digest"], "conservation: results identical on both ranks",
                       failures)
+                check("GradexError" in a["nan_error"] and "INVALID_ARGUMENT" in a["nan_error"],
+                      f"NaN refused on the rank that had it: {a['nan_error'][:200]!r}", failures)
+                check(not b["nan_error"] and a["nan_finite"] and b["nan_finite"]
+                      and a["nan_digest"] == b["nan_digest"],
+                      "NaN: the other rank succeeds, both get the same finite result", failures)
                 check(a["f64_dtype"] == "torch.float64" and a["f64_warned"],
                       "float64 bucket converted (and warned)", failures)
                 check("dtype torch.int32" in a["int_refused"], "int32 bucket refused with TypeError",

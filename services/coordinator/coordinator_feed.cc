@@ -1,0 +1,161 @@
+// The Coordinator's controllers, fed by each accepted step report of the
+// latest epoch (coordinator.h): B-SAG's k', Ok-Topk's boundary consensus, the
+// automatic team count, the bucket controller and COVAP's CCR profiler. They
+// mark agreed_ dirty; Tick publishes at the next plan barrier.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "catalog/bucket_algorithms.h"
+#include "catalog/catalog.h"
+#include "services/coordinator/coordinator.h"
+#include "services/coordinator/log.h"
+
+namespace gradex::coordinator {
+
+void Coordinator::FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world) {
+  if (s_.auto_teams) FeedAutoTeamsLocked(r, rank, world);
+  for (const gradex::v1::BucketReport& b : r.buckets()) {
+    if (s_.coordinate_kprime && b.kprime_used() > 0 && r.step() >= kprime_from_step_ &&
+        kprime_.Feed(b.bucket(), b.elements(), b.team_position(), b.kprime_used(),
+                     b.post_gather_count(), r.step(), world, agreed_.teams.teams, s_.density)) {
+      kprime_dirty_ = true;
+    }
+    if (s_.coordinate_oktopk_regions && b.local_boundaries_size() > 0 && consensus_) {
+      std::vector<uint32_t> inner(b.local_boundaries().begin(), b.local_boundaries().end());
+      std::optional<AgreedRegions> done;
+      consensus_->Feed(rank, b.bucket(), b.elements(), r.step(), inner, &done);
+      if (done) {
+        agreed_.regions[done->bucket] = std::move(*done);
+        agreed_dirty_ = true;
+      }
+    }
+  }
+  FeedBucketsLocked(r, rank);
+  FeedProfilerLocked(r, rank);
+}
+
+void Coordinator::FeedBucketsLocked(const gradex::v1::StepReport& r, int rank) {
+  if (r.has_link()) buckets_.FeedLink(r.link().alpha_seconds(), r.link().beta_seconds_per_byte());
+  std::vector<BucketSample> samples;
+  samples.reserve(r.buckets_size());
+  for (const gradex::v1::BucketReport& b : r.buckets()) {
+    if (b.bucket() != samples.size()) return;  // agents send a step's buckets in issue order
+    samples.push_back({b.elements(), b.algorithm(), b.seconds(), b.dense_probe()});
+  }
+  buckets_.Feed(rank, r.step(), samples);
+  for (const BucketSwitch& sw : buckets_.TakeSwitches()) {
+    Log("bucket ", sw.bucket, ": sparse exchange ", sw.sparse_seconds, " s, dense ",
+        sw.dense_seconds, " s (medians of the slowest rank) -> ",
+        sw.to_dense ? std::string(catalog::DenseFallbackAlgorithm()) : "sparse again",
+        " at a plan barrier");
+    if (metrics_) {
+      (sw.to_dense ? metrics_->bucket_fallbacks_to_dense : metrics_->bucket_fallbacks_to_sparse)
+          .Increment();
+    }
+  }
+  std::vector<std::string> now = buckets_.Choices();
+  if (now == agreed_.bucket_algorithms) return;
+  if (s_.auto_algorithm) {
+    // One line per change, the first few buckets named (a job has thousands).
+    std::vector<std::string> changed;
+    const size_t n = std::max(now.size(), agreed_.bucket_algorithms.size());
+    size_t count = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& a =
+          i < agreed_.bucket_algorithms.size() ? agreed_.bucket_algorithms[i] : "";
+      const std::string& b = i < now.size() ? now[i] : "";
+      if (a == b) continue;
+      if (++count <= 8) changed.push_back(absl::StrCat(i, ": ", b.empty() ? "(plan's)" : b));
+    }
+    Log("auto: alpha ", buckets_.alpha(), " s, beta ", buckets_.beta(), " s/B: bucket ",
+        absl::StrJoin(changed, ", "), count > 8 ? absl::StrCat(" and ", count - 8, " more") : "",
+        " at a plan barrier");
+  }
+  agreed_.bucket_algorithms = std::move(now);
+  agreed_dirty_ = true;
+}
+
+bool Coordinator::CovapInPlayLocked() const {
+  if (agreed_.teams.algorithm == kCovapAlgorithm) return true;
+  return std::find(agreed_.bucket_algorithms.begin(), agreed_.bucket_algorithms.end(),
+                   kCovapAlgorithm) != agreed_.bucket_algorithms.end();
+}
+
+int Coordinator::CovapIntervalAtLocked(uint64_t step) const {
+  for (auto it = covap_history_.rbegin(); it != covap_history_.rend(); ++it) {
+    if (it->first <= step) return it->second;
+  }
+  return covap_history_.empty() ? agreed_.covap_interval : covap_history_.front().second;
+}
+
+void Coordinator::FeedProfilerLocked(const gradex::v1::StepReport& r, int rank) {
+  if (!profiler_ || !CovapInPlayLocked()) return;
+  // COVAP's CCR is against the uncompressed exchange: a step counts when its
+  // buckets ran dense (warm-up steps, dense probes) or COVAP, whose time is
+  // scaled by its interval; another sparse algorithm's time says nothing.
+  bool covap = r.buckets_size() == 0 && agreed_.teams.algorithm == kCovapAlgorithm;
+  for (const gradex::v1::BucketReport& b : r.buckets()) {
+    const std::string& name = b.algorithm().empty() ? agreed_.teams.algorithm : b.algorithm();
+    if (b.dense_probe() || catalog::TraitsOf(name).dense) continue;
+    if (name != kCovapAlgorithm) return;
+    covap = true;
+  }
+  const double exchange = r.comm_end_unix_ns() > r.comm_start_unix_ns()
+                              ? (r.comm_end_unix_ns() - r.comm_start_unix_ns()) * 1e-9
+                              : r.total_seconds();
+  if (!profiler_->Feed(rank, r.step(), exchange, r.compute_seconds(),
+                       covap ? CovapIntervalAtLocked(r.step()) : 1)) {
+    return;
+  }
+  Log("COVAP profiler: CCR ", profiler_->ccr(), " over ", profiler_->samples(),
+      " steps -> interval ", profiler_->interval(), " (was ", agreed_.covap_interval,
+      ") at a plan barrier");
+  agreed_.covap_ccr = profiler_->ccr();
+  agreed_.covap_interval = profiler_->interval();
+  agreed_dirty_ = true;
+  buckets_.SetCovapInterval(agreed_.covap_interval);  // prices COVAP's row for "auto"
+}
+
+void Coordinator::FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank, int world) {
+  const TeamChoice& cur = agreed_.teams;
+  const int q = std::max(world / std::max(cur.teams, 1), 1);
+  for (const gradex::v1::BucketReport& b : r.buckets()) {
+    // k'/k_block is only B-SAG's with teams; otherwise the model uses the
+    // controller's start, 1/T.
+    const bool observed = catalog::TraitsOf(cur.algorithm).kprime_controlled && cur.teams > 1 &&
+                          b.team_position() < q && r.step() >= kprime_from_step_;
+    auto kb = observed ? BlockKeep(b.elements(), q, b.team_position(), s_.density) : 0;
+    auto_teams_.FeedBucket(b.elements(), observed ? b.kprime_used() : 0, kb);
+  }
+  if (!r.has_link()) return;
+  auto_teams_.FeedLink(rank, r.link().alpha_seconds(), r.link().beta_seconds_per_byte());
+  if (!auto_teams_.complete()) return;
+  if (metrics_) {
+    metrics_->link_alpha.Set(auto_teams_.alpha());
+    metrics_->link_beta.Set(auto_teams_.beta());
+  }
+  std::optional<TeamDecision> d = auto_teams_.Decide(cur, s_.density);
+  if (!d) return;
+  Log("auto teams: alpha ", auto_teams_.alpha(), " s, beta ", auto_teams_.beta(), " s/B over ",
+      world, " ranks: T=", cur.teams, " ", cur.algorithm, " ", d->current_seconds, " s, best ",
+      d->best_seconds, " s",
+      d->changed
+          ? absl::StrCat(" -> T=", d->choice.teams, " ", d->choice.algorithm, " at a plan barrier")
+          : " (kept: gain under 10%)");
+  auto_last_teams_ = d->choice.teams;
+  if (!d->changed) return;
+  agreed_.teams = d->choice;
+  agreed_dirty_ = true;
+  // Bucket timings of another team layout mean nothing.
+  buckets_.Configure(agreed_.teams.algorithm, s_.auto_algorithm, s_.density, world,
+                     agreed_.teams.teams);
+  agreed_.bucket_algorithms = buckets_.Choices();
+  // k' of another team layout means nothing; the table restarts at the
+  // barrier that switches T (Tick sets the step).
+  kprime_.Reset();
+  kprime_dirty_ = false;
+  kprime_from_step_ = UINT64_MAX;
+}
+
+}  // namespace gradex::coordinator

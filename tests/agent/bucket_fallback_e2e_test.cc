@@ -1,0 +1,208 @@
+// Per-bucket algorithms end to end. "Never slower than dense": real agents (loopback transport)
+// report per-bucket times to the real coordinator logic (coordinator_bridge.h);
+// bucket 0's sparse exchange is made slow deterministically (a test
+// algorithm that sleeps on bucket 0), so its dense probes win; the
+// coordinator publishes bucket 0 dense in a new plan, effective at a plan
+// barrier, and from that barrier on every rank runs bucket 0 dense. "auto":
+// the agents' link probes reach the coordinator, whose per-bucket choice
+// every rank runs from a barrier.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "catalog/catalog.h"
+#include "services/agent/agent.h"
+#include "services/coordinator/bucket_controller.h"
+#include "services/coordinator/job_config.h"
+#include "tests/agent/coordinator_bridge.h"
+#include "tests/agent/loopback_provider.h"
+#include "tests/collectives/test_dense_gather.h"
+
+namespace gradex::agent {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr char kSlow[] = "test-slow-sparse";
+constexpr milliseconds kDelay(25);
+
+GRADEX_CATALOG_ENTRY({.id = 60011,
+                      .name = kSlow,
+                      .description = "test only: a 'sparse' exchange that is slow on bucket 0",
+                      .traits = {}});
+
+// The test gather, sleeping before bucket 0's exchange.
+class SlowOnBucketZero final : public gradex::testing::TestDenseGather {
+ public:
+  SlowOnBucketZero() : TestDenseGather(kSlow) {}
+
+ protected:
+  absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions&) const override {
+    if (ctx.bucket_index == 0) std::this_thread::sleep_for(kDelay);
+    return absl::OkStatus();
+  }
+};
+
+GRADEX_REGISTER_ALGORITHM(kSlow, [] { return std::make_unique<SlowOnBucketZero>(); });
+
+const std::vector<size_t> kSizes = {2000, 500};
+
+struct Box {
+  std::unique_ptr<testing::BridgeControlPlane> control;
+  std::unique_ptr<testing::LoopbackProvider> transports;
+  std::unique_ptr<Agent> agent;
+  std::vector<BucketSlot> slots{kSizes.size()};
+  // Per step: what each bucket ran, whether bucket 0 ran as a probe, the
+  // plan version the step ran under.
+  std::vector<std::vector<std::string>> ran;
+  std::vector<bool> probe;
+  std::vector<uint64_t> plan_version;
+};
+
+// Two agents run `steps` steps of kSizes through `hub`'s coordinator,
+// sleeping `pause` before each step (the trainer's computation).
+void RunJob(testing::CoordinatorHub& hub, testing::LoopbackPool& pool, const BucketRules& rules,
+            int steps, milliseconds pause, std::vector<Box>& boxes) {
+  boxes.resize(2);
+  for (int i = 0; i < 2; ++i) {
+    Box& b = boxes[i];
+    b.control = std::make_unique<testing::BridgeControlPlane>(&hub);
+    b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr-", i));
+    AgentOptions o;
+    o.job = "job";
+    o.token = "token";
+    o.agent_id = absl::StrCat("a", i);
+    o.host = "localhost";
+    o.rules = rules;
+    o.join_timeout = milliseconds(20000);
+    o.sync_timeout = milliseconds(10000);
+    b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  }
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      Box& b = boxes[i];
+      ASSERT_TRUE(b.agent->Start().ok());
+      for (int step = 0; step < steps; ++step) {
+        std::this_thread::sleep_for(pause);
+        ASSERT_TRUE(b.agent->BeginStep().ok());
+        std::vector<std::string> ran;
+        bool probe0 = false;
+        for (size_t k = 0; k < kSizes.size(); ++k) {
+          std::vector<float> g(kSizes[k], static_cast<float>(i + 1));
+          BucketOutcome out;
+          ASSERT_TRUE(
+              b.agent->RunBucket(static_cast<uint32_t>(k), kSizes, g, &b.slots[k], &out).ok());
+          ran.push_back(out.algorithm);
+          if (k == 0) probe0 = out.dense_probe;
+        }
+        StepOutcome so;
+        ASSERT_TRUE(b.agent->EndStep(&so).ok());
+        ASSERT_EQ(so.step, static_cast<uint64_t>(step));
+        b.ran.push_back(std::move(ran));
+        b.probe.push_back(probe0);
+        b.plan_version.push_back(so.plan_version);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(BucketFallbackE2E, DenseProbesThatWinMakeTheBucketDenseFromABarrierOnEveryRank) {
+  absl::StatusOr<coordinator::JobSettings> s = coordinator::ParseJobConfig(absl::StrCat(
+      R"({"job_id":"job","world_size":2,"algorithm":")", kSlow,
+      R"(","density":0.05,"barrier_period":4,"plan_lead_steps":4,"step_deadline_ms":5000})"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  testing::CoordinatorHub hub(*s);
+  BucketRules rules;
+  rules.dense_probe_period = 4;  // steps 3, 7, 11, ... run every bucket dense once
+  constexpr int kSteps = 48;
+  testing::LoopbackPool pool;
+  std::vector<Box> boxes;  // destroyed first: the agents use the pool and the hub
+  RunJob(hub, pool, rules, kSteps, milliseconds(0), boxes);
+  ASSERT_EQ(boxes[0].ran.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(boxes[1].ran.size(), static_cast<size_t>(kSteps));
+
+  auto plan = hub.coordinator().plan();
+  ASSERT_NE(plan, nullptr);
+  ASSERT_GE(plan->bucket_algorithms_size(), 1) << "the coordinator never switched bucket 0";
+  EXPECT_EQ(plan->bucket_algorithms(0), "dense-ring");
+  // Every rank ran the same thing at every step (agreed in-band).
+  EXPECT_EQ(boxes[0].ran, boxes[1].ran);
+  EXPECT_EQ(boxes[0].probe, boxes[1].probe);
+  EXPECT_EQ(boxes[0].plan_version, boxes[1].plan_version);
+  // The switch: the first step whose bucket 0 ran dense other than as a probe.
+  int from = -1;
+  for (int step = 0; step < kSteps && from < 0; ++step) {
+    if (boxes[0].ran[step][0] == "dense-ring" && !boxes[0].probe[step]) from = step;
+  }
+  ASSERT_GE(from, 0) << "no rank ever ran bucket 0 dense by the plan";
+  EXPECT_EQ(from % 4, 0) << "a plan barrier";
+  // Three probes (steps 3, 7, 11) are needed first.
+  EXPECT_GT(from, 11);
+  EXPECT_GT(boxes[0].plan_version[from], boxes[0].plan_version[from - 1]) << "a new plan";
+  for (int i = 0; i < 2; ++i) {
+    const Box& b = boxes[i];
+    for (int step = 0; step < kSteps; ++step) {
+      if (step < from) {
+        // Before the switch: the job's algorithm, or a dense probe.
+        EXPECT_EQ(b.ran[step][0], b.probe[step] ? "dense-ring" : kSlow)
+            << "rank " << i << " step " << step;
+        EXPECT_EQ(b.probe[step], step % 4 == 3) << "rank " << i << " step " << step;
+      } else {
+        EXPECT_EQ(b.ran[step][0], "dense-ring") << "rank " << i << " step " << step;
+      }
+    }
+    EXPECT_EQ(b.control->reports_refused(), 0u);
+  }
+}
+
+TEST(BucketFallbackE2E, AutoRunsTheModelsChoicePerBucketFromABarrier) {
+  absl::StatusOr<coordinator::JobSettings> s = coordinator::ParseJobConfig(
+      R"({"job_id":"job","world_size":2,"algorithm":"auto","density":0.05,
+          "barrier_period":4,"plan_lead_steps":4,"step_deadline_ms":5000})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  // At P = 2 Table 1 prices topka cheapest whatever the link (one message,
+  // k entries): the test does not depend on what loopback measures.
+  for (double alpha : {1e-6, 1e-3}) {
+    for (double beta : {1e-11, 1e-8}) {
+      for (size_t n : kSizes) {
+        ASSERT_EQ(coordinator::CheapestAlgorithm(2, 1, n, 0.05, alpha, beta), "topka");
+      }
+    }
+  }
+  testing::CoordinatorHub hub(*s);
+  constexpr int kSteps = 40;
+  testing::LoopbackPool pool;
+  std::vector<Box> boxes;
+  RunJob(hub, pool, BucketRules{}, kSteps, milliseconds(3), boxes);
+  ASSERT_EQ(boxes[0].ran.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(boxes[1].ran.size(), static_cast<size_t>(kSteps));
+  auto plan = hub.coordinator().plan();
+  ASSERT_NE(plan, nullptr);
+  EXPECT_TRUE(plan->measure_links());
+  EXPECT_EQ(plan->algorithm(), catalog::DefaultAlgorithm());
+  EXPECT_EQ(
+      std::vector<std::string>(plan->bucket_algorithms().begin(), plan->bucket_algorithms().end()),
+      (std::vector<std::string>{"topka", "topka"}));
+  EXPECT_EQ(boxes[0].ran, boxes[1].ran);
+  int from = -1;
+  for (int step = 0; step < kSteps && from < 0; ++step) {
+    if (boxes[0].ran[step][0] == "topka") from = step;
+  }
+  ASSERT_GT(from, 0) << "the first step runs before any report";
+  EXPECT_EQ(from % 4, 0) << "a plan barrier";
+  for (int step = 0; step < kSteps; ++step) {
+    const std::string want = step < from ? std::string(catalog::DefaultAlgorithm()) : "topka";
+    EXPECT_EQ(boxes[0].ran[step], (std::vector<std::string>{want, want})) << "step " << step;
+  }
+  EXPECT_EQ(boxes[0].control->reports_refused(), 0u);
+}
+
+}  // namespace
+}  // namespace gradex::agent

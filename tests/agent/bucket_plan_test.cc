@@ -1,0 +1,163 @@
+// Plan.bucket_algorithms on the agent's side: the gRPC plan conversion
+// refuses a list out of bounds (too many buckets, a name the catalog lacks)
+// and the in-band barrier message carries the list in a bounded encoding
+// that every receiver checks before use.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "catalog/bucket_algorithms.h"
+#include "services/agent/epoch_sync.h"
+#include "services/agent/grpc_messages.h"
+
+namespace gradex::agent {
+namespace {
+
+gradex::v1::Plan BasePlan() {
+  gradex::v1::Plan m;
+  m.set_version(7);
+  m.set_epoch(1);
+  m.set_algorithm("spardl");
+  m.set_density(0.01);
+  m.set_teams(1);
+  m.set_barrier_period(4);
+  m.set_step_deadline_ms(1000);
+  return m;
+}
+
+SyncState State(std::vector<std::string> buckets) {
+  SyncState s;
+  s.next_step = 12;
+  s.newest_epoch = 3;
+  s.values.plan_version = 9;
+  s.values.algorithm = "spardl";
+  s.values.density = 0.01;
+  s.values.bucket_algorithms = std::move(buckets);
+  return s;
+}
+
+TEST(BucketPlan, PlanConversionCarriesAndBoundsTheList) {
+  gradex::v1::Plan m = BasePlan();
+  m.add_bucket_algorithms("");
+  m.add_bucket_algorithms("dense-ring");
+  m.add_bucket_algorithms("oktopk");
+  // A parameter of a bucket's algorithm is one of the plan's parameters.
+  (*m.mutable_params())["oktopk_tau"] = 8;
+  absl::StatusOr<Plan> p = ToPlan(m, 0);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->bucket_algorithms, (std::vector<std::string>{"", "dense-ring", "oktopk"}));
+
+  // A parameter of no algorithm in play, or out of its range: refused.
+  gradex::v1::Plan stray = m;
+  (*stray.mutable_params())["kprime"] = 3;
+  EXPECT_EQ(ToPlan(stray, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  gradex::v1::Plan range = m;
+  (*range.mutable_params())["oktopk_tau"] = 0;
+  EXPECT_EQ(ToPlan(range, 0).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // A name the catalog lacks: the whole plan is refused, naming the bucket.
+  gradex::v1::Plan unknown = BasePlan();
+  unknown.add_bucket_algorithms("spardl");
+  unknown.add_bucket_algorithms("no-such-algorithm");
+  absl::StatusOr<Plan> u = ToPlan(unknown, 0);
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(u.status().message().find("bucket 1"), std::string::npos) << u.status();
+
+  // At most kMaxBucketAlgorithms entries.
+  gradex::v1::Plan many = BasePlan();
+  for (size_t i = 0; i < catalog::kMaxBucketAlgorithms; ++i) many.add_bucket_algorithms("");
+  EXPECT_TRUE(ToPlan(many, 0).ok());
+  many.add_bucket_algorithms("");
+  EXPECT_EQ(ToPlan(many, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BucketPlan, BarrierValuesDropTrailingDefaultsAndOutOfBoundLists) {
+  Plan p;
+  p.algorithm = "spardl";
+  p.bucket_algorithms = {"", "dense-ring", "", ""};
+  EXPECT_EQ(BarrierValues::From(p).bucket_algorithms, (std::vector<std::string>{"", "dense-ring"}));
+  p.bucket_algorithms.assign(catalog::kMaxBucketAlgorithms + 1, "dense-ring");
+  EXPECT_TRUE(BarrierValues::From(p).bucket_algorithms.empty());
+  Plan q;
+  BarrierValues v;
+  v.algorithm = "spardl";
+  v.bucket_algorithms = {"dense-ring"};
+  v.ApplyTo(&q);
+  EXPECT_EQ(q.bucket_algorithms, v.bucket_algorithms);
+}
+
+TEST(BucketPlan, BarrierMessageRoundTripsTheLargestListInAFewKiB) {
+  std::vector<std::string> buckets(catalog::kMaxBucketAlgorithms);
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    buckets[i] = i % 3 == 0 ? "" : (i % 3 == 1 ? "dense-ring" : "oktopk");
+  }
+  const Bytes b = EncodeSyncMessage(5, State(buckets));
+  const Bytes empty = EncodeSyncMessage(5, State({}));
+  // One byte per bucket plus the two names.
+  EXPECT_EQ(b.size(), empty.size() + buckets.size() + 2 + 10 + 6);
+  EXPECT_LT(b.size(), 8u << 10);
+  absl::StatusOr<SyncState> d = DecodeSyncMessage(b, 5, 1, 4);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->values.bucket_algorithms, buckets);
+  EXPECT_EQ(d->next_step, 12u);
+  absl::StatusOr<SyncState> e = DecodeSyncMessage(empty, 5, 1, 4);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(e->values.bucket_algorithms.empty());
+}
+
+TEST(BucketPlan, BarrierMessageOutOfBoundsIsRefused) {
+  const Bytes empty = EncodeSyncMessage(5, State({}));
+  const size_t section = empty.size() - 3;  // u16 count, u8 name count
+  const Bytes good = EncodeSyncMessage(5, State({"", "dense-ring", "dense-ring"}));
+  ASSERT_TRUE(DecodeSyncMessage(good, 5, 0, 2).ok());
+  auto refused = [](const Bytes& b) {
+    absl::StatusOr<SyncState> d = DecodeSyncMessage(b, 5, 0, 2);
+    return !d.ok() && d.status().code() == absl::StatusCode::kDataLoss;
+  };
+  // A count over the bound (the indices present or not).
+  Bytes over = good;
+  const uint16_t too_many = catalog::kMaxBucketAlgorithms + 1;
+  std::memcpy(over.data() + section, &too_many, 2);
+  over.resize(over.size() + too_many);
+  EXPECT_TRUE(refused(over));
+  // More distinct names than the bound.
+  Bytes names = good;
+  names[section + 2] = catalog::kMaxDistinctBucketAlgorithms + 1;
+  EXPECT_TRUE(refused(names));
+  // A name the catalog lacks ("dense-rinG"), a zero-length name.
+  Bytes unknown = good;
+  unknown[section + 13] = 'G';
+  EXPECT_TRUE(refused(unknown));
+  Bytes zero = good;
+  zero[section + 3] = 0;
+  EXPECT_TRUE(refused(zero));
+  // A name longer than what is left.
+  Bytes longname = good;
+  longname[section + 3] = 60;
+  EXPECT_TRUE(refused(longname));
+  // An index past the table.
+  Bytes index = good;
+  index[section + 15] = 2;
+  EXPECT_TRUE(refused(index));
+  // Truncated anywhere in the section, or trailing bytes.
+  for (size_t cut = section; cut < good.size(); ++cut) {
+    EXPECT_TRUE(refused(Bytes(good.begin(), good.begin() + cut))) << cut;
+  }
+  Bytes trailing = good;
+  trailing.push_back(0);
+  EXPECT_TRUE(refused(trailing));
+  // A bucket's parameter is checked against the bucket's algorithm.
+  SyncState s = State({"oktopk"});
+  s.values.params["oktopk_tau"] = 8;
+  EXPECT_TRUE(DecodeSyncMessage(EncodeSyncMessage(5, s), 5, 0, 2).ok());
+  s.values.params["oktopk_tau"] = 0;
+  EXPECT_TRUE(refused(EncodeSyncMessage(5, s)));
+  s.values.bucket_algorithms.clear();
+  s.values.params["oktopk_tau"] = 8;
+  EXPECT_TRUE(refused(EncodeSyncMessage(5, s)));  // no algorithm in play has it
+}
+
+}  // namespace
+}  // namespace gradex::agent
