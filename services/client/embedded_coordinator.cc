@@ -44,10 +44,8 @@ absl::StatusOr<std::string> EmbeddedJobConfig(const ClientOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("job '", o.job.substr(0, 64), "': 1..128 characters of [A-Za-z0-9._-]"));
   }
-  std::string algorithm = o.algorithm;
-  if (algorithm == "auto" && !coordinator::IsKnownAlgorithm(algorithm)) {
-    algorithm = std::string(catalog::DefaultAlgorithm());
-  }
+  // "auto" goes through: the coordinator's bucket controller chooses per bucket.
+  const std::string& algorithm = o.algorithm;
   if (!IsName(algorithm)) {
     return absl::InvalidArgumentError(absl::StrCat("algorithm '", algorithm.substr(0, 64),
                                                    "' unknown; known: ", catalog::NameList()));
