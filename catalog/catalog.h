@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,7 +37,9 @@ struct Traits {
   // At density 1 the result equals dense-ring's (integer gradients), with
   // the parameters `dense_params` (COVAP: covap_interval 1, every part sent).
   bool equals_dense_at_density_one = true;
-  ParamValues dense_params;
+  // (Pairs rather than a ParamValues map: GCC 12 warns on copies of the
+  // catalog's list when its elements hold a std::map.)
+  std::vector<std::pair<std::string, double>> dense_params;
   // Measured bytes may fall this fraction below the volume model (never above
   // it): sums that cancel are not sent; data-dependent selections state their own.
   double volume_slack = 0.03;

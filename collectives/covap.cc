@@ -6,11 +6,11 @@
 // (the frame applies ResidualCoefficient and reports the decayed rest).
 //
 // Parts are strided (part j of a bucket cut in p: elements j, j+p, j+2p, ...)
-// rather than contiguous slices, as in the authors' code: a bucket holds
-// whole layers one after the other, so a contiguous slice would send one
-// layer now and its neighbour steps later, while a strided part samples
-// every layer of the bucket each time it is sent, so every layer is
-// refreshed every step the bucket is visited and ages by the same interval.
+// as docs/design.md has them, rather than the contiguous slices the seed's
+// text suggests ("evenly slices"): a bucket holds whole layers one after the
+// other, so a contiguous slice would refresh one layer now and its neighbour
+// only steps later, while a strided part samples every layer of the bucket
+// each time it is sent, so no layer goes I steps without an update.
 //
 // Nothing is selected by value, so the schedule is the same on every rank
 // (it depends on the step, I and the bucket sizes only) and the sum of the

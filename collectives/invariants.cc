@@ -35,9 +35,16 @@ absl::StatusOr<ConservationResult> CheckConservation(
     return absl::InvalidArgumentError(
         absl::StrCat("decayed has ", decayed.size(), " elements, the gradient ", n));
   }
+  double max_abs_term = 0;
   for (size_t i = 0; i < n; ++i) {
+    double term = std::fabs(double(grad[i])) + std::fabs(double(residual_in[i])) +
+                  std::fabs(double(residual_out[i]));
     contribution[i] = grad[i] + residual_in[i] - residual_out[i];
-    if (!decayed.empty()) contribution[i] -= decayed[i];
+    if (!decayed.empty()) {
+      contribution[i] -= decayed[i];
+      term += std::fabs(double(decayed[i]));
+    }
+    if (term > max_abs_term) max_abs_term = term;  // a NaN term leaves it: the error catches NaN
   }
   // The catalog's reference sum (dense, exact on integers, no options).
   const std::string_view reference = catalog::ReferenceSumAlgorithm();
@@ -56,6 +63,7 @@ absl::StatusOr<ConservationResult> CheckConservation(
   }
   sum.ToDense(scratch);
   ConservationResult r;
+  r.max_abs_term = max_abs_term;
   for (size_t i = 0; i < n; ++i) {
     // std::max drops a NaN (max(err, NaN) is err), so a NaN result would
     // pass as conserved: a non-finite value is an infinite error.

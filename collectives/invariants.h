@@ -21,6 +21,12 @@ uint64_t HashFloats(std::span<const float> x);
 struct ConservationResult {
   double max_abs_err = 0;  // max |reference sum - result|
   double max_abs_sum = 0;  // max |reference sum|
+  // max |grad| + |residual_in| + |residual_out| (+ |decayed|) on this rank:
+  // the size of the terms whose float sums round, so where nearly everything
+  // stays in the residuals (a COVAP step that sends nothing) the tolerance is
+  // not taken relative to a sum that is itself only rounding.
+  double max_abs_term = 0;
+  double scale() const { return max_abs_sum > max_abs_term ? max_abs_sum : max_abs_term; }
 };
 
 // contribution = grad + residual_in - residual_out is what this rank gave up

@@ -71,13 +71,13 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
     ctx.deadline = deadline;
     auto cons =
         CheckConservation(ctx, grads[b], residual_in_[b], agent.residual(static_cast<int>(b)),
-                          result_dense_, contribution_, scratch_);
+                          result_dense_, contribution_, scratch_, out.results[b].decayed);
     if (!cons.ok()) return cons.status();
-    const double limit = kRelativeTolerance * std::max(cons->max_abs_sum, 1e-30);
+    const double limit = kRelativeTolerance * std::max(cons->scale(), 1e-30);
     if (!(cons->max_abs_err <= limit) && bad.empty()) {  // NaN-safe
-      bad = absl::StrCat("conservation: bucket ", b,
-                         " max |dense-ring sum - result| = ", cons->max_abs_err, " > ", limit,
-                         " (max |sum| ", cons->max_abs_sum, ")");
+      bad = absl::StrCat(
+          "conservation: bucket ", b, " max |dense-ring sum - result| = ", cons->max_abs_err, " > ",
+          limit, " (max |sum| ", cons->max_abs_sum, ", max |term| ", cons->max_abs_term, ")");
     }
   }
   auto consistent = CheckConsistency(*in_band_, hash, deadline);

@@ -170,7 +170,8 @@ TEST_P(InvariantsTest, DensityOneEqualsDenseRing) {
       if (!TeamsValid(algo, p, t)) continue;
       for (size_t n : {size_t{1009}, size_t{2}}) {
         // The algorithm's own parameters for a dense run (COVAP: I = 1).
-        mine.push_back({p, n, {1.0, t, Traits(algo).dense_params}, 2, Values::kIntegers, 3});
+        const auto& dense = Traits(algo).dense_params;
+        mine.push_back({p, n, {1.0, t, {dense.begin(), dense.end()}}, 2, Values::kIntegers, 3});
         ring.push_back({p, n, {1.0, 1}, 2, Values::kIntegers, 3});
       }
     }

@@ -2,7 +2,7 @@
 # End-to-end tests: a gradex-coordinator and gradex-agent processes over UCX on
 # this machine, every step's invariants checked in-band (--check-invariants).
 # usage: e2e_test.sh COORDINATOR AGENT SCENARIO
-#   basic4 | teams6 | kill | coordinator-restart | late-join | violation | prometheus |
+#   basic4 | covap3 | teams6 | kill | coordinator-restart | late-join | violation | prometheus |
 #   join-retry | stall
 # Every wait is bounded; the temporary directory and every process started are
 # removed on exit (KEEP_TMP=1 keeps the logs).
@@ -26,9 +26,10 @@ COORD_METRICS=$(free_port)
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
 T0=$(now)
 
-# Common job: spardl-bsag at density 0.01, barriers every 16 steps.
+# Common job: spardl-bsag (or $ALGORITHM) at density 0.01, barriers every 16 steps.
+ALGORITHM=spardl-bsag
 config() {
-  write_config "$TMP/job.json" job_id="$JOB" algorithm=spardl-bsag density=0.01 \
+  write_config "$TMP/job.json" job_id="$JOB" algorithm="$ALGORITHM" density=0.01 \
     barrier_period=16 plan_lead_steps=16 step_deadline_ms=5000 "$@"
 }
 
@@ -45,7 +46,7 @@ run_world() {  # run_world P TEAMS: P agents, every one to the end
     n=$(steps_of "$i" 'invariants ok$' | wc -l)
     ((n == STEPS)) || fail "agent $i checked $n steps, expected $STEPS"
   done
-  grep -Eq "epoch [0-9]+: $p members, $teams teams, algorithm spardl-bsag" "$TMP/coordinator.log" ||
+  grep -Eq "epoch [0-9]+: $p members, $teams teams, algorithm $ALGORITHM" "$TMP/coordinator.log" ||
     fail "the coordinator never published $p members in $teams teams"
 }
 
@@ -345,6 +346,7 @@ scenario_stall() {
 
 case "$SCENARIO" in
   basic4) run_world 4 1 ;;
+  covap3) ALGORITHM=covap run_world 3 1 ;;  # its decayed residual mass in the checks
   teams6) run_world 6 3 ;;
   kill) scenario_kill ;;
   coordinator-restart) scenario_coordinator_restart ;;
