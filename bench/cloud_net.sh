@@ -70,7 +70,7 @@ run() {  # run LABEL [env...] -- [extra flags...]
 }
 
 setup
-run "netns-tcp-$rate" UCX_TLS=tcp UCX_NET_DEVICES=$DEV -- --rank-wrapper 'ip netns exec gx%d'
+run "netns-tcp-$rate" UCX_TLS=tcp UCX_NET_DEVICES=$DEV -- --rank-wrapper "$root/bench/in_netns gx%d"
 teardown
 if [[ $local_runs -eq 1 ]]; then
   run local-ucx-shm UCX_TLS=sm,self --

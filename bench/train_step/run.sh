@@ -113,7 +113,7 @@ run_bare() {  # run_bare ROUND: gradex-bench at every (algorithm, bucket size) t
     say "round $rnd: gradex-bench --algo $algo --elements $n --teams $teams"
     env UCX_TLS=tcp UCX_NET_DEVICES=gxeth UCX_WARN_UNUSED_ENV_VARS=n "$bench" --algo "$algo" \
       --teams "$teams" --ranks "$RANKS" --elements "$n" --density "$density" --iters "$bench_iters" --warmup 1 \
-      --transport ucx --rank-wrapper "$here/in_netns $PREFIX%d" --deadline-ms 300000 \
+      --transport ucx --rank-wrapper "$here/../in_netns $PREFIX%d" --deadline-ms 300000 \
       --timeout-s 900 --quiet --json-out "$out/raw/bare-r$rnd.jsonl" \
       >>"$out/raw/bare-r$rnd.txt" 2>&1 || say "gradex-bench failed (raw/bare-r$rnd.txt)"
   done
