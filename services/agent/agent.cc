@@ -120,6 +120,12 @@ absl::Status Agent::EnterEpoch() {
 absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence) {
   transport_.reset();  // one communicator at a time on the worker
   rank_ = plan->RankOf(options_.agent_id);
+  // Entry (wire-up and agreement) within the plan's entry timeout; the
+  // heartbeats name this epoch from now on, which tells the coordinator this
+  // member is entering it (its entry deadline evicts members that do not).
+  const Deadline entry =
+      DeadlineIn(plan->entry_timeout.count() > 0 ? plan->entry_timeout : options_.sync_timeout);
+  waits_->SetStep(plan->epoch, next_step_);
   absl::StatusOr<std::unique_ptr<Transport>> t = transports_->Connect(*plan, rank_);
   if (!t.ok()) {
     return absl::Status(t.status().code(),
@@ -139,14 +145,13 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
     }
     return std::nullopt;
   });
-  waits_->SetStep(plan->epoch, next_step_);
   last_epoch_ = plan->epoch;
   SyncState mine;
   mine.next_step = next_step_;
   mine.newest_epoch = plan->epoch;
   mine.values = BarrierValues::From(*Eligible(next_step_, plan));
   absl::StatusOr<SyncState> agreed =
-      AgreeInBand(*transport_, plan->epoch, sync_sequence, mine, DeadlineIn(options_.sync_timeout));
+      AgreeInBand(*transport_, plan->epoch, sync_sequence, mine, entry);
   if (!agreed.ok()) {
     transport_->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
     transport_.reset();
