@@ -174,6 +174,12 @@ bool Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, boo
   if (epoch_counter_ >= kMaxEpoch) return false;  // never wraps (agents drop a wrapped epoch)
   if (roster.size() > static_cast<size_t>(MaxWorld(s_))) roster.resize(MaxWorld(s_));
   formed_any_ = true;
+  for (uint64_t id : roster) {
+    auto it = members_.find(id);
+    if (it != members_.end() && it->second.first_epoch == 0) {
+      it->second.first_epoch = epoch_counter_ + 1;
+    }
+  }
   Epoch e;
   e.number = ++epoch_counter_;
   e.effective_step = effective;

@@ -40,6 +40,7 @@ struct MemberRecord {
   // The newest epoch it showed it enters or runs (its heartbeats' epoch, its
   // reports'): the entry deadline's evidence (issue 12, item 5).
   uint64_t entered_epoch = 0;
+  uint64_t first_epoch = 0;  // the first epoch with it on the roster (0: none yet)
   // Why it was evicted (last_evicted() only).
   enum class Cause { kNone, kLease, kEntry, kSilent } cause = Cause::kNone;
   std::string eviction;

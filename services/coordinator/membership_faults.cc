@@ -25,10 +25,13 @@ void Membership::Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
 // The evidence a member enters an epoch is what it tells about itself: its
 // heartbeats name the epoch it enters or runs (an agent names the new epoch
 // as soon as it starts connecting), and its reports are of that epoch. A
-// member that says nothing of the epoch within entry_timeout of its start
-// holds the others at their entry: it goes, named, and the rest form the
-// next epoch at once. (A member that lies about its epoch is not caught
-// here; its peers' entry then fails and they report it, docs/security.md.)
+// member that never entered any epoch it was placed in (since it joined)
+// within entry_timeout of the latest epoch's start holds the others at
+// their entry: it goes, named, and the rest form the next epoch at once.
+// A member that did enter an earlier one is not judged here: it may still
+// be leaving an older entry that a newer epoch superseded (the wire-up
+// cannot be interrupted), and its lease and the step deadline cover it.
+// (A member that lies about its epoch is not caught either; docs/security.md.)
 void Membership::CheckEntry(absl::Time now, std::vector<uint64_t>* evicted) {
   if (!has_epoch()) return;
   Epoch& e = epochs_.back();
@@ -41,17 +44,20 @@ void Membership::CheckEntry(absl::Time now, std::vector<uint64_t>* evicted) {
   std::vector<uint64_t> absent;
   for (uint64_t id : e.roster) {
     auto it = members_.find(id);
-    if (it != members_.end() && it->second.entered_epoch < e.number) absent.push_back(id);
+    if (it != members_.end() && it->second.entered_epoch < it->second.first_epoch) {
+      absent.push_back(id);
+    }
   }
   if (!absent.empty() && now < e.entry_start + s_.entry_timeout) return;
   e.entry_checked = true;
   const uint64_t number = e.number;
   for (uint64_t id : absent) {
-    Evict(id, MemberRecord::Cause::kEntry,
-          absl::StrCat("did not enter epoch ", number, " within ",
-                       absl::ToInt64Milliseconds(s_.entry_timeout),
-                       " ms (no heartbeat or report from it; its peers wait for it at entry)"),
-          evicted);
+    Evict(
+        id, MemberRecord::Cause::kEntry,
+        absl::StrCat(
+            "did not enter epoch ", number, " within ", absl::ToInt64Milliseconds(s_.entry_timeout),
+            " ms (it never entered an epoch since it joined; its peers wait for it at entry)"),
+        evicted);
   }
 }
 

@@ -144,6 +144,29 @@ TEST(EntryDeadline, AReportFromTheEpochShowsEntry) {
   EXPECT_TRUE(f.ev.empty());
 }
 
+// Two epochs in quick succession: the members still in the first one's
+// entry (their heartbeats name it, its wire-up cannot be interrupted) are not
+// evicted at the second one's deadline; only a member that never entered an
+// epoch is.
+TEST(EntryDeadline, AMemberStillInAnOlderEntryStays) {
+  JobSettings s = Job(3);
+  s.min_world_size = 2;
+  Membership m(s);
+  StartEpoch(m, 3);
+  std::vector<uint64_t> ev;
+  ASSERT_TRUE(m.Leave(3).ok());
+  ASSERT_TRUE(m.Tick(t0, &ev));  // epoch 2: members 1 and 2
+  ASSERT_EQ(m.latest().number, 2u);
+  for (int k = 1; k <= 10; ++k) {
+    const absl::Time t = t0 + absl::Seconds(k);
+    Beat(m, 1, 1, t);  // still says epoch 1 (leaving its older entry)
+    Beat(m, 2, 2, t);
+    EXPECT_FALSE(m.Tick(t, &ev)) << k;
+  }
+  EXPECT_TRUE(ev.empty());
+  EXPECT_EQ(m.latest().number, 2u);
+}
+
 // Members 3 and 4 of four stop together; their last heartbeats were `apart`
 // from each other. Returns the epochs formed after epoch 1 and the
 // evictions' causes.

@@ -6,7 +6,7 @@
 # invariants checked, nobody crashes, and the coordinator refuses the
 # hostile calls naming the field.
 # usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO
-#   bad-address | bounds | flood | idle | impersonate | sigstop
+#   bad-address | bounds | flood | idle | impersonate | sigstop | sigstop-two
 set -euo pipefail
 
 COORDINATOR=$1
@@ -190,6 +190,33 @@ scenario_sigstop() {
   for i in 0 1 2; do expect_finished "$i" 3; done
 }
 
+# Item 6: two members stopped half a second apart (lease 3 s: their leases
+# lapse up to a heartbeat interval apart) make ONE epoch change: the
+# coordinator holds the new epoch for the loss settle window (1 s) and folds
+# in a member already silent for two heartbeat intervals.
+scenario_sigstop_two() {
+  local t_stop t_new before after i
+  DEADLINE_MS=30000 start_job 4 lease_ms=3000
+  before=$(grep -cE "epoch [0-9]+: [0-9]+ members" "$TMP/coordinator.log")
+  t_stop=$(now)
+  kill -STOP "${AGENT_PID[3]}"
+  sleep 0.5
+  kill -STOP "${AGENT_PID[2]}"
+  wait_for "$TMP/agent0.out" "^[0-9.]+ step [0-9]+ epoch [0-9]+ rank [0-9]/2 " 40 ||
+    fail "the survivors never ran a step without the stopped agents"
+  t_new=$(grep -m1 -E "^[0-9.]+ step [0-9]+ epoch [0-9]+ rank [0-9]/2 " "$TMP/agent0.out" | cut -d' ' -f1)
+  echo "survivors ran their first 2-rank step $(awk -v a="$t_new" -v b="$t_stop" 'BEGIN{printf "%.2f", a-b}') s after the first SIGSTOP (lease 3 s, settle 1 s)"
+  awk -v a="$t_new" -v b="$t_stop" 'BEGIN { exit !(a - b < 12) }' || fail "the survivors waited past 12 s"
+  sleep 3  # a second change would come within a lease
+  after=$(grep -cE "epoch [0-9]+: [0-9]+ members" "$TMP/coordinator.log")
+  grep -E "epoch [0-9]+: [0-9]+ members|evicted member" "$TMP/coordinator.log" | tail -n 4
+  ((after - before == 1)) || fail "$((after - before)) epoch changes for two failures in 0.5 s, expected one"
+  grep -qE "epoch [0-9]+: 2 members" "$TMP/coordinator.log" || fail "no 2-member epoch"
+  kill -9 "${AGENT_PID[3]}" "${AGENT_PID[2]}"
+  expect_all_exit_zero 180 0 1
+  for i in 0 1; do expect_finished "$i" 2; done
+}
+
 case "$SCENARIO" in
   bad-address) scenario_bad_address ;;
   bounds) scenario_bounds ;;
@@ -197,6 +224,7 @@ case "$SCENARIO" in
   idle) scenario_idle ;;
   impersonate) scenario_impersonate ;;
   sigstop) scenario_sigstop ;;
+  sigstop-two) scenario_sigstop_two ;;
   *) fail "unknown scenario $SCENARIO" ;;
 esac
 echo "PASS: $SCENARIO"
