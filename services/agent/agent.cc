@@ -126,15 +126,10 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
   const Deadline entry =
       DeadlineIn(plan->entry_timeout.count() > 0 ? plan->entry_timeout : options_.sync_timeout);
   waits_->SetStep(plan->epoch, next_step_);
-  absl::StatusOr<std::unique_ptr<Transport>> t = transports_->Connect(*plan, rank_);
-  if (!t.ok()) {
-    return absl::Status(t.status().code(),
-                        absl::StrCat("epoch ", plan->epoch, " connect: ", t.status().message()));
-  }
-  transport_ = waits_->Wrap(*std::move(t));
   // A newer epoch that drops one of this epoch's members (an eviction or a
-  // leave) preempts the step in progress: this epoch cannot finish a step.
-  waits_->SetPreemption([control = control_, running = plan]() -> std::optional<std::string> {
+  // leave) preempts the step in progress, and the entry too (the wire-up
+  // polls it): this epoch cannot finish a step.
+  auto superseded = [control = control_, running = plan]() -> std::optional<std::string> {
     std::shared_ptr<const Plan> p = control->LatestPlan();
     if (p == nullptr || p->epoch <= running->epoch) return std::nullopt;
     for (const PlanMember& m : running->members) {
@@ -144,7 +139,15 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
       }
     }
     return std::nullopt;
-  });
+  };
+  absl::StatusOr<std::unique_ptr<Transport>> t =
+      transports_->Connect(*plan, rank_, [superseded] { return superseded().has_value(); });
+  if (!t.ok()) {
+    return absl::Status(t.status().code(),
+                        absl::StrCat("epoch ", plan->epoch, " connect: ", t.status().message()));
+  }
+  transport_ = waits_->Wrap(*std::move(t));
+  waits_->SetPreemption(superseded);
   last_epoch_ = plan->epoch;
   SyncState mine;
   mine.next_step = next_step_;
