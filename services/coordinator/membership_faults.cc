@@ -29,8 +29,9 @@ void Membership::Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
 // within entry_timeout of the latest epoch's start holds the others at
 // their entry: it goes, named, and the rest form the next epoch at once.
 // A member that did enter an earlier one is not judged here: it may still
-// be leaving an older entry that a newer epoch superseded (the wire-up
-// cannot be interrupted), and its lease and the step deadline cover it.
+// be leaving an older entry that a newer epoch superseded (a superseded
+// wire-up ends within 50 ms, a failed one at the entry timeout), and its
+// lease and the step deadline cover it.
 // (A member that lies about its epoch is not caught either; docs/security.md.)
 void Membership::CheckEntry(absl::Time now, std::vector<uint64_t>* evicted) {
   if (!has_epoch()) return;
