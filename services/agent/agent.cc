@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "services/agent/epoch_preemption.h"
 #include "services/agent/epoch_sync.h"
 #include "services/agent/link_probe.h"
 
@@ -120,26 +121,13 @@ absl::Status Agent::EnterEpoch() {
 absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence) {
   transport_.reset();  // one communicator at a time on the worker
   rank_ = plan->RankOf(options_.agent_id);
-  // Entry (wire-up and agreement) within the plan's entry timeout; the
-  // heartbeats name this epoch from now on, which tells the coordinator this
-  // member is entering it (its entry deadline evicts members that do not).
+  // Entry (wire-up, agreement) within the plan's entry timeout; heartbeats
+  // name this epoch from now on (the coordinator's entry deadline).
   const Deadline entry =
       DeadlineIn(plan->entry_timeout.count() > 0 ? plan->entry_timeout : options_.sync_timeout);
   waits_->SetStep(plan->epoch, next_step_);
-  // A newer epoch that drops one of this epoch's members (an eviction or a
-  // leave) preempts the step in progress, and the entry too (the wire-up
-  // polls it): this epoch cannot finish a step.
-  auto superseded = [control = control_, running = plan]() -> std::optional<std::string> {
-    std::shared_ptr<const Plan> p = control->LatestPlan();
-    if (p == nullptr || p->epoch <= running->epoch) return std::nullopt;
-    for (const PlanMember& m : running->members) {
-      if (p->RankOf(m.agent_id) < 0) {
-        return absl::StrCat("epoch ", running->epoch, " preempted: agent '", m.agent_id, "' (rank ",
-                            m.rank, ") is not in epoch ", p->epoch);
-      }
-    }
-    return std::nullopt;
-  };
+  // A newer epoch without one of this one's members ends the entry and steps.
+  auto superseded = SupersededBy(control_, plan);
   absl::StatusOr<std::unique_ptr<Transport>> t =
       transports_->Connect(*plan, rank_, [superseded] { return superseded().has_value(); });
   if (!t.ok()) {
