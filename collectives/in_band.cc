@@ -21,7 +21,7 @@ absl::StatusOr<std::vector<uint64_t>> InBand::AllGather(uint64_t value, Deadline
   absl::Status status;
   for (int peer = 0; peer < p && status.ok(); ++peer) {
     if (peer == me) continue;
-    auto r = t_.PostRecv(peer, tag);
+    auto r = t_.PostRecvAtMost(peer, tag, sizeof value);  // exactly one value
     if (!r.ok()) {
       status = r.status();
       break;

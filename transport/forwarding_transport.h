@@ -29,6 +29,9 @@ class ForwardingTransport : public Transport {
   absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) override {
     return inner_->PostRecv(peer, tag);
   }
+  absl::StatusOr<RequestId> PostRecvAtMost(int peer, uint64_t tag, size_t capacity) override {
+    return inner_->PostRecvAtMost(peer, tag, capacity);
+  }
   absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override {
     return inner_->Wait(request, deadline, out);
   }

@@ -44,7 +44,8 @@ class LoopbackFabric {
   int size() const { return size_; }
 
   absl::StatusOr<RequestId> PostSend(int self, int peer, uint64_t tag, Bytes payload);
-  absl::StatusOr<RequestId> PostRecv(int self, int peer, uint64_t tag);
+  // `capacity`: the longest message the receive takes (PostRecvAtMost).
+  absl::StatusOr<RequestId> PostRecv(int self, int peer, uint64_t tag, size_t capacity = SIZE_MAX);
   absl::Status Wait(int self, RequestId id, Deadline deadline, Bytes* out);
   absl::StatusOr<bool> Test(int self, RequestId id, Bytes* out);
   void CancelAll(int self);
@@ -72,6 +73,7 @@ class LoopbackFabric {
   struct Recv {
     int peer = 0;
     uint64_t tag = 0;
+    size_t capacity = SIZE_MAX;
     bool done = false;
     Message msg;
   };
@@ -119,6 +121,9 @@ class LoopbackTransport : public Transport {
   }
   absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) override {
     return fabric_->PostRecv(rank_, peer, tag);
+  }
+  absl::StatusOr<RequestId> PostRecvAtMost(int peer, uint64_t tag, size_t capacity) override {
+    return fabric_->PostRecv(rank_, peer, tag, capacity);
   }
   absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override {
     return fabric_->Wait(rank_, request, deadline, out);

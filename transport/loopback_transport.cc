@@ -54,7 +54,8 @@ absl::StatusOr<RequestId> LoopbackFabric::PostSend(int self, int peer, uint64_t 
   return id;
 }
 
-absl::StatusOr<RequestId> LoopbackFabric::PostRecv(int self, int peer, uint64_t tag) {
+absl::StatusOr<RequestId> LoopbackFabric::PostRecv(int self, int peer, uint64_t tag,
+                                                   size_t capacity) {
   if (absl::Status s = CheckArgs(self, peer, tag); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   RankState& me = ranks_[self];
@@ -62,6 +63,7 @@ absl::StatusOr<RequestId> LoopbackFabric::PostRecv(int self, int peer, uint64_t 
   auto r = std::make_shared<Recv>();
   r->peer = peer;
   r->tag = tag;
+  r->capacity = capacity;
   Channel& ch = channels_[{peer, self, tag}];
   if (!ch.unmatched.empty()) {
     // Messages sent before the peer died are still delivered.
@@ -160,6 +162,15 @@ absl::StatusOr<bool> LoopbackFabric::CompleteRecvLocked(int self, RequestId id, 
   if (me.dead) {
     me.recvs.erase(id);
     return absl::UnavailableError(absl::StrCat("rank ", self, " is dead"));
+  }
+  if (r.done && r.msg.data.size() > r.capacity) {
+    // The message is discarded: what the peer sent is not what was posted.
+    ++me.counters[r.peer].refused_messages;
+    absl::Status s = absl::ResourceExhaustedError(absl::StrCat(
+        "rank ", self, ": receive from peer ", r.peer, " tag ", r.tag, ": peer ", r.peer, " sent ",
+        r.msg.data.size(), " bytes, over the ", r.capacity, " the receive was posted for"));
+    me.recvs.erase(id);
+    return s;
   }
   if (r.done) {
     const size_t bytes = r.msg.data.size();

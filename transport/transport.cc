@@ -12,9 +12,11 @@ namespace gradex {
 constexpr std::chrono::milliseconds kCancelBudget(1000);
 
 absl::StatusOr<Bytes> SendRecv(Transport& t, int to, uint64_t send_tag, Bytes payload, int from,
-                               uint64_t recv_tag, Deadline deadline) {
+                               uint64_t recv_tag, Deadline deadline, size_t capacity) {
   const auto cancel_by = [&] { return std::min(deadline, DeadlineIn(kCancelBudget)); };
-  absl::StatusOr<RequestId> recv = t.PostRecv(from, recv_tag);
+  absl::StatusOr<RequestId> recv = capacity == SIZE_MAX
+                                       ? t.PostRecv(from, recv_tag)
+                                       : t.PostRecvAtMost(from, recv_tag, capacity);
   if (!recv.ok()) return recv.status();
   absl::StatusOr<RequestId> send = t.PostSend(to, send_tag, std::move(payload));
   if (!send.ok()) {

@@ -29,6 +29,9 @@ struct PeerCounters {
   uint64_t recv_bytes = 0;
   uint64_t sent_messages = 0;
   uint64_t recv_messages = 0;
+  // Messages longer than the receive they matched was posted for: refused,
+  // never allocated (PostRecvAtMost).
+  uint64_t refused_messages = 0;
 };
 
 // Opaque handle of a posted operation. 0 is never a valid id.
@@ -48,6 +51,12 @@ class Transport {
   // Posts a receive of a message of unknown size from `peer` with `tag`.
   // Messages between one (sender, receiver, tag) triple match in posting order.
   virtual absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) = 0;
+  // The same for a message of at most `capacity` bytes, what the schedule
+  // expects there: a longer one is refused, never allocated at the size the
+  // peer announced. The receive fails RESOURCE_EXHAUSTED naming the peer,
+  // its size and the capacity, and the peer's refused_messages counts it
+  // (issue 12, item 8; docs/security.md).
+  virtual absl::StatusOr<RequestId> PostRecvAtMost(int peer, uint64_t tag, size_t capacity) = 0;
 
   // Drives progress until the request completes, fails, or `deadline` passes
   // (DEADLINE_EXCEEDED). For receives, the message is moved into `*out` (may be
@@ -80,14 +89,16 @@ class Transport {
       t.recv_bytes += c.recv_bytes;
       t.sent_messages += c.sent_messages;
       t.recv_messages += c.recv_messages;
+      t.refused_messages += c.refused_messages;
     }
     return t;
   }
 };
 
 // Posts a send to `to` and a receive from `from`, waits for both.
+// `capacity`: the most the received message may hold (PostRecvAtMost).
 absl::StatusOr<Bytes> SendRecv(Transport& t, int to, uint64_t send_tag, Bytes payload, int from,
-                               uint64_t recv_tag, Deadline deadline);
+                               uint64_t recv_tag, Deadline deadline, size_t capacity = SIZE_MAX);
 
 }  // namespace gradex
 

@@ -64,6 +64,8 @@ absl::Status UcxTransport::Connect(const std::vector<std::string>& addresses, De
   return WireUp(deadline);
 }
 
+constexpr std::chrono::milliseconds kAbandonPoll{50};
+
 // A one-byte exchange with every peer, so connections exist (and a missing
 // peer shows) before the first real message.
 absl::Status UcxTransport::WireUp(Deadline deadline) {
@@ -76,7 +78,18 @@ absl::Status UcxTransport::WireUp(Deadline deadline) {
     ids.push_back(*send);
   }
   for (RequestId id : ids) {
-    absl::Status s = Wait(id, deadline, nullptr);
+    absl::Status s;
+    // In slices, so that `abandon` is heard within kAbandonPoll.
+    for (;;) {
+      const Deadline slice =
+          options_.abandon ? std::min(deadline, Clock::now() + kAbandonPoll) : deadline;
+      s = Wait(id, slice, nullptr);
+      if (s.code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline) break;
+      if (options_.abandon()) {
+        s = absl::AbortedError(absl::StrCat("rank ", rank_, ": abandoned (superseded)"));
+        break;
+      }
+    }
     if (!s.ok()) {
       CancelAll(DeadlineIn(options_.close_timeout));
       return absl::Status(s.code(), absl::StrCat("UCX wire-up: ", s.message()));

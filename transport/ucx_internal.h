@@ -51,8 +51,10 @@ struct Request {
   uint64_t tag = 0;
   uint64_t wire_tag = 0;
   Bytes buf;
-  void* ucx = nullptr;       // UCX request handle while it exists
-  size_t refused_bytes = 0;  // a receive over the cap: the size the peer announced
+  void* ucx = nullptr;         // UCX request handle while it exists
+  size_t capacity = SIZE_MAX;  // a receive: the longest message it takes
+  size_t refused_bytes = 0;    // a receive over its cap: the size the peer announced
+  size_t refused_cap = 0;      // and the cap it was over
   State state = State::kQueued;
   ucs_status_t ucx_status = UCS_OK;
 
@@ -125,6 +127,7 @@ class UcxTransport : public Transport {
   int size() const override { return size_; }
   absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override;
   absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) override;
+  absl::StatusOr<RequestId> PostRecvAtMost(int peer, uint64_t tag, size_t capacity) override;
   absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override;
   absl::StatusOr<bool> Test(RequestId request, Bytes* out) override;
   void CancelAll(Deadline deadline) override;
@@ -146,7 +149,7 @@ class UcxTransport : public Transport {
 
   absl::Status CheckArgs(int peer, uint64_t tag) const;
   absl::StatusOr<RequestId> StartSend(int peer, uint64_t tag, bool internal, Bytes payload);
-  RequestId StartRecv(int peer, uint64_t tag, bool internal);
+  RequestId StartRecv(int peer, uint64_t tag, bool internal, size_t capacity = SIZE_MAX);
   absl::Status WireUp(Deadline deadline);
   // Receives and drops every queued message of another generation: leftovers
   // of an earlier communicator on this worker (e.g. an aborted epoch).

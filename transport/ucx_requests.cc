@@ -2,6 +2,7 @@
 // cancel) and the UCX completion callbacks.
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <iterator>
@@ -57,6 +58,12 @@ absl::StatusOr<RequestId> UcxTransport::PostRecv(int peer, uint64_t tag) {
   return StartRecv(peer, tag, /*internal=*/false);
 }
 
+absl::StatusOr<RequestId> UcxTransport::PostRecvAtMost(int peer, uint64_t tag, size_t capacity) {
+  if (absl::Status s = CheckArgs(peer, tag); !s.ok()) return s;
+  if (aborted_) return absl::FailedPreconditionError(absl::StrCat("rank ", rank_, " aborted"));
+  return StartRecv(peer, tag, /*internal=*/false, capacity);
+}
+
 absl::StatusOr<RequestId> UcxTransport::StartSend(int peer, uint64_t tag, bool internal,
                                                   Bytes payload) {
   auto r = std::make_unique<Request>();
@@ -95,9 +102,10 @@ absl::StatusOr<RequestId> UcxTransport::StartSend(int peer, uint64_t tag, bool i
   return id;
 }
 
-RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal) {
+RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal, size_t capacity) {
   auto r = std::make_unique<Request>();
   r->internal = internal;
+  r->capacity = capacity;
   r->peer = peer;
   r->tag = tag;
   r->wire_tag = WireTag(generation_, peer, tag, internal);
@@ -112,9 +120,17 @@ RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal) {
 
 void UcxTransport::ReceiveProbed(Request* r, ucp_tag_message_h msg,
                                  const ucp_tag_recv_info_t& info) {
-  const size_t cap = options_.max_message_bytes;
-  const bool refused = cap > 0 && info.length > cap;
-  if (refused) r->refused_bytes = info.length;
+  // The probe told the length the peer announced; the receive takes at most
+  // what it was posted for and the process-wide cap, whichever is smaller.
+  const size_t cap = options_.max_message_bytes > 0
+                         ? std::min(options_.max_message_bytes, r->capacity)
+                         : r->capacity;
+  const bool refused = info.length > cap;
+  if (refused) {
+    r->refused_bytes = info.length;
+    r->refused_cap = cap;
+    if (r->peer >= 0 && r->peer < size_) ++counters_[r->peer].refused_messages;
+  }
   r->buf.resize(refused ? 1 : info.length);
   r->state = State::kInFlight;
   ucp_request_param_t param = {};
@@ -145,6 +161,12 @@ void UcxTransport::MatchQueued() {
         self->second.pop_front();
         if (self->second.empty()) self_unmatched_.erase(self);
         r->state = State::kDone;
+        if (r->buf.size() > r->capacity) {  // as from a peer (ReceiveProbed)
+          r->refused_bytes = r->buf.size();
+          r->refused_cap = r->capacity;
+          ++counters_[rank_].refused_messages;
+          Bytes().swap(r->buf);
+        }
         q.pop_front();
         continue;
       }
@@ -183,7 +205,7 @@ std::optional<absl::Status> UcxTransport::Outcome(Request& r) {
       if (r.refused_bytes > 0) {
         return absl::ResourceExhaustedError(
             absl::StrCat(Describe(r), ": peer ", r.peer, " sent ", r.refused_bytes,
-                         " bytes, over the receive cap of ", options_.max_message_bytes));
+                         " bytes, over the receive cap of ", r.refused_cap));
       }
       if (r.state == State::kDone) return absl::OkStatus();
       return absl::UnavailableError(

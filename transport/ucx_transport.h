@@ -16,6 +16,7 @@
 #define GRADEX_TRANSPORT_UCX_TRANSPORT_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ struct UcxOptions {
   // the peer asked for. 0: unlimited. The agent sets it from its bucket size
   // (issue 12, item 8).
   size_t max_message_bytes = 0;
+  // Polled while wiring up (may be empty): true ends the connect with
+  // ABORTED, e.g. the agent's epoch was superseded while it connected.
+  std::function<bool()> abandon;
 };
 
 // Creates a UCP worker and connects it to every rank through `bootstrap`.

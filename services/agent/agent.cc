@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "services/agent/epoch_preemption.h"
 #include "services/agent/epoch_sync.h"
 #include "services/agent/link_probe.h"
 
@@ -120,33 +121,28 @@ absl::Status Agent::EnterEpoch() {
 absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence) {
   transport_.reset();  // one communicator at a time on the worker
   rank_ = plan->RankOf(options_.agent_id);
-  absl::StatusOr<std::unique_ptr<Transport>> t = transports_->Connect(*plan, rank_);
+  // Entry (wire-up, agreement) within the plan's entry timeout; heartbeats
+  // name this epoch from now on (the coordinator's entry deadline).
+  const Deadline entry =
+      DeadlineIn(plan->entry_timeout.count() > 0 ? plan->entry_timeout : options_.sync_timeout);
+  waits_->SetStep(plan->epoch, next_step_);
+  // A newer epoch without one of this one's members ends the entry and steps.
+  auto superseded = SupersededBy(control_, plan);
+  absl::StatusOr<std::unique_ptr<Transport>> t =
+      transports_->Connect(*plan, rank_, [superseded] { return superseded().has_value(); });
   if (!t.ok()) {
     return absl::Status(t.status().code(),
                         absl::StrCat("epoch ", plan->epoch, " connect: ", t.status().message()));
   }
   transport_ = waits_->Wrap(*std::move(t));
-  // A newer epoch that drops one of this epoch's members (an eviction or a
-  // leave) preempts the step in progress: this epoch cannot finish a step.
-  waits_->SetPreemption([control = control_, running = plan]() -> std::optional<std::string> {
-    std::shared_ptr<const Plan> p = control->LatestPlan();
-    if (p == nullptr || p->epoch <= running->epoch) return std::nullopt;
-    for (const PlanMember& m : running->members) {
-      if (p->RankOf(m.agent_id) < 0) {
-        return absl::StrCat("epoch ", running->epoch, " preempted: agent '", m.agent_id, "' (rank ",
-                            m.rank, ") is not in epoch ", p->epoch);
-      }
-    }
-    return std::nullopt;
-  });
-  waits_->SetStep(plan->epoch, next_step_);
+  waits_->SetPreemption(superseded);
   last_epoch_ = plan->epoch;
   SyncState mine;
   mine.next_step = next_step_;
   mine.newest_epoch = plan->epoch;
   mine.values = BarrierValues::From(*Eligible(next_step_, plan));
   absl::StatusOr<SyncState> agreed =
-      AgreeInBand(*transport_, plan->epoch, sync_sequence, mine, DeadlineIn(options_.sync_timeout));
+      AgreeInBand(*transport_, plan->epoch, sync_sequence, mine, entry);
   if (!agreed.ok()) {
     transport_->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
     transport_.reset();

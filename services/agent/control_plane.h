@@ -52,6 +52,10 @@ struct Plan {
   // the entry's default where the algorithm reads them.
   catalog::ParamValues params;
   std::chrono::milliseconds step_deadline{10000};  // budget of one call
+  // Entering the epoch (connect + the entry agreement) ends this long after
+  // it starts; the coordinator evicts a member not entering by then. 0: the
+  // agent's own timeouts.
+  std::chrono::milliseconds entry_timeout{0};
   // Probe the links at each epoch's start (link_probe.h) and report them. A
   // job constant (the coordinator's auto_teams), so every rank of an epoch
   // probes at the same point.

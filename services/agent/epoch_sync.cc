@@ -27,6 +27,14 @@ constexpr size_t kNameBytes = 64;
 // the table's i-th name). A table keeps the message at a few KiB whatever
 // the names: 4096 buckets cost 4 KiB, not 4096 names.
 constexpr size_t kFixedSize = 4 + 4 + 8 + 8 + 4 + 8 + kNameBytes + 8 + 4 * 2 + 4 + 1;
+// The longest agreement message a peer may send: the encoding above at most
+// (under 11 KiB), with room for fields to come. A receive takes no more
+// (issue 12, item 8): a member cannot make its peers allocate at entry.
+constexpr size_t kMaxMessageBytes = 64 * 1024;
+static_assert(kFixedSize + catalog::kMaxParams * (1 + catalog::kMaxParamNameBytes + 8) + 2 + 1 +
+                  catalog::kMaxDistinctBucketAlgorithms * (1 + kNameBytes) +
+                  catalog::kMaxBucketAlgorithms <=
+              kMaxMessageBytes);
 
 class Writer {
  public:
@@ -214,7 +222,7 @@ absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int w
 // says the epoch is already superseded (its peers will never come).
 absl::StatusOr<Bytes> Exchange(Transport& t, int to, Bytes out, int from, uint64_t tag,
                                Deadline deadline, const std::function<bool()>& abandon) {
-  absl::StatusOr<RequestId> recv = t.PostRecv(from, tag);
+  absl::StatusOr<RequestId> recv = t.PostRecvAtMost(from, tag, kMaxMessageBytes);
   if (!recv.ok()) return recv.status();
   absl::StatusOr<RequestId> send = t.PostSend(to, tag, std::move(out));
   if (!send.ok()) {

@@ -86,6 +86,7 @@ absl::StatusOr<Plan> ToPlan(const pb::Plan& m, uint64_t version_offset) {
     }
   }
   p.step_deadline = std::chrono::milliseconds(m.step_deadline_ms());
+  p.entry_timeout = std::chrono::milliseconds(m.entry_timeout_ms());
   p.measure_links = m.measure_links();
   return p;
 }

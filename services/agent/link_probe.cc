@@ -44,7 +44,8 @@ absl::StatusOr<double> Exchange(Transport& t, uint32_t epoch, size_t size, uint3
   const uint64_t tag = MessageTag(kProbePhase, index, rep);
   Bytes out = Message(size, epoch, index, rep);  // built before the clock starts
   const Clock::time_point start = Clock::now();
-  absl::StatusOr<RequestId> recv = t.PostRecv(from, tag);
+  // A probe message is exactly `size` bytes: nothing longer is taken.
+  absl::StatusOr<RequestId> recv = t.PostRecvAtMost(from, tag, size);
   if (!recv.ok()) return recv.status();
   absl::StatusOr<RequestId> send = t.PostSend(to, tag, std::move(out));
   absl::Status s = send.status();

@@ -19,10 +19,16 @@ class UcxProvider final : public TransportProvider {
     const char* env = std::getenv("UCX_TLS");
     return env != nullptr && *env != '\0' ? env : "all";
   }
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank) override {
+  absl::StatusOr<std::unique_ptr<Transport>> Connect(
+      const Plan& plan, int rank, const std::function<bool()>& abandon) override {
     absl::StatusOr<std::vector<std::string>> addresses = PlanAddresses(plan);
     if (!addresses.ok()) return addresses.status();
-    return ConnectUcxTransport(worker_, rank, *addresses, plan.epoch, options_);
+    UcxOptions o = options_;
+    // The epoch's entry deadline bounds the wire-up: the coordinator evicts
+    // whoever has not entered by then, and a newer epoch follows.
+    if (plan.entry_timeout.count() > 0) o.connect_timeout = plan.entry_timeout;
+    o.abandon = abandon;
+    return ConnectUcxTransport(worker_, rank, *addresses, plan.epoch, o);
   }
 
  private:

@@ -4,6 +4,7 @@
 #ifndef GRADEX_SERVICES_AGENT_TRANSPORT_PROVIDER_H_
 #define GRADEX_SERVICES_AGENT_TRANSPORT_PROVIDER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,8 +28,10 @@ class TransportProvider {
   virtual std::string version() const { return ""; }
   virtual std::string transports() const { return ""; }
   // The communicator of `plan`'s epoch as `rank`. The previous one is
-  // destroyed before this is called.
-  virtual absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank) = 0;
+  // destroyed before this is called. `abandon` (may be empty), polled while
+  // connecting, ends it with ABORTED: a newer epoch superseded this one.
+  virtual absl::StatusOr<std::unique_ptr<Transport>> Connect(
+      const Plan& plan, int rank, const std::function<bool()>& abandon) = 0;
 };
 
 // One UCX worker for the agent's whole life (its address stays valid across

@@ -21,6 +21,11 @@ class WaitTrackingTransport final : public ForwardingTransport {
     if (id.ok()) tracker_->Posted(owner_, *id, peer);
     return id;
   }
+  absl::StatusOr<RequestId> PostRecvAtMost(int peer, uint64_t tag, size_t capacity) override {
+    absl::StatusOr<RequestId> id = ForwardingTransport::PostRecvAtMost(peer, tag, capacity);
+    if (id.ok()) tracker_->Posted(owner_, *id, peer);
+    return id;
+  }
   absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override {
     absl::Status s;
     // In slices, so that an eviction of a peer preempts the wait.

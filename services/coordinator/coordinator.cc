@@ -94,6 +94,7 @@ absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now
     return st;
   }
   membership_.NoteStep(r.member_id(), r.step(), now);
+  membership_.NoteEpoch(r.member_id(), r.epoch());
   const Epoch* e = membership_.FindEpoch(r.epoch());
   const int rank = e ? membership_.RankIn(*e, r.member_id()) : -1;
   if (rank < 0) {
@@ -170,8 +171,11 @@ void Coordinator::Tick(absl::Time now) {
     for (const MemberRecord& m : membership_.last_evicted()) {
       const uint64_t id = m.id;
       Log("evicted member ", id, " (agent '", Quote(m.agent_id), "' on host '", Quote(m.host),
-          "'): lease expired");
-      if (metrics_) metrics_->evictions.Increment();
+          "'): ", m.eviction);
+      if (metrics_) {
+        metrics_->evictions.Increment();
+        if (m.cause == MemberRecord::Cause::kEntry) metrics_->entry_evictions.Increment();
+      }
       gone_.push_back(id);
     }
     if (formed) {

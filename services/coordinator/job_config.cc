@@ -1,5 +1,6 @@
 #include "services/coordinator/job_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -135,6 +136,14 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   if (c.lease_ms() != 0 && c.lease_ms() < 100) return Bad("lease_ms", ">= 100");
   if (c.lease_ms() > 0) s.lease = absl::Milliseconds(c.lease_ms());
   if (c.step_deadline_ms() > 0) s.step_deadline = absl::Milliseconds(c.step_deadline_ms());
+  if (c.entry_timeout_ms() > 0) s.entry_timeout = absl::Milliseconds(c.entry_timeout_ms());
+  // Heartbeats (every lease / 3) must be able to say a member enters.
+  if (s.entry_timeout < s.lease) return Bad("entry_timeout_ms", ">= lease_ms");
+  if (c.has_loss_settle_ms() && absl::Milliseconds(c.loss_settle_ms()) > s.lease) {
+    return Bad("loss_settle_ms", "<= lease_ms");
+  }
+  s.loss_settle = c.has_loss_settle_ms() ? absl::Milliseconds(c.loss_settle_ms())
+                                         : std::min(s.lease / 3, absl::Seconds(1));
   if (c.plan_lead_steps() < 0 || c.plan_lead_steps() > (1 << 20)) {
     return Bad("plan_lead_steps", "0..1048576");
   }

@@ -89,6 +89,7 @@ absl::Status Membership::Heartbeat(const gradex::v1::HeartbeatRequest& r, absl::
   if (!st.ok()) return st;
   MemberRecord& m = members_.at(r.member_id());
   m.epoch = r.epoch();
+  m.entered_epoch = std::max(m.entered_epoch, r.epoch());
   m.waiting = r.has_waiting();
   if (m.waiting) m.wait = r.waiting();
   return absl::OkStatus();
@@ -108,6 +109,11 @@ void Membership::NoteStep(uint64_t id, uint64_t step, absl::Time now) {
   if (it == members_.end()) return;
   it->second.next_step = std::max(it->second.next_step, step + 1);
   it->second.progress_at = now;
+}
+
+void Membership::NoteEpoch(uint64_t id, uint64_t epoch) {
+  auto it = members_.find(id);
+  if (it != members_.end()) it->second.entered_epoch = std::max(it->second.entered_epoch, epoch);
 }
 
 const Epoch* Membership::FindEpoch(uint64_t number) const {
@@ -168,6 +174,12 @@ bool Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, boo
   if (epoch_counter_ >= kMaxEpoch) return false;  // never wraps (agents drop a wrapped epoch)
   if (roster.size() > static_cast<size_t>(MaxWorld(s_))) roster.resize(MaxWorld(s_));
   formed_any_ = true;
+  for (uint64_t id : roster) {
+    auto it = members_.find(id);
+    if (it != members_.end() && it->second.first_epoch == 0) {
+      it->second.first_epoch = epoch_counter_ + 1;
+    }
+  }
   Epoch e;
   e.number = ++epoch_counter_;
   e.effective_step = effective;
@@ -176,6 +188,7 @@ bool Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, boo
   epochs_.push_back(std::move(e));
   while (epochs_.size() > kEpochsKept) epochs_.pop_front();
   lost_ = false;
+  lost_at_ = absl::InfiniteFuture();
   rendezvous_open_ = false;
   rebuild_world_ = 0;
   return true;
@@ -183,17 +196,13 @@ bool Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, boo
 
 bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
   last_evicted_.clear();
-  for (auto it = members_.begin(); it != members_.end();) {
-    if (it->second.lease_expiry <= now) {
-      if (has_epoch() && RankIn(latest(), it->first) >= 0) lost_ = true;
-      evicted->push_back(it->first);
-      last_evicted_.push_back(it->second);
-      by_agent_.erase(it->second.agent_id);
-      it = members_.erase(it);
-    } else {
-      ++it;
-    }
+  std::vector<uint64_t> expired;
+  for (const auto& [id, m] : members_) {
+    if (m.lease_expiry <= now) expired.push_back(id);
   }
+  for (uint64_t id : expired) Evict(id, MemberRecord::Cause::kLease, "lease expired", evicted);
+  CheckEntry(now, evicted);
+  if (has_epoch() && lost_ && !members_.empty() && !LossSettled(now, evicted)) return false;
   std::vector<uint64_t> all;
   for (const auto& [id, m] : members_) all.push_back(id);
 
@@ -204,6 +213,7 @@ bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
       if (has_epoch()) epochs_.clear();
       rendezvous_open_ = false;
       lost_ = false;
+      lost_at_ = absl::InfiniteFuture();
       return false;
     }
     // A rebuild waits for the world its members say they ran, but a claim

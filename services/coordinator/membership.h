@@ -37,6 +37,13 @@ struct MemberRecord {
   // Re-registration after a coordinator restart.
   uint64_t last_epoch = 0;
   int last_rank = -1;
+  // The newest epoch it showed it enters or runs (its heartbeats' epoch, its
+  // reports'): the entry deadline's evidence (issue 12, item 5).
+  uint64_t entered_epoch = 0;
+  uint64_t first_epoch = 0;  // the first epoch with it on the roster (0: none yet)
+  // Why it was evicted (last_evicted() only).
+  enum class Cause { kNone, kLease, kEntry, kSilent } cause = Cause::kNone;
+  std::string eviction;
 };
 
 struct Epoch {
@@ -44,6 +51,10 @@ struct Epoch {
   uint64_t effective_step = 0;
   bool immediate = false;        // formed because a member was lost (or first)
   std::vector<uint64_t> roster;  // member ids in rank order
+  // Entry: starts when the job reaches effective_step (at once for an
+  // immediate epoch); checked once every member entered or at the deadline.
+  absl::Time entry_start = absl::InfiniteFuture();
+  bool entry_checked = false;
 };
 
 class Membership {
@@ -63,13 +74,17 @@ class Membership {
   absl::Status Leave(uint64_t id);
   // A step report: progress only (the step it finished or failed).
   void NoteStep(uint64_t id, uint64_t step, absl::Time now);
+  // A report from `epoch` (validated): the member is in it.
+  void NoteEpoch(uint64_t id, uint64_t epoch);
 
-  // Evicts expired leases (their ids appended to *evicted) and forms a new
-  // epoch when due: the rendezvous completed, members were lost (at once),
-  // or members wait to be admitted (at the next plan barrier). Returns true
-  // when a new epoch was formed.
+  // Evicts expired leases and members that did not enter the latest epoch
+  // by its entry deadline (their ids appended to *evicted) and forms a new
+  // epoch when due: the rendezvous completed, members were lost (after the
+  // loss settle window), or members wait to be admitted (at the next plan
+  // barrier). Returns true when a new epoch was formed.
   bool Tick(absl::Time now, std::vector<uint64_t>* evicted);
-  // The members the last Tick evicted, as they were (for the log's names).
+  // The members the last Tick evicted, as they were (for the log's names),
+  // each with its `eviction` reason.
   const std::vector<MemberRecord>& last_evicted() const { return last_evicted_; }
 
   bool has_epoch() const { return !epochs_.empty(); }
@@ -102,6 +117,14 @@ class Membership {
   // False (and nothing formed) when the epoch numbers are exhausted.
   bool FormEpoch(std::vector<uint64_t> roster, uint64_t effective, bool immediate);
   std::vector<uint64_t> FreshOrder(std::vector<uint64_t> ids) const;
+  void Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
+             std::vector<uint64_t>* evicted);
+  // The latest epoch's entry deadline (issue 12, item 5).
+  void CheckEntry(absl::Time now, std::vector<uint64_t>* evicted);
+  // After a loss, once the settle window passed: also drops the members
+  // silent for two heartbeat intervals (issue 12, item 6). False while the
+  // window is open.
+  bool LossSettled(absl::Time now, std::vector<uint64_t>* evicted);
 
   JobSettings s_;
   std::map<uint64_t, MemberRecord> members_;
@@ -115,7 +138,8 @@ class Membership {
   bool rendezvous_open_ = false;
   absl::Time rendezvous_deadline_;
   int rebuild_world_ = 0;
-  bool lost_ = false;  // a member of the latest epoch left or was evicted
+  bool lost_ = false;                            // a member of the latest epoch left or was evicted
+  absl::Time lost_at_ = absl::InfiniteFuture();  // when Tick first saw lost_
 };
 
 }  // namespace gradex::coordinator

@@ -40,8 +40,13 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       joins_fresh(joins_family.Add({{"kind", "fresh"}})),
       joins_rejoin(joins_family.Add({{"kind", "rejoin"}})),
       evictions(CounterFamily(r, "gradex_coordinator_evictions_total",
-                              "Members evicted because their lease expired")
+                              "Members evicted (lease expired, epoch not entered in time, or "
+                              "silent when another loss changed the epoch)")
                     .Add({})),
+      entry_evictions(CounterFamily(r, "gradex_coordinator_entry_evictions_total",
+                                    "Members evicted because they did not enter an epoch within "
+                                    "entry_timeout")
+                          .Add({})),
       leaves(CounterFamily(r, "gradex_coordinator_leaves_total", "Members that left (Leave RPC)")
                  .Add({})),
       plan_version(

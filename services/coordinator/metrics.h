@@ -35,6 +35,7 @@ struct CoordinatorMetrics {
   prometheus::Counter& joins_fresh;
   prometheus::Counter& joins_rejoin;
   prometheus::Counter& evictions;
+  prometheus::Counter& entry_evictions;  // of which: did not enter an epoch in time
   prometheus::Counter& leaves;
   prometheus::Gauge& plan_version;
   prometheus::Counter& plans_published;

@@ -70,6 +70,7 @@ gradex::v1::Plan BuildPlan(
   p.set_covap_ccr(agreed.covap_ccr);
   p.set_barrier_period(s.barrier_period);
   p.set_step_deadline_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(s.step_deadline)));
+  p.set_entry_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(s.entry_timeout)));
   return p;
 }
 

@@ -3,6 +3,7 @@
 #ifndef GRADEX_TESTS_AGENT_LOOPBACK_PROVIDER_H_
 #define GRADEX_TESTS_AGENT_LOOPBACK_PROVIDER_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,7 +39,9 @@ class LoopbackProvider final : public TransportProvider {
   LoopbackProvider(LoopbackPool* pool, std::string address)
       : pool_(pool), address_(std::move(address)) {}
   std::string address() const override { return address_; }
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank) override {
+  // Connects at once: nothing to abandon.
+  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
+                                                     const std::function<bool()>&) override {
     return pool_->Take(plan, rank);
   }
 

@@ -1,9 +1,14 @@
 // One UCX worker carrying two communicators one after the other (as an agent
 // does across epochs): a message the first one left unreceived must never be
 // matched by the second.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <barrier>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +75,42 @@ TEST(UcxWorkerTest, OneCommunicatorAtATime) {
   std::vector<std::string> two = {(*worker)->address(), ""};
   EXPECT_EQ(ConnectUcxTransport(*worker, 0, two, 3, options).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A peer whose listener accepts TCP and never answers (a member that never
+// joins the data plane) holds the wire-up until its deadline, unless the
+// agent abandons it: a newer epoch superseded this one (issue 12, items 5
+// and 6). The connect then ends ABORTED at once and the worker is free.
+TEST(UcxWorkerTest, AWireUpIsAbandonedWhenTheEpochIsSuperseded) {
+  const int hole = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(hole, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(bind(hole, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(hole, 8), 0);
+  ASSERT_EQ(getsockname(hole, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  UcxOptions options;
+  options.tls = "tcp";
+  options.connect_timeout = std::chrono::seconds(20);
+  absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::vector<std::string> addresses = {(*worker)->address(),
+                                              "127.0.0.1:" + std::to_string(ntohs(a.sin_port))};
+  const auto start = std::chrono::steady_clock::now();
+  options.abandon = [start] {
+    return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(300);
+  };
+  absl::StatusOr<std::unique_ptr<Transport>> t =
+      ConnectUcxTransport(*worker, 0, addresses, 1, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kAborted) << t.status();
+  EXPECT_LT(seconds, 5.0) << "the wire-up ran on past its abandon";
+  options.abandon = nullptr;
+  EXPECT_TRUE(ConnectUcxTransport(*worker, 0, {(*worker)->address()}, 2, options).ok());
+  close(hole);
 }
 
 }  // namespace

@@ -3,8 +3,13 @@
 // a misconfigured pod would (issue 12). Every call has a deadline; each
 // action prints one line per call, "ACTION: CODE: message", and exits 0
 // (the script judges), 2 on bad usage.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -35,6 +40,10 @@ constexpr char kUsage[] =
                           every other member with this member's secret
   join-unreachable        Join with a valid address where nothing listens, then leave
                           the lease to expire (never heartbeat)
+  heartbeat-idle SECONDS  Join with the address of a TCP socket that listens but never
+                          accepts (a data plane that never answers), then Heartbeat every
+                          lease / 3 for SECONDS, never entering an epoch; prints how the
+                          heartbeats ended ("evicted after S s: CODE: message" or "alive")
   --help                  this text
 )";
 
@@ -165,6 +174,51 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
       Prepare(lc, x);
       Print("leave" + who, x.stub->Leave(&lc, l, &lr));
     }
+  } else if (action == "heartbeat-idle" && args.size() == 1) {
+    int seconds = 0;
+    if (!absl::SimpleAtoi(args[0], &seconds) || seconds < 1 || seconds > 3600) return 2;
+    // Listens (the kernel completes TCP handshakes into the backlog) and never
+    // accepts: UCX connects and then waits forever for the wire-up.
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+        listen(fd, 64) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      std::perror("hostile_member: listen");
+      return 2;
+    }
+    pb::JoinRequest r = Base(x, "hostile-idle");
+    r.set_ucx_address(absl::StrCat("127.0.0.1:", ntohs(a.sin_port)));
+    grpc::Status joined = Join(x, r, &me);
+    Print("join", joined);
+    if (!joined.ok()) return 0;
+    const auto start = std::chrono::steady_clock::now();
+    const auto interval =
+        std::chrono::milliseconds(std::max<uint32_t>(me.heartbeat_interval_ms(), 1));
+    for (;;) {
+      pb::HeartbeatRequest h;
+      h.set_member_id(me.member_id());
+      h.set_member_secret(me.member_secret());
+      pb::HeartbeatResponse hr;
+      grpc::ClientContext c;
+      Prepare(c, x);
+      grpc::Status s = x.stub->Heartbeat(&c, h, &hr);
+      const double t =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!s.ok()) {
+        std::printf("heartbeat-idle: evicted after %.1f s: %d: %s\n", t,
+                    static_cast<int>(s.error_code()), s.error_message().c_str());
+        break;
+      }
+      if (t >= seconds) {
+        std::printf("heartbeat-idle: alive after %.1f s\n", t);
+        break;
+      }
+      std::this_thread::sleep_for(interval);
+    }
+    close(fd);
   } else if (action == "join-unreachable" && args.empty()) {
     Print("join", Join(x, Base(x, "hostile-unreachable"), &me));
   } else {

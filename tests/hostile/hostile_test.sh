@@ -6,7 +6,7 @@
 # invariants checked, nobody crashes, and the coordinator refuses the
 # hostile calls naming the field.
 # usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO
-#   bad-address | bounds | flood | impersonate | sigstop
+#   bad-address | bounds | flood | idle | impersonate | sigstop | sigstop-two
 set -euo pipefail
 
 COORDINATOR=$1
@@ -117,6 +117,42 @@ scenario_flood() {
   (($(epochs_while_running) == 1)) || fail "epoch churn under the flood"
 }
 
+# Item 5: a member that joins and heartbeats but whose data plane never
+# answers (a TCP listener that never accepts) is let into an epoch at a
+# barrier; the others wait for it at entry until the epoch's entry deadline
+# (4 s), when the coordinator evicts it, naming it in the log and counting
+# it; the others run on in a 3-member epoch within a bound (before: they
+# re-entered its epochs until their join timeout and failed).
+scenario_idle() {
+  local t_join t_new out epoch4 i metrics
+  start_job 3 max_world_size=4 lease_ms=2000 entry_timeout_ms=4000
+  t_join=$(now)
+  hostile heartbeat-idle 90 >"$TMP/idle.out" &
+  E2E_PIDS+=("$!")
+  wait_for "$TMP/coordinator.log" "epoch [0-9]+: 4 members" 60 || fail "the idle member never entered an epoch"
+  epoch4=$(grep -m1 -oE "epoch [0-9]+: 4 members" "$TMP/coordinator.log" | cut -d' ' -f2 | tr -d :)
+  wait_for "$TMP/coordinator.log" \
+    "evicted member [0-9]+ \(agent 'hostile-idle' on host 'hostile-host'\): did not enter epoch $epoch4 within 4000 ms" 40 ||
+    fail "the idle member was not evicted and named at the entry deadline"
+  # The survivors' first step in a later epoch.
+  for ((i = 0; i < 400; ++i)); do
+    t_new=$(awk -v e="$epoch4" '$2 == "step" && $4 == "epoch" && $5 > e && $7 ~ /\/3$/ { print $1; exit }' \
+      "$TMP/agent0.out")
+    [[ -n "$t_new" ]] && break
+    sleep 0.1
+  done
+  [[ -n "$t_new" ]] || fail "the survivors never ran a step after epoch $epoch4"
+  echo "survivors ran a 3-rank step after the idle member's epoch $(awk -v a="$t_new" -v b="$t_join" 'BEGIN{printf "%.2f", a-b}') s after it joined (entry timeout 4 s, lease 2 s)"
+  awk -v a="$t_new" -v b="$t_join" 'BEGIN { exit !(a - b < 20) }' ||
+    fail "the survivors were held $(awk -v a="$t_new" -v b="$t_join" 'BEGIN{print a-b}') s by the idle member"
+  metrics=$(curl -sf --max-time 10 "http://127.0.0.1:$COORD_METRICS/metrics") || fail "no coordinator metrics"
+  [[ $(awk '$1 == "gradex_coordinator_entry_evictions_total" { print $2 }' <<<"$metrics") == 1 ]] ||
+    fail "gradex_coordinator_entry_evictions_total is not 1"
+  finish_job 3 3
+  out=$(cat "$TMP/idle.out")
+  expect_line "$out" "^heartbeat-idle: evicted after [0-9.]+ s: 5: "
+}
+
 # Item 3: a token holder cannot heartbeat, report or leave as another member:
 # every such call is PERMISSION_DENIED and the job never notices.
 scenario_impersonate() {
@@ -154,12 +190,41 @@ scenario_sigstop() {
   for i in 0 1 2; do expect_finished "$i" 3; done
 }
 
+# Item 6: two members stopped half a second apart (lease 3 s: their leases
+# lapse up to a heartbeat interval apart) make ONE epoch change: the
+# coordinator holds the new epoch for the loss settle window (1 s) and folds
+# in a member already silent for two heartbeat intervals.
+scenario_sigstop_two() {
+  local t_stop t_new before after i
+  DEADLINE_MS=30000 start_job 4 lease_ms=3000
+  before=$(grep -cE "epoch [0-9]+: [0-9]+ members" "$TMP/coordinator.log")
+  t_stop=$(now)
+  kill -STOP "${AGENT_PID[3]}"
+  sleep 0.5
+  kill -STOP "${AGENT_PID[2]}"
+  wait_for "$TMP/agent0.out" "^[0-9.]+ step [0-9]+ epoch [0-9]+ rank [0-9]/2 " 40 ||
+    fail "the survivors never ran a step without the stopped agents"
+  t_new=$(grep -m1 -E "^[0-9.]+ step [0-9]+ epoch [0-9]+ rank [0-9]/2 " "$TMP/agent0.out" | cut -d' ' -f1)
+  echo "survivors ran their first 2-rank step $(awk -v a="$t_new" -v b="$t_stop" 'BEGIN{printf "%.2f", a-b}') s after the first SIGSTOP (lease 3 s, settle 1 s)"
+  awk -v a="$t_new" -v b="$t_stop" 'BEGIN { exit !(a - b < 12) }' || fail "the survivors waited past 12 s"
+  sleep 3  # a second change would come within a lease
+  after=$(grep -cE "epoch [0-9]+: [0-9]+ members" "$TMP/coordinator.log")
+  grep -E "epoch [0-9]+: [0-9]+ members|evicted member" "$TMP/coordinator.log" | tail -n 4
+  ((after - before == 1)) || fail "$((after - before)) epoch changes for two failures in 0.5 s, expected one"
+  grep -qE "epoch [0-9]+: 2 members" "$TMP/coordinator.log" || fail "no 2-member epoch"
+  kill -9 "${AGENT_PID[3]}" "${AGENT_PID[2]}"
+  expect_all_exit_zero 180 0 1
+  for i in 0 1; do expect_finished "$i" 2; done
+}
+
 case "$SCENARIO" in
   bad-address) scenario_bad_address ;;
   bounds) scenario_bounds ;;
   flood) scenario_flood ;;
+  idle) scenario_idle ;;
   impersonate) scenario_impersonate ;;
   sigstop) scenario_sigstop ;;
+  sigstop-two) scenario_sigstop_two ;;
   *) fail "unknown scenario $SCENARIO" ;;
 esac
 echo "PASS: $SCENARIO"

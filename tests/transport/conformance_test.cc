@@ -1,107 +1,13 @@
 // One conformance suite run against every Transport (loopback, the simulator,
 // UCX over several transport sets) for world sizes 1..5, and against loopback
-// behind ForwardingTransport (the decorators' base must be invisible).
-#include <algorithm>
-#include <chrono>
-#include <string>
-#include <vector>
+// behind ForwardingTransport (the decorators' base must be invisible). The
+// fixture is in conformance.h.
+#include "tests/transport/conformance.h"
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
-#include "tests/transport/test_util.h"
-#include "transport/forwarding_transport.h"
-#include "transport/loopback_transport.h"
-#include "transport/sim_transport.h"
-#include "transport/transport.h"
-#ifdef GRADEX_TEST_UCX
-#include "transport/ucx_transport.h"
-#endif
+#include <vector>
 
 namespace gradex::testing {
 namespace {
-
-using std::chrono::milliseconds;
-
-constexpr milliseconds kStepTimeout{20000};
-
-struct BackendParam {
-  std::string backend;  // "loopback", "sim", "forwarding" (loopback wrapped) or "ucx"
-  std::string tls;      // UCX_TLS override for "ucx"
-  int size;
-};
-
-void PrintTo(const BackendParam& p, std::ostream* os) {
-  *os << p.backend << (p.tls.empty() ? "" : "/") << p.tls << " P=" << p.size;
-}
-
-std::string ParamName(const ::testing::TestParamInfo<BackendParam>& info) {
-  std::string tls = info.param.tls;
-  std::replace_if(
-      tls.begin(), tls.end(), [](char c) { return !isalnum(c); }, '_');
-  return absl::StrCat(info.param.backend, tls.empty() ? "" : "_", tls, "_P", info.param.size);
-}
-
-class TransportConformance : public ::testing::TestWithParam<BackendParam> {
- protected:
-  int P() const { return GetParam().size; }
-
-  // Runs `body` on every rank of a fresh world; fails the test on any error.
-  void Run(const RankBody& body) {
-    std::vector<absl::Status> st = RunStatuses(body);
-    for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
-  }
-
-  std::vector<absl::Status> RunStatuses(const RankBody& body) {
-    const BackendParam& p = GetParam();
-    if (p.backend == "loopback" || p.backend == "sim" || p.backend == "forwarding") {
-      auto ts = std::make_shared<std::vector<std::unique_ptr<Transport>>>(
-          p.backend == "sim" ? CreateSimTransports(p.size, SimParams{})
-                             : CreateLoopbackTransports(p.size));
-      for (auto& t : *ts) {
-        if (p.backend == "forwarding") t = std::make_unique<ForwardingTransport>(std::move(t));
-      }
-      return RunWorld(
-          p.size,
-          [ts](int r, int, std::shared_ptr<InProcessExchange>)
-              -> absl::StatusOr<std::unique_ptr<Transport>> { return std::move((*ts)[r]); },
-          body);
-    }
-#ifdef GRADEX_TEST_UCX
-    UcxOptions opt;
-    opt.tls = p.tls;
-    opt.connect_timeout = milliseconds(20000);
-    return RunWorld(
-        p.size,
-        [opt](int r, int,
-              std::shared_ptr<InProcessExchange> ex) -> absl::StatusOr<std::unique_ptr<Transport>> {
-          InProcessBootstrap boot(ex, r);
-          return CreateUcxTransport(boot, opt);
-        },
-        body);
-#else
-    return std::vector<absl::Status>(p.size, absl::UnimplementedError(p.backend));
-#endif
-  }
-};
-
-// Waits for every request, collecting received payloads by request id order.
-absl::Status WaitAll(Transport& t, const std::vector<RequestId>& ids, std::vector<Bytes>* out,
-                     Deadline deadline) {
-  if (out != nullptr) out->assign(ids.size(), Bytes());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    absl::Status s = t.Wait(ids[i], deadline, out == nullptr ? nullptr : &(*out)[i]);
-    if (!s.ok()) {
-      t.CancelAll(deadline);
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Check(const std::string& problem) {
-  return problem.empty() ? absl::OkStatus() : absl::InternalError(problem);
-}
 
 TEST_P(TransportConformance, RankAndSize) {
   Run([&](Transport& t) -> absl::Status {

@@ -1,0 +1,90 @@
+// Membership's answers to members that fail without leaving (issue 12):
+// the entry deadline (a member that heartbeats but never enters the data
+// plane is evicted and named, item 5) and loss coalescing (failures close
+// together make one epoch change, item 6).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "services/coordinator/membership.h"
+
+namespace gradex::coordinator {
+
+void Membership::Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
+                       std::vector<uint64_t>* evicted) {
+  auto it = members_.find(id);
+  if (it == members_.end()) return;
+  if (has_epoch() && RankIn(latest(), id) >= 0) lost_ = true;
+  evicted->push_back(id);
+  it->second.cause = cause;
+  it->second.eviction = std::move(why);
+  last_evicted_.push_back(std::move(it->second));
+  by_agent_.erase(last_evicted_.back().agent_id);
+  members_.erase(it);
+}
+
+// The evidence a member enters an epoch is what it tells about itself: its
+// heartbeats name the epoch it enters or runs (an agent names the new epoch
+// as soon as it starts connecting), and its reports are of that epoch. A
+// member that never entered any epoch it was placed in (since it joined)
+// within entry_timeout of the latest epoch's start holds the others at
+// their entry: it goes, named, and the rest form the next epoch at once.
+// A member that did enter an earlier one is not judged here: it may still
+// be leaving an older entry that a newer epoch superseded (a superseded
+// wire-up ends within 50 ms, a failed one at the entry timeout), and its
+// lease and the step deadline cover it.
+// (A member that lies about its epoch is not caught either; docs/security.md.)
+void Membership::CheckEntry(absl::Time now, std::vector<uint64_t>* evicted) {
+  if (!has_epoch()) return;
+  Epoch& e = epochs_.back();
+  if (e.entry_checked) return;
+  if (e.entry_start == absl::InfiniteFuture()) {
+    // A barrier epoch starts when the running one reaches its barrier.
+    if (MaxNextStep() < e.effective_step) return;
+    e.entry_start = now;
+  }
+  std::vector<uint64_t> absent;
+  for (uint64_t id : e.roster) {
+    auto it = members_.find(id);
+    if (it != members_.end() && it->second.entered_epoch < it->second.first_epoch) {
+      absent.push_back(id);
+    }
+  }
+  if (!absent.empty() && now < e.entry_start + s_.entry_timeout) return;
+  e.entry_checked = true;
+  const uint64_t number = e.number;
+  for (uint64_t id : absent) {
+    Evict(
+        id, MemberRecord::Cause::kEntry,
+        absl::StrCat(
+            "did not enter epoch ", number, " within ", absl::ToInt64Milliseconds(s_.entry_timeout),
+            " ms (it never entered an epoch since it joined; its peers wait for it at entry)"),
+        evicted);
+  }
+}
+
+// Members killed together lose their leases up to a heartbeat interval
+// apart (lease / 3): forming at the first eviction would make one epoch per
+// loss, each costing the survivors a failed entry. The window holds the
+// epoch for loss_settle after the first loss (leases lapsing meanwhile fold
+// in); at its end a member of the latest epoch silent for two heartbeat
+// intervals (whose lease would lapse within a third of it) is dropped too.
+bool Membership::LossSettled(absl::Time now, std::vector<uint64_t>* evicted) {
+  if (s_.loss_settle <= absl::ZeroDuration()) return true;
+  if (lost_at_ == absl::InfiniteFuture()) lost_at_ = now;
+  if (now < lost_at_ + s_.loss_settle) return false;
+  const absl::Duration silence = s_.lease * 2 / 3;
+  std::vector<uint64_t> silent;
+  for (uint64_t id : latest().roster) {
+    auto it = members_.find(id);
+    if (it != members_.end() && now - it->second.last_heartbeat >= silence) silent.push_back(id);
+  }
+  for (uint64_t id : silent) {
+    Evict(id, MemberRecord::Cause::kSilent,
+          absl::StrCat("silent for ", absl::ToInt64Milliseconds(silence),
+                       " ms while the epoch changes for another loss"),
+          evicted);
+  }
+  return true;
+}
+
+}  // namespace gradex::coordinator

@@ -1,0 +1,67 @@
+// The in-band agreement (epoch entry and plan barriers) under a hostile peer:
+// its receives are posted for at most what an agreement message can hold, so
+// a peer announcing more is refused, named and counted instead of being
+// allocated (issue 12, item 8); honest peers agree as before.
+#include "services/agent/epoch_sync.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "collectives/tag_space.h"
+#include "transport/loopback_transport.h"
+
+namespace gradex::agent {
+namespace {
+
+constexpr uint32_t kEpoch = 7;
+constexpr uint64_t kSequence = 64;
+
+SyncState State(uint64_t next_step) {
+  SyncState s;
+  s.next_step = next_step;
+  s.newest_epoch = kEpoch;
+  s.values = BarrierValues::From(Plan{});  // a plan's defaults: valid values
+  return s;
+}
+
+TEST(EpochSync, HonestPeersAgree) {
+  std::vector<std::unique_ptr<Transport>> ts = CreateLoopbackTransports(3);
+  std::vector<absl::StatusOr<SyncState>> out(3, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      out[r] = AgreeInBand(*ts[r], kEpoch, kSequence, State(10 + r),
+                           DeadlineIn(std::chrono::seconds(10)));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(out[r].ok()) << out[r].status();
+    EXPECT_EQ(out[r]->next_step, 12u);  // the maximum
+    EXPECT_EQ(ts[r]->TotalCounters().refused_messages, 0u);
+  }
+}
+
+TEST(EpochSync, AnOversizedAgreementMessageIsRefusedNamingThePeer) {
+  std::vector<std::unique_ptr<Transport>> ts = CreateLoopbackTransports(2);
+  // Rank 1 plays a hostile member: 1 MiB where its agreement message goes.
+  constexpr size_t kHuge = size_t{1} << 20;
+  const uint64_t tag = MessageTag(kSyncPhase, kSequence, 0);
+  absl::StatusOr<RequestId> sent = ts[1]->PostSend(0, tag, Bytes(kHuge, 0x5a));
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  absl::StatusOr<SyncState> got =
+      AgreeInBand(*ts[0], kEpoch, kSequence, State(10), DeadlineIn(std::chrono::seconds(5)));
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), absl::StrCat("peer 1 sent ", kHuge)))
+      << got.status();
+  EXPECT_EQ(ts[0]->counters(1).refused_messages, 1u);
+  EXPECT_EQ(ts[0]->counters(1).recv_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace gradex::agent

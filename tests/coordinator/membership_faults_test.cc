@@ -1,0 +1,260 @@
+// Members that fail without leaving, on a fake clock (issue 12): the entry
+// deadline evicts and names a member that heartbeats but never enters its
+// epoch (item 5), and failures close together make one epoch change, not
+// one per failure (item 6).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "services/coordinator/job_config.h"
+#include "services/coordinator/membership.h"
+
+namespace gradex::coordinator {
+namespace {
+
+const absl::Time t0 = absl::FromUnixSeconds(1000);
+
+JobSettings Job(int world) {
+  JobSettings s;
+  s.job_id = "job";
+  s.world_size = world;
+  s.min_world_size = world;
+  s.algorithm = "spardl-bsag";
+  s.lease = absl::Seconds(3);
+  s.entry_timeout = absl::Seconds(4);
+  s.barrier_period = 16;
+  s.plan_lead_steps = 16;
+  return s;
+}
+
+gradex::v1::JoinRequest Req(const std::string& agent, int local_rank) {
+  gradex::v1::JoinRequest r;
+  r.set_job_id("job");
+  r.set_agent_id(agent);
+  r.set_host("h");
+  r.set_local_rank(local_rank);
+  r.set_ucx_address("addr-" + agent);
+  return r;
+}
+
+// A heartbeat saying the member enters or runs `epoch` (0: says none).
+void Beat(Membership& m, uint64_t id, uint64_t epoch, absl::Time t) {
+  gradex::v1::HeartbeatRequest h;
+  h.set_member_id(id);
+  h.set_epoch(epoch);
+  h.set_next_step(m.Find(id)->next_step);
+  ASSERT_TRUE(m.Heartbeat(h, t).ok()) << id;
+}
+
+// Members 1..n in epoch 1 (each heartbeat says so).
+void StartEpoch(Membership& m, int n) {
+  uint64_t rep = 0;
+  std::vector<uint64_t> ev;
+  for (int i = 1; i <= n; ++i) {
+    ASSERT_TRUE(m.Join(Req("a" + std::to_string(i), i), i, t0, &rep).ok());
+  }
+  ASSERT_TRUE(m.Tick(t0, &ev));
+  ASSERT_EQ(m.latest().number, 1u);
+  for (int i = 1; i <= n; ++i) Beat(m, i, 1, t0);
+}
+
+// Three members run epoch 1; member 9 joins and heartbeats, but never says
+// it enters: epoch 2 (at the barrier) holds it. Its entry starts when the
+// job reaches the barrier, not at the epoch's forming.
+struct IdleFixture {
+  JobSettings s = [] {
+    JobSettings j = Job(3);
+    j.max_world_size = 4;
+    return j;
+  }();
+  Membership m{s};
+  std::vector<uint64_t> ev;
+  absl::Time barrier_at;
+
+  void SetUp(bool idle_enters) {
+    StartEpoch(m, 3);
+    uint64_t rep = 0;
+    ASSERT_TRUE(m.Join(Req("idle", 9), 9, t0, &rep).ok());
+    ASSERT_TRUE(m.Tick(t0, &ev));
+    ASSERT_EQ(m.latest().number, 2u);
+    ASSERT_EQ(m.latest().roster.size(), 4u);
+    const uint64_t barrier = m.latest().effective_step;
+    ASSERT_GT(barrier, 0u);
+    // Long before the barrier: nobody is held at entry yet, nobody goes.
+    absl::Time t = t0;
+    for (int k = 1; k <= 20; ++k) {
+      t = t0 + absl::Seconds(k);
+      for (uint64_t id : {1, 2, 3}) Beat(m, id, 1, t);
+      Beat(m, 9, 0, t);
+      EXPECT_FALSE(m.Tick(t, &ev));
+    }
+    EXPECT_TRUE(ev.empty());
+    // The job reaches the barrier; the three start entering epoch 2.
+    barrier_at = t + absl::Seconds(1);
+    for (uint64_t id : {1, 2, 3}) m.NoteStep(id, barrier - 1, barrier_at);
+    EXPECT_FALSE(m.Tick(barrier_at, &ev));
+    for (uint64_t id : {1, 2, 3}) Beat(m, id, 2, barrier_at);
+    Beat(m, 9, idle_enters ? 2 : 0, barrier_at);
+  }
+};
+
+TEST(EntryDeadline, AMemberThatNeverEntersIsEvictedAndNamedAtTheDeadline) {
+  IdleFixture f;
+  f.SetUp(/*idle_enters=*/false);
+  // Heartbeats keep its lease alive; the deadline, not the lease, evicts it.
+  for (absl::Duration d = absl::Seconds(1); d < f.s.entry_timeout; d += absl::Seconds(1)) {
+    for (uint64_t id : {1, 2, 3}) Beat(f.m, id, 2, f.barrier_at + d);
+    Beat(f.m, 9, 0, f.barrier_at + d);
+    EXPECT_FALSE(f.m.Tick(f.barrier_at + d, &f.ev));
+  }
+  EXPECT_FALSE(f.m.Tick(f.barrier_at + f.s.entry_timeout - absl::Milliseconds(1), &f.ev));
+  EXPECT_TRUE(f.ev.empty());
+  ASSERT_TRUE(f.m.Tick(f.barrier_at + f.s.entry_timeout, &f.ev));
+  EXPECT_EQ(f.ev, (std::vector<uint64_t>{9}));
+  ASSERT_EQ(f.m.last_evicted().size(), 1u);
+  EXPECT_EQ(f.m.last_evicted()[0].agent_id, "idle");
+  EXPECT_EQ(f.m.last_evicted()[0].cause, MemberRecord::Cause::kEntry);
+  EXPECT_NE(f.m.last_evicted()[0].eviction.find("did not enter epoch 2 within 4000 ms"),
+            std::string::npos);
+  // The others form the next epoch at once, without it.
+  EXPECT_EQ(f.m.latest().number, 3u);
+  EXPECT_TRUE(f.m.latest().immediate);
+  EXPECT_EQ(f.m.latest().roster, (std::vector<uint64_t>{1, 2, 3}));
+}
+
+TEST(EntryDeadline, MembersThatSayTheyEnterStay) {
+  IdleFixture f;
+  f.SetUp(/*idle_enters=*/true);
+  for (absl::Duration d = absl::Seconds(1); d <= 2 * f.s.entry_timeout; d += absl::Seconds(1)) {
+    for (uint64_t id : {1, 2, 3, 9}) Beat(f.m, id, 2, f.barrier_at + d);
+    EXPECT_FALSE(f.m.Tick(f.barrier_at + d, &f.ev));
+  }
+  EXPECT_TRUE(f.ev.empty());
+  EXPECT_EQ(f.m.latest().number, 2u);
+}
+
+TEST(EntryDeadline, AReportFromTheEpochShowsEntry) {
+  IdleFixture f;
+  f.SetUp(/*idle_enters=*/false);
+  f.m.NoteEpoch(9, 2);  // e.g. its failed entry, reported
+  for (uint64_t id : {1, 2, 3}) Beat(f.m, id, 2, f.barrier_at + absl::Seconds(2));
+  Beat(f.m, 9, 0, f.barrier_at + absl::Seconds(2));  // heartbeats alone would not show it
+  EXPECT_FALSE(f.m.Tick(f.barrier_at + f.s.entry_timeout, &f.ev));
+  EXPECT_TRUE(f.ev.empty());
+}
+
+// Two epochs in quick succession: the members still in the first one's
+// entry (their heartbeats name it, its wire-up cannot be interrupted) are not
+// evicted at the second one's deadline; only a member that never entered an
+// epoch is.
+TEST(EntryDeadline, AMemberStillInAnOlderEntryStays) {
+  JobSettings s = Job(3);
+  s.min_world_size = 2;
+  Membership m(s);
+  StartEpoch(m, 3);
+  std::vector<uint64_t> ev;
+  ASSERT_TRUE(m.Leave(3).ok());
+  ASSERT_TRUE(m.Tick(t0, &ev));  // epoch 2: members 1 and 2
+  ASSERT_EQ(m.latest().number, 2u);
+  for (int k = 1; k <= 10; ++k) {
+    const absl::Time t = t0 + absl::Seconds(k);
+    Beat(m, 1, 1, t);  // still says epoch 1 (leaving its older entry)
+    Beat(m, 2, 2, t);
+    EXPECT_FALSE(m.Tick(t, &ev)) << k;
+  }
+  EXPECT_TRUE(ev.empty());
+  EXPECT_EQ(m.latest().number, 2u);
+}
+
+// Members 3 and 4 of four stop together; their last heartbeats were `apart`
+// from each other. Returns the epochs formed after epoch 1 and the
+// evictions' causes.
+struct StopRun {
+  std::vector<uint64_t> epochs;
+  std::vector<MemberRecord::Cause> causes;
+};
+StopRun StopTwo(absl::Duration settle, absl::Duration lease, absl::Duration apart) {
+  JobSettings s = Job(4);
+  s.min_world_size = 2;
+  s.lease = lease;
+  s.entry_timeout = 10 * lease;
+  s.loss_settle = settle;
+  Membership m(s);
+  StartEpoch(m, 4);
+  StopRun out;
+  std::vector<uint64_t> ev;
+  const absl::Duration tick = absl::Milliseconds(100);
+  for (absl::Time t = t0; t < t0 + 4 * lease; t += tick) {
+    for (uint64_t id : {1, 2}) Beat(m, id, m.latest().number, t);
+    // 3 stops at t0 (its last heartbeat), 4 `apart` later.
+    if (t - t0 <= apart) Beat(m, 4, 1, t);
+    if (m.Tick(t, &ev)) out.epochs.push_back(m.latest().number);
+    for (const MemberRecord& r : m.last_evicted()) out.causes.push_back(r.cause);
+  }
+  EXPECT_EQ(ev.size(), 2u);
+  EXPECT_EQ(m.latest().roster, (std::vector<uint64_t>{1, 2}));
+  return out;
+}
+
+TEST(LossSettle, TwoFailuresWithinTheWindowMakeOneEpochChange) {
+  using C = MemberRecord::Cause;
+  // Without the window: one epoch per lost lease.
+  StopRun each = StopTwo(absl::ZeroDuration(), absl::Seconds(3), absl::Milliseconds(800));
+  EXPECT_EQ(each.epochs, (std::vector<uint64_t>{2, 3}));
+  // With it (1 s): the second lease lapses inside the window, one change.
+  StopRun one = StopTwo(absl::Seconds(1), absl::Seconds(3), absl::Milliseconds(800));
+  EXPECT_EQ(one.epochs, (std::vector<uint64_t>{2}));
+  EXPECT_EQ(one.causes, (std::vector<C>{C::kLease, C::kLease}));
+}
+
+TEST(LossSettle, AMemberSilentForTwoHeartbeatsFoldsIntoTheChange) {
+  using C = MemberRecord::Cause;
+  // Lease 9 s (heartbeats every 3 s): the second lease lapses 2.5 s after
+  // the first, past the 1 s window, but by then it has been silent for more
+  // than two heartbeat intervals: it goes in the same change.
+  StopRun each = StopTwo(absl::ZeroDuration(), absl::Seconds(9), absl::Milliseconds(2500));
+  EXPECT_EQ(each.epochs, (std::vector<uint64_t>{2, 3}));
+  StopRun one = StopTwo(absl::Seconds(1), absl::Seconds(9), absl::Milliseconds(2500));
+  EXPECT_EQ(one.epochs, (std::vector<uint64_t>{2}));
+  EXPECT_EQ(one.causes, (std::vector<C>{C::kLease, C::kSilent}));
+}
+
+TEST(LossSettle, ASingleLossWaitsOnlyTheWindow) {
+  JobSettings s = Job(3);
+  s.min_world_size = 2;
+  s.loss_settle = absl::Milliseconds(500);
+  Membership m(s);
+  StartEpoch(m, 3);
+  std::vector<uint64_t> ev;
+  ASSERT_TRUE(m.Leave(3).ok());
+  EXPECT_FALSE(m.Tick(t0 + absl::Seconds(1), &ev));
+  EXPECT_FALSE(m.Tick(t0 + absl::Milliseconds(1499), &ev));
+  ASSERT_TRUE(m.Tick(t0 + absl::Milliseconds(1500), &ev));
+  EXPECT_EQ(m.latest().roster, (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(ev.empty());
+}
+
+TEST(JobConfigFaults, EntryTimeoutAndSettleAreBoundedByTheLease) {
+  auto config = [](const std::string& extra) {
+    return ParseJobConfig(
+        R"({"job_id": "j", "world_size": 2, "algorithm": "spardl-bsag", "density": 0.01, "lease_ms": 3000)" +
+        extra + "}");
+  };
+  absl::StatusOr<JobSettings> d = config("");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->entry_timeout, absl::Seconds(30));
+  EXPECT_EQ(d->loss_settle, absl::Seconds(1));  // min(lease / 3, 1 s)
+  auto short_entry = config(R"(, "entry_timeout_ms": 2999)");
+  EXPECT_EQ(short_entry.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(short_entry.status().message().find("entry_timeout_ms"), std::string::npos);
+  auto long_settle = config(R"(, "loss_settle_ms": 3001)");
+  EXPECT_EQ(long_settle.status().code(), absl::StatusCode::kInvalidArgument);
+  auto no_settle = config(R"(, "loss_settle_ms": 0, "entry_timeout_ms": 5000)");
+  ASSERT_TRUE(no_settle.ok()) << no_settle.status();
+  EXPECT_EQ(no_settle->loss_settle, absl::ZeroDuration());
+  EXPECT_EQ(no_settle->entry_timeout, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace gradex::coordinator
