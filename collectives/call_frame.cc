@@ -42,11 +42,21 @@ void FinishStats(const CallContext& ctx, const PeerCounters& before, Clock::time
 
 }  // namespace
 
-absl::Status SparseAllreduce::Run(const CallContext& ctx, const AllreduceOptions& options,
+size_t MessageBound(size_t n, int world) {
+  const size_t p = static_cast<size_t>(std::max(world, 1));
+  return p * (8 * n + 64 * (p + 4)) + 65536;
+}
+
+absl::Status SparseAllreduce::Run(const CallContext& caller, const AllreduceOptions& options,
                                   std::span<const float> grad, std::span<float> residual,
                                   AllreduceResult* result, CallStats* stats) {
-  absl::Status st = ValidateCall(ctx, options, grad, residual, result, stats);
-  if (st.ok()) st = CheckOptions(ctx, options);
+  absl::Status st = ValidateCall(caller, options, grad, residual, result, stats);
+  if (!st.ok()) return st;
+  CallContext ctx = caller;
+  if (ctx.max_message_bytes == 0) {
+    ctx.max_message_bytes = MessageBound(grad.size(), ctx.transport->size());
+  }
+  st = CheckOptions(ctx, options);
   if (!st.ok()) return st;
   const auto start = Clock::now();
   *stats = CallStats{};

@@ -27,7 +27,8 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
   uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
   if (absl::Status s = StampFrameSenders(&out, static_cast<uint32_t>(rank())); !s.ok()) return s;
   absl::StatusOr<Bytes> in =
-      SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag, ctx_.deadline);
+      SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag, ctx_.deadline,
+               ctx_.max_message_bytes > 0 ? ctx_.max_message_bytes : SIZE_MAX);
   if (!in.ok()) {
     return Annotate(in.status(), phase, sub,
                     absl::StrCat(PeerText(true, to), ", ", PeerText(false, from)));
@@ -47,8 +48,11 @@ absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_
       return Annotate(s, phase, sub, PeerText(true, peer));
     }
   }
-  absl::StatusOr<RequestId> id = send ? ctx_.transport->PostSend(peer, tag, std::move(out))
-                                      : ctx_.transport->PostRecv(peer, tag);
+  absl::StatusOr<RequestId> id =
+      send ? ctx_.transport->PostSend(peer, tag, std::move(out))
+      : ctx_.max_message_bytes > 0
+          ? ctx_.transport->PostRecvAtMost(peer, tag, ctx_.max_message_bytes)
+          : ctx_.transport->PostRecv(peer, tag);
   if (!id.ok()) return Annotate(id.status(), phase, sub, PeerText(send, peer));
   return Pending{*id, peer, phase, sub, send};
 }

@@ -41,7 +41,17 @@ struct CallContext {
   // across all buckets); empty: this bucket alone.
   uint32_t bucket_index = 0;
   std::span<const size_t> step_buckets;
+  // The most bytes one received message of the call may hold (Link posts
+  // every receive with it, so a peer's announced length is never allocated
+  // beyond it); 0: SparseAllreduce::Run sets MessageBound(n, P).
+  size_t max_message_bytes = 0;
 };
+
+// What one message of a call on n elements among P ranks can hold at most:
+// every rank's whole bucket as COO (8 bytes an entry) with a frame header per
+// rank and block, and room for the small control messages (counts,
+// thresholds). Derived only from what the receiver knows (docs/security.md).
+size_t MessageBound(size_t n, int world);
 // What the call is asked to do: the plan's density and team count (the
 // coordinator decides them for every algorithm) and the algorithm's own
 // parameters by catalog name (catalog/algorithms.cc), e.g. B-SAG's "kprime"

@@ -16,7 +16,7 @@ out=$("$root/bench/compare" --dry-run --ranks 2,3 --bandwidths 1 --densities 0.0
 echo "$out"
 grep -q 'gx_netns_up gxc 3 1gbit 10.98.0 1' <<<"$out" || fail "no namespace setup for P=3"
 grep -q 'UCX_NET_DEVICES=gxeth' <<<"$out" || fail "UCX not pinned to the emulated link"
-grep -q "ip\\\\ netns\\\\ exec\\\\ gxc%d" <<<"$out" || fail "ranks not wrapped in namespaces"
+grep -q "bench/in_netns\\\\ gxc%d" <<<"$out" || fail "ranks not wrapped in namespaces (with their GRADEX_DATA_IP)"
 grep -q 'btl_tcp_if_include  10.98.0.0/24' <<<"$out" || fail "MPI not pinned to the subnet"
 [[ $(grep -c 'mpirun' <<<"$out") -eq 2 ]] || fail "MPI should run once per (bandwidth, P)"
 # Dense algorithms run at the first density only.

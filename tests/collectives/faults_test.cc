@@ -64,5 +64,28 @@ TEST(FaultsTest, BadFramesAreRejectedAndResidualKept) {
   }
 }
 
+// A peer announcing a message longer than any the call can carry
+// (MessageBound: every rank's whole bucket as COO) is refused at the receive,
+// never allocated at its length; the rank keeps its whole contribution.
+TEST(FaultsTest, AMessageBeyondTheCallsBoundIsRefusedNamingThePeer) {
+  auto t = CreateLoopbackTransports(2);
+  std::vector<float> grad = MakeGradient(5, 0, 0, kN, Values::kGrid);
+  std::vector<float> residual(kN, 0.25f), expected(kN);
+  for (size_t i = 0; i < kN; ++i) expected[i] = grad[i] + residual[i];
+  const size_t bound = MessageBound(kN, 2);
+  ASSERT_GT(bound, 2 * 8 * kN);  // honest traffic fits
+  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(kPhaseSrs, 0, 1), Bytes(bound + 1, 0)).ok());
+  auto algo = CreateAllreduce("spardl");
+  ASSERT_TRUE(algo.ok());
+  AllreduceResult result;
+  CallStats stats;
+  CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
+  absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1}, grad, residual, &result, &stats);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("peer 1"), std::string::npos) << s.message();
+  EXPECT_EQ(t[0]->counters(1).refused_messages, 1u);
+  EXPECT_EQ(residual, expected);
+}
+
 }  // namespace
 }  // namespace gradex::testing
