@@ -88,6 +88,11 @@ AgentMetrics::AgentMetrics() : registry_(std::make_shared<prometheus::Registry>(
                                   "agreed in-band (the lowest rank's, which every rank applies), "
                                   "by field")
                               .Register(r);
+  // Each field's child exists from the start (at 0), so the family is
+  // exported before any disagreement.
+  for (const char* field : {"start_iter", "min_compression_rate", "dense_probe_period"}) {
+    rules_disagreements_->Add({{"field", field}});
+  }
   auto& frames = BuildCounter()
                      .Name("gradex_agent_frame_errors_total")
                      .Help(
