@@ -90,7 +90,9 @@ class GradexState:
             ``GRADEX_DATA_IP``, ``GRADEX_TIMELINE`` (the keyword wins).
         dense_probe_period: every this many steps each bucket runs dense once
             to be timed against its sparse exchange ("never slower than
-            dense"; default 50, 0 never).
+            dense"; default 50, 0 never). start_iter, min_compression_rate
+            and dense_probe_period: every rank runs rank 0's values (agreed
+            in-band); a rank given others warns once per field.
         refuse_nonfinite: NaN or Inf in a gradient. True (default): they are
             exchanged as 0 (no peer's result or residual is poisoned), the
             bucket gets every rank's finite result and its future fails with a

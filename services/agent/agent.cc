@@ -1,6 +1,7 @@
 #include "services/agent/agent.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 #include <utility>
 
@@ -34,6 +35,7 @@ Agent::Agent(AgentOptions options, ControlPlane* control, TransportProvider* tra
       control_(control),
       transports_(transports),
       metrics_(metrics),
+      rules_(options_.rules),
       slots_(std::max(options_.buckets, 1)) {
   for (BucketSlot& slot : slots_) slot.residual.assign(options_.elements, 0.0f);
   control_->SetWaitSource(waits_);
@@ -41,7 +43,10 @@ Agent::Agent(AgentOptions options, ControlPlane* control, TransportProvider* tra
 
 Agent::~Agent() = default;
 
-absl::Status Agent::Start() { return Rejoin(); }
+absl::Status Agent::Start() {
+  if (absl::Status s = CheckBucketRules(options_.rules); !s.ok()) return s;
+  return Rejoin();
+}
 
 absl::Status Agent::Rejoin() {
   JoinRequest req;
@@ -140,7 +145,7 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
   SyncState mine;
   mine.next_step = next_step_;
   mine.newest_epoch = plan->epoch;
-  mine.values = BarrierValues::From(*Eligible(next_step_, plan));
+  mine.values = BarrierValues::From(*Eligible(next_step_, plan), options_.rules);
   absl::StatusOr<SyncState> agreed =
       AgreeInBand(*transport_, plan->epoch, sync_sequence, mine, entry);
   if (!agreed.ok()) {
@@ -151,6 +156,7 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
   Plan p = *plan;
   agreed->values.ApplyTo(&p);
   plan_ = std::make_shared<const Plan>(std::move(p));
+  AdoptRules(agreed->values.rules, agreed->values_rank);
   next_step_ = agreed->next_step;
   synced_at_ = next_step_;
   if (absl::Status s = CheckAlgorithms(); !s.ok()) return Fail(s);
@@ -189,7 +195,8 @@ std::shared_ptr<const Plan> Agent::Eligible(uint64_t step, std::shared_ptr<const
 absl::Status Agent::Barrier() {
   SyncState mine;
   mine.next_step = next_step_;
-  mine.values = BarrierValues::From(*Eligible(next_step_, plan_, &mine.newest_epoch));
+  mine.values =
+      BarrierValues::From(*Eligible(next_step_, plan_, &mine.newest_epoch), options_.rules);
   waits_->SetStep(plan_->epoch, next_step_);
   const Clock::time_point start = Clock::now();
   absl::StatusOr<SyncState> agreed =
@@ -213,9 +220,33 @@ absl::Status Agent::Barrier() {
   agreed->values.ApplyTo(&p);
   p.version = std::max(p.version, agreed->values.plan_version);
   plan_ = std::make_shared<const Plan>(std::move(p));
+  // The same members agree again: the same lowest rank's rules.
+  AdoptRules(agreed->values.rules, agreed->values_rank);
   // Buckets whose algorithm changed get fresh objects when they next run.
   if (absl::Status s = CheckAlgorithms(); !s.ok()) return Fail(s);
   return absl::OkStatus();
+}
+
+void Agent::AdoptRules(const BucketRules& agreed, int from) {
+  rules_ = agreed;
+  if (agreed == options_.rules || warned_rules_ == agreed) return;
+  warned_rules_ = agreed;
+  const BucketRules& own = options_.rules;
+  auto warn = [&](const char* field, const auto& mine, const auto& theirs) {
+    if (mine == theirs) return;
+    ++rules_disagreements_;
+    if (metrics_ != nullptr) metrics_->RulesDisagreement(field);
+    // One line a field, once per agreed value: the trainer passed this rank
+    // other hook arguments than its peers (issue 9's rules must match).
+    std::fprintf(stderr,
+                 "gradex agent %s (rank %d, epoch %u): %s is %s here but %s on rank %d; every "
+                 "rank uses rank %d's value (pass the same %s on every rank)\n",
+                 options_.agent_id.c_str(), rank_, plan_->epoch, field, absl::StrCat(mine).c_str(),
+                 absl::StrCat(theirs).c_str(), from, from, field);
+  };
+  warn("start_iter", own.start_iter, agreed.start_iter);
+  warn("min_compression_rate", own.min_compression_rate, agreed.min_compression_rate);
+  warn("dense_probe_period", own.dense_probe_period, agreed.dense_probe_period);
 }
 
 absl::Status Agent::CheckAlgorithms() const {

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -47,8 +48,11 @@ struct AgentOptions {
   std::string device = "cpu";
   size_t elements = 0;  // n per bucket (Step() only)
   int buckets = 1;      // buckets per step (Step() only)
-  // Client-local per-bucket rules (bucket_choice.h), the same on every rank.
-  // The defaults change nothing (gradex-agent runs the plan's algorithm).
+  // This rank's per-bucket rules (bucket_choice.h; CheckBucketRules' bounds,
+  // else Start fails). Every rank of an epoch applies the lowest rank's,
+  // agreed at the epoch's entry; a rank whose own differ warns once on stderr
+  // (and counts it in gradex_agent_rules_disagreements_total). The defaults
+  // change nothing (gradex-agent runs the plan's algorithm).
   BucketRules rules;
   // Waiting for an epoch that includes this agent (start, after a failure).
   std::chrono::milliseconds join_timeout{60000};
@@ -147,6 +151,12 @@ class Agent {
   int rank() const { return rank_; }
   bool connected() const { return transport_ != nullptr; }
   const Plan* plan() const { return plan_.get(); }
+  // The per-bucket rules agreed for the current epoch (this rank's own
+  // before the first entry).
+  const BucketRules& rules() const { return rules_; }
+  // Fields of this rank's own rules found different from the agreed ones,
+  // counted once per warning.
+  uint64_t rules_disagreements() const { return rules_disagreements_; }
   std::span<const float> residual(int bucket) const { return slots_[bucket].residual; }
   // The communicator of the current epoch (tests kill it to simulate a crash),
   // under the wait tracker's decorator.
@@ -164,6 +174,9 @@ class Agent {
   // Makes slot's algorithm objects for `name` and the current epoch, when
   // they were made for another.
   absl::StatusOr<SparseAllreduce*> Prepare(const std::string& name, BucketSlot* slot);
+  // Takes the agreed rules (from rank `from`); warns once per agreed value
+  // about each field where this rank's own differs.
+  void AdoptRules(const BucketRules& agreed, int from);
   // Every algorithm the plan names exists in this build.
   absl::Status CheckAlgorithms() const;
   // The newest held plan of base's epoch that may apply at `step` (base when
@@ -184,7 +197,10 @@ class Agent {
   TransportProvider* const transports_;
   AgentMetrics* const metrics_;
 
-  std::shared_ptr<const Plan> plan_;  // the agreed plan of the current epoch
+  std::shared_ptr<const Plan> plan_;         // the agreed plan of the current epoch
+  BucketRules rules_;                        // the agreed rules of the current epoch
+  std::optional<BucketRules> warned_rules_;  // the agreed rules last warned about
+  uint64_t rules_disagreements_ = 0;
   // Pending receives of the data plane, read by the heartbeat (hang diagnosis).
   const std::shared_ptr<WaitTracker> waits_ = std::make_shared<WaitTracker>();
   std::unique_ptr<Transport> transport_;

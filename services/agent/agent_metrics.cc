@@ -81,6 +81,18 @@ AgentMetrics::AgentMetrics() : registry_(std::make_shared<prometheus::Registry>(
                       "The last call's algorithm-specific details (CallStats.details), by "
                       "algorithm, detail name and this rank's team position (rank mod P/T)")
                   .Register(r);
+  rules_disagreements_ = &BuildCounter()
+                              .Name("gradex_agent_rules_disagreements_total")
+                              .Help(
+                                  "Times this rank's own per-bucket rule differed from the one "
+                                  "agreed in-band (the lowest rank's, which every rank applies), "
+                                  "by field")
+                              .Register(r);
+  // Each field's child exists from the start (at 0), so the family is
+  // exported before any disagreement.
+  for (const char* field : {"start_iter", "min_compression_rate", "dense_probe_period"}) {
+    rules_disagreements_->Add({{"field", field}});
+  }
   auto& frames = BuildCounter()
                      .Name("gradex_agent_frame_errors_total")
                      .Help(
@@ -150,6 +162,10 @@ void AgentMetrics::Membership(uint32_t epoch, int members, int rank) {
 }
 
 void AgentMetrics::EpochChange() { epoch_changes_->Increment(); }
+
+void AgentMetrics::RulesDisagreement(const std::string& field) {
+  rules_disagreements_->Add({{"field", field}}).Increment();
+}
 
 void AgentMetrics::SyncCounters(uint64_t report_drops) {
   const auto counts = FrameErrorCounts();

@@ -44,6 +44,9 @@ class AgentMetrics {
   void StepFailed();
   void Membership(uint32_t epoch, int members, int rank);
   void EpochChange();
+  // This rank's own per-bucket rule `field` differs from the agreed one
+  // (epoch_sync.h): counted once per warning.
+  void RulesDisagreement(const std::string& field);
   // Exports the process-wide frame validation counters and the control
   // plane's report drops (both cumulative) as counters.
   void SyncCounters(uint64_t report_drops);
@@ -57,6 +60,7 @@ class AgentMetrics {
   prometheus::Gauge *result_nnz_, *result_density_, *residual_l2_, *threshold_, *epoch_, *members_,
       *rank_;
   prometheus::Family<prometheus::Gauge>* details_;
+  prometheus::Family<prometheus::Counter>* rules_disagreements_;
   std::array<prometheus::Counter*, static_cast<int>(FrameError::kCount)> frame_errors_{};
   std::array<uint64_t, static_cast<int>(FrameError::kCount)> frame_seen_{};
   uint64_t drops_seen_ = 0;

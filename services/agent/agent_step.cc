@@ -88,8 +88,7 @@ absl::Status Agent::RunBucket(uint32_t bucket, std::span<const size_t> step_buck
   }
   if (!step_status_.ok()) return Keep(bucket, grad, slot);
   const uint64_t step = next_step_;
-  const BucketChoice choice =
-      ChooseBucketAlgorithm(*plan_, options_.rules, step, bucket, grad.size());
+  const BucketChoice choice = ChooseBucketAlgorithm(*plan_, rules_, step, bucket, grad.size());
   absl::StatusOr<SparseAllreduce*> algorithm = Prepare(choice.algorithm, slot);
   if (!algorithm.ok()) {
     step_status_ = Fail(algorithm.status());

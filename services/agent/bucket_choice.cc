@@ -3,9 +3,31 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
 
 namespace gradex::agent {
+
+absl::Status CheckBucketRules(const BucketRules& rules) {
+  if (rules.start_iter > kMaxRuleSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start_iter ", rules.start_iter, " is over ", kMaxRuleSteps));
+  }
+  if (rules.dense_probe_period > kMaxRuleSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dense_probe_period ", rules.dense_probe_period, " is over ", kMaxRuleSteps));
+  }
+  if (!(rules.min_compression_rate >= 0 && rules.min_compression_rate <= kMaxMinCompressionRate)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_compression_rate ", rules.min_compression_rate, " is not in 0..2^30"));
+  }
+  return absl::OkStatus();
+}
+
+bool operator==(const BucketRules& a, const BucketRules& b) {
+  return a.start_iter == b.start_iter && a.min_compression_rate == b.min_compression_rate &&
+         a.dense_probe_period == b.dense_probe_period;
+}
 
 std::string DenseAlgorithm() { return std::string(catalog::ReferenceSumAlgorithm()); }
 

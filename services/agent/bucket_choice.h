@@ -1,8 +1,10 @@
 // Which algorithm one bucket of a step runs: the plan's per-bucket choice
 // (Plan::bucket_algorithms, agreed at plan barriers), else the plan's
-// algorithm, then the client-local rules every rank applies alike because
-// every rank is given the same options (start_iter, min_compression_rate,
-// dense_probe_period; issue 9, "never slower than dense").
+// algorithm, then the per-bucket rules (start_iter, min_compression_rate,
+// dense_probe_period; issue 9, "never slower than dense"). Each rank is given
+// its rules (the hook's arguments), but every rank of an epoch applies the
+// rules agreed in-band at its entry, the lowest rank's (epoch_sync.h), so a
+// rank given other values cannot run another algorithm for a bucket.
 #ifndef GRADEX_SERVICES_AGENT_BUCKET_CHOICE_H_
 #define GRADEX_SERVICES_AGENT_BUCKET_CHOICE_H_
 
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "services/agent/control_plane.h"
 
 namespace gradex::agent {
@@ -27,6 +30,18 @@ struct BucketRules {
   // dense_probe). 0: never.
   uint64_t dense_probe_period = 0;
 };
+
+// Bounds of the rules, on options and on the wire. 2^32 steps is beyond any
+// training run; the client's buckets hold at most 2^31 elements, so no
+// bucket has a compression rate above 4 * 2^31 / 8 = 2^30.
+inline constexpr uint64_t kMaxRuleSteps = uint64_t{1} << 32;
+inline constexpr double kMaxMinCompressionRate = 1073741824.0;  // 2^30
+
+// INVALID_ARGUMENT naming the first field out of its bounds: start_iter and
+// dense_probe_period in 0..2^32, min_compression_rate finite in 0..2^30.
+absl::Status CheckBucketRules(const BucketRules& rules);
+
+bool operator==(const BucketRules& a, const BucketRules& b);
 
 struct BucketChoice {
   std::string algorithm;

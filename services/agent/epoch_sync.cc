@@ -18,7 +18,8 @@ constexpr size_t kNameBytes = 64;
 
 // Little-endian fixed layout: magic, epoch, next_step, newest_epoch,
 // values_rank, plan_version, algorithm[64], density, teams, tau,
-// step_deadline_ms, then the algorithm's parameters: a count (u8, <=
+// step_deadline_ms, the rules (start_iter u64, min_compression_rate f64,
+// dense_probe_period u64), then the algorithm's parameters: a count (u8, <=
 // catalog::kMaxParams) and per parameter its name's length (u8, 1..64), the
 // name and its value (f64); then the per-bucket algorithms: a bucket count
 // (u16, <= catalog::kMaxBucketAlgorithms), a table of the distinct names
@@ -26,7 +27,7 @@ constexpr size_t kNameBytes = 64;
 // 1..64 and the name) and one u8 per bucket (0 = the plan's algorithm, i =
 // the table's i-th name). A table keeps the message at a few KiB whatever
 // the names: 4096 buckets cost 4 KiB, not 4096 names.
-constexpr size_t kFixedSize = 4 + 4 + 8 + 8 + 4 + 8 + kNameBytes + 8 + 4 * 2 + 4 + 1;
+constexpr size_t kFixedSize = 4 + 4 + 8 + 8 + 4 + 8 + kNameBytes + 8 + 4 * 2 + 4 + 8 * 3 + 1;
 // The longest agreement message a peer may send: the encoding above at most
 // (under 11 KiB), with room for fields to come. A receive takes no more
 // (issue 12, item 8): a member cannot make its peers allocate at entry.
@@ -89,6 +90,9 @@ Bytes Encode(uint32_t epoch, const SyncState& s) {
   w.Put(s.values.teams);
   w.Put(s.values.tau);
   w.Put(s.values.step_deadline_ms);
+  w.Put(s.values.rules.start_iter);
+  w.Put(s.values.rules.min_compression_rate);
+  w.Put(s.values.rules.dense_probe_period);
   // BarrierValues::From keeps at most kMaxParams names of 1..64 bytes.
   w.Put(static_cast<uint8_t>(s.values.params.size()));
   for (const auto& [pname, value] : s.values.params) {
@@ -181,6 +185,9 @@ absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int w
   s.values.teams = r.Get<int32_t>();
   s.values.tau = r.Get<int32_t>();
   s.values.step_deadline_ms = r.Get<uint32_t>();
+  s.values.rules.start_iter = r.Get<uint64_t>();
+  s.values.rules.min_compression_rate = r.Get<double>();
+  s.values.rules.dense_probe_period = r.Get<uint64_t>();
   const size_t count = r.Get<uint8_t>();
   if (count > catalog::kMaxParams) return bad(absl::StrCat(count, " parameters"));
   for (size_t i = 0; i < count; ++i) {
@@ -215,6 +222,7 @@ absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int w
     return bad("parameters for an algorithm the catalog lacks");
   }
   if (v.step_deadline_ms == 0) return bad("zero step deadline");
+  if (absl::Status st = CheckBucketRules(v.rules); !st.ok()) return bad(std::string(st.message()));
   return s;
 }
 
@@ -258,7 +266,7 @@ absl::StatusOr<SyncState> DecodeSyncMessage(const Bytes& b, uint32_t epoch, int 
   return Decode(b, epoch, from, world);
 }
 
-BarrierValues BarrierValues::From(const Plan& plan) {
+BarrierValues BarrierValues::From(const Plan& plan, const BucketRules& rules) {
   BarrierValues v;
   v.plan_version = plan.version;
   v.algorithm = plan.algorithm;
@@ -282,6 +290,8 @@ BarrierValues BarrierValues::From(const Plan& plan) {
       v.bucket_algorithms.pop_back();
     }
   }
+  // Agent::Start refuses rules out of bounds; this keeps Encode's promise.
+  if (CheckBucketRules(rules).ok()) v.rules = rules;
   return v;
 }
 

@@ -7,7 +7,10 @@
 //   period, deadline, the algorithms' parameters by catalog name, the per-bucket
 //   algorithms): those of the lowest rank's
 //   newest eligible plan, carried in the messages themselves, so no rank needs to hold that plan
-//   version (the plan stream may skip versions).
+//   version (the plan stream may skip versions);
+// - the per-bucket rules (bucket_choice.h), which each rank is given rather
+//   than the plan: the lowest rank's, so a rank given other values still runs
+//   what its peers run for every bucket.
 // A dissemination all-reduce: ceil(log2 P) rounds of one small message; max,
 // and "keep the lowest source rank" are idempotent, so any P works.
 #ifndef GRADEX_SERVICES_AGENT_EPOCH_SYNC_H_
@@ -21,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
 #include "collectives/tag_space.h"
+#include "services/agent/bucket_choice.h"
 #include "services/agent/control_plane.h"
 #include "transport/transport.h"
 
@@ -38,8 +42,13 @@ struct BarrierValues {
   // Plan.bucket_algorithms, without trailing "" entries (so "" and missing
   // agree); at most catalog::kMaxBucketAlgorithms, each "" or a catalog name.
   std::vector<std::string> bucket_algorithms;
+  // The sender's per-bucket rules; within CheckBucketRules' bounds.
+  BucketRules rules;
 
-  static BarrierValues From(const Plan& plan);
+  // The plan's values and this rank's rules (the defaults when out of
+  // bounds, so nothing is sent that a receiver refuses).
+  static BarrierValues From(const Plan& plan, const BucketRules& rules);
+  // The plan's part (the rules are not the plan's).
   void ApplyTo(Plan* plan) const;
 };
 

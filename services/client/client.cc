@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
+#include "services/agent/bucket_choice.h"
 #include "services/client/client_impl.h"
 
 namespace gradex::client {
@@ -30,6 +31,13 @@ absl::Status Check(const ClientOptions& o) {
   if (!(o.min_compression_rate >= 0) || std::isinf(o.min_compression_rate)) {
     return bad("min_compression_rate must be a number >= 0");
   }
+  // The agent's bounds, which every rank's in-band agreement also checks.
+  agent::BucketRules rules;
+  rules.start_iter = o.start_iter;
+  rules.min_compression_rate = o.min_compression_rate;
+  rules.dense_probe_period = o.dense_probe_period;
+  if (absl::Status s = agent::CheckBucketRules(rules); !s.ok())
+    return bad(std::string(s.message()));
   if (o.timeout.count() < 1 || o.timeout > std::chrono::hours(24)) {
     return bad("timeout must be in 1 ms..24 h");
   }

@@ -43,6 +43,10 @@ struct ClientOptions {
   std::string algorithm = "auto";  // a catalog name, or "auto" (per bucket, cost model)
   double density = 0.01;
   int teams = 0;  // 0: the embedded coordinator's default (1; its auto_teams is not enabled)
+  // The per-bucket rules (start_iter .. dense_probe_period): every rank
+  // applies rank 0's (agreed in-band at each epoch's entry); a rank given
+  // other values warns once per field. start_iter, dense_probe_period <=
+  // 2^32; min_compression_rate <= 2^30.
   uint64_t start_iter = 0;            // steps [0, start_iter) are dense (PowerSGD's start_iter)
   double min_compression_rate = 2.0;  // buckets where sparse sends less than this factor stay dense
   // Every this many steps (from start_iter) each bucket runs dense once, to

@@ -1,6 +1,7 @@
 // The agent's per-bucket API (BeginStep / RunBucket / EndStep): buckets of
 // different sizes with caller-owned residuals, the per-bucket algorithm
-// rules, and a peer that dies in the middle of a step: every survivor keeps
+// rules (agreed in-band: ranks given different ones run the lowest rank's),
+// and a peer that dies in the middle of a step: every survivor keeps
 // the failed bucket's and every later bucket's gradient whole in its
 // residual, and runs the next step in the next epoch.
 #include <gtest/gtest.h>
@@ -256,6 +257,90 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
     ++checked;
   }
   EXPECT_EQ(checked, 2);
+}
+
+// Ranks given different rules (the hook's arguments differ) run the lowest
+// rank's, agreed at the epoch's entry: every rank runs the same algorithm
+// for every bucket at every step, across a plan barrier (tau = 8), and
+// every rank whose own rules differ counts each differing field once.
+TEST(AgentBucketsTest, DifferentRulesOnEachRankRunTheLowestRanks) {
+  FakeJobConfig job = Job(3, "spardl");
+  job.base.step_deadline = milliseconds(3000);
+  FakeCoordinator coordinator(job);
+  testing::LoopbackPool pool;
+  std::vector<BucketRules> rules(3);
+  rules[0].start_iter = 2;
+  rules[0].dense_probe_period = 4;
+  rules[1].start_iter = 5;
+  rules[2].dense_probe_period = 3;
+  rules[2].min_compression_rate = 1.5;
+  std::vector<Box> boxes;
+  for (int i = 0; i < 3; ++i) {
+    boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i), rules[i]));
+  }
+  constexpr int kSteps = 11;
+  std::vector<std::vector<StepRun>> runs(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      ASSERT_TRUE(boxes[i].agent->Start().ok());
+      for (int it = 0; it < kSteps; ++it) runs[i].push_back(RunStep(boxes[i], i, it, nullptr));
+    });
+  }
+  for (auto& t : threads) t.join();
+  int lowest = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (boxes[i].agent->rank() == 0) lowest = i;
+  }
+  ASSERT_GE(lowest, 0);
+  const BucketRules& agreed = rules[lowest];
+  for (int i = 0; i < 3; ++i) {
+    const Agent& a = *boxes[i].agent;
+    EXPECT_TRUE(a.rules() == agreed) << "agent " << i;
+    const uint64_t fields = (rules[i].start_iter != agreed.start_iter) +
+                            (rules[i].min_compression_rate != agreed.min_compression_rate) +
+                            (rules[i].dense_probe_period != agreed.dense_probe_period);
+    EXPECT_EQ(a.rules_disagreements(), fields) << "agent " << i << ": once per field";
+  }
+  for (int it = 0; it < kSteps; ++it) {
+    // What the lowest rank's rules give (plan: spardl on every bucket).
+    const uint64_t step = runs[0][it].out.step;
+    Plan plan;
+    plan.algorithm = "spardl";
+    plan.density = 0.05;
+    for (size_t b = 0; b < kSizes.size(); ++b) {
+      const BucketChoice want =
+          ChooseBucketAlgorithm(plan, agreed, step, static_cast<uint32_t>(b), kSizes[b]);
+      std::vector<RankCall> calls;
+      for (int i = 0; i < 3; ++i) {
+        const StepRun& r = runs[i][it];
+        ASSERT_TRUE(r.end.ok()) << "agent " << i << " step " << it << ": " << r.end;
+        EXPECT_EQ(r.out.step, step);
+        EXPECT_EQ(r.outcomes[b].algorithm, want.algorithm) << "agent " << i << " step " << it;
+        EXPECT_EQ(r.outcomes[b].dense_probe, want.dense_probe);
+        RankCall c;
+        c.grad = r.grads[b];
+        c.residual_in = r.before[b];
+        c.residual_out = r.after[b];
+        c.result.assign(kSizes[b], 0.0f);
+        r.outcomes[b].result.ToDense(c.result);
+        calls.push_back(std::move(c));
+      }
+      EXPECT_TRUE(Consistent(calls)) << "step " << it << " bucket " << b;
+      EXPECT_EQ(ConservationError(calls, false), 0.0);
+    }
+  }
+}
+
+TEST(AgentBucketsTest, RulesOutOfBoundsAreRefusedAtStart) {
+  FakeCoordinator coordinator(Job(1, "spardl"));
+  testing::LoopbackPool pool;
+  BucketRules rules;
+  rules.start_iter = kMaxRuleSteps + 1;
+  Box box = MakeAgent(coordinator, pool, "solo", rules);
+  absl::Status s = box.agent->Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("start_iter"), std::string::npos) << s;
 }
 
 TEST(AgentBucketsTest, RunBucketOutsideAStepIsRefused) {

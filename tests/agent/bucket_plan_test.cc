@@ -1,10 +1,12 @@
 // Plan.bucket_algorithms on the agent's side: the gRPC plan conversion
 // refuses a list out of bounds (too many buckets, a name the catalog lacks)
 // and the in-band barrier message carries the list in a bounded encoding
-// that every receiver checks before use.
+// that every receiver checks before use; so are the per-bucket rules
+// (start_iter, min_compression_rate, dense_probe_period) it carries.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -77,9 +79,10 @@ TEST(BucketPlan, BarrierValuesDropTrailingDefaultsAndOutOfBoundLists) {
   Plan p;
   p.algorithm = "spardl";
   p.bucket_algorithms = {"", "dense-ring", "", ""};
-  EXPECT_EQ(BarrierValues::From(p).bucket_algorithms, (std::vector<std::string>{"", "dense-ring"}));
+  EXPECT_EQ(BarrierValues::From(p, {}).bucket_algorithms,
+            (std::vector<std::string>{"", "dense-ring"}));
   p.bucket_algorithms.assign(catalog::kMaxBucketAlgorithms + 1, "dense-ring");
-  EXPECT_TRUE(BarrierValues::From(p).bucket_algorithms.empty());
+  EXPECT_TRUE(BarrierValues::From(p, {}).bucket_algorithms.empty());
   Plan q;
   BarrierValues v;
   v.algorithm = "spardl";
@@ -157,6 +160,80 @@ TEST(BucketPlan, BarrierMessageOutOfBoundsIsRefused) {
   s.values.bucket_algorithms.clear();
   s.values.params["oktopk_tau"] = 8;
   EXPECT_TRUE(refused(EncodeSyncMessage(5, s)));  // no algorithm in play has it
+}
+
+// Where the rules sit in the fixed part (epoch_sync.cc's layout): magic,
+// epoch, next_step, newest_epoch, values_rank, plan_version, algorithm[64],
+// density, teams, tau, step_deadline_ms.
+constexpr size_t kRulesAt = 4 + 4 + 8 + 8 + 4 + 8 + 64 + 8 + 4 + 4 + 4;
+
+TEST(BucketPlan, BarrierMessageCarriesTheRules) {
+  SyncState s = State({"", "dense-ring"});
+  s.values.rules.start_iter = 10;
+  s.values.rules.min_compression_rate = 2.5;
+  s.values.rules.dense_probe_period = 50;
+  absl::StatusOr<SyncState> d = DecodeSyncMessage(EncodeSyncMessage(5, s), 5, 1, 4);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->values.rules.start_iter, 10u);
+  EXPECT_EQ(d->values.rules.min_compression_rate, 2.5);
+  EXPECT_EQ(d->values.rules.dense_probe_period, 50u);
+  EXPECT_EQ(d->values.bucket_algorithms, s.values.bucket_algorithms);
+  // The bounds themselves are accepted.
+  s.values.rules.start_iter = kMaxRuleSteps;
+  s.values.rules.min_compression_rate = kMaxMinCompressionRate;
+  s.values.rules.dense_probe_period = kMaxRuleSteps;
+  d = DecodeSyncMessage(EncodeSyncMessage(5, s), 5, 1, 4);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->values.rules == s.values.rules);
+  // From() takes this rank's rules; out of bounds it sends the defaults, so
+  // nothing a receiver would refuse goes out.
+  Plan p;
+  p.algorithm = "spardl";
+  EXPECT_EQ(BarrierValues::From(p, s.values.rules).rules.start_iter, kMaxRuleSteps);
+  BucketRules over;
+  over.start_iter = 7;
+  over.dense_probe_period = kMaxRuleSteps + 1;
+  EXPECT_TRUE(BarrierValues::From(p, over).rules == BucketRules{});
+}
+
+TEST(BucketPlan, BarrierMessageRulesOutOfBoundsAreRefused) {
+  const Bytes good = EncodeSyncMessage(5, State({}));
+  ASSERT_TRUE(DecodeSyncMessage(good, 5, 0, 2).ok());
+  auto with = [&](size_t at, auto value) {
+    Bytes b = good;
+    std::memcpy(b.data() + kRulesAt + at, &value, sizeof(value));
+    absl::StatusOr<SyncState> d = DecodeSyncMessage(b, 5, 0, 2);
+    return d.ok() ? std::string("accepted") : std::string(d.status().message());
+  };
+  // In range: accepted (the offsets are right).
+  EXPECT_EQ(with(0, uint64_t{3}), "accepted");
+  EXPECT_EQ(with(8, 1.5), "accepted");
+  EXPECT_EQ(with(16, uint64_t{9}), "accepted");
+  // Out of range: refused, naming the field.
+  EXPECT_NE(with(0, kMaxRuleSteps + 1).find("start_iter"), std::string::npos);
+  EXPECT_NE(with(0, ~uint64_t{0}).find("start_iter"), std::string::npos);
+  EXPECT_NE(with(16, kMaxRuleSteps + 1).find("dense_probe_period"), std::string::npos);
+  for (double rate : {-1.0, kMaxMinCompressionRate * 2, std::numeric_limits<double>::infinity(),
+                      std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_NE(with(8, rate).find("min_compression_rate"), std::string::npos) << rate;
+  }
+  // Truncated anywhere before the variable part.
+  for (size_t cut = 0; cut < kRulesAt + 25; ++cut) {
+    EXPECT_FALSE(DecodeSyncMessage(Bytes(good.begin(), good.begin() + cut), 5, 0, 2).ok()) << cut;
+  }
+}
+
+TEST(BucketPlan, RulesBoundsOnOptions) {
+  BucketRules r;
+  EXPECT_TRUE(CheckBucketRules(r).ok());
+  r.start_iter = kMaxRuleSteps + 1;
+  EXPECT_EQ(CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
+  r = {};
+  r.min_compression_rate = -0.5;
+  EXPECT_EQ(CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
+  r = {};
+  r.dense_probe_period = kMaxRuleSteps + 1;
+  EXPECT_EQ(CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

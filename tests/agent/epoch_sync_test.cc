@@ -24,7 +24,7 @@ SyncState State(uint64_t next_step) {
   SyncState s;
   s.next_step = next_step;
   s.newest_epoch = kEpoch;
-  s.values = BarrierValues::From(Plan{});  // a plan's defaults: valid values
+  s.values = BarrierValues::From(Plan{}, {});  // a plan's defaults: valid values
   return s;
 }
 

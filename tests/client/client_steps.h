@@ -19,8 +19,9 @@ inline const std::vector<size_t> kSpanSizes = {1000, 37, 500, 2048, 3, 800};
 inline const std::vector<std::vector<uint64_t>> kFirstLayout = {{5, 4}, {3, 2}, {1, 0}};
 inline const std::vector<std::vector<uint64_t>> kRebuilt = {{5}, {4, 3}, {2, 1, 0}};
 
-// The options of every rank in these tests (the client-local rules, such as
-// dense_probe_period, must be the same on every rank).
+// The options of every rank in these tests (the per-bucket rules, such as
+// dense_probe_period, are agreed in-band: rank 0's win; the same on every
+// rank here, so the tests' expectations hold on every rank's own options).
 inline ClientOptions Options(int rank, int world) {
   ClientOptions o;
   o.job = "client-test";
