@@ -49,6 +49,9 @@ expect_kinds "$OUT/renders/pytorchjob.yaml" PyTorchJob
 grep -q -- "- --tls-cert=/etc/gradex/tls/tls.crt" "$OUT/renders/tls.yaml" || fail "tls.yaml: the coordinator has no --tls-cert"
 grep -q "/usr/bin/gradex-health-probe" "$OUT/renders/tls.yaml" || fail "tls.yaml: no exec health probe under TLS"
 grep -q "^ *grpc:$" "$OUT/renders/default.yaml" || fail "default: no grpc probe"
+grep -q 'entry_timeout_ms\\":8000' "$OUT/renders/fault-windows.yaml" || fail "fault-windows: no entry_timeout_ms in job.json"
+grep -q 'loss_settle_ms\\":0' "$OUT/renders/fault-windows.yaml" || fail "fault-windows: loss_settle_ms 0 dropped"
+! grep -q 'loss_settle_ms\|entry_timeout_ms' "$OUT/renders/default.yaml" || fail "default: fault windows set although left to the coordinator"
 n=$(grep -c "grafana_dashboard: \"1\"" "$OUT/renders/default.yaml")
 ((n == $(ls "$CHART"/dashboards/*.json | wc -l))) || fail "default: $n dashboard ConfigMaps"
 
