@@ -55,6 +55,7 @@ struct Epoch {
   // immediate epoch); checked once every member entered or at the deadline.
   absl::Time entry_start = absl::InfiniteFuture();
   bool entry_checked = false;
+  bool blame_checked = false;  // the peers' waits judged at the deadline
 };
 
 class Membership {
@@ -121,6 +122,9 @@ class Membership {
              std::vector<uint64_t>* evicted);
   // The latest epoch's entry deadline (issue 12, item 5).
   void CheckEntry(absl::Time now, std::vector<uint64_t>* evicted);
+  // At that deadline: a member that a strict majority of the others' entry
+  // waits end at (membership_faults.cc).
+  void EvictBlamed(const Epoch& e, absl::Time now, std::vector<uint64_t>* evicted);
   // After a loss, once the settle window passed: also drops the members
   // silent for two heartbeat intervals (issue 12, item 6). False while the
   // window is open.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/coordinator/membership.h"
+#include "services/coordinator/wait_graph.h"
 
 namespace gradex::coordinator {
 
@@ -28,37 +29,80 @@ void Membership::Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
 // member that never entered any epoch it was placed in (since it joined)
 // within entry_timeout of the latest epoch's start holds the others at
 // their entry: it goes, named, and the rest form the next epoch at once.
-// A member that did enter an earlier one is not judged here: it may still
-// be leaving an older entry that a newer epoch superseded (a superseded
-// wire-up ends within 50 ms, a failed one at the entry timeout), and its
-// lease and the step deadline cover it.
-// (A member that lies about its epoch is not caught either; docs/security.md.)
+// A member that did enter an earlier one is judged by its peers instead
+// (EvictBlamed): it may still be leaving an older entry that a newer epoch
+// superseded (a superseded wire-up ends within 50 ms, a failed one at the
+// entry timeout), which its own claims cannot tell from a stall.
 void Membership::CheckEntry(absl::Time now, std::vector<uint64_t>* evicted) {
   if (!has_epoch()) return;
   Epoch& e = epochs_.back();
-  if (e.entry_checked) return;
+  if (e.entry_checked && e.blame_checked) return;
   if (e.entry_start == absl::InfiniteFuture()) {
     // A barrier epoch starts when the running one reaches its barrier.
     if (MaxNextStep() < e.effective_step) return;
     e.entry_start = now;
   }
-  std::vector<uint64_t> absent;
-  for (uint64_t id : e.roster) {
-    auto it = members_.find(id);
-    if (it != members_.end() && it->second.entered_epoch < it->second.first_epoch) {
-      absent.push_back(id);
+  const bool due = now >= e.entry_start + s_.entry_timeout;
+  if (!e.entry_checked) {
+    std::vector<uint64_t> absent;
+    for (uint64_t id : e.roster) {
+      auto it = members_.find(id);
+      if (it != members_.end() && it->second.entered_epoch < it->second.first_epoch) {
+        absent.push_back(id);
+      }
+    }
+    if (absent.empty() || due) {
+      e.entry_checked = true;
+      for (uint64_t id : absent) {
+        Evict(id, MemberRecord::Cause::kEntry,
+              absl::StrCat("did not enter epoch ", e.number, " within ",
+                           absl::ToInt64Milliseconds(s_.entry_timeout),
+                           " ms (it never entered an epoch since it joined; its peers wait for it "
+                           "at entry)"),
+              evicted);
+      }
     }
   }
-  if (!absent.empty() && now < e.entry_start + s_.entry_timeout) return;
-  e.entry_checked = true;
-  const uint64_t number = e.number;
-  for (uint64_t id : absent) {
-    Evict(
-        id, MemberRecord::Cause::kEntry,
-        absl::StrCat(
-            "did not enter epoch ", number, " within ", absl::ToInt64Milliseconds(s_.entry_timeout),
-            " ms (it never entered an epoch since it joined; its peers wait for it at entry)"),
-        evicted);
+  if (!e.blame_checked && due) {
+    e.blame_checked = true;
+    EvictBlamed(e, now, evicted);
+  }
+}
+
+// At the entry deadline, the others' heartbeats say what their entry waits
+// on (the wait tracker's oldest pending receive, bounded to the epoch's ranks
+// on receipt). The entry agreement is a dissemination exchange, so a stalled
+// rank is waited on directly by a few ranks and through them by the rest:
+// each wait chain is followed to the rank it ends at (wait_graph.h). A
+// member whose chains come from a strict majority of the other members is
+// evicted, so one liar (or a minority) cannot evict an honest member; with
+// two members the one other member decides (the job cannot go on either
+// way, and the evicted member may join again). Only waits of this epoch at
+// least half the entry timeout old count: a straggler's step waits are
+// shorter, and a fresh wait proves no stall. (A staller that also claims a
+// wait makes a cycle, which is not judged: docs/security.md.)
+void Membership::EvictBlamed(const Epoch& e, absl::Time now, std::vector<uint64_t>* evicted) {
+  const int p = static_cast<int>(e.roster.size());
+  if (p < 2) return;
+  std::vector<int> waits_on(p, -1);
+  for (int r = 0; r < p; ++r) {
+    const MemberRecord* rec = Find(e.roster[r]);
+    if (rec == nullptr || !rec->waiting) continue;
+    const gradex::v1::WaitState& ws = rec->wait;
+    if (ws.epoch() != e.number || ws.step() < rec->next_step) continue;
+    if (ws.peer_rank() < 0 || ws.peer_rank() >= p || ws.peer_rank() == r) continue;
+    const absl::Duration age = absl::Milliseconds(ws.waited_ms()) + (now - rec->last_heartbeat);
+    if (age >= s_.entry_timeout / 2) waits_on[r] = ws.peer_rank();
+  }
+  for (const WaitCause& c : DiagnoseWaits(waits_on).causes) {
+    if (c.ranks.size() != 1) continue;
+    const int blamers = static_cast<int>(c.waiters.size());
+    if (2 * blamers <= p - 1) continue;
+    Evict(e.roster[c.ranks[0]], MemberRecord::Cause::kEntry,
+          absl::StrCat("blamed by ", blamers, " of ", p - 1, " members for not entering epoch ",
+                       e.number, " within ", absl::ToInt64Milliseconds(s_.entry_timeout),
+                       " ms (their entry waits end at it)"),
+          evicted);
   }
 }
 

@@ -4,6 +4,7 @@
 // one per failure (item 6).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,102 @@ TEST(EntryDeadline, AMemberStillInAnOlderEntryStays) {
   }
   EXPECT_TRUE(ev.empty());
   EXPECT_EQ(m.latest().number, 2u);
+}
+
+// A heartbeat of a member in `epoch` whose entry waits on `peer` for
+// `waited` already.
+void BeatWaiting(Membership& m, uint64_t id, uint64_t epoch, uint64_t peer, absl::Duration waited,
+                 absl::Time t) {
+  gradex::v1::HeartbeatRequest h;
+  h.set_member_id(id);
+  h.set_epoch(epoch);
+  h.set_next_step(m.Find(id)->next_step);
+  h.mutable_waiting()->set_epoch(epoch);
+  h.mutable_waiting()->set_step(m.Find(id)->next_step);
+  h.mutable_waiting()->set_peer_rank(m.RankIn(m.latest(), peer));
+  h.mutable_waiting()->set_waited_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(waited)));
+  ASSERT_TRUE(m.Heartbeat(h, t).ok()) << id;
+}
+
+// Members 1..n entered epoch 1; member n+1 leaves, so epoch 2 (members
+// 1..n, immediate) starts its entry at t0. Member `stalled` entered epoch 1
+// and says it enters epoch 2, but never answers its peers there; each member
+// in `waiters` waits on what its map entry names (directly or through
+// another waiter), a second before the deadline, for most of the entry.
+// Returns the evictions by the deadline, and their records.
+struct BlameRun {
+  std::vector<uint64_t> evicted;
+  std::vector<MemberRecord> records;
+  uint64_t latest = 0;
+};
+BlameRun RunBlame(int n, const std::vector<std::pair<uint64_t, uint64_t>>& waiters,
+                  absl::Duration waited) {
+  JobSettings s = Job(n + 1);
+  s.min_world_size = 1;
+  Membership m(s);
+  BlameRun run;
+  StartEpoch(m, n + 1);
+  if (::testing::Test::HasFatalFailure()) return run;
+  std::vector<uint64_t> ev;
+  EXPECT_TRUE(m.Leave(n + 1).ok());
+  EXPECT_TRUE(m.Tick(t0, &ev));
+  EXPECT_EQ(m.latest().number, 2u);
+  for (absl::Duration d = absl::Seconds(1); d < 2 * s.entry_timeout; d += absl::Seconds(1)) {
+    const absl::Time t = t0 + d;
+    for (uint64_t id = 1; id <= static_cast<uint64_t>(n); ++id) {
+      auto w = std::find_if(waiters.begin(), waiters.end(),
+                            [&](const auto& p) { return p.first == id; });
+      if (m.Find(id) == nullptr) continue;
+      if (w != waiters.end() && m.latest().number == 2 && m.Find(w->second) != nullptr) {
+        BeatWaiting(m, id, 2, w->second, std::min(waited, d), t);
+      } else {
+        Beat(m, id, m.latest().number, t);
+      }
+    }
+    m.Tick(t, &ev);
+    if (d < s.entry_timeout) {
+      EXPECT_TRUE(ev.empty()) << "before the deadline, at " << d;
+    }
+    for (const MemberRecord& r : m.last_evicted()) run.records.push_back(r);
+  }
+  run.evicted = ev;
+  run.latest = m.latest().number;
+  return run;
+}
+
+TEST(EntryDeadline, AMemberAMajorityOfItsPeersWaitOnIsEvictedAndNamed) {
+  // Four members; 4 stalls. 1 waits on it directly, 2 through 1 (the
+  // dissemination exchange), 3 does not wait: 2 of 3 others blame 4.
+  BlameRun run = RunBlame(4, {{1, 4}, {2, 1}}, absl::Seconds(3));
+  EXPECT_EQ(run.evicted, (std::vector<uint64_t>{4}));
+  ASSERT_EQ(run.records.size(), 1u);
+  EXPECT_EQ(run.records[0].agent_id, "a4");
+  EXPECT_EQ(run.records[0].cause, MemberRecord::Cause::kEntry);
+  EXPECT_NE(run.records[0].eviction.find("blamed by 2 of 3 members for not entering epoch 2"),
+            std::string::npos)
+      << run.records[0].eviction;
+  EXPECT_EQ(run.latest, 3u);  // the others go on without it
+}
+
+TEST(EntryDeadline, OneLiarOfThreeOthersCannotEvict) {
+  BlameRun run = RunBlame(4, {{1, 4}}, absl::Seconds(3));
+  EXPECT_TRUE(run.evicted.empty());
+  EXPECT_EQ(run.latest, 2u);
+}
+
+TEST(EntryDeadline, ShortWaitsBlameNobody) {
+  // A straggler's peers wait on it briefly every step: not a stalled entry.
+  BlameRun run = RunBlame(4, {{1, 4}, {2, 4}, {3, 4}}, absl::Milliseconds(500));
+  EXPECT_TRUE(run.evicted.empty());
+  EXPECT_EQ(run.latest, 2u);
+}
+
+TEST(EntryDeadline, WithTwoMembersTheOtherOneDecides) {
+  // 1 of 1 other is a strict majority: the job could not go on either way.
+  BlameRun run = RunBlame(2, {{1, 2}}, absl::Seconds(3));
+  EXPECT_EQ(run.evicted, (std::vector<uint64_t>{2}));
+  ASSERT_EQ(run.records.size(), 1u);
+  EXPECT_NE(run.records[0].eviction.find("blamed by 1 of 1 members"), std::string::npos);
 }
 
 // Members 3 and 4 of four stop together; their last heartbeats were `apart`
