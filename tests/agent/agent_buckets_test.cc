@@ -106,6 +106,17 @@ struct StepRun {
   StepOutcome out;
 };
 
+// Bucket b of one rank's step, as the invariant checks take it.
+RankCall CallOf(const StepRun& r, size_t b) {
+  RankCall c;
+  c.grad = r.grads[b];
+  c.residual_in = r.before[b];
+  c.residual_out = r.after[b];
+  c.result.assign(kSizes[b], 0.0f);
+  r.outcomes[b].result.ToDense(c.result);
+  return c;
+}
+
 StepRun RunStep(Box& box, int rank, int iteration,
                 const std::function<void(size_t)>& after_bucket) {
   StepRun r;
@@ -163,13 +174,7 @@ TEST(AgentBucketsTest, PeerDyingMidStepKeepsEveryLaterBucketInTheResidual) {
         ASSERT_TRUE(r.end.ok()) << r.end;
         ASSERT_TRUE(r.buckets[b].ok()) << r.buckets[b];
         EXPECT_EQ(r.outcomes[b].algorithm, "spardl");
-        RankCall c;
-        c.grad = r.grads[b];
-        c.residual_in = r.before[b];
-        c.residual_out = r.after[b];
-        c.result.assign(kSizes[b], 0.0f);
-        r.outcomes[b].result.ToDense(c.result);
-        calls.push_back(std::move(c));
+        calls.push_back(CallOf(r, b));
       }
       EXPECT_TRUE(Consistent(calls)) << "step " << it << " bucket " << b;
       EXPECT_EQ(ConservationError(calls, /*relative=*/false), 0.0) << "step " << it;
@@ -230,13 +235,7 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
         ASSERT_TRUE(r.end.ok()) << r.end;
         EXPECT_EQ(r.outcomes[b].algorithm, want) << "step " << it << " bucket " << b;
         EXPECT_EQ(r.outcomes[b].dense_probe, it == 3);
-        RankCall c;
-        c.grad = r.grads[b];
-        c.residual_in = r.before[b];
-        c.residual_out = r.after[b];
-        c.result.assign(kSizes[b], 0.0f);
-        r.outcomes[b].result.ToDense(c.result);
-        calls.push_back(std::move(c));
+        calls.push_back(CallOf(r, b));
       }
       EXPECT_TRUE(Consistent(calls));
       EXPECT_EQ(ConservationError(calls, false), 0.0);
@@ -318,13 +317,7 @@ TEST(AgentBucketsTest, DifferentRulesOnEachRankRunTheLowestRanks) {
         EXPECT_EQ(r.out.step, step);
         EXPECT_EQ(r.outcomes[b].algorithm, want.algorithm) << "agent " << i << " step " << it;
         EXPECT_EQ(r.outcomes[b].dense_probe, want.dense_probe);
-        RankCall c;
-        c.grad = r.grads[b];
-        c.residual_in = r.before[b];
-        c.residual_out = r.after[b];
-        c.result.assign(kSizes[b], 0.0f);
-        r.outcomes[b].result.ToDense(c.result);
-        calls.push_back(std::move(c));
+        calls.push_back(CallOf(r, b));
       }
       EXPECT_TRUE(Consistent(calls)) << "step " << it << " bucket " << b;
       EXPECT_EQ(ConservationError(calls, false), 0.0);
