@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -122,10 +123,13 @@ class DgsServer {
 
  private:
   absl::Status Post(uint32_t worker);
-  absl::Status Handle(uint32_t worker, Bytes message);
+  absl::Status Handle(uint32_t worker, const Bytes& message);
+  absl::Status ApplyAndReply(uint32_t worker, const DgsMessage& push);
   absl::Status Reply(uint32_t worker, Bytes message);
+  absl::Status Refused(uint32_t worker, uint32_t request, DgsRefusal why);
   void ServeHeld();
   void ReapSends();
+  void Lose(uint32_t worker);
 
   Transport& transport_;
   DgsJob job_;
@@ -136,7 +140,7 @@ class DgsServer {
   std::vector<std::optional<RequestId>> recvs_;
   std::vector<uint8_t> lost_;
   std::vector<std::optional<DgsMessage>> held_;
-  std::vector<RequestId> sends_;
+  std::vector<std::pair<uint32_t, RequestId>> sends_;  // (worker, send)
   DgsServerStats stats_;
 };
 

@@ -74,14 +74,17 @@ class DgsServerShard {
   // values) when the shard has no model yet (an empty span then refuses,
   // kNoModel), and fills `reply` with a kFullSync (M, the version), setting
   // v_k = M. Values must be finite when used.
-  absl::Status Join(uint32_t worker, std::span<const float> values, DgsMessage* reply);
+  // `why`, when given, receives the refusal's reason (kNone on success), as
+  // for ApplyPush and MakePull.
+  absl::Status Join(uint32_t worker, std::span<const float> values, DgsMessage* reply,
+                    DgsRefusal* why = nullptr);
 
   // Applies a decoded kPush (see the refusals above). On refusal nothing
   // changes except refused().
-  absl::Status ApplyPush(uint32_t worker, const DgsMessage& push);
+  absl::Status ApplyPush(uint32_t worker, const DgsMessage& push, DgsRefusal* why = nullptr);
 
   // The reply to `worker`'s last push: a kPull, or a kFullSync when one is due.
-  absl::Status MakePull(uint32_t worker, DgsMessage* reply);
+  absl::Status MakePull(uint32_t worker, DgsMessage* reply, DgsRefusal* why = nullptr);
 
   // Whether `worker`'s push may be applied now (max_staleness; see above).
   // Always true when unbounded, or for an unknown or inactive worker (its
@@ -126,7 +129,7 @@ class DgsServerShard {
  private:
   DgsServerShard(const DgsLayout& layout, uint32_t shard, DgsRange range,
                  const DgsServerOptions& options);
-  absl::Status Refuse(DgsRefusal reason, std::string_view detail);
+  absl::Status Refuse(DgsRefusal reason, std::string_view detail, DgsRefusal* why);
   void FullSync(uint32_t worker, DgsMessage* reply);
 
   DgsLayout layout_;
