@@ -25,7 +25,10 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 }  // namespace
 
 bool IsKnownAlgorithm(absl::string_view name) {
-  return catalog::Find(std::string_view(name.data(), name.size())) != nullptr;
+  // "dgs" runs on parameter servers, not as a collective: the coordinator
+  // accepts it for a ps job whether or not the catalog lists it yet.
+  return name == kPsAlgorithm ||
+         catalog::Find(std::string_view(name.data(), name.size())) != nullptr;
 }
 
 namespace {
@@ -36,6 +39,9 @@ namespace {
 // the parameter (other algorithms ignored them before params existed).
 absl::Status ReadParams(const gradex::v1::JobConfig& c, JobSettings* s) {
   const catalog::AlgorithmSpec* spec = catalog::Find(s->algorithm);
+  if (spec == nullptr && s->algorithm == kPsAlgorithm && c.params().empty()) {
+    return absl::OkStatus();  // no catalog entry: no parameters to check
+  }
   if (spec == nullptr) return Bad("algorithm", "not in the catalog");
   if (c.params_size() > static_cast<int>(catalog::kMaxParams)) {
     return Bad("params", absl::StrCat("at most ", catalog::kMaxParams, " entries"));
