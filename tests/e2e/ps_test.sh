@@ -118,6 +118,11 @@ AFTER=$(grep -E '^[0-9.]+ step ' "$TMP/w0.log" | awk -v k="$T_KILL" '$1 > k' | h
 lt "$AFTER" "$(awk -v l="$LOSS_AT_KILL" -v i="$INITIAL" 'BEGIN { print l + (i - l) / 4 }')" ||
   fail "loss after the restart $AFTER: from scratch (initial $INITIAL, at the kill $LOSS_AT_KILL)"
 echo "4. $(grep -E 'restored version' "$TMP/server2.log" | head -1 | cut -d' ' -f2-); loss at the kill $LOSS_AT_KILL, first after the restart $AFTER, initial $INITIAL"
-curl -s "http://127.0.0.1:$SERVER_METRICS/metrics" | grep -q '^gradex_ps_server_pushes_total [1-9]' ||
+curl -s "http://127.0.0.1:$SERVER_METRICS/metrics" >"$TMP/metrics.txt"
+grep -q '^gradex_ps_server_pushes_total [1-9]' "$TMP/metrics.txt" ||
   fail "the restarted server's metrics show no pushes"
+# shellcheck disable=SC2016  # the backquotes are literal: the table's code spans
+for name in $(grep -oE '^\| `gradex_ps_server_[a-z_]+`' "$HERE/../../docs/metrics.md" | tr -d '|` '); do
+  grep -qE "^${name}(_bucket|_count|_sum)?[{ ]" "$TMP/metrics.txt" || fail "documented $name not exported"
+done
 echo "PASS"
