@@ -109,6 +109,13 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
                                          "'; the agents run: ", catalog::NameList(), " (or ",
                                          kAutoAlgorithm, ": the coordinator chooses per bucket)"));
   }
+  if (!s.auto_algorithm && catalog::TraitsOf(c.algorithm()).parameter_server) {
+    // DGS runs through server shards (collectives/dgs_*.h), not the
+    // allreduce plan this config describes.
+    return Bad("algorithm", absl::StrCat("'", c.algorithm(),
+                                         "' is a parameter-server algorithm; this coordinator "
+                                         "runs allreduce jobs only (not yet built)"));
+  }
   s.algorithm = s.auto_algorithm ? std::string(catalog::DefaultAlgorithm()) : c.algorithm();
   if (!(c.density() > 0 && c.density() <= 1)) return Bad("density", "required, in (0, 1]");
   s.density = c.density();

@@ -139,7 +139,7 @@ TEST(JobConfig, DefaultsAndErrors) {
         R"({"job_id":"j/x","world_size":4,"algorithm":"spardl","density":0.01})",
         R"({"job_id":"j","world_size":0,"algorithm":"spardl","density":0.01})",
         R"({"job_id":"j","world_size":4,"algorithm":"nope","density":0.01})",
-        // Names of docs/design.md without a schedule yet: the agents could not run them.
+        // A parameter-server algorithm is not an allreduce job's algorithm.
         R"({"job_id":"j","world_size":4,"algorithm":"dgs","density":0.01})",
         R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0})",
         R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0.1,"teams":5})",
@@ -151,10 +151,13 @@ TEST(JobConfig, DefaultsAndErrors) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_EQ(LoadJobConfig("/nonexistent/job.json").status().code(), absl::StatusCode::kNotFound);
-  // The refusal lists what the agents can run.
+  // The refusal of an unknown name lists what the agents can run; dgs's
+  // says what it is.
+  auto nope = ParseJobConfig(R"({"job_id":"j","world_size":4,"algorithm":"nope","density":0.01})");
+  EXPECT_NE(nope.status().message().find("spardl-bsag"), std::string::npos) << nope.status();
+  EXPECT_NE(nope.status().message().find("dense-ring"), std::string::npos) << nope.status();
   auto dgs = ParseJobConfig(R"({"job_id":"j","world_size":4,"algorithm":"dgs","density":0.01})");
-  EXPECT_NE(dgs.status().message().find("spardl-bsag"), std::string::npos) << dgs.status();
-  EXPECT_NE(dgs.status().message().find("dense-ring"), std::string::npos) << dgs.status();
+  EXPECT_NE(dgs.status().message().find("parameter-server"), std::string::npos) << dgs.status();
 }
 
 }  // namespace
