@@ -107,6 +107,7 @@ class PsWorkerImpl final : public PsWorker {
   std::optional<DgsWorkerState> state_;
   std::optional<DgsPushPull> exchange_;
   std::vector<uint64_t> versions_;  // last version applied, per shard
+  uint32_t running_ = 0;            // the epoch exchange_ runs in
   bool closed_ = false;
   mutable absl::Mutex mu_;
   PsWorkerStats stats_ ABSL_GUARDED_BY(mu_);
@@ -193,10 +194,12 @@ std::string PsWorkerImpl::Where() const {
 }
 
 absl::Status PsWorkerImpl::EnterEpoch(Deadline deadline) {
+  // Leaving a running epoch: wait for another. After a failed entry: the
+  // current one will do (its wire-up may succeed this time).
+  const uint32_t leaving = exchange_ ? running_ : 0;
   exchange_.reset();
   transport_.reset();
-  absl::StatusOr<std::shared_ptr<const agent::Plan>> plan =
-      member_->AwaitEpoch(plan_ ? plan_->epoch : 0, deadline);
+  absl::StatusOr<std::shared_ptr<const agent::Plan>> plan = member_->AwaitEpoch(leaving, deadline);
   if (!plan.ok()) return plan.status();
   plan_ = *plan;
   const agent::PsPlan& ps = *plan_->ps;
@@ -228,7 +231,8 @@ absl::Status PsWorkerImpl::EnterEpoch(Deadline deadline) {
   absl::StatusOr<std::unique_ptr<Transport>> t = member_->Connect(*plan_);
   if (!t.ok()) return t.status();
   transport_ = *std::move(t);
-  member_->SetRunning(plan_->epoch);
+  running_ = plan_->epoch;
+  member_->SetRunning(running_);
   std::vector<DgsShardPeer> peers;
   for (uint32_t s = 0; s < ps.shards; ++s) peers.push_back({s, ps.shard_rank[s]});
   exchange_.emplace(*transport_, DgsJob{agent::PsJobId(o_.client.job), plan_->epoch},
@@ -252,7 +256,7 @@ absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> pa
   }
   const Deadline deadline = DeadlineIn(o_.client.timeout);
   absl::Status st = absl::OkStatus();
-  if (!exchange_ || member_->Superseded(plan_->epoch)) st = EnterEpoch(deadline);
+  if (!exchange_ || member_->Superseded(running_)) st = EnterEpoch(deadline);
   DgsStepStats step;
   if (st.ok()) st = exchange_->Step(*state_, grad, params, lr, deadline, &step);
   absl::MutexLock lock(&mu_);
