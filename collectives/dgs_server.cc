@@ -206,11 +206,26 @@ absl::Status DgsServerShard::MakePull(uint32_t worker, DgsMessage* reply, DgsRef
   reply->shard = shard_;
   reply->version = version_;
   std::vector<float>& d = d_[worker];
+  if (ratio_[worker] >= 1.0f) {
+    reply->sparse.idx.reserve(range_.size());
+    reply->sparse.val.reserve(range_.size());
+  }
   for (const DgsRange& p : pieces_) {
     // G_k of the piece is d_k: its top R% is sent (secondary compression)
     // and zeroed, which is v_k += sent; everything else stays in d_k.
-    kernels::SelectTopKAndZero(d.data() + (p.begin - range_.begin), p.size(),
-                               DgsKeep(p.size(), ratio_[worker]), p.begin, &reply->sparse);
+    float* g = d.data() + (p.begin - range_.begin);
+    if (ratio_[worker] >= 1.0f) {
+      // ASGD: every nonzero goes (the top-k rule at k = size), one pass.
+      for (uint32_t i = 0; i < p.size(); ++i) {
+        if (g[i] == 0.0f) continue;
+        reply->sparse.idx.push_back(p.begin + i);
+        reply->sparse.val.push_back(g[i]);
+        g[i] = 0.0f;
+      }
+      continue;
+    }
+    kernels::SelectTopKAndZero(g, p.size(), DgsKeep(p.size(), ratio_[worker]), p.begin,
+                               &reply->sparse);
   }
   pulled_at_[worker] = version_;
   ++stats_.pulls;

@@ -91,12 +91,26 @@ absl::Status DgsWorkerState::MakePush(std::span<const float> grad, std::span<con
   const double ratio = Ratio(lr);
   push->ratio = static_cast<float>(ratio);
   push->entries.clear();
+  if (ratio >= 1.0) {
+    push->entries.idx.reserve(u_.size());
+    push->entries.val.reserve(u_.size());
+  }
   // Exact reciprocal only for powers of two; elsewhere divide (the seed's
   // a / m), so that integer tests at m = 1/2 and real runs agree with it.
   const bool exact_inverse = std::exp2(std::round(std::log2(m))) == m;
   for (uint32_t j = 0; j < layout_.layers(); ++j) {
     const DgsRange l = layout_.layer(j);
     float* a = u_.data() + l.begin;
+    if (ratio >= 1.0) {
+      // ASGD: every nonzero is sent and keeps u = a (zeros: a / m = 0), as
+      // the top-k rule with k = size selects; one pass instead of a select.
+      for (uint32_t i = 0; i < l.size(); ++i) {
+        if (a[i] == 0.0f) continue;
+        push->entries.idx.push_back(l.begin + i);
+        push->entries.val.push_back(-a[i]);
+      }
+      continue;
+    }
     const size_t first = push->entries.nnz();
     kernels::SelectTopK(a, l.size(), DgsKeep(l.size(), ratio), l.begin, &push->entries);
     // Unsent entries: a / m (SAMomentum); sent ones keep a as the velocity.
