@@ -1,5 +1,6 @@
 #include "collectives/dgs_frames.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -114,7 +115,15 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
                   absl::StrCat("pieces ", h.pieces, " != ", pieces.size()));
   }
   const uint16_t algorithm = static_cast<uint16_t>(CatalogId("dgs"));
-  if (dense_only) out->dense.assign(ctx.range.size(), 0.0f);
+  if (dense_only) {
+    out->dense.assign(ctx.range.size(), 0.0f);
+  } else {
+    // At most one entry per 4 payload bytes, and per element of the range:
+    // bounded by what the receiver knows, whatever the header says.
+    const size_t most = std::min<size_t>(ctx.range.size(), m.size() / sizeof(float));
+    out->sparse.idx.reserve(most);
+    out->sparse.val.reserve(most);
+  }
   size_t off = kHeader;
   for (const DgsRange& p : pieces) {
     FrameHeader f;

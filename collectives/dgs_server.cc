@@ -50,7 +50,7 @@ DgsServerShard::DgsServerShard(const DgsLayout& layout, uint32_t shard, DgsRange
       options_(options),
       pieces_(layout.Pieces(range)),
       m_(range.size(), 0.0f),
-      v_(options.workers),
+      d_(options.workers),
       active_(options.workers, 0),
       pulled_at_(options.workers, 0),
       synced_at_(options.workers, 0),
@@ -96,7 +96,7 @@ void DgsServerShard::FullSync(uint32_t worker, DgsMessage* reply) {
   reply->shard = shard_;
   reply->version = version_;
   reply->dense = m_;
-  v_[worker] = m_;
+  d_[worker].assign(m_.size(), 0.0f);  // v_k = M: nothing unsent
   pulled_at_[worker] = synced_at_[worker] = version_;
   ++stats_.full_syncs;
 }
@@ -176,6 +176,13 @@ absl::Status DgsServerShard::ApplyPush(uint32_t worker, const DgsMessage& push, 
   }
   float* m = m_.data() - range_.begin;
   for (size_t e = 0; e < s.nnz(); ++e) m[s.idx[e]] += s.val[e];
+  // M − v_j grows by the push for every joined worker j (the pusher too:
+  // its own push comes back to it through its pull, as in the seed).
+  for (uint32_t j = 0; j < options_.workers; ++j) {
+    if (!active_[j]) continue;
+    float* d = d_[j].data() - range_.begin;
+    for (size_t e = 0; e < s.nnz(); ++e) d[s.idx[e]] += s.val[e];
+  }
   push_staleness_[worker] = version_ - push.version;
   ratio_[worker] = push.ratio;
   ++version_;
@@ -198,18 +205,27 @@ absl::Status DgsServerShard::MakePull(uint32_t worker, DgsMessage* reply, DgsRef
   reply->worker = worker;
   reply->shard = shard_;
   reply->version = version_;
-  std::vector<float>& v = v_[worker];
+  std::vector<float>& d = d_[worker];
+  if (ratio_[worker] >= 1.0f) {
+    reply->sparse.idx.reserve(range_.size());
+    reply->sparse.val.reserve(range_.size());
+  }
   for (const DgsRange& p : pieces_) {
-    // G_k of the piece, its top R% (secondary compression), v_k += sent.
-    const uint32_t at = p.begin - range_.begin;
-    diff_.resize(p.size());
-    for (uint32_t i = 0; i < p.size(); ++i) diff_[i] = m_[at + i] - v[at + i];
-    const size_t first = reply->sparse.nnz();
-    kernels::SelectTopK(diff_.data(), p.size(), DgsKeep(p.size(), ratio_[worker]), p.begin,
-                        &reply->sparse);
-    for (size_t e = first; e < reply->sparse.nnz(); ++e) {
-      v[reply->sparse.idx[e] - range_.begin] += reply->sparse.val[e];
+    // G_k of the piece is d_k: its top R% is sent (secondary compression)
+    // and zeroed, which is v_k += sent; everything else stays in d_k.
+    float* g = d.data() + (p.begin - range_.begin);
+    if (ratio_[worker] >= 1.0f) {
+      // ASGD: every nonzero goes (the top-k rule at k = size), one pass.
+      for (uint32_t i = 0; i < p.size(); ++i) {
+        if (g[i] == 0.0f) continue;
+        reply->sparse.idx.push_back(p.begin + i);
+        reply->sparse.val.push_back(g[i]);
+        g[i] = 0.0f;
+      }
+      continue;
     }
+    kernels::SelectTopKAndZero(g, p.size(), DgsKeep(p.size(), ratio_[worker]), p.begin,
+                               &reply->sparse);
   }
   pulled_at_[worker] = version_;
   ++stats_.pulls;
@@ -235,7 +251,7 @@ bool DgsServerShard::MayApply(uint32_t worker) const {
 void DgsServerShard::Deactivate(uint32_t worker) {
   if (worker >= options_.workers) return;
   active_[worker] = 0;
-  std::vector<float>().swap(v_[worker]);
+  std::vector<float>().swap(d_[worker]);
 }
 
 uint64_t DgsServerShard::staleness(uint32_t worker) const {

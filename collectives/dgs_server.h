@@ -4,15 +4,20 @@
 //
 // For its contiguous range of the model the shard keeps M (the global
 // model), a version (pushes applied so far) and, per worker k, v_k (the sum
-// of everything sent to k; a worker's parameters of the range equal v_k).
+// of everything sent to k; a worker's parameters of the range equal v_k),
+// kept as d_k = M − v_k: the sum of every push not yet sent to k, exactly
+// (each push is added into M and into every joined worker's d_j; a pull
+// zeroes what it sends). That spares a pull the pass computing M − v_k.
 //   Join(k, values):  (re)joins k; M = values when the shard has no model
 //                     yet; the reply is a full sync: M whole, v_k = M.
-//   ApplyPush(k, p):  M += p (p is the signed change), version += 1.
-//   MakePull(k):      G_k = M − v_k; the top R% of |G_k| per piece (R: k's
-//                     last push ratio; R = 1 sends every nonzero), v_k +=
-//                     what is sent. Nothing unsent is lost: it stays in
-//                     M − v_k. A full sync instead (M whole, v_k = M) when
-//                     full_sync_every versions have passed since k's last.
+//   ApplyPush(k, p):  M += p (p is the signed change), d_j += p for every
+//                     joined j, version += 1.
+//   MakePull(k):      G_k = M − v_k = d_k; the top R% of |G_k| per piece
+//                     (R: k's last push ratio; R = 1 sends every nonzero),
+//                     v_k += what is sent (those entries of d_k become 0).
+//                     Nothing unsent is lost: it stays in d_k. A full sync
+//                     instead (M whole, d_k = 0) when full_sync_every
+//                     versions have passed since k's last.
 // Staleness of k = version − the version of k's last pull (versions behind).
 //
 // max_staleness (default unbounded) is kept by making too-fast workers wait:
@@ -121,7 +126,8 @@ class DgsServerShard {
   // The staleness the worker's last applied push had.
   uint64_t last_push_staleness(uint32_t worker) const;
   std::span<const float> model() const { return m_; }
-  std::span<const float> sent(uint32_t worker) const { return v_[worker]; }
+  // d_k = M − v_k: what the worker has not been sent (empty when inactive).
+  std::span<const float> unsent(uint32_t worker) const { return d_[worker]; }
   const DgsRefusalCounts& refused() const { return refused_; }
   uint64_t total_refused() const;
   const DgsShardStats& stats() const { return stats_; }
@@ -140,13 +146,12 @@ class DgsServerShard {
   bool has_model_ = false;
   uint64_t version_ = 0;
   std::vector<float> m_;
-  std::vector<std::vector<float>> v_;
+  std::vector<std::vector<float>> d_;  // per worker: M − v_k
   std::vector<uint8_t> active_;
   std::vector<uint64_t> pulled_at_;  // version of each worker's last pull
   std::vector<uint64_t> synced_at_;  // version of each worker's last full sync
   std::vector<float> ratio_;         // each worker's last push ratio
   std::vector<uint64_t> push_staleness_;
-  std::vector<float> diff_;  // scratch: G_k of one piece
   DgsRefusalCounts refused_{};
   DgsShardStats stats_;
 };

@@ -7,17 +7,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace gradex {
-namespace {
-
-bool AllFinite(std::span<const float> x) {
-  // Branch-free so that it vectorises: one pass over a 25M-element model is
-  // a few milliseconds.
-  bool ok = true;
-  for (float v : x) ok &= std::isfinite(v);
-  return ok;
-}
-
-}  // namespace
 
 DgsWorkerState::DgsWorkerState(const DgsLayout& layout, uint32_t worker,
                                std::vector<DgsRange> shards, const DgsWorkerOptions& options)
@@ -80,23 +69,48 @@ absl::Status DgsWorkerState::MakePush(std::span<const float> grad, std::span<con
   if (!(lr > 0.0f && std::isfinite(lr))) {
     return absl::InvalidArgumentError(absl::StrCat("DGS step: lr ", lr, " not positive"));
   }
-  if (!AllFinite(grad) || !AllFinite(params)) {
-    return absl::InvalidArgumentError("DGS step: a NaN or Inf gradient or parameter");
+  const float m = options_.momentum, wd = options_.weight_decay, inv_m = 1.0f / m;
+  // a = m·u + lr·(g + wd·w) into the scratch buffer first: a NaN or Inf
+  // there (from g, w or an overflow) refuses the step with u untouched.
+  scratch_.resize(u_.size());
+  {
+    bool finite = true;
+    const float* g = grad.data();
+    const float* w = params.data();
+    float* a = scratch_.data();
+    for (size_t i = 0; i < u_.size(); ++i) {
+      a[i] = m * u_[i] + lr * (g[i] + wd * w[i]);
+      finite &= std::isfinite(a[i]);
+    }
+    if (!finite) {
+      return absl::InvalidArgumentError("DGS step: a NaN or Inf gradient, parameter or velocity");
+    }
   }
+  u_.swap(scratch_);
   if (options_.lr0 == 0.0f) options_.lr0 = lr;  // R scales with lr / the first lr
   const double ratio = Ratio(lr);
   push->ratio = static_cast<float>(ratio);
   push->entries.clear();
-  const float m = options_.momentum, wd = options_.weight_decay, inv_m = 1.0f / m;
+  if (ratio >= 1.0) {
+    push->entries.idx.reserve(u_.size());
+    push->entries.val.reserve(u_.size());
+  }
   // Exact reciprocal only for powers of two; elsewhere divide (the seed's
   // a / m), so that integer tests at m = 1/2 and real runs agree with it.
   const bool exact_inverse = std::exp2(std::round(std::log2(m))) == m;
   for (uint32_t j = 0; j < layout_.layers(); ++j) {
     const DgsRange l = layout_.layer(j);
     float* a = u_.data() + l.begin;
-    const float* g = grad.data() + l.begin;
-    const float* w = params.data() + l.begin;
-    for (uint32_t i = 0; i < l.size(); ++i) a[i] = m * a[i] + lr * (g[i] + wd * w[i]);
+    if (ratio >= 1.0) {
+      // ASGD: every nonzero is sent and keeps u = a (zeros: a / m = 0), as
+      // the top-k rule with k = size selects; one pass instead of a select.
+      for (uint32_t i = 0; i < l.size(); ++i) {
+        if (a[i] == 0.0f) continue;
+        push->entries.idx.push_back(l.begin + i);
+        push->entries.val.push_back(-a[i]);
+      }
+      continue;
+    }
     const size_t first = push->entries.nnz();
     kernels::SelectTopK(a, l.size(), DgsKeep(l.size(), ratio), l.begin, &push->entries);
     // Unsent entries: a / m (SAMomentum); sent ones keep a as the velocity.

@@ -91,10 +91,11 @@ INSTANTIATE_TEST_SUITE_P(Shards, DgsEquivalence,
 
 class DgsConservation : public ::testing::TestWithParam<std::tuple<float, int>> {};
 
-// At any density, per worker k: v_k is exactly what was sent to k (the sum
-// of its pulls since its last full sync), the worker's parameters equal v_k
-// bit for bit, M is the start plus every push, and a pull moves exactly its
-// entries from M − v_k into v_k: every unsent entry stays in M − v_k.
+// At any density, per worker k: the shard's M − v_k is exactly M minus what
+// was sent to k (the sum of its pulls since its last full sync), the
+// worker's parameters are exactly what was sent, M is the start plus every
+// push, and a pull moves exactly its entries out of M − v_k: every unsent
+// entry stays there.
 // (Momentum 1 keeps every value an integer over 25 rounds; the server's
 // bookkeeping does not depend on the worker's momentum.)
 TEST_P(DgsConservation, ModelMinusSentHoldsEveryUnsentEntry) {
@@ -139,7 +140,7 @@ TEST_P(DgsConservation, ModelMinusSentHoldsEveryUnsentEntry) {
         const DgsRange r = sh.range();
         std::vector<float> before(r.size());  // M − v_k before the pull, after the push
         for (uint32_t i = 0; i < r.size(); ++i) {
-          before[i] = static_cast<float>(model[r.begin + i]) - sh.sent(k)[i];
+          before[i] = static_cast<float>(model[r.begin + i] - sent[k][r.begin + i]);
         }
         const uint64_t full_before = sh.stats().full_syncs;
         DgsMessage pull = PushPull(sh, ws[k], push, params[k]);
@@ -162,13 +163,17 @@ TEST_P(DgsConservation, ModelMinusSentHoldsEveryUnsentEntry) {
             was_sent[i] = 1;
           }
           for (uint32_t i = 0; i < r.size(); ++i) {
-            const float left = sh.model()[i] - sh.sent(k)[i];
-            ASSERT_EQ(left, was_sent[i] ? 0.0f : before[i]) << "unsent entry " << r.begin + i;
+            ASSERT_EQ(sh.unsent(k)[i], was_sent[i] ? 0.0f : before[i])
+                << "unsent entry " << r.begin + i;
           }
         }
         for (uint32_t i = 0; i < r.size(); ++i) {
-          ASSERT_EQ(double{sh.sent(k)[i]}, sent[k][r.begin + i]);
-          ASSERT_EQ(params[k][r.begin + i], sh.sent(k)[i]);
+          // M − v_k exactly, for every worker (not only the one that pulled).
+          for (uint32_t j = 0; j < workers; ++j) {
+            ASSERT_EQ(double{sh.unsent(j)[i]}, model[r.begin + i] - sent[j][r.begin + i])
+                << "worker " << j << " entry " << r.begin + i;
+          }
+          ASSERT_EQ(double{params[k][r.begin + i]}, sent[k][r.begin + i]);
         }
       }
     }
