@@ -56,10 +56,12 @@ struct DgsStepStats {
 // step against every shard: a hello (and its full sync) to every shard it
 // has not joined, then SAMomentum (DgsWorkerState::MakePush), the push split
 // by shard range, sent to every shard at once, and every shard's reply
-// applied to params. A refusal or failure from a shard makes the state leave
-// that shard (the next Step says hello and re-syncs) and Step returns the
-// error naming the shard; replies to requests given up on are dropped by
-// their request number.
+// applied to params. A shard that answers "not joined" (it restarted) or
+// "stale version" is rejoined inside the step: hello, full sync, and the same
+// push again on the new base, so nothing is lost. Any other refusal or
+// failure makes the state leave that shard (the next Step says hello and
+// re-syncs) and Step returns the error naming the shard; replies to requests
+// given up on are dropped by their request number.
 class DgsPushPull {
  public:
   // `shards` must name every shard of the state once.

@@ -57,7 +57,8 @@ class DgsWorkerState {
                                                const DgsWorkerOptions& options);
 
   // One SAMomentum step: updates the velocity u and fills `push` (replaced).
-  // grad and params have layout.total() elements; lr > 0 and finite.
+  // grad and params have layout.total() elements; lr > 0 and finite. A NaN
+  // or Inf in a (from g, w or an overflow) refuses the step, u untouched.
   absl::Status MakePush(std::span<const float> grad, std::span<const float> params, float lr,
                         DgsPush* push);
 
