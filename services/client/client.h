@@ -58,8 +58,11 @@ struct ClientOptions {
   size_t max_bucket_elements = size_t{1} << 28;
   catalog::ParamValues params;               // algorithm parameters by catalog name
   std::chrono::milliseconds timeout{60000};  // joining, and every bucket's exchange
-  bool mean = true;           // results are the mean over ranks (DDP); false: the sum
-  int metrics_port = -1;      // GRADEX_METRICS_PORT: -1 none, 0 any free port
+  bool mean = true;       // results are the mean over ranks (DDP); false: the sum
+  int metrics_port = -1;  // GRADEX_METRICS_PORT: -1 none, 0 any free port
+  // GRADEX_METRICS_ADDR: the address the metrics endpoint binds (a pod's
+  // scraper needs 0.0.0.0; the default keeps it on loopback).
+  std::string metrics_address = "127.0.0.1";
   std::string data_ip;        // GRADEX_DATA_IP: the data plane's interface
   std::string timeline_path;  // GRADEX_TIMELINE: Chrome-trace JSON of every step's phases
   // NaN or infinite gradient values. Refuse (default): they are exchanged as
@@ -73,7 +76,7 @@ struct ClientOptions {
 // algorithm, density, teams and params from rank 0's options; a coordinator
 // given by address has its own job config, and those options are unused.
 
-// Fills what the environment says (GRADEX_*, RANK, WORLD_SIZE, LOCAL_RANK,
+// Fills what the environment says (GRADEX_*, GRADEX_JOB, RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR); a malformed value is INVALID_ARGUMENT naming the variable.
 absl::Status ApplyEnvironment(ClientOptions* options);
 

@@ -81,7 +81,8 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   metrics_ = std::make_unique<agent::AgentMetrics>();
   client_metrics_ = std::make_unique<ClientMetrics>(*metrics_->registry());
   if (options_.metrics_port >= 0) {
-    if (absl::Status s = metrics_->Serve(absl::StrCat("127.0.0.1:", options_.metrics_port));
+    if (absl::Status s =
+            metrics_->Serve(absl::StrCat(options_.metrics_address, ":", options_.metrics_port));
         !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("GRADEX_METRICS_PORT: ", s.message()));
     }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "services/client/client.h"
+#include "services/coordinator/validate.h"
 
 namespace gradex::client {
 namespace {
@@ -69,6 +70,14 @@ absl::Status ApplyEnvironment(ClientOptions* o) {
     if (!IsHostPort(v)) return Malformed("GRADEX_COORDINATOR", v, "HOST:PORT");
     o->coordinator = v;
   }
+  if (const char* v = Get("GRADEX_JOB")) {
+    // The coordinator's rule for job ids, refused here with the variable's
+    // name rather than as a failed join.
+    if (!coordinator::IsValidJobId(v)) {
+      return Malformed("GRADEX_JOB", v, "1..128 bytes of [A-Za-z0-9._-]");
+    }
+    o->job = v;
+  }
   if (const char* v = Get("GRADEX_TOKEN")) o->token = v;
   if (const char* path = Get("GRADEX_TOKEN_FILE")) {
     std::ifstream in(path, std::ios::binary);
@@ -94,6 +103,12 @@ absl::Status ApplyEnvironment(ClientOptions* o) {
     break;
   }
   if (absl::Status s = Int("GRADEX_METRICS_PORT", -1, 65535, &o->metrics_port); !s.ok()) return s;
+  if (const char* v = Get("GRADEX_METRICS_ADDR")) {
+    if (!IsHost(v) || std::string(v).find(':') != std::string::npos) {
+      return Malformed("GRADEX_METRICS_ADDR", v, "an IPv4 address or host name to bind");
+    }
+    o->metrics_address = v;
+  }
   if (const char* v = Get("GRADEX_DATA_IP")) o->data_ip = v;
   if (const char* v = Get("GRADEX_TIMELINE")) o->timeline_path = v;
   return absl::OkStatus();
