@@ -63,8 +63,14 @@ struct ClientOptions {
   // GRADEX_METRICS_ADDR: the address the metrics endpoint binds (a pod's
   // scraper needs 0.0.0.0; the default keeps it on loopback).
   std::string metrics_address = "127.0.0.1";
-  std::string data_ip;        // GRADEX_DATA_IP: the data plane's interface
-  std::string timeline_path;  // GRADEX_TIMELINE: Chrome-trace JSON of every step's phases
+  // TLS to a coordinator given by address (PEM contents; ApplyEnvironment
+  // reads them from GRADEX_TLS_CA_FILE, GRADEX_TLS_CERT_FILE and
+  // GRADEX_TLS_KEY_FILE): the CA that signed its certificate, and a client
+  // certificate and key for mutual TLS. Empty CA: plaintext.
+  std::string tls_ca, tls_client_cert, tls_client_key;
+  std::string tls_server_name;  // GRADEX_TLS_SERVER_NAME: when the address is not the cert's name
+  std::string data_ip;          // GRADEX_DATA_IP: the data plane's interface
+  std::string timeline_path;    // GRADEX_TIMELINE: Chrome-trace JSON of every step's phases
   // NaN or infinite gradient values. Refuse (default): they are exchanged as
   // 0, so no peer's result and no residual is poisoned, `data` receives the
   // (finite) result like every rank's, and the bucket ends INVALID_ARGUMENT

@@ -55,6 +55,29 @@ bool IsHost(const std::string& s) {
   return true;
 }
 
+// The contents of the file a variable names; INVALID_ARGUMENT naming it
+// when unreadable or empty. Files over 1 MiB are refused (a PEM bundle or a
+// token is far smaller).
+absl::Status ReadNamedFile(const char* name, std::string* out) {
+  const char* path = Get(name);
+  if (path == nullptr) return absl::OkStatus();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", path, "': cannot read the file"));
+  }
+  std::string data(size_t{1} << 20, '\0');
+  in.read(data.data(), static_cast<std::streamsize>(data.size()));
+  data.resize(static_cast<size_t>(in.gcount()));
+  if (in.gcount() > 0 && !in.eof()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", path, "' is over 1 MiB"));
+  }
+  if (absl::StripAsciiWhitespace(data).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", path, "' is empty"));
+  }
+  *out = std::move(data);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ApplyEnvironment(ClientOptions* o) {
@@ -108,6 +131,15 @@ absl::Status ApplyEnvironment(ClientOptions* o) {
       return Malformed("GRADEX_METRICS_ADDR", v, "an IPv4 address or host name to bind");
     }
     o->metrics_address = v;
+  }
+  if (absl::Status s = ReadNamedFile("GRADEX_TLS_CA_FILE", &o->tls_ca); !s.ok()) return s;
+  if (absl::Status s = ReadNamedFile("GRADEX_TLS_CERT_FILE", &o->tls_client_cert); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadNamedFile("GRADEX_TLS_KEY_FILE", &o->tls_client_key); !s.ok()) return s;
+  if (const char* v = Get("GRADEX_TLS_SERVER_NAME")) {
+    if (!IsHost(v)) return Malformed("GRADEX_TLS_SERVER_NAME", v, "a host name");
+    o->tls_server_name = v;
   }
   if (const char* v = Get("GRADEX_DATA_IP")) o->data_ip = v;
   if (const char* v = Get("GRADEX_TIMELINE")) o->timeline_path = v;
