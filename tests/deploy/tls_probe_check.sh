@@ -92,7 +92,7 @@ env "${tenv[@]}" RANK=0 WORLD_SIZE=4 PYTHONPATH="$PYDIR" /usr/bin/python3 -c \
   'import gradex; gradex.Client.create({"timeout_s": 20.0})' >"$W/trainer.log" 2>&1 &
 tpid=$!
 for _ in $(seq 300); do grep -q "join: member .*/r0/" "$W/coordinator.log" && break; sleep 0.1; done
-kill "$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null || true
+kill "$tpid" 2>/dev/null || true; wait "$tpid" 2>/dev/null || true
 grep -q "join: member .*/r0/" "$W/coordinator.log" ||
   fail "the rendered TLS trainer did not join: $(tail -n 3 "$W/trainer.log")"
 echo "rendered trainer's gradex client joined over mutual TLS: $(grep -m1 "join: member .*/r0/" "$W/coordinator.log" | cut -d' ' -f3- | cut -c1-100)"
