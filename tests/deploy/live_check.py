@@ -20,7 +20,7 @@ are mapped to 127.0.0.1 and free ports (4 pods share this host).
 
 usage: live_check.py BIN_DIR HELMRENDER CHART WORKDIR
 """
-import base64, json, os, re, signal, socket, subprocess, sys, time, urllib.parse, urllib.request
+import base64, json, os, random, re, signal, socket, subprocess, sys, time, urllib.parse, urllib.request
 import yaml
 
 BIN = RENDER = CHART = WORK = None  # set from argv (kube_play.py imports the helpers)
@@ -37,8 +37,10 @@ def fail(msg):
     print(f"FAIL: {msg}", file=sys.stderr)
     for f in sorted(os.listdir(WORK)):
         if f.endswith(".log"):
-            print(f"--- {f} (last 8 lines)", file=sys.stderr)
-            print("".join(open(os.path.join(WORK, f), errors="replace").readlines()[-8:]), file=sys.stderr)
+            lines = open(os.path.join(WORK, f), errors="replace").readlines()
+            errors = [l for l in lines[:-8] if "Error" in l][-3:]  # a trainer's Python exception
+            print(f"--- {f} ({'its errors and ' if errors else ''}last 8 lines)", file=sys.stderr)
+            print("".join(errors + lines[-8:]), file=sys.stderr)
     sys.exit(1)
 
 
@@ -48,6 +50,24 @@ def free_port():
     p = s.getsockname()[1]
     s.close()
     return p
+
+
+def listen_port():
+    """A port free on every address below the ephemeral range (32768-60999 on
+    Linux): what a trainer binds only after seconds of imports (the
+    rendezvous store, the metrics endpoint on 0.0.0.0) must not be taken in
+    the meantime by some process's outgoing connection."""
+    for _ in range(200):
+        p = random.randrange(20000, 32000)
+        s = socket.socket()
+        try:
+            s.bind(("0.0.0.0", p))
+            return p
+        except OSError:
+            continue
+        finally:
+            s.close()
+    fail("no free port in 20000-31999")
 
 
 def start(name, argv, env=None):
@@ -229,7 +249,7 @@ def main():
     if pep["port"] not in tports:
         fail(f"PodMonitor port {pep['port']} is not a trainer container port")
     n = job["spec"]["completions"]
-    agent_ports = [free_port() for _ in range(n)]
+    agent_ports = [listen_port() for _ in range(n)]
     pods = []
     for i in range(n):
         meta = dict(jpod["metadata"])
@@ -270,7 +290,7 @@ def main():
     # does, each in a UTS namespace named as its pod.
     t_start = time.time()
     jobid = json.loads(job_cm["data"]["job.json"])["job_id"]
-    rdv_port = free_port()
+    rdv_port = listen_port()
     agents = []
     for i, (name, meta) in enumerate(pods):
         env = {}
