@@ -133,8 +133,10 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
   waits_->SetStep(plan->epoch, next_step_);
   // A newer epoch without one of this one's members ends the entry and steps.
   auto superseded = SupersededBy(control_, plan);
-  absl::StatusOr<std::unique_ptr<Transport>> t =
-      transports_->Connect(*plan, rank_, [superseded] { return superseded().has_value(); });
+  ConnectHooks hooks;
+  hooks.deadline = entry;
+  hooks.abandon = [superseded] { return superseded().has_value(); };
+  absl::StatusOr<std::unique_ptr<Transport>> t = transports_->Connect(*plan, rank_, hooks);
   if (!t.ok()) {
     return absl::Status(t.status().code(),
                         absl::StrCat("epoch ", plan->epoch, " connect: ", t.status().message()));
