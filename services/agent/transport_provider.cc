@@ -31,6 +31,7 @@ class UcxProvider final : public TransportProvider {
         std::chrono::milliseconds(1),
         std::chrono::duration_cast<std::chrono::milliseconds>(hooks.deadline - Clock::now()));
     o.abandon = hooks.abandon;
+    o.on_wire_up_wait = hooks.waiting;
     return ConnectUcxTransport(worker_, rank, *addresses, plan.epoch, o);
   }
 

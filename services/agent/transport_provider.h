@@ -25,6 +25,10 @@ struct ConnectHooks {
   // May be empty; polled while connecting: true ends it ABORTED (a newer
   // epoch superseded this one).
   std::function<bool()> abandon;
+  // May be empty; told which peers the wire-up waits on: (peer, true) as it
+  // starts waiting on `peer`, (peer, false) once that peer answered or the
+  // wire-up ended (UcxOptions::on_wire_up_wait).
+  std::function<void(int peer, bool waiting)> waiting;
 };
 
 class TransportProvider {

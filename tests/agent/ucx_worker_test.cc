@@ -113,5 +113,71 @@ TEST(UcxWorkerTest, AWireUpIsAbandonedWhenTheEpochIsSuperseded) {
   close(hole);
 }
 
+// The wire-up tells which peers it waits on (UcxOptions::on_wire_up_wait):
+// every peer as it starts, a peer that answers as soon as it did, and the
+// rest as it ends. Ranks 0 and 1 are real; rank 2 accepts TCP and never
+// answers (a member that stalls its entry): both real ranks stop waiting on
+// each other at once and wait on rank 2 until their deadline, which names it.
+TEST(UcxWorkerTest, AWireUpTellsWhichPeersItStillWaitsOn) {
+  const int hole = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(hole, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(bind(hole, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(hole, 8), 0);
+  ASSERT_EQ(getsockname(hole, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  UcxOptions options;
+  options.tls = "tcp";
+  options.connect_timeout = std::chrono::milliseconds(2500);
+  std::vector<std::string> addresses(3, "127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  struct Event {
+    int peer;
+    bool waiting;
+    double at;  // seconds since the connect started
+  };
+  std::vector<std::vector<Event>> events(2);
+  std::vector<absl::Status> status(2);
+  std::barrier sync(2);
+  auto rank = [&](int r) {
+    absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    addresses[r] = (*worker)->address();
+    sync.arrive_and_wait();
+    UcxOptions o = options;
+    const auto start = std::chrono::steady_clock::now();
+    o.on_wire_up_wait = [&, r, start](int peer, bool waiting) {
+      events[r].push_back(
+          {peer, waiting,
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+    };
+    status[r] = ConnectUcxTransport(*worker, r, addresses, 1, o).status();
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  close(hole);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kDeadlineExceeded) << status[r];
+    EXPECT_NE(status[r].message().find("timed out waiting for peer 2"), std::string::npos)
+        << status[r];
+    ASSERT_EQ(events[r].size(), 4u);
+    const int other = 1 - r;
+    // Both waits start together, the real peer's in rank order.
+    EXPECT_TRUE(events[r][0].waiting && events[r][1].waiting);
+    EXPECT_EQ(events[r][0].peer, r == 0 ? 1 : 0);
+    EXPECT_EQ(events[r][1].peer, 2);
+    // The real peer answers long before the deadline; rank 2 never does.
+    EXPECT_EQ(events[r][2].peer, other);
+    EXPECT_FALSE(events[r][2].waiting);
+    EXPECT_LT(events[r][2].at, 2.0);
+    EXPECT_EQ(events[r][3].peer, 2);
+    EXPECT_FALSE(events[r][3].waiting);
+    EXPECT_GE(events[r][3].at, 2.4);
+  }
+}
+
 }  // namespace
 }  // namespace gradex
