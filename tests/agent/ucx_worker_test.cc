@@ -1,6 +1,7 @@
-// One UCX worker carrying two communicators one after the other (as an agent
-// does across epochs): a message the first one left unreceived must never be
-// matched by the second.
+// The agent's UCX worker: communicators one after the other on it (as an
+// agent's across epochs), a message the first one left unreceived never
+// matched by the second; its wire-up's abandon and the waits it reports; the
+// one interface it listens on.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -9,10 +10,14 @@
 
 #include <barrier>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "services/agent/data_interface.h"
 #include "transport/ucx_transport.h"
 
 namespace gradex {
@@ -177,6 +182,49 @@ TEST(UcxWorkerTest, AWireUpTellsWhichPeersItStillWaitsOn) {
     EXPECT_FALSE(events[r][3].waiting);
     EXPECT_GE(events[r][3].at, 2.4);
   }
+}
+
+// The TCP sockets listening on `port` (/proc/net/tcp, IPv4): their local
+// addresses as the kernel prints them ("0100007F" is 127.0.0.1).
+std::vector<std::string> ListenersOn(int port) {
+  std::ifstream in("/proc/net/tcp");
+  std::vector<std::string> out;
+  std::string line;
+  std::getline(in, line);  // the header
+  char want[8];
+  std::snprintf(want, sizeof(want), "%04X", port);
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string slot, local, remote, state;
+    f >> slot >> local >> remote >> state;
+    const size_t colon = local.find(':');
+    if (state == "0A" && colon != std::string::npos && local.substr(colon + 1) == want) {
+      out.push_back(local.substr(0, colon));
+    }
+  }
+  return out;
+}
+
+// The data plane listens on one interface (issue 12, item 8): the chosen
+// IP, never the wildcard; an agent of a loopback job picks loopback (the
+// route to its coordinator), and a wildcard --data-ip is refused.
+TEST(UcxWorkerTest, TheDataPlaneListensOnTheChosenInterfaceOnly) {
+  absl::StatusOr<std::string> ip = agent::DataPlaneIp("", "127.0.0.1:50051");
+  ASSERT_TRUE(ip.ok()) << ip.status();
+  EXPECT_EQ(*ip, "127.0.0.1");
+  EXPECT_EQ(*agent::DataPlaneIp("10.1.2.3", "127.0.0.1:50051"), "10.1.2.3");
+  UcxOptions options;
+  options.tls = "tcp";
+  options.listen_ip = *ip;
+  absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::string& address = (*worker)->address();
+  ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
+  const int port = std::stoi(address.substr(address.find(':') + 1));
+  EXPECT_EQ(ListenersOn(port), (std::vector<std::string>{"0100007F"}));
+  options.listen_ip = "0.0.0.0";
+  absl::StatusOr<std::shared_ptr<UcxWorker>> wildcard = CreateUcxWorker(options);
+  EXPECT_EQ(wildcard.status().code(), absl::StatusCode::kInvalidArgument) << wildcard.status();
 }
 
 }  // namespace
