@@ -98,6 +98,7 @@ absl::Status UcxTransport::WireUp(Deadline deadline) {
     for (const Pair& w : pairs) tell(w.peer, true);
   }
   size_t left = pairs.size();
+  std::optional<Clock::time_point> last_answer;  // set once a peer answered
   absl::Status failed;
   Clock::time_point next_abandon_check = Clock::now() + kAbandonPoll;
   int idle = 0;
@@ -115,13 +116,16 @@ absl::Status UcxTransport::WireUp(Deadline deadline) {
       if (!failed.ok()) break;
       if (w.recv == 0 && w.send == 0) {
         w.waiting = false;
+        last_answer = Clock::now();
         --left;
         if (tell) tell(w.peer, false);
       }
     }
     if (left == 0 || !failed.ok()) break;
     const Clock::time_point now = Clock::now();
-    if (now >= deadline) {
+    const bool quiet = options_.wire_up_quiet.count() > 0 && last_answer.has_value() &&
+                       now >= *last_answer + options_.wire_up_quiet;
+    if (now >= deadline || quiet) {
       std::vector<int> pending;
       for (const Pair& w : pairs) {
         if (w.waiting) pending.push_back(w.peer);

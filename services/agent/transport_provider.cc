@@ -32,6 +32,7 @@ class UcxProvider final : public TransportProvider {
         std::chrono::duration_cast<std::chrono::milliseconds>(hooks.deadline - Clock::now()));
     o.abandon = hooks.abandon;
     o.on_wire_up_wait = hooks.waiting;
+    o.wire_up_quiet = hooks.quiet;
     return ConnectUcxTransport(worker_, rank, *addresses, plan.epoch, o);
   }
 

@@ -20,8 +20,10 @@ namespace gradex::agent {
 
 // What an epoch's connect gets besides the plan.
 struct ConnectHooks {
-  // The wire-up ends DEADLINE_EXCEEDED by then.
+  // The wire-up ends DEADLINE_EXCEEDED by then, or (when non-zero) `quiet`
+  // after the last peer that answered it (UcxOptions::wire_up_quiet).
   Deadline deadline = DeadlineIn(std::chrono::milliseconds(30000));
+  std::chrono::milliseconds quiet{0};
   // May be empty; polled while connecting: true ends it ABORTED (a newer
   // epoch superseded this one).
   std::function<bool()> abandon;

@@ -162,7 +162,8 @@ scenario_idle() {
 # barrier) without connecting or sending its wire-up byte, while its
 # heartbeats go on (--debug-stall-entry). Its peers' wire-up waits name it in
 # their heartbeats; at the entry deadline (4 s) the coordinator evicts it,
-# blamed by its 3 peers, and counts it; the others abandon the stalled entry
+# blamed by a majority of its 3 peers (all 3 unless one's wait is not yet
+# half the timeout old), and counts it; the others abandon the stalled entry
 # for the next epoch and run on within a bound. The staller's heartbeats
 # re-join it at once; it is held back to the next barrier epoch, so the
 # survivors' epoch drops it (before: the wire-up left no wait state, nobody
@@ -178,7 +179,7 @@ scenario_wireup_stall() {
     fail "agent 2 did not stall in epoch $epoch4's wire-up"
   t_stall=$(grep -m1 "debug-stall-entry: staying out" "$TMP/agent2.err" | cut -d' ' -f1)
   wait_for "$TMP/coordinator.log" \
-    "evicted member [0-9]+ \(agent 'e2e-a2' on host '[^']*'\): blamed by 3 of 3 members for not entering epoch $epoch4 within 4000 ms" 40 ||
+    "evicted member [0-9]+ \(agent 'e2e-a2' on host '[^']*'\): blamed by [23] of 3 members for not entering epoch $epoch4 within 4000 ms" 40 ||
     fail "the member stalling the wire-up was not evicted and named at the entry deadline"
   wait_for "$TMP/coordinator.log" "epoch $((epoch4 + 1)): 3 members" 10 ||
     fail "the survivors' epoch after the eviction does not leave the staller out"
