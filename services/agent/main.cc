@@ -19,6 +19,7 @@
 #include "services/agent/data_interface.h"
 #include "services/agent/grpc_control_plane.h"
 #include "services/agent/server_role.h"
+#include "services/agent/stall_entry_fault.h"
 #include "services/agent/step_invariants.h"
 
 namespace gradex::agent {
@@ -60,10 +61,12 @@ constexpr char kUsage[] =
   --debug-stall-ms M       M ms (default 0) while heartbeats go on, as a trainer stuck in
                            compute: the peers wait in step S, their steps time out, and the
                            coordinator's log names this rank as the cause of the stall
-  --role worker|server     server: hold shards of a parameter-server job (algorithm dgs)
-                           until SIGINT/SIGTERM (--elements, --steps unused)
-  --snapshot-dir D         server: snapshot shards there every ps.snapshot_interval_ms and
-                           restore them from there at start
+  --role worker|server     server: hold a dgs job's shards until SIGINT/SIGTERM (no --elements)
+  --snapshot-dir D         server: snapshot (every ps.snapshot_interval_ms) and restore shards
+  --debug-stall-entry K    (fault injection) in this agent's K-th epoch entry, stay out of the
+                           UCX wire-up (never connect, never send the wire-up byte) for
+                           --debug-stall-ms ms or until a newer epoch supersedes it, while
+                           heartbeats go on: the peers' entry waits name this rank
   --quiet                  no progress line per step
   --help                   this text
 )";
@@ -71,18 +74,18 @@ constexpr char kUsage[] =
 struct Flags {
   GrpcControlPlaneOptions grpc;
   std::string job, token_file, agent_id, ucx_tls, data_ip, tls_ca, tls_cert, tls_key;
-  std::string snapshot_dir;
-  bool server = false;
+  std::string snapshot_dir;  // --role server (`server`)
   size_t elements = 0;
   uint64_t steps = 0, seed = 1;
   int buckets = 1, metrics_port = -1, local_rank = 0;
-  bool metrics_any = false, quiet = false, check_invariants = false;
+  bool metrics_any = false, quiet = false, check_invariants = false, server = false;
   int64_t join_timeout_ms = 120000;
   int64_t join_timeout_s = 120;
   int64_t report_linger_ms = 100;
   uint64_t corrupt_step = ~uint64_t{0};
   uint64_t stall_step = ~uint64_t{0};
   int64_t stall_ms = 0;
+  int stall_entry = 0;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
@@ -163,6 +166,8 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       s = number(&f->stall_step);
     else if (a == "--debug-stall-ms")
       s = number(&f->stall_ms);
+    else if (a == "--debug-stall-entry")
+      s = number(&f->stall_entry);
     else if (a == "--join-timeout-ms")
       s = number(&f->join_timeout_ms);
     else if (a == "--join-timeout-s")
@@ -184,14 +189,16 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
   if (f->token_file.empty()) return absl::InvalidArgumentError("--token-file is required");
   if (f->elements == 0 && !f->server) return absl::InvalidArgumentError("--elements must be > 0");
   if (f->steps == 0 && !f->server) return absl::InvalidArgumentError("--steps must be > 0");
-  if (!f->snapshot_dir.empty() && !f->server) {
-    return absl::InvalidArgumentError("--snapshot-dir is for --role server");
-  }
+  if (!f->snapshot_dir.empty() && !f->server)
+    return absl::InvalidArgumentError("--snapshot-dir: --role server only");
   if (f->buckets < 1 || f->buckets > 4096) {
     return absl::InvalidArgumentError("--buckets must be in 1..4096");
   }
   if (f->stall_ms < 0 || f->stall_ms > 3600 * 1000) {
     return absl::InvalidArgumentError("--debug-stall-ms must be in 0..3600000");
+  }
+  if (f->stall_entry < 0 || f->stall_entry > 1000000) {
+    return absl::InvalidArgumentError("--debug-stall-entry must be in 0..1000000");
   }
   if (f->metrics_port > 65535) return absl::InvalidArgumentError("--metrics-port out of range");
   if (f->join_timeout_s < 0 || f->join_timeout_s > 86400) {
@@ -270,15 +277,18 @@ int Run(const Flags& f) {
   ucx.listen_ip = *data_ip;
   // No schedule sends more in one message than a bucket in dense frames
   // (FrameBytes picks the smaller encoding) plus a header per block, twice
-  // over for slack; the link probe's 1 MiB message sets the floor.
-  // A server caps each receive itself (DgsServer: the shard's largest message).
-  ucx.max_message_bytes = f.server ? 0
-                                   : std::max<size_t>(2 * (f.elements * sizeof(float) + 48 * 4096),
-                                                      (1u << 20) + (64u << 10));
+  // over for slack; the link probe's 1 MiB message sets the floor. A server
+  // caps each receive itself (DgsServer: its shard's largest message).
+  const size_t most = std::max<size_t>(2 * (f.elements * 4 + 48 * 4096), (1u << 20) + (64u << 10));
+  ucx.max_message_bytes = f.server ? 0 : most;
   absl::StatusOr<std::unique_ptr<TransportProvider>> transports = CreateUcxProvider(ucx);
   if (!transports.ok()) {
     std::cerr << "gradex-agent: UCX: " << transports.status() << "\n";
     return 1;
+  }
+  if (f.stall_entry > 0) {
+    *transports = StallEntryFault(*std::move(transports), f.stall_entry,
+                                  std::chrono::milliseconds(f.stall_ms));
   }
   AgentMetrics metrics;
   if (f.metrics_port >= 0) {
@@ -302,12 +312,8 @@ int Run(const Flags& f) {
   o.buckets = f.buckets;
   o.join_timeout = std::chrono::milliseconds(f.join_timeout_ms);
   if (f.server) {
-    ServerRoleOptions r;
-    r.member = {o.job, o.token, o.agent_id, o.host, "cpu", o.local_rank, true, g.rpc_timeout};
-    r.snapshot_dir = f.snapshot_dir;
-    r.join_timeout = o.join_timeout;
-    r.quiet = f.quiet;
-    return RunServerRole(r, control->get(), transports->get(), &metrics);
+    return RunServerRole(o, g.rpc_timeout, f.snapshot_dir, f.quiet, control->get(),
+                         transports->get(), &metrics);
   }
   Agent agent(o, control->get(), transports->get(), &metrics);
   if (absl::Status s = agent.Start(); !s.ok()) {

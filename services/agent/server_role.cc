@@ -55,4 +55,15 @@ int RunServerRole(const ServerRoleOptions& o, ControlPlane* control, TransportPr
   return 0;
 }
 
+int RunServerRole(const AgentOptions& a, std::chrono::milliseconds rpc_timeout,
+                  const std::string& snapshot_dir, bool quiet, ControlPlane* control,
+                  TransportProvider* transports, AgentMetrics* metrics) {
+  ServerRoleOptions r;
+  r.member = {a.job, a.token, a.agent_id, a.host, "cpu", a.local_rank, true, rpc_timeout};
+  r.snapshot_dir = snapshot_dir;
+  r.join_timeout = a.join_timeout;
+  r.quiet = quiet;
+  return RunServerRole(r, control, transports, metrics);
+}
+
 }  // namespace gradex::agent

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <string>
 
+#include "services/agent/agent.h"
 #include "services/agent/agent_metrics.h"
 #include "services/agent/control_plane.h"
 #include "services/agent/ps_member.h"
@@ -24,6 +25,10 @@ struct ServerRoleOptions {
 // The process's exit status: 0 after a signal, 1 when joining or serving
 // failed (the error on stderr).
 int RunServerRole(const ServerRoleOptions& options, ControlPlane* control,
+                  TransportProvider* transports, AgentMetrics* metrics);
+// The same from gradex-agent's options (job, token, identity, join timeout).
+int RunServerRole(const AgentOptions& agent, std::chrono::milliseconds rpc_timeout,
+                  const std::string& snapshot_dir, bool quiet, ControlPlane* control,
                   TransportProvider* transports, AgentMetrics* metrics);
 
 }  // namespace gradex::agent
