@@ -84,11 +84,14 @@ absl::StatusOr<std::shared_ptr<const Plan>> PsMember::AwaitEpoch(uint32_t runnin
   }
 }
 
-absl::StatusOr<std::unique_ptr<Transport>> PsMember::Connect(const Plan& plan) {
+absl::StatusOr<std::unique_ptr<Transport>> PsMember::Connect(const Plan& plan, Deadline deadline) {
   const int rank = RankIn(plan);
   if (rank < 0) return absl::FailedPreconditionError("not a member of the epoch");
   const uint32_t epoch = plan.epoch;
-  return transports_->Connect(plan, rank, [this, epoch] { return Superseded(epoch); });
+  ConnectHooks hooks;
+  hooks.deadline = deadline;
+  hooks.abandon = [this, epoch] { return Superseded(epoch); };
+  return transports_->Connect(plan, rank, hooks);
 }
 
 void PsMember::SetRunning(uint32_t epoch) { running_->epoch.store(epoch); }

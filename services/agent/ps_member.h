@@ -46,9 +46,9 @@ class PsMember {
   absl::StatusOr<std::shared_ptr<const Plan>> AwaitEpoch(uint32_t running, Deadline deadline) const;
   // Whether a newer epoch than `epoch` that lists this member is published.
   bool Superseded(uint32_t epoch) const;
-  // The communicator of `plan`'s epoch (the previous one must be gone);
-  // abandoned (ABORTED) when a newer epoch appears while it wires up.
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan);
+  // The communicator of `plan`'s epoch (the previous one must be gone), wired
+  // up by `deadline`; abandoned (ABORTED) when a newer epoch appears meanwhile.
+  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, Deadline deadline);
   // Heartbeats say this epoch runs (the coordinator's entry deadline).
   void SetRunning(uint32_t epoch);
 

@@ -108,7 +108,10 @@ absl::Status PsServer::Enter(std::shared_ptr<const Plan> plan) {
       if (absl::Status st = TakeShard(*plan, s, (*ranges)[s], *layout); !st.ok()) return st;
     }
   }
-  absl::StatusOr<std::unique_ptr<Transport>> t = member_->Connect(*plan);
+  // Workers wire up at their next step: the epoch's entry bound (else 30 s).
+  const auto entry =
+      plan->entry_timeout.count() > 0 ? plan->entry_timeout : std::chrono::milliseconds(30000);
+  absl::StatusOr<std::unique_ptr<Transport>> t = member_->Connect(*plan, DeadlineIn(entry));
   if (!t.ok()) return t.status();
   transport_ = *std::move(t);
   std::vector<int> worker_ranks(plan->ps->worker_slots, -1);

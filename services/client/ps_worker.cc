@@ -228,7 +228,7 @@ absl::Status PsWorkerImpl::EnterEpoch(Deadline deadline) {
   }
   // Every shard is joined afresh in a new epoch (hello, full sync).
   for (uint32_t s = 0; s < ps.shards; ++s) state_->Leave(s);
-  absl::StatusOr<std::unique_ptr<Transport>> t = member_->Connect(*plan_);
+  absl::StatusOr<std::unique_ptr<Transport>> t = member_->Connect(*plan_, deadline);
   if (!t.ok()) return t.status();
   transport_ = *std::move(t);
   running_ = plan_->epoch;
