@@ -91,13 +91,15 @@ class DenseRabenseifner final : public DenseAllreduce {
       AppendDenseFrame(link.meta(kPhaseFoldIn), whole, data, &out);
       absl::Status st = link.Send(fold.partner, std::move(out), kPhaseFoldIn, 0);
       if (!st.ok()) return st;
-      absl::StatusOr<Bytes> in = link.Recv(fold.partner, kPhaseFoldOut, 0);
+      absl::StatusOr<Bytes> in =
+          link.Recv(fold.partner, kPhaseFoldOut, 0, FrameBytes(whole.size(), whole.size()));
       if (!in.ok()) return in.status();
       PhaseTimer t(&times->communication_s);
       return DecodeDenseBlock(*in, link.meta(kPhaseFoldOut), whole, false, data);
     }
     if (fold.partner >= 0) {
-      absl::StatusOr<Bytes> in = link.Recv(fold.partner, kPhaseFoldIn, 0);
+      absl::StatusOr<Bytes> in =
+          link.Recv(fold.partner, kPhaseFoldIn, 0, FrameBytes(whole.size(), whole.size()));
       if (!in.ok()) return in.status();
       PhaseTimer t(&times->reduction_s);
       absl::Status st = DecodeDenseBlock(*in, link.meta(kPhaseFoldIn), whole, true, data);
@@ -111,7 +113,9 @@ class DenseRabenseifner final : public DenseAllreduce {
         AppendDenseFrame(link.meta(s.phase), s.send, data + s.send.begin, &out);
       }
       const int peer = fold.Global(s.peer);
-      absl::StatusOr<Bytes> in = link.Exchange(peer, std::move(out), peer, s.phase, sub++);
+      // One dense frame of the range this step receives.
+      absl::StatusOr<Bytes> in = link.Exchange(peer, std::move(out), peer, s.phase, sub++,
+                                               FrameBytes(s.recv.size(), s.recv.size()));
       if (!in.ok()) return in.status();
       const bool reduce = s.phase == kPhaseReduceScatter;
       PhaseTimer t(reduce ? &times->reduction_s : &times->communication_s);

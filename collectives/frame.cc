@@ -141,6 +141,12 @@ uint64_t FrameBytes(uint32_t size, uint64_t nnz) {
   return sizeof(FrameHeader) + (dense < sparse ? dense : sparse);
 }
 
+size_t ExpectedMessageBytes(std::span<const ExpectedBlock> blocks) {
+  uint64_t total = 0;
+  for (const ExpectedBlock& b : blocks) total += FrameBytes(b.range.size(), b.capacity);
+  return static_cast<size_t>(total);
+}
+
 void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseView block,
                       Bytes* out) {
   // Only nonzeros go on the wire, in either encoding, so that a receiver's

@@ -85,6 +85,9 @@ FrameHeader MakeFrameHeader(const FrameMeta& meta, BlockRange range, uint16_t fl
 // Bytes a frame for `nnz` entries of a block of `size` elements takes on the
 // wire: sparse or dense, whichever is smaller (SparCML's switch).
 uint64_t FrameBytes(uint32_t size, uint64_t nnz);
+// The most bytes a message of frames for `blocks` takes when every block
+// holds at most its capacity: what a receive of it is capped at (Link).
+size_t ExpectedMessageBytes(std::span<const ExpectedBlock> blocks);
 
 // Appends one frame for a sparse block (dense encoding when smaller).
 void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseView block,

@@ -123,7 +123,7 @@ class GTopk final : public SparseAllreduce {
   static absl::Status ReceiveTopK(Link& link, const Move& m, const ExpectedBlock& whole, size_t k,
                                   ResidualLedger& ledger, PhaseTimes* times,
                                   kernels::SparseVec* current) {
-    absl::StatusOr<Bytes> in = link.Recv(m.peer, m.phase, m.sub);
+    absl::StatusOr<Bytes> in = link.Recv(m.peer, m.phase, m.sub, ExpectedMessageBytes({&whole, 1}));
     if (!in.ok()) return in.status();
     std::vector<kernels::SparseVec> got;
     {

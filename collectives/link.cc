@@ -1,5 +1,7 @@
 #include "collectives/link.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -22,13 +24,18 @@ absl::Status Link::Annotate(const absl::Status& s, uint16_t phase, uint32_t sub,
                              " phase ", phase, " step ", sub, " (", peers, "): ", s.message()));
 }
 
-absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase, uint32_t sub) {
+size_t Link::RecvCap(size_t expect_bytes) const {
+  const size_t call = ctx_.max_message_bytes > 0 ? ctx_.max_message_bytes : SIZE_MAX;
+  return expect_bytes > 0 ? std::min(expect_bytes, call) : call;
+}
+
+absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase, uint32_t sub,
+                                     size_t expect_bytes) {
   PhaseTimer timer(&times_->communication_s);
   uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
   if (absl::Status s = StampFrameSenders(&out, static_cast<uint32_t>(rank())); !s.ok()) return s;
-  absl::StatusOr<Bytes> in =
-      SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag, ctx_.deadline,
-               ctx_.max_message_bytes > 0 ? ctx_.max_message_bytes : SIZE_MAX);
+  absl::StatusOr<Bytes> in = SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag,
+                                      ctx_.deadline, RecvCap(expect_bytes));
   if (!in.ok()) {
     return Annotate(in.status(), phase, sub,
                     absl::StrCat(PeerText(true, to), ", ", PeerText(false, from)));
@@ -40,7 +47,7 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
 }
 
 absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_t phase,
-                                         uint32_t sub) {
+                                         uint32_t sub, size_t expect_bytes) {
   const uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
   if (send) {
     // Every frame names the rank that put it on the link (frame.h).
@@ -48,11 +55,10 @@ absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_
       return Annotate(s, phase, sub, PeerText(true, peer));
     }
   }
-  absl::StatusOr<RequestId> id =
-      send ? ctx_.transport->PostSend(peer, tag, std::move(out))
-      : ctx_.max_message_bytes > 0
-          ? ctx_.transport->PostRecvAtMost(peer, tag, ctx_.max_message_bytes)
-          : ctx_.transport->PostRecv(peer, tag);
+  const size_t cap = RecvCap(expect_bytes);
+  absl::StatusOr<RequestId> id = send ? ctx_.transport->PostSend(peer, tag, std::move(out))
+                                 : cap < SIZE_MAX ? ctx_.transport->PostRecvAtMost(peer, tag, cap)
+                                                  : ctx_.transport->PostRecv(peer, tag);
   if (!id.ok()) return Annotate(id.status(), phase, sub, PeerText(send, peer));
   return Pending{*id, peer, phase, sub, send};
 }
@@ -69,9 +75,10 @@ absl::StatusOr<Link::Pending> Link::PostSend(int to, Bytes out, uint16_t phase, 
   return Post(true, to, std::move(out), phase, sub);
 }
 
-absl::StatusOr<Link::Pending> Link::PostRecv(int from, uint16_t phase, uint32_t sub) {
+absl::StatusOr<Link::Pending> Link::PostRecv(int from, uint16_t phase, uint32_t sub,
+                                             size_t expect_bytes) {
   PhaseTimer timer(&times_->communication_s);
-  return Post(false, from, {}, phase, sub);
+  return Post(false, from, {}, phase, sub, expect_bytes);
 }
 
 absl::Status Link::Wait(const Pending& p, Bytes* in) {
@@ -86,9 +93,9 @@ absl::Status Link::Send(int to, Bytes out, uint16_t phase, uint32_t sub) {
   return Complete(*p, nullptr);
 }
 
-absl::StatusOr<Bytes> Link::Recv(int from, uint16_t phase, uint32_t sub) {
+absl::StatusOr<Bytes> Link::Recv(int from, uint16_t phase, uint32_t sub, size_t expect_bytes) {
   PhaseTimer timer(&times_->communication_s);
-  absl::StatusOr<Pending> p = Post(false, from, {}, phase, sub);
+  absl::StatusOr<Pending> p = Post(false, from, {}, phase, sub, expect_bytes);
   if (!p.ok()) return p.status();
   Bytes in;
   absl::Status s = Complete(*p, &in);

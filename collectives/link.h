@@ -32,16 +32,23 @@ class Link {
             algorithm_,  phase,      static_cast<uint32_t>(ctx_.transport->rank())};
   }
 
+  // Every receive is capped (issue 12, item 8): at `expect_bytes` where the
+  // schedule knows the most its message can hold (its blocks and their
+  // capacities: ExpectedMessageBytes), else at the call's bound
+  // (CallContext::max_message_bytes); a longer message is refused at the
+  // transport, RESOURCE_EXHAUSTED naming the peer, never allocated.
+
   // Sends `out` to global rank `to` and receives one message from `from`,
   // both under the tag of (phase, sub). Errors name the algorithm, phase, sub
   // and peers.
-  absl::StatusOr<Bytes> Exchange(int to, Bytes out, int from, uint16_t phase, uint32_t sub);
+  absl::StatusOr<Bytes> Exchange(int to, Bytes out, int from, uint16_t phase, uint32_t sub,
+                                 size_t expect_bytes = 0);
 
   // One-way halves, for schedules that do not pair every send with a receive
   // (reduction and broadcast trees, the non-power-of-two folds). Send waits until the
   // transport has taken the message.
   absl::Status Send(int to, Bytes out, uint16_t phase, uint32_t sub);
-  absl::StatusOr<Bytes> Recv(int from, uint16_t phase, uint32_t sub);
+  absl::StatusOr<Bytes> Recv(int from, uint16_t phase, uint32_t sub, size_t expect_bytes = 0);
 
   // A message posted and not yet completed, for schedules that keep several
   // in flight (a bucketed all-to-all). Complete it with Wait.
@@ -54,13 +61,17 @@ class Link {
     bool posted() const { return peer >= 0; }
   };
   absl::StatusOr<Pending> PostSend(int to, Bytes out, uint16_t phase, uint32_t sub);
-  absl::StatusOr<Pending> PostRecv(int from, uint16_t phase, uint32_t sub);
+  absl::StatusOr<Pending> PostRecv(int from, uint16_t phase, uint32_t sub, size_t expect_bytes = 0);
   // Waits for `p` until the call's deadline; a receive's message goes to `in`.
   absl::Status Wait(const Pending& p, Bytes* in);
 
  private:
   // Unbooked halves the public calls share (each books its time once).
-  absl::StatusOr<Pending> Post(bool send, int peer, Bytes out, uint16_t phase, uint32_t sub);
+  absl::StatusOr<Pending> Post(bool send, int peer, Bytes out, uint16_t phase, uint32_t sub,
+                               size_t expect_bytes = 0);
+  // The cap of a receive: the smaller of the schedule's and the call's
+  // (SIZE_MAX when neither is set).
+  size_t RecvCap(size_t expect_bytes) const;
   absl::Status Complete(const Pending& p, Bytes* in);
   absl::Status Annotate(const absl::Status& s, uint16_t phase, uint32_t sub,
                         absl::string_view peers) const;

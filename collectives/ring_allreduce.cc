@@ -23,8 +23,10 @@ absl::Status Step(Link& link, const BlockLayout& layout, float* data, int send_b
     BlockRange range = layout.range(send_b);
     AppendDenseFrame(link.meta(phase), range, data + range.begin, &out);
   }
-  absl::StatusOr<Bytes> in =
-      link.Exchange((r + 1) % p, std::move(out), (r + p - 1) % p, phase, sub);
+  // The message is one dense frame of block recv_b: capped at exactly that.
+  const BlockRange want = layout.range(recv_b);
+  absl::StatusOr<Bytes> in = link.Exchange((r + 1) % p, std::move(out), (r + p - 1) % p, phase, sub,
+                                           FrameBytes(want.size(), want.size()));
   if (!in.ok()) return in.status();
   PhaseTimer t(accumulate ? &times->reduction_s : &times->communication_s);
   BlockRange range = layout.range(recv_b);

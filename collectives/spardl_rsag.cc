@@ -47,8 +47,8 @@ class SparDLRsag final : public SparDLFamily {
         PhaseTimer t(&times->communication_s);
         AppendBlockFrame(link.meta(kPhaseTeamSync), block.range, kernels::View(*owned), &out);
       }
-      absl::StatusOr<Bytes> in =
-          link.Exchange(partner, std::move(out), partner, kPhaseTeamSync, sub);
+      absl::StatusOr<Bytes> in = link.Exchange(partner, std::move(out), partner, kPhaseTeamSync,
+                                               sub, ExpectedMessageBytes({&block, 1}));
       if (!in.ok()) return in.status();
       {
         PhaseTimer t(&times->communication_s);

@@ -76,10 +76,12 @@ absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout
         held[b] = {};  // sent: no longer ours
       }
     }
-    absl::StatusOr<Bytes> in = link.Exchange(group.at(d), std::move(out), group.at(-d), phase, s);
-    if (!in.ok()) return in.status();
     expect.clear();
     for (int j = 0; j < count; ++j) expect.push_back(layout.expect(Mod(me + j, q)));
+    // The bag holds `count` blocks of at most their kept entries.
+    absl::StatusOr<Bytes> in = link.Exchange(group.at(d), std::move(out), group.at(-d), phase, s,
+                                             ExpectedMessageBytes(expect));
+    if (!in.ok()) return in.status();
     {
       PhaseTimer t(&times->communication_s);
       absl::Status st = DecodeSparseBlocks(*in, link.meta(phase), expect, &received);
@@ -122,11 +124,11 @@ absl::Status BruckAllGather(Link& link, const Group& group, std::span<const Expe
                          &out);
       }
     }
-    absl::StatusOr<Bytes> in =
-        link.Exchange(group.at(-dist), std::move(out), group.at(dist), phase, sub);
-    if (!in.ok()) return in.status();
     want.clear();
     for (int j = 0; j < count; ++j) want.push_back(expect[Mod(me + dist + j, q)]);
+    absl::StatusOr<Bytes> in = link.Exchange(group.at(-dist), std::move(out), group.at(dist), phase,
+                                             sub, ExpectedMessageBytes(want));
+    if (!in.ok()) return in.status();
     PhaseTimer t(&times->communication_s);
     absl::Status st = DecodeSparseBlocks(*in, link.meta(phase), want, &received);
     if (!st.ok()) return st;

@@ -2,11 +2,14 @@
 // bounded ways out (abort, teardown, force-close, drain).
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "transport/ucx_internal.h"
 #include "transport/ucx_sockaddr.h"
 
@@ -67,35 +70,85 @@ absl::Status UcxTransport::Connect(const std::vector<std::string>& addresses, De
 constexpr std::chrono::milliseconds kAbandonPoll{50};
 
 // A one-byte exchange with every peer, so connections exist (and a missing
-// peer shows) before the first real message.
+// peer shows) before the first real message. Every peer's pair of requests
+// is polled together, so that the caller hears (on_wire_up_wait) which peers
+// are still waited on at any time, not only the one a sequential wait is on.
 absl::Status UcxTransport::WireUp(Deadline deadline) {
-  std::vector<RequestId> ids;
+  struct Pair {
+    int peer;
+    RequestId recv = 0, send = 0;  // 0 once released
+    bool waiting = true;           // until both are released
+  };
+  std::vector<Pair> pairs;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    ids.push_back(StartRecv(p, kWireUpTag, /*internal=*/true));
+    Pair w{p};
+    w.recv = StartRecv(p, kWireUpTag, /*internal=*/true);
     absl::StatusOr<RequestId> send = StartSend(p, kWireUpTag, /*internal=*/true, Bytes{1});
-    if (!send.ok()) return send.status();
-    ids.push_back(*send);
+    if (!send.ok()) {
+      CancelAll(DeadlineIn(options_.close_timeout));
+      return absl::Status(send.status().code(),
+                          absl::StrCat("UCX wire-up: ", send.status().message()));
+    }
+    w.send = *send;
+    pairs.push_back(w);
   }
-  for (RequestId id : ids) {
-    absl::Status s;
-    // In slices, so that `abandon` is heard within kAbandonPoll.
-    for (;;) {
-      const Deadline slice =
-          options_.abandon ? std::min(deadline, Clock::now() + kAbandonPoll) : deadline;
-      s = Wait(id, slice, nullptr);
-      if (s.code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline) break;
-      if (options_.abandon()) {
-        s = absl::AbortedError(absl::StrCat("rank ", rank_, ": abandoned (superseded)"));
-        break;
+  const std::function<void(int, bool)>& tell = options_.on_wire_up_wait;
+  if (tell) {
+    for (const Pair& w : pairs) tell(w.peer, true);
+  }
+  size_t left = pairs.size();
+  std::optional<Clock::time_point> last_answer;  // set once a peer answered
+  absl::Status failed;
+  Clock::time_point next_abandon_check = Clock::now() + kAbandonPoll;
+  int idle = 0;
+  while (left > 0 && failed.ok()) {
+    const int events = Progress();
+    for (Pair& w : pairs) {
+      if (!w.waiting) continue;
+      for (RequestId* id : {&w.recv, &w.send}) {
+        if (*id == 0 || !failed.ok()) continue;
+        std::optional<absl::Status> done = Outcome(*requests_.at(*id));
+        if (!done) continue;
+        failed = Release(*id, *done, nullptr);
+        *id = 0;
+      }
+      if (!failed.ok()) break;
+      if (w.recv == 0 && w.send == 0) {
+        w.waiting = false;
+        last_answer = Clock::now();
+        --left;
+        if (tell) tell(w.peer, false);
       }
     }
-    if (!s.ok()) {
-      CancelAll(DeadlineIn(options_.close_timeout));
-      return absl::Status(s.code(), absl::StrCat("UCX wire-up: ", s.message()));
+    if (left == 0 || !failed.ok()) break;
+    const Clock::time_point now = Clock::now();
+    const bool quiet = options_.wire_up_quiet.count() > 0 && last_answer.has_value() &&
+                       now >= *last_answer + options_.wire_up_quiet;
+    if (now >= deadline || quiet) {
+      std::vector<int> pending;
+      for (const Pair& w : pairs) {
+        if (w.waiting) pending.push_back(w.peer);
+      }
+      failed = absl::DeadlineExceededError(
+          absl::StrCat("rank ", rank_, ": timed out waiting for peer",
+                       pending.size() > 1 ? "s " : " ", absl::StrJoin(pending, ", ")));
+    } else if (options_.abandon && now >= next_abandon_check) {
+      next_abandon_check = now + kAbandonPoll;
+      if (options_.abandon()) {
+        failed = absl::AbortedError(absl::StrCat("rank ", rank_, ": abandoned (superseded)"));
+      }
+    }
+    Backoff(events, idle);
+  }
+  if (failed.ok()) return failed;
+  CancelAll(DeadlineIn(options_.close_timeout));
+  if (tell) {
+    for (const Pair& w : pairs) {
+      if (w.waiting) tell(w.peer, false);
     }
   }
-  return absl::OkStatus();
+  return absl::Status(failed.code(), absl::StrCat("UCX wire-up: ", failed.message()));
 }
 
 // Teardown in three bounded steps: (1) cancel our requests; (2) flush live

@@ -55,6 +55,17 @@ struct UcxOptions {
   // Polled while wiring up (may be empty): true ends the connect with
   // ABORTED, e.g. the agent's epoch was superseded while it connected.
   std::function<bool()> abandon;
+  // Told which peers the wire-up waits on (may be empty): (peer, true) for
+  // every peer as it starts, (peer, false) once that peer's wire-up byte came
+  // and ours was sent, or as the wire-up ends. The agent keeps them as waits,
+  // so its heartbeats name a peer that stalls its entry (issue 12, item 5).
+  std::function<void(int peer, bool waiting)> on_wire_up_wait;
+  // When non-zero: once a peer has answered the wire-up, it also ends
+  // DEADLINE_EXCEEDED when no other peer answered for this long (the clock
+  // restarts at each answer). A member that waits for peers still finishing
+  // an older epoch (a late joiner before the barrier) is then timed out from
+  // when they arrive, not from when it started (issue 12, item 5).
+  std::chrono::milliseconds wire_up_quiet{0};
 };
 
 // Creates a UCP worker and connects it to every rank through `bootstrap`.

@@ -126,20 +126,34 @@ absl::Status Agent::EnterEpoch() {
 absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence) {
   transport_.reset();  // one communicator at a time on the worker
   rank_ = plan->RankOf(options_.agent_id);
-  // Entry (wire-up, agreement) within the plan's entry timeout; heartbeats
-  // name this epoch from now on (the coordinator's entry deadline).
-  const Deadline entry =
-      DeadlineIn(plan->entry_timeout.count() > 0 ? plan->entry_timeout : options_.sync_timeout);
+  // Entry (wire-up, agreement) within the plan's entry timeout and one
+  // lease: heartbeats name this epoch from now on, and the coordinator
+  // judges a stalled entry by their waits at entry_timeout after it saw the
+  // epoch start, which may lag this agent's start by a heartbeat interval
+  // (lease / 3); the extra lease keeps the waits it judges by in them. A
+  // judged entry is superseded, which ends it at once. The epoch starts for
+  // the wire-up when a first peer answers (a late joiner waits for the
+  // others' barrier before that): until then only the join timeout bounds it.
+  const std::chrono::milliseconds entry_timeout =
+      (plan->entry_timeout.count() > 0 ? plan->entry_timeout : options_.sync_timeout) + lease_;
   waits_->SetStep(plan->epoch, next_step_);
   // A newer epoch without one of this one's members ends the entry and steps.
   auto superseded = SupersededBy(control_, plan);
-  absl::StatusOr<std::unique_ptr<Transport>> t =
-      transports_->Connect(*plan, rank_, [superseded] { return superseded().has_value(); });
+  ConnectHooks hooks;
+  hooks.deadline = DeadlineIn(std::max(options_.join_timeout, entry_timeout));
+  hooks.quiet = entry_timeout;
+  hooks.abandon = [superseded] { return superseded().has_value(); };
+  // The wire-up's pending peers are waits like a step's receives: a member
+  // that never connects is named in every peer's heartbeats.
+  hooks.waiting = [w = waits_.get()](int peer, bool waiting) { w->WireUpWaiting(peer, waiting); };
+  absl::StatusOr<std::unique_ptr<Transport>> t = transports_->Connect(*plan, rank_, hooks);
+  waits_->ClearWireUp();
   if (!t.ok()) {
     return absl::Status(t.status().code(),
                         absl::StrCat("epoch ", plan->epoch, " connect: ", t.status().message()));
   }
   transport_ = waits_->Wrap(*std::move(t));
+  const Deadline entry = DeadlineIn(entry_timeout);
   waits_->SetPreemption(superseded);
   last_epoch_ = plan->epoch;
   SyncState mine;

@@ -18,6 +18,7 @@
 #include "services/agent/agent.h"
 #include "services/agent/data_interface.h"
 #include "services/agent/grpc_control_plane.h"
+#include "services/agent/stall_entry_fault.h"
 #include "services/agent/step_invariants.h"
 
 namespace gradex::agent {
@@ -59,6 +60,10 @@ constexpr char kUsage[] =
   --debug-stall-ms M       M ms (default 0) while heartbeats go on, as a trainer stuck in
                            compute: the peers wait in step S, their steps time out, and the
                            coordinator's log names this rank as the cause of the stall
+  --debug-stall-entry K    (fault injection) in this agent's K-th epoch entry, stay out of the
+                           UCX wire-up (never connect, never send the wire-up byte) for
+                           --debug-stall-ms ms or until a newer epoch supersedes it, while
+                           heartbeats go on: the peers' entry waits name this rank
   --quiet                  no progress line per step
   --help                   this text
 )";
@@ -76,6 +81,7 @@ struct Flags {
   uint64_t corrupt_step = ~uint64_t{0};
   uint64_t stall_step = ~uint64_t{0};
   int64_t stall_ms = 0;
+  int stall_entry = 0;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
@@ -156,6 +162,8 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       s = number(&f->stall_step);
     else if (a == "--debug-stall-ms")
       s = number(&f->stall_ms);
+    else if (a == "--debug-stall-entry")
+      s = number(&f->stall_entry);
     else if (a == "--join-timeout-ms")
       s = number(&f->join_timeout_ms);
     else if (a == "--join-timeout-s")
@@ -176,6 +184,9 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
   }
   if (f->stall_ms < 0 || f->stall_ms > 3600 * 1000) {
     return absl::InvalidArgumentError("--debug-stall-ms must be in 0..3600000");
+  }
+  if (f->stall_entry < 0 || f->stall_entry > 1000000) {
+    return absl::InvalidArgumentError("--debug-stall-entry must be in 0..1000000");
   }
   if (f->metrics_port > 65535) return absl::InvalidArgumentError("--metrics-port out of range");
   if (f->join_timeout_s < 0 || f->join_timeout_s > 86400) {
@@ -261,6 +272,10 @@ int Run(const Flags& f) {
   if (!transports.ok()) {
     std::cerr << "gradex-agent: UCX: " << transports.status() << "\n";
     return 1;
+  }
+  if (f.stall_entry > 0) {
+    *transports = StallEntryFault(*std::move(transports), f.stall_entry,
+                                  std::chrono::milliseconds(f.stall_ms));
   }
   AgentMetrics metrics;
   if (f.metrics_port >= 0) {

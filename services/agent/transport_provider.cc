@@ -1,5 +1,6 @@
 #include "services/agent/transport_provider.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -19,15 +20,19 @@ class UcxProvider final : public TransportProvider {
     const char* env = std::getenv("UCX_TLS");
     return env != nullptr && *env != '\0' ? env : "all";
   }
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(
-      const Plan& plan, int rank, const std::function<bool()>& abandon) override {
+  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
+                                                     const ConnectHooks& hooks) override {
     absl::StatusOr<std::vector<std::string>> addresses = PlanAddresses(plan);
     if (!addresses.ok()) return addresses.status();
     UcxOptions o = options_;
-    // The epoch's entry deadline bounds the wire-up: the coordinator evicts
+    // The agent's entry deadline bounds the wire-up: the coordinator evicts
     // whoever has not entered by then, and a newer epoch follows.
-    if (plan.entry_timeout.count() > 0) o.connect_timeout = plan.entry_timeout;
-    o.abandon = abandon;
+    o.connect_timeout = std::max(
+        std::chrono::milliseconds(1),
+        std::chrono::duration_cast<std::chrono::milliseconds>(hooks.deadline - Clock::now()));
+    o.abandon = hooks.abandon;
+    o.on_wire_up_wait = hooks.waiting;
+    o.wire_up_quiet = hooks.quiet;
     return ConnectUcxTransport(worker_, rank, *addresses, plan.epoch, o);
   }
 

@@ -4,6 +4,7 @@
 #ifndef GRADEX_SERVICES_AGENT_TRANSPORT_PROVIDER_H_
 #define GRADEX_SERVICES_AGENT_TRANSPORT_PROVIDER_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,6 +18,21 @@
 
 namespace gradex::agent {
 
+// What an epoch's connect gets besides the plan.
+struct ConnectHooks {
+  // The wire-up ends DEADLINE_EXCEEDED by then, or (when non-zero) `quiet`
+  // after the last peer that answered it (UcxOptions::wire_up_quiet).
+  Deadline deadline = DeadlineIn(std::chrono::milliseconds(30000));
+  std::chrono::milliseconds quiet{0};
+  // May be empty; polled while connecting: true ends it ABORTED (a newer
+  // epoch superseded this one).
+  std::function<bool()> abandon;
+  // May be empty; told which peers the wire-up waits on: (peer, true) as it
+  // starts waiting on `peer`, (peer, false) once that peer answered or the
+  // wire-up ended (UcxOptions::on_wire_up_wait).
+  std::function<void(int peer, bool waiting)> waiting;
+};
+
 class TransportProvider {
  public:
   virtual ~TransportProvider() = default;
@@ -27,11 +43,10 @@ class TransportProvider {
   // not UCX).
   virtual std::string version() const { return ""; }
   virtual std::string transports() const { return ""; }
-  // The communicator of `plan`'s epoch as `rank`. The previous one is
-  // destroyed before this is called. `abandon` (may be empty), polled while
-  // connecting, ends it with ABORTED: a newer epoch superseded this one.
-  virtual absl::StatusOr<std::unique_ptr<Transport>> Connect(
-      const Plan& plan, int rank, const std::function<bool()>& abandon) = 0;
+  // The communicator of `plan`'s epoch as `rank`, wired up by
+  // hooks.deadline. The previous one is destroyed before this is called.
+  virtual absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
+                                                             const ConnectHooks& hooks) = 0;
 };
 
 // One UCX worker for the agent's whole life (its address stays valid across

@@ -92,6 +92,15 @@ void WaitTracker::Posted(uint64_t owner, RequestId id, int peer) {
   pending_.push_back({owner, id, peer, now});
 }
 
+void WaitTracker::WireUpWaiting(int peer, bool waiting) {
+  if (peer < 0) return;
+  if (waiting) {
+    Posted(kWireUpOwner, static_cast<RequestId>(peer), peer);
+  } else {
+    Done(kWireUpOwner, static_cast<RequestId>(peer));
+  }
+}
+
 void WaitTracker::Done(uint64_t owner, RequestId id) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < pending_.size(); ++i) {

@@ -35,6 +35,14 @@ class WaitTracker final : public WaitSource, public std::enable_shared_from_this
   // it), or `t` itself when it is not one.
   static Transport* Inner(Transport* t);
 
+  // The wire-up of the epoch being entered (ConnectHooks::waiting): it
+  // waits on `peer` while `waiting`. Tracked as receives are, under the
+  // epoch and step last set, so that a member stalling the wire-up shows in
+  // its peers' heartbeats (issue 12, item 5); ClearWireUp when the connect
+  // returns.
+  void WireUpWaiting(int peer, bool waiting);
+  void ClearWireUp() { Clear(kWireUpOwner); }
+
   std::optional<WaitInfo> OldestWait(std::chrono::milliseconds at_least) const override;
   uint32_t running_epoch() const override { return epoch_.load(std::memory_order_relaxed); }
 
@@ -58,6 +66,7 @@ class WaitTracker final : public WaitSource, public std::enable_shared_from_this
     int peer = 0;
     Clock::time_point posted;
   };
+  static constexpr uint64_t kWireUpOwner = 0;  // wrappers are numbered from 1
   uint64_t NewOwner();
   void Posted(uint64_t owner, RequestId id, int peer);
   // Drops the entry (completed, failed or released); no-op for sends.

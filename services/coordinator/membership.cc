@@ -191,6 +191,7 @@ bool Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, boo
   lost_at_ = absl::InfiniteFuture();
   rendezvous_open_ = false;
   rebuild_world_ = 0;
+  held_back_.clear();
   return true;
 }
 
@@ -246,6 +247,15 @@ bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
   std::vector<uint64_t> newcomers;
   for (uint64_t id : all) {
     if (!in.count(id)) newcomers.push_back(id);
+  }
+  if (lost_ && !roster.empty()) {
+    // An agent evicted at the entry deadline may join again at once (its
+    // heartbeats go on while the rest of it stalls): the survivors' epoch
+    // leaves it out, since agents abandon a superseded entry only for an
+    // epoch that drops one of its members (epoch_preemption.h); it comes
+    // in at the next barrier, as any late joiner (issue 12, item 5).
+    std::erase_if(newcomers,
+                  [&](uint64_t id) { return held_back_.count(members_.at(id).agent_id) > 0; });
   }
   // An epoch never grows past the job's largest (max_world_size): the rest
   // wait, pending, for a place.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,10 @@ class Membership {
   bool rendezvous_open_ = false;
   absl::Time rendezvous_deadline_;
   int rebuild_world_ = 0;
+  // Agents evicted at an entry deadline since the latest epoch formed: a
+  // re-join of one waits for a barrier epoch (membership.cc, Tick). At most
+  // one epoch's roster.
+  std::set<std::string> held_back_;
   bool lost_ = false;                            // a member of the latest epoch left or was evicted
   absl::Time lost_at_ = absl::InfiniteFuture();  // when Tick first saw lost_
 };

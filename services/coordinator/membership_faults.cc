@@ -15,6 +15,7 @@ void Membership::Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
   auto it = members_.find(id);
   if (it == members_.end()) return;
   if (has_epoch() && RankIn(latest(), id) >= 0) lost_ = true;
+  if (cause == MemberRecord::Cause::kEntry) held_back_.insert(it->second.agent_id);
   evicted->push_back(id);
   it->second.cause = cause;
   it->second.eviction = std::move(why);

@@ -180,6 +180,17 @@ TEST(AgentBucketsTest, PeerDyingMidStepKeepsEveryLaterBucketInTheResidual) {
       EXPECT_EQ(ConservationError(calls, /*relative=*/false), 0.0) << "step " << it;
     }
   }
+  // The dying step's bucket 0 completed on all three ranks before the kill:
+  // what the survivors keep of it is a consistent, conserved result.
+  {
+    std::vector<RankCall> calls;
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(runs[i][kKillStep].buckets[0].ok()) << runs[i][kKillStep].buckets[0];
+      calls.push_back(CallOf(runs[i][kKillStep], 0));
+    }
+    EXPECT_TRUE(Consistent(calls)) << "the dying step's bucket 0";
+    EXPECT_EQ(ConservationError(calls, /*relative=*/false), 0.0) << "the dying step's bucket 0";
+  }
   for (int i : {0, 1}) {
     const StepRun& r = runs[i][kKillStep];
     ASSERT_TRUE(r.buckets[0].ok()) << r.buckets[0];

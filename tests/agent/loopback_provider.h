@@ -41,7 +41,7 @@ class LoopbackProvider final : public TransportProvider {
   std::string address() const override { return address_; }
   // Connects at once: nothing to abandon.
   absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
-                                                     const std::function<bool()>&) override {
+                                                     const ConnectHooks&) override {
     return pool_->Take(plan, rank);
   }
 

@@ -1,6 +1,7 @@
-// One UCX worker carrying two communicators one after the other (as an agent
-// does across epochs): a message the first one left unreceived must never be
-// matched by the second.
+// The agent's UCX worker: communicators one after the other on it (as an
+// agent's across epochs), a message the first one left unreceived never
+// matched by the second; its wire-up's abandon and the waits it reports; the
+// one interface it listens on.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -9,10 +10,14 @@
 
 #include <barrier>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "services/agent/data_interface.h"
 #include "transport/ucx_transport.h"
 
 namespace gradex {
@@ -111,6 +116,119 @@ TEST(UcxWorkerTest, AWireUpIsAbandonedWhenTheEpochIsSuperseded) {
   options.abandon = nullptr;
   EXPECT_TRUE(ConnectUcxTransport(*worker, 0, {(*worker)->address()}, 2, options).ok());
   close(hole);
+}
+
+// The wire-up tells which peers it waits on (UcxOptions::on_wire_up_wait):
+// every peer as it starts, a peer that answers as soon as it did, and the
+// rest as it ends. Ranks 0 and 1 are real; rank 2 accepts TCP and never
+// answers (a member that stalls its entry): both real ranks stop waiting on
+// each other at once and wait on rank 2 until the quiet timeout after that
+// answer (UcxOptions::wire_up_quiet, 2.5 s; the deadline is 20 s), which
+// names it.
+TEST(UcxWorkerTest, AWireUpTellsWhichPeersItStillWaitsOn) {
+  const int hole = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(hole, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(bind(hole, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(hole, 8), 0);
+  ASSERT_EQ(getsockname(hole, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  UcxOptions options;
+  options.tls = "tcp";
+  options.connect_timeout = std::chrono::seconds(20);
+  options.wire_up_quiet = std::chrono::milliseconds(2500);
+  std::vector<std::string> addresses(3, "127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  struct Event {
+    int peer;
+    bool waiting;
+    double at;  // seconds since the connect started
+  };
+  std::vector<std::vector<Event>> events(2);
+  std::vector<absl::Status> status(2);
+  std::barrier sync(2);
+  auto rank = [&](int r) {
+    absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    addresses[r] = (*worker)->address();
+    sync.arrive_and_wait();
+    UcxOptions o = options;
+    const auto start = std::chrono::steady_clock::now();
+    o.on_wire_up_wait = [&, r, start](int peer, bool waiting) {
+      events[r].push_back(
+          {peer, waiting,
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+    };
+    status[r] = ConnectUcxTransport(*worker, r, addresses, 1, o).status();
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  close(hole);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kDeadlineExceeded) << status[r];
+    EXPECT_NE(status[r].message().find("timed out waiting for peer 2"), std::string::npos)
+        << status[r];
+    ASSERT_EQ(events[r].size(), 4u);
+    const int other = 1 - r;
+    // Both waits start together, the real peer's in rank order.
+    EXPECT_TRUE(events[r][0].waiting && events[r][1].waiting);
+    EXPECT_EQ(events[r][0].peer, r == 0 ? 1 : 0);
+    EXPECT_EQ(events[r][1].peer, 2);
+    // The real peer answers long before the deadline; rank 2 never does.
+    EXPECT_EQ(events[r][2].peer, other);
+    EXPECT_FALSE(events[r][2].waiting);
+    EXPECT_LT(events[r][2].at, 2.0);
+    EXPECT_EQ(events[r][3].peer, 2);
+    EXPECT_FALSE(events[r][3].waiting);
+    EXPECT_GE(events[r][3].at, events[r][2].at + 2.4);
+    EXPECT_LT(events[r][3].at, 10.0);
+  }
+}
+
+// The TCP sockets listening on `port` (/proc/net/tcp, IPv4): their local
+// addresses as the kernel prints them ("0100007F" is 127.0.0.1).
+std::vector<std::string> ListenersOn(int port) {
+  std::ifstream in("/proc/net/tcp");
+  std::vector<std::string> out;
+  std::string line;
+  std::getline(in, line);  // the header
+  char want[8];
+  std::snprintf(want, sizeof(want), "%04X", port);
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string slot, local, remote, state;
+    f >> slot >> local >> remote >> state;
+    const size_t colon = local.find(':');
+    if (state == "0A" && colon != std::string::npos && local.substr(colon + 1) == want) {
+      out.push_back(local.substr(0, colon));
+    }
+  }
+  return out;
+}
+
+// The data plane listens on one interface (issue 12, item 8): the chosen
+// IP, never the wildcard; an agent of a loopback job picks loopback (the
+// route to its coordinator), and a wildcard --data-ip is refused.
+TEST(UcxWorkerTest, TheDataPlaneListensOnTheChosenInterfaceOnly) {
+  absl::StatusOr<std::string> ip = agent::DataPlaneIp("", "127.0.0.1:50051");
+  ASSERT_TRUE(ip.ok()) << ip.status();
+  EXPECT_EQ(*ip, "127.0.0.1");
+  EXPECT_EQ(*agent::DataPlaneIp("10.1.2.3", "127.0.0.1:50051"), "10.1.2.3");
+  UcxOptions options;
+  options.tls = "tcp";
+  options.listen_ip = *ip;
+  absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::string& address = (*worker)->address();
+  ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
+  const int port = std::stoi(address.substr(address.find(':') + 1));
+  EXPECT_EQ(ListenersOn(port), (std::vector<std::string>{"0100007F"}));
+  options.listen_ip = "0.0.0.0";
+  absl::StatusOr<std::shared_ptr<UcxWorker>> wildcard = CreateUcxWorker(options);
+  EXPECT_EQ(wildcard.status().code(), absl::StatusCode::kInvalidArgument) << wildcard.status();
 }
 
 }  // namespace

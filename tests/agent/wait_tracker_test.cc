@@ -103,5 +103,41 @@ TEST(WaitTracker, AnOldCommunicatorsEntriesLeaveWithIt) {
   EXPECT_FALSE(tracker->OldestWait(milliseconds(0)));
 }
 
+// The wire-up of an epoch being entered reports its pending peers
+// (ConnectHooks::waiting): they are waits like a step's receives, under the
+// epoch being entered, so a member that never connects shows in its peers'
+// heartbeats (issue 12, item 5); a peer that answered, or the end of the
+// connect, removes them, and a communicator's own receives are kept apart.
+TEST(WaitTracker, WireUpWaitsShowUntilThePeerAnswersOrTheConnectEnds) {
+  auto tracker = std::make_shared<WaitTracker>();
+  tracker->SetStep(4, 64);
+  tracker->WireUpWaiting(3, true);
+  std::this_thread::sleep_for(milliseconds(30));
+  tracker->WireUpWaiting(1, true);
+  std::optional<WaitInfo> w = tracker->OldestWait(milliseconds(20));
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->peer, 3);
+  EXPECT_EQ(w->epoch, 4u);
+  EXPECT_EQ(w->step, 64u);
+  EXPECT_GE(w->waited.count(), 20);
+  tracker->WireUpWaiting(3, false);  // rank 3 answered
+  w = tracker->OldestWait(milliseconds(0));
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->peer, 1);
+  // A communicator's receive with the same id as a wire-up entry is another
+  // wait: clearing the wire-up leaves it.
+  auto fabric = CreateLoopbackTransports(2);
+  std::unique_ptr<Transport> t = tracker->Wrap(std::move(fabric[0]));
+  ASSERT_TRUE(t->PostRecv(1, 9).ok());
+  tracker->ClearWireUp();
+  w = tracker->OldestWait(milliseconds(0));
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->peer, 1);
+  t.reset();
+  EXPECT_FALSE(tracker->OldestWait(milliseconds(0)));
+  tracker->WireUpWaiting(-1, true);  // no peer: ignored
+  EXPECT_FALSE(tracker->OldestWait(milliseconds(0)));
+}
+
 }  // namespace
 }  // namespace gradex::agent

@@ -87,5 +87,43 @@ TEST(FaultsTest, AMessageBeyondTheCallsBoundIsRefusedNamingThePeer) {
   EXPECT_EQ(residual, expected);
 }
 
+// Where the schedule knows what a message holds (its blocks and their
+// capacities), the receive is capped there, far below the call's bound: a
+// peer's message one byte over it is refused at the receive naming the peer
+// (before: received, up to MessageBound, and handed to the decoder).
+// Rank 0 runs `algorithm` on P = 2; rank 1 answers its first receive (tag of
+// `phase`, sub `sub`) with `bound` + 1 bytes.
+void ExpectRefusedOverTheSchedulesBound(const char* algorithm, uint16_t phase, uint32_t sub,
+                                        size_t bound) {
+  SCOPED_TRACE(algorithm);
+  auto t = CreateLoopbackTransports(2);
+  std::vector<float> grad = MakeGradient(5, 0, 0, kN, Values::kGrid);
+  std::vector<float> residual(kN, 0.25f), expected(kN);
+  for (size_t i = 0; i < kN; ++i) expected[i] = grad[i] + residual[i];
+  ASSERT_LT(bound + 1, MessageBound(kN, 2));  // the call's bound would take it
+  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(phase, 0, sub), Bytes(bound + 1, 0)).ok());
+  auto algo = CreateAllreduce(algorithm);
+  ASSERT_TRUE(algo.ok());
+  AllreduceResult result;
+  CallStats stats;
+  CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
+  absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1}, grad, residual, &result, &stats);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("peer 1 sent " + std::to_string(bound + 1) + " bytes"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(t[0]->counters(1).refused_messages, 1u);
+  EXPECT_EQ(residual, expected);
+}
+
+TEST(FaultsTest, AMessageOverTheSchedulesBoundIsRefusedNamingThePeer) {
+  // SparDL's SRS step 1 on P = 2: one block of kN / 2 elements keeping
+  // ceil(0.01 * 500) = 5 entries, as a sparse frame.
+  ExpectRefusedOverTheSchedulesBound("spardl", kPhaseSrs, 1, sizeof(FrameHeader) + 5 * 8);
+  // The dense ring's first reduce-scatter step (phase 1, sub 0): one dense
+  // frame of block 1, kN / 2 floats.
+  ExpectRefusedOverTheSchedulesBound("dense-ring", 1, 0, sizeof(FrameHeader) + kN / 2 * 4);
+}
+
 }  // namespace
 }  // namespace gradex::testing

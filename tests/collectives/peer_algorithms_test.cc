@@ -288,22 +288,32 @@ TEST(GTopkTest, MatchesTheTreeDefinitionAndTwoLogPKAtTheRoot) {
 }
 
 // A dense frame carries no count, so the frame layer cannot hold it to the
-// sender's capacity: topka and gtopk count its nonzeros themselves and reject
-// a peer that sends more than it may (P = 2, rank 1 forged by the test).
+// sender's capacity. Where it is longer than the schedule's message (k
+// entries as COO: density 0.01), the receive's cap refuses it at the
+// transport naming the peer (issue 12, item 8); where a dense frame is the
+// shorter encoding of k entries (density 0.6), it arrives, and topka and
+// gtopk count its nonzeros themselves and reject a peer that sends more than
+// it may. P = 2, rank 1 forged by the test; the residual is kept either way.
 TEST(PeerFramesTest, DenseFrameOverCapacityIsRejectedAndResidualKept) {
   struct Case {
     const char* algo;
     AlgorithmId id;
     uint16_t phase;  // topka's all-gather, gtopk's reduction
+    double density;
+    absl::StatusCode code;
   };
-  for (const Case& c :
-       {Case{"topka", CatalogId("topka"), 1}, Case{"gtopk", CatalogId("gtopk"), 2}}) {
-    SCOPED_TRACE(c.algo);
+  const absl::StatusCode refused = absl::StatusCode::kResourceExhausted;
+  const absl::StatusCode counted = absl::StatusCode::kDataLoss;
+  for (const Case& c : {Case{"topka", CatalogId("topka"), 1, 0.01, refused},
+                        Case{"gtopk", CatalogId("gtopk"), 2, 0.01, refused},
+                        Case{"topka", CatalogId("topka"), 1, 0.6, counted},
+                        Case{"gtopk", CatalogId("gtopk"), 2, 0.6, counted}}) {
+    SCOPED_TRACE(std::string(c.algo) + " at density " + std::to_string(c.density));
     const size_t n = 1000;
     auto t = CreateLoopbackTransports(2);
     std::vector<float> ones(n, 1.0f);
     Bytes bad;
-    AppendDenseFrame({42, 1, 0, c.id, c.phase}, {0, uint32_t(n)}, ones.data(), &bad);
+    AppendDenseFrame({42, 1, 0, c.id, c.phase, 1}, {0, uint32_t(n)}, ones.data(), &bad);
     ASSERT_TRUE(t[1]->PostSend(0, MessageTag(c.phase, 0, 0), bad).ok());
     std::vector<float> grad = MakeGradient(5, 0, 0, n, Values::kGrid);
     std::vector<float> residual(n, 0.5f), expected(n);
@@ -313,8 +323,12 @@ TEST(PeerFramesTest, DenseFrameOverCapacityIsRejectedAndResidualKept) {
     AllreduceResult result;
     CallStats stats;
     CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
-    absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1}, grad, residual, &result, &stats);
-    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    absl::Status s = RunOrAbort(**algo, ctx, {c.density, 1}, grad, residual, &result, &stats);
+    EXPECT_EQ(s.code(), c.code) << s;
+    if (c.code == refused) {
+      EXPECT_NE(s.message().find("peer 1 sent"), std::string::npos) << s;
+      EXPECT_EQ(t[0]->counters(1).refused_messages, 1u);
+    }
     EXPECT_EQ(residual, expected);
   }
 }

@@ -264,6 +264,48 @@ TEST(EntryDeadline, WithTwoMembersTheOtherOneDecides) {
   EXPECT_NE(run.records[0].eviction.find("blamed by 1 of 1 members"), std::string::npos);
 }
 
+// A member blamed at the entry deadline that joins again at once (its
+// heartbeats go on while it stalls) is left out of the survivors' epoch, so
+// their superseded entry ends; it comes in at the next barrier.
+TEST(EntryDeadline, ABlamedMemberThatJoinsAgainWaitsForTheNextBarrier) {
+  JobSettings s = Job(4);
+  s.min_world_size = 1;
+  s.loss_settle = absl::Seconds(1);  // the re-join comes within it
+  Membership m(s);
+  StartEpoch(m, 4);
+  std::vector<uint64_t> ev;
+  ASSERT_TRUE(m.Leave(4).ok());
+  absl::Time t = t0;
+  for (; m.latest().number == 1 && t < t0 + absl::Seconds(2); t += absl::Milliseconds(100)) {
+    m.Tick(t, &ev);
+  }
+  ASSERT_EQ(m.latest().number, 2u);  // members 1, 2, 3 at once
+  for (absl::Duration d = absl::Seconds(1); ev.empty() && d < 2 * s.entry_timeout;
+       d += absl::Seconds(1)) {
+    t = std::max(t, t0 + d);
+    for (uint64_t id : {1, 2}) BeatWaiting(m, id, 2, 3, d, t);
+    Beat(m, 3, 2, t);
+    m.Tick(t, &ev);
+  }
+  ASSERT_EQ(ev, (std::vector<uint64_t>{3}));
+  uint64_t replaced = 0;
+  ASSERT_TRUE(m.Join(Req("a3", 3), 30, t, &replaced).ok());
+  for (int i = 1; i <= 30 && m.latest().number == 2; ++i) {
+    t += absl::Milliseconds(100);
+    for (uint64_t id : {1, 2, 30}) Beat(m, id, m.latest().number, t);
+    m.Tick(t, &ev);
+  }
+  ASSERT_EQ(m.latest().number, 3u);
+  EXPECT_EQ(m.latest().roster, (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(m.latest().immediate);
+  t += absl::Milliseconds(100);
+  ASSERT_TRUE(m.Tick(t, &ev));
+  EXPECT_EQ(m.latest().number, 4u);
+  EXPECT_EQ(m.latest().roster, (std::vector<uint64_t>{1, 2, 30}));
+  EXPECT_FALSE(m.latest().immediate);
+  EXPECT_EQ(m.latest().effective_step % s.barrier_period, 0u);
+}
+
 // Members 3 and 4 of four stop together; their last heartbeats were `apart`
 // from each other. Returns the epochs formed after epoch 1 and the
 // evictions' causes.

@@ -2,8 +2,8 @@
 # End-to-end tests: a gradex-coordinator and gradex-agent processes over UCX on
 # this machine, every step's invariants checked in-band (--check-invariants).
 # usage: e2e_test.sh COORDINATOR AGENT SCENARIO
-#   basic4 | covap3 | teams6 | kill | coordinator-restart | late-join | violation | prometheus |
-#   join-retry | stall
+#   basic4 | covap3 | teams6 | kill | kill-rank0 | coordinator-restart | late-join | violation |
+#   prometheus | join-retry | stall
 # Every wait is bounded; the temporary directory and every process started are
 # removed on exit (KEEP_TMP=1 keeps the logs).
 set -euo pipefail
@@ -50,8 +50,11 @@ run_world() {  # run_world P TEAMS: P agents, every one to the end
     fail "the coordinator never published $p members in $teams teams"
 }
 
+# kill -9 of agent `victim` (default 2; kill-rank0: rank 0, whose rules the
+# others adopt at every entry) at a random step.
 scenario_kill() {
-  local p=4 victim=2 kill_at t_kill i
+  local p=4 victim=${1:-2} kill_at t_kill i survivors=()
+  for ((i = 0; i < p; ++i)); do ((i == victim)) || survivors+=("$i"); done
   config world_size=$p teams=1 lease_ms=1000
   start_coordinator coordinator
   for ((i = 0; i < p; ++i)); do start_agent "$i"; done
@@ -60,7 +63,7 @@ scenario_kill() {
   t_kill=$(now)  # before the kill: the delays measured are upper bounds
   kill -9 "${AGENT_PID[$victim]}"
   echo "killed agent $victim after its step $kill_at"
-  for i in 0 1 3; do
+  for i in "${survivors[@]}"; do
     wait_for "$TMP/agent$i.err" "gradex-agent: " 15 || fail "survivor $i reported no error"
     local t_err
     t_err=$(grep -m1 "gradex-agent: " "$TMP/agent$i.err" | cut -d' ' -f1)
@@ -70,10 +73,10 @@ scenario_kill() {
       fail "survivor $i errored $(awk -v a="$t_err" -v b="$t_kill" 'BEGIN{print a-b}') s after the kill"
     echo "survivor $i errored $(awk -v a="$t_err" -v b="$t_kill" 'BEGIN{printf "%.3f", a-b}') s after the kill: $(grep -m1 "gradex-agent: " "$TMP/agent$i.err" | cut -d' ' -f2- | cut -c1-160)"
   done
-  expect_all_exit_zero 120 0 1 3
+  expect_all_exit_zero 120 "${survivors[@]}"
   grep -q "evicted member .*lease expired" "$TMP/coordinator.log" || fail "the coordinator evicted no one"
   grep -Eq "epoch [0-9]+: 3 members" "$TMP/coordinator.log" || fail "no epoch of 3 members"
-  for i in 0 1 3; do expect_finished "$i" 3; done
+  for i in "${survivors[@]}"; do expect_finished "$i" 3; done
 }
 
 # expect_joined_within LOG AGENTS BOUND: every agent e2e-aI (I in AGENTS) is
@@ -340,6 +343,13 @@ scenario_stall() {
     awk '/^gradex_coordinator_stalled_steps_total/ { print $2 }')
   awk -v n="${stalled:-0}" 'BEGIN { exit !(n >= 1) }' ||
     fail "gradex_coordinator_stalled_steps_total is '${stalled}', expected at least 1"
+  # The blame, labelled: rank 2 once, nobody else.
+  local blames
+  blames=$(curl -sf "http://127.0.0.1:$COORD_METRICS/metrics" |
+    awk '/^gradex_coordinator_stall_blames_total/ && $2 > 0 { match($0, /rank="[0-9]+"/); print substr($0, RSTART, RLENGTH) "=" $2 }')
+  [[ "$blames" == 'rank="2"=1' ]] ||
+    fail "gradex_coordinator_stall_blames_total: '${blames}', expected rank 2 blamed once"
+  echo "coordinator metrics: stall blamed on ${blames}"
   # Everyone recovers (new epoch) and finishes.
   expect_all_exit_zero 90 0 1 2 3
 }
@@ -348,7 +358,8 @@ case "$SCENARIO" in
   basic4) run_world 4 1 ;;
   covap3) ALGORITHM=covap run_world 3 1 ;;  # its decayed residual mass in the checks
   teams6) run_world 6 3 ;;
-  kill) scenario_kill ;;
+  kill) scenario_kill 2 ;;
+  kill-rank0) scenario_kill 0 ;;
   coordinator-restart) scenario_coordinator_restart ;;
   late-join) scenario_late_join ;;
   violation) scenario_violation ;;
