@@ -15,7 +15,8 @@ rules, all of which the C++ side follows:
 * ratio R = density * lr / lr0, capped at 1; density >= 1 is dense (ASGD),
   whatever lr is.
 * a layer of n entries sends k = min(n, max(1, ceil(R * n))) entries (n when
-  dense): the k largest |x|, ties to the lower index (a stable sort).
+  dense): the k largest |x|, ties to the lower index (a stable sort); zeros
+  are never sent (fewer than k when the layer has fewer nonzeros).
 * worker, per step:  u = m*u + lr*(g + wd*w); the selected entries of u are
   pushed (and keep their value in u); the others are divided by m (SAMomentum:
   an entry sent after T silent steps carries m*u_c + lr*sum(grads), as a
@@ -55,12 +56,14 @@ def select_count(n, ratio):
 
 
 def top_indices(x, k):
-    """Indices of the k largest |x| (ties to the lower index), ascending."""
-    if k >= x.numel():
-        return torch.arange(x.numel(), dtype=torch.int64)
+    """Indices of the k largest nonzero |x| (ties to the lower index; zeros are
+    never selected, so fewer than k when x has fewer nonzeros), ascending."""
     a = x.abs()
-    # The k-th largest magnitude; every entry above it, then the lowest-index
-    # entries equal to it until k (the same set as a stable sort, faster).
+    nonzero = torch.nonzero(a).squeeze(1)
+    if k >= nonzero.numel():
+        return nonzero
+    # The k-th largest magnitude (> 0 here); every entry above it, then the
+    # lowest-index entries equal to it until k (a stable sort's set, faster).
     kth = torch.topk(a, k, sorted=False).values.min()
     above = torch.nonzero(a > kth).squeeze(1)
     ties = torch.nonzero(a == kth).squeeze(1)[:k - above.numel()]
@@ -83,7 +86,7 @@ class Layout:
         return zip(self.offsets[:-1], self.sizes)
 
     def select(self, x, ratio):
-        """Flat ascending indices of the top R per layer of x."""
+        """Flat ascending indices of the top R per layer of x (every nonzero at R = 1)."""
         parts = [top_indices(x[o:o + n], select_count(n, ratio)) + o for o, n in self.layers()]
         return torch.cat(parts)
 
@@ -131,9 +134,9 @@ class WorkerRef:
         d = grad + torch.tensor(self.weight_decay, dtype=torch.float32) * params
         self.u = m * self.u + torch.tensor(lr, dtype=torch.float32) * d
         ratio = step_ratio(self.density, lr, self.lr0)
-        if ratio >= 1:
-            return Push(torch.arange(self.layout.total), self.u.clone(), 1.0)
         idx = self.layout.select(self.u, ratio)
+        if ratio >= 1:  # ASGD: every nonzero, u kept whole
+            return Push(idx, self.u[idx].clone(), 1.0)
         values = self.u[idx].clone()
         unsent = torch.ones(self.layout.total, dtype=torch.bool)
         unsent[idx] = False
@@ -201,8 +204,7 @@ class ServerRef:
             self.sent_entries += self.layout.total
             return Pull(None, self.model.clone(), True, self.version, stale)
         diff = self.model - peer.v
-        idx = (torch.arange(self.layout.total) if push.ratio >= 1
-               else self.layout.select(diff, push.ratio))
+        idx = self.layout.select(diff, push.ratio)
         values = diff[idx].clone()
         peer.v[idx] = peer.v[idx] + values
         self.sent_entries += idx.numel()
