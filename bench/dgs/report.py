@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""Summary of bench/dgs/run.sh's raw runs: per mode, the median step of the
+slowest worker, throughput (samples/s over all workers), bytes per worker step
+each way, and the step time next to the DGS authors' ~3.0 s per worker step
+(25M elements, 3 workers + server, CPU). Writes OUT/summary.md and prints it.
+
+    bench/dgs/report.py OUT
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+AUTHORS_STEP_S = 3.0  # issue 10: their code, 25M elements, 3 workers + server, shared-memory MPI
+
+
+def load(out):
+    runs = defaultdict(list)  # mode -> [rank record]
+    for path in sorted(glob.glob(os.path.join(out, "raw", "*.rank*.json"))):
+        with open(path) as f:
+            rec = json.load(f)
+        mode = rec["tag"].rsplit("-r", 1)[0]
+        runs[mode].append(rec)
+    return runs
+
+
+def summarize(mode, recs):
+    by_round = defaultdict(list)
+    for r in recs:
+        by_round[r["tag"]].append(r)
+    slowest, throughput, sent, recv, exch = [], [], [], [], []
+    for tag, ranks in by_round.items():
+        meds = [statistics.median(r["step_s"]) for r in ranks]
+        slowest.append(max(meds))
+        throughput.append(sum(r["batch"] / m for r, m in zip(ranks, meds)))
+        sent.append(statistics.median([statistics.median(r["sent_bytes"]) for r in ranks]))
+        recv.append(statistics.median([statistics.median(r["recv_bytes"]) for r in ranks]))
+        exch.append(max(statistics.median(r["exchange_s"]) for r in ranks))
+    r0 = recs[0]
+    return dict(mode=mode, workers=r0["workers"], parameters=r0["parameters"],
+                density=r0["density"], rounds=len(by_round),
+                step_ms=1000 * statistics.median(slowest),
+                exchange_ms=1000 * statistics.median(exch),
+                samples_s=statistics.median(throughput),
+                push_mb=statistics.median(sent) / 1e6, pull_mb=statistics.median(recv) / 1e6,
+                no_compute=r0.get("no_compute", False))
+
+
+def main():
+    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if len(sys.argv) == 2 else 2
+    out = sys.argv[1]
+    runs = load(out)
+    if not runs:
+        print(f"report: no raw/*.rank*.json under {out}", file=sys.stderr)
+        return 1
+    lines = ["# DGS vs ASGD through gradex's parameter server", ""]
+    meta = os.path.join(out, "raw", "meta.txt")
+    if os.path.exists(meta):
+        lines += [open(meta).read().strip(), ""]
+    lines += ["| mode | workers | parameters | density | rounds | step ms (slowest worker, median) "
+              "| push-pull ms | samples/s (all workers) | push MB/step | pull MB/step "
+              "| authors' 3.0 s / step |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for mode in sorted(runs):
+        s = summarize(mode, runs[mode])
+        lines.append(f"| {mode}{' (no compute)' if s['no_compute'] else ''} | {s['workers']} "
+                     f"| {s['parameters'] / 1e6:.2f}M | {s['density']} | {s['rounds']} "
+                     f"| {s['step_ms']:.0f} | {s['exchange_ms']:.0f} | {s['samples_s']:.1f} "
+                     f"| {s['push_mb']:.2f} | {s['pull_mb']:.2f} "
+                     f"| {AUTHORS_STEP_S * 1000 / s['step_ms']:.1f}x |")
+    ref = os.path.join(out, "raw", "reference_step.jsonl")
+    if os.path.exists(ref):
+        lines += ["", "Pure-PyTorch reference (gradex.dgs_reference, one process, same math, "
+                  "no transport), bench/dgs/reference_step.py:", ""]
+        for line in open(ref):
+            r = json.loads(line)
+            lines.append(f"- {r['elements'] / 1e6:.2f}M elements, {r['workers']} workers + server, "
+                         f"density {r['density']}: step {r['step_ms_median']:.0f} ms wall, "
+                         f"{r.get('step_cpu_ms_median', float('nan')):.0f} ms CPU "
+                         f"(load {r['load1']})")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
