@@ -12,8 +12,9 @@ float32 with the same operation order, so that on integer-valued data (and a
 momentum that is a power of two) it is a bitwise oracle for the C++ path. The
 rules, all of which the C++ side follows:
 
-* ratio R = density * lr / lr0, capped at 1; density >= 1 is dense (ASGD),
-  whatever lr is.
+* ratio R = density * lr / lr0 (each a float, the product in double), capped
+  at 1; density >= 1 is dense (ASGD), whatever lr is. The worker selects at
+  R, the server at R rounded to float (the push frame carries a float).
 * a layer of n entries sends k = min(n, max(1, ceil(R * n))) entries (n when
   dense): the k largest |x|, ties to the lower index (a stable sort); zeros
   are never sent (fewer than k when the layer has fewer nonzeros).
@@ -33,6 +34,7 @@ Staleness of a push: the server's version minus the version of k's previous
 pull (how many other workers' pushes k's gradient did not see).
 """
 import math
+import struct
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -41,11 +43,18 @@ import torch
 FULL_SYNC_EVERY = 150  # versions between a worker's full syncs (the seed's authors' code)
 
 
+def f32(x):
+    """x rounded to float32 (the C++ side keeps density, lr, lr0 and the
+    push's ratio as float)."""
+    return struct.unpack("<f", struct.pack("<f", float(x)))[0]
+
+
 def step_ratio(density, lr, lr0):
-    """R of one step: density scaled by lr/lr0 (DESIGN.md), capped at 1; 1 when dense."""
-    if density >= 1:
+    """R of one step: density scaled by lr/lr0 (DESIGN.md), capped at 1; 1 when
+    dense. As DgsWorkerState::Ratio: float inputs, double arithmetic."""
+    if f32(density) >= 1:
         return 1.0
-    return min(1.0, density * lr / lr0)
+    return min(1.0, f32(density) * f32(lr) / f32(lr0))
 
 
 def select_count(n, ratio):
@@ -137,11 +146,13 @@ class WorkerRef:
         idx = self.layout.select(self.u, ratio)
         if ratio >= 1:  # ASGD: every nonzero, u kept whole
             return Push(idx, self.u[idx].clone(), 1.0)
+        # The push carries R as a float: the server's secondary compression
+        # selects at that value, the worker at the double.
         values = self.u[idx].clone()
         unsent = torch.ones(self.layout.total, dtype=torch.bool)
         unsent[idx] = False
         self.u[unsent] = self.u[unsent] / m
-        return Push(idx, values, ratio)
+        return Push(idx, values, f32(ratio))
 
     @staticmethod
     def apply_pull(pull, params):
