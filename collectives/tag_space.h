@@ -16,12 +16,16 @@ inline constexpr uint16_t kTagPhaseCollectiveLast = 0xEF;
 inline constexpr uint16_t kTagPhaseEpochAgreement = 0xF0;
 // The agents' link probe at each epoch's start (services/agent/link_probe.h).
 inline constexpr uint16_t kTagPhaseLinkProbe = 0xF1;
+// DGS worker <-> server shard messages (collectives/dgs_exchange.h); the
+// sequence is the shard id.
+inline constexpr uint16_t kTagPhaseDgs = 0xF2;
 // The in-band invariant checks' barrier and all-gather (collectives/in_band.h).
 inline constexpr uint16_t kTagPhaseInBandChecks = 0xFF;
 
 static_assert(kTagPhaseCollectiveLast < kTagPhaseEpochAgreement);
 static_assert(kTagPhaseEpochAgreement < kTagPhaseLinkProbe);
-static_assert(kTagPhaseLinkProbe < kTagPhaseInBandChecks);
+static_assert(kTagPhaseLinkProbe < kTagPhaseDgs);
+static_assert(kTagPhaseDgs < kTagPhaseInBandChecks);
 
 // Tag of a message: phase (8 bits), sequence (low 24 bits; a collective's
 // call id, the agreement's sequence), sub-step (16 bits).

@@ -1,0 +1,149 @@
+// DGS over a Transport (docs/architecture.md "DGS"): the worker's push-pull
+// and the server's serving loop. No sockets, no threads of their own; every
+// wait has a deadline; every received byte goes through dgs_frames.h's
+// decoders, capped at DgsMaxMessageBytes before it is received.
+//
+// Tags (collectives/tag_space.h, phase kTagPhaseDgs): worker -> shard s on
+// DgsUpTag(s), shard s -> worker on DgsDownTag(s), so that one rank may host
+// several shards on one transport.
+//
+// There is no barrier between workers: a shard answers each worker's push
+// with that worker's pull as soon as it is applied, whatever the others do.
+#ifndef GRADEX_COLLECTIVES_DGS_EXCHANGE_H_
+#define GRADEX_COLLECTIVES_DGS_EXCHANGE_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/dgs_frames.h"
+#include "collectives/dgs_server.h"
+#include "collectives/dgs_worker.h"
+#include "collectives/tag_space.h"
+#include "transport/transport.h"
+
+namespace gradex {
+
+inline constexpr uint64_t DgsUpTag(uint32_t shard) { return MessageTag(kTagPhaseDgs, shard, 1); }
+inline constexpr uint64_t DgsDownTag(uint32_t shard) { return MessageTag(kTagPhaseDgs, shard, 2); }
+
+// The identity every DGS message of a job carries (frames check it).
+struct DgsJob {
+  uint64_t job_id = 0;
+  uint32_t epoch = 0;
+};
+
+// Where shard `shard` (index into DgsWorkerState::shard_ranges()) lives.
+struct DgsShardPeer {
+  uint32_t shard = 0;
+  int rank = 0;
+};
+
+// What one worker step moved (this call only).
+struct DgsStepStats {
+  uint64_t sent_bytes = 0;
+  uint64_t recv_bytes = 0;
+  uint64_t pushed_entries = 0;
+  uint64_t pulled_entries = 0;  // entries of sparse pulls applied
+  uint32_t full_syncs = 0;      // full syncs applied (joins included)
+  uint32_t hellos = 0;
+};
+
+// The worker side, one per worker and transport. Step() is one DGS worker
+// step against every shard: a hello (and its full sync) to every shard it
+// has not joined, then SAMomentum (DgsWorkerState::MakePush), the push split
+// by shard range, sent to every shard at once, and every shard's reply
+// applied to params. A refusal or failure from a shard makes the state leave
+// that shard (the next Step says hello and re-syncs) and Step returns the
+// error naming the shard; replies to requests given up on are dropped by
+// their request number.
+class DgsPushPull {
+ public:
+  // `shards` must name every shard of the state once.
+  DgsPushPull(Transport& transport, DgsJob job, std::vector<DgsShardPeer> shards);
+
+  absl::Status Step(DgsWorkerState& state, std::span<const float> grad, std::span<float> params,
+                    float lr, Deadline deadline, DgsStepStats* stats = nullptr);
+
+  // Joins every shard not joined yet (hello + full sync into params) without
+  // pushing: a worker's (re)start.
+  absl::Status Join(DgsWorkerState& state, std::span<float> params, Deadline deadline,
+                    DgsStepStats* stats = nullptr);
+
+ private:
+  struct Pending {
+    std::optional<RequestId> recv;  // the receive posted for the shard's next reply
+  };
+  absl::Status Hello(DgsWorkerState& state, size_t i, std::span<float> params, Deadline deadline,
+                     DgsStepStats* stats);
+  absl::StatusOr<DgsMessage> AwaitReply(const DgsWorkerState& state, size_t i, uint32_t request,
+                                        Deadline deadline, DgsStepStats* stats);
+
+  Transport& transport_;
+  DgsJob job_;
+  std::vector<DgsShardPeer> shards_;
+  std::vector<Pending> pending_;
+  uint32_t next_request_ = 1;
+};
+
+// What a DgsServer did since it was built.
+struct DgsServerStats {
+  uint64_t messages_in = 0;
+  uint64_t messages_out = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  uint64_t refused = 0;  // messages answered with kRefused
+  uint64_t held = 0;     // pushes held by max_staleness (counted once each)
+  uint64_t workers_lost = 0;
+};
+
+// The server side of one shard on a transport: one receive posted per worker
+// (PostRecvAtMost, capped at DgsMaxMessageBytes of the shard's range),
+// re-posted after each message; a hello is answered with a full sync, a push
+// with the worker's pull (or held while max_staleness says wait, then
+// answered); a refused message with kRefused. A worker whose receive fails
+// (a dead peer) is deactivated and no longer served; the others go on.
+class DgsServer {
+ public:
+  // worker_ranks[k] is the transport rank of worker k (shard.options().workers entries).
+  DgsServer(Transport& transport, DgsJob job, DgsServerShard& shard, std::vector<int> worker_ranks);
+
+  // Serves until `until`: returns OK then (a serving window; call again to go
+  // on), or an error only when the transport itself fails for every worker.
+  // Polls without blocking past `until`.
+  absl::Status ServeUntil(Deadline until);
+  // Handles what has arrived, without waiting; true when it handled anything.
+  absl::StatusOr<bool> Poll();
+
+  const DgsServerStats& stats() const { return stats_; }
+  DgsServerShard& shard() { return shard_; }
+
+ private:
+  absl::Status Post(uint32_t worker);
+  absl::Status Handle(uint32_t worker, const Bytes& message);
+  absl::Status ApplyAndReply(uint32_t worker, const DgsMessage& push);
+  absl::Status Reply(uint32_t worker, Bytes message);
+  absl::Status Refused(uint32_t worker, uint32_t request, DgsRefusal why);
+  void ServeHeld();
+  void ReapSends();
+  void Lose(uint32_t worker);
+
+  Transport& transport_;
+  DgsJob job_;
+  DgsServerShard& shard_;
+  std::vector<int> ranks_;
+  DgsWireContext ctx_;
+  uint64_t cap_ = 0;
+  std::vector<std::optional<RequestId>> recvs_;
+  std::vector<uint8_t> lost_;
+  std::vector<std::optional<DgsMessage>> held_;
+  std::vector<std::pair<uint32_t, RequestId>> sends_;  // (worker, send)
+  DgsServerStats stats_;
+};
+
+}  // namespace gradex
+
+#endif  // GRADEX_COLLECTIVES_DGS_EXCHANGE_H_

@@ -1,0 +1,1 @@
+#include "tests/dgs/dgs_util.h"

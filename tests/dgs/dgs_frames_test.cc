@@ -1,0 +1,284 @@
+// DGS frames and snapshots: every field a worker sends is bounded before
+// use, and a refusal names it; refused pushes are counted and never
+// applied; a snapshot round-trips and every corruption of it is refused.
+#include <cmath>
+#include <cstring>
+
+#include "collectives/frame.h"
+#include "tests/dgs/dgs_util.h"
+
+namespace gradex::dgs_test {
+namespace {
+
+template <typename T>
+void Put(Bytes& b, size_t at, T v) {
+  std::memcpy(b.data() + at, &v, sizeof v);
+}
+
+constexpr size_t kFrame0 = sizeof(DgsMessageHeader);         // first frame header
+constexpr size_t kPayload0 = kFrame0 + sizeof(FrameHeader);  // its payload
+
+class DgsFrames : public ::testing::Test {
+ protected:
+  DgsFrames()
+      : layout_(MakeLayout({6, 10, 5})),
+        shard_(*DgsServerShard::Create(layout_, 0, {0, 11}, {.workers = 3})) {
+    ctx_ = Context(shard_);
+  }
+  // Worker 1's push: piece [0,6) holds {1: 2}, piece [6,11) holds {7: -3, 9: 1}.
+  Bytes Push(uint64_t base = 0) {
+    kernels::SparseVec e;
+    e.idx = {1, 7, 9};
+    e.val = {2, -3, 1};
+    absl::StatusOr<Bytes> b = EncodeDgsPush(ctx_, 1, 5, base, 0.5f, kernels::View(e));
+    EXPECT_TRUE(b.ok());
+    return *b;
+  }
+  DgsRefusal Decode(const Bytes& b, uint32_t from = 1) {
+    DgsMessage m;
+    DgsRefusal why = DgsRefusal::kNone;
+    absl::Status s = DecodeDgsFromWorker(b, ctx_, from, &m, &why);
+    EXPECT_EQ(s.ok(), why == DgsRefusal::kNone) << s;
+    if (!s.ok()) {
+      EXPECT_NE(std::string(s.message()).find(DgsRefusalName(why)), std::string::npos) << s;
+    }
+    return why;
+  }
+
+  DgsLayout layout_;
+  DgsServerShard shard_;
+  DgsWireContext ctx_;
+};
+
+TEST_F(DgsFrames, AValidPushDecodesToItsEntries) {
+  DgsMessage m;
+  DgsRefusal why;
+  ASSERT_TRUE(DecodeDgsFromWorker(Push(), ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(m.kind, DgsKind::kPush);
+  EXPECT_EQ(m.request, 5u);
+  EXPECT_EQ(m.ratio, 0.5f);
+  EXPECT_EQ(m.sparse.idx, (std::vector<uint32_t>{1, 7, 9}));
+  EXPECT_EQ(m.sparse.val, (std::vector<float>{2, -3, 1}));
+  // Pieces: the shard's range cut at layer 0's end.
+  EXPECT_EQ(layout_.Pieces({0, 11}), (std::vector<DgsRange>{{0, 6}, {6, 11}}));
+  EXPECT_EQ(layout_.Pieces({11, 21}), (std::vector<DgsRange>{{11, 16}, {16, 21}}));
+  EXPECT_LE(Push().size(), DgsMaxMessageBytes(layout_, {0, 11}));
+}
+
+TEST_F(DgsFrames, EveryBadFieldIsRefusedAndNamed) {
+  struct Case {
+    const char* what;
+    std::function<void(Bytes&)> mutate;
+    DgsRefusal want;
+    uint32_t from = 1;
+  };
+  const std::vector<Case> cases = {
+      {"another worker's id", [](Bytes& b) { Put<uint32_t>(b, 20, 2); }, DgsRefusal::kWrongWorker},
+      {"a worker id out of range", [](Bytes& b) { Put<uint32_t>(b, 20, 99); },
+       DgsRefusal::kWrongWorker},
+      {"from the rank of another worker", [](Bytes&) {}, DgsRefusal::kWrongWorker, 2},
+      {"magic", [](Bytes& b) { b[0] ^= 1; }, DgsRefusal::kBadMagic},
+      {"format", [](Bytes& b) { Put<uint16_t>(b, 4, 9); }, DgsRefusal::kBadMagic},
+      {"reserved", [](Bytes& b) { Put<uint32_t>(b, 60, 1); }, DgsRefusal::kBadMagic},
+      {"kind", [](Bytes& b) { Put<uint16_t>(b, 6, 3); }, DgsRefusal::kWrongKind},
+      {"job", [](Bytes& b) { Put<uint64_t>(b, 8, 8); }, DgsRefusal::kWrongJob},
+      {"epoch", [](Bytes& b) { Put<uint32_t>(b, 16, 4); }, DgsRefusal::kWrongJob},
+      {"shard", [](Bytes& b) { Put<uint32_t>(b, 24, 1); }, DgsRefusal::kWrongShard},
+      {"piece count", [](Bytes& b) { Put<uint32_t>(b, 28, 3); }, DgsRefusal::kWrongPieces},
+      {"layout", [](Bytes& b) { b[32] ^= 0x40; }, DgsRefusal::kWrongLayout},
+      {"ratio 0", [](Bytes& b) { Put<float>(b, 48, 0.0f); }, DgsRefusal::kBadRatio},
+      {"ratio 1.5", [](Bytes& b) { Put<float>(b, 48, 1.5f); }, DgsRefusal::kBadRatio},
+      {"ratio NaN", [](Bytes& b) { Put<float>(b, 48, NAN); }, DgsRefusal::kBadRatio},
+      {"a reason on a push", [](Bytes& b) { Put<uint32_t>(b, 52, 3); }, DgsRefusal::kWrongKind},
+      {"frame magic", [](Bytes& b) { b[kFrame0] ^= 1; }, DgsRefusal::kBadMagic},
+      {"frame job", [](Bytes& b) { Put<uint64_t>(b, kFrame0 + 8, 1); }, DgsRefusal::kWrongJob},
+      {"frame step (version)", [](Bytes& b) { Put<uint64_t>(b, kFrame0 + 24, 1); },
+       DgsRefusal::kWrongPieces},
+      {"frame block", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 36, 5); },
+       DgsRefusal::kWrongPieces},
+      {"frame sender", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 44, 0); },
+       DgsRefusal::kWrongPieces},
+      {"frame quantized",
+       [](Bytes& b) { Put<uint16_t>(b, kFrame0 + 6, kFrameDense | kFrameQuantized); },
+       DgsRefusal::kBadFlags},
+      {"count above the piece", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 40, 7); },
+       DgsRefusal::kOverCapacity},
+      {"count beyond the bytes",  // the last frame's
+       [](Bytes& b) { Put<uint32_t>(b, kPayload0 + 8 + 40, 5); }, DgsRefusal::kTruncated},
+      {"index out of its piece", [](Bytes& b) { Put<uint32_t>(b, kPayload0, 6); },
+       DgsRefusal::kIndexOutOfRange},
+      {"index out of the model", [](Bytes& b) { Put<uint32_t>(b, kPayload0, 0xffffffffu); },
+       DgsRefusal::kIndexOutOfRange},
+      {"NaN value", [](Bytes& b) { Put<float>(b, kPayload0 + 4, NAN); }, DgsRefusal::kNonFinite},
+      {"Inf value", [](Bytes& b) { Put<float>(b, kPayload0 + 4, INFINITY); },
+       DgsRefusal::kNonFinite},
+      {"a trailing byte", [](Bytes& b) { b.push_back(0); }, DgsRefusal::kBadLength},
+  };
+  for (const Case& c : cases) {
+    Bytes b = Push();
+    c.mutate(b);
+    EXPECT_EQ(Decode(b, c.from), c.want) << c.what;
+  }
+  // The second piece's two indices swapped: not increasing.
+  Bytes b = Push();
+  const size_t frame1 = kPayload0 + 8;  // after piece 0's one entry
+  const size_t idx1 = frame1 + sizeof(FrameHeader);
+  uint32_t i0, i1;
+  std::memcpy(&i0, b.data() + idx1, 4);
+  std::memcpy(&i1, b.data() + idx1 + 4, 4);
+  ASSERT_EQ(i0, 7u);
+  Put(b, idx1, i1);
+  Put(b, idx1 + 4, i0);
+  EXPECT_EQ(Decode(b), DgsRefusal::kUnsortedIndices);
+  Put(b, idx1, i0);
+  EXPECT_EQ(Decode(b), DgsRefusal::kUnsortedIndices);  // a duplicate
+  // Every truncation.
+  const Bytes full = Push();
+  for (size_t n = 0; n < full.size(); ++n) {
+    Bytes cut(full.begin(), full.begin() + n);
+    EXPECT_NE(Decode(cut), DgsRefusal::kNone) << n << " bytes";
+  }
+  // The shard's replies are refused on the worker side when they are for
+  // another worker, or are a worker's kind.
+  DgsMessage m;
+  DgsRefusal why;
+  EXPECT_FALSE(DecodeDgsFromShard(full, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kWrongKind);
+  const Bytes refused = EncodeDgsRefused(ctx_, 2, 9, 0, DgsRefusal::kNotJoined);
+  EXPECT_FALSE(DecodeDgsFromShard(refused, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kWrongWorker);
+  ASSERT_TRUE(DecodeDgsFromShard(refused, ctx_, 2, &m, &why).ok());
+  EXPECT_EQ(m.reason, DgsRefusal::kNotJoined);
+  EXPECT_EQ(m.request, 9u);
+}
+
+// Pushes that decode but do not fit the shard's state: refused, counted by
+// reason, and the model and version stay as they were.
+TEST_F(DgsFrames, StatefulRefusalsAreCountedAndNeverApplied) {
+  std::mt19937 rng(1);
+  std::vector<float> init = IntGrad(11, rng);
+  auto decode = [&](const Bytes& b) {
+    DgsMessage m;
+    DgsRefusal why;
+    EXPECT_TRUE(DecodeDgsFromWorker(b, ctx_, 1, &m, &why).ok());
+    return m;
+  };
+  DgsRefusal why;
+  DgsMessage reply;
+  // A hello without values to a shard without a model.
+  EXPECT_FALSE(shard_.Join(1, {}, &reply, &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kNoModel);
+  // Not joined yet.
+  EXPECT_FALSE(shard_.ApplyPush(1, decode(Push()), &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kNotJoined);
+  ASSERT_TRUE(shard_.Join(0, init, &reply).ok());
+  ASSERT_TRUE(shard_.Join(1, {}, &reply).ok());
+  ASSERT_TRUE(shard_.ApplyPush(1, decode(Push(0))).ok());  // version 1
+  ASSERT_TRUE(shard_.MakePull(1, &reply).ok());            // worker 1 at 1
+  const std::vector<float> m(shard_.model().begin(), shard_.model().end());
+  EXPECT_EQ(m[1], init[1] + 2);
+  struct Case {
+    uint64_t base;
+    uint32_t as;
+    DgsRefusal want;
+  };
+  for (const Case& c :
+       {Case{2, 1, DgsRefusal::kVersionAhead}, Case{0, 1, DgsRefusal::kStaleVersion},
+        Case{1, 0, DgsRefusal::kWrongWorker}}) {
+    EXPECT_FALSE(shard_.ApplyPush(c.as, decode(Push(c.base)), &why).ok());
+    EXPECT_EQ(why, c.want);
+  }
+  EXPECT_EQ(shard_.version(), 1u);
+  EXPECT_TRUE(std::equal(m.begin(), m.end(), shard_.model().begin()));
+  const DgsRefusalCounts& r = shard_.refused();
+  EXPECT_EQ(r[static_cast<size_t>(DgsRefusal::kNoModel)], 1u);
+  EXPECT_EQ(r[static_cast<size_t>(DgsRefusal::kNotJoined)], 1u);
+  EXPECT_EQ(r[static_cast<size_t>(DgsRefusal::kVersionAhead)], 1u);
+  EXPECT_EQ(r[static_cast<size_t>(DgsRefusal::kStaleVersion)], 1u);
+  EXPECT_EQ(r[static_cast<size_t>(DgsRefusal::kWrongWorker)], 1u);
+  EXPECT_EQ(shard_.total_refused(), 5u);
+  // An evicted worker must say hello again.
+  shard_.Deactivate(1);
+  EXPECT_FALSE(shard_.ApplyPush(1, decode(Push(1)), &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kNotJoined);
+}
+
+TEST_F(DgsFrames, SnapshotRoundTripsAndEveryCorruptionIsRefused) {
+  std::mt19937 rng(2);
+  DgsMessage reply;
+  ASSERT_TRUE(shard_.Join(0, IntGrad(11, rng), &reply).ok());
+  kernels::SparseVec e;
+  e.idx = {0, 4, 10};
+  e.val = {1.5f, -2, 8};
+  for (uint64_t v = 0; v < 3; ++v) {
+    absl::StatusOr<Bytes> b = EncodeDgsPush(ctx_, 0, 1, v, 1.0f, kernels::View(e));
+    DgsMessage m;
+    DgsRefusal why;
+    ASSERT_TRUE(DecodeDgsFromWorker(*b, ctx_, 0, &m, &why).ok());
+    ASSERT_TRUE(shard_.ApplyPush(0, m).ok());
+    ASSERT_TRUE(shard_.MakePull(0, &reply).ok());
+  }
+  const Bytes snap = shard_.Snapshot();
+  auto restored = DgsServerShard::Create(layout_, 0, {0, 11}, {.workers = 3});
+  ASSERT_TRUE(restored.ok());
+  const Bytes empty = restored->Snapshot();  // a shard without a model
+  // Every single-byte change, every truncation and an extra byte: refused,
+  // and the shard unchanged.
+  for (size_t i = 0; i < snap.size(); ++i) {
+    for (uint8_t flip : {uint8_t{0x01}, uint8_t{0x80}, uint8_t{0xff}}) {
+      Bytes bad = snap;
+      bad[i] ^= flip;
+      absl::Status s = restored->Restore(bad);
+      ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << "byte " << i;
+    }
+  }
+  for (size_t n = 0; n < snap.size(); ++n) {
+    ASSERT_FALSE(restored->Restore(std::span<const uint8_t>(snap).first(n)).ok()) << n;
+  }
+  Bytes longer = snap;
+  longer.push_back(0);
+  EXPECT_FALSE(restored->Restore(longer).ok());
+  EXPECT_FALSE(restored->has_model());
+  EXPECT_EQ(restored->version(), 0u);
+  // Another shard, range or layout refuses it.
+  auto other_range = DgsServerShard::Create(layout_, 0, {0, 10}, {.workers = 3});
+  EXPECT_FALSE(other_range->Restore(snap).ok());
+  auto other_shard = DgsServerShard::Create(layout_, 1, {0, 11}, {.workers = 3});
+  EXPECT_NE(std::string(other_shard->Restore(snap).message()).find("shard"), std::string::npos);
+  const DgsLayout other_layout = MakeLayout({5, 11, 5});
+  auto other_model = DgsServerShard::Create(other_layout, 0, {0, 11}, {.workers = 3});
+  EXPECT_NE(std::string(other_model->Restore(snap).message()).find("fingerprint"),
+            std::string::npos);
+  // The round trip: M and the version; every worker must rejoin.
+  ASSERT_TRUE(restored->Restore(snap).ok());
+  EXPECT_TRUE(restored->has_model());
+  EXPECT_EQ(restored->version(), 3u);
+  EXPECT_TRUE(std::equal(shard_.model().begin(), shard_.model().end(), restored->model().begin()));
+  EXPECT_FALSE(restored->active(0));
+  ASSERT_TRUE(restored->Join(0, {}, &reply).ok());
+  EXPECT_EQ(reply.kind, DgsKind::kFullSync);
+  EXPECT_EQ(reply.version, 3u);
+  EXPECT_TRUE(std::equal(reply.dense.begin(), reply.dense.end(), shard_.model().begin()));
+  // A snapshot of a shard without a model restores to none.
+  ASSERT_TRUE(restored->Restore(empty).ok());
+  EXPECT_FALSE(restored->has_model());
+}
+
+TEST(DgsLayoutTest, BadLayoutsAndSplitsAreRefused) {
+  EXPECT_FALSE(DgsLayout::Create({}).ok());
+  EXPECT_FALSE(DgsLayout::Create({3, 0, 2}).ok());
+  EXPECT_FALSE(DgsLayout::Create({0xffffffffu, 1}).ok());
+  const DgsLayout l = MakeLayout({3, 4});
+  EXPECT_NE(l.fingerprint(), MakeLayout({4, 3}).fingerprint());
+  EXPECT_FALSE(l.SplitShards(0).ok());
+  EXPECT_FALSE(l.SplitShards(8).ok());
+  auto s = l.SplitShards(3);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s, (std::vector<DgsRange>{{0, 3}, {3, 5}, {5, 7}}));
+  EXPECT_FALSE(DgsServerShard::Create(l, 0, {5, 8}, {}).ok());
+  EXPECT_FALSE(DgsServerShard::Create(l, 0, {0, 7}, {.workers = 0}).ok());
+  EXPECT_FALSE(DgsServerShard::Create(l, 0, {0, 7}, {.full_sync_every = 0}).ok());
+}
+
+}  // namespace
+}  // namespace gradex::dgs_test

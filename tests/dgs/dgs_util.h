@@ -1,0 +1,100 @@
+// Helpers of the DGS tests: integer-valued gradients, and the wire path
+// between a DgsWorkerState and a DgsServerShard (encode, decode, apply)
+// without a transport, so that the state tests also cross the frames.
+#ifndef GRADEX_TESTS_DGS_DGS_UTIL_H_
+#define GRADEX_TESTS_DGS_DGS_UTIL_H_
+
+#include <random>
+#include <span>
+#include <vector>
+
+#include "collectives/dgs_frames.h"
+#include "collectives/dgs_server.h"
+#include "collectives/dgs_worker.h"
+#include "gtest/gtest.h"
+
+namespace gradex::dgs_test {
+
+inline DgsLayout MakeLayout(std::vector<uint32_t> sizes) {
+  absl::StatusOr<DgsLayout> l = DgsLayout::Create(std::move(sizes));
+  EXPECT_TRUE(l.ok()) << l.status();
+  return *l;
+}
+
+// Integers in [-8, 8], zeros included (they must never be selected).
+inline std::vector<float> IntGrad(size_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<int> d(-8, 8);
+  std::vector<float> g(n);
+  for (float& x : g) x = static_cast<float>(d(rng));
+  return g;
+}
+
+inline DgsWireContext Context(const DgsServerShard& shard) {
+  DgsWireContext c;
+  c.job_id = 7;
+  c.epoch = 3;
+  c.layout = &shard.layout();
+  c.shard = shard.shard();
+  c.range = shard.range();
+  c.workers = shard.options().workers;
+  return c;
+}
+
+// Sends `reply` over the wire (encode, decode as the worker does).
+inline DgsMessage ToWorker(const DgsWireContext& ctx, const DgsMessage& reply) {
+  absl::StatusOr<Bytes> b = EncodeDgsReply(ctx, reply);
+  EXPECT_TRUE(b.ok()) << b.status();
+  DgsMessage m;
+  DgsRefusal why;
+  absl::Status s = DecodeDgsFromShard(*b, ctx, reply.worker, &m, &why);
+  EXPECT_TRUE(s.ok()) << s;
+  return m;
+}
+
+// Worker k's hello to `shard` and the full sync applied to params.
+inline void Join(DgsServerShard& shard, DgsWorkerState& w, std::vector<float>& params) {
+  const DgsWireContext ctx = Context(shard);
+  const DgsRange r = shard.range();
+  absl::StatusOr<Bytes> hello =
+      EncodeDgsHello(ctx, w.worker(), 1, std::span<const float>(params).subspan(r.begin, r.size()));
+  ASSERT_TRUE(hello.ok());
+  DgsMessage m, reply;
+  DgsRefusal why;
+  ASSERT_TRUE(DecodeDgsFromWorker(*hello, ctx, w.worker(), &m, &why).ok());
+  ASSERT_TRUE(shard.Join(w.worker(), m.dense, &reply).ok());
+  ASSERT_TRUE(w.ApplyPull(shard.shard(), ToWorker(ctx, reply), params).ok());
+}
+
+// The part of `push` for `shard`, over the wire, applied; then the pull back.
+// Returns the decoded pull (what the worker applied).
+inline DgsMessage PushPull(DgsServerShard& shard, DgsWorkerState& w, const DgsPush& push,
+                           std::vector<float>& params) {
+  const DgsWireContext ctx = Context(shard);
+  kernels::SparseVec part;
+  for (size_t e = 0; e < push.entries.nnz(); ++e) {
+    if (push.entries.idx[e] >= ctx.range.begin && push.entries.idx[e] < ctx.range.end) {
+      part.idx.push_back(push.entries.idx[e]);
+      part.val.push_back(push.entries.val[e]);
+    }
+  }
+  absl::StatusOr<Bytes> b =
+      EncodeDgsPush(ctx, w.worker(), 2, w.version(shard.shard()), push.ratio, kernels::View(part));
+  EXPECT_TRUE(b.ok()) << b.status();
+  DgsMessage m, reply;
+  DgsRefusal why;
+  EXPECT_TRUE(DecodeDgsFromWorker(*b, ctx, w.worker(), &m, &why).ok());
+  EXPECT_EQ(m.sparse.idx, part.idx);
+  EXPECT_EQ(m.sparse.val, part.val);
+  absl::Status s = shard.ApplyPush(w.worker(), m);
+  EXPECT_TRUE(s.ok()) << s;
+  s = shard.MakePull(w.worker(), &reply);
+  EXPECT_TRUE(s.ok()) << s;
+  DgsMessage got = ToWorker(ctx, reply);
+  s = w.ApplyPull(shard.shard(), got, params);
+  EXPECT_TRUE(s.ok()) << s;
+  return got;
+}
+
+}  // namespace gradex::dgs_test
+
+#endif  // GRADEX_TESTS_DGS_DGS_UTIL_H_
