@@ -172,8 +172,9 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
   absl::Status first;
   for (size_t i = 0; i < shards_.size(); ++i) {
     const uint32_t shard = shards_[i].shard;
-    absl::StatusOr<DgsMessage> reply = out[i].status;
-    if (out[i].status.ok()) reply = AwaitReply(state, i, out[i].request, deadline, stats);
+    absl::StatusOr<DgsMessage> reply = out[i].status.ok()
+                                           ? AwaitReply(state, i, out[i].request, deadline, stats)
+                                           : absl::StatusOr<DgsMessage>(out[i].status);
     if (reply.ok() && CuredByRejoin(*reply)) {
       // The shard lost this worker (restarted, or re-synced it): rejoin and
       // push the same entries again on the new base, so nothing is lost.
