@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <thread>
@@ -54,6 +55,12 @@ bool Parse(int argc, char** argv, Flags* f) {
          f->width <= 8192 && f->density > 0 && f->density <= 1;
 }
 
+double ThreadCpuS() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -80,13 +87,16 @@ int Run(const Flags& f) {
   const DgsJob job{1, 0};
   DgsServer server(*transports[server_rank], job, *shard, worker_ranks);
   std::atomic<int> running{f.workers};
+  double server_cpu_s = 0;
   std::thread serve([&] {
+    const double c0 = ThreadCpuS();
     while (running.load() > 0) {
       absl::Status s = server.ServeUntil(DeadlineIn(std::chrono::milliseconds(50)));
       if (!s.ok()) std::fprintf(stderr, "server: %s\n", s.ToString().c_str());
     }
+    server_cpu_s = ThreadCpuS() - c0;
   });
-  std::vector<std::vector<double>> step_s(f.workers);
+  std::vector<std::vector<double>> step_s(f.workers), cpu_s(f.workers);
   std::vector<uint64_t> sent(f.workers), recv(f.workers);
   std::vector<std::string> errors(f.workers);
   std::vector<std::thread> threads;
@@ -106,11 +116,13 @@ int Run(const Flags& f) {
         std::rotate(grad.begin(), grad.begin() + 9973, grad.end());  // a different gradient
         DgsStepStats stats;
         const auto t0 = std::chrono::steady_clock::now();
+        const double c0 = ThreadCpuS();
         s = pp.Step(*st, grad, params, 0.1f, deadline(), &stats);
         const double dt =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (i >= f.warmup) {
           step_s[k].push_back(dt);
+          cpu_s[k].push_back(ThreadCpuS() - c0);
           sent[k] += stats.sent_bytes;
           recv[k] += stats.recv_bytes;
         }
@@ -121,7 +133,7 @@ int Run(const Flags& f) {
   }
   for (auto& t : threads) t.join();
   serve.join();
-  double worst = 0;
+  double worst = 0, worker_cpu = 0;
   for (int k = 0; k < f.workers; ++k) {
     if (!errors[k].empty()) {
       std::fprintf(stderr, "gradex-dgs-bench: worker %d: %s\n", k, errors[k].c_str());
@@ -129,20 +141,29 @@ int Run(const Flags& f) {
     }
     const double med = Median(step_s[k]);
     worst = std::max(worst, med);
-    std::printf("worker %d: median step %.1f ms, push %.2f MB, pull %.2f MB per step\n", k,
-                1000 * med, sent[k] / 1e6 / f.steps, recv[k] / 1e6 / f.steps);
+    worker_cpu = std::max(worker_cpu, Median(cpu_s[k]));
+    std::printf(
+        "worker %d: median step %.1f ms (its thread's CPU %.1f ms), push %.2f MB, pull "
+        "%.2f MB per step\n",
+        k, 1000 * med, 1000 * Median(cpu_s[k]), sent[k] / 1e6 / f.steps, recv[k] / 1e6 / f.steps);
   }
   double load = 0;
   if (FILE* la = std::fopen("/proc/loadavg", "r")) {
     if (std::fscanf(la, "%lf", &load) != 1) load = 0;
     std::fclose(la);
   }
+  // The server's CPU per push it served (hellos and warm-up steps included).
+  const double pushes = static_cast<double>(server.stats().messages_in);
+  const double server_cpu_per_push = pushes > 0 ? server_cpu_s / pushes : 0;
+  std::printf("server: %.1f ms of CPU per message served (%.0f messages)\n",
+              1000 * server_cpu_per_push, pushes);
   std::printf(
       "{\"kind\": \"gradex-loopback\", \"elements\": %zu, \"workers\": %d, \"density\": %g, "
-      "\"steps\": %d, \"step_ms_median_slowest\": %.2f, \"push_mb_per_step\": %.3f, "
+      "\"steps\": %d, \"step_ms_median_slowest\": %.2f, \"worker_cpu_ms_median\": %.2f, "
+      "\"server_cpu_ms_per_push\": %.2f, \"push_mb_per_step\": %.3f, "
       "\"pull_mb_per_step\": %.3f, \"load1\": %.2f}\n",
-      n, f.workers, f.density, f.steps, 1000 * worst, sent[0] / 1e6 / f.steps,
-      recv[0] / 1e6 / f.steps, load);
+      n, f.workers, f.density, f.steps, 1000 * worst, 1000 * worker_cpu, 1000 * server_cpu_per_push,
+      sent[0] / 1e6 / f.steps, recv[0] / 1e6 / f.steps, load);
   return 0;
 }
 
