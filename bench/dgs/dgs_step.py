@@ -80,7 +80,6 @@ def main():
             recv.append(now.get("recv_bytes", 0) - before.get("recv_bytes", 0))
         before = now
     stats = opt.stats()
-    opt.close()
     rec = dict(tag=a.tag, rank=rank, workers=world, density=a.density, batch=a.batch,
                parameters=parameter_count(model), no_compute=a.no_compute,
                step_s=total, compute_s=compute, exchange_s=exchange,
@@ -93,7 +92,14 @@ def main():
           f"{1000 * statistics.median(exchange):.0f} ms), {a.batch / med:.1f} samples/s, "
           f"push {statistics.median(sent) / 1e6:.2f} MB pull {statistics.median(recv) / 1e6:.2f} MB "
           "per step", flush=True)
-    dist.barrier()  # leave together: the store lives in rank 0
+    # Rank 0 hosts the coordinator and the server: the others leave first.
+    dist.barrier()
+    if rank != 0:
+        opt.close()
+    dist.barrier()
+    if rank == 0:
+        opt.close()
+    sys.stdout.flush()
     os._exit(0)
 
 

@@ -26,6 +26,11 @@ def load(out):
     return runs
 
 
+def ring_bytes(parameters, workers):
+    """A dense ring allreduce's bytes each way per rank: 2(P-1)/P of the model."""
+    return 2 * (workers - 1) / workers * parameters * 4
+
+
 def summarize(mode, recs):
     by_round = defaultdict(list)
     for r in recs:
@@ -35,17 +40,22 @@ def summarize(mode, recs):
         meds = [statistics.median(r["step_s"]) for r in ranks]
         slowest.append(max(meds))
         throughput.append(sum(r["batch"] / m for r, m in zip(ranks, meds)))
-        sent.append(statistics.median([statistics.median(r["sent_bytes"]) for r in ranks]))
-        recv.append(statistics.median([statistics.median(r["recv_bytes"]) for r in ranks]))
-        exch.append(max(statistics.median(r["exchange_s"]) for r in ranks))
+        if "sent_bytes" in ranks[0]:  # DGSOptimizer's stats()
+            sent.append(statistics.median([statistics.median(r["sent_bytes"]) for r in ranks]))
+            recv.append(statistics.median([statistics.median(r["recv_bytes"]) for r in ranks]))
+            exch.append(max(statistics.median(r["exchange_s"]) for r in ranks))
     r0 = recs[0]
-    return dict(mode=mode, workers=r0["workers"], parameters=r0["parameters"],
-                density=r0["density"], rounds=len(by_round),
+    workers = r0.get("workers", r0.get("world_size"))
+    dense = "sent_bytes" not in r0  # train_step.py's DDP: gloo's ring, bytes from its model
+    model_bytes = ring_bytes(r0["parameters"], workers) if dense else None
+    return dict(mode=mode, workers=workers, parameters=r0["parameters"],
+                density=r0.get("density", 1.0), rounds=len(by_round),
                 step_ms=1000 * statistics.median(slowest),
-                exchange_ms=1000 * statistics.median(exch),
+                exchange_ms=1000 * statistics.median(exch) if exch else None,
                 samples_s=statistics.median(throughput),
-                push_mb=statistics.median(sent) / 1e6, pull_mb=statistics.median(recv) / 1e6,
-                no_compute=r0.get("no_compute", False))
+                push_mb=(model_bytes if dense else statistics.median(sent)) / 1e6,
+                pull_mb=(model_bytes if dense else statistics.median(recv)) / 1e6,
+                dense=dense, no_compute=r0.get("no_compute", False))
 
 
 def main():
@@ -67,11 +77,27 @@ def main():
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for mode in sorted(runs):
         s = summarize(mode, runs[mode])
-        lines.append(f"| {mode}{' (no compute)' if s['no_compute'] else ''} | {s['workers']} "
+        name = mode + (" (no compute)" if s["no_compute"] else "") + (
+            " (sync DDP, gloo allreduce; MB: ring model)" if s["dense"] else "")
+        exch = "-" if s["exchange_ms"] is None else f"{s['exchange_ms']:.0f}"
+        lines.append(f"| {name} | {s['workers']} "
                      f"| {s['parameters'] / 1e6:.2f}M | {s['density']} | {s['rounds']} "
-                     f"| {s['step_ms']:.0f} | {s['exchange_ms']:.0f} | {s['samples_s']:.1f} "
-                     f"| {s['push_mb']:.2f} | {s['pull_mb']:.2f} "
-                     f"| {AUTHORS_STEP_S * 1000 / s['step_ms']:.1f}x |")
+                     f"| {s['step_ms']:.0f} | {exch} | {s['samples_s']:.1f} "
+                     f"| {s['push_mb']:.2f} | {s['pull_mb']:.2f} |")
+    loop = os.path.join(out, "raw", "loopback.jsonl")
+    if os.path.exists(loop):
+        lines += ["", "gradex's C++ path without the network (gradex-dgs-bench: DgsPushPull and "
+                  "DgsServer over LoopbackTransport, threads of one process):", ""]
+        for line in open(loop):
+            r = json.loads(line)
+            cpu = r["worker_cpu_ms_median"] + r["server_cpu_ms_per_push"]
+            lines.append(
+                f"- {r['elements'] / 1e6:.2f}M elements, {r['workers']} workers + server, density "
+                f"{r['density']}: worker step {r['step_ms_median_slowest']:.0f} ms wall (slowest "
+                f"worker, load {r['load1']}); CPU per worker step {cpu:.0f} ms (worker thread "
+                f"{r['worker_cpu_ms_median']:.0f} + server {r['server_cpu_ms_per_push']:.0f}): "
+                f"{AUTHORS_STEP_S * 1000 / cpu:.1f}x below the authors' 3.0 s; push "
+                f"{r['push_mb_per_step']:.2f} MB, pull {r['pull_mb_per_step']:.2f} MB per step")
     ref = os.path.join(out, "raw", "reference_step.jsonl")
     if os.path.exists(ref):
         lines += ["", "Pure-PyTorch reference (gradex.dgs_reference, one process, same math, "
