@@ -72,9 +72,8 @@ def main():
     if os.path.exists(meta):
         lines += [open(meta).read().strip(), ""]
     lines += ["| mode | workers | parameters | density | rounds | step ms (slowest worker, median) "
-              "| push-pull ms | samples/s (all workers) | push MB/step | pull MB/step "
-              "| authors' 3.0 s / step |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| push-pull ms | samples/s (all workers) | push MB/step | pull MB/step |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for mode in sorted(runs):
         s = summarize(mode, runs[mode])
         name = mode + (" (no compute)" if s["no_compute"] else "") + (
