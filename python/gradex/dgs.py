@@ -60,15 +60,17 @@ class DGSOptimizer(torch.optim.Optimizer):
         density: fraction of each layer sent per step each way, in (0, 1];
             1 is ASGD (dense push, dense pull).
         max_staleness: versions a worker may run ahead of its last pull before
-            its step waits (None: unbounded).
+            its step waits (None: unbounded; else >= workers - 1).
         timeout_s: deadline of joining and of every step; a server that is gone
             is a GradexError within it.
         coordinator, token: as GradexState (default: ``GRADEX_COORDINATOR``,
             ``GRADEX_TOKEN``/``GRADEX_TOKEN_FILE``); with torch.distributed
             initialised, rank 0's embedded coordinator is found through its store.
         lr0: the reference lr of R's scaling (default: lr).
-        **options: further client options passed to ``PsWorker`` as keywords
-            (job, rank, world_size, data_ip, metrics_port).
+        **options: further keywords of ``gradex._C.PsWorker``: the client's
+            (job, rank, world_size, data_ip, metrics_port, ...) and, for the
+            server rank 0 hosts when it embeds the coordinator, server_shards,
+            snapshot_dir, snapshot_interval_s.
     """
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=5e-4, density=0.01,
@@ -82,8 +84,10 @@ class DGSOptimizer(torch.optim.Optimizer):
             raise ValueError(f"gradex: weight_decay must be >= 0, got {weight_decay}")
         if not 0 < density <= 1:
             raise ValueError(f"gradex: density must be in (0, 1], got {density}")
-        if max_staleness is not None and (isinstance(max_staleness, bool) or max_staleness < 0):
-            raise ValueError(f"gradex: max_staleness must be None or >= 0, got {max_staleness}")
+        if max_staleness is not None and (isinstance(max_staleness, bool) or
+                                          int(max_staleness) != max_staleness or max_staleness < 1):
+            raise ValueError(f"gradex: max_staleness must be None (unbounded) or an integer >= 1 "
+                             f"(>= workers - 1), got {max_staleness}")
         if not timeout_s > 0:
             raise ValueError(f"gradex: timeout_s must be > 0, got {timeout_s}")
         worker_class = _ps_worker_class()  # before touching the parameters
@@ -111,22 +115,24 @@ class DGSOptimizer(torch.optim.Optimizer):
         self._grad = torch.zeros(total, dtype=torch.float32)
         self.density = float(density)
         self.lr0 = float(lr if lr0 is None else lr0)
-        ps_options = dict(layer_sizes=self.layer_sizes, density=self.density,
-                          momentum=float(momentum), weight_decay=float(weight_decay),
-                          lr0=self.lr0, max_staleness=max_staleness, timeout_s=float(timeout_s),
-                          coordinator=coordinator, token=token, **options)
-        self._worker = self._create_worker(worker_class, ps_options, timeout_s)
+        self.max_staleness = max_staleness
+        options.update(coordinator=coordinator, token=token, timeout_s=float(timeout_s))
+        self._worker = self._create_worker(worker_class, options, timeout_s, momentum,
+                                           weight_decay)
         atexit.register(_close_ref, weakref.ref(self))
 
-    @staticmethod
-    def _create_worker(cls, options, timeout_s):
+    def _create_worker(self, cls, options, timeout_s, momentum, weight_decay):
         import torch.distributed as dist
         from gradex.torch import _store_rendezvous
         if dist.is_available() and dist.is_initialized():
             options.setdefault("rank", dist.get_rank())
             options.setdefault("world_size", dist.get_world_size())
         rdv_set, rdv_get = _store_rendezvous("gradex/ps/", timeout_s)
-        return cls(options, True, rdv_set, rdv_get)
+        return cls(self.layer_sizes, density=self.density, momentum=float(momentum),
+                   weight_decay=float(weight_decay), lr0=self.lr0,
+                   max_staleness=0 if self.max_staleness is None else int(self.max_staleness),
+                   use_environment=True, rendezvous_set=rdv_set, rendezvous_get=rdv_get,
+                   **options)
 
     @property
     def worker(self):

@@ -27,11 +27,12 @@ class FakePsWorker:
     server = None
     count = 0
 
-    def __init__(self, options, use_environment, rdv_set, rdv_get):
-        self.options = options
-        self.layout = Layout(options["layer_sizes"])
-        self.state = WorkerRef(self.layout, options["lr0"], options["momentum"],
-                               options["weight_decay"], options["density"])
+    def __init__(self, layer_sizes, density=0.01, momentum=0.9, weight_decay=5e-4, lr0=0.0,
+                 max_staleness=0, use_environment=True, rendezvous_set=None,
+                 rendezvous_get=None, **options):
+        self.options = dict(options, lr0=lr0, max_staleness=max_staleness)
+        self.layout = Layout(layer_sizes)
+        self.state = WorkerRef(self.layout, lr0, momentum, weight_decay, density)
         self.k = FakePsWorker.count
         FakePsWorker.count += 1
         self.joined = False
@@ -78,6 +79,8 @@ class DGSOptimizerTest(unittest.TestCase):
                                 density=0.25) for m in models]
         self.assertEqual(opts[0].layer_sizes, [15, 3, 6, 2])
         self.assertEqual(opts[0]._worker.options["lr0"], 0.1)
+        self.assertEqual(opts[0]._worker.options["max_staleness"], 0)  # None: unbounded
+        self.assertEqual(opts[0]._worker.options["timeout_s"], 60.0)
         # The same steps by hand: flat grads in parameter order, the reference.
         layout = Layout([15, 3, 6, 2])
         init = torch.cat([p.detach().reshape(-1) for p in make_model(0).parameters()])
@@ -153,7 +156,8 @@ class DGSOptimizerTest(unittest.TestCase):
         params = list(make_model(6).parameters())
         for kw in (dict(lr=0), dict(lr=0.1, momentum=0), dict(lr=0.1, momentum=1.5),
                    dict(lr=0.1, density=0), dict(lr=0.1, density=2), dict(lr=0.1, timeout_s=0),
-                   dict(lr=0.1, weight_decay=-1), dict(lr=0.1, max_staleness=-1)):
+                   dict(lr=0.1, weight_decay=-1), dict(lr=0.1, max_staleness=-1),
+                   dict(lr=0.1, max_staleness=0), dict(lr=0.1, max_staleness=2.5)):
             with self.assertRaises(ValueError, msg=str(kw)):
                 gx.DGSOptimizer(params, **kw)
         with self.assertRaises(TypeError):
