@@ -137,6 +137,21 @@ absl::Status DgsPushPull::Join(DgsWorkerState& state, std::span<float> params, D
   return absl::OkStatus();
 }
 
+absl::Status DgsPushPull::Leave(DgsWorkerState& state, Deadline deadline) {
+  absl::Status first;
+  for (const DgsShardPeer& peer : shards_) {
+    if (peer.shard >= state.shard_ranges().size() || !state.joined(peer.shard)) continue;
+    state.Leave(peer.shard);
+    const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
+    absl::StatusOr<RequestId> send = transport_.PostSend(
+        peer.rank, DgsUpTag(peer.shard), EncodeDgsLeave(ctx, state.worker(), next_request_++));
+    absl::Status s = send.status();
+    if (s.ok()) s = transport_.Wait(*send, deadline, nullptr);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
 absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> grad,
                                std::span<float> params, float lr, Deadline deadline,
                                DgsStepStats* stats) {
@@ -276,6 +291,11 @@ absl::Status DgsServer::Handle(uint32_t worker, const Bytes& message) {
       std::memcpy(&request, message.data() + offsetof(DgsMessageHeader, request), sizeof request);
     }
     return Refused(worker, request, why);
+  }
+  if (m.kind == DgsKind::kLeave) {
+    shard_.Deactivate(worker);
+    ServeHeld();  // the others no longer wait for this worker
+    return absl::OkStatus();
   }
   if (m.kind == DgsKind::kHello) {
     DgsMessage reply;

@@ -73,6 +73,10 @@ class DgsPushPull {
   absl::Status Join(DgsWorkerState& state, std::span<float> params, Deadline deadline,
                     DgsStepStats* stats = nullptr);
 
+  // Tells every joined shard that this worker is done (kLeave; no reply), so
+  // that it no longer holds the others back under max_staleness.
+  absl::Status Leave(DgsWorkerState& state, Deadline deadline);
+
  private:
   struct Pending {
     std::optional<RequestId> recv;  // the receive posted for the shard's next reply
@@ -104,7 +108,8 @@ struct DgsServerStats {
 // (PostRecvAtMost, capped at DgsMaxMessageBytes of the shard's range),
 // re-posted after each message; a hello is answered with a full sync, a push
 // with the worker's pull (or held while max_staleness says wait, then
-// answered); a refused message with kRefused. A worker whose receive fails
+// answered), a leave deactivates the worker; a refused message is answered
+// with kRefused. A worker whose receive fails
 // (a dead peer) is deactivated and no longer served; the others go on.
 class DgsServer {
  public:

@@ -201,9 +201,10 @@ absl::Status ReadHeader(std::span<const uint8_t> m, const DgsWireContext& ctx, u
                   absl::StrCat("magic ", h->magic, " format ", h->format));
   }
   const auto kind = static_cast<DgsKind>(h->kind);
-  const bool ok_kind = from_worker ? (kind == DgsKind::kHello || kind == DgsKind::kPush)
-                                   : (kind == DgsKind::kPull || kind == DgsKind::kFullSync ||
-                                      kind == DgsKind::kRefused);
+  const bool ok_kind =
+      from_worker
+          ? (kind == DgsKind::kHello || kind == DgsKind::kPush || kind == DgsKind::kLeave)
+          : (kind == DgsKind::kPull || kind == DgsKind::kFullSync || kind == DgsKind::kRefused);
   if (!ok_kind) return Refuse(why, DgsRefusal::kWrongKind, absl::StrCat("kind ", h->kind));
   if (h->job_id != ctx.job_id || h->epoch != ctx.epoch) {
     return Refuse(why, DgsRefusal::kWrongJob,
@@ -246,9 +247,9 @@ absl::Status Decode(std::span<const uint8_t> m, const DgsWireContext& ctx, uint3
   out->ratio = h.ratio;
   out->reason = static_cast<DgsRefusal>(h.reason);
   out->request = h.request;
-  if (out->kind == DgsKind::kRefused) {
+  if (out->kind == DgsKind::kRefused || out->kind == DgsKind::kLeave) {
     if (h.pieces != 0 || m.size() != kHeader) {
-      return Refuse(why, DgsRefusal::kBadLength, "a refusal with frames");
+      return Refuse(why, DgsRefusal::kBadLength, "a refusal or leave with frames");
     }
     return absl::OkStatus();
   }
@@ -294,6 +295,10 @@ absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage
                         kernels::View(reply.sparse));
   }
   return absl::InvalidArgumentError("DGS: a reply is a pull or a full sync");
+}
+
+Bytes EncodeDgsLeave(const DgsWireContext& ctx, uint32_t worker, uint32_t request) {
+  return StartMessage(ctx, DgsKind::kLeave, worker, request, 0, 0, DgsRefusal::kNone, 0);
 }
 
 Bytes EncodeDgsRefused(const DgsWireContext& ctx, uint32_t worker, uint32_t request,

@@ -8,7 +8,9 @@
 //                    range, dense; the shard uses them only while it has no
 //                    model yet) and kPush (the worker's sparsified update,
 //                    the signed change to add to M, on top of `version`, the
-//                    version of the worker's last pull from this shard).
+//                    version of the worker's last pull from this shard) and
+//                    kLeave (no frames, no reply: the worker is done, so it
+//                    no longer counts for max_staleness).
 //   shard -> worker: kPull (G_k's top R% per piece, to add to the params),
 //                    kFullSync (the whole M of the range, dense, to copy) and
 //                    kRefused (no frames; `reason` says why; the worker must
@@ -49,6 +51,7 @@ enum class DgsKind : uint16_t {
   kPull = 3,
   kFullSync = 4,
   kRefused = 5,
+  kLeave = 6,
 };
 
 #pragma pack(push, 1)
@@ -60,7 +63,7 @@ struct DgsMessageHeader {
   uint32_t epoch;
   uint32_t worker;  // the worker that sends (hello, push) or is addressed (pull, sync, refused)
   uint32_t shard;
-  uint32_t pieces;       // frames that follow: the shard range's layer pieces (0 for kRefused)
+  uint32_t pieces;       // frames that follow: the range's layer pieces (0: kRefused, kLeave)
   uint64_t fingerprint;  // DgsLayout::fingerprint()
   // kPush: the version of the worker's last pull from this shard (its base).
   // kPull / kFullSync: the shard's version the worker is at once applied.
@@ -141,10 +144,11 @@ absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, 
                                     kernels::SparseView entries);
 // A kPull (entries) or kFullSync (dense) reply, as DgsServerShard made it.
 absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply);
+Bytes EncodeDgsLeave(const DgsWireContext& ctx, uint32_t worker, uint32_t request);
 Bytes EncodeDgsRefused(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
                        uint64_t version, DgsRefusal reason);
 
-// Decodes a worker's message (kHello or kPush) received from the transport
+// Decodes a worker's message (kHello, kPush or kLeave) received from the transport
 // rank that belongs to `worker`. On refusal returns DATA_LOSS (or
 // INVALID_ARGUMENT for a bad context) naming the field, sets *why, and
 // leaves `out` unspecified (never to be applied).

@@ -27,6 +27,19 @@ struct PlanMember {
   int rank = 0;             // dense 0..P-1 in this epoch
   std::string agent_id;     // stable across epochs and coordinator restarts
   std::string ucx_address;  // opaque UCX worker address published at join
+  bool server = false;      // a parameter server's member (role SERVER)
+};
+
+// A parameter-server job's epoch (Plan.ps, checked by ToPsPlan: every rank,
+// slot and size below is within the plan's own bounds).
+struct PsPlan {
+  uint32_t shards = 0;
+  std::vector<int> shard_rank;        // per shard: the SERVER rank holding it
+  std::vector<uint32_t> layer_sizes;  // the model
+  std::vector<int> worker_slot;       // per rank: the worker's id at the servers, -1 for a server
+  uint32_t worker_slots = 0;          // worker ids are 0 .. worker_slots-1
+  uint64_t max_staleness = 0;         // 0: unbounded
+  std::chrono::milliseconds snapshot_interval{0};  // 0: never
 };
 
 // One version of the job's plan. Values every rank must agree on (epoch and
@@ -65,6 +78,8 @@ struct Plan {
   // the coordinator's bucket controller ("auto", the dense fallback when a
   // sparse exchange loses to a dense one); agreed at plan barriers.
   std::vector<std::string> bucket_algorithms;
+  // Parameter-server jobs: the shards and worker slots of this epoch.
+  std::optional<PsPlan> ps;
 
   int world() const { return static_cast<int>(members.size()); }
   // This agent's rank in the plan, or -1 when it is not a member.
@@ -85,6 +100,7 @@ struct JoinRequest {
   int last_rank = -1;          // this agent's rank in last_epoch
   int last_world_size = 0;     // P of last_epoch
   uint64_t next_step = 0;      // the step this agent runs next
+  bool server = false;         // joins as a parameter server (role SERVER)
 };
 
 struct JoinReply {

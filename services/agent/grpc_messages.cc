@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "catalog/bucket_algorithms.h"
 #include "catalog/catalog.h"
+#include "services/agent/ps_plan.h"
 
 namespace gradex::agent {
 
@@ -42,7 +43,16 @@ absl::StatusOr<Plan> ToPlan(const pb::Plan& m, uint64_t version_offset) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan ", m.version(), ": member ", i, " has rank ", mem.rank()));
     }
-    p.members.push_back({mem.rank(), mem.agent_id(), mem.ucx_address()});
+    p.members.push_back(
+        {mem.rank(), mem.agent_id(), mem.ucx_address(), mem.role() == pb::ROLE_SERVER});
+  }
+  if (m.has_ps()) {
+    absl::StatusOr<PsPlan> ps = ToPsPlan(m.ps(), p.members);
+    if (!ps.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan ", m.version(), ": ", ps.status().message()));
+    }
+    p.ps = *std::move(ps);
   }
   p.algorithm = m.algorithm();
   p.density = m.density();
@@ -141,6 +151,7 @@ pb::JoinRequest JoinToProto(const JoinRequest& j, uint64_t next_step) {
   req.set_last_rank(std::max(j.last_rank, 0));
   req.set_last_world_size(j.last_world_size);
   req.set_next_step(std::max(j.next_step, next_step));
+  req.set_role(j.server ? pb::ROLE_SERVER : pb::ROLE_WORKER);
   return req;
 }
 

@@ -69,7 +69,8 @@ absl::StatusOr<std::string> EmbeddedJobConfig(const ClientOptions& o) {
 }
 
 absl::StatusOr<CoordinatorEndpoint> FindCoordinator(const ClientOptions& o,
-                                                    const Rendezvous& rendezvous) {
+                                                    const Rendezvous& rendezvous,
+                                                    const std::string& job_json) {
   CoordinatorEndpoint e;
   if (!o.coordinator.empty()) {
     e.address = o.coordinator;
@@ -102,7 +103,7 @@ absl::StatusOr<CoordinatorEndpoint> FindCoordinator(const ClientOptions& o,
         "rank 0 starts the coordinator but has no rendezvous to publish it (give one, or "
         "GRADEX_COORDINATOR)");
   }
-  absl::StatusOr<std::string> json = EmbeddedJobConfig(o);
+  absl::StatusOr<std::string> json = job_json.empty() ? EmbeddedJobConfig(o) : job_json;
   if (!json.ok()) return json.status();
   absl::StatusOr<coordinator::JobSettings> job = coordinator::ParseJobConfig(*json);
   if (!job.ok()) {

@@ -25,8 +25,10 @@ struct CoordinatorEndpoint {
   std::unique_ptr<coordinator::CoordinatorServer> server;
 };
 
+// `job_json`: the embedded coordinator's job config; empty: EmbeddedJobConfig.
 absl::StatusOr<CoordinatorEndpoint> FindCoordinator(const ClientOptions& options,
-                                                    const Rendezvous& rendezvous);
+                                                    const Rendezvous& rendezvous,
+                                                    const std::string& job_json = "");
 
 // The embedded coordinator's job config (JSON, coordinator/job_config.h's
 // format) for `options`: "auto" is the catalog's default until the

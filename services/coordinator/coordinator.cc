@@ -19,7 +19,8 @@ Coordinator::Coordinator(JobSettings settings, CoordinatorMetrics* metrics)
       rng_(std::random_device{}() ^ (incarnation_ << 1)),
       membership_(s_),
       stalls_(s_.step_deadline),
-      version_(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()))) {
+      version_(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()))),
+      shards_(s_.ps.server_shards, s_.ps.max_workers) {
   agreed_.teams =
       ChooseTeams(s_.algorithm, s_.teams, s_.world_size, s_.prefer_rsag || s_.auto_teams);
   // A pinned interval (params.covap_interval) is what the plan carries.
@@ -145,6 +146,41 @@ void Coordinator::NewEpochLocked() {
       e.immediate ? " (at once)" : " (at a plan barrier)");
 }
 
+void Coordinator::AssignShardsLocked(const Epoch& e, absl::Time now) {
+  std::vector<ShardCandidate> roster;
+  int servers = 0;
+  for (uint64_t id : e.roster) {
+    const MemberRecord* r = membership_.Find(id);
+    roster.push_back({id, r ? r->host : "", r != nullptr && r->server});
+    servers += roster.back().server ? 1 : 0;
+  }
+  const uint64_t moves = shards_.moves();
+  absl::StatusOr<ShardAssignment> a = shards_.Assign(roster, now);
+  agreed_.ps = a.ok() ? *a : ShardAssignment{};
+  if (metrics_) {
+    metrics_->ps_shards.Set(shards_.shards());
+    metrics_->ps_workers.Set(static_cast<double>(roster.size()) - servers);
+    metrics_->ps_servers.Set(servers);
+    metrics_->ps_unserved.Set(a.ok() ? 0 : 1);
+    metrics_->ps_shard_moves.Increment(static_cast<double>(shards_.moves() - moves));
+  }
+  if (!a.ok()) {
+    Log("epoch ", e.number, ": ", a.status().message(), " (since ",
+        absl::FormatDuration(now - shards_.unserved_since()), ")");
+    return;
+  }
+  std::vector<std::string> who;
+  for (uint32_t s = 0; s < a->shards; ++s) {
+    const int rank = a->rank_of_shard[s];
+    const MemberRecord* r = membership_.Find(e.roster[rank]);
+    who.push_back(absl::StrCat("shard ", s, " on rank ", rank, " (agent '",
+                               Quote(r ? r->agent_id : ""), "' host '", Quote(r ? r->host : ""),
+                               "')"));
+  }
+  Log("epoch ", e.number, ": ", roster.size() - servers, " workers, ", servers, " servers; ",
+      absl::StrJoin(who, ", "));
+}
+
 void Coordinator::PublishLocked(uint64_t effective_step) {
   if (!membership_.has_epoch()) return;
   ++version_;
@@ -180,6 +216,7 @@ void Coordinator::Tick(absl::Time now) {
     }
     if (formed) {
       NewEpochLocked();
+      if (s_.ps.enabled) AssignShardsLocked(membership_.latest(), now);
       agreed_dirty_ = kprime_dirty_ = false;
       PublishLocked(membership_.latest().effective_step);
       last_publish_ = now;

@@ -21,6 +21,7 @@
 #include "services/coordinator/membership.h"
 #include "services/coordinator/metrics.h"
 #include "services/coordinator/plan_builder.h"
+#include "services/coordinator/server_shards.h"
 #include "services/coordinator/stall_detector.h"
 #include "services/coordinator/team_choice.h"
 
@@ -67,6 +68,8 @@ class Coordinator {
  private:
   void PublishLocked(uint64_t effective_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NewEpochLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A parameter-server job's new epoch: assigns the server shards, logs them.
+  void AssignShardsLocked(const Epoch& e, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckStallsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -119,6 +122,8 @@ class Coordinator {
   // under mu_ and delivered by Notify.
   std::vector<uint64_t> gone_ ABSL_GUARDED_BY(mu_);
   bool published_ ABSL_GUARDED_BY(mu_) = false;
+  // Parameter-server jobs: who holds the server shards (server_shards.h).
+  ServerShards shards_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex watch_mu_;
   std::vector<std::pair<uint64_t, std::shared_ptr<PlanWatcher>>> watchers_

@@ -25,7 +25,10 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 }  // namespace
 
 bool IsKnownAlgorithm(absl::string_view name) {
-  return catalog::Find(std::string_view(name.data(), name.size())) != nullptr;
+  // "dgs" runs on parameter servers, not as a collective: the coordinator
+  // accepts it for a ps job whether or not the catalog lists it yet.
+  return name == kPsAlgorithm ||
+         catalog::Find(std::string_view(name.data(), name.size())) != nullptr;
 }
 
 namespace {
@@ -36,6 +39,9 @@ namespace {
 // the parameter (other algorithms ignored them before params existed).
 absl::Status ReadParams(const gradex::v1::JobConfig& c, JobSettings* s) {
   const catalog::AlgorithmSpec* spec = catalog::Find(s->algorithm);
+  if (spec == nullptr && s->algorithm == kPsAlgorithm && c.params().empty()) {
+    return absl::OkStatus();  // no catalog entry: no parameters to check
+  }
   if (spec == nullptr) return Bad("algorithm", "not in the catalog");
   if (c.params_size() > static_cast<int>(catalog::kMaxParams)) {
     return Bad("params", absl::StrCat("at most ", catalog::kMaxParams, " entries"));
@@ -73,6 +79,66 @@ absl::Status ReadParams(const gradex::v1::JobConfig& c, JobSettings* s) {
       return Bad(a.name, absl::StrCat(a.value, " differs from params.", a.name, " ", it->second));
     }
   }
+  return absl::OkStatus();
+}
+
+// A parameter-server job: its `ps` block, bounded, and the rendezvous
+// counting its servers. max_staleness may also come as the catalog parameter
+// (params.max_staleness), an alias that must then agree.
+absl::Status ReadPs(const gradex::v1::JobConfig& c, JobSettings* s) {
+  const bool dgs = s->algorithm == kPsAlgorithm;
+  if (!dgs) {
+    if (c.has_ps()) return Bad("ps", absl::StrCat("only for algorithm '", kPsAlgorithm, "'"));
+    return absl::OkStatus();
+  }
+  const gradex::v1::PsConfig& p = c.ps();
+  PsSettings& ps = s->ps;
+  ps.enabled = true;
+  if (p.server_shards() > 4096) return Bad("ps.server_shards", "0..4096 (0 = one per host)");
+  ps.server_shards = p.server_shards();
+  if (p.servers() > 4096) return Bad("ps.servers", "0..4096 (0 = 1)");
+  ps.servers = p.servers() == 0 ? 1 : static_cast<int>(p.servers());
+  if (p.max_staleness() > (uint64_t{1} << 32)) {
+    return Bad("ps.max_staleness", "0..4294967296 versions (0 = unbounded)");
+  }
+  ps.max_staleness = p.max_staleness();
+  if (auto it = s->params.find("max_staleness"); it != s->params.end()) {
+    if (ps.max_staleness != 0 && it->second != static_cast<double>(ps.max_staleness)) {
+      return Bad("ps.max_staleness", "differs from params.max_staleness");
+    }
+    ps.max_staleness = static_cast<uint64_t>(it->second);
+  }
+  if (p.has_snapshot_interval_ms()) {
+    if (p.snapshot_interval_ms() > 86400000u) return Bad("ps.snapshot_interval_ms", "0..86400000");
+    ps.snapshot_interval = absl::Milliseconds(p.snapshot_interval_ms());
+  }
+  if (s->auto_teams || s->teams > 1) return Bad("teams", "a parameter-server job has no teams");
+  if (p.layer_sizes_size() < 1 || static_cast<size_t>(p.layer_sizes_size()) > kMaxPsLayers) {
+    return Bad("ps.layer_sizes", "required: 1..65536 layer sizes");
+  }
+  uint64_t total = 0;
+  for (int j = 0; j < p.layer_sizes_size(); ++j) {
+    if (p.layer_sizes(j) == 0) return Bad("ps.layer_sizes", absl::StrCat("layer ", j, " is empty"));
+    total += p.layer_sizes(j);
+  }
+  if (total >= (uint64_t{1} << 32)) return Bad("ps.layer_sizes", "total at most 2^32 - 1");
+  ps.layer_sizes.assign(p.layer_sizes().begin(), p.layer_sizes().end());
+  ps.workers = s->world_size;
+  const int max_workers = s->max_world_size == 0 ? s->world_size : s->max_world_size;
+  ps.max_workers = max_workers;
+  // The servers' staleness bound holds only from workers - 1 up (a worker
+  // that is most behind is never held: collectives/dgs_server.h).
+  if (ps.max_staleness != 0 && ps.max_staleness + 1 < static_cast<uint64_t>(max_workers)) {
+    return Bad("ps.max_staleness", absl::StrCat("at least the largest worker count - 1 (",
+                                                max_workers - 1, "), or 0 = unbounded"));
+  }
+  if (max_workers + ps.servers > kMaxWorldSize) {
+    return Bad("ps.servers", "workers plus servers at most 65536");
+  }
+  // The rendezvous and the epoch caps count members of every role.
+  s->world_size += ps.servers;
+  s->min_world_size += ps.servers;
+  if (s->max_world_size != 0) s->max_world_size += ps.servers;
   return absl::OkStatus();
 }
 
@@ -149,6 +215,7 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   }
   s.plan_lead_steps = c.plan_lead_steps() == 0 ? s.barrier_period : c.plan_lead_steps();
   if (auto e = ReadParams(c, &s); !e.ok()) return e;
+  if (auto e = ReadPs(c, &s); !e.ok()) return e;
   s.coordinate_kprime = c.has_coordinate_kprime() ? c.coordinate_kprime() : traits.uses_teams;
   s.coordinate_oktopk_regions = c.has_coordinate_oktopk_regions() ? c.coordinate_oktopk_regions()
                                                                   : traits.coordinated_regions;

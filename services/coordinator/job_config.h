@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -13,8 +14,27 @@
 
 namespace gradex::coordinator {
 
+// A parameter-server job (algorithm "dgs", issue 10; JobConfig.ps).
+struct PsSettings {
+  bool enabled = false;
+  int workers = 0;                                       // the config's world_size
+  int servers = 1;                                       // SERVER members the rendezvous waits for
+  uint32_t server_shards = 0;                            // 0: one per host of the first epoch
+  uint64_t max_staleness = 0;                            // 0: unbounded
+  absl::Duration snapshot_interval = absl::Seconds(30);  // zero: never
+  std::vector<uint32_t> layer_sizes;                     // the model, in order
+  // Worker slots (ids at the servers): the largest worker count of an epoch.
+  int max_workers = 0;
+};
+inline constexpr size_t kMaxPsLayers = 65536;
+
+// The algorithm of a parameter-server job.
+inline constexpr char kPsAlgorithm[] = "dgs";
+
 struct JobSettings {
   std::string job_id;
+  // Members of every role the rendezvous waits for: in a parameter-server
+  // job the workers plus ps.servers.
   int world_size = 1;
   int min_world_size = 1;
   // The most members an epoch may have (late joiners grow it up to this);
@@ -54,6 +74,7 @@ struct JobSettings {
   // Parameter-only plan changes (k') are published at most this often, so a
   // large job's streams are not flooded with a plan per step.
   absl::Duration min_publish_interval = absl::Milliseconds(200);
+  PsSettings ps;
 };
 
 // Parses and checks a JSON JobConfig. Errors are INVALID_ARGUMENT naming the

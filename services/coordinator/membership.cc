@@ -21,6 +21,11 @@ absl::Status Membership::Join(const gradex::v1::JoinRequest& r, uint64_t id, abs
   }
   if (absl::Status st = CheckJoinBounds(r, now); !st.ok()) return st;
   if (absl::Status st = CheckDataPlane(r); !st.ok()) return st;
+  if (r.role() == gradex::v1::ROLE_SERVER && !s_.ps.enabled) {
+    return absl::FailedPreconditionError(absl::StrCat("role SERVER: job '", s_.job_id,
+                                                      "' is not a parameter-server job (algorithm ",
+                                                      s_.algorithm, ")"));
+  }
   auto old = by_agent_.find(r.agent_id());
   // Memory and epochs stay bounded by the job, not by who holds the token:
   // the largest epoch plus a spare for replacements that join before the
@@ -45,6 +50,7 @@ absl::Status Membership::Join(const gradex::v1::JoinRequest& r, uint64_t id, abs
   m.ucx_version = r.ucx_version();
   m.ucx_transports = r.ucx_transports();
   m.local_rank = r.local_rank();
+  m.server = r.role() == gradex::v1::ROLE_SERVER;
   m.lease_expiry = now + s_.lease;
   m.last_heartbeat = now;
   m.next_step = r.next_step();

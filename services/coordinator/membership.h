@@ -23,7 +23,8 @@ struct MemberRecord {
   uint64_t id = 0;
   std::string agent_id, host, device, ucx_address, ucx_version, ucx_transports;
   int local_rank = 0;
-  std::string secret;  // member_secret.h: proves a call comes from this member
+  bool server = false;  // joined as a SERVER (parameter-server jobs only)
+  std::string secret;   // member_secret.h: proves a call comes from this member
   absl::Time lease_expiry;
   uint64_t next_step = 0;  // the step it runs next (join, heartbeat, reports)
   absl::Time progress_at;  // when it last told its step (bounds the next claim)

@@ -87,7 +87,20 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       buckets_dense(GaugeFamily(r, "gradex_coordinator_buckets_dense",
                                 "Buckets the plan runs dense because their sparse exchange was "
                                 "slower than a dense one")
-                        .Add({})) {}
+                        .Add({})),
+      roles_family(GaugeFamily(r, "gradex_coordinator_epoch_members",
+                               "Members of the latest epoch by role (worker, server)")),
+      ps_shards(GaugeFamily(r, "gradex_coordinator_ps_shards",
+                            "Server shards of a parameter-server job (0: none)")
+                    .Add({})),
+      ps_workers(roles_family.Add({{"role", "worker"}})),
+      ps_servers(roles_family.Add({{"role", "server"}})),
+      ps_unserved(GaugeFamily(r, "gradex_coordinator_ps_shards_unserved",
+                              "1 while the latest epoch of a parameter-server job has no server")
+                      .Add({})),
+      ps_shard_moves(CounterFamily(r, "gradex_coordinator_ps_shard_moves_total",
+                                   "Server shards that moved to another member")
+                         .Add({})) {}
 
 void CoordinatorMetrics::ObserveRpc(const std::string& method, int code, double seconds) {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {

@@ -55,6 +55,15 @@ struct CoordinatorMetrics {
   prometheus::Counter& bucket_fallbacks_to_dense;
   prometheus::Counter& bucket_fallbacks_to_sparse;
   prometheus::Gauge& buckets_dense;
+  // Parameter-server jobs (DGS): the server shards of the plan, the latest
+  // epoch's members by role, whether the shards have no server now, and how
+  // often a shard moved to another member (server restarts, losses).
+  prometheus::Family<prometheus::Gauge>& roles_family;
+  prometheus::Gauge& ps_shards;
+  prometheus::Gauge& ps_workers;
+  prometheus::Gauge& ps_servers;
+  prometheus::Gauge& ps_unserved;
+  prometheus::Counter& ps_shard_moves;
 };
 
 // The gRPC status code's canonical name ("OK", "INVALID_ARGUMENT", ...).

@@ -28,6 +28,22 @@ gradex::v1::Plan BuildPlan(
     out->set_device(r->device);
     out->set_ucx_address(r->ucx_address);
     out->set_agent_id(r->agent_id);
+    out->set_role(r->server ? gradex::v1::ROLE_SERVER : gradex::v1::ROLE_WORKER);
+  }
+  if (s.ps.enabled && agreed.ps.shards > 0) {
+    gradex::v1::PsPlan* ps = p.mutable_ps();
+    ps->set_shards(agreed.ps.shards);
+    for (uint32_t i = 0; i < agreed.ps.shards; ++i) {
+      gradex::v1::PsShard* a = ps->add_assignments();
+      a->set_shard(i);
+      a->set_rank(agreed.ps.rank_of_shard[i]);
+    }
+    ps->mutable_layer_sizes()->Add(s.ps.layer_sizes.begin(), s.ps.layer_sizes.end());
+    ps->mutable_worker_slot()->Add(agreed.ps.slot_of_rank.begin(), agreed.ps.slot_of_rank.end());
+    ps->set_worker_slots(static_cast<uint32_t>(s.ps.max_workers));
+    ps->set_max_staleness(s.ps.max_staleness);
+    ps->set_snapshot_interval_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(s.ps.snapshot_interval)));
   }
   p.set_algorithm(agreed.teams.algorithm);
   p.set_density(s.density);

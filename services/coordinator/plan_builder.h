@@ -13,6 +13,7 @@
 #include "services/coordinator/controllers.h"
 #include "services/coordinator/job_config.h"
 #include "services/coordinator/membership.h"
+#include "services/coordinator/server_shards.h"
 
 namespace gradex::coordinator {
 
@@ -29,6 +30,9 @@ struct AgreedParams {
   // Per bucket index: its own algorithm ("" = the plan's), from the bucket
   // controller.
   std::vector<std::string> bucket_algorithms;
+  // Parameter-server jobs: the epoch's shard assignment (shards == 0: none,
+  // e.g. no server member yet: the plan then carries no PsPlan).
+  ShardAssignment ps;
 };
 
 gradex::v1::Plan BuildPlan(

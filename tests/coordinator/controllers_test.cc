@@ -139,7 +139,7 @@ TEST(JobConfig, DefaultsAndErrors) {
         R"({"job_id":"j/x","world_size":4,"algorithm":"spardl","density":0.01})",
         R"({"job_id":"j","world_size":0,"algorithm":"spardl","density":0.01})",
         R"({"job_id":"j","world_size":4,"algorithm":"nope","density":0.01})",
-        // Names of docs/design.md without a schedule yet: the agents could not run them.
+        // A parameter-server job without its model's layer sizes (ps_job_test).
         R"({"job_id":"j","world_size":4,"algorithm":"dgs","density":0.01})",
         R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0})",
         R"({"job_id":"j","world_size":4,"algorithm":"spardl","density":0.1,"teams":5})",

@@ -1,0 +1,69 @@
+#include "services/client/ps_hosted_server.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "services/agent/data_interface.h"
+#include "services/agent/grpc_control_plane.h"
+
+namespace gradex::client {
+
+absl::StatusOr<std::unique_ptr<HostedServer>> HostedServer::Start(HostedServerOptions o) {
+  std::unique_ptr<HostedServer> h(new HostedServer());
+  h->timeout_ = o.timeout;
+  agent::GrpcControlPlaneOptions g;
+  g.target = o.coordinator;
+  g.rpc_timeout = std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(5));
+  absl::StatusOr<std::unique_ptr<agent::ControlPlane>> control = agent::CreateGrpcControlPlane(g);
+  if (!control.ok()) return control.status();
+  h->control_ = *std::move(control);
+  UcxOptions ucx;
+  absl::StatusOr<std::string> ip = agent::DataPlaneIp(o.data_ip, o.coordinator);
+  if (!ip.ok()) return ip.status();
+  ucx.listen_ip = *ip;
+  ucx.connect_timeout = o.timeout;
+  absl::StatusOr<std::unique_ptr<agent::TransportProvider>> t = agent::CreateUcxProvider(ucx);
+  if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("UCX: ", t.status().message()));
+  h->transports_ = *std::move(t);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  agent::PsMemberOptions m;
+  m.job = o.job;
+  m.token = o.token;
+  m.host = host;
+  m.agent_id = absl::StrCat(host, "/ps-server/", getpid());
+  m.device = "cpu";
+  m.server = true;
+  m.rpc_timeout = g.rpc_timeout;
+  h->member_ = std::make_unique<agent::PsMember>(m, h->control_.get(), h->transports_.get());
+  if (absl::Status s = h->member_->Join(DeadlineIn(g.rpc_timeout)); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("parameter server joining ", o.coordinator, ": ", s.message()));
+  }
+  agent::PsServerOptions so;
+  so.snapshot_dir = o.snapshot_dir;
+  so.join_timeout = o.timeout;
+  so.log = [](const std::string& line) {
+    std::fprintf(stderr, "gradex ps server: %s\n", line.c_str());
+  };
+  h->server_ = std::make_unique<agent::PsServer>(h->member_.get(), so, o.metrics);
+  HostedServer* self = h.get();
+  h->thread_ = std::thread(
+      [self] { self->result_ = self->server_->Run([self] { return self->stop_.load(); }); });
+  return h;
+}
+
+absl::Status HostedServer::Stop() {
+  if (!thread_.joinable()) return result_;
+  stop_.store(true);
+  thread_.join();
+  (void)member_->Leave(
+      DeadlineIn(std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(5))));
+  return result_;
+}
+
+HostedServer::~HostedServer() { (void)Stop(); }
+
+}  // namespace gradex::client

@@ -1,0 +1,312 @@
+// PsWorker (ps_worker.h): the options check, the embedded job, and the
+// worker's epochs around collectives/dgs_exchange.h's DgsPushPull.
+#include "services/client/ps_worker.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "collectives/dgs_exchange.h"
+#include "collectives/dgs_layout.h"
+#include "collectives/dgs_worker.h"
+#include "services/agent/agent_metrics.h"
+#include "services/agent/data_interface.h"
+#include "services/agent/grpc_control_plane.h"
+#include "services/agent/ps_member.h"
+#include "services/client/embedded_coordinator.h"
+#include "services/client/ps_hosted_server.h"
+
+namespace gradex::client {
+namespace {
+
+std::atomic<uint64_t> g_workers{0};  // agent ids stay unique across workers of one process
+
+absl::Status Check(const PsWorkerOptions& o) {
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("gradex PsWorker options: ", what));
+  };
+  const ClientOptions& c = o.client;
+  if (c.world_size < 1 || c.world_size > 65535) return bad("world_size must be in 1..65535");
+  if (c.rank < 0 || c.rank >= c.world_size) {
+    return bad(absl::StrCat("rank ", c.rank, " is not in 0..", c.world_size - 1));
+  }
+  if (c.timeout.count() < 1 || c.timeout > std::chrono::hours(24)) {
+    return bad("timeout must be in 1 ms..24 h");
+  }
+  if (c.metrics_port < -1 || c.metrics_port > 65535) return bad("metrics_port must be -1..65535");
+  if (!(o.density > 0 && o.density <= 1)) return bad("density must be in (0, 1]");
+  if (!(o.momentum > 0 && o.momentum <= 1)) return bad("momentum must be in (0, 1]");
+  if (!(o.weight_decay >= 0) || std::isinf(o.weight_decay)) return bad("weight_decay must be >= 0");
+  if (!(o.lr0 >= 0) || std::isinf(o.lr0)) return bad("lr0 must be >= 0 (0: the first step's lr)");
+  if (o.max_staleness != 0 && o.max_staleness + 1 < static_cast<uint64_t>(c.world_size)) {
+    return bad(absl::StrCat("max_staleness must be 0 (unbounded) or at least world_size - 1 (",
+                            c.world_size - 1, ")"));
+  }
+  if (o.server_shards > kDgsMaxShards) return bad("server_shards must be in 0..4096");
+  if (o.snapshot_interval.count() < 0 || o.snapshot_interval > std::chrono::hours(24)) {
+    return bad("snapshot_interval must be in 0..24 h");
+  }
+  if (o.layer_sizes.size() > 65536) return bad("at most 65536 layers");
+  if (absl::StatusOr<DgsLayout> l = DgsLayout::Create(o.layer_sizes); !l.ok()) {
+    return bad(std::string(l.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+// The embedded coordinator's job (coordinator/job_config.h's format).
+std::string PsJobJson(const PsWorkerOptions& o) {
+  char density[64];
+  std::snprintf(density, sizeof(density), "%.9g", o.density);
+  return absl::StrCat("{\"job_id\": \"", o.client.job, "\", \"world_size\": ", o.client.world_size,
+                      ", \"algorithm\": \"dgs\", \"density\": ", density,
+                      ", \"step_deadline_ms\": ", o.client.timeout.count(),
+                      ", \"rendezvous_timeout_ms\": ", o.client.timeout.count(),
+                      ", \"ps\": {\"servers\": 1, \"server_shards\": ", o.server_shards,
+                      ", \"max_staleness\": ", o.max_staleness,
+                      ", \"snapshot_interval_ms\": ", o.snapshot_interval.count(),
+                      ", \"layer_sizes\": [", absl::StrJoin(o.layer_sizes, ","), "]}}");
+}
+
+class PsWorkerImpl final : public PsWorker {
+ public:
+  explicit PsWorkerImpl(PsWorkerOptions o) : o_(std::move(o)) {}
+  ~PsWorkerImpl() override { (void)Close(); }
+
+  absl::Status Start(const Rendezvous& rendezvous);
+  absl::Status Step(std::span<const float> grad, std::span<float> params, float lr) override;
+  PsWorkerStats Stats() const override {
+    absl::MutexLock lock(&mu_);
+    return stats_;
+  }
+  absl::Status Close() override;
+
+ private:
+  absl::Status EnterEpoch(Deadline deadline);
+  std::string Where() const;
+
+  PsWorkerOptions o_;
+  DgsLayout layout_ = *DgsLayout::Create({1});
+  CoordinatorEndpoint endpoint_;
+  std::unique_ptr<agent::AgentMetrics> metrics_;  // the registry served on metrics_port
+  std::unique_ptr<agent::PsServerMetrics> server_metrics_;
+  std::unique_ptr<HostedServer> hosted_;
+  std::unique_ptr<agent::ControlPlane> control_;
+  std::unique_ptr<agent::TransportProvider> transports_;
+  std::unique_ptr<agent::PsMember> member_;
+  std::shared_ptr<const agent::Plan> plan_;
+  std::unique_ptr<Transport> transport_;
+  std::optional<DgsWorkerState> state_;
+  std::optional<DgsPushPull> exchange_;
+  std::vector<uint64_t> versions_;  // last version applied, per shard
+  bool closed_ = false;
+  mutable absl::Mutex mu_;
+  PsWorkerStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status PsWorkerImpl::Start(const Rendezvous& rendezvous) {
+  layout_ = *DgsLayout::Create(o_.layer_sizes);
+  absl::StatusOr<CoordinatorEndpoint> e = FindCoordinator(o_.client, rendezvous, PsJobJson(o_));
+  if (!e.ok()) return e.status();
+  endpoint_ = *std::move(e);
+  metrics_ = std::make_unique<agent::AgentMetrics>();
+  if (o_.client.metrics_port >= 0) {
+    if (absl::Status s = metrics_->Serve(absl::StrCat("127.0.0.1:", o_.client.metrics_port));
+        !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("GRADEX_METRICS_PORT: ", s.message()));
+    }
+  }
+  if (endpoint_.server != nullptr) {
+    // This process runs the coordinator: it hosts the server shards too.
+    server_metrics_ = std::make_unique<agent::PsServerMetrics>(*metrics_->registry());
+    HostedServerOptions h;
+    h.coordinator = endpoint_.address;
+    h.token = endpoint_.token;
+    h.job = o_.client.job;
+    h.data_ip = o_.client.data_ip;
+    h.snapshot_dir = o_.snapshot_dir;
+    h.timeout = o_.client.timeout;
+    h.metrics = server_metrics_.get();
+    absl::StatusOr<std::unique_ptr<HostedServer>> hs = HostedServer::Start(h);
+    if (!hs.ok()) return hs.status();
+    hosted_ = *std::move(hs);
+  }
+  const auto rpc = std::min<std::chrono::milliseconds>(o_.client.timeout, std::chrono::seconds(5));
+  agent::GrpcControlPlaneOptions g;
+  g.target = endpoint_.address;
+  g.rpc_timeout = rpc;
+  g.join_timeout = std::max(o_.client.timeout - rpc, std::chrono::milliseconds(0));
+  absl::StatusOr<std::unique_ptr<agent::ControlPlane>> control = agent::CreateGrpcControlPlane(g);
+  if (!control.ok()) return control.status();
+  control_ = *std::move(control);
+  UcxOptions ucx;
+  absl::StatusOr<std::string> ip = agent::DataPlaneIp(o_.client.data_ip, endpoint_.address);
+  if (!ip.ok()) return ip.status();
+  ucx.listen_ip = *ip;
+  ucx.connect_timeout = o_.client.timeout;
+  absl::StatusOr<std::unique_ptr<agent::TransportProvider>> t = agent::CreateUcxProvider(ucx);
+  if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("UCX: ", t.status().message()));
+  transports_ = *std::move(t);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  agent::PsMemberOptions m;
+  m.job = o_.client.job;
+  m.token = endpoint_.token;
+  m.host = host;
+  m.local_rank = o_.client.local_rank;
+  m.agent_id = absl::StrCat(host, "/", o_.client.local_rank, "/", getpid(), "/ps-worker-r",
+                            o_.client.rank, "/", g_workers.fetch_add(1));
+  m.device = "cpu";
+  m.rpc_timeout = rpc;
+  member_ = std::make_unique<agent::PsMember>(m, control_.get(), transports_.get());
+  if (absl::Status s = member_->Join(DeadlineIn(o_.client.timeout)); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("gradex PsWorker: joining the coordinator at ",
+                                               endpoint_.address, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::string PsWorkerImpl::Where() const {
+  return plan_ == nullptr ? std::string("gradex PsWorker")
+                          : absl::StrCat("gradex PsWorker (epoch ", plan_->epoch, ", worker ",
+                                         state_ ? static_cast<int>(state_->worker()) : -1, ")");
+}
+
+absl::Status PsWorkerImpl::EnterEpoch(Deadline deadline) {
+  exchange_.reset();
+  transport_.reset();
+  absl::StatusOr<std::shared_ptr<const agent::Plan>> plan =
+      member_->AwaitEpoch(plan_ ? plan_->epoch : 0, deadline);
+  if (!plan.ok()) return plan.status();
+  plan_ = *plan;
+  const agent::PsPlan& ps = *plan_->ps;
+  if (ps.layer_sizes != o_.layer_sizes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job's model (", ps.layer_sizes.size(), " layers) is not this worker's (",
+        o_.layer_sizes.size(), " layers, ", layout_.total(),
+        " elements): the same model's "
+        "parameters, in the same order, on every worker and in the job config's ps.layer_sizes"));
+  }
+  absl::StatusOr<std::vector<DgsRange>> ranges = layout_.SplitShards(ps.shards);
+  if (!ranges.ok()) return ranges.status();
+  const int rank = member_->RankIn(*plan_);
+  const int slot = ps.worker_slot[rank];
+  if (!state_ || static_cast<int>(state_->worker()) != slot || state_->shard_ranges() != *ranges) {
+    DgsWorkerOptions w;
+    w.momentum = o_.momentum;
+    w.weight_decay = o_.weight_decay;
+    w.density = o_.density;
+    w.lr0 = o_.lr0;
+    absl::StatusOr<DgsWorkerState> s =
+        DgsWorkerState::Create(layout_, static_cast<uint32_t>(slot), *ranges, w);
+    if (!s.ok()) return s.status();
+    state_.emplace(*std::move(s));
+    versions_.assign(ps.shards, 0);
+  }
+  // Every shard is joined afresh in a new epoch (hello, full sync).
+  for (uint32_t s = 0; s < ps.shards; ++s) state_->Leave(s);
+  absl::StatusOr<std::unique_ptr<Transport>> t = member_->Connect(*plan_);
+  if (!t.ok()) return t.status();
+  transport_ = *std::move(t);
+  member_->SetRunning(plan_->epoch);
+  std::vector<DgsShardPeer> peers;
+  for (uint32_t s = 0; s < ps.shards; ++s) peers.push_back({s, ps.shard_rank[s]});
+  exchange_.emplace(*transport_, DgsJob{agent::PsJobId(o_.client.job), plan_->epoch},
+                    std::move(peers));
+  absl::MutexLock lock(&mu_);
+  stats_.epoch = plan_->epoch;
+  stats_.worker = slot;
+  ++stats_.epochs_entered;
+  return absl::OkStatus();
+}
+
+absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> params, float lr) {
+  if (closed_) return absl::FailedPreconditionError("gradex PsWorker is closed");
+  if (grad.size() != layout_.total() || params.size() != layout_.total()) {
+    return absl::InvalidArgumentError(absl::StrCat("gradex PsWorker: grad has ", grad.size(),
+                                                   " and params ", params.size(),
+                                                   " elements; the model has ", layout_.total()));
+  }
+  if (!(lr > 0) || std::isinf(lr)) {
+    return absl::InvalidArgumentError("gradex PsWorker: lr must be finite and > 0");
+  }
+  const Deadline deadline = DeadlineIn(o_.client.timeout);
+  absl::Status st = absl::OkStatus();
+  if (!exchange_ || member_->Superseded(plan_->epoch)) st = EnterEpoch(deadline);
+  DgsStepStats step;
+  if (st.ok()) st = exchange_->Step(*state_, grad, params, lr, deadline, &step);
+  absl::MutexLock lock(&mu_);
+  stats_.sent_bytes += step.sent_bytes;
+  stats_.recv_bytes += step.recv_bytes;
+  stats_.last_sent_bytes = step.sent_bytes;
+  stats_.last_recv_bytes = step.recv_bytes;
+  stats_.pushed_entries += step.pushed_entries;
+  stats_.pulled_entries += step.pulled_entries;
+  stats_.full_syncs += step.full_syncs;
+  if (!st.ok()) {
+    ++stats_.failed_steps;
+    return absl::Status(st.code(), absl::StrCat(Where(), " step: ", st.message()));
+  }
+  ++stats_.steps;
+  uint64_t version = 0, staleness = 0;
+  for (uint32_t s = 0; s < versions_.size(); ++s) {
+    const uint64_t v = state_->version(s);
+    // This push was applied on top of v_prev and answered at v: the others
+    // pushed v - v_prev - 1 versions in between (a full sync resets it).
+    if (versions_[s] != 0 && v > versions_[s])
+      staleness = std::max(staleness, v - versions_[s] - 1);
+    versions_[s] = v;
+    version += v;
+  }
+  stats_.version = version;
+  stats_.staleness = staleness;
+  stats_.max_staleness_seen = std::max(stats_.max_staleness_seen, staleness);
+  return absl::OkStatus();
+}
+
+absl::Status PsWorkerImpl::Close() {
+  if (closed_) return absl::OkStatus();
+  closed_ = true;
+  // A finished worker stops counting for the others' staleness bound.
+  if (exchange_ && state_) (void)exchange_->Leave(*state_, DeadlineIn(std::chrono::seconds(1)));
+  exchange_.reset();
+  transport_.reset();
+  absl::Status st = absl::OkStatus();
+  if (member_) {
+    st = member_->Leave(DeadlineIn(
+        std::min<std::chrono::milliseconds>(o_.client.timeout, std::chrono::seconds(5))));
+  }
+  if (endpoint_.server != nullptr) {
+    // The others leave first (bounded): the server keeps serving them.
+    const Deadline until =
+        DeadlineIn(std::min<std::chrono::milliseconds>(o_.client.timeout, std::chrono::seconds(5)));
+    while (endpoint_.server->coordinator().members() > 1 && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (hosted_) {
+    if (absl::Status s = hosted_->Stop(); !s.ok() && st.ok()) st = s;
+    hosted_.reset();
+  }
+  if (endpoint_.server != nullptr) endpoint_.server->Shutdown();
+  endpoint_.server.reset();
+  return st;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsWorker>> PsWorker::Create(PsWorkerOptions options,
+                                                           Rendezvous rendezvous) {
+  if (absl::Status s = Check(options); !s.ok()) return s;
+  auto w = std::make_unique<PsWorkerImpl>(std::move(options));
+  if (absl::Status s = w->Start(rendezvous); !s.ok()) return s;
+  return w;
+}
+
+}  // namespace gradex::client

@@ -1,0 +1,106 @@
+// gradex::PsWorker (services/client/ps_worker.h) with rank 0 embedding the
+// coordinator and hosting the server shard: workers as threads of this test,
+// real gRPC and UCX (TCP on loopback), no barrier between them.
+#include "services/client/ps_worker.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "tests/client/memory_rendezvous.h"
+
+namespace gradex::client {
+namespace {
+
+PsWorkerOptions Options(int rank, int world, float density, const std::string& job) {
+  PsWorkerOptions o;
+  o.client.job = job;
+  o.client.rank = rank;
+  o.client.world_size = world;
+  o.client.timeout = std::chrono::seconds(20);
+  o.layer_sizes = {100, 37};
+  o.density = density;
+  return o;
+}
+
+// Runs `steps` steps on each of `world` workers at once; returns their stats
+// and final parameters.
+void RunWorkers(int world, float density, int steps, std::vector<PsWorkerStats>* stats,
+                std::vector<std::vector<float>>* params) {
+  testing::MemoryStore store;
+  stats->assign(world, {});
+  params->assign(world, std::vector<float>(137, 0.f));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto w = PsWorker::Create(Options(r, world, density, "psw"), store.rendezvous());
+      ASSERT_TRUE(w.ok()) << w.status();
+      std::vector<float>& p = (*params)[r];
+      for (size_t i = 0; i < p.size(); ++i) p[i] = 0.01f * static_cast<float>(i % 13);
+      std::vector<float> g(p.size());
+      for (int s = 0; s < steps; ++s) {
+        for (size_t i = 0; i < g.size(); ++i) g[i] = p[i] - 0.1f * static_cast<float>(r + 1);
+        absl::Status st = (*w)->Step(g, p, 0.05f);
+        ASSERT_TRUE(st.ok()) << "rank " << r << " step " << s << ": " << st;
+      }
+      (*stats)[r] = (*w)->Stats();
+      EXPECT_TRUE((*w)->Close().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(PsWorkerTest, ThreeWorkersAsgdAndDgsAgainstAHostedServer) {
+  for (float density : {1.0f, 0.1f}) {
+    std::vector<PsWorkerStats> stats;
+    std::vector<std::vector<float>> params;
+    RunWorkers(3, density, 20, &stats, &params);
+    uint64_t newest = 0;
+    for (int r = 0; r < 3; ++r) {
+      const PsWorkerStats& s = stats[r];
+      EXPECT_EQ(s.steps, 20u) << r;
+      EXPECT_EQ(s.failed_steps, 0u);
+      EXPECT_GE(s.worker, 0);
+      EXPECT_EQ(s.epochs_entered, 1u);
+      EXPECT_GE(s.full_syncs, 1u);  // the join
+      EXPECT_LE(s.version, 60u);    // one shard: every push is a version
+      EXPECT_GT(s.sent_bytes, 0u);
+      EXPECT_GT(s.recv_bytes, 0u);
+      newest = std::max(newest, s.version);
+      for (float v : params[r]) ASSERT_TRUE(std::isfinite(v));
+      if (density < 1) {
+        // Pushes carry the top 10% per layer at most: ceil(0.1 * 37) = 4, and
+        // ceil(0.1f * 100) = 11 in float.
+        EXPECT_LE(s.pushed_entries, 20u * 15u) << r;
+      }
+    }
+    // The worker that pushed last saw every push of the job.
+    EXPECT_EQ(newest, 60u) << density;
+  }
+}
+
+TEST(PsWorkerTest, BadOptionsAndBadStepsAreRefused) {
+  PsWorkerOptions o = Options(0, 1, 0.f, "bad");
+  EXPECT_EQ(PsWorker::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Options(0, 1, 0.01f, "bad");
+  o.layer_sizes = {};
+  EXPECT_EQ(PsWorker::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Options(0, 4, 0.01f, "bad");
+  o.max_staleness = 1;  // below workers - 1
+  auto bad = PsWorker::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("max_staleness"), std::string::npos);
+  auto w = PsWorker::Create(Options(0, 1, 0.5f, "one"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::vector<float> g(136), p(137);
+  EXPECT_EQ((*w)->Step(g, p, 0.1f).code(), absl::StatusCode::kInvalidArgument);
+  g.resize(137);
+  EXPECT_EQ((*w)->Step(g, p, -1.f).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*w)->Step(g, p, 0.1f).ok());
+  EXPECT_TRUE((*w)->Close().ok());
+  EXPECT_EQ((*w)->Step(g, p, 0.1f).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace gradex::client
