@@ -31,6 +31,9 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $backend == gradex || $backend == reference ]] || { echo "compare_dgs: bad --backend" >&2; exit 2; }
 export PYTHONPATH=${PYTHONPATH:-$root/build/python} OMP_NUM_THREADS=1
+# UCX shared memory between the rank processes fails on some hosts (shmat:
+# EINVAL here); TCP over loopback works everywhere.
+export UCX_TLS=${UCX_TLS:-tcp,self} UCX_WARN_UNUSED_ENV_VARS=n
 py=/usr/bin/python3
 mkdir -p "$out"
 csv=$out/dgs-$backend.csv
