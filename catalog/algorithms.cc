@@ -1,8 +1,9 @@
 // One entry per algorithm the agents run (docs/design.md's names). Ids are stable
 // wire values (data-plane frames carry them): never renumber, never reuse.
-// Reserved for algorithms not built yet: 15 (dgs). An algorithm
-// is listed here only once its schedule exists (collectives/), so that a job
-// config naming it is refused by the coordinator rather than by every agent.
+// An algorithm is listed here only once its schedule exists (collectives/),
+// so that a job config naming it is refused by the coordinator rather than by
+// every agent. dgs (15) is a parameter-server exchange, not an allreduce
+// (Traits::parameter_server; collectives/dgs_*.h).
 #include "catalog/builtin.h"
 #include "catalog/table1.h"
 
@@ -167,6 +168,43 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        .table1_cost = table1::Covap,
        // A dense result of the bucket when it is sent whole.
        .memory = {.dense_result = true, .gather_pk = 0}},
+      {.id = 15,
+       .name = "dgs",
+       .description = "DGS: asynchronous parameter server, top-R% pushes (SAMomentum) and "
+                      "top-R% pulls of M - v_k (R = the job's density scaled by lr/lr0; "
+                      "density 1 = ASGD)",
+       // Asynchronous: no step is shared by all ranks. At density 1 it is
+       // ASGD, not a dense allreduce. The server's sums are exact on
+       // integers; the worker's SAMomentum divides unsent entries by the
+       // momentum (exact at dyadic momenta).
+       .traits = {.equals_dense_at_density_one = false,
+                  .synchronous = false,
+                  .parameter_server = true},
+       .params = {{.name = "momentum",
+                   .type = ParamType::kDouble,
+                   .default_value = 0.9,
+                   .min = 1e-6,
+                   .max = 1,
+                   .description = "SAMomentum's m (unsent entries are divided by it)"},
+                  {.name = "weight_decay",
+                   .type = ParamType::kDouble,
+                   .default_value = 5e-4,
+                   .min = 0,
+                   .max = 1,
+                   .description = "weight decay added to the gradient before the momentum"},
+                  {.name = "full_sync_every",
+                   .type = ParamType::kInt,
+                   .default_value = 150,
+                   .min = 1,
+                   .max = 1 << 30,
+                   .description = "server versions between a worker's full model syncs"},
+                  {.name = "max_staleness",
+                   .type = ParamType::kInt,
+                   .default_value = 0,
+                   .min = 0,
+                   .max = 1 << 30,
+                   .description = "versions a worker may fall behind before faster ones wait "
+                                  "(0 = unbounded; else at least workers - 1)"}}},
   };
 }
 

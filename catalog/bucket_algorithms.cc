@@ -18,9 +18,14 @@ absl::Status CheckBucketAlgorithms(const std::vector<std::string>& names) {
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& n = names[i];
     if (n.empty()) continue;
-    if (n.size() > kMaxParamNameBytes || Find(n) == nullptr) {
+    const AlgorithmSpec* spec = n.size() > kMaxParamNameBytes ? nullptr : Find(n);
+    if (spec == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "bucket ", i, ": algorithm '", n.substr(0, kMaxParamNameBytes), "' not in the catalog"));
+    }
+    if (spec->traits.parameter_server) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bucket ", i, ": '", n, "' is a parameter-server algorithm, not an allreduce"));
     }
     if (std::find(distinct.begin(), distinct.end(), n) == distinct.end()) {
       if (distinct.size() == kMaxDistinctBucketAlgorithms) {

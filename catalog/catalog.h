@@ -51,6 +51,11 @@ struct Traits {
   bool kprime_controlled = false;
   // Its region boundaries may be agreed by the coordinator (Ok-Topk).
   bool coordinated_regions = false;
+  // Not an allreduce: workers push to and pull from server shards
+  // (collectives/dgs_*.h, DGS). It has no schedule in the allreduce
+  // registry, no Table 1 row, is never a bucket's algorithm and is never
+  // chosen by "auto"; a job runs it as a parameter-server job.
+  bool parameter_server = false;
 };
 
 enum class ParamType { kInt, kDouble };

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "python/binding_common.h"
 #include "services/client/client.h"
 
 namespace py = pybind11;
 
 namespace gradex::python {
-namespace {
 
 using client::BucketStats;
 using client::Client;
@@ -28,11 +28,6 @@ using client::Memory;
 using client::ParamSpan;
 using client::Rendezvous;
 
-// Raised for every failed absl::Status; Python sees gradex.GradexError.
-struct GradexCppError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 std::string StatusText(const absl::Status& s) {
   return std::string(absl::StatusCodeToString(s.code())) + ": " + std::string(s.message());
 }
@@ -40,30 +35,6 @@ std::string StatusText(const absl::Status& s) {
 void ThrowIfError(const absl::Status& s) {
   if (!s.ok()) throw GradexCppError(StatusText(s));
 }
-
-// A Python object owned by C++ that may be dropped on a thread without the
-// GIL (the progress thread): its last reference is released under the GIL.
-class PyRef {
- public:
-  explicit PyRef(py::object o) : o_(std::move(o)) {}
-  PyRef(const PyRef&) = delete;
-  PyRef& operator=(const PyRef&) = delete;
-  ~PyRef() {
-    if (!o_) return;
-    if (!Py_IsInitialized()) {
-      o_.release();  // the interpreter is gone: leak rather than crash
-      return;
-    }
-    py::gil_scoped_acquire gil;
-    o_ = py::object();
-  }
-  // Takes the object out (call with the GIL held).
-  py::object Take() { return std::move(o_); }
-  const py::object& get() const { return o_; }
-
- private:
-  py::object o_;
-};
 
 // Options from a dict of keyword options on top of the environment (the
 // explicit ones win). Unknown keys are a TypeError so typos do not pass.
@@ -155,6 +126,8 @@ Rendezvous MakeRendezvous(py::object set, py::object get) {
   };
   return r;
 }
+
+namespace {
 
 class PyClient {
  public:
@@ -302,6 +275,7 @@ PYBIND11_MODULE(_C, m) {
   using gradex::python::PyClient;
   m.doc() = "gradex's C++ client (services/client/client.h); use gradex.torch";
   py::register_exception<gradex::python::GradexCppError>(m, "GradexError", PyExc_RuntimeError);
+  gradex::python::BindPsWorker(m);
   py::class_<PyClient>(m, "Client")
       .def_static("create", &gradex::python::Create, py::arg("options"),
                   py::arg("use_environment") = true, py::arg("rendezvous_set") = py::none(),

@@ -18,6 +18,7 @@
 #include "services/agent/agent.h"
 #include "services/agent/data_interface.h"
 #include "services/agent/grpc_control_plane.h"
+#include "services/agent/server_role.h"
 #include "services/agent/step_invariants.h"
 
 namespace gradex::agent {
@@ -59,6 +60,10 @@ constexpr char kUsage[] =
   --debug-stall-ms M       M ms (default 0) while heartbeats go on, as a trainer stuck in
                            compute: the peers wait in step S, their steps time out, and the
                            coordinator's log names this rank as the cause of the stall
+  --role worker|server     server: hold shards of a parameter-server job (algorithm dgs)
+                           until SIGINT/SIGTERM (--elements, --steps unused)
+  --snapshot-dir D         server: snapshot shards there every ps.snapshot_interval_ms and
+                           restore them from there at start
   --quiet                  no progress line per step
   --help                   this text
 )";
@@ -66,6 +71,8 @@ constexpr char kUsage[] =
 struct Flags {
   GrpcControlPlaneOptions grpc;
   std::string job, token_file, agent_id, ucx_tls, data_ip, tls_ca, tls_cert, tls_key;
+  std::string snapshot_dir;
+  bool server = false;
   size_t elements = 0;
   uint64_t steps = 0, seed = 1;
   int buckets = 1, metrics_port = -1, local_rank = 0;
@@ -162,6 +169,12 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       s = number(&f->join_timeout_s);
     else if (a == "--report-linger-ms")
       s = number(&f->report_linger_ms);
+    else if (a == "--snapshot-dir")
+      f->snapshot_dir = v;
+    else if (a == "--role" && (v == "worker" || v == "server"))
+      f->server = v == "server";
+    else if (a == "--role")
+      return absl::InvalidArgumentError("--role must be worker or server");
     else
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", a, " (see --help)"));
     if (!s.ok()) return s;
@@ -169,8 +182,11 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
   if (f->grpc.target.empty()) return absl::InvalidArgumentError("--coordinator is required");
   if (f->job.empty()) return absl::InvalidArgumentError("--job is required");
   if (f->token_file.empty()) return absl::InvalidArgumentError("--token-file is required");
-  if (f->elements == 0) return absl::InvalidArgumentError("--elements must be > 0");
-  if (f->steps == 0) return absl::InvalidArgumentError("--steps must be > 0");
+  if (f->elements == 0 && !f->server) return absl::InvalidArgumentError("--elements must be > 0");
+  if (f->steps == 0 && !f->server) return absl::InvalidArgumentError("--steps must be > 0");
+  if (!f->snapshot_dir.empty() && !f->server) {
+    return absl::InvalidArgumentError("--snapshot-dir is for --role server");
+  }
   if (f->buckets < 1 || f->buckets > 4096) {
     return absl::InvalidArgumentError("--buckets must be in 1..4096");
   }
@@ -255,8 +271,10 @@ int Run(const Flags& f) {
   // No schedule sends more in one message than a bucket in dense frames
   // (FrameBytes picks the smaller encoding) plus a header per block, twice
   // over for slack; the link probe's 1 MiB message sets the floor.
-  ucx.max_message_bytes =
-      std::max<size_t>(2 * (f.elements * sizeof(float) + 48 * 4096), (1u << 20) + (64u << 10));
+  // A server caps each receive itself (DgsServer: the shard's largest message).
+  ucx.max_message_bytes = f.server ? 0
+                                   : std::max<size_t>(2 * (f.elements * sizeof(float) + 48 * 4096),
+                                                      (1u << 20) + (64u << 10));
   absl::StatusOr<std::unique_ptr<TransportProvider>> transports = CreateUcxProvider(ucx);
   if (!transports.ok()) {
     std::cerr << "gradex-agent: UCX: " << transports.status() << "\n";
@@ -283,6 +301,14 @@ int Run(const Flags& f) {
   o.elements = f.elements;
   o.buckets = f.buckets;
   o.join_timeout = std::chrono::milliseconds(f.join_timeout_ms);
+  if (f.server) {
+    ServerRoleOptions r;
+    r.member = {o.job, o.token, o.agent_id, o.host, "cpu", o.local_rank, true, g.rpc_timeout};
+    r.snapshot_dir = f.snapshot_dir;
+    r.join_timeout = o.join_timeout;
+    r.quiet = f.quiet;
+    return RunServerRole(r, control->get(), transports->get(), &metrics);
+  }
   Agent agent(o, control->get(), transports->get(), &metrics);
   if (absl::Status s = agent.Start(); !s.ok()) {
     std::cerr << "gradex-agent: join " << f.grpc.target << ": " << s << "\n";

@@ -13,6 +13,7 @@ namespace gradex::agent {
 namespace {
 
 constexpr auto kRefreshEvery = std::chrono::milliseconds(250);
+constexpr auto kDrain = std::chrono::milliseconds(100);
 
 absl::StatusOr<std::vector<uint8_t>> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -176,8 +177,15 @@ absl::Status PsServer::Run(const std::function<bool()>& stop) {
   Clock::time_point snapshot_at = Clock::time_point::max();
   while (!stop()) {
     if (std::shared_ptr<const Plan> cur = member_->Current();
-        cur != nullptr && (plan_ == nullptr || cur->epoch != plan_->epoch)) {
+        cur != nullptr && (plan_ == nullptr || cur->epoch != plan_->epoch) && cur != want) {
       want = cur;
+      // Workers move at their next step: answer the pushes already in
+      // flight on the old communicator first, so their steps do not time out.
+      const Clock::time_point drain_until = Clock::now() + kDrain;
+      while (plan_ != nullptr && Clock::now() < drain_until) {
+        for (auto& server : servers_) (void)server->Poll();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
     }
     if (want != nullptr && (plan_ == nullptr || want->epoch != plan_->epoch)) {
       if (absl::Status st = Enter(want); !st.ok()) {

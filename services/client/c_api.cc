@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "services/client/c_api_internal.h"
 #include "services/client/client.h"
 #include "services/client/gradex.h"
 
@@ -17,7 +18,6 @@ struct gradex_client {
 };
 
 namespace gradex::client {
-namespace {
 
 thread_local std::string t_error;
 
@@ -129,6 +129,8 @@ Rendezvous FromC(const gradex_rendezvous* r) {
   }
   return out;
 }
+
+namespace {
 
 absl::Status Spans(const uint64_t* keys, const size_t* elements, size_t spans, const float* data,
                    size_t n, std::vector<ParamSpan>* out) {

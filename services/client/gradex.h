@@ -102,6 +102,38 @@ int gradex_close(gradex_client* c);
 /* Closes if needed and frees the handle (NULL is fine). */
 void gradex_destroy(gradex_client* c);
 
+/* Asynchronous parameter-server training (DGS, issue 10; ps_worker.h):
+ * a worker pushes the top R% per layer of its SAMomentum accumulator and
+ * applies the sparse model difference the server shards return; density 1
+ * is plain ASGD. Without a coordinator, rank 0 embeds one and hosts the
+ * server shard in its process. */
+typedef struct gradex_ps_worker gradex_ps_worker;
+
+typedef struct {
+  uint32_t epoch;
+  int32_t worker;
+  uint64_t steps, failed_steps, version, staleness, max_staleness_seen;
+  uint64_t sent_bytes, recv_bytes, last_sent_bytes, last_recv_bytes;
+  uint64_t pushed_entries, pulled_entries, full_syncs, epochs_entered;
+} gradex_ps_stats_t;
+
+/* layer_sizes: the model's parameters' sizes in order (layers entries).
+ * Options as gradex_create's (job, rank, world_size, coordinator, token,
+ * timeout_ms, data_ip, metrics_port, ...) plus density, momentum,
+ * weight_decay, lr0, max_staleness (0: unbounded), server_shards,
+ * snapshot_dir, snapshot_interval_ms. */
+int gradex_ps_create(const uint32_t* layer_sizes, size_t layers, const char* const* keys,
+                     const char* const* values, size_t count, int use_env,
+                     const gradex_rendezvous* rendezvous, gradex_ps_worker** out);
+/* One push-pull: grad and params hold n floats (the model's total);
+ * params are updated in place. Blocking, bounded by the timeout. */
+int gradex_ps_step(gradex_ps_worker* w, const float* grad, float* params, size_t n, float lr);
+int gradex_ps_stats(const gradex_ps_worker* w, gradex_ps_stats_t* out);
+/* Leaves the job; idempotent. */
+int gradex_ps_close(gradex_ps_worker* w);
+/* Closes if needed and frees the handle (NULL is fine). */
+void gradex_ps_destroy(gradex_ps_worker* w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -90,6 +90,8 @@ class PsWorkerImpl final : public PsWorker {
  private:
   absl::Status EnterEpoch(Deadline deadline);
   std::string Where() const;
+  // Who holds the shards in the current epoch, for errors.
+  std::string Servers() const;
 
   PsWorkerOptions o_;
   DgsLayout layout_ = *DgsLayout::Create({1});
@@ -172,6 +174,18 @@ absl::Status PsWorkerImpl::Start(const Rendezvous& rendezvous) {
   return absl::OkStatus();
 }
 
+std::string PsWorkerImpl::Servers() const {
+  if (plan_ == nullptr) return "";
+  std::vector<std::string> who;
+  for (uint32_t s = 0; s < plan_->ps->shards && s < 8; ++s) {
+    const int r = plan_->ps->shard_rank[s];
+    who.push_back(
+        absl::StrCat("shard ", s, " on rank ", r, ", server '", plan_->members[r].agent_id, "'"));
+  }
+  return absl::StrCat(" [parameter servers: ", absl::StrJoin(who, "; "),
+                      plan_->ps->shards > 8 ? "; ..." : "", "]");
+}
+
 std::string PsWorkerImpl::Where() const {
   return plan_ == nullptr ? std::string("gradex PsWorker")
                           : absl::StrCat("gradex PsWorker (epoch ", plan_->epoch, ", worker ",
@@ -251,7 +265,7 @@ absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> pa
   stats_.full_syncs += step.full_syncs;
   if (!st.ok()) {
     ++stats_.failed_steps;
-    return absl::Status(st.code(), absl::StrCat(Where(), " step: ", st.message()));
+    return absl::Status(st.code(), absl::StrCat(Where(), " step: ", st.message(), Servers()));
   }
   ++stats_.steps;
   uint64_t version = 0, staleness = 0;

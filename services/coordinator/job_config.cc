@@ -114,7 +114,7 @@ absl::Status ReadPs(const gradex::v1::JobConfig& c, JobSettings* s) {
   }
   if (s->auto_teams || s->teams > 1) return Bad("teams", "a parameter-server job has no teams");
   if (p.layer_sizes_size() < 1 || static_cast<size_t>(p.layer_sizes_size()) > kMaxPsLayers) {
-    return Bad("ps.layer_sizes", "required: 1..65536 layer sizes");
+    return Bad("ps.layer_sizes", "required for a parameter-server job: 1..65536 layer sizes");
   }
   uint64_t total = 0;
   for (int j = 0; j < p.layer_sizes_size(); ++j) {
@@ -174,6 +174,12 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
     return Bad("algorithm", absl::StrCat("unknown name '", c.algorithm().substr(0, 64),
                                          "'; the agents run: ", catalog::NameList(), " (or ",
                                          kAutoAlgorithm, ": the coordinator chooses per bucket)"));
+  }
+  if (!s.auto_algorithm && catalog::TraitsOf(c.algorithm()).parameter_server &&
+      c.algorithm() != kPsAlgorithm) {
+    // Only DGS has a server role (services/agent/ps_server.h).
+    return Bad("algorithm", absl::StrCat("'", c.algorithm(),
+                                         "' is a parameter-server algorithm without a server role"));
   }
   s.algorithm = s.auto_algorithm ? std::string(catalog::DefaultAlgorithm()) : c.algorithm();
   if (!(c.density() > 0 && c.density() <= 1)) return Bad("density", "required, in (0, 1]");

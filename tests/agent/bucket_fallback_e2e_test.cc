@@ -53,9 +53,7 @@ GRADEX_REGISTER_ALGORITHM(kSlow, [] { return std::make_unique<SlowOnBucketZero>(
 const std::vector<size_t> kSizes = {2000, 500};
 
 struct Box {
-  std::unique_ptr<testing::BridgeControlPlane> control;
-  std::unique_ptr<testing::LoopbackProvider> transports;
-  std::unique_ptr<Agent> agent;
+  testing::BridgedAgent a;
   std::vector<BucketSlot> slots{kSizes.size()};
   // Per step: what each bucket ran, whether bucket 0 ran as a probe, the
   // plan version the step ran under.
@@ -71,38 +69,28 @@ void RunJob(testing::CoordinatorHub& hub, testing::LoopbackPool& pool, const Buc
   boxes.resize(2);
   for (int i = 0; i < 2; ++i) {
     Box& b = boxes[i];
-    b.control = std::make_unique<testing::BridgeControlPlane>(&hub);
-    b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr-", i));
-    AgentOptions o;
-    o.job = "job";
-    o.token = "token";
-    o.agent_id = absl::StrCat("a", i);
-    o.host = "localhost";
-    o.rules = rules;
-    o.join_timeout = milliseconds(20000);
-    o.sync_timeout = milliseconds(10000);
-    b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+    b.a = testing::MakeBridgedAgent(hub, pool, i, rules);
   }
   std::vector<std::thread> threads;
   for (int i = 0; i < 2; ++i) {
     threads.emplace_back([&, i] {
       Box& b = boxes[i];
-      ASSERT_TRUE(b.agent->Start().ok());
+      ASSERT_TRUE(b.a.agent->Start().ok());
       for (int step = 0; step < steps; ++step) {
         std::this_thread::sleep_for(pause);
-        ASSERT_TRUE(b.agent->BeginStep().ok());
+        ASSERT_TRUE(b.a.agent->BeginStep().ok());
         std::vector<std::string> ran;
         bool probe0 = false;
         for (size_t k = 0; k < kSizes.size(); ++k) {
           std::vector<float> g(kSizes[k], static_cast<float>(i + 1));
           BucketOutcome out;
           ASSERT_TRUE(
-              b.agent->RunBucket(static_cast<uint32_t>(k), kSizes, g, &b.slots[k], &out).ok());
+              b.a.agent->RunBucket(static_cast<uint32_t>(k), kSizes, g, &b.slots[k], &out).ok());
           ran.push_back(out.algorithm);
           if (k == 0) probe0 = out.dense_probe;
         }
         StepOutcome so;
-        ASSERT_TRUE(b.agent->EndStep(&so).ok());
+        ASSERT_TRUE(b.a.agent->EndStep(&so).ok());
         ASSERT_EQ(so.step, static_cast<uint64_t>(step));
         b.ran.push_back(std::move(ran));
         b.probe.push_back(probe0);
@@ -158,7 +146,7 @@ TEST(BucketFallbackE2E, DenseProbesThatWinMakeTheBucketDenseFromABarrierOnEveryR
         EXPECT_EQ(b.ran[step][0], "dense-ring") << "rank " << i << " step " << step;
       }
     }
-    EXPECT_EQ(b.control->reports_refused(), 0u);
+    EXPECT_EQ(b.a.control->reports_refused(), 0u);
   }
 }
 
@@ -201,7 +189,7 @@ TEST(BucketFallbackE2E, AutoRunsTheModelsChoicePerBucketFromABarrier) {
     const std::string want = step < from ? std::string(catalog::DefaultAlgorithm()) : "topka";
     EXPECT_EQ(boxes[0].ran[step], (std::vector<std::string>{want, want})) << "step " << step;
   }
-  EXPECT_EQ(boxes[0].control->reports_refused(), 0u);
+  EXPECT_EQ(boxes[0].a.control->reports_refused(), 0u);
 }
 
 }  // namespace

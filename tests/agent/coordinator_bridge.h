@@ -17,12 +17,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "services/agent/agent.h"
 #include "services/agent/control_plane.h"
 #include "services/agent/grpc_messages.h"
 #include "services/agent/plan_store.h"
 #include "services/agent/report_queue.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/validate.h"
+#include "tests/agent/loopback_provider.h"
 
 namespace gradex::agent::testing {
 
@@ -124,6 +126,31 @@ class BridgeControlPlane final : public ControlPlane {
   std::atomic<uint64_t> refused_{0};
   std::thread worker_;
 };
+
+// One agent of a bridged job: its control plane on `hub`, its transports
+// from `pool`, named a<i> with the timeouts the e2e tests share.
+struct BridgedAgent {
+  std::unique_ptr<BridgeControlPlane> control;
+  std::unique_ptr<LoopbackProvider> transports;
+  std::unique_ptr<Agent> agent;
+};
+
+inline BridgedAgent MakeBridgedAgent(CoordinatorHub& hub, LoopbackPool& pool, int i,
+                                     const BucketRules& rules = {}) {
+  BridgedAgent b;
+  b.control = std::make_unique<BridgeControlPlane>(&hub);
+  b.transports = std::make_unique<LoopbackProvider>(&pool, absl::StrCat("addr-", i));
+  AgentOptions o;
+  o.job = "job";
+  o.token = "token";
+  o.agent_id = absl::StrCat("a", i);
+  o.host = "localhost";
+  o.rules = rules;
+  o.join_timeout = std::chrono::milliseconds(20000);
+  o.sync_timeout = std::chrono::milliseconds(10000);
+  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  return b;
+}
 
 }  // namespace gradex::agent::testing
 

@@ -24,9 +24,7 @@ namespace {
 using std::chrono::milliseconds;
 
 struct Box {
-  std::unique_ptr<testing::BridgeControlPlane> control;
-  std::unique_ptr<testing::LoopbackProvider> transports;
-  std::unique_ptr<Agent> agent;
+  testing::BridgedAgent a;
   std::vector<BucketSlot> slots{2};
   std::vector<uint64_t> plan_version;  // per step
   std::vector<std::string> ran;        // bucket 0's algorithm per step
@@ -44,16 +42,7 @@ TEST(CovapProfilerE2E, TheMeasuredIntervalIsPublishedAndRunFromABarrier) {
   std::vector<Box> boxes(2);
   for (int i = 0; i < 2; ++i) {
     Box& b = boxes[i];
-    b.control = std::make_unique<testing::BridgeControlPlane>(&hub);
-    b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr-", i));
-    AgentOptions o;
-    o.job = "job";
-    o.token = "token";
-    o.agent_id = absl::StrCat("a", i);
-    o.host = "localhost";
-    o.join_timeout = milliseconds(20000);
-    o.sync_timeout = milliseconds(10000);
-    b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+    b.a = testing::MakeBridgedAgent(hub, pool, i);
   }
   const std::vector<size_t> sizes = {4000, 1000};
   constexpr int kSteps = 40;
@@ -61,20 +50,20 @@ TEST(CovapProfilerE2E, TheMeasuredIntervalIsPublishedAndRunFromABarrier) {
   for (int i = 0; i < 2; ++i) {
     threads.emplace_back([&, i] {
       Box& b = boxes[i];
-      ASSERT_TRUE(b.agent->Start().ok());
+      ASSERT_TRUE(b.a.agent->Start().ok());
       for (int step = 0; step < kSteps; ++step) {
         std::this_thread::sleep_for(milliseconds(15));  // the trainer's forward + backward
-        ASSERT_TRUE(b.agent->BeginStep().ok());
+        ASSERT_TRUE(b.a.agent->BeginStep().ok());
         std::string ran0;
         for (size_t k = 0; k < sizes.size(); ++k) {
           std::vector<float> g(sizes[k], static_cast<float>(i + 1));
           BucketOutcome out;
           ASSERT_TRUE(
-              b.agent->RunBucket(static_cast<uint32_t>(k), sizes, g, &b.slots[k], &out).ok());
+              b.a.agent->RunBucket(static_cast<uint32_t>(k), sizes, g, &b.slots[k], &out).ok());
           if (k == 0) ran0 = out.algorithm;
         }
         StepOutcome so;
-        ASSERT_TRUE(b.agent->EndStep(&so).ok());
+        ASSERT_TRUE(b.a.agent->EndStep(&so).ok());
         b.plan_version.push_back(so.plan_version);
         b.ran.push_back(ran0);
       }
@@ -101,13 +90,13 @@ TEST(CovapProfilerE2E, TheMeasuredIntervalIsPublishedAndRunFromABarrier) {
       const bool after = static_cast<uint64_t>(step) >= from;
       EXPECT_EQ(b.plan_version[step] >= plan->version(), after) << "rank " << i << " step " << step;
       // What the step ran with: the configured 3 before, the measured 1 after.
-      std::shared_ptr<const Plan> ran = b.control->PlanVersion(b.plan_version[step]);
+      std::shared_ptr<const Plan> ran = b.a.control->PlanVersion(b.plan_version[step]);
       ASSERT_NE(ran, nullptr);
       ASSERT_EQ(ran->params.count("covap_interval"), 1u);
       EXPECT_EQ(ran->params.at("covap_interval"), after ? 1 : 3)
           << "rank " << i << " step " << step;
     }
-    EXPECT_EQ(b.control->reports_refused(), 0u);
+    EXPECT_EQ(b.a.control->reports_refused(), 0u);
   }
   EXPECT_EQ(boxes[0].plan_version, boxes[1].plan_version);
 }

@@ -2,8 +2,10 @@
 // has an entry, ids are unique wire values, parameters are checked as data.
 #include "catalog/catalog.h"
 
+#include <algorithm>
 #include <set>
 
+#include "catalog/bucket_algorithms.h"
 #include "catalog/models.h"
 #include "collectives/sparse_allreduce.h"
 #include "gtest/gtest.h"
@@ -14,13 +16,18 @@ namespace {
 TEST(Catalog, EveryEntryHasAScheduleOfTheSameName) {
   const std::vector<const catalog::AlgorithmSpec*> all = catalog::All();
   ASSERT_GE(all.size(), 13u);
-  EXPECT_EQ(CatalogAlgorithms().size(), all.size());
+  // Parameter-server entries (dgs) are not allreduces: no schedule there.
+  const auto servers = std::count_if(all.begin(), all.end(), [](const catalog::AlgorithmSpec* s) {
+    return s->traits.parameter_server;
+  });
+  EXPECT_EQ(CatalogAlgorithms().size() + servers, all.size());
   std::set<uint16_t> ids;
   for (const catalog::AlgorithmSpec* spec : all) {
     SCOPED_TRACE(spec->name);
     EXPECT_NE(spec->id, 0);
     EXPECT_TRUE(ids.insert(spec->id).second);
     EXPECT_FALSE(spec->description.empty());
+    if (spec->traits.parameter_server) continue;
     EXPECT_NE(spec->table1_cost, nullptr);
     auto algo = CreateAllreduce(spec->name);
     ASSERT_TRUE(algo.ok()) << algo.status();
@@ -31,11 +38,37 @@ TEST(Catalog, EveryEntryHasAScheduleOfTheSameName) {
 }
 
 TEST(Catalog, UnknownNamesListTheKnownOnes) {
-  auto algo = CreateAllreduce("dgs");
+  auto algo = CreateAllreduce("no-such-algorithm");
   ASSERT_EQ(algo.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(algo.status().message().find("spardl-bsag"), std::string::npos);
-  EXPECT_EQ(catalog::Find("dgs"), nullptr);
-  EXPECT_EQ(CatalogId("dgs"), AlgorithmId{0});
+  EXPECT_EQ(catalog::Find("no-such-algorithm"), nullptr);
+  EXPECT_EQ(CatalogId("no-such-algorithm"), AlgorithmId{0});
+}
+
+// DGS is described truthfully: a parameter-server exchange (collectives/
+// dgs_*.h), asynchronous, with the seed's defaults; never an allreduce, a
+// bucket's algorithm, or a Table 1 row that "auto" could pick.
+TEST(Catalog, DgsIsAParameterServerEntry) {
+  const catalog::AlgorithmSpec* dgs = catalog::Find("dgs");
+  ASSERT_NE(dgs, nullptr);
+  EXPECT_EQ(dgs->id, 15);
+  EXPECT_EQ(CatalogId("dgs"), AlgorithmId{15});
+  EXPECT_TRUE(dgs->traits.parameter_server);
+  EXPECT_FALSE(dgs->traits.synchronous);
+  EXPECT_FALSE(dgs->traits.equals_dense_at_density_one);
+  EXPECT_EQ(dgs->table1_cost, nullptr);
+  EXPECT_EQ(CreateAllreduce("dgs").status().code(), absl::StatusCode::kNotFound);
+  const std::vector<std::pair<std::string, double>> defaults = {
+      {"momentum", 0.9}, {"weight_decay", 5e-4}, {"full_sync_every", 150}, {"max_staleness", 0}};
+  for (const auto& [name, value] : defaults) {
+    const catalog::ParamSpec* p = catalog::FindParam(*dgs, name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_EQ(p->default_value, value) << name;
+  }
+  EXPECT_FALSE(catalog::CheckParam(*catalog::FindParam(*dgs, "momentum"), 0).ok());
+  EXPECT_FALSE(catalog::CheckParam(*catalog::FindParam(*dgs, "full_sync_every"), 0).ok());
+  EXPECT_FALSE(catalog::CheckBucketAlgorithms({"dgs"}).ok());
+  EXPECT_TRUE(catalog::CheckBucketAlgorithms({"spardl"}).ok());
 }
 
 TEST(Catalog, ClashingEntriesAreRefused) {
@@ -72,7 +105,9 @@ TEST(Catalog, TraitsSayWhatTheSchedulesNeed) {
   EXPECT_TRUE(catalog::Find("spardl-rsag")->traits.teams_power_of_two);
   EXPECT_TRUE(catalog::Find("spardl-bsag")->traits.kprime_controlled);
   EXPECT_FALSE(catalog::Find("spardl-bsag")->traits.teams_power_of_two);
-  for (const catalog::AlgorithmSpec* spec : catalog::All()) EXPECT_TRUE(spec->traits.synchronous);
+  for (const catalog::AlgorithmSpec* spec : catalog::All()) {
+    EXPECT_EQ(spec->traits.synchronous, !spec->traits.parameter_server) << spec->name;
+  }
 }
 
 TEST(Catalog, DefaultAndReferenceAreEntries) {

@@ -80,6 +80,43 @@ TEST(PsWorkerTest, ThreeWorkersAsgdAndDgsAgainstAHostedServer) {
   }
 }
 
+// One slow worker (20 ms per step) and two fast ones: with max_staleness 2
+// the servers hold the fast workers' pushes, so no push is applied more than
+// 2 versions behind; unbounded, the slow worker's pushes fall far behind.
+uint64_t SlowWorkerStaleness(uint64_t max_staleness, std::vector<PsWorkerStats>* stats) {
+  testing::MemoryStore store;
+  stats->assign(3, {});
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      PsWorkerOptions o = Options(r, 3, 0.5f, "stale");
+      o.max_staleness = max_staleness;
+      auto w = PsWorker::Create(o, store.rendezvous());
+      ASSERT_TRUE(w.ok()) << w.status();
+      std::vector<float> p(137, 0.f), g(137, 1.f);
+      for (int s = 0; s < 15; ++s) {
+        ASSERT_TRUE((*w)->Step(g, p, 0.01f).ok()) << r;
+        if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      (*stats)[r] = (*w)->Stats();
+      EXPECT_TRUE((*w)->Close().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  return (*stats)[2].max_staleness_seen;
+}
+
+TEST(PsWorkerTest, MaxStalenessMakesFastWorkersWait) {
+  std::vector<PsWorkerStats> stats;
+  const uint64_t bounded = SlowWorkerStaleness(2, &stats);
+  for (int r = 0; r < 3; ++r) EXPECT_LE(stats[r].max_staleness_seen, 2u) << r;
+  const uint64_t unbounded = SlowWorkerStaleness(0, &stats);
+  EXPECT_LE(bounded, 2u);
+  // 20 ms per slow step against fast steps of a few ms: the fast workers push
+  // many versions in between when nothing holds them.
+  EXPECT_GT(unbounded, 4u);
+}
+
 TEST(PsWorkerTest, BadOptionsAndBadStepsAreRefused) {
   PsWorkerOptions o = Options(0, 1, 0.f, "bad");
   EXPECT_EQ(PsWorker::Create(o).status().code(), absl::StatusCode::kInvalidArgument);

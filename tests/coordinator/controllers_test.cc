@@ -151,10 +151,13 @@ TEST(JobConfig, DefaultsAndErrors) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_EQ(LoadJobConfig("/nonexistent/job.json").status().code(), absl::StatusCode::kNotFound);
-  // The refusal lists what the agents can run.
+  // The refusal of an unknown name lists what the agents can run; dgs's
+  // says what a parameter-server job lacks.
+  auto nope = ParseJobConfig(R"({"job_id":"j","world_size":4,"algorithm":"nope","density":0.01})");
+  EXPECT_NE(nope.status().message().find("spardl-bsag"), std::string::npos) << nope.status();
+  EXPECT_NE(nope.status().message().find("dense-ring"), std::string::npos) << nope.status();
   auto dgs = ParseJobConfig(R"({"job_id":"j","world_size":4,"algorithm":"dgs","density":0.01})");
-  EXPECT_NE(dgs.status().message().find("spardl-bsag"), std::string::npos) << dgs.status();
-  EXPECT_NE(dgs.status().message().find("dense-ring"), std::string::npos) << dgs.status();
+  EXPECT_NE(dgs.status().message().find("parameter-server"), std::string::npos) << dgs.status();
 }
 
 }  // namespace

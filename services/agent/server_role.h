@@ -1,0 +1,31 @@
+// gradex-agent --role server: joins a parameter-server job (algorithm "dgs")
+// as a SERVER and runs PsServer (ps_server.h) until SIGINT or SIGTERM, then
+// writes a last snapshot and leaves.
+#ifndef GRADEX_SERVICES_AGENT_SERVER_ROLE_H_
+#define GRADEX_SERVICES_AGENT_SERVER_ROLE_H_
+
+#include <chrono>
+#include <string>
+
+#include "services/agent/agent_metrics.h"
+#include "services/agent/control_plane.h"
+#include "services/agent/ps_member.h"
+#include "services/agent/transport_provider.h"
+
+namespace gradex::agent {
+
+struct ServerRoleOptions {
+  PsMemberOptions member;
+  std::string snapshot_dir;                        // "" = no snapshots
+  std::chrono::milliseconds join_timeout{120000};  // for the first epoch with shards
+  bool quiet = false;
+};
+
+// The process's exit status: 0 after a signal, 1 when joining or serving
+// failed (the error on stderr).
+int RunServerRole(const ServerRoleOptions& options, ControlPlane* control,
+                  TransportProvider* transports, AgentMetrics* metrics);
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_SERVICES_AGENT_SERVER_ROLE_H_
