@@ -7,9 +7,9 @@
 # the synchronous anchor, ddp (bench/train_step/train_step.py's DDP + gloo
 # allreduce); modes interleaved round by round. Rank 0 hosts the coordinator
 # and the server shard in its process (PsWorker's single-job design), so its
-# link carries every worker's push and pull. Then the loopback step of
-# gradex-dgs-bench (3 workers + server, the authors' setting) and the
-# reference's. Writes raw runs and summary.md under OUT (report.py). Root.
+# link carries every worker's push and pull. Then gradex-dgs-bench's worker
+# step as processes over UCX (3 workers + server, 25M elements: the authors'
+# setting) and the pure-PyTorch reference's. Writes raw runs and summary.md under OUT (report.py). Root.
 #
 # Usage: bench/dgs/run.sh [--modes asgd,dgs,ddp] [--rounds 2] [--steps 6]
 #          [--warmup 2] [--batch 8] [--rate 1gbit] [--build-dir DIR] [--out DIR]
@@ -108,9 +108,14 @@ for ((rnd = 1; rnd <= rounds; rnd++)); do
 done
 teardown
 if [[ $loopback == 1 ]]; then
-  say "gradex-dgs-bench: 3 workers + server over loopback, 25.19M elements"
-  nice -n 10 "$build/bin/gradex-dgs-bench" --workers 3 --steps 8 --warmup 2 \
-    | tee "$out/raw/loopback.txt" | tail -n 1 >"$out/raw/loopback.jsonl" || say "gradex-dgs-bench failed"
+  # The authors' setting: 3 workers + 1 server as processes on this machine,
+  # 25M elements; /usr/bin/time adds the CPU seconds of all of them.
+  for tls in tcp,self; do
+    say "gradex-dgs-bench --transport ucx --tls $tls: 3 workers + 1 server, 25M elements"
+    /usr/bin/time -f "cpu_s %U %S" -o "$out/raw/authors-setting.time" nice -n 10 \
+      "$build/bin/gradex-dgs-bench" --transport ucx --tls "$tls" --workers 3 --steps 8 \
+      --warmup 2 >"$out/raw/authors-setting.txt" 2>&1 || say "gradex-dgs-bench failed"
+  done
   say "reference worker step (pure PyTorch), 3 workers + server"
   PYTHONPATH="$build/python" nice -n 10 "$py" "$here/reference_step.py" --steps 3 --warmup 1 \
     --json-out "$out/raw/reference_step.jsonl" >"$out/raw/reference_step.txt" 2>&1 \
