@@ -20,12 +20,9 @@ Appends one CSV row per epoch (--csv): test accuracy of the global model,
 mean training loss, wall time, staleness and entries moved per step.
 """
 import argparse
-import csv
 import os
 import sys
-import time
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
