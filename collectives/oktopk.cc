@@ -195,6 +195,10 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   double global = 0;
   for (uint32_t c : counts) global += c;
   stats->details["global_selected"] = global;
+  // The thresholds this call selected at (Ok-Topk's reused thresholds, or the
+  // exact k-th magnitudes at a refresh or fallback; 0: everything kept).
+  stats->details["local_threshold"] = last_.local.threshold;
+  stats->details["global_threshold"] = last_.global.threshold;
   stats->coo_entries_sent = wire.entries_sent;
   stats->coo_entries_recv = wire.entries_recv;
   stats->frames_sent = wire.frames_sent;

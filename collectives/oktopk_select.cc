@@ -124,13 +124,15 @@ void SelectLocal(std::span<const float> acc, size_t k, bool keep_all, bool exact
     kernels::TopKThreshold t = kernels::FindTopKThreshold(acc.data(), n, k);
     kernels::CompactSelected(acc.data(), n, t, 0, out);
     info->exact = true;
-    ctl.Observe(used, count, k, t.selected() > 0 ? KeyToFloat(t.threshold_key) : 0.0f);
+    info->threshold = t.selected() > 0 ? KeyToFloat(t.threshold_key) : 0.0f;
+    ctl.Observe(used, count, k, info->threshold);
   };
   if (exact_due || !ctl.valid()) return exact(0, 0);
   const float used = ctl.threshold();
   kernels::CompactAbove(acc.data(), n, used, 0, out);
   const size_t c = out->nnz();
   info->reuse_count = c;
+  info->threshold = used;
   if (ctl.rule() == ThresholdRule::kAuthors) return ctl.Observe(used, c, k, 0);
   if (c > BandHigh(k)) {
     // The exact top-k lies among the candidates: select it there (O(c)).
@@ -140,7 +142,8 @@ void SelectLocal(std::span<const float> acc, size_t k, bool keep_all, bool exact
     for (float v : kept.val) kth = std::min(kth, kernels::MagnitudeKey(v));
     *out = std::move(kept);
     info->exact = info->fell_back = true;
-    return ctl.Observe(used, c, k, out->nnz() > 0 ? KeyToFloat(kth) : 0.0f);
+    info->threshold = out->nnz() > 0 ? KeyToFloat(kth) : 0.0f;
+    return ctl.Observe(used, c, k, info->threshold);
   }
   if (c < BandLow(k)) {
     info->fell_back = true;
@@ -194,6 +197,7 @@ absl::Status SelectGlobal(Link& link, const kernels::SparseVec& reduced, uint32_
     exact = info->fell_back = total < low || total > BandHigh(k);
   }
   if (!exact) {
+    info->threshold = used;
     KeepAtOrAbove(reduced, used_key, selected);
     for (int j = 0; j < p; ++j) (*counts)[j] = (*all)[j][0];
     ctl.Observe(used, total, k, 0);
@@ -204,6 +208,7 @@ absl::Status SelectGlobal(Link& link, const kernels::SparseVec& reduced, uint32_
   const size_t want = std::min<uint64_t>(k, total_avail);
   absl::Status st = ExactGlobalTopK(link, reduced, want, times, wire, selected, counts, &key);
   if (!st.ok()) return st;
+  info->threshold = want > 0 && want < total_avail ? KeyToFloat(key) : 0.0f;
   ctl.Observe(used, total, k, want > 0 ? KeyToFloat(key) : 0.0f);
   return absl::OkStatus();
 }

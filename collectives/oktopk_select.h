@@ -20,6 +20,10 @@ struct SelectInfo {
   bool exact = false;      // the selection was exact (refresh or fallback)
   bool fell_back = false;  // the reused threshold's count left the band
   size_t reuse_count = 0;  // entries at or above the reused threshold
+  // The magnitude selected at (|x| >= threshold): the reused threshold when
+  // its count was accepted, else the exact k-th largest; 0 when every
+  // non-zero was kept (k >= n, or fewer non-zeros than k).
+  float threshold = 0;
 };
 
 // Local top-k of `acc` (not modified) into `out` (sorted COO). `keep_all`

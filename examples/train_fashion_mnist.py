@@ -87,6 +87,10 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", default=DATA_DIR)
     p.add_argument("--csv", default="", help="append one row per epoch here (rank 0)")
     p.add_argument("--label", default="", help="the CSV's algorithm column (default: --algorithm)")
+    p.add_argument("--stall-at-step", type=int, default=-1,
+                   help="this rank sleeps --stall-s seconds before that step (a straggler stuck in "
+                        "its own compute: the deploy checks' stall alert)")
+    p.add_argument("--stall-s", type=float, default=0.0)
     p.add_argument("--check-identical", action="store_true",
                    help="at the end, compare every rank's parameters bitwise (exit 3 if they differ)")
     return p.parse_args(argv)
@@ -153,6 +157,9 @@ def train(args, rank, world, on_epoch=None):
         t0 = time.perf_counter()
         for i in range(0, len(mine), args.batch_size):
             idx = mine[i:i + args.batch_size]
+            if step == args.stall_at_step and args.stall_s > 0:
+                print(f"rank {rank}: stalling {args.stall_s:g} s before step {step}", flush=True)
+                time.sleep(args.stall_s)
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
             loss.backward()

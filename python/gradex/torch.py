@@ -88,8 +88,13 @@ class GradexState:
         model: optional module (or DDP wrapper) whose ``parameters()`` order
             keys the residuals; without it a parameter's key is the order in
             which the first step's buckets show it (identical on every rank).
-        job, metrics_port, data_ip, timeline_path: as ``GRADEX_METRICS_PORT``,
-            ``GRADEX_DATA_IP``, ``GRADEX_TIMELINE`` (the keyword wins).
+        job, metrics_port, data_ip, timeline_path: as ``GRADEX_JOB``,
+            ``GRADEX_METRICS_PORT``, ``GRADEX_DATA_IP``, ``GRADEX_TIMELINE``
+            (the keyword wins). The environment also gives the metrics
+            endpoint's bind address (``GRADEX_METRICS_ADDR``, default
+            127.0.0.1) and TLS to the coordinator (``GRADEX_TLS_CA_FILE``,
+            ``GRADEX_TLS_SERVER_NAME``, ``GRADEX_TLS_CERT_FILE``,
+            ``GRADEX_TLS_KEY_FILE``).
         dense_probe_period: every this many steps each bucket runs dense once
             to be timed against its sparse exchange ("never slower than
             dense"; default 50, 0 never). start_iter, min_compression_rate

@@ -41,6 +41,15 @@ absl::Status Check(const ClientOptions& o) {
   if (o.timeout.count() < 1 || o.timeout > std::chrono::hours(24)) {
     return bad("timeout must be in 1 ms..24 h");
   }
+  if (o.tls_client_cert.empty() != o.tls_client_key.empty()) {
+    return bad("tls_client_cert and tls_client_key go together (mutual TLS)");
+  }
+  if (!o.tls_client_cert.empty() && o.tls_ca.empty()) {
+    return bad("a TLS client certificate needs tls_ca (GRADEX_TLS_CA_FILE)");
+  }
+  if (!o.tls_ca.empty() && o.coordinator.empty()) {
+    return bad("TLS applies to a coordinator given by address (GRADEX_COORDINATOR)");
+  }
   if (o.metrics_port < -1 || o.metrics_port > 65535) return bad("metrics_port must be -1..65535");
   if (o.max_bucket_elements == 0 || o.max_bucket_elements > (size_t{1} << 31)) {
     return bad("max_bucket_elements must be in 1..2^31");

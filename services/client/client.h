@@ -58,10 +58,19 @@ struct ClientOptions {
   size_t max_bucket_elements = size_t{1} << 28;
   catalog::ParamValues params;               // algorithm parameters by catalog name
   std::chrono::milliseconds timeout{60000};  // joining, and every bucket's exchange
-  bool mean = true;           // results are the mean over ranks (DDP); false: the sum
-  int metrics_port = -1;      // GRADEX_METRICS_PORT: -1 none, 0 any free port
-  std::string data_ip;        // GRADEX_DATA_IP: the data plane's interface
-  std::string timeline_path;  // GRADEX_TIMELINE: Chrome-trace JSON of every step's phases
+  bool mean = true;       // results are the mean over ranks (DDP); false: the sum
+  int metrics_port = -1;  // GRADEX_METRICS_PORT: -1 none, 0 any free port
+  // GRADEX_METRICS_ADDR: the address the metrics endpoint binds (a pod's
+  // scraper needs 0.0.0.0; the default keeps it on loopback).
+  std::string metrics_address = "127.0.0.1";
+  // TLS to a coordinator given by address (PEM contents; ApplyEnvironment
+  // reads them from GRADEX_TLS_CA_FILE, GRADEX_TLS_CERT_FILE and
+  // GRADEX_TLS_KEY_FILE): the CA that signed its certificate, and a client
+  // certificate and key for mutual TLS. Empty CA: plaintext.
+  std::string tls_ca, tls_client_cert, tls_client_key;
+  std::string tls_server_name;  // GRADEX_TLS_SERVER_NAME: when the address is not the cert's name
+  std::string data_ip;          // GRADEX_DATA_IP: the data plane's interface
+  std::string timeline_path;    // GRADEX_TIMELINE: Chrome-trace JSON of every step's phases
   // NaN or infinite gradient values. Refuse (default): they are exchanged as
   // 0, so no peer's result and no residual is poisoned, `data` receives the
   // (finite) result like every rank's, and the bucket ends INVALID_ARGUMENT
@@ -73,7 +82,7 @@ struct ClientOptions {
 // algorithm, density, teams and params from rank 0's options; a coordinator
 // given by address has its own job config, and those options are unused.
 
-// Fills what the environment says (GRADEX_*, RANK, WORLD_SIZE, LOCAL_RANK,
+// Fills what the environment says (GRADEX_*, GRADEX_JOB, RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR); a malformed value is INVALID_ARGUMENT naming the variable.
 absl::Status ApplyEnvironment(ClientOptions* options);
 

@@ -58,6 +58,10 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   const auto rpc = std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(5));
   agent::GrpcControlPlaneOptions g;
   g.target = endpoint_.address;
+  g.tls_ca = options_.tls_ca;
+  g.tls_client_cert = options_.tls_client_cert;
+  g.tls_client_key = options_.tls_client_key;
+  g.tls_server_name = options_.tls_server_name;
   g.rpc_timeout = rpc;
   // The first join retries an unreachable coordinator (rank 0 may start
   // late) until the client's timeout, counting the attempt in flight.
@@ -81,7 +85,8 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   metrics_ = std::make_unique<agent::AgentMetrics>();
   client_metrics_ = std::make_unique<ClientMetrics>(*metrics_->registry());
   if (options_.metrics_port >= 0) {
-    if (absl::Status s = metrics_->Serve(absl::StrCat("127.0.0.1:", options_.metrics_port));
+    if (absl::Status s =
+            metrics_->Serve(absl::StrCat(options_.metrics_address, ":", options_.metrics_port));
         !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("GRADEX_METRICS_PORT: ", s.message()));
     }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "services/client/client.h"
+#include "services/coordinator/validate.h"
 
 namespace gradex::client {
 namespace {
@@ -54,6 +55,29 @@ bool IsHost(const std::string& s) {
   return true;
 }
 
+// The contents of the file a variable names; INVALID_ARGUMENT naming it
+// when unreadable or empty. Files over 1 MiB are refused (a PEM bundle or a
+// token is far smaller).
+absl::Status ReadNamedFile(const char* name, std::string* out) {
+  const char* path = Get(name);
+  if (path == nullptr) return absl::OkStatus();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", path, "': cannot read the file"));
+  }
+  std::string data(size_t{1} << 20, '\0');
+  in.read(data.data(), static_cast<std::streamsize>(data.size()));
+  data.resize(static_cast<size_t>(in.gcount()));
+  if (in.gcount() > 0 && !in.eof()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", path, "' is over 1 MiB"));
+  }
+  if (absl::StripAsciiWhitespace(data).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", path, "' is empty"));
+  }
+  *out = std::move(data);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ApplyEnvironment(ClientOptions* o) {
@@ -68,6 +92,14 @@ absl::Status ApplyEnvironment(ClientOptions* o) {
   if (const char* v = Get("GRADEX_COORDINATOR")) {
     if (!IsHostPort(v)) return Malformed("GRADEX_COORDINATOR", v, "HOST:PORT");
     o->coordinator = v;
+  }
+  if (const char* v = Get("GRADEX_JOB")) {
+    // The coordinator's rule for job ids, refused here with the variable's
+    // name rather than as a failed join.
+    if (!coordinator::IsValidJobId(v)) {
+      return Malformed("GRADEX_JOB", v, "1..128 bytes of [A-Za-z0-9._-]");
+    }
+    o->job = v;
   }
   if (const char* v = Get("GRADEX_TOKEN")) o->token = v;
   if (const char* path = Get("GRADEX_TOKEN_FILE")) {
@@ -94,6 +126,21 @@ absl::Status ApplyEnvironment(ClientOptions* o) {
     break;
   }
   if (absl::Status s = Int("GRADEX_METRICS_PORT", -1, 65535, &o->metrics_port); !s.ok()) return s;
+  if (const char* v = Get("GRADEX_METRICS_ADDR")) {
+    if (!IsHost(v) || std::string(v).find(':') != std::string::npos) {
+      return Malformed("GRADEX_METRICS_ADDR", v, "an IPv4 address or host name to bind");
+    }
+    o->metrics_address = v;
+  }
+  if (absl::Status s = ReadNamedFile("GRADEX_TLS_CA_FILE", &o->tls_ca); !s.ok()) return s;
+  if (absl::Status s = ReadNamedFile("GRADEX_TLS_CERT_FILE", &o->tls_client_cert); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadNamedFile("GRADEX_TLS_KEY_FILE", &o->tls_client_key); !s.ok()) return s;
+  if (const char* v = Get("GRADEX_TLS_SERVER_NAME")) {
+    if (!IsHost(v)) return Malformed("GRADEX_TLS_SERVER_NAME", v, "a host name");
+    o->tls_server_name = v;
+  }
   if (const char* v = Get("GRADEX_DATA_IP")) o->data_ip = v;
   if (const char* v = Get("GRADEX_TIMELINE")) o->timeline_path = v;
   return absl::OkStatus();

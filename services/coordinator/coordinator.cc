@@ -141,6 +141,12 @@ void Coordinator::NewEpochLocked() {
         std::make_unique<CcrProfiler>(world, s_.covap_profile_steps, agreed_.covap_interval);
   }
   stalls_.Reset();
+  if (metrics_) {
+    for (int r = 0; r < world; ++r) {
+      const MemberRecord* m = membership_.Find(e.roster[r]);
+      metrics_->ExpectStallBlame(r, m ? m->host : "");
+    }
+  }
   Log("epoch ", e.number, ": ", world, " members, ", agreed_.teams.teams, " teams, algorithm ",
       agreed_.teams.algorithm, ", from step ", e.effective_step,
       e.immediate ? " (at once)" : " (at a plan barrier)");
@@ -276,11 +282,19 @@ void Coordinator::CheckStallsLocked(absl::Time now) {
     Log("step ", waits.step, " stalled in epoch ", run->number, " (waiting for ",
         absl::FormatDuration(absl::Trunc(waits.oldest, absl::Milliseconds(1))),
         "): ", DescribeHang(membership_, *run, waits, now, silence));
+    // Blamed: where the waits end (a rank not in the exchange), or a cycle's ranks.
+    std::vector<int> blamed;
+    const WaitDiagnosis d = DiagnoseWaits(waits.waits_on);
+    for (const auto* list : {&d.causes, &d.cycles}) {
+      for (const WaitCause& c : *list) blamed.insert(blamed.end(), c.ranks.begin(), c.ranks.end());
+    }
+    BlameLocked(*run, blamed);
   }
   if (!st) return;
   if (!st->diagnosed && !(from_waits && st->step == waits.step)) {  // else counted from the waits
     ++stalled_steps_;
     if (metrics_) metrics_->stalled_steps.Increment();
+    BlameLocked(*run, st->ranks);  // the laggards
   }
   std::vector<std::string> who;
   for (size_t i = 0; i < st->ranks.size(); ++i) {
@@ -291,6 +305,15 @@ void Coordinator::CheckStallsLocked(absl::Time now) {
   Log("step ", st->step, " stalled in epoch ", run->number, ": ranks ", absl::StrJoin(who, ", "),
       " have not arrived (the furthest rank finished step ", st->frontier - 1, ")",
       waits.any ? "; " : "", DescribeHang(membership_, *run, waits, now, silence));
+}
+
+void Coordinator::BlameLocked(const Epoch& run, const std::vector<int>& ranks) {
+  if (!metrics_) return;
+  for (int r : ranks) {
+    if (r < 0 || static_cast<size_t>(r) >= run.roster.size()) continue;
+    const MemberRecord* m = membership_.Find(run.roster[r]);
+    metrics_->BlameStall(r, m ? m->host : "");
+  }
 }
 
 void Coordinator::UpdateGaugesLocked() {

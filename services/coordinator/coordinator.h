@@ -73,6 +73,9 @@ class Coordinator {
   void FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckStallsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a stalled step against each of `ranks` of `run` (metrics).
+  void BlameLocked(const Epoch& run, const std::vector<int>& ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // auto_teams: feeds the epoch's link estimates and decides T once.
   void FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank, int world)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

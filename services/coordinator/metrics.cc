@@ -26,6 +26,9 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       fallbacks_family(CounterFamily(r, "gradex_coordinator_bucket_fallbacks_total",
                                      "Per-bucket switches of the never-slower-than-dense rule, by "
                                      "direction (to_dense, to_sparse)")),
+      stall_blames(CounterFamily(r, "gradex_coordinator_stall_blames_total",
+                                 "Stalled steps by the rank blamed (and its host): behind the "
+                                 "furthest rank, or where the other ranks' waits end")),
       rpc_duration(prometheus::BuildHistogram()
                        .Name("gradex_coordinator_rpc_duration_seconds")
                        .Help("Coordinator RPC handling time by method (streams: their lifetime)")
@@ -111,6 +114,14 @@ void CoordinatorMetrics::ObserveRpc(const std::string& method, int code, double 
 
 void CoordinatorMetrics::AuthFailure(const std::string& method) {
   auth_failures.Add({{"method", method}}).Increment();
+}
+
+void CoordinatorMetrics::ExpectStallBlame(int rank, const std::string& host) {
+  stall_blames.Add({{"rank", std::to_string(rank)}, {"host", host}});
+}
+
+void CoordinatorMetrics::BlameStall(int rank, const std::string& host) {
+  stall_blames.Add({{"rank", std::to_string(rank)}, {"host", host}}).Increment();
 }
 
 std::string CodeName(int code) {

@@ -19,12 +19,19 @@ struct CoordinatorMetrics {
   // gRPC code name when it failed.
   void ObserveRpc(const std::string& method, int code, double seconds);
   void AuthFailure(const std::string& method);
+  // A stalled step blamed on `rank` (of the running epoch) on `host`: the
+  // laggard, or the rank the others' waits end at. Expect() creates the
+  // child at 0 (every rank of a new epoch), so that the first blame is an
+  // increase Prometheus sees.
+  void ExpectStallBlame(int rank, const std::string& host);
+  void BlameStall(int rank, const std::string& host);
 
   // Families with more than one labelled child (declared before the children).
   prometheus::Family<prometheus::Gauge>& members_family;
   prometheus::Family<prometheus::Counter>& joins_family;
   prometheus::Family<prometheus::Counter>& reports_family;
   prometheus::Family<prometheus::Counter>& fallbacks_family;
+  prometheus::Family<prometheus::Counter>& stall_blames;
 
   prometheus::Family<prometheus::Histogram>& rpc_duration;
   prometheus::Family<prometheus::Counter>& rpc_errors;

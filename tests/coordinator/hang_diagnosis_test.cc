@@ -5,9 +5,11 @@
 // in an older epoch, and the validation of WaitState.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
+#include "prometheus/registry.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/validate.h"
 #include "services/coordinator/wait_graph.h"
@@ -82,7 +84,7 @@ const absl::Time t0 = absl::FromUnixSeconds(1000);
 
 class HangTest : public testing::Test {
  protected:
-  void Start(int world) {
+  void Start(int world, CoordinatorMetrics* metrics = nullptr) {
     JobSettings s;
     s.job_id = "job";
     s.world_size = s.min_world_size = world;
@@ -91,7 +93,7 @@ class HangTest : public testing::Test {
     s.step_deadline = absl::Seconds(4);
     s.barrier_period = 64;
     s.plan_lead_steps = 64;
-    c_ = std::make_unique<Coordinator>(s, nullptr);
+    c_ = std::make_unique<Coordinator>(s, metrics);
     ids_ = JoinAll(*c_, world, t0);
     ASSERT_EQ(ids_.size(), static_cast<size_t>(world));
     c_->Tick(t0);
@@ -130,6 +132,63 @@ class HangTest : public testing::Test {
   std::unique_ptr<Coordinator> c_;
   std::vector<uint64_t> ids_;
 };
+
+// gradex_coordinator_stall_blames_total by "rank/host".
+std::map<std::string, double> Blames(prometheus::Registry& r) {
+  std::map<std::string, double> out;
+  for (const prometheus::MetricFamily& f : r.Collect()) {
+    if (f.name != "gradex_coordinator_stall_blames_total") continue;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      std::string rank, host;
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        (l.name == "rank" ? rank : host) = l.value;
+      }
+      out[rank + "/" + host] = m.counter.value;
+    }
+  }
+  return out;
+}
+
+// The blamed rank as a labelled series: every rank's at 0 from the epoch's
+// start, the one not in the exchange at 1, once per stalled step; the
+// laggard rule blames the ranks behind.
+TEST_F(HangTest, StallsAreCountedAgainstTheBlamedRank) {
+  prometheus::Registry registry;
+  CoordinatorMetrics metrics(registry);
+  Start(4, &metrics);
+  using M = std::map<std::string, double>;
+  EXPECT_EQ(Blames(registry), (M{{"0/h0", 0}, {"1/h1", 0}, {"2/h2", 0}, {"3/h3", 0}}));
+  const absl::Time t1 = t0 + absl::Milliseconds(2500);
+  for (int r : {0, 1, 3}) Beat(r, t1, 2, 2100);
+  Beat(2, t1);
+  TickLog(t1);
+  EXPECT_EQ(Blames(registry), (M{{"0/h0", 0}, {"1/h1", 0}, {"2/h2", 1}, {"3/h3", 0}}));
+  const absl::Time t2 = t1 + absl::Milliseconds(500);
+  for (int r : {0, 1, 3}) Beat(r, t2, 2, 2600);
+  Beat(2, t2);
+  TickLog(t2);
+  EXPECT_EQ(Blames(registry)["2/h2"], 1) << "one step, one blame";
+
+  // Laggards: ranks 0 and 2 finish step 5, 1 and 3 do not within the deadline.
+  prometheus::Registry registry2;
+  CoordinatorMetrics metrics2(registry2);
+  Start(4, &metrics2);
+  for (int r : {0, 2}) {
+    gradex::v1::StepReport rep;
+    rep.set_member_id(ids_[r]);
+    rep.set_epoch(1);
+    rep.set_step(5);
+    bool accepted = false;
+    ASSERT_TRUE(c_->Report(rep, t0, &accepted).ok());
+  }
+  const absl::Time t3 = t0 + absl::Seconds(1);
+  for (int r : {0, 1, 2, 3}) Beat(r, t3);
+  TickLog(t3);
+  const absl::Time t4 = t3 + absl::Milliseconds(4100);
+  for (int r : {0, 1, 2, 3}) Beat(r, t4);
+  TickLog(t4);
+  EXPECT_EQ(Blames(registry2), (M{{"0/h0", 0}, {"1/h1", 1}, {"2/h2", 0}, {"3/h3", 1}}));
+}
 
 TEST_F(HangTest, EveryRankOnTheSameStepNamesTheOneNotInTheExchange) {
   Start(4);

@@ -10,8 +10,9 @@
 #      openssl-made certificates, the rendered probe command answers
 #   5. live_check.py: the rendered workloads, monitors and rules with a real
 #      Prometheus; stall alerts; every dashboard panel shows data
-#   6. (--images) scripts/images, then kube_play.sh: podman kube play of the
-#      rendered coordinator and trainers
+#   6. (--images) scripts/images (the trainer's Python package from a CPU build,
+#      $GRADEX_CPU_BUILD, default build-cpu, configured here when missing), then
+#      kube_play.sh: podman kube play of the rendered coordinator and trainers
 # usage: tests/deploy/check.sh [--skip-live] [--images] [BUILD_DIR (default build)]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -59,6 +60,8 @@ fi
 for b in gradex-coordinator gradex-agent gradex-health-probe; do
   [[ -x "$BUILD/bin/$b" ]] || fail "no $BUILD/bin/$b: build first (scripts/build)"
 done
+compgen -G "$BUILD/python/gradex/_C*.so" >/dev/null ||
+  fail "no gradex Python module in $BUILD/python: build first (scripts/build; pybind11-dev, python3-torch)"
 
 step "1. chart: render, Helm schema, bad values, alert rules"
 "$HERE/chart_test.sh" "$OUT/chart"
@@ -104,7 +107,14 @@ if ((LIVE)); then
 fi
 if ((IMAGES)); then
   step "6. images and podman kube play"
-  nice -n 10 "$ROOT/scripts/images" --prebuilt "${BUILD#"$ROOT"/}/bin"
+  # The trainer image's Python package: a CPU build (Debian's torch has no CUDA).
+  CPU=${GRADEX_CPU_BUILD:-$ROOT/build-cpu}
+  if [[ ! -f "$CPU/CMakeCache.txt" ]]; then
+    CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache cmake -S "$ROOT" -B "$CPU" \
+      -DCMAKE_BUILD_TYPE=Release -DGRADEX_CUDA=OFF >/dev/null
+  fi
+  nice -n 5 cmake --build "$CPU" -j2 --target gradex_python >/dev/null || fail "the CPU build of the Python module"
+  nice -n 10 "$ROOT/scripts/images" --prebuilt "${BUILD#"$ROOT"/}/bin" --python-build "$CPU"
   "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube"
 fi
 echo "PASS deploy checks"

@@ -4,7 +4,8 @@ scripts/images: the coordinator Deployment (its ConfigMap and token), the
 health probe answering inside the container (gradex-health-probe by exec,
 the image has no shell), the indexed Job's 4 trainer pods, each as the Job
 controller would make it (completion index annotation, JOB_COMPLETION_INDEX,
-hostname/subdomain), finishing their example run, and a Prometheus on the
+hostname/subdomain), running the example (torchrun of the Fashion-MNIST
+trainer through gradex's DDP hook, 4 nodes) to the end, and a Prometheus on the
 host scraping the pods' IPs through the rendered ServiceMonitor and
 PodMonitor (selectors, named ports, relabelings).
 
@@ -12,7 +13,8 @@ podman 4.3 (Debian 12) adaptations, each mirrored in nothing the chart
 renders: the token Secret is played as a ConfigMap (4.3's kube play
 panics on Secret volumes); the Service's DNS name becomes a hostAliases
 entry (podman has no Services); grpc probes, which 4.3 does not run, are
-dropped and the same Health/Check is made by exec; fieldRef env values and
+dropped and the same Health/Check is made by exec; pod 0's DNS name (the
+rendezvous' MASTER_ADDR) becomes a hostAliases entry too; fieldRef env values and
 $(VAR)s in args, which 4.3 leaves alone, are resolved as the kubelet does;
 containerPorts are dropped (4.3 publishes them on the host, where the 4
 trainers' would collide): the pods are reached on their own addresses at
@@ -69,7 +71,7 @@ def main():
         "image": {"registry": "localhost"},
         "workload": {"image": {"registry": "localhost"},
                      # long enough for Prometheus (started once the pods have addresses) to scrape them
-                     "example": {"elements": 100003, "steps": 5000},
+                     "example": {"epochs": 2, "maxSteps": 0},
                      "extraEnv": [{"name": "UCX_TLS", "value": "tcp"}]},
         "serviceMonitor": {"enabled": True, "interval": "1s", "scrapeTimeout": "900ms"},
         "podMonitor": {"enabled": True, "interval": "1s", "scrapeTimeout": "900ms"},
@@ -108,6 +110,10 @@ def main():
     cip = list(nets.values())[0]["IPAddress"]
     svc_name = f"{svc['metadata']['name']}.gradex.svc"
 
+    def pod_ip(pod):
+        infra = json.loads(sh("podman", "pod", "inspect", pod))["InfraContainerID"]
+        return list(json.loads(sh("podman", "inspect", infra))[0]["NetworkSettings"]["Networks"].values())[0]["IPAddress"]
+
     # The trainers: the Job controller's pods.
     tpl = job["spec"]["template"]
     n = job["spec"]["completions"]
@@ -119,8 +125,10 @@ def main():
         spec = copy.deepcopy(tpl["spec"])
         adapt(spec)
         spec["hostname"] = meta["name"]
-        spec["hostAliases"] = [{"ip": cip, "hostnames": [svc_name]}]
         c = spec["containers"][0]
+        master = [e["value"] for e in c["env"] if e["name"] == "MASTER_ADDR"][0]
+        spec["hostAliases"] = [{"ip": cip, "hostnames": [svc_name]},
+                               {"ip": "127.0.0.1" if i == 0 else pod_ip(pod_names[0]), "hostnames": [master]}]
         c["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(i)})
         # podman 4.3 neither resolves fieldRefs nor expands $(VAR) in args:
         # done here as the kubelet does.
@@ -136,9 +144,6 @@ def main():
         pod_names.append(meta["name"])
 
     # Prometheus on the host, scrape jobs from the monitors, targets = pod IPs.
-    def pod_ip(pod):
-        infra = json.loads(sh("podman", "pod", "inspect", pod))["InfraContainerID"]
-        return list(json.loads(sh("podman", "inspect", infra))[0]["NetworkSettings"]["Networks"].values())[0]["IPAddress"]
     if not lc.matches(smon["spec"]["selector"], svc["metadata"]["labels"]) or \
             not lc.matches(pmon["spec"]["selector"], tpl["metadata"]["labels"]):
         lc.fail("the monitors do not select the rendered Service / trainer pods")
@@ -177,10 +182,10 @@ def main():
         ctr_name = f"{p}-trainer"
         rc = sh("podman", "wait", ctr_name, timeout=600)
         logs = subprocess.run(["podman", "logs", ctr_name], capture_output=True, text=True)
-        last = [l for l in logs.stdout.splitlines() if l.startswith("step ")][-1:] or ["(no step line)"]
+        last = [l for l in (logs.stdout + logs.stderr).splitlines() if "] epoch " in l][-1:] or ["(no epoch line: not rank 0)"]
         if rc != "0":
             lc.fail(f"trainer pod {p} exited {rc}: {logs.stderr[-800:]}")
-        print(f"trainer pod {i}: exit 0, last line: {last[0][:90]}")
+        print(f"trainer pod {i}: exit 0, {last[0][-100:]}")
     steps = lc.prom(pport, 'sum(last_over_time(gradex_agent_steps_total{outcome="ok"}[10m]))')
     print(f"prometheus: {steps[0]['value'][1]} ok steps in the trainers' last scrapes (1 s apart)")
     print("PASS kube play")

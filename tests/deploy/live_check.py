@@ -7,30 +7,43 @@ $(VAR)s expanded as the kubelet does; the example gradex-agent), and a
 Prometheus whose scrape jobs are made from the rendered ServiceMonitor and
 PodMonitor the way Prometheus Operator makes them (selectors matched against
 the rendered objects, named ports resolved, the monitors' relabelings) with
-the rendered PrometheusRule loaded. Rank 2 is held out of a step
-(--debug-stall-*); then: the stall alerts fire naming rank 2, every dashboard
-panel's query returns data, and the trainers' UCX listeners sit in the
-rendered UCX_TCP_PORT_RANGE. Kubernetes DNS names and ports are mapped to
-127.0.0.1 and free ports (4 pods share this host).
+the rendered PrometheusRule loaded. The trainers are the chart's example:
+torchrun of examples/train_fashion_mnist.py through gradex's DDP hook (the
+package from BIN_DIR/../python), one per "pod", each in its own UTS
+namespace with the pod's hostname (so the coordinator's ranks and hosts are
+the pods'), trained to the end. Rank 2 sleeps 20 s before a step (the
+example's --stall-*, a trainer stuck in its own compute); then: the
+coordinator blames it, the stall alerts fire naming rank 2 and its host,
+every dashboard panel's query returns data, and every trainer has a UCX
+listener in the rendered UCX_TCP_PORT_RANGE. Kubernetes DNS names and ports
+are mapped to 127.0.0.1 and free ports (4 pods share this host).
 
 usage: live_check.py BIN_DIR HELMRENDER CHART WORKDIR
 """
-import base64, json, os, re, signal, socket, subprocess, sys, time, urllib.parse, urllib.request
+import base64, json, os, random, re, signal, socket, subprocess, sys, time, urllib.parse, urllib.request
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import live_panels  # noqa: E402
 
 BIN = RENDER = CHART = WORK = None  # set from argv (kube_play.py imports the helpers)
 PROCS = []
 # Late enough that Prometheus has scraped every trainer before it (a counter
-# whose first sample is already 1 shows no increase()).
-STALL_RANK, STALL_STEP, STALL_MS = 2, 1000, 20000
+# whose first sample is already 1 shows no increase()). The step deadline
+# (30 s) outlasts the stall: the waits are diagnosed at half of it, no step
+# fails, the run completes.
+STALL_RANK, STALL_STEP, STALL_MS = 2, 120, 20000
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
 def fail(msg):
     print(f"FAIL: {msg}", file=sys.stderr)
     for f in sorted(os.listdir(WORK)):
         if f.endswith(".log"):
-            print(f"--- {f} (last 8 lines)", file=sys.stderr)
-            print("".join(open(os.path.join(WORK, f), errors="replace").readlines()[-8:]), file=sys.stderr)
+            lines = open(os.path.join(WORK, f), errors="replace").readlines()
+            errors = [l for l in lines[:-8] if "Error" in l][-3:]  # a trainer's Python exception
+            print(f"--- {f} ({'its errors and ' if errors else ''}last 8 lines)", file=sys.stderr)
+            print("".join(errors + lines[-8:]), file=sys.stderr)
     sys.exit(1)
 
 
@@ -40,6 +53,24 @@ def free_port():
     p = s.getsockname()[1]
     s.close()
     return p
+
+
+def listen_port():
+    """A port free on every address below the ephemeral range (32768-60999 on
+    Linux): what a trainer binds only after seconds of imports (the
+    rendezvous store, the metrics endpoint on 0.0.0.0) must not be taken in
+    the meantime by some process's outgoing connection."""
+    for _ in range(200):
+        p = random.randrange(20000, 32000)
+        s = socket.socket()
+        try:
+            s.bind(("0.0.0.0", p))
+            return p
+        except OSError:
+            continue
+        finally:
+            s.close()
+    fail("no free port in 20000-31999")
 
 
 def start(name, argv, env=None):
@@ -71,39 +102,11 @@ def prom(port, query, at=None):
     return d["data"]["result"]
 
 
-def save_series(pport, subst, t0, t1, path):
-    """Every panel's queries over the run (range queries, 2 s steps)."""
-    out = {}
-    for fn in sorted(os.listdir(f"{CHART}/dashboards")):
-        d = json.load(open(f"{CHART}/dashboards/{fn}"))
-        panels = []
-        for p in d["panels"]:
-            series = []
-            for t in p["targets"]:
-                q = t["expr"]
-                for k, v in subst.items():
-                    q = q.replace(k, v)
-                url = f"http://127.0.0.1:{pport}/api/v1/query_range?" + urllib.parse.urlencode(
-                    {"query": q, "start": f"{t0:.0f}", "end": f"{t1:.0f}", "step": "2"})
-                with urllib.request.urlopen(url, timeout=30) as r:
-                    res = json.load(r)["data"]["result"]
-                for r in res:
-                    legend = re.sub(r"\{\{ *(\w+) *\}\}", lambda m: r["metric"].get(m.group(1), ""),
-                                    t["legendFormat"])
-                    series.append({"legend": legend, "labels": r["metric"], "t": [float(v[0]) - t0 for v in r["values"]],
-                                   "v": [float(v[1]) for v in r["values"]]})
-            panels.append({"title": p["title"], "type": p["type"], "unit": p["fieldConfig"]["defaults"].get("unit", ""),
-                           "stack": p["fieldConfig"]["defaults"].get("custom", {}).get("stacking", {}).get("mode") == "normal",
-                           "gridPos": p["gridPos"], "repeat": p.get("repeat"), "series": series})
-        out[fn] = {"title": d["title"], "panels": panels}
-    json.dump(out, open(path, "w"))
-
-
 def render():
     values = {
-        "job": {"worldSize": 4, "teams": 2, "stepDeadlineMs": 3000, "leaseMs": 1500,
+        "job": {"worldSize": 4, "teams": 2, "stepDeadlineMs": 30000, "leaseMs": 3000,
                 "extraConfig": {"plan_lead_steps": 16}},
-        "workload": {"example": {"elements": 100003, "steps": 2500},
+        "workload": {"example": {"epochs": 1, "maxSteps": 0},
                      "extraEnv": [{"name": "UCX_TLS", "value": "tcp"}]},
         "serviceMonitor": {"enabled": True, "interval": "1s", "scrapeTimeout": "900ms"},
         "podMonitor": {"enabled": True, "interval": "1s", "scrapeTimeout": "900ms"},
@@ -221,7 +224,7 @@ def main():
     if pep["port"] not in tports:
         fail(f"PodMonitor port {pep['port']} is not a trainer container port")
     n = job["spec"]["completions"]
-    agent_ports = [free_port() for _ in range(n)]
+    agent_ports = [listen_port() for _ in range(n)]
     pods = []
     for i in range(n):
         meta = dict(jpod["metadata"])
@@ -258,9 +261,11 @@ def main():
     wait_until("prometheus scraping the coordinator",
                lambda: prom(pport, 'up{gradex_component="coordinator"} == 1'), 60)
 
-    # The trainers: the rendered container, $(VAR)s expanded as the kubelet does.
+    # The trainers: the rendered container, $(VAR)s expanded as the kubelet
+    # does, each in a UTS namespace named as its pod.
     t_start = time.time()
     jobid = json.loads(job_cm["data"]["job.json"])["job_id"]
+    rdv_port = listen_port()
     agents = []
     for i, (name, meta) in enumerate(pods):
         env = {}
@@ -273,15 +278,19 @@ def main():
                 env[e["name"]] = str(i)  # the completion index annotation
         env["GRADEX_COORDINATOR"] = f"127.0.0.1:{grpc_port}"  # the Service's DNS name, here
         env["GRADEX_TOKEN_FILE"] = local_path(env["GRADEX_TOKEN_FILE"])
+        if env["GRADEX_METRICS_PORT"] != str(tports[pep["port"]]):
+            fail(f"GRADEX_METRICS_PORT {env['GRADEX_METRICS_PORT']} is not the PodMonitor's port")
+        env["GRADEX_METRICS_PORT"] = str(agent_ports[i])
+        env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(rdv_port)  # pod 0's DNS name
         argv = [expand(a, env) for a in jc["command"] + jc["args"]]
-        argv = [a.replace(f"--metrics-port={tports[pep['port']]}", f"--metrics-port={agent_ports[i]}")
-                for a in argv]
+        # The image's example and package; here the repository's and the build's.
+        argv = [a.replace("/opt/gradex/examples/", f"{ROOT}/examples/") for a in argv]
         if i == STALL_RANK:
-            argv += [f"--debug-stall-at-step={STALL_STEP}", f"--debug-stall-ms={STALL_MS}"]
-        # The image has gradex-agent on PATH; here the build directory does.
-        path = {"PATH": f"{os.path.abspath(BIN)}:{os.environ['PATH']}"}
-        agents.append(start(f"trainer{i}", argv, env={**os.environ, **env, **path}))
-    print(f"trainers: {' '.join(argv[:1])} ... (rank {STALL_RANK} held out of step {STALL_STEP} for {STALL_MS} ms)")
+            argv += [f"--stall-at-step={STALL_STEP}", f"--stall-s={STALL_MS / 1000:g}"]
+        path = {"PYTHONPATH": os.path.abspath(f"{BIN}/../python"), "TMPDIR": f"{WORK}"}
+        uts = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', name]
+        agents.append(start(f"trainer{i}", uts + argv, env={**os.environ, **env, **path}))
+    print(f"trainers: {' '.join(argv[:3])[:160]} ... (rank {STALL_RANK} sleeps {STALL_MS} ms before step {STALL_STEP})")
 
     # A client with a wrong token (auth failure and RPC error panels).
     bad = f"{WORK}/bad-token"
@@ -298,15 +307,30 @@ def main():
         fail(f"trainer targets' rank labels are {ranks}")
     print(f"prometheus: {want} targets up via the rendered ServiceMonitor/PodMonitor, ranks {ranks}")
 
-    # UCX listeners inside the rendered port range.
+    # Every trainer (its process group: sh, torchrun, python) has a UCX
+    # listener inside the rendered port range (gloo's and torchrun's are
+    # elsewhere: the NetworkPolicy's trainerAllPorts).
     lo, hi = map(int, env["UCX_TCP_PORT_RANGE"].split("-"))
-    ss = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
-    ucx_ports = sorted({int(m.group(1)) for line in ss.splitlines()
-                        if any(f"pid={a.pid}," in line for a in agents)
-                        for m in [re.search(r":(\d+)\s", line)] if m and int(m.group(1)) not in agent_ports})
-    if not ucx_ports or any(not lo <= p <= hi for p in ucx_ports):
-        fail(f"trainer listening ports {ucx_ports} not inside UCX_TCP_PORT_RANGE {lo}-{hi}")
-    print(f"UCX listeners in {lo}-{hi}: {ucx_ports}")
+    def group_pids(pgid):
+        out = set()
+        for d in os.listdir("/proc"):
+            try:
+                if d.isdigit() and os.getpgid(int(d)) == pgid:
+                    out.add(int(d))
+            except OSError:
+                pass
+        return out
+    def listeners():
+        ss = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
+        per = []
+        for a in agents:
+            pids = group_pids(a.pid)
+            per.append(sorted({int(m.group(1)) for line in ss.splitlines()
+                               if any(f"pid={p}," in line for p in pids)
+                               for m in [re.search(r":(\d+)\s", line)] if m}))
+        return per if all(any(lo <= p <= hi for p in ports) for ports in per) else None
+    per = wait_until(f"a UCX listener in {lo}-{hi} in every trainer", listeners, 120)
+    print(f"UCX listeners in {lo}-{hi}: {[[p for p in ports if lo <= p <= hi] for ports in per]}")
 
     # The stall: the alerts fire and name rank 2.
     wait_until("the coordinator diagnosing the stall",
@@ -314,65 +338,29 @@ def main():
     t_stall = wait_until("GradexRankStalled firing",
                          lambda: prom(pport, 'ALERTS{alertname="GradexRankStalled",alertstate="firing"}') and time.time(), 60)
     fired = prom(pport, 'ALERTS{alertname="GradexRankStalled",alertstate="firing"}')
-    if [a["metric"].get("rank") for a in fired] != [str(STALL_RANK)]:
-        fail(f"GradexRankStalled names ranks {[a['metric'].get('rank') for a in fired]}, expected {STALL_RANK}")
+    named = [(a["metric"].get("rank"), a["metric"].get("host")) for a in fired]
+    if named != [(str(STALL_RANK), pods[STALL_RANK][0])]:
+        fail(f"GradexRankStalled names {named}, expected rank {STALL_RANK} on {pods[STALL_RANK][0]}")
     wait_until("GradexJobStalled firing",
                lambda: prom(pport, 'ALERTS{alertname="GradexJobStalled",alertstate="firing"}'), 30)
     line = [l for l in open(f"{WORK}/coordinator.log") if "stalled" in l][0].strip()
-    print(f"alerts firing: GradexRankStalled{{rank=\"{STALL_RANK}\"}}, GradexJobStalled; coordinator: {line[25:200]}")
+    print(f"alerts firing: GradexRankStalled{{rank=\"{STALL_RANK}\",host=\"{pods[STALL_RANK][0]}\"}}, GradexJobStalled; coordinator: {line[25:200]}")
 
     for i, a in enumerate(agents):
         try:
-            rc = a.wait(timeout=300)
+            rc = a.wait(timeout=600)
         except subprocess.TimeoutExpired:
-            fail(f"trainer {i} still running after 300 s")
+            fail(f"trainer {i} still running after 600 s")
         if rc != 0:
             fail(f"trainer {i} exited with {rc}")
     t_end = time.time() - 2
-    print(f"trainers finished ({json.loads(job_cm['data']['job.json'])} ; {n} ranks)")
+    last = [l.strip() for l in open(f"{WORK}/trainer0.log") if "] epoch " in l or "test_acc" in l][-1:]
+    print(f"trainers finished: {n} ranks, {time.time() - t_start:.0f} s; rank 0: {last[0][-110:] if last else '(no epoch line)'}")
 
     # Every panel's query returns data at the stall or near the end of the run.
-    subst = {"$job": jobid, "$rank": ".*", "$__rate_interval": "15s", "$__range": "10m",
-             "${datasource}": ""}
-    # A panel passes when one of its queries does; a query that needs
-    # auto_teams (the link probe, off here so that B-SAG runs: with
-    # auto_teams 4 ranks get R-SAG) or one that draws only non-zero values
-    # ("> 0") may be empty and is listed.
-    panels, queries, empty_panels, empty_queries, nonzero_only = 0, 0, [], [], set()
-    results = {}
-    for fn in sorted(os.listdir(f"{CHART}/dashboards")):
-        d = json.load(open(f"{CHART}/dashboards/{fn}"))
-        for p in d["panels"]:
-            panels += 1
-            any_data = False
-            for t in p["targets"]:
-                q = t["expr"]
-                for k, v in subst.items():
-                    q = q.replace(k, v)
-                queries += 1
-                got = prom(pport, q, t_end) or prom(pport, q, t_stall)
-                results[f"{fn}: {p['title']} [{t['refId']}]"] = {"expr": q, "series": len(got)}
-                any_data = any_data or bool(got)
-                if not got:
-                    empty_queries.append(f"{fn}: {p['title']} [{t['legendFormat']}]")
-                    if t["expr"].rstrip().endswith("> 0"):
-                        nonzero_only.add(empty_queries[-1])
-            if not any_data:
-                empty_panels.append(f"{fn}: {p['title']}")
-    json.dump({"prometheus_port": pport, "t_stall": t_stall, "t_end": t_end, "panels": results},
-              open(f"{WORK}/panels.json", "w"), indent=1)
-    if os.environ.get("LIVE_SAVE_SERIES"):  # for scripts/plot-dashboards
-        save_series(pport, subst, t_start, t_end, os.environ["LIVE_SAVE_SERIES"])
-    if empty_panels:
-        fail(f"{len(empty_panels)} of {panels} panels show no data:\n  " + "\n  ".join(empty_panels))
-    print(f"dashboards: all {panels} panels show data ({queries - len(empty_queries)} of {queries} queries)")
-    for q in empty_queries:
-        if "auto_teams" in q:
-            print(f"  no data (expected without auto_teams): {q}")
-        elif q in nonzero_only:
-            print(f"  no data (drawn only when non-zero): {q}")
-        else:
-            fail(f"query without data: {q}")
+    algorithm = json.loads(job_cm["data"]["job.json"]).get("algorithm")
+    live_panels.check(lambda q, at: prom(pport, q, at), fail, CHART, WORK, jobid, algorithm,
+                      (t_start, t_stall, t_end), pport)
     if os.environ.get("LIVE_KEEP_PROMETHEUS"):
         print(f"prometheus left running on port {pport} (LIVE_KEEP_PROMETHEUS)")
         return

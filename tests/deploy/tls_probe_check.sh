@@ -5,8 +5,8 @@
 # (mutual TLS) and certificates made here the way cert-manager lays out a
 # kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt; SAN = the Service's DNS
 # name), then the rendered readiness and liveness probe commands: SERVING;
-# the same probe trusting another CA: refused; the rendered example trainer
-# joins over mutual TLS with its client certificate.
+# the same probe trusting another CA: refused; the rendered example trainer's
+# gradex client (GRADEX_TLS_* from its env) joins over mutual TLS.
 # usage: tls_probe_check.sh BIN_DIR HELMRENDER CHART WORKDIR
 set -euo pipefail
 BIN=$(cd "$1" && pwd)
@@ -37,13 +37,13 @@ for kind in ("readinessProbe", "livenessProbe"):
     open(f"{w}/{kind}.cmd", "w").write("\n".join(m(a) for a in cmd) + "\n")
 name = [a for a in c[ "readinessProbe"]["exec"]["command"] if a.startswith("--tls-server-name=")][0].split("=", 1)[1]
 open(f"{w}/server-name", "w").write(name)
-# The example trainer's command, its $(VAR)s expanded from its env, paths mapped.
+# The example trainer's environment (GRADEX_*: what its gradex client reads),
+# paths mapped; the coordinator's Service name is dialled as 127.0.0.1.
 tj = [d for d in docs if d["kind"] == "Job"][0]["spec"]["template"]["spec"]["containers"][0]
 env = {e["name"]: e.get("value", "trainer-0") for e in tj["env"]}
 env["GRADEX_COORDINATOR"] = f"127.0.0.1:{port}"
-ex = lambda a: __import__("re").sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), a)
-open(f"{w}/trainer.args", "w").write("\n".join(m(ex(a)) for a in tj["command"] + tj["args"]
-                                               if not a.startswith("--metrics")) + "\n")
+open(f"{w}/trainer.env", "w").write("".join(f"{k}={m(v)}\n" for k, v in env.items()
+                                            if k.startswith("GRADEX_") and k != "GRADEX_METRICS_PORT"))
 PY
 name=$(cat "$W/server-name")
 cd "$W"
@@ -83,13 +83,16 @@ cmd[0]=$BIN/gradex-health-probe
 for i in "${!cmd[@]}"; do cmd[$i]=${cmd[$i]/"$W/tls/ca.crt"/"$W/other/ca.crt"}; done
 if out=$("${cmd[@]}" 2>&1); then fail "a probe trusting another CA got: $out"; fi
 echo "probe trusting another CA: refused ($(echo "$out" | cut -c1-100))"
-# The rendered example trainer joins over mutual TLS with its client
-# certificate (it then waits for the rest of the world: stopped here).
-mapfile -t targs <"$W/trainer.args"
-"$BIN/${targs[0]}" "${targs[@]:1}" --join-timeout-s 20 >"$W/trainer.log" 2>&1 &
+# The rendered example trainer's gradex client (the Python package, from its
+# environment) joins over mutual TLS with its client certificate (it then
+# waits for the rest of the world: stopped here).
+PYDIR=$(cd "$BIN/../python" 2>/dev/null && pwd) || fail "no $BIN/../python (the gradex Python package)"
+mapfile -t tenv <"$W/trainer.env"
+env "${tenv[@]}" RANK=0 WORLD_SIZE=4 PYTHONPATH="$PYDIR" /usr/bin/python3 -c \
+  'import gradex; gradex.Client.create({"timeout_s": 20.0})' >"$W/trainer.log" 2>&1 &
 tpid=$!
-for _ in $(seq 200); do grep -q "join: member .*agent 'trainer-0'" "$W/coordinator.log" && break; sleep 0.1; done
-kill "$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null || true
-grep -q "join: member .*agent 'trainer-0'" "$W/coordinator.log" ||
+for _ in $(seq 300); do grep -q "join: member .*/r0/" "$W/coordinator.log" && break; sleep 0.1; done
+kill "$tpid" 2>/dev/null || true; wait "$tpid" 2>/dev/null || true
+grep -q "join: member .*/r0/" "$W/coordinator.log" ||
   fail "the rendered TLS trainer did not join: $(tail -n 3 "$W/trainer.log")"
-echo "rendered trainer joined over mutual TLS: $(grep -m1 "join: member .*agent 'trainer-0'" "$W/coordinator.log" | cut -d' ' -f3- | cut -c1-90)"
+echo "rendered trainer's gradex client joined over mutual TLS: $(grep -m1 "join: member .*/r0/" "$W/coordinator.log" | cut -d' ' -f3- | cut -c1-100)"

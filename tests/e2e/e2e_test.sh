@@ -341,6 +341,13 @@ scenario_stall() {
     awk '/^gradex_coordinator_stalled_steps_total/ { print $2 }')
   awk -v n="${stalled:-0}" 'BEGIN { exit !(n >= 1) }' ||
     fail "gradex_coordinator_stalled_steps_total is '${stalled}', expected at least 1"
+  # The blame, labelled: rank 2 once, nobody else.
+  local blames
+  blames=$(curl -sf "http://127.0.0.1:$COORD_METRICS/metrics" |
+    awk '/^gradex_coordinator_stall_blames_total/ && $2 > 0 { match($0, /rank="[0-9]+"/); print substr($0, RSTART, RLENGTH) "=" $2 }')
+  [[ "$blames" == 'rank="2"=1' ]] ||
+    fail "gradex_coordinator_stall_blames_total: '${blames}', expected rank 2 blamed once"
+  echo "coordinator metrics: stall blamed on ${blames}"
   # Everyone recovers (new epoch) and finishes.
   expect_all_exit_zero 90 0 1 2 3
 }

@@ -126,26 +126,20 @@ app.kubernetes.io/component: {{ .component }}
     {{- toYaml . | nindent 4 }}
   {{- end }}
   {{- else }}
-  # The example: gradex-agent on synthetic gradients, one per pod, until the
-  # client library's torchrun example replaces it (chart README).
-  command: [gradex-agent]
+  # The example: torchrun of the image's Fashion-MNIST trainer through
+  # gradex's DDP hook, one node per pod (its node rank: the indexed Job's
+  # NODE_RANK, or the RANK a PyTorchJob's operator sets). Debian 12's
+  # torchrun needs --redirects/--tee under Python 3.11.
+  command: [/bin/sh, -c]
   args:
-    - --coordinator=$(GRADEX_COORDINATOR)
-    - --job=$(GRADEX_JOB)
-    - --token-file=$(GRADEX_TOKEN_FILE)
-    - --agent-id=$(POD_NAME)
-    - --elements={{ int64 $w.example.elements }}
-    - --steps={{ int64 $w.example.steps }}
-    - --metrics-port={{ $w.metricsPort }}
-    - --metrics-any
-    {{- if $root.Values.tls.enabled }}
-    - --tls-ca=$(GRADEX_TLS_CA_FILE)
-    - --tls-server-name=$(GRADEX_TLS_SERVER_NAME)
-    {{- if $root.Values.tls.clientAuth }}
-    - --tls-cert=$(GRADEX_TLS_CERT_FILE)
-    - --tls-key=$(GRADEX_TLS_KEY_FILE)
-    {{- end }}
-    {{- end }}
+    - >-
+      exec torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
+      --node_rank="${NODE_RANK:-${RANK:-0}}" --master_addr="$MASTER_ADDR"
+      --master_port="$MASTER_PORT" --redirects 1 --tee 1
+      /opt/gradex/examples/train_fashion_mnist.py --algorithm={{ $root.Values.job.algorithm }}
+      --density={{ $root.Values.job.density }} --epochs={{ int $w.example.epochs }}
+      --max-steps={{ int64 $w.example.maxSteps }} --batch-size={{ int $w.example.batchSize }} "$@"
+    - gradex-example
     {{- with $w.extraArgs }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -161,6 +155,8 @@ app.kubernetes.io/component: {{ .component }}
       value: /etc/gradex/token/{{ $root.Values.token.secretKey }}
     - name: GRADEX_METRICS_PORT
       value: {{ $w.metricsPort | quote }}
+    - name: GRADEX_METRICS_ADDR
+      value: 0.0.0.0
     {{- if $root.Values.tls.enabled }}
     - name: GRADEX_TLS_CA_FILE
       value: {{ $tls }}/ca.crt
