@@ -1,4 +1,5 @@
-"""gradex as a PyTorch DDP communication hook.
+"""gradex as a PyTorch DDP communication hook, and DGSOptimizer (asynchronous
+training through gradex's parameter server: gradex.dgs).
 
     import gradex.torch as gx
     state = gx.GradexState(algorithm="spardl", density=0.01, start_iter=10)
@@ -20,8 +21,9 @@ import torch
 import torch.distributed as dist
 
 from gradex._C import Client, GradexError
+from gradex.dgs import DGSOptimizer
 
-__all__ = ["GradexState", "gradex_hook", "GradexError"]
+__all__ = ["GradexState", "gradex_hook", "GradexError", "DGSOptimizer"]
 
 # Buckets of these dtypes go through a float32 copy (warned once per state).
 _CONVERTED = (torch.float16, torch.bfloat16, torch.float64)

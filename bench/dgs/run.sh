@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# DGS vs ASGD through gradex's parameter server (issue 10's benchmark): 4
+# workers, each in its own network namespace behind a tc-tbf-limited link
+# (bench/netns_lib.sh, default 1 Gbit/s both ways), step the 25.19M-parameter
+# MLP of bench/train_step/model.py with gradex.torch.DGSOptimizer (no DDP) on
+# a small synthetic batch: asgd (density 1) and dgs (density 0.01), and, for
+# the synchronous anchor, ddp (bench/train_step/train_step.py's DDP + gloo
+# allreduce); modes interleaved round by round. Rank 0 hosts the coordinator
+# and the server shard in its process (PsWorker's single-job design), so its
+# link carries every worker's push and pull. Then gradex-dgs-bench's worker
+# step as processes over UCX (3 workers + server, 25M elements: the authors'
+# setting) and the pure-PyTorch reference's. Writes raw runs and summary.md under OUT (report.py). Root.
+#
+# Usage: bench/dgs/run.sh [--modes asgd,dgs,ddp] [--rounds 2] [--steps 6]
+#          [--warmup 2] [--batch 8] [--rate 1gbit] [--build-dir DIR] [--out DIR]
+#          [--no-loopback]   (default OUT: bench/results/dgs)
+# Traffic: only 10.96.0.0/24 on interfaces created here (namespaces gxdg0..3
+# and gxdgbr); the root namespace is not touched.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+modes=asgd,dgs,ddp rounds=2 steps=6 warmup=2 batch=8 rate=1gbit loopback=1
+build=$root/build
+out=$root/bench/results/dgs
+PREFIX=gxdg NET=10.96.0 RANKS=4
+py=/usr/bin/python3
+die() { echo "dgs bench: $*" >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --modes) modes=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --batch) batch=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --no-loopback) loopback=0; shift ;;
+    --build-dir) build=$(realpath -m "$2"); shift 2 ;;
+    --out) out=$(realpath -m "$2"); shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+  esac
+done
+for v in rounds steps warmup batch; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--$v must be a positive integer, got '${!v}'"
+done
+[[ $rate =~ ^[0-9.]+(gbit|mbit)$ ]] || die "bad --rate '$rate' (e.g. 1gbit, 500mbit)"
+IFS=, read -r -a MODES <<<"$modes"
+for m in "${MODES[@]}"; do [[ $m =~ ^(asgd|dgs|ddp)$ ]] || die "bad mode '$m'"; done
+[[ $(id -u) -eq 0 ]] || { echo "dgs bench: needs root (network namespaces, tc)" >&2; exit 1; }
+[[ -f $build/python/gradex/dgs.py ]] || die "$build/python/gradex not built (scripts/build)"
+"$py" -c 'import torch' 2>/dev/null || die "$py has no torch (apt-get install python3-torch)"
+
+source "$root/bench/netns_lib.sh"
+teardown() { gx_netns_down "$PREFIX" "$RANKS"; }
+pids=()
+stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
+trap teardown EXIT
+trap 'stop; exit 130' INT TERM
+teardown
+mkdir -p "$out/raw"
+rm -f "$out"/raw/*
+say() { echo "[dgs $(date -u +%H:%M:%S)] $*" | tee -a "$out/raw/progress.log" >&2; }
+
+gx_netns_up "$PREFIX" "$RANKS" "$rate" "$NET"
+echo "$RANKS workers, tc tbf $rate both ways per worker, rank 0 hosting the server shard; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown); batch $batch, $warmup warm-up + $steps timed steps per run, $rounds rounds of: ${MODES[*]}" >"$out/raw/meta.txt"
+
+port=29700
+run_mode() {  # run_mode MODE TAG
+  local mode=$1 tag=$2 r rc=0 status=0 cmd
+  port=$((port + 1))
+  pids=()
+  for ((r = 0; r < RANKS; r++)); do
+    case $mode in
+      asgd) cmd=("$here/dgs_step.py" --density 1) ;;
+      dgs) cmd=("$here/dgs_step.py" --density 0.01) ;;
+      ddp) cmd=("$root/bench/train_step/train_step.py" --mode ddp) ;;
+    esac
+    ip netns exec "$PREFIX$r" env RANK=$r LOCAL_RANK=0 WORLD_SIZE=$RANKS LOCAL_WORLD_SIZE=1 \
+      MASTER_ADDR=$NET.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=gxeth \
+      GRADEX_DATA_IP=$NET.$((r + 1)) GRADEX_COORDINATOR_HOST=$NET.1 \
+      UCX_TLS=tcp UCX_NET_DEVICES=gxeth UCX_WARN_UNUSED_ENV_VARS=n \
+      PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
+      timeout 900 nice -n 10 "$py" "${cmd[@]}" --steps "$steps" --warmup "$warmup" \
+      --batch "$batch" --out "$out/raw" --tag "$tag" >"$out/raw/$tag.rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do
+    rc=0
+    wait "$p" || rc=$?
+    [[ $status -eq 0 && $rc -ne 0 ]] && status=$rc
+  done
+  pids=()
+  return "$status"
+}
+
+t_start=$SECONDS
+for ((rnd = 1; rnd <= rounds; rnd++)); do
+  for m in "${MODES[@]}"; do
+    tag=$m-r$rnd
+    say "round $rnd/$rounds: $m (load $(cut -d' ' -f1 /proc/loadavg))"
+    if run_mode "$m" "$tag"; then
+      say "  done: $(grep -h 'median step' "$out/raw/$tag".rank*.log | tr '\n' ';')"
+    else
+      say "  $m failed; see raw/$tag.rank*.log"
+    fi
+  done
+done
+teardown
+if [[ $loopback == 1 ]]; then
+  # The authors' setting: 3 workers + 1 server as processes on this machine,
+  # 25M elements; /usr/bin/time adds the CPU seconds of all of them.
+  for tls in tcp,self; do
+    say "gradex-dgs-bench --transport ucx --tls $tls: 3 workers + 1 server, 25M elements"
+    /usr/bin/time -f "cpu_s %U %S" -o "$out/raw/authors-setting.time" nice -n 10 \
+      "$build/bin/gradex-dgs-bench" --transport ucx --tls "$tls" --workers 3 --steps 8 \
+      --warmup 2 >"$out/raw/authors-setting.txt" 2>&1 || say "gradex-dgs-bench failed"
+  done
+  say "reference worker step (pure PyTorch), 3 workers + server"
+  PYTHONPATH="$build/python" nice -n 10 "$py" "$here/reference_step.py" --steps 3 --warmup 1 \
+    --json-out "$out/raw/reference_step.jsonl" >"$out/raw/reference_step.txt" 2>&1 \
+    || say "reference_step failed"
+fi
+"$py" "$here/report.py" "$out"
+say "all done in $((SECONDS - t_start)) s: $out/summary.md"
