@@ -82,6 +82,12 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--momentum-correction", action="store_true",
+                   help="gradex runs: apply --momentum in the hook (DGC's momentum correction, "
+                        "GradexState(momentum_correction=...)) and run SGD without momentum; "
+                        "dense runs ignore it")
+    p.add_argument("--no-factor-masking", action="store_true",
+                   help="with --momentum-correction: keep the velocity of entries just sent")
     p.add_argument("--hidden", default="256,128", help="MLP hidden sizes")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data-dir", default=DATA_DIR)
@@ -144,9 +150,14 @@ def train(args, rank, world, on_epoch=None):
         state = gx.GradexState(algorithm=args.algorithm, density=args.density, teams=args.teams,
                                start_iter=args.start_iter,
                                min_compression_rate=args.min_compression_rate,
-                               timeout_s=args.timeout_s, model=model)
+                               timeout_s=args.timeout_s, model=model,
+                               momentum_correction=args.momentum if args.momentum_correction else 0,
+                               factor_masking=not args.no_factor_masking)
         model.register_comm_hook(state, gx.gradex_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    # With momentum correction the hook's result is already the momentum
+    # update direction (the velocity lives in GradexState): plain SGD.
+    in_hook = state is not None and args.momentum_correction and args.momentum > 0
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0 if in_hook else args.momentum)
     label = args.label or args.algorithm
     rows, wall, step = [], 0.0, 0
     n = len(x_train) - len(x_train) % (world * args.batch_size)
@@ -171,7 +182,9 @@ def train(args, rank, world, on_epoch=None):
         wall += time.perf_counter() - t0
         acc = evaluate(model, x_test, y_test) if rank == 0 else float("nan")
         row = dict(algorithm=label, density=args.density if state else 1.0,
-                   start_iter=args.start_iter, ranks=world, epoch=epoch, steps=step,
+                   start_iter=args.start_iter,
+                   momentum_in_hook=("masked" if not args.no_factor_masking else "unmasked")
+                   if in_hook else "no", ranks=world, epoch=epoch, steps=step,
                    wall_s=round(wall, 3), train_loss=round(float(np.mean(losses)), 5),
                    test_acc=round(acc, 5))
         rows.append(row)

@@ -107,17 +107,34 @@ class GradexState:
             False: summed like any value (every rank's result turns
             non-finite, as with DDP's allreduce; for loss scalers that skip
             such steps).
+        momentum_correction: 0 (default, off) or the optimizer's momentum m
+            in [0, 1), moved into the hook as DGC's momentum correction (Lin
+            et al., ICLR 2018, Alg. 1): each rank keeps a velocity u <- m*u + g
+            per parameter and exchanges u instead of g, so the error-feedback
+            residual accumulates velocity and an entry held back for many
+            steps arrives with the momentum it would have had. The hook's
+            result is then the update direction: build the optimizer with
+            momentum=0 (plain SGD with the same lr).
+        factor_masking: with momentum_correction, after a sparse exchange
+            (fewer than half of the bucket's result entries non-zero) zero the
+            velocity of the entries the result applied (DGC's momentum factor
+            masking: a sent entry does not keep pushing with stale momentum).
+            Dense steps (start_iter, dense probes, fallbacks) keep it.
         **params: algorithm parameters by catalog name (numbers).
     """
 
     def __init__(self, algorithm="auto", density=0.01, teams=0, start_iter=0,
                  min_compression_rate=2.0, timeout_s=60, coordinator=None, token=None,
                  *, model=None, job=None, metrics_port=None, data_ip=None, timeline_path=None,
-                 dense_probe_period=None, refuse_nonfinite=True, **params):
+                 dense_probe_period=None, refuse_nonfinite=True, momentum_correction=0.0,
+                 factor_masking=True, **params):
         if not (0 < density <= 1):
             raise ValueError(f"gradex: density must be in (0, 1], got {density}")
         if not timeout_s > 0:
             raise ValueError(f"gradex: timeout_s must be > 0, got {timeout_s}")
+        if not (0 <= momentum_correction < 1):
+            raise ValueError(f"gradex: momentum_correction must be in [0, 1), got "
+                             f"{momentum_correction}")
         for name, value in params.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"gradex: algorithm parameter '{name}' must be a number, "
@@ -142,6 +159,9 @@ class GradexState:
             for i, p in enumerate(model.parameters()):
                 self._keys[p.data_ptr()] = i
         self._warned_dtypes = set()
+        self.momentum_correction = float(momentum_correction)
+        self.factor_masking = bool(factor_masking)
+        self._velocity = {}  # span key -> this rank's velocity u (momentum_correction)
         self._client = Client.create(options, True, rdv_set, rdv_get)
         atexit.register(_close_ref, weakref.ref(self))
 
@@ -154,6 +174,30 @@ class GradexState:
                 key = self._keys[p.data_ptr()] = len(self._keys)
             spans.append((key, p.numel()))
         return spans
+
+    def _add_momentum(self, spans, work):
+        """u <- m*u + g per span, written over the bucket's gradient in place."""
+        m, off = self.momentum_correction, 0
+        for key, n in spans:
+            g = work[off:off + n]
+            u = self._velocity.get(key)
+            if u is None or u.numel() != n or u.device != g.device:
+                u = self._velocity[key] = g.clone()
+            else:
+                u.mul_(m).add_(g)
+                g.copy_(u)
+            off += n
+
+    def _mask_velocity(self, spans, result):
+        """DGC's factor masking after a sparse exchange: the velocity of every
+        entry the result applied restarts from zero."""
+        applied = result != 0
+        if 2 * int(applied.sum()) >= result.numel():
+            return  # a dense step (warm-up, probe, fallback): momentum carries on
+        off = 0
+        for key, n in spans:
+            self._velocity[key].masked_fill_(applied[off:off + n], 0)
+            off += n
 
     @property
     def client(self):
@@ -190,13 +234,21 @@ class GradexState:
         self.client.flush()
 
     def state_dict(self):
-        """Residuals and the step counter, for a checkpoint (call between steps)."""
-        return {"version": 1, "client": self.client.save_state()}
+        """Residuals, the step counter and (momentum_correction) the velocities,
+        for a checkpoint (call between steps)."""
+        return {"version": 1, "client": self.client.save_state(),
+                "velocity": {k: u.clone() for k, u in self._velocity.items()}}
 
     def load_state_dict(self, state):
         if state.get("version") != 1 or not isinstance(state.get("client"), (bytes, bytearray)):
             raise ValueError("gradex: not a GradexState.state_dict() (version 1)")
+        velocity = state.get("velocity", {})
+        if not isinstance(velocity, dict) or not all(
+                isinstance(u, torch.Tensor) and u.dtype == torch.float32 and u.dim() == 1
+                for u in velocity.values()):
+            raise ValueError("gradex: state_dict()['velocity'] must map keys to 1-D float32 tensors")
         self.client.load_state(bytes(state["client"]))
+        self._velocity = {k: u.clone() for k, u in velocity.items()}
 
     def close(self):
         """Leaves the job; buckets still queued fail. Idempotent. The rank
@@ -218,7 +270,9 @@ def gradex_hook(state, bucket):
 
     float32 buckets are exchanged in place; float16, bfloat16 and float64 ones
     through a float32 copy (warned once); other dtypes raise TypeError. CUDA
-    buckets are passed as device memory. A failed exchange (dead rank, timeout)
+    buckets are passed as device memory. With ``momentum_correction`` the
+    bucket's gradient is replaced by the rank's velocity before the exchange
+    (GradexState). A failed exchange (dead rank, timeout)
     sets the future's exception: DDP raises it from ``backward()`` as a
     RuntimeError carrying the gradex message.
     """
@@ -236,6 +290,9 @@ def gradex_hook(state, bucket):
     if not work.is_contiguous():
         work = work.contiguous()
     spans = state._spans(bucket)
+    if state.momentum_correction:
+        # Over the gradient in place: DDP's buffer receives the result anyway.
+        state._add_momentum(spans, work)
     fut = torch.futures.Future()
     index = bucket.index()
 
@@ -243,6 +300,8 @@ def gradex_hook(state, bucket):
         if code != 0:
             fut.set_exception(GradexError(f"gradex: bucket {index} failed: {message}"))
             return
+        if state.momentum_correction and state.factor_masking:
+            state._mask_velocity(spans, work)
         if work is not buf:
             buf.copy_(work)
         fut.set_result(buf)

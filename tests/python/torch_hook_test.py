@@ -9,6 +9,14 @@ README "Use it from PyTorch"). Phases, each a fresh pair of processes:
                 the sum of every rank's gradients exactly, and results are
                 bitwise identical on both ranks. Also: float64 converted, int
                 refused with TypeError.
+  momentum      GradexState(momentum_correction=0.5) (DGC's momentum
+                correction with factor masking), buckets of multiples of 2^10
+                (every sum below exact in float32) and a layout change half
+                way: sum over steps and ranks of the velocities fed in (a
+                float64 reference u <- 0.5 u + g, masked where a sparse result
+                applied an entry) == sum of P * result + every rank's final
+                residual (from state_dict()), exactly; the hook's velocities
+                equal the reference bitwise; results identical on both ranks.
   train         Fashion-MNIST MLP under DDP + gradex_hook for --steps steps:
                 rank 0's test accuracy above --min-accuracy, parameters bitwise
                 identical on both ranks.
@@ -35,7 +43,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--phase", default="all", choices=["all", "conservation", "train", "dead-rank", "bad-join"])
+    p.add_argument("--phase", default="all",
+                   choices=["all", "conservation", "momentum", "train", "dead-rank", "bad-join"])
     p.add_argument("--coordinator-bin", default="", help="gradex-coordinator, for bad-join")
     p.add_argument("--target", default="", help="(bad-join rank process) host:port")
     p.add_argument("--algorithm", default="spardl")
@@ -152,6 +161,83 @@ def conservation(args, rank, world):
          f64_dtype=str(out64.dtype), f64_warned=warned, int_refused=refused,
          closed_error=closed_error, algorithms=sorted({b["algorithm"] for b in stats}),
          nan_error=nan_error, nan_finite=nan_finite, nan_digest=nan_digest)
+
+
+def residuals_of(blob):
+    """{key: float64 tensor} of a Client::SaveState blob (services/client/saved_state.h)."""
+    import struct
+    import torch
+    if blob[:8] != b"GRDXSTAT":
+        raise ValueError("not a gradex state blob")
+    (n,) = struct.unpack_from("<Q", blob, 8 + 4 + 8)
+    off, out = 8 + 4 + 8 + 8, {}
+    for _ in range(n):
+        key, elements = struct.unpack_from("<QQ", blob, off)
+        off += 16
+        out[key] = torch.tensor(struct.unpack_from(f"<{elements}f", blob, off), dtype=torch.float64)
+        off += 4 * elements
+    return out
+
+
+def momentum(args, rank, world):
+    import torch
+    import torch.distributed as dist
+    import gradex.torch as gx
+    dist.init_process_group("gloo")
+    try:
+        gx.GradexState(momentum_correction=1.0)
+        bad_m = ""
+    except ValueError as e:
+        bad_m = str(e)
+    sizes = [700, 1300, 500]
+    params = [torch.zeros(n) for n in sizes]
+    m = 0.5
+    state = gx.GradexState(algorithm=args.algorithm, density=0.05, timeout_s=30,
+                           momentum_correction=m, dense_probe_period=0)
+    layouts = [[[0, 1, 2]], [[2, 0], [1]]]  # one bucket, then DDP's rebuild
+    gen = torch.Generator().manual_seed(300 + rank)
+    ref_u = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    fed = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    result_sum = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    digest, masked, steps = 0.0, 0, 12
+    for step in range(steps):
+        layout = layouts[0] if step < steps // 2 else layouts[1]
+        futs = []
+        for b, members in enumerate(layout):
+            # Multiples of 2^10 halved at most `steps` times: all on a 2^-2 grid, < 2^20.
+            grads = [torch.randint(-8, 9, (sizes[i],), generator=gen).float() * 1024
+                     for i in members]
+            for i, g in zip(members, grads):
+                ref_u[i] = m * ref_u[i] + g.double()
+                fed[i] += ref_u[i]
+            futs.append((members, gx.gradex_hook(state, Bucket(
+                b, torch.cat(grads), [params[i] for i in members], b == len(layout) - 1))))
+        for members, fut in futs:
+            out = fut.wait().double()
+            sparse = 2 * int((out != 0).sum()) < out.numel()
+            off = 0
+            for i in members:
+                part = out[off:off + sizes[i]]
+                result_sum[i] += part * world  # the hook returns the mean
+                digest += float((part * (1 + torch.arange(sizes[i]) % 7)).sum())
+                if sparse:  # factor masking: an applied entry's velocity restarts
+                    masked += int((part != 0).sum())
+                    ref_u[i][part != 0] = 0
+                off += sizes[i]
+    state.flush()
+    sd = state.state_dict()
+    res = residuals_of(sd["client"])
+    velocity_same = all(torch.equal(sd["velocity"][i].double(), ref_u[i]) for i in range(3))
+    held = torch.cat([res.get(i, torch.zeros(sizes[i], dtype=torch.float64)) for i in range(3)])
+    # Conservation needs every rank's side: sum them with gloo (float64, exact here).
+    lhs = torch.cat(fed)
+    rhs = torch.cat(result_sum) / world + held  # one rank's share of P * result is result
+    diff = lhs - rhs
+    dist.all_reduce(diff)
+    state.close()
+    emit(rank=rank, bad_m=bad_m, conservation_max_abs_err=float(diff.abs().max()),
+         velocity_same=velocity_same, masked=masked, digest=digest,
+         fed_norm=float(lhs.norm()))
 
 
 def train(args, rank, world):
@@ -310,7 +396,7 @@ def main():
     args = parse_args()
     if "RANK" in os.environ:  # a rank process
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        {"conservation": conservation, "train": train, "dead-rank": dead_rank,
+        {"conservation": conservation, "momentum": momentum, "train": train, "dead-rank": dead_rank,
          "bad-join": bad_join}[args.phase](
             args, rank, world)
         return 0
@@ -328,7 +414,7 @@ def main():
         print(f"torch_hook_test: cannot import gradex.torch: {e}")
         return 1
     failures = []
-    phases = (["bad-join", "conservation", "train", "dead-rank"] if args.phase == "all"
+    phases = (["bad-join", "conservation", "momentum", "train", "dead-rank"] if args.phase == "all"
               else [args.phase])
     for phase in phases:
         if phase == "bad-join":
@@ -362,6 +448,22 @@ def main():
                 check("dtype torch.int32" in a["int_refused"], "int32 bucket refused with TypeError",
                       failures)
                 check("closed" in a["closed_error"], "a closed state raises GradexError", failures)
+        elif phase == "momentum":
+            check(len(results) == 2, "momentum: both ranks finished", failures)
+            if len(results) == 2:
+                a, b = results[0], results[1]
+                check("momentum_correction" in a["bad_m"],
+                      f"momentum_correction=1.0 refused: {a['bad_m']!r}", failures)
+                check(a["conservation_max_abs_err"] == 0 and b["conservation_max_abs_err"] == 0,
+                      "momentum: sum of velocities fed == sum of P*result + residuals, exactly",
+                      failures)
+                check(a["velocity_same"] and b["velocity_same"],
+                      "momentum: the hook's velocities equal the masked float64 reference",
+                      failures)
+                check(a["masked"] > 0 and a["fed_norm"] > 0,
+                      f"momentum: factor masking applied ({a['masked']} entries)", failures)
+                check(a["digest"] == b["digest"], "momentum: results identical on both ranks",
+                      failures)
         elif phase == "train":
             check(len(results) == 2, "train: both ranks finished", failures)
             if len(results) == 2:
