@@ -88,6 +88,9 @@ def parse_args(argv=None):
                         "dense runs ignore it")
     p.add_argument("--no-factor-masking", action="store_true",
                    help="with --momentum-correction: keep the velocity of entries just sent")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="an algorithm parameter by catalog name (repeatable), e.g. "
+                        "covap_interval=3 (pins COVAP's interval: no CCR profiler)")
     p.add_argument("--hidden", default="256,128", help="MLP hidden sizes")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data-dir", default=DATA_DIR)
@@ -99,7 +102,17 @@ def parse_args(argv=None):
     p.add_argument("--stall-s", type=float, default=0.0)
     p.add_argument("--check-identical", action="store_true",
                    help="at the end, compare every rank's parameters bitwise (exit 3 if they differ)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.params = {}
+    for kv in args.param:
+        name, sep, value = kv.partition("=")
+        try:
+            args.params[name] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            p.error(f"--param wants NAME=NUMBER, got {kv!r}")
+    return args
 
 
 def init_distributed():
@@ -152,7 +165,7 @@ def train(args, rank, world, on_epoch=None):
                                min_compression_rate=args.min_compression_rate,
                                timeout_s=args.timeout_s, model=model,
                                momentum_correction=args.momentum if args.momentum_correction else 0,
-                               factor_masking=not args.no_factor_masking)
+                               factor_masking=not args.no_factor_masking, **args.params)
         model.register_comm_hook(state, gx.gradex_hook)
     # With momentum correction the hook's result is already the momentum
     # update direction (the velocity lives in GradexState): plain SGD.
