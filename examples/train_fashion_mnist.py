@@ -77,6 +77,9 @@ def parse_args(argv=None):
     p.add_argument("--start-iter", type=int, default=0, help="dense steps before sparsifying")
     p.add_argument("--min-compression-rate", type=float, default=2.0)
     p.add_argument("--timeout-s", type=float, default=60.0)
+    p.add_argument("--dense-probe-period", type=int, default=50,
+                   help="GradexState(dense_probe_period=...): 0 never times a dense step, so "
+                        "no bucket falls back to dense on this machine's load (runs repeatable)")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
@@ -164,6 +167,7 @@ def train(args, rank, world, on_epoch=None):
                                start_iter=args.start_iter,
                                min_compression_rate=args.min_compression_rate,
                                timeout_s=args.timeout_s, model=model,
+                               dense_probe_period=args.dense_probe_period,
                                momentum_correction=args.momentum if args.momentum_correction else 0,
                                factor_masking=not args.no_factor_masking, **args.params)
         model.register_comm_hook(state, gx.gradex_hook)
