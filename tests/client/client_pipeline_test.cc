@@ -91,6 +91,10 @@ std::vector<std::unique_ptr<Client>> MakeClients(int world, testing::MemoryStore
 // `steps` steps of three one-span buckets on every client; statuses[rank][step][bucket].
 std::vector<std::vector<std::vector<absl::Status>>> RunOverlapSteps(
     std::vector<std::unique_ptr<Client>>& clients, int steps) {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_started.clear();  // call ids start again with each job
+  }
   const std::vector<std::vector<uint64_t>> layout = {{0}, {1}, {3}};
   std::vector<std::vector<std::vector<absl::Status>>> out(clients.size());
   std::vector<std::thread> threads;
