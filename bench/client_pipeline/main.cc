@@ -1,14 +1,17 @@
 // gradex-client-pipeline: a multi-bucket step through gradex::Client with the
 // selection/exchange pipeline on and off (ClientOptions::pipeline), ranks as
-// threads of this process (embedded coordinator, in-memory rendezvous, UCX on
-// loopback), the modes interleaved round by round. A step issues every
-// bucket at once (a trainer whose backward pass is done) and ends when every
-// bucket's `done` has run; its time is the slowest rank's. Prints the median
-// step time per mode and round, and over all rounds. Measures; never judges.
+// threads of this process (embedded coordinators, in-memory rendezvous, UCX
+// on loopback). The two modes are two jobs alive at once that take turns
+// step by step (on-off, off-on, ...), so a loaded machine's bursts fall on
+// both alike. A step issues every bucket at once (a trainer whose backward
+// pass is done) and ends when every bucket's `done` has run; its time is
+// the slowest rank's. Prints median and quartiles per mode. Measures; never
+// judges.
 #include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <map>
@@ -27,7 +30,7 @@ namespace gradex::client {
 namespace {
 
 struct Flags {
-  int ranks = 4, buckets = 8, steps = 10, warmup = 2, rounds = 3;
+  int ranks = 4, buckets = 8, steps = 20, warmup = 2;
   size_t elements = 1 << 20;
   std::string algorithm = "spardl";
   double density = 0.01;
@@ -35,10 +38,10 @@ struct Flags {
 
 constexpr char kUsage[] =
     "usage: gradex-client-pipeline [--ranks 4] [--buckets 8] [--elements 1048576]\n"
-    "         [--steps 10] [--warmup 2] [--rounds 3] [--algorithm spardl] [--density 0.01]\n"
+    "         [--steps 20] [--warmup 2] [--algorithm spardl] [--density 0.01]\n"
     "A step of BUCKETS buckets of ELEMENTS floats through gradex::Client on RANKS ranks\n"
-    "(threads of this process), with the client's selection/exchange pipeline on and off,\n"
-    "interleaved round by round; prints median step times (slowest rank) per mode.\n";
+    "(threads of this process), with the client's selection/exchange pipeline on and off:\n"
+    "two jobs at once taking turns step by step; prints step times (slowest rank) per mode.\n";
 
 bool Parse(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
@@ -58,8 +61,6 @@ bool Parse(int argc, char** argv, Flags* f) {
       ok = absl::SimpleAtoi(v, &f->steps) && f->steps >= 1;
     else if (a == "--warmup")
       ok = absl::SimpleAtoi(v, &f->warmup) && f->warmup >= 0;
-    else if (a == "--rounds")
-      ok = absl::SimpleAtoi(v, &f->rounds) && f->rounds >= 1;
     else if (a == "--elements")
       ok =
           absl::SimpleAtoi(v, &f->elements) && f->elements >= 1 && f->elements <= (size_t{1} << 28);
@@ -102,21 +103,17 @@ class Store {
   std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// One round of one mode: the step times (seconds, slowest rank) after warm-up.
-absl::StatusOr<std::vector<double>> Round(const Flags& f, bool pipeline) {
-  Store store;
+// One job's clients (one mode), ranks as threads, with its own embedded
+// coordinator.
+absl::StatusOr<std::vector<std::unique_ptr<Client>>> MakeJob(const Flags& f, bool pipeline,
+                                                             Store* store) {
   std::vector<std::unique_ptr<Client>> clients(f.ranks);
   std::vector<absl::Status> created(f.ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < f.ranks; ++r) {
     threads.emplace_back([&, r] {
       ClientOptions o;
-      o.job = "client-pipeline-bench";
+      o.job = pipeline ? "pipeline-on" : "pipeline-off";
       o.rank = r;
       o.world_size = f.ranks;
       o.algorithm = f.algorithm;
@@ -125,62 +122,56 @@ absl::StatusOr<std::vector<double>> Round(const Flags& f, bool pipeline) {
       o.min_compression_rate = 0;
       o.pipeline = pipeline;
       o.timeout = std::chrono::seconds(120);
-      absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(o, store.rendezvous());
+      if (const char* t = std::getenv("GRADEX_TIMELINE")) {
+        o.timeline_path = absl::StrCat(t, pipeline ? ".on" : ".off");
+      }
+      absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(o, store->rendezvous());
       if (c.ok()) clients[r] = *std::move(c);
       created[r] = c.status();
     });
   }
   for (auto& t : threads) t.join();
-  threads.clear();
   for (const absl::Status& s : created) {
     if (!s.ok()) return s;
   }
-  const int total = f.warmup + f.steps;
-  std::vector<std::vector<double>> times(f.ranks, std::vector<double>(total, 0.0));
+  return clients;
+}
+
+// One step on every rank of `clients`: every bucket issued at once (copied
+// from `grads` first, as a backward pass would produce it); the slowest
+// rank's seconds from its first issue to its last `done`.
+absl::StatusOr<double> Step(const Flags& f, std::vector<std::unique_ptr<Client>>& clients,
+                            const std::vector<std::vector<std::vector<float>>>& grads,
+                            std::vector<std::vector<std::vector<float>>>& data) {
+  std::vector<double> seconds(f.ranks, 0.0);
   std::vector<absl::Status> failed(f.ranks);
   std::barrier sync(f.ranks);
+  std::vector<std::thread> threads;
   for (int r = 0; r < f.ranks; ++r) {
     threads.emplace_back([&, r] {
-      std::mt19937 rng(1234 + r);
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      std::vector<std::vector<float>> grads(f.buckets, std::vector<float>(f.elements));
-      for (auto& g : grads) {
-        for (float& x : g) x = normal(rng);
+      for (int b = 0; b < f.buckets; ++b) data[r][b] = grads[r][b];
+      sync.arrive_and_wait();
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<std::future<absl::Status>> done;
+      for (int b = 0; b < f.buckets; ++b) {
+        auto p = std::make_shared<std::promise<absl::Status>>();
+        done.push_back(p->get_future());
+        clients[r]->AllreduceAsync({{static_cast<uint64_t>(b), f.elements}}, data[r][b],
+                                   Memory::kHost, b + 1 == f.buckets,
+                                   [p](absl::Status s) { p->set_value(s); });
       }
-      std::vector<std::vector<float>> data(f.buckets);
-      for (int step = 0; step < total; ++step) {
-        for (int b = 0; b < f.buckets; ++b) data[b] = grads[b];  // the trainer's backward
-        sync.arrive_and_wait();
-        const auto t0 = std::chrono::steady_clock::now();
-        std::vector<std::future<absl::Status>> done;
-        for (int b = 0; b < f.buckets; ++b) {
-          auto p = std::make_shared<std::promise<absl::Status>>();
-          done.push_back(p->get_future());
-          clients[r]->AllreduceAsync({{static_cast<uint64_t>(b), f.elements}}, data[b],
-                                     Memory::kHost, b + 1 == f.buckets,
-                                     [p](absl::Status s) { p->set_value(s); });
-        }
-        for (auto& d : done) {
-          absl::Status s = d.get();
-          if (!s.ok() && failed[r].ok()) failed[r] = s;
-        }
-        times[r][step] =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      for (auto& d : done) {
+        absl::Status s = d.get();
+        if (!s.ok() && failed[r].ok()) failed[r] = s;
       }
+      seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = f.ranks - 1; r >= 0; --r) (void)clients[r]->Close();
   for (const absl::Status& s : failed) {
     if (!s.ok()) return s;
   }
-  std::vector<double> steps;
-  for (int step = f.warmup; step < total; ++step) {
-    double slowest = 0;
-    for (int r = 0; r < f.ranks; ++r) slowest = std::max(slowest, times[r][step]);
-    steps.push_back(slowest);
-  }
-  return steps;
+  return *std::max_element(seconds.begin(), seconds.end());
 }
 
 }  // namespace
@@ -192,25 +183,53 @@ int main(int argc, char** argv) {
   if (!Parse(argc, argv, &f)) return 2;
   std::printf("ranks %d, %d buckets of %zu floats, %s at density %g, %d steps (+%d warm-up)\n",
               f.ranks, f.buckets, f.elements, f.algorithm.c_str(), f.density, f.steps, f.warmup);
-  std::printf("%-6s %-9s %12s %12s %12s\n", "round", "pipeline", "median_ms", "min_ms", "max_ms");
-  std::map<bool, std::vector<double>> all;
-  for (int round = 0; round < f.rounds; ++round) {
-    for (bool pipeline : {true, false}) {
-      absl::StatusOr<std::vector<double>> steps = Round(f, pipeline);
-      if (!steps.ok()) {
-        std::fprintf(stderr, "gradex-client-pipeline: %s\n",
-                     std::string(steps.status().message()).c_str());
-        return 1;
-      }
-      all[pipeline].insert(all[pipeline].end(), steps->begin(), steps->end());
-      std::printf("%-6d %-9s %12.2f %12.2f %12.2f\n", round, pipeline ? "on" : "off",
-                  1e3 * Median(*steps), 1e3 * *std::min_element(steps->begin(), steps->end()),
-                  1e3 * *std::max_element(steps->begin(), steps->end()));
-      std::fflush(stdout);
+  // Both jobs live at once and take turns step by step (on-off, off-on, ...),
+  // so the machine's load falls on both alike.
+  Store stores[2];
+  std::vector<std::unique_ptr<Client>> jobs[2];
+  for (int m = 0; m < 2; ++m) {
+    absl::StatusOr<std::vector<std::unique_ptr<Client>>> j = MakeJob(f, m == 0, &stores[m]);
+    if (!j.ok()) {
+      std::fprintf(stderr, "gradex-client-pipeline: %s\n",
+                   std::string(j.status().message()).c_str());
+      return 1;
+    }
+    jobs[m] = *std::move(j);
+  }
+  std::vector<std::vector<std::vector<float>>> grads(f.ranks), data(f.ranks);
+  for (int r = 0; r < f.ranks; ++r) {
+    std::mt19937 rng(1234 + r);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    grads[r].assign(f.buckets, std::vector<float>(f.elements));
+    data[r].resize(f.buckets);
+    for (auto& g : grads[r]) {
+      for (float& x : g) x = normal(rng);
     }
   }
-  std::printf("all    on        %12.2f   (%zu steps)\n", 1e3 * Median(all[true]), all[true].size());
-  std::printf("all    off       %12.2f   (%zu steps)\n", 1e3 * Median(all[false]),
-              all[false].size());
+  std::vector<double> times[2];
+  for (int step = 0; step < f.warmup + f.steps; ++step) {
+    for (int k = 0; k < 2; ++k) {
+      const int m = (step + k) % 2;
+      absl::StatusOr<double> t = Step(f, jobs[m], grads, data);
+      if (!t.ok()) {
+        std::fprintf(stderr, "gradex-client-pipeline: %s\n",
+                     std::string(t.status().message()).c_str());
+        return 1;
+      }
+      if (step >= f.warmup) times[m].push_back(*t);
+    }
+  }
+  for (int m = 0; m < 2; ++m) {
+    for (int r = f.ranks - 1; r >= 0; --r) (void)jobs[m][r]->Close();
+  }
+  std::printf("%-9s %10s %10s %10s %10s %8s\n", "pipeline", "median_ms", "p25_ms", "p75_ms",
+              "min_ms", "steps");
+  for (int m = 0; m < 2; ++m) {
+    std::vector<double> v = times[m];
+    std::sort(v.begin(), v.end());
+    std::printf("%-9s %10.2f %10.2f %10.2f %10.2f %8zu\n", m == 0 ? "on" : "off",
+                1e3 * v[v.size() / 2], 1e3 * v[v.size() / 4], 1e3 * v[(3 * v.size()) / 4],
+                1e3 * v.front(), v.size());
+  }
   return 0;
 }
