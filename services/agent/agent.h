@@ -16,8 +16,10 @@
 // Two ways to drive it: Step() runs all buckets of a step at once (fixed
 // size, residuals owned by the agent; gradex-agent, bench), and
 // BeginStep / RunBucket / EndStep run a step's buckets one by one, of any
-// size, with residual and algorithm object in a caller-owned BucketSlot
-// (the client's progress thread).
+// size, with residual and algorithm object in a caller-owned BucketSlot;
+// the client splits RunBucket into PlanBucket + PrepareBucket (its
+// selection thread) and ExchangeBucket (its progress thread), so bucket
+// b+1 is selected while bucket b exchanges.
 #ifndef GRADEX_SERVICES_AGENT_AGENT_H_
 #define GRADEX_SERVICES_AGENT_AGENT_H_
 
