@@ -47,31 +47,64 @@ size_t MessageBound(size_t n, int world) {
   return p * (8 * n + 64 * (p + 4)) + 65536;
 }
 
+// What a prepared call holds until it is exchanged or abandoned.
+struct SparseAllreduce::Pending {
+  CallContext ctx;
+  AllreduceOptions options;
+  std::span<const float> grad;
+  std::span<float> residual;
+  ResidualLedger ledger;
+  bool decays = false;
+  float coefficient = 1.0f;
+  CallStats stats;  // the first half's phases and details
+  explicit Pending(std::span<float> acc) : ledger(acc) {}
+};
+
+SparseAllreduce::SparseAllreduce() = default;
+SparseAllreduce::~SparseAllreduce() = default;
+
 absl::Status SparseAllreduce::Run(const CallContext& caller, const AllreduceOptions& options,
                                   std::span<const float> grad, std::span<float> residual,
                                   AllreduceResult* result, CallStats* stats) {
-  absl::Status st = ValidateCall(caller, options, grad, residual, result, stats);
+  if (result == nullptr || stats == nullptr) return absl::InvalidArgumentError("null output");
+  absl::Status st = PrepareCall(caller, options, grad, residual);
   if (!st.ok()) return st;
-  CallContext ctx = caller;
-  if (ctx.max_message_bytes == 0) {
-    ctx.max_message_bytes = MessageBound(grad.size(), ctx.transport->size());
+  return ExchangeCall(result, stats);
+}
+
+absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
+                                          const AllreduceOptions& options,
+                                          std::span<const float> grad, std::span<float> residual) {
+  if (pending_ != nullptr) {
+    return absl::FailedPreconditionError("a prepared call of this algorithm is still pending");
   }
-  st = CheckOptions(ctx, options);
+  CallStats scratch;
+  AllreduceResult unused;
+  absl::Status st = ValidateCall(caller, options, grad, residual, &unused, &scratch);
   if (!st.ok()) return st;
+  auto p = std::make_unique<Pending>(residual);
+  p->ctx = caller;
+  if (p->ctx.max_message_bytes == 0) {
+    p->ctx.max_message_bytes = MessageBound(grad.size(), p->ctx.transport->size());
+  }
+  st = CheckOptions(p->ctx, options);
+  if (!st.ok()) return st;
+  p->options = options;
+  p->grad = grad;
+  p->residual = residual;
   const auto start = Clock::now();
-  *stats = CallStats{};
-  const PeerCounters before = ctx.transport->TotalCounters();
   // With a coefficient c < 1 the old residual is kept aside (a failed call
   // puts back grad + old residual: nothing decays) and old - c * old is
   // reported as decayed when the call succeeds, so that conservation stays
   // checkable. One pass; the buffers live with the algorithm across calls.
-  const float c = ResidualCoefficient(ctx, options);
-  const bool decays = c != 1.0f;
+  p->coefficient = ResidualCoefficient(p->ctx, options);
+  p->decays = p->coefficient != 1.0f;
   {
-    PhaseTimer t(&stats->phases.reduction_s);
-    if (!decays) {
+    PhaseTimer t(&p->stats.phases.reduction_s);
+    if (!p->decays) {
       for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
     } else {
+      const float c = p->coefficient;
       ef_prior_.resize(grad.size());
       ef_decayed_.resize(grad.size());
       for (size_t i = 0; i < grad.size(); ++i) {
@@ -82,27 +115,65 @@ absl::Status SparseAllreduce::Run(const CallContext& caller, const AllreduceOpti
       }
     }
   }
-  ResidualLedger ledger(residual);
-  st = Exchange(ctx, options, residual, ledger, result, stats);
+  pending_ = std::move(p);
+  st = LocalSelection(pending_->ctx, pending_->options, residual, pending_->ledger,
+                      &pending_->stats);
+  pending_->stats.total_s = std::chrono::duration<double>(Clock::now() - start).count();
   if (!st.ok()) {
-    ledger.Restore();  // the residual holds grad + old residual again
-    if (decays) {
-      for (size_t i = 0; i < grad.size(); ++i) residual[i] = ef_prior_[i] + grad[i];
+    Unwind();
+    return st;
+  }
+  return absl::OkStatus();
+}
+
+void SparseAllreduce::Unwind() {
+  pending_->ledger.Restore();  // the residual holds grad + old residual again
+  if (pending_->decays) {
+    for (size_t i = 0; i < pending_->grad.size(); ++i) {
+      pending_->residual[i] = ef_prior_[i] + pending_->grad[i];
     }
-    AfterFailure();
+  }
+  pending_.reset();
+  AfterFailure();
+}
+
+void SparseAllreduce::AbandonCall() {
+  if (pending_ != nullptr) Unwind();
+}
+
+absl::Status SparseAllreduce::ExchangeCall(AllreduceResult* result, CallStats* stats,
+                                           std::optional<Deadline> deadline) {
+  if (pending_ == nullptr) return absl::FailedPreconditionError("no prepared call to exchange");
+  if (result == nullptr || stats == nullptr) {
+    Unwind();
+    return absl::InvalidArgumentError("null output");
+  }
+  Pending& p = *pending_;
+  if (deadline) p.ctx.deadline = *deadline;
+  const auto start = Clock::now();
+  *stats = std::move(p.stats);
+  const double prepare_s = stats->total_s;
+  // Counted from here: another call's bytes may have moved while this one
+  // was prepared.
+  const PeerCounters before = p.ctx.transport->TotalCounters();
+  absl::Status st = Exchange(p.ctx, p.options, p.residual, p.ledger, result, stats);
+  if (!st.ok()) {
+    Unwind();
     return st;
   }
   {
     PhaseTimer t(&stats->phases.reduction_s);
-    ledger.Commit();
-    if (decays) {
+    p.ledger.Commit();
+    if (p.decays) {
       result->decayed.swap(ef_decayed_);  // the caller's old buffer is reused next call
-      stats->details["ef_coefficient"] = c;
+      stats->details["ef_coefficient"] = p.coefficient;
     } else {
       result->decayed.clear();
     }
   }
-  FinishStats(ctx, before, start, stats);
+  FinishStats(p.ctx, before, start, stats);
+  stats->total_s += prepare_s;
+  pending_.reset();
   return absl::OkStatus();
 }
 

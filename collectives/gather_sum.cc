@@ -30,19 +30,25 @@ void SumInFixedOrder(std::vector<kernels::SparseVec>& parts, kernels::SparseVec*
 
 }  // namespace
 
+absl::Status GatherSumAlgorithm::LocalSelection(const CallContext&, const AllreduceOptions& options,
+                                                std::span<float> acc, ResidualLedger& ledger,
+                                                CallStats* stats) {
+  PhaseTimer t(&stats->phases.selection_s);
+  mine_.clear();
+  Select(acc, options, stats, &mine_);
+  ledger.Selected(mine_);
+  stats->details["local_selected"] = static_cast<double>(mine_.nnz());
+  return absl::OkStatus();
+}
+
 absl::Status GatherSumAlgorithm::Exchange(const CallContext& ctx, const AllreduceOptions& options,
-                                          std::span<float> acc, ResidualLedger& ledger,
+                                          std::span<float> acc, ResidualLedger&,
                                           AllreduceResult* result, CallStats* stats) {
   const int world = ctx.transport->size();
   const int rank = ctx.transport->rank();
   const size_t n = acc.size();
-  kernels::SparseVec mine;
-  {
-    PhaseTimer t(&stats->phases.selection_s);
-    Select(acc, options, stats, &mine);
-    ledger.Selected(mine);
-  }
-  stats->details["local_selected"] = static_cast<double>(mine.nnz());
+  kernels::SparseVec mine = std::move(mine_);
+  mine_ = {};
   const uint32_t capacity = static_cast<uint32_t>(Capacity(n, options));
   Link link(ctx, id(), &stats->phases);
   Group all;

@@ -21,6 +21,9 @@ namespace gradex {
 // out of gradient + residual (zeroing them there), the rest is shared.
 class GatherSumAlgorithm : public SparseAllreduce {
  public:
+  // The selection is the call's local part: it runs in PrepareCall.
+  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
+                              std::span<float> acc, ResidualLedger& ledger, CallStats* stats) final;
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                         CallStats* stats) final;
@@ -37,6 +40,9 @@ class GatherSumAlgorithm : public SparseAllreduce {
   // has count(j) entries.
   template <typename CountFn>
   static Volume GatherVolume(int rank, int world, size_t n, CountFn count);
+
+ private:
+  kernels::SparseVec mine_;  // this rank's selection, from LocalSelection to Exchange
 };
 
 template <typename CountFn>

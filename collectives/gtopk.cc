@@ -77,18 +77,26 @@ class GTopk final : public SparseAllreduce {
     return v;
   }
 
+  // The local top-k is the call's local part (PrepareCall).
+  absl::Status LocalSelection(const CallContext&, const AllreduceOptions& options,
+                              std::span<float> acc, ResidualLedger& ledger,
+                              CallStats* stats) override {
+    PhaseTimer t(&stats->phases.selection_s);
+    selected_.clear();
+    kernels::SelectTopKAndZero(acc.data(), acc.size(), KeepCount(options.density, acc.size()), 0,
+                               &selected_);
+    ledger.Selected(selected_);
+    stats->details["local_selected"] = static_cast<double>(selected_.nnz());
+    return absl::OkStatus();
+  }
+
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                         CallStats* stats) override {
     const size_t n = acc.size(), k = KeepCount(options.density, n);
     absl::Status st;
-    kernels::SparseVec current;
-    {
-      PhaseTimer t(&stats->phases.selection_s);
-      kernels::SelectTopKAndZero(acc.data(), n, k, 0, &current);
-      ledger.Selected(current);
-    }
-    stats->details["local_selected"] = static_cast<double>(current.nnz());
+    kernels::SparseVec current = std::move(selected_);
+    selected_ = {};
     Link link(ctx, id(), &stats->phases);
     const ExpectedBlock whole{{0, static_cast<uint32_t>(n)}, static_cast<uint32_t>(k)};
     for (const Move& m : Schedule(ctx.transport->rank(), ctx.transport->size())) {
@@ -155,6 +163,8 @@ class GTopk final : public SparseAllreduce {
     ledger.Discarded(std::move(dropped), 1.0f);
     return absl::OkStatus();
   }
+
+  kernels::SparseVec selected_;  // LocalSelection's top-k, handed to Exchange
 };
 
 }  // namespace

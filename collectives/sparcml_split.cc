@@ -83,6 +83,14 @@ absl::Status SparcmlSplit::CheckOptions(const CallContext&, const AllreduceOptio
   return ValidateQuantizeBits(static_cast<int>(Param(options, "quantize_bits")));
 }
 
+absl::Status SparcmlSplit::LocalSelection(const CallContext&, const AllreduceOptions& options,
+                                          std::span<float> acc, ResidualLedger& ledger,
+                                          CallStats* stats) {
+  mine_.clear();
+  SelectLocalTopK(acc, KeepCount(options.density, acc.size()), ledger, &stats->phases, &mine_);
+  return absl::OkStatus();
+}
+
 absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptions& options,
                                     std::span<float> acc, ResidualLedger& ledger,
                                     AllreduceResult* result, CallStats* stats) {
@@ -97,8 +105,8 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
   // Static streams never go dense, so there is nothing to quantize.
   const int bits =
       gather_form() == GatherForm::kStatic ? 0 : static_cast<int>(Param(options, "quantize_bits"));
-  kernels::SparseVec mine, error;
-  SelectLocalTopK(acc, k, ledger, times, &mine);
+  kernels::SparseVec mine = std::move(mine_), error;
+  mine_ = {};
 
   // Split reduce-scatter: step s sends slice r+s to its owner, receives this
   // rank's slice from r-s and adds it (the owner alone sums: any order works).

@@ -41,6 +41,9 @@ class SparcmlSplit : public SparseAllreduce {
  public:
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
                                      const CallStats& observed) const final;
+  // The local top-k is the call's local part (PrepareCall).
+  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
+                              std::span<float> acc, ResidualLedger& ledger, CallStats* stats) final;
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                         CallStats* stats) final;
@@ -49,6 +52,9 @@ class SparcmlSplit : public SparseAllreduce {
   absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions& options) const final;
   virtual StreamPolicy policy() const = 0;  // of the reduce-scatter streams
   virtual GatherForm gather_form() const = 0;
+
+ private:
+  kernels::SparseVec mine_;  // LocalSelection's top-k, handed to Exchange
 };
 
 }  // namespace gradex

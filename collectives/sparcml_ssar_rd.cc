@@ -60,6 +60,15 @@ class SparcmlSsarRd final : public SparseAllreduce {
     return v;
   }
 
+  // The local top-k is the call's local part (PrepareCall).
+  absl::Status LocalSelection(const CallContext&, const AllreduceOptions& options,
+                              std::span<float> acc, ResidualLedger& ledger,
+                              CallStats* stats) override {
+    mine_.clear();
+    SelectLocalTopK(acc, KeepCount(options.density, acc.size()), ledger, &stats->phases, &mine_);
+    return absl::OkStatus();
+  }
+
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                         CallStats* stats) override {
@@ -72,8 +81,8 @@ class SparcmlSsarRd final : public SparseAllreduce {
     const size_t k = KeepCount(options.density, n);
     const int p2 = FloorPow2(p);
     const BlockRange all{0, static_cast<uint32_t>(n)};
-    kernels::SparseVec mine;
-    SelectLocalTopK(acc, k, ledger, times, &mine);
+    kernels::SparseVec mine = std::move(mine_);
+    mine_ = {};
     SparseStream sum(all, StreamPolicy::kStatic);
     sum.Assign(std::move(mine));
 
@@ -142,6 +151,9 @@ class SparcmlSsarRd final : public SparseAllreduce {
     stats->result_capacity = result_cap;
     return absl::OkStatus();
   }
+
+ private:
+  kernels::SparseVec mine_;  // LocalSelection's top-k, handed to Exchange
 };
 
 }  // namespace

@@ -26,6 +26,18 @@ absl::Status SparDLFamily::CheckOptions(const CallContext& ctx,
   return Teams(options, ctx.transport->size()).status();
 }
 
+absl::Status SparDLFamily::LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
+                                          std::span<float> acc, ResidualLedger& ledger,
+                                          CallStats* stats) {
+  const int world = ctx.transport->size();
+  absl::StatusOr<int> teams = Teams(options, world);
+  if (!teams.ok()) return teams.status();
+  const BlockLayout layout(acc.size(), world / *teams, options.density);
+  held_.clear();
+  SrsSelect(layout, acc, ledger, &stats->phases, &held_);
+  return absl::OkStatus();
+}
+
 absl::Status SparDLFamily::Exchange(const CallContext& ctx, const AllreduceOptions& options,
                                     std::span<float> acc, ResidualLedger& ledger,
                                     AllreduceResult* result, CallStats* stats) {
@@ -39,8 +51,9 @@ absl::Status SparDLFamily::Exchange(const CallContext& ctx, const AllreduceOptio
 
   kernels::SparseVec owned;
   std::vector<kernels::SparseVec> blocks;
-  absl::Status st =
-      SparReduceScatter(link, team, layout, acc, kPhaseSrs, ledger, &stats->phases, &owned);
+  absl::Status st = SparReduceScatter(link, team, layout, std::move(held_), kPhaseSrs, ledger,
+                                      &stats->phases, &owned);
+  held_.clear();
   if (st.ok() && *teams > 1) {
     st = SyncTeams(link, CrossTeamGroup(rank, world, *teams), layout.expect(team.me), options,
                    ledger, stats, &owned);

@@ -23,6 +23,10 @@ class SparDLFamily : public SparseAllreduce {
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
                                      const CallStats& observed) const final;
 
+  // Spar-Reduce-Scatter's first selection (per block of the team layout)
+  // is the call's local part: it runs in PrepareCall.
+  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
+                              std::span<float> acc, ResidualLedger& ledger, CallStats* stats) final;
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                         CallStats* stats) final;
@@ -42,6 +46,10 @@ class SparDLFamily : public SparseAllreduce {
   // elements keeping `keep` entries (B-SAG: `kprime` pre-selected) to `v`.
   virtual void SyncVolume(int teams, uint32_t size, size_t keep, size_t kprime,
                           Volume* v) const = 0;
+
+ private:
+  // LocalSelection's blocks, handed to Exchange.
+  std::vector<kernels::SparseVec> held_;
 };
 
 }  // namespace gradex

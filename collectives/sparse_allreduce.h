@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -134,7 +135,8 @@ struct Volume {
 
 class SparseAllreduce {
  public:
-  virtual ~SparseAllreduce() = default;
+  SparseAllreduce();
+  virtual ~SparseAllreduce();
   // The catalog name (catalog/algorithms.cc); its entry supplies the rest.
   virtual std::string_view name() const = 0;
   // The catalog entry's traits and frame id (defaults when the catalog lacks
@@ -166,9 +168,43 @@ class SparseAllreduce {
                    std::span<const float> grad, std::span<float> residual, AllreduceResult* result,
                    CallStats* stats);
 
+  // Run in two halves, so that a caller can select one bucket while another
+  // exchanges (the client's pipeline, docs/architecture.md "Client").
+  // PrepareCall: the checks, the accumulation of grad into the residual and
+  // the algorithm's local part (LocalSelection: what it does before its
+  // first message). It sends nothing and asks the transport only its rank
+  // and size, so it may run on another thread than the one exchanging
+  // another call on the same transport. On error the residual holds grad +
+  // old residual and nothing is pending. `ctx` (and what its spans point
+  // at), `grad` and `residual` must stay valid until the call ends.
+  absl::Status PrepareCall(const CallContext& ctx, const AllreduceOptions& options,
+                           std::span<const float> grad, std::span<float> residual);
+  // The prepared call's schedule (its messages), then the ledger's commit or
+  // restore, as Run. `stats` gets the whole call's: phases of both halves,
+  // bytes of the exchange, total_s the two halves' sum (not the time the
+  // prepared call waited in between). `deadline`, when given, replaces the
+  // context's (a deadline counted from the exchange's start, not from the
+  // preparation).
+  absl::Status ExchangeCall(AllreduceResult* result, CallStats* stats,
+                            std::optional<Deadline> deadline = std::nullopt);
+  // Gives the prepared call up unexchanged: the residual holds grad + old
+  // residual again (exactly: the selected values are put back).
+  void AbandonCall();
+  bool call_pending() const { return pending_ != nullptr; }
+
  protected:
   // The algorithm's own checks of `options`, before anything is touched.
   virtual absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions& options) const {
+    return absl::OkStatus();
+  }
+  // The local part of a call, before its first message (PrepareCall): it
+  // may take values out of `acc` (recording them in `ledger`) and keep what
+  // it selected in the object for Exchange. It must not send or receive.
+  // Default: nothing (the whole schedule is in Exchange: the algorithms whose
+  // selection is interleaved with their messages).
+  virtual absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
+                                      std::span<float> acc, ResidualLedger& ledger,
+                                      CallStats* stats) {
     return absl::OkStatus();
   }
   // The schedule. `acc` (the residual) holds grad + old residual (times
@@ -191,9 +227,15 @@ class SparseAllreduce {
   }
 
  private:
+  struct Pending;
+  // Puts grad + old residual back after a failure or an abandon.
+  void Unwind();
+
   // The call frame's scratch when the coefficient is below 1: the old
   // residual (put back on failure) and the decayed part, kept across calls.
   std::vector<float> ef_prior_, ef_decayed_;
+  // The call between PrepareCall and ExchangeCall / AbandonCall.
+  std::unique_ptr<Pending> pending_;
 };
 
 // The schedules, by catalog name. Each algorithm's .cc registers its factory

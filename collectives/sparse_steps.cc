@@ -43,17 +43,21 @@ void ConcatBlocks(std::vector<kernels::SparseVec>& blocks, kernels::SparseVec* o
   }
 }
 
+void SrsSelect(const BlockLayout& layout, std::span<float> acc, ResidualLedger& ledger,
+               PhaseTimes* times, std::vector<kernels::SparseVec>* held) {
+  PhaseTimer t(&times->selection_s);
+  kernels::BlockTopK(acc.data(), layout.bounds(), layout.keeps(), 0, /*zero_selected=*/true, held);
+  for (const auto& b : *held) ledger.Selected(b);
+}
+
 absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout& layout,
-                               std::span<float> acc, uint16_t phase, ResidualLedger& ledger,
-                               PhaseTimes* times, kernels::SparseVec* owned) {
+                               std::vector<kernels::SparseVec> held, uint16_t phase,
+                               ResidualLedger& ledger, PhaseTimes* times,
+                               kernels::SparseVec* owned) {
   const int q = group.size();
   const int me = group.me;
-  std::vector<kernels::SparseVec> held;
-  {
-    PhaseTimer t(&times->selection_s);
-    kernels::BlockTopK(acc.data(), layout.bounds(), layout.keeps(), 0, /*zero_selected=*/true,
-                       &held);
-    for (const auto& b : held) ledger.Selected(b);
+  if (held.size() != static_cast<size_t>(q)) {
+    return absl::InternalError("Spar-Reduce-Scatter without its first selection");
   }
   const int steps = CeilLog2(q);
   std::vector<ExpectedBlock> expect;

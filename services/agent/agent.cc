@@ -125,6 +125,8 @@ absl::Status Agent::EnterEpoch() {
 
 absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence) {
   transport_.reset();  // one communicator at a time on the worker
+  retired_.reset();
+  step_transport_ = nullptr;
   rank_ = plan->RankOf(options_.agent_id);
   // Entry (wire-up, agreement) within the plan's entry timeout and one
   // lease: heartbeats name this epoch from now on, and the coordinator
@@ -316,7 +318,9 @@ absl::Status Agent::Fail(absl::Status status) {
   if (transport_ != nullptr) {
     // Peers waiting on this rank fail now instead of at their deadline.
     transport_->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
-    transport_.reset();
+    // Kept (aborted) until the step ends: a bucket of it may still be being
+    // planned against it on the client's selection thread (PlanBucket).
+    retired_ = std::move(transport_);
   }
   need_rejoin_ = true;
   if (metrics_ != nullptr) metrics_->StepFailed();
@@ -332,6 +336,8 @@ absl::Status Agent::Fail(absl::Status status) {
 
 absl::Status Agent::Leave() {
   transport_.reset();
+  retired_.reset();
+  step_transport_ = nullptr;
   return control_->Leave(DeadlineIn(options_.rpc_timeout));
 }
 

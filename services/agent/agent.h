@@ -16,8 +16,10 @@
 // Two ways to drive it: Step() runs all buckets of a step at once (fixed
 // size, residuals owned by the agent; gradex-agent, bench), and
 // BeginStep / RunBucket / EndStep run a step's buckets one by one, of any
-// size, with residual and algorithm object in a caller-owned BucketSlot
-// (the client's progress thread).
+// size, with residual and algorithm object in a caller-owned BucketSlot;
+// the client splits RunBucket into PlanBucket + PrepareBucket (its
+// selection thread) and ExchangeBucket (its progress thread), so bucket
+// b+1 is selected while bucket b exchanges.
 #ifndef GRADEX_SERVICES_AGENT_AGENT_H_
 #define GRADEX_SERVICES_AGENT_AGENT_H_
 
@@ -95,6 +97,37 @@ struct BucketOutcome {
   double seconds = 0;  // the exchange, wall
 };
 
+// One bucket of the open step split in three (the client's pipeline selects
+// bucket b+1 on another thread while bucket b exchanges): PlanBucket (the
+// algorithm, the call's context), PrepareBucket (the call frame's local part:
+// gradient into the residual, the local selection) and ExchangeBucket (the
+// messages). Not copyable: the context points into it.
+struct BucketCall {
+  BucketCall() = default;
+  BucketCall(const BucketCall&) = delete;
+  BucketCall& operator=(const BucketCall&) = delete;
+
+  uint32_t bucket = 0;
+  BucketSlot* slot = nullptr;
+  std::span<const float> grad;
+  std::vector<size_t> step_buckets;  // ctx.step_buckets points here
+  std::string algorithm;             // what runs
+  bool dense_probe = false;
+  SparseAllreduce* schedule = nullptr;  // null: nothing to exchange (see status)
+  CallContext ctx;
+  AllreduceOptions options;
+  // Where the bucket's gradient is: not yet in the residual, prepared (a
+  // call pending in `schedule`), kept (in the residual: grad + old residual)
+  // or exchanged.
+  enum class State { kFresh, kPrepared, kKept, kDone } state = State::kFresh;
+  // A refusal (bad size, bad index: the step goes on, nothing is kept, as
+  // RunBucket's) or the error planning or preparing met (the exchange then
+  // fails the step with it and keeps the gradient).
+  absl::Status status;
+  bool refused = false;
+  double prepare_s = 0;  // PrepareBucket, wall
+};
+
 // The call id of bucket `bucket` (< kMaxStepBuckets) of step `step`: unique
 // per call and the same on every rank whatever the step's bucket count.
 inline constexpr uint64_t kMaxStepBuckets = 65536;
@@ -133,6 +166,27 @@ class Agent {
   // step's first error returned.
   absl::Status RunBucket(uint32_t bucket, std::span<const size_t> step_buckets,
                          std::span<const float> grad, BucketSlot* slot, BucketOutcome* out);
+  // RunBucket in three parts (BucketCall). PlanBucket reads only what the
+  // open step fixed at BeginStep (plan, rules, step, rank, the step's
+  // communicator) and writes only `call` and `slot`'s algorithm objects, so
+  // it and PrepareBucket may run on another thread while ExchangeBucket runs
+  // an earlier bucket of the same step (never concurrently with BeginStep or
+  // EndStep, nor on a slot another call in flight uses). `grad` and `slot`
+  // stay valid until the call is exchanged or abandoned.
+  void PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
+                  std::span<const float> grad, BucketSlot* slot, BucketCall* call) const;
+  // The call frame's local part (SparseAllreduce::PrepareCall): touches only
+  // `call`, its slot and its gradient.
+  static void PrepareBucket(BucketCall* call);
+  // The messages of a planned (and usually prepared) bucket, in issue order:
+  // RunBucket's results and failure rules. After a failure earlier in the
+  // step a prepared call is abandoned (its residual holds grad + old
+  // residual) and the step's first error returned; a failed preparation
+  // fails the step as a failed exchange would.
+  absl::Status ExchangeBucket(BucketCall* call, BucketOutcome* out);
+  // Gives a planned bucket up unexchanged (a closing client): its gradient
+  // joins its residual.
+  static void AbandonBucket(BucketCall* call);
   // Closes the step: reports it (per bucket: algorithm, seconds, dense
   // probe), fills `out`'s step fields (not results/stats), and returns the
   // step's first error. A step whose buckets failed is spent (the next one
@@ -171,9 +225,6 @@ class Agent {
   absl::Status Barrier();
   absl::Status Rejoin();
   absl::Status Fail(absl::Status status);
-  // Makes slot's algorithm objects for `name` and the current epoch, when
-  // they were made for another.
-  absl::StatusOr<SparseAllreduce*> Prepare(const std::string& name, BucketSlot* slot);
   // Takes the agreed rules (from rank `from`); warns once per agreed value
   // about each field where this rank's own differs.
   void AdoptRules(const BucketRules& agreed, int from);
@@ -190,6 +241,13 @@ class Agent {
   void Report(uint64_t step);
   // A bucket of a failed step: its gradient joins its residual.
   absl::Status Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const;
+  // A planned bucket of a failed step: its gradient joins its residual
+  // (however far it got), and the step's error, named for it, is returned.
+  absl::Status KeepCall(BucketCall* call) const;
+  // Makes slot's algorithm objects for `name` and `epoch`, when they were
+  // made for another (PlanBucket's, which may not touch the agent).
+  static absl::StatusOr<SparseAllreduce*> SlotAlgorithm(const std::string& name, uint32_t epoch,
+                                                        BucketSlot* slot);
 
   const AgentOptions options_;
   const uint64_t job_id_;
@@ -204,6 +262,12 @@ class Agent {
   // Pending receives of the data plane, read by the heartbeat (hang diagnosis).
   const std::shared_ptr<WaitTracker> waits_ = std::make_shared<WaitTracker>();
   std::unique_ptr<Transport> transport_;
+  // The open step's communicator, fixed at BeginStep (PlanBucket reads it on
+  // the client's selection thread); a failure moves the communicator to
+  // retired_, which keeps it alive (aborted) until the step ends.
+  Transport* step_transport_ = nullptr;
+  std::unique_ptr<Transport> retired_;
+  absl::Status begin_status_;      // BeginStep's result, fixed for the step
   std::vector<BucketSlot> slots_;  // Step()'s buckets
   // The open step (BeginStep .. EndStep).
   bool step_open_ = false;

@@ -32,6 +32,8 @@ absl::Status Agent::BeginStep() {
   step_unix_start_ = std::chrono::system_clock::now();
   step_compute_s_ =
       last_step_end_ == Clock::time_point{} ? 0 : Seconds(step_start_ - last_step_end_);
+  retired_.reset();
+  step_transport_ = nullptr;
   absl::Status s;
   if (transport_ == nullptr) {
     s = EnterEpoch();
@@ -39,109 +41,22 @@ absl::Status Agent::BeginStep() {
              next_step_ != synced_at_) {
     s = Barrier();
   }
+  begin_status_ = s;
   if (!s.ok()) {
     step_status_ = s;
     return s;
   }
   step_ran_ = true;
+  step_transport_ = transport_.get();
   waits_->SetStep(plan_->epoch, next_step_);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<SparseAllreduce*> Agent::Prepare(const std::string& name, BucketSlot* slot) {
-  if (slot->epoch != plan_->epoch) {
-    slot->algorithm.reset();
-    slot->dense.reset();
-    slot->epoch = plan_->epoch;
-  }
-  // The dense fallback has an object of its own, so a probe or a small
-  // bucket's dense run leaves the sparse algorithm's state alone.
-  std::unique_ptr<SparseAllreduce>& held = name == DenseAlgorithm() ? slot->dense : slot->algorithm;
-  if (held == nullptr || held->name() != name) {
-    absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(name);
-    if (!a.ok()) return a.status();
-    held = *std::move(a);
-  }
-  return held.get();
-}
-
-absl::Status Agent::Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const {
-  for (size_t i = 0; i < grad.size(); ++i) slot->residual[i] += grad[i];
-  return absl::Status(
-      step_status_.code(),
-      absl::StrCat("step ", next_step_, " bucket ", bucket,
-                   " not exchanged (kept in its residual) after: ", step_status_.message()));
-}
-
-absl::Status Agent::RunBucket(uint32_t bucket, std::span<const size_t> step_buckets,
-                              std::span<const float> grad, BucketSlot* slot, BucketOutcome* out) {
-  if (!step_open_) return absl::FailedPreconditionError("RunBucket: no open step (BeginStep)");
-  if (slot->residual.empty()) slot->residual.assign(grad.size(), 0.0f);
-  if (slot->residual.size() != grad.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("bucket ", bucket, ": ", grad.size(),
-                                                   " elements, its residual holds ",
-                                                   slot->residual.size()));
-  }
-  if (bucket >= kMaxStepBuckets) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bucket ", bucket, ": at most ", kMaxStepBuckets, " buckets a step"));
-  }
-  if (!step_status_.ok()) return Keep(bucket, grad, slot);
-  const uint64_t step = next_step_;
-  const BucketChoice choice = ChooseBucketAlgorithm(*plan_, rules_, step, bucket, grad.size());
-  absl::StatusOr<SparseAllreduce*> algorithm = Prepare(choice.algorithm, slot);
-  if (!algorithm.ok()) {
-    step_status_ = Fail(algorithm.status());
-    return Keep(bucket, grad, slot);
-  }
-  CallContext ctx;
-  ctx.transport = transport_.get();
-  ctx.job_id = job_id_;
-  ctx.epoch = plan_->epoch;
-  ctx.call_id = CallId(step, bucket);
-  ctx.training_step = step;
-  ctx.deadline = DeadlineIn(plan_->step_deadline);
-  ctx.bucket_index = bucket;
-  ctx.step_buckets = step_buckets;
-  out->algorithm = choice.algorithm;
-  out->dense_probe = choice.dense_probe;
-  out->stats = CallStats{};
-  const Clock::time_point call_start = Clock::now();
-  absl::Status s = (*algorithm)
-                       ->Run(ctx, Options(static_cast<int>(bucket)), grad, slot->residual,
-                             &out->result, &out->stats);
-  out->seconds = Seconds(Clock::now() - call_start);
-  if (!s.ok()) {
-    // The algorithm kept grad + old residual; the rest of the step follows.
-    s = NameWait(std::move(s), call_start);
-    step_status_ = Fail(
-        absl::Status(s.code(), absl::StrCat("step ", step, " epoch ", plan_->epoch, " rank ", rank_,
-                                            " of ", plan_->world(), " (", choice.algorithm,
-                                            ", bucket ", bucket, "): ", s.message())));
-    return step_status_;
-  }
-  const int q = std::max(plan_->world() / std::max(plan_->teams, 1), 1);
-  if (metrics_ != nullptr) {
-    metrics_->ObserveCall(choice.algorithm, out->stats, grad.size(), slot->residual, out->result,
-                          rank_ % q);
-  }
-  StepReport::Bucket b;
-  b.elements = grad.size();
-  b.team_position = rank_ % q;
-  b.kprime_used = static_cast<size_t>(out->stats.Detail("kprime_used"));  // 0: none
-  b.post_gather_count = static_cast<size_t>(out->stats.Detail("post_gather_count"));
-  b.result_nnz = out->stats.result_nnz;
-  b.algorithm = choice.algorithm;
-  b.seconds = out->seconds;
-  b.dense_probe = choice.dense_probe;
-  step_buckets_.push_back(std::move(b));
-  step_stats_.push_back(out->stats);
   return absl::OkStatus();
 }
 
 absl::Status Agent::EndStep(StepOutcome* out) {
   if (!step_open_) return absl::FailedPreconditionError("EndStep: no open step");
   step_open_ = false;
+  step_transport_ = nullptr;
+  retired_.reset();
   const uint64_t step = next_step_;
   if (out != nullptr && plan_ != nullptr) {
     out->step = step;

@@ -87,12 +87,12 @@ absl::Status Set(ClientOptions* o, const std::string& key, const std::string& v)
     int64_t ms;
     if (absl::Status s = number(&ms); !s.ok()) return s;
     o->timeout = std::chrono::milliseconds(ms);
-  } else if (key == "mean") {
+  } else if (key == "mean" || key == "refuse_nonfinite" || key == "pipeline") {
     if (v != "0" && v != "1") {
       return absl::InvalidArgumentError(
-          absl::StrCat("option mean='", v.substr(0, 64), "': 0 or 1"));
+          absl::StrCat("option ", key, "='", v.substr(0, 64), "': 0 or 1"));
     }
-    o->mean = v == "1";
+    (key == "mean" ? o->mean : key == "pipeline" ? o->pipeline : o->refuse_nonfinite) = v == "1";
   } else if (absl::StartsWith(key, "param.") && key.size() > 6) {
     double x;
     if (absl::Status s = real(&x); !s.ok()) return s;

@@ -3,7 +3,8 @@
 // coordinator (or, on rank 0 with none configured, starts one in-process and
 // publishes its address and a fresh token through the trainer's rendezvous
 // store), owns the UCX worker, and runs bucket exchanges on its own progress
-// thread in the order the trainer issues them.
+// thread in the order the trainer issues them, selecting the next bucket on a
+// second thread meanwhile.
 //
 // Residuals are kept per parameter span (ParamSpan::key), not per bucket
 // index, so they survive DDP's bucket rebuild after the first iteration; a
@@ -77,6 +78,10 @@ struct ClientOptions {
   // naming how many there were and where. Pass through: summed like any
   // value (every rank's result and this rank's residual become non-finite).
   bool refuse_nonfinite = true;
+  // Selection of bucket b+1 overlaps the exchange of bucket b (on a second
+  // thread), within a step (GRADEX_PIPELINE=0 turns it off: each bucket is
+  // selected after the previous one's exchange, as a comparison baseline).
+  bool pipeline = true;
 };
 // When the coordinator is embedded (rank 0, none given), its job takes
 // algorithm, density, teams and params from rank 0's options; a coordinator

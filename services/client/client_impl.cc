@@ -17,32 +17,6 @@ namespace {
 
 std::atomic<uint64_t> g_clients{0};  // agent ids stay unique across clients of one process
 
-// Replaces NaN and infinite values by 0 (they are exchanged as 0) and says
-// how many there were and where the first was.
-absl::Status ZeroNonFinite(const std::vector<ParamSpan>& spans, std::span<float> data,
-                           ClientMetrics* metrics) {
-  size_t count = 0, first = 0;
-  for (size_t i = 0; i < data.size(); ++i) {
-    if (std::isfinite(data[i])) continue;
-    if (count++ == 0) first = i;
-    data[i] = 0.0f;
-  }
-  if (count == 0) return absl::OkStatus();
-  metrics->nonfinite_values.Increment(static_cast<double>(count));
-  size_t at = 0;
-  uint64_t key = 0;
-  for (const ParamSpan& s : spans) {
-    if (first < at + s.elements) {
-      key = s.key;
-      break;
-    }
-    at += s.elements;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "gradient has ", count, " NaN or infinite values (first: span ", key, " element ", first - at,
-      "); they were exchanged as 0 and the result excludes them"));
-}
-
 }  // namespace
 
 ClientImpl::ClientImpl(ClientOptions options) : options_(std::move(options)) {
@@ -120,7 +94,8 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
     timeline_ = *std::move(tl);
   }
   started_ = true;
-  worker_ = std::thread([this] { Loop(); });
+  worker_ = std::thread([this] { ExchangeLoop(); });
+  selector_ = std::thread([this] { SelectLoop(); });
   return absl::OkStatus();
 }
 
@@ -139,7 +114,8 @@ void ClientImpl::AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> d
 }
 
 absl::Status ClientImpl::Flush() {
-  if (std::this_thread::get_id() == worker_.get_id()) {
+  if (std::this_thread::get_id() == worker_.get_id() ||
+      std::this_thread::get_id() == selector_.get_id()) {
     return absl::FailedPreconditionError(
         "gradex Flush from a bucket's done callback would wait for itself");
   }
@@ -154,116 +130,13 @@ absl::Status ClientImpl::Flush() {
   return absl::OkStatus();
 }
 
-void ClientImpl::Loop() {
-  for (;;) {
-    Item item;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || closing_; };
-      mu_.Await(absl::Condition(&ready));
-      if (closing_) return;  // Close fails what is left
-      item = std::move(queue_.front());
-      queue_.pop_front();
-      ++running_;
-    }
-    const auto start = std::chrono::system_clock::now();
-    agent::BucketOutcome out;
-    uint32_t index = 0;
-    double residual_l2 = 0;
-    uint64_t step = 0;
-    absl::Status s;
-    {
-      absl::MutexLock lock(&state_mu_);
-      agent::BucketSlot* slot = nullptr;
-      s = Process(item, &out, &index, &slot);
-      if (slot != nullptr) {
-        double sq = 0;
-        for (float v : slot->residual) sq += static_cast<double>(v) * v;
-        residual_l2 = std::sqrt(sq);
-      }
-      step = agent_->next_step();
-      if (item.last_in_step && agent_->step_open()) {
-        agent::StepOutcome step;
-        (void)agent_->EndStep(&step);  // its first error is every later bucket's already
-        last_sizes_ = std::move(step_sizes_);
-        step_sizes_.clear();
-      }
-      rank_.store(agent_->connected() ? agent_->rank() : -1);
-      if (const agent::Plan* p = agent_->plan()) world_.store(p->world());
-      step_.store(agent_->next_step());
-    }
-    Record(item, out, s, step, index, residual_l2, start);
-    item.done(s);
-    absl::MutexLock lock(&mu_);
-    --running_;
-  }
-}
-
-absl::Status ClientImpl::Process(Item& item, agent::BucketOutcome* out, uint32_t* index,
-                                 agent::BucketSlot** slot) {
-  size_t n = 0;
-  for (const ParamSpan& s : item.spans) n += s.elements;
-  if (n != item.data.size() || n == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("bucket: its spans cover ", n,
-                                                   " elements, its data holds ", item.data.size()));
-  }
-  if (n > options_.max_bucket_elements) {
-    return absl::InvalidArgumentError(absl::StrCat("bucket of ", n, " elements: over ",
-                                                   options_.max_bucket_elements,
-                                                   " (ClientOptions.max_bucket_elements)"));
-  }
-  if (item.memory == Memory::kHost) return Exchange(item, item.data, out, index, slot);
-  absl::StatusOr<std::span<float>> host = staging_.ToHost(item.data);
-  if (!host.ok()) return host.status();
-  absl::Status s = Exchange(item, *host, out, index, slot);
-  if (!s.ok()) return s;  // the device data is untouched
-  return staging_.ToDevice(item.data);
-}
-
-absl::Status ClientImpl::Exchange(Item& item, std::span<float> host, agent::BucketOutcome* out,
-                                  uint32_t* index, agent::BucketSlot** slot) {
-  absl::StatusOr<agent::BucketSlot*> gathered = residuals_.Gather(item.spans);
-  if (!gathered.ok()) return gathered.status();
-  *slot = *gathered;
-  if (!agent_->step_open()) {
-    // A step that cannot begin (no epoch within the timeout) fails its
-    // buckets in RunBucket, which keeps their gradients.
-    (void)agent_->BeginStep();
-    step_sizes_.clear();
-  }
-  *index = static_cast<uint32_t>(std::min<size_t>(step_sizes_.size(), agent::kMaxStepBuckets));
-  step_sizes_.push_back(host.size());
-  if (*index >= agent::kMaxStepBuckets) {
-    for (size_t i = 0; i < host.size(); ++i) (*slot)->residual[i] += host[i];
-    return absl::InvalidArgumentError(
-        absl::StrCat("over ", agent::kMaxStepBuckets,
-                     " buckets in one step (is last_in_step ever set?); kept in the residual"));
-  }
-  // COVAP counts parts across the step's buckets: the last step's sizes, the
-  // same on every rank, when this bucket matches them.
-  std::span<const size_t> sizes;
-  if (*index < last_sizes_.size() && last_sizes_[*index] == host.size()) sizes = last_sizes_;
-  absl::Status refused = options_.refuse_nonfinite
-                             ? ZeroNonFinite(item.spans, host, client_metrics_.get())
-                             : absl::OkStatus();
-  absl::Status s = agent_->RunBucket(*index, sizes, host, *slot, out);
-  if (!s.ok()) return s;
-  out->result.ToDense(host);
-  if (options_.mean) {
-    const float world = static_cast<float>(agent_->plan()->world());
-    for (float& v : host) v /= world;
-  }
-  return refused;
-}
-
 void ClientImpl::KeepUnrun(Item& item) {
   size_t n = 0;
   for (const ParamSpan& s : item.spans) n += s.elements;
   if (n != item.data.size() || n == 0 || n > options_.max_bucket_elements) return;
   std::span<const float> grad = item.data;
   if (item.memory == Memory::kDevice) {
-    absl::StatusOr<std::span<float>> host = staging_.ToHost(item.data);
+    absl::StatusOr<std::span<float>> host = staging_[0].ToHost(item.data);
     if (!host.ok()) return;
     grad = *host;
   }
@@ -273,7 +146,8 @@ void ClientImpl::KeepUnrun(Item& item) {
 }
 
 absl::Status ClientImpl::Close() {
-  if (std::this_thread::get_id() == worker_.get_id()) {
+  if (std::this_thread::get_id() == worker_.get_id() ||
+      std::this_thread::get_id() == selector_.get_id()) {
     return absl::FailedPreconditionError(
         "gradex Close from a bucket's done callback (the progress thread); close from the "
         "trainer's thread");
@@ -285,7 +159,11 @@ absl::Status ClientImpl::Close() {
     closed_ = closing_ = true;
     left.swap(queue_);
   }
-  if (worker_.joinable()) worker_.join();  // the bucket in progress ends first
+  // The bucket being selected is handed over, the bucket exchanging ends
+  // first; a selected bucket not yet exchanging is given up (kept in its
+  // residual, CANCELLED) by the progress thread.
+  if (selector_.joinable()) selector_.join();
+  if (worker_.joinable()) worker_.join();
   {
     absl::MutexLock lock(&state_mu_);
     for (Item& item : left) KeepUnrun(item);

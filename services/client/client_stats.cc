@@ -28,27 +28,33 @@ void Push(std::deque<double>& d, double v) {
 }  // namespace
 
 void ClientImpl::Record(const Item& item, const agent::BucketOutcome& out,
-                        const absl::Status& status, uint64_t step, uint32_t index,
-                        double residual_l2, std::chrono::system_clock::time_point start) {
+                        const absl::Status& status, double residual_l2, TimePoint end) {
+  const uint64_t step = item.step;
   if (timeline_ != nullptr) {
+    auto secs = [](TimePoint a, TimePoint b) {
+      return std::max(0.0, std::chrono::duration<double>(b - a).count());
+    };
+    // The selection thread's row (tid 1): the wait in the queue, then the
+    // call's local part. The progress thread's (tid 0): the wait for the
+    // previous bucket's exchange, the exchange, and inside it its
+    // communication and reduction (phase totals laid end to end).
     std::vector<Timeline::Span> spans;
-    spans.push_back(
-        {"queue", item.queued, std::chrono::duration<double>(start - item.queued).count()});
+    spans.push_back({"queue", item.queued, secs(item.queued, item.select_start), 1});
+    spans.push_back({"selection", item.select_start, secs(item.select_start, item.select_end), 1});
+    spans.push_back({"wait", item.select_end, secs(item.select_end, item.exchange_start), 0});
     if (status.ok()) {
-      auto at = start;
-      for (auto [name, s] : {std::pair{"selection", out.stats.phases.selection_s},
-                             {"communication", out.stats.phases.communication_s},
+      spans.push_back({"exchange", item.exchange_start, secs(item.exchange_start, end), 0});
+      auto at = item.exchange_start;
+      for (auto [name, s] : {std::pair{"communication", out.stats.phases.communication_s},
                              {"reduction", out.stats.phases.reduction_s}}) {
-        spans.push_back({name, at, s});
+        spans.push_back({name, at, s, 0});
         at += std::chrono::duration_cast<std::chrono::system_clock::duration>(
             std::chrono::duration<double>(s));
       }
     } else {
-      spans.push_back(
-          {"failed", start,
-           std::chrono::duration<double>(std::chrono::system_clock::now() - start).count()});
+      spans.push_back({"failed", item.exchange_start, secs(item.exchange_start, end), 0});
     }
-    timeline_->Bucket(spans, step, index, out.algorithm, item.data.size());
+    timeline_->Bucket(spans, step, item.index, out.algorithm, item.data.size());
   }
   (status.ok() ? client_metrics_->buckets_ok : client_metrics_->buckets_failed).Increment();
   if (!status.ok() && out.algorithm.empty()) return;  // never ran

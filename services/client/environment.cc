@@ -143,6 +143,11 @@ absl::Status ApplyEnvironment(ClientOptions* o) {
   }
   if (const char* v = Get("GRADEX_DATA_IP")) o->data_ip = v;
   if (const char* v = Get("GRADEX_TIMELINE")) o->timeline_path = v;
+  if (const char* v = Get("GRADEX_PIPELINE")) {
+    const std::string p = v;
+    if (p != "0" && p != "1") return Malformed("GRADEX_PIPELINE", v, "0 or 1");
+    o->pipeline = p == "1";
+  }
   return absl::OkStatus();
 }
 

@@ -64,10 +64,11 @@ typedef struct {
  * (GRADEX_COORDINATOR, GRADEX_TOKEN[_FILE], GRADEX_JOB, RANK, WORLD_SIZE,
  * LOCAL_RANK, MASTER_ADDR, GRADEX_COORDINATOR_HOST, GRADEX_METRICS_PORT,
  * GRADEX_METRICS_ADDR, GRADEX_TLS_{CA,CERT,KEY}_FILE, GRADEX_TLS_SERVER_NAME,
- * GRADEX_DATA_IP, GRADEX_TIMELINE), then count key/value options: job, rank, world_size,
- * local_rank, coordinator, token, advertise_host, algorithm, density, teams,
- * start_iter, min_compression_rate, dense_probe_period, timeout_ms, mean
- * (0/1), refuse_nonfinite (0/1), metrics_port, data_ip, timeline, max_bucket_elements, and
+ * GRADEX_DATA_IP, GRADEX_TIMELINE, GRADEX_PIPELINE), then count key/value
+ * options: job, rank, world_size, local_rank, coordinator, token,
+ * advertise_host, algorithm, density, teams, start_iter, min_compression_rate,
+ * dense_probe_period, timeout_ms, mean (0/1), refuse_nonfinite (0/1),
+ * pipeline (0/1), metrics_port, data_ip, timeline, max_bucket_elements, and
  * param.NAME for an algorithm parameter. rendezvous may be NULL. */
 int gradex_create(const char* const* keys, const char* const* values, size_t count, int use_env,
                   const gradex_rendezvous* rendezvous, gradex_client** out);

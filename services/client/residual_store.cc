@@ -66,6 +66,18 @@ absl::StatusOr<agent::BucketSlot*> ResidualStore::Gather(std::span<const ParamSp
   return &l->slot;
 }
 
+std::vector<const agent::BucketSlot*> ResidualStore::Touched(
+    std::span<const ParamSpan> spans) const {
+  std::vector<const agent::BucketSlot*> out;
+  LayoutKey key;
+  for (const ParamSpan& s : spans) key.emplace_back(s.key, s.elements);
+  if (auto it = layouts_.find(key); it != layouts_.end()) out.push_back(&it->second->slot);
+  for (const ParamSpan& s : spans) {
+    if (auto it = homes_.find(s.key); it != homes_.end()) out.push_back(&it->second.layout->slot);
+  }
+  return out;
+}
+
 std::map<uint64_t, std::vector<float>> ResidualStore::Export() const {
   std::map<uint64_t, std::vector<float>> out;
   for (const auto& [key, home] : homes_) {

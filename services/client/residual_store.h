@@ -5,7 +5,7 @@
 // lives in exactly one layout at a time; a bucket whose spans live elsewhere
 // moves their residuals in before it runs (the old place is zeroed), so
 // nothing is lost or counted twice. Layouts left with no span are dropped.
-// Not thread-safe: the client's progress thread owns it.
+// Not thread-safe: the client's selection thread owns it.
 #ifndef GRADEX_SERVICES_CLIENT_RESIDUAL_STORE_H_
 #define GRADEX_SERVICES_CLIENT_RESIDUAL_STORE_H_
 
@@ -29,6 +29,12 @@ class ResidualStore {
   // span of 0 elements, a key twice, or a key whose element count differs
   // from what the store holds for it.
   absl::StatusOr<agent::BucketSlot*> Gather(std::span<const ParamSpan> spans);
+
+  // The slots Gather(spans) would read or write (its own, if it exists, and
+  // every slot that holds one of the spans' residuals now). A pure lookup:
+  // the client's selection thread gathers a bucket while another exchanges
+  // only when this does not name the exchanging bucket's slot.
+  std::vector<const agent::BucketSlot*> Touched(std::span<const ParamSpan> spans) const;
 
   // Every span's residual, by key.
   std::map<uint64_t, std::vector<float>> Export() const;

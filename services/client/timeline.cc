@@ -41,6 +41,10 @@ absl::StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& path
   t->first_ = true;
   t->Append(absl::StrCat(R"({"name": "process_name", "ph": "M", "pid": )", rank,
                          R"(, "args": {"name": "gradex rank )", rank, R"("}})"));
+  for (auto [tid, name] : {std::pair{0, "exchange"}, {1, "selection"}}) {
+    t->Append(absl::StrCat(R"({"name": "thread_name", "ph": "M", "pid": )", rank, R"(, "tid": )",
+                           tid, R"(, "args": {"name": ")", name, R"("}})"));
+  }
   return t;
 }
 
@@ -65,8 +69,8 @@ void Timeline::Bucket(const std::vector<Span>& spans, uint64_t step, uint32_t bu
     Append(absl::StrCat(
         R"({"name": ")", std::string(s.name), R"(", "cat": "bucket", "ph": "X", "ts": )", us,
         R"(, "dur": )", static_cast<int64_t>(s.seconds * 1e6), R"(, "pid": )", rank_,
-        R"(, "tid": 0, "args": {"step": )", step, R"(, "bucket": )", bucket, R"(, "algorithm": ")",
-        Safe(algorithm), R"(", "elements": )", elements, "}}"));
+        R"(, "tid": )", s.tid, R"(, "args": {"step": )", step, R"(, "bucket": )", bucket,
+        R"(, "algorithm": ")", Safe(algorithm), R"(", "elements": )", elements, "}}"));
   }
   std::fflush(f_);
 }

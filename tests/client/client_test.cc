@@ -148,11 +148,12 @@ TEST(ClientTest, ThreeRanksRebuiltBucketsIdenticalAndConserved) {
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
   }
-  // The timeline of rank 0 parses as JSON and holds 4 events per bucket.
+  // The timeline of rank 0 parses as JSON and holds 6 events per bucket
+  // (queue, selection, wait, exchange, communication, reduction).
   const std::string path0 = ::testing::TempDir() + "/gradex_client_timeline.rank0.json";
   const std::string cmd = absl::StrCat(
       "python3 -c \"import json,sys; e=json.load(open('", path0,
-      "')); sys.exit(0 if sum(1 for x in e if x.get('ph')=='X')==", 4 * 3 * kSteps, " else 1)\"");
+      "')); sys.exit(0 if sum(1 for x in e if x.get('ph')=='X')==", 6 * 3 * kSteps, " else 1)\"");
   if (std::system("python3 -c 'import json' 2>/dev/null") == 0) {
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }

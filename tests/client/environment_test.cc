@@ -26,7 +26,8 @@ const char* const kVars[] = {"GRADEX_COORDINATOR",
                              "GRADEX_TLS_CA_FILE",
                              "GRADEX_TLS_CERT_FILE",
                              "GRADEX_TLS_KEY_FILE",
-                             "GRADEX_TLS_SERVER_NAME"};
+                             "GRADEX_TLS_SERVER_NAME",
+                             "GRADEX_PIPELINE"};
 
 class EnvironmentTest : public ::testing::Test {
  protected:
@@ -44,6 +45,7 @@ TEST_F(EnvironmentTest, TorchrunAndGradexVariables) {
   setenv("GRADEX_METRICS_PORT", "9400", 1);
   setenv("GRADEX_DATA_IP", "10.0.0.7", 1);
   setenv("GRADEX_TIMELINE", "/tmp/t.json", 1);
+  setenv("GRADEX_PIPELINE", "0", 1);
   setenv("GRADEX_COORDINATOR", "coord.example:50051", 1);
   setenv("GRADEX_JOB", "train1-gradex", 1);
   setenv("GRADEX_METRICS_ADDR", "0.0.0.0", 1);
@@ -59,6 +61,7 @@ TEST_F(EnvironmentTest, TorchrunAndGradexVariables) {
   EXPECT_EQ(o.metrics_port, 9400);
   EXPECT_EQ(o.data_ip, "10.0.0.7");
   EXPECT_EQ(o.timeline_path, "/tmp/t.json");
+  EXPECT_FALSE(o.pipeline) << "GRADEX_PIPELINE=0 turns the overlap off";
   EXPECT_EQ(o.coordinator, "coord.example:50051");
   EXPECT_EQ(o.token, "s3cret");
   EXPECT_EQ(o.job, "train1-gradex");
@@ -90,6 +93,7 @@ TEST_F(EnvironmentTest, NothingSetChangesNothing) {
   EXPECT_TRUE(o.coordinator.empty());
   EXPECT_EQ(o.job, "gradex");
   EXPECT_EQ(o.metrics_address, "127.0.0.1") << "the metrics endpoint stays on loopback by default";
+  EXPECT_TRUE(o.pipeline);
 }
 
 TEST_F(EnvironmentTest, MalformedValuesNameTheVariable) {
@@ -107,7 +111,8 @@ TEST_F(EnvironmentTest, MalformedValuesNameTheVariable) {
         Case{"GRADEX_COORDINATOR", "nohost"}, Case{"GRADEX_COORDINATOR", "host:99999"},
         Case{"GRADEX_COORDINATOR", ":80"}, Case{"MASTER_ADDR", "a b"}, Case{"GRADEX_JOB", "a/b"},
         Case{"GRADEX_JOB", long_job.c_str()}, Case{"GRADEX_METRICS_ADDR", "0.0.0.0:9400"},
-        Case{"GRADEX_METRICS_ADDR", "a b"}, Case{"GRADEX_TOKEN_FILE", missing.c_str()}}) {
+        Case{"GRADEX_METRICS_ADDR", "a b"}, Case{"GRADEX_TOKEN_FILE", missing.c_str()},
+        Case{"GRADEX_PIPELINE", "yes"}}) {
     SetUp();
     setenv(c.var, c.value, 1);
     ClientOptions o;

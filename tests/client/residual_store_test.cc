@@ -85,6 +85,24 @@ TEST(ResidualStoreTest, RebuildMovesResidualsIntoTheNewLayout) {
   EXPECT_EQ(store.layouts(), 2u) << "the old layouts are empty and dropped";
 }
 
+// What the client's selection thread asks before gathering a bucket while
+// another exchanges: every slot the gathering would read or write.
+TEST(ResidualStoreTest, TouchedNamesEverySlotAGatherWouldUse) {
+  ResidualStore store;
+  const std::vector<ParamSpan> a = {{1, 4}, {2, 3}}, b = {{3, 5}}, ab = {{2, 3}, {3, 5}};
+  agent::BucketSlot* sa = *store.Gather(a);
+  agent::BucketSlot* sb = *store.Gather(b);
+  using Slots = std::vector<const agent::BucketSlot*>;
+  EXPECT_EQ(store.Touched(a), (Slots{sa, sa, sa}));
+  EXPECT_EQ(store.Touched(b), (Slots{sb, sb}));
+  EXPECT_EQ(store.Touched(ab), (Slots{sa, sb})) << "a new layout moves spans out of a and b";
+  const std::vector<ParamSpan> fresh = {{9, 2}};
+  EXPECT_TRUE(store.Touched(fresh).empty()) << "new spans in a new layout touch nothing else";
+  agent::BucketSlot* sab = *store.Gather(ab);
+  EXPECT_EQ(store.Touched(ab), (Slots{sab, sab, sab}));
+  EXPECT_EQ(store.Touched(a), (Slots{sa, sa, sab})) << "span 2 lives in ab now";
+}
+
 TEST(ResidualStoreTest, BadLayoutsAreRefusedAndChangeNothing) {
   ResidualStore store;
   (*store.Gather(std::vector<ParamSpan>{{1, 4}}))->residual = {1, 1, 1, 1};

@@ -1,0 +1,211 @@
+// One bucket of the open step (agent.h): RunBucket, and its three parts
+// PlanBucket / PrepareBucket / ExchangeBucket that the client's pipeline
+// runs on two threads (selection of bucket b+1 while bucket b exchanges).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "services/agent/agent.h"
+
+namespace gradex::agent {
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, uint32_t epoch,
+                                                      BucketSlot* slot) {
+  if (slot->epoch != epoch) {
+    slot->algorithm.reset();
+    slot->dense.reset();
+    slot->epoch = epoch;
+  }
+  // The dense fallback has an object of its own, so a probe or a small
+  // bucket's dense run leaves the sparse algorithm's state alone.
+  std::unique_ptr<SparseAllreduce>& held = name == DenseAlgorithm() ? slot->dense : slot->algorithm;
+  if (held == nullptr || held->name() != name) {
+    absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(name);
+    if (!a.ok()) return a.status();
+    held = *std::move(a);
+  }
+  return held.get();
+}
+
+absl::Status Agent::Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const {
+  for (size_t i = 0; i < grad.size(); ++i) slot->residual[i] += grad[i];
+  return absl::Status(
+      step_status_.code(),
+      absl::StrCat("step ", next_step_, " bucket ", bucket,
+                   " not exchanged (kept in its residual) after: ", step_status_.message()));
+}
+
+absl::Status Agent::KeepCall(BucketCall* call) const {
+  switch (call->state) {
+    case BucketCall::State::kPrepared:
+      AbandonBucket(call);  // grad + old residual again
+      return absl::Status(
+          step_status_.code(),
+          absl::StrCat("step ", next_step_, " bucket ", call->bucket,
+                       " not exchanged (kept in its residual) after: ", step_status_.message()));
+    case BucketCall::State::kKept:
+    case BucketCall::State::kDone:
+      return absl::Status(
+          step_status_.code(),
+          absl::StrCat("step ", next_step_, " bucket ", call->bucket,
+                       " not exchanged (kept in its residual) after: ", step_status_.message()));
+    case BucketCall::State::kFresh:
+      call->state = BucketCall::State::kKept;
+      return Keep(call->bucket, call->grad, call->slot);
+  }
+  return step_status_;
+}
+
+void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
+                       std::span<const float> grad, BucketSlot* slot, BucketCall* call) const {
+  call->bucket = bucket;
+  call->slot = slot;
+  call->grad = grad;
+  call->step_buckets.assign(step_buckets.begin(), step_buckets.end());
+  call->schedule = nullptr;
+  call->state = BucketCall::State::kFresh;
+  call->status = absl::OkStatus();
+  call->refused = false;
+  call->prepare_s = 0;
+  auto refuse = [call](absl::Status s) {
+    call->refused = true;
+    call->status = std::move(s);
+  };
+  if (!step_open_)
+    return refuse(absl::FailedPreconditionError("RunBucket: no open step (BeginStep)"));
+  if (slot->residual.empty()) slot->residual.assign(grad.size(), 0.0f);
+  if (slot->residual.size() != grad.size()) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat("bucket ", bucket, ": ", grad.size(),
+                                                          " elements, its residual holds ",
+                                                          slot->residual.size())));
+  }
+  if (bucket >= kMaxStepBuckets) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("bucket ", bucket, ": at most ", kMaxStepBuckets, " buckets a step")));
+  }
+  if (!begin_status_.ok()) {
+    call->status = begin_status_;  // the step could not begin: the gradient is kept
+    return;
+  }
+  const BucketChoice choice =
+      ChooseBucketAlgorithm(*plan_, rules_, next_step_, bucket, grad.size());
+  call->algorithm = choice.algorithm;
+  call->dense_probe = choice.dense_probe;
+  absl::StatusOr<SparseAllreduce*> algorithm = SlotAlgorithm(choice.algorithm, plan_->epoch, slot);
+  if (!algorithm.ok()) {
+    call->status = algorithm.status();
+    return;
+  }
+  call->schedule = *algorithm;
+  CallContext& ctx = call->ctx;
+  ctx = CallContext{};
+  ctx.transport = step_transport_;
+  ctx.job_id = job_id_;
+  ctx.epoch = plan_->epoch;
+  ctx.call_id = CallId(next_step_, bucket);
+  ctx.training_step = next_step_;
+  ctx.deadline = DeadlineIn(plan_->step_deadline);  // renewed when the exchange starts
+  ctx.bucket_index = bucket;
+  ctx.step_buckets = call->step_buckets;
+  call->options = Options(static_cast<int>(bucket));
+}
+
+void Agent::PrepareBucket(BucketCall* call) {
+  if (call->refused || !call->status.ok() || call->schedule == nullptr ||
+      call->state != BucketCall::State::kFresh) {
+    return;
+  }
+  const Clock::time_point start = Clock::now();
+  absl::Status s =
+      call->schedule->PrepareCall(call->ctx, call->options, call->grad, call->slot->residual);
+  call->prepare_s = Seconds(Clock::now() - start);
+  if (s.ok()) {
+    call->state = BucketCall::State::kPrepared;
+  } else {
+    call->state = BucketCall::State::kKept;  // the frame put grad + old residual back
+    call->status = std::move(s);
+  }
+}
+
+void Agent::AbandonBucket(BucketCall* call) {
+  if (call->refused) return;
+  if (call->state == BucketCall::State::kPrepared) {
+    call->schedule->AbandonCall();
+  } else if (call->state == BucketCall::State::kFresh) {
+    for (size_t i = 0; i < call->grad.size(); ++i) call->slot->residual[i] += call->grad[i];
+  }
+  call->state = BucketCall::State::kKept;
+}
+
+absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
+  if (call->refused) return call->status;
+  if (!step_open_) {
+    AbandonBucket(call);
+    return absl::FailedPreconditionError("ExchangeBucket: no open step (BeginStep)");
+  }
+  out->algorithm = call->algorithm;
+  out->dense_probe = call->dense_probe;
+  out->stats = CallStats{};
+  out->seconds = 0;
+  if (!step_status_.ok()) return KeepCall(call);
+  const uint32_t bucket = call->bucket;
+  const uint64_t step = next_step_;
+  if (call->status.ok() && call->state == BucketCall::State::kFresh) PrepareBucket(call);
+  if (!call->status.ok()) {
+    // Planning or preparing failed: the step fails here, in issue order, as
+    // an exchange would (the peers waiting on this bucket fail now).
+    step_status_ = Fail(
+        absl::Status(call->status.code(),
+                     absl::StrCat("step ", step, " epoch ", plan_ == nullptr ? 0 : plan_->epoch,
+                                  " rank ", rank_, " (", call->algorithm, ", bucket ", bucket,
+                                  ") before its exchange: ", call->status.message())));
+    return KeepCall(call);
+  }
+  const Clock::time_point call_start = Clock::now();
+  absl::Status s =
+      call->schedule->ExchangeCall(&out->result, &out->stats, DeadlineIn(plan_->step_deadline));
+  call->state = s.ok() ? BucketCall::State::kDone : BucketCall::State::kKept;
+  out->seconds = Seconds(Clock::now() - call_start) + call->prepare_s;
+  if (!s.ok()) {
+    // The algorithm kept grad + old residual; the rest of the step follows.
+    s = NameWait(std::move(s), call_start);
+    step_status_ = Fail(
+        absl::Status(s.code(), absl::StrCat("step ", step, " epoch ", plan_->epoch, " rank ", rank_,
+                                            " of ", plan_->world(), " (", call->algorithm,
+                                            ", bucket ", bucket, "): ", s.message())));
+    return step_status_;
+  }
+  const int q = std::max(plan_->world() / std::max(plan_->teams, 1), 1);
+  if (metrics_ != nullptr) {
+    metrics_->ObserveCall(call->algorithm, out->stats, call->grad.size(), call->slot->residual,
+                          out->result, rank_ % q);
+  }
+  StepReport::Bucket b;
+  b.elements = call->grad.size();
+  b.team_position = rank_ % q;
+  b.kprime_used = static_cast<size_t>(out->stats.Detail("kprime_used"));  // 0: none
+  b.post_gather_count = static_cast<size_t>(out->stats.Detail("post_gather_count"));
+  b.result_nnz = out->stats.result_nnz;
+  b.algorithm = call->algorithm;
+  b.seconds = out->seconds;
+  b.dense_probe = call->dense_probe;
+  step_buckets_.push_back(std::move(b));
+  step_stats_.push_back(out->stats);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::RunBucket(uint32_t bucket, std::span<const size_t> step_buckets,
+                              std::span<const float> grad, BucketSlot* slot, BucketOutcome* out) {
+  BucketCall call;
+  PlanBucket(bucket, step_buckets, grad, slot, &call);
+  // After a failure in the step only the gradient is kept (no selection).
+  if (step_status_.ok()) PrepareBucket(&call);
+  return ExchangeBucket(&call, out);
+}
+
+}  // namespace gradex::agent

@@ -1,0 +1,281 @@
+// The agent's per-bucket API run as the client's pipeline runs it: bucket
+// b+1 planned and prepared (PlanBucket / PrepareBucket: gradient into the
+// residual, local selection) on a second thread while bucket b exchanges
+// (ExchangeBucket). Steps stay bitwise consistent and conserving; a peer
+// that dies while the next bucket is prepared, and a preparation that fails,
+// leave every later bucket's gradient in its residual exactly.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <barrier>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "catalog/catalog.h"
+#include "collectives/residual_ledger.h"
+#include "kernels/sparse.h"
+#include "services/agent/agent.h"
+#include "tests/agent/loopback_provider.h"
+#include "tests/collectives/harness.h"
+#include "tests/collectives/test_dense_gather.h"
+#include "tests/fakes/fake_control_plane.h"
+
+namespace gradex::agent {
+namespace {
+
+using gradex::testing::ConservationError;
+using gradex::testing::Consistent;
+using gradex::testing::MakeGradient;
+using gradex::testing::RankCall;
+using gradex::testing::Values;
+using std::chrono::milliseconds;
+
+constexpr char kFailing[] = "test-failing-selection";
+// The call whose local part fails, and on which epoch rank (-1: none).
+std::atomic<uint64_t> g_fail_call{0};
+std::atomic<int> g_fail_rank{-1};
+
+GRADEX_CATALOG_ENTRY({.id = 60021,
+                      .name = kFailing,
+                      .description = "test only: a dense gather whose local part can fail",
+                      .traits = {.dense = true}});
+
+// The test gather with a local part that, on the chosen call and rank, takes
+// the top half of the accumulator out (as a selection does) and then fails,
+// so the frame must put it back.
+class FailingSelection final : public gradex::testing::TestDenseGather {
+ public:
+  FailingSelection() : TestDenseGather(kFailing) {}
+
+ protected:
+  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions&, std::span<float> acc,
+                              ResidualLedger& ledger, CallStats*) override {
+    if (ctx.call_id != g_fail_call.load() || ctx.transport->rank() != g_fail_rank.load()) {
+      return absl::OkStatus();
+    }
+    kernels::SparseVec taken;
+    kernels::SelectTopKAndZero(acc.data(), acc.size(), acc.size() / 2, 0, &taken);
+    ledger.Selected(taken);
+    return absl::InternalError("test: the local selection failed");
+  }
+};
+
+GRADEX_REGISTER_ALGORITHM(kFailing, [] { return std::make_unique<FailingSelection>(); });
+
+const std::vector<size_t> kSizes = {3001, 257, 1200};
+
+struct Box {
+  std::unique_ptr<FakeControlPlane> control;
+  std::unique_ptr<testing::LoopbackProvider> transports;
+  std::unique_ptr<Agent> agent;
+  std::vector<BucketSlot> slots{kSizes.size()};
+};
+
+Box MakeAgent(FakeCoordinator& coordinator, testing::LoopbackPool& pool, const std::string& id) {
+  Box b;
+  b.control = std::make_unique<FakeControlPlane>(&coordinator);
+  b.transports = std::make_unique<testing::LoopbackProvider>(&pool, "addr-" + id);
+  AgentOptions o;
+  o.job = "job";
+  o.token = "token";
+  o.agent_id = id;
+  o.host = "localhost";
+  o.join_timeout = milliseconds(20000);
+  o.sync_timeout = milliseconds(10000);
+  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  return b;
+}
+
+FakeJobConfig Job(int world, std::vector<std::string> bucket_algorithms = {}) {
+  FakeJobConfig c;
+  c.world_size = world;
+  c.lease = milliseconds(400);
+  c.base.algorithm = "spardl";
+  c.base.bucket_algorithms = std::move(bucket_algorithms);
+  c.base.density = 0.05;
+  c.base.teams = 1;
+  c.base.tau = 8;
+  c.base.step_deadline = milliseconds(5000);
+  return c;
+}
+
+struct StepRun {
+  absl::Status end;
+  std::vector<absl::Status> buckets;
+  std::vector<BucketOutcome> outcomes;
+  std::vector<std::vector<float>> grads, before, after;
+  StepOutcome out;
+};
+
+RankCall CallOf(const StepRun& r, size_t b) {
+  RankCall c;
+  c.grad = r.grads[b];
+  c.residual_in = r.before[b];
+  c.residual_out = r.after[b];
+  c.result.assign(kSizes[b], 0.0f);
+  r.outcomes[b].result.ToDense(c.result);
+  return c;
+}
+
+// One step, pipelined: bucket 0 is prepared first; then bucket b+1 is
+// planned and prepared on a second thread while bucket b exchanges here.
+// `after_exchange(b)` runs once bucket b's exchange has returned and bucket
+// b+1's preparation has ended.
+StepRun RunPipelinedStep(Box& box, int rank, int iteration,
+                         const std::function<void(size_t)>& after_exchange) {
+  StepRun r;
+  Agent& a = *box.agent;
+  (void)a.BeginStep();
+  const size_t buckets = kSizes.size();
+  r.outcomes.resize(buckets);
+  r.buckets.resize(buckets);
+  std::vector<std::unique_ptr<BucketCall>> calls(buckets);
+  for (size_t b = 0; b < buckets; ++b) {
+    r.grads.push_back(MakeGradient(11 + b, rank, iteration, kSizes[b], Values::kIntegers));
+    std::vector<float> res = box.slots[b].residual;
+    if (res.empty()) res.assign(kSizes[b], 0.0f);
+    r.before.push_back(res);
+    calls[b] = std::make_unique<BucketCall>();
+  }
+  auto prepare = [&](size_t b) {
+    a.PlanBucket(static_cast<uint32_t>(b), kSizes, r.grads[b], &box.slots[b], calls[b].get());
+    Agent::PrepareBucket(calls[b].get());
+  };
+  prepare(0);
+  for (size_t b = 0; b < buckets; ++b) {
+    std::thread next;
+    if (b + 1 < buckets) next = std::thread(prepare, b + 1);
+    r.buckets[b] = a.ExchangeBucket(calls[b].get(), &r.outcomes[b]);
+    if (next.joinable()) next.join();
+    if (after_exchange) after_exchange(b);
+  }
+  for (size_t b = 0; b < buckets; ++b) r.after.push_back(box.slots[b].residual);
+  r.end = a.EndStep(&r.out);
+  return r;
+}
+
+void ExpectKept(const StepRun& r, size_t b, int agent) {
+  for (size_t j = 0; j < kSizes[b]; ++j) {
+    ASSERT_EQ(r.after[b][j], r.before[b][j] + r.grads[b][j])
+        << "agent " << agent << " bucket " << b << " at " << j;
+  }
+}
+
+void ExpectStepsOk(const std::vector<std::vector<StepRun>>& runs, int from, int to) {
+  for (int it = from; it < to; ++it) {
+    for (size_t b = 0; b < kSizes.size(); ++b) {
+      std::vector<RankCall> calls;
+      for (const auto& rank_runs : runs) {
+        const StepRun& r = rank_runs[it];
+        ASSERT_TRUE(r.end.ok()) << "step " << it << ": " << r.end;
+        ASSERT_TRUE(r.buckets[b].ok()) << r.buckets[b];
+        calls.push_back(CallOf(r, b));
+      }
+      EXPECT_TRUE(Consistent(calls)) << "step " << it << " bucket " << b;
+      EXPECT_EQ(ConservationError(calls, /*relative=*/false), 0.0) << "step " << it;
+    }
+  }
+}
+
+TEST(AgentPipelineTest, PeerDyingWhileTheNextBucketIsPreparedKeepsEveryLaterBucket) {
+  FakeCoordinator coordinator(Job(3));
+  testing::LoopbackPool pool;
+  std::vector<Box> boxes;
+  for (int i = 0; i < 3; ++i) boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i)));
+  constexpr int kKillStep = 3;
+  std::barrier after_first(3);
+  std::vector<std::vector<StepRun>> runs(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      Agent& a = *boxes[i].agent;
+      ASSERT_TRUE(a.Start().ok());
+      for (int it = 0; it < 6; ++it) {
+        // Bucket 0 exchanged and bucket 1 prepared on every rank: rank 2 dies.
+        auto hook = [&, i, it](size_t b) {
+          if (it != kKillStep || b != 0) return;
+          after_first.arrive_and_wait();
+          if (i == 2) {
+            KillLoopbackRank(*a.transport(), a.rank());
+            boxes[i].control->Crash();
+          }
+        };
+        runs[i].push_back(RunPipelinedStep(boxes[i], i, it, hook));
+        if (i == 2 && it == kKillStep) return;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ExpectStepsOk(runs, 0, kKillStep);
+  for (int i : {0, 1}) {
+    const StepRun& r = runs[i][kKillStep];
+    ASSERT_TRUE(r.buckets[0].ok()) << r.buckets[0];
+    EXPECT_FALSE(r.end.ok());
+    EXPECT_NE(r.end.message().find("bucket 1"), std::string::npos) << r.end;
+    for (size_t b = 1; b < kSizes.size(); ++b) {
+      ASSERT_FALSE(r.buckets[b].ok());
+      EXPECT_NE(r.buckets[b].message().find("bucket 1"), std::string::npos) << r.buckets[b];
+      ExpectKept(r, b, i);  // bucket 1 prepared, bucket 2 prepared during bucket 1's failure
+    }
+    for (int it = kKillStep + 1; it < 6; ++it) {
+      ASSERT_TRUE(runs[i][it].end.ok()) << "agent " << i << " step " << it << runs[i][it].end;
+      EXPECT_EQ(runs[i][it].out.world, 2);
+    }
+  }
+}
+
+TEST(AgentPipelineTest, AFailedPreparationKeepsItsBucketAndEveryLaterOne) {
+  // Bucket 1 runs the failing test gather; the others SparDL.
+  FakeCoordinator coordinator(Job(3, {"", kFailing, ""}));
+  testing::LoopbackPool pool;
+  std::vector<Box> boxes;
+  for (int i = 0; i < 3; ++i) boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i)));
+  // The failing step is the last: recovering needs every agent to re-join
+  // (nobody died), which is the agent's epoch logic, not the pipeline's.
+  constexpr int kFailStep = 2, kSteps = kFailStep + 1;
+  std::vector<std::vector<StepRun>> runs(3);
+  std::vector<int> failing(3, 0);
+  std::barrier ready(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      Agent& a = *boxes[i].agent;
+      ASSERT_TRUE(a.Start().ok());
+      for (int it = 0; it < kSteps; ++it) {
+        if (it == kFailStep) {
+          ready.arrive_and_wait();
+          if (a.rank() == 1) {
+            g_fail_rank = 1;
+            g_fail_call = CallId(a.next_step(), 1);
+            failing[i] = 1;
+          }
+          ready.arrive_and_wait();
+        }
+        runs[i].push_back(RunPipelinedStep(boxes[i], i, it, nullptr));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  g_fail_rank = -1;
+  ExpectStepsOk(runs, 0, kFailStep);
+  for (int i = 0; i < 3; ++i) {
+    const StepRun& r = runs[i][kFailStep];
+    // Bucket 0 exchanged while bucket 1 was (failing to be) prepared: ok.
+    ASSERT_TRUE(r.buckets[0].ok()) << "agent " << i << ": " << r.buckets[0];
+    EXPECT_FALSE(r.end.ok());
+    for (size_t b = 1; b < kSizes.size(); ++b) {
+      ASSERT_FALSE(r.buckets[b].ok()) << "agent " << i << " bucket " << b;
+      ExpectKept(r, b, i);
+    }
+    if (failing[i]) {
+      EXPECT_NE(r.end.message().find("the local selection failed"), std::string::npos) << r.end;
+      EXPECT_NE(r.end.message().find("before its exchange"), std::string::npos) << r.end;
+    }
+  }
+  EXPECT_EQ(failing[0] + failing[1] + failing[2], 1);
+}
+
+}  // namespace
+}  // namespace gradex::agent
