@@ -184,10 +184,18 @@ UcxTransport::~UcxTransport() {
   if (w_ != nullptr) w_->in_use = false;
 }
 
+// Only generations behind this one are leftovers. A newer generation's
+// messages belong to a communicator this worker is about to carry: a member
+// still entering epoch e can already hold a byte of epoch e+1 from a peer that
+// joined e+1 at once (a replacement's wire-up to the server), and dropping it
+// leaves that peer's wire-up complete on its side and never on ours. The
+// 3 bits split into kGenerationsAhead kept and the rest drained, which are
+// drained in turn once they fall behind, before the tag wraps onto them.
 void UcxTransport::DrainOtherGenerations(Deadline deadline) {
   std::vector<std::unique_ptr<Request>> drained;
   for (uint64_t g = 0; g <= 7; ++g) {
-    if (g == (generation_ & 7)) continue;
+    const uint64_t ahead = (g - generation_) & 7;
+    if (ahead <= kGenerationsAhead) continue;  // 0: this one
     for (;;) {
       ucp_tag_recv_info_t info = {};
       ucp_tag_message_h msg =

@@ -31,6 +31,9 @@ constexpr int kRankBits = 12;
 constexpr int kMaxRanks = 1 << kRankBits;
 constexpr int kGenerationShift = kTagBits + kRankBits;  // bits 60..62
 constexpr uint64_t kGenerationMask = uint64_t{7} << kGenerationShift;
+// Generations after the current one whose queued messages a new communicator
+// keeps (DrainOtherGenerations); the other 4 are taken as earlier ones.
+constexpr uint64_t kGenerationsAhead = 3;
 constexpr uint64_t kFullMask = ~uint64_t{0};
 constexpr uint64_t kWireUpTag = 1;
 
@@ -151,7 +154,7 @@ class UcxTransport : public Transport {
   absl::StatusOr<RequestId> StartSend(int peer, uint64_t tag, bool internal, Bytes payload);
   RequestId StartRecv(int peer, uint64_t tag, bool internal, size_t capacity = SIZE_MAX);
   absl::Status WireUp(Deadline deadline);
-  // Receives and drops every queued message of another generation: leftovers
+  // Receives and drops every queued message of an earlier generation: leftovers
   // of an earlier communicator on this worker (e.g. an aborted epoch).
   void DrainOtherGenerations(Deadline deadline);
   // Drives the worker and matches queued receives; returns the number of

@@ -65,6 +65,53 @@ TEST(UcxWorkerTest, StaleMessagesOfAnEarlierGenerationAreDropped) {
   EXPECT_EQ(got[1], "fresh");
 }
 
+// A member still entering an earlier epoch can already hold a later epoch's
+// wire-up byte from a peer that went straight to the later one (a
+// replacement's, to a parameter server that enters the eviction's epoch
+// first): entering the earlier one must not drop it.
+TEST(UcxWorkerTest, AMessageOfALaterGenerationSurvivesAnEarlierOnesConnect) {
+  UcxOptions options;
+  options.tls = "tcp";
+  options.connect_timeout = std::chrono::milliseconds(5000);
+  std::vector<std::string> addresses(2);
+  std::barrier sync(2);
+  absl::Status late_wire_up[2];
+  auto rank = [&](int r) {
+    absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    addresses[r] = (*worker)->address();
+    sync.arrive_and_wait();
+    {
+      absl::StatusOr<std::unique_ptr<Transport>> t =
+          ConnectUcxTransport(*worker, r, addresses, 1, options);
+      ASSERT_TRUE(t.ok()) << t.status();
+      sync.arrive_and_wait();
+      if (r == 1) {
+        // Drives the worker while rank 0 connects generation 3 and sends its
+        // wire-up byte, which lands in this worker's unexpected queue.
+        absl::StatusOr<RequestId> id = (*t)->PostRecv(0, 9);
+        ASSERT_TRUE(id.ok());
+        EXPECT_FALSE((*t)->Wait(*id, DeadlineIn(std::chrono::milliseconds(500)), nullptr).ok());
+      }
+    }
+    if (r == 1) {
+      // Generation 2, with this rank alone, is entered before 3.
+      absl::StatusOr<std::unique_ptr<Transport>> alone =
+          ConnectUcxTransport(*worker, 0, {addresses[1]}, 2, options);
+      ASSERT_TRUE(alone.ok()) << alone.status();
+    }
+    absl::StatusOr<std::unique_ptr<Transport>> t =
+        ConnectUcxTransport(*worker, r, addresses, 3, options);
+    late_wire_up[r] = t.status();
+    sync.arrive_and_wait();  // nobody leaves before both wire-ups ended
+  };
+  std::thread a(rank, 0), b(rank, 1);
+  a.join();
+  b.join();
+  EXPECT_TRUE(late_wire_up[0].ok()) << late_wire_up[0];
+  EXPECT_TRUE(late_wire_up[1].ok()) << late_wire_up[1];
+}
+
 TEST(UcxWorkerTest, OneCommunicatorAtATime) {
   UcxOptions options;
   options.tls = "tcp";
