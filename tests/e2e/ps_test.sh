@@ -55,7 +55,7 @@ start_worker() {  # start_worker NAME RANK
 steps() { grep -cE '^[0-9.]+ step ' "$TMP/$1.log" || true; }
 # The loss of NAME's last step line.
 last_loss() { grep -E '^[0-9.]+ step ' "$TMP/$1.log" | tail -1 | awk '{print $5}'; }
-first_loss() { grep -E '^[0-9.]+ step ' "$TMP/$1.log" | head -1 | awk '{print $5}'; }
+first_loss() { grep -m1 -E '^[0-9.]+ step ' "$TMP/$1.log" | awk '{print $5}'; }
 # The loss after NAME's first step: its parameters as the servers synced them.
 synced_loss() { grep -E '^[0-9.]+ step ' "$TMP/$1.log" | sed -n 2p | awk '{print $5}'; }
 lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
@@ -97,7 +97,7 @@ T_KILL=$EPOCHREALTIME
 kill -9 "$SERVER_PID"
 for w in w0 w1 w3; do
   wait_for "$TMP/$w.log" '^[0-9.]+ error after' 10 || fail "$w did not fail within 10 s of the server's death"
-  line=$(grep -E '^[0-9.]+ error after' "$TMP/$w.log" | head -1)
+  line=$(grep -m1 -E '^[0-9.]+ error after' "$TMP/$w.log")
   t=$(awk '{print $1}' <<<"$line")
   ms=$(awk '{print $4}' <<<"$line")
   lt "$(awk -v t="$t" -v k="$T_KILL" 'BEGIN { print t - k }')" 4.5 ||
@@ -114,10 +114,12 @@ for w in w0 w1 w3; do
   n=$(steps "$w")
   wait_for "$TMP/$w.log" "^[0-9.]+ step $((n + 20)) " 60 || fail "$w did not resume after the restart"
 done
-AFTER=$(grep -E '^[0-9.]+ step ' "$TMP/w0.log" | awk -v k="$T_KILL" '$1 > k' | head -1 | awk '{print $5}')
+# One awk, no `| head -1`: under pipefail a writer killed by SIGPIPE once head
+# has its line fails the substitution, and set -e ends the test without a word.
+AFTER=$(awk -v k="$T_KILL" '$2 == "step" && $1 ~ /^[0-9.]+$/ && $1 > k { print $5; exit }' "$TMP/w0.log")
 lt "$AFTER" "$(awk -v l="$LOSS_AT_KILL" -v i="$INITIAL" 'BEGIN { print l + (i - l) / 4 }')" ||
   fail "loss after the restart $AFTER: from scratch (initial $INITIAL, at the kill $LOSS_AT_KILL)"
-echo "4. $(grep -E 'restored version' "$TMP/server2.log" | head -1 | cut -d' ' -f2-); loss at the kill $LOSS_AT_KILL, first after the restart $AFTER, initial $INITIAL"
+echo "4. $(grep -m1 -E 'restored version' "$TMP/server2.log" | cut -d' ' -f2-); loss at the kill $LOSS_AT_KILL, first after the restart $AFTER, initial $INITIAL"
 curl -s "http://127.0.0.1:$SERVER_METRICS/metrics" >"$TMP/metrics.txt"
 grep -q '^gradex_ps_server_pushes_total [1-9]' "$TMP/metrics.txt" ||
   fail "the restarted server's metrics show no pushes"
