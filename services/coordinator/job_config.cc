@@ -178,8 +178,9 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   if (!s.auto_algorithm && catalog::TraitsOf(c.algorithm()).parameter_server &&
       c.algorithm() != kPsAlgorithm) {
     // Only DGS has a server role (services/agent/ps_server.h).
-    return Bad("algorithm", absl::StrCat("'", c.algorithm(),
-                                         "' is a parameter-server algorithm without a server role"));
+    return Bad("algorithm",
+               absl::StrCat("'", c.algorithm(),
+                            "' is a parameter-server algorithm without a server role"));
   }
   s.algorithm = s.auto_algorithm ? std::string(catalog::DefaultAlgorithm()) : c.algorithm();
   if (!(c.density() > 0 && c.density() <= 1)) return Bad("density", "required, in (0, 1]");
