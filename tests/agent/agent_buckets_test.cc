@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/agent/agent.h"
+#include "tests/agent/bucket_harness.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
 #include "tests/fakes/fake_control_plane.h"
@@ -27,42 +28,13 @@ using gradex::testing::RankCall;
 using gradex::testing::Values;
 using std::chrono::milliseconds;
 
-const std::vector<size_t> kSizes = {3001, 257, 1200};
-
-struct Box {
-  std::unique_ptr<FakeControlPlane> control;
-  std::unique_ptr<testing::LoopbackProvider> transports;
-  std::unique_ptr<Agent> agent;
-  std::vector<BucketSlot> slots{kSizes.size()};
-};
+using testing::BucketBox;
+using testing::CallOf;
+using testing::StepRun;
+const std::vector<size_t>& kSizes = testing::kBucketSizes;
 
 FakeJobConfig Job(int world, const std::string& algorithm) {
-  FakeJobConfig c;
-  c.world_size = world;
-  c.lease = milliseconds(400);
-  c.base.algorithm = algorithm;
-  c.base.density = 0.05;
-  c.base.teams = 1;
-  c.base.tau = 8;
-  c.base.step_deadline = milliseconds(5000);
-  return c;
-}
-
-Box MakeAgent(FakeCoordinator& coordinator, testing::LoopbackPool& pool, const std::string& id,
-              BucketRules rules = {}) {
-  Box b;
-  b.control = std::make_unique<FakeControlPlane>(&coordinator);
-  b.transports = std::make_unique<testing::LoopbackProvider>(&pool, "addr-" + id);
-  AgentOptions o;
-  o.job = "job";
-  o.token = "token";
-  o.agent_id = id;
-  o.host = "localhost";
-  o.rules = rules;
-  o.join_timeout = milliseconds(20000);
-  o.sync_timeout = milliseconds(10000);
-  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
-  return b;
+  return testing::BucketJob(world, algorithm);
 }
 
 TEST(BucketChoiceTest, RulesInOrder) {
@@ -97,27 +69,7 @@ TEST(BucketChoiceTest, RulesInOrder) {
 }
 
 // One step of `box` through the per-bucket API; grads[b] for bucket b.
-// Returns each bucket's status; residuals before/after in `before`/`after`.
-struct StepRun {
-  absl::Status end;
-  std::vector<absl::Status> buckets;
-  std::vector<BucketOutcome> outcomes;
-  std::vector<std::vector<float>> grads, before, after;
-  StepOutcome out;
-};
-
-// Bucket b of one rank's step, as the invariant checks take it.
-RankCall CallOf(const StepRun& r, size_t b) {
-  RankCall c;
-  c.grad = r.grads[b];
-  c.residual_in = r.before[b];
-  c.residual_out = r.after[b];
-  c.result.assign(kSizes[b], 0.0f);
-  r.outcomes[b].result.ToDense(c.result);
-  return c;
-}
-
-StepRun RunStep(Box& box, int rank, int iteration,
+StepRun RunStep(BucketBox& box, int rank, int iteration,
                 const std::function<void(size_t)>& after_bucket) {
   StepRun r;
   Agent& a = *box.agent;
@@ -140,8 +92,9 @@ StepRun RunStep(Box& box, int rank, int iteration,
 TEST(AgentBucketsTest, PeerDyingMidStepKeepsEveryLaterBucketInTheResidual) {
   FakeCoordinator coordinator(Job(3, "spardl"));
   testing::LoopbackPool pool;
-  std::vector<Box> boxes;
-  for (int i = 0; i < 3; ++i) boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i)));
+  std::vector<BucketBox> boxes;
+  for (int i = 0; i < 3; ++i)
+    boxes.push_back(testing::MakeBucketAgent(coordinator, pool, absl::StrCat("a", i)));
   constexpr int kKillStep = 3;
   std::barrier after_first(3);
   std::vector<std::vector<StepRun>> runs(3);
@@ -224,9 +177,9 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
   BucketRules rules;
   rules.start_iter = 2;
   rules.dense_probe_period = 4;
-  std::vector<Box> boxes;
+  std::vector<BucketBox> boxes;
   for (int i = 0; i < 2; ++i) {
-    boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i), rules));
+    boxes.push_back(testing::MakeBucketAgent(coordinator, pool, absl::StrCat("a", i), rules));
   }
   std::vector<std::vector<StepRun>> runs(2);
   std::vector<std::thread> threads;
@@ -284,9 +237,9 @@ TEST(AgentBucketsTest, DifferentRulesOnEachRankRunTheLowestRanks) {
   rules[1].start_iter = 5;
   rules[2].dense_probe_period = 3;
   rules[2].min_compression_rate = 1.5;
-  std::vector<Box> boxes;
+  std::vector<BucketBox> boxes;
   for (int i = 0; i < 3; ++i) {
-    boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i), rules[i]));
+    boxes.push_back(testing::MakeBucketAgent(coordinator, pool, absl::StrCat("a", i), rules[i]));
   }
   constexpr int kSteps = 11;
   std::vector<std::vector<StepRun>> runs(3);
@@ -341,7 +294,7 @@ TEST(AgentBucketsTest, RulesOutOfBoundsAreRefusedAtStart) {
   testing::LoopbackPool pool;
   BucketRules rules;
   rules.start_iter = kMaxRuleSteps + 1;
-  Box box = MakeAgent(coordinator, pool, "solo", rules);
+  BucketBox box = testing::MakeBucketAgent(coordinator, pool, "solo", rules);
   absl::Status s = box.agent->Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("start_iter"), std::string::npos) << s;
@@ -350,7 +303,7 @@ TEST(AgentBucketsTest, RulesOutOfBoundsAreRefusedAtStart) {
 TEST(AgentBucketsTest, RunBucketOutsideAStepIsRefused) {
   FakeCoordinator coordinator(Job(1, "spardl"));
   testing::LoopbackPool pool;
-  Box box = MakeAgent(coordinator, pool, "solo");
+  BucketBox box = testing::MakeBucketAgent(coordinator, pool, "solo");
   std::vector<float> g(10, 1.0f);
   BucketOutcome o;
   EXPECT_EQ(box.agent->RunBucket(0, {}, g, &box.slots[0], &o).code(),

@@ -17,6 +17,7 @@
 #include "collectives/residual_ledger.h"
 #include "kernels/sparse.h"
 #include "services/agent/agent.h"
+#include "tests/agent/bucket_harness.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
 #include "tests/collectives/test_dense_gather.h"
@@ -64,66 +65,20 @@ class FailingSelection final : public gradex::testing::TestDenseGather {
 
 GRADEX_REGISTER_ALGORITHM(kFailing, [] { return std::make_unique<FailingSelection>(); });
 
-const std::vector<size_t> kSizes = {3001, 257, 1200};
-
-struct Box {
-  std::unique_ptr<FakeControlPlane> control;
-  std::unique_ptr<testing::LoopbackProvider> transports;
-  std::unique_ptr<Agent> agent;
-  std::vector<BucketSlot> slots{kSizes.size()};
-};
-
-Box MakeAgent(FakeCoordinator& coordinator, testing::LoopbackPool& pool, const std::string& id) {
-  Box b;
-  b.control = std::make_unique<FakeControlPlane>(&coordinator);
-  b.transports = std::make_unique<testing::LoopbackProvider>(&pool, "addr-" + id);
-  AgentOptions o;
-  o.job = "job";
-  o.token = "token";
-  o.agent_id = id;
-  o.host = "localhost";
-  o.join_timeout = milliseconds(20000);
-  o.sync_timeout = milliseconds(10000);
-  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
-  return b;
-}
+using testing::BucketBox;
+using testing::CallOf;
+using testing::StepRun;
+const std::vector<size_t>& kSizes = testing::kBucketSizes;
 
 FakeJobConfig Job(int world, std::vector<std::string> bucket_algorithms = {}) {
-  FakeJobConfig c;
-  c.world_size = world;
-  c.lease = milliseconds(400);
-  c.base.algorithm = "spardl";
-  c.base.bucket_algorithms = std::move(bucket_algorithms);
-  c.base.density = 0.05;
-  c.base.teams = 1;
-  c.base.tau = 8;
-  c.base.step_deadline = milliseconds(5000);
-  return c;
-}
-
-struct StepRun {
-  absl::Status end;
-  std::vector<absl::Status> buckets;
-  std::vector<BucketOutcome> outcomes;
-  std::vector<std::vector<float>> grads, before, after;
-  StepOutcome out;
-};
-
-RankCall CallOf(const StepRun& r, size_t b) {
-  RankCall c;
-  c.grad = r.grads[b];
-  c.residual_in = r.before[b];
-  c.residual_out = r.after[b];
-  c.result.assign(kSizes[b], 0.0f);
-  r.outcomes[b].result.ToDense(c.result);
-  return c;
+  return testing::BucketJob(world, "spardl", std::move(bucket_algorithms));
 }
 
 // One step, pipelined: bucket 0 is prepared first; then bucket b+1 is
 // planned and prepared on a second thread while bucket b exchanges here.
 // `after_exchange(b)` runs once bucket b's exchange has returned and bucket
 // b+1's preparation has ended.
-StepRun RunPipelinedStep(Box& box, int rank, int iteration,
+StepRun RunPipelinedStep(BucketBox& box, int rank, int iteration,
                          const std::function<void(size_t)>& after_exchange) {
   StepRun r;
   Agent& a = *box.agent;
@@ -182,8 +137,9 @@ void ExpectStepsOk(const std::vector<std::vector<StepRun>>& runs, int from, int 
 TEST(AgentPipelineTest, PeerDyingWhileTheNextBucketIsPreparedKeepsEveryLaterBucket) {
   FakeCoordinator coordinator(Job(3));
   testing::LoopbackPool pool;
-  std::vector<Box> boxes;
-  for (int i = 0; i < 3; ++i) boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i)));
+  std::vector<BucketBox> boxes;
+  for (int i = 0; i < 3; ++i)
+    boxes.push_back(testing::MakeBucketAgent(coordinator, pool, absl::StrCat("a", i)));
   constexpr int kKillStep = 3;
   std::barrier after_first(3);
   std::vector<std::vector<StepRun>> runs(3);
@@ -230,8 +186,9 @@ TEST(AgentPipelineTest, AFailedPreparationKeepsItsBucketAndEveryLaterOne) {
   // Bucket 1 runs the failing test gather; the others SparDL.
   FakeCoordinator coordinator(Job(3, {"", kFailing, ""}));
   testing::LoopbackPool pool;
-  std::vector<Box> boxes;
-  for (int i = 0; i < 3; ++i) boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i)));
+  std::vector<BucketBox> boxes;
+  for (int i = 0; i < 3; ++i)
+    boxes.push_back(testing::MakeBucketAgent(coordinator, pool, absl::StrCat("a", i)));
   // The failing step is the last: recovering needs every agent to re-join
   // (nobody died), which is the agent's epoch logic, not the pipeline's.
   constexpr int kFailStep = 2, kSteps = kFailStep + 1;

@@ -46,13 +46,6 @@ absl::Status RunOrAbort(SparseAllreduce& algo, const CallContext& ctx,
                         const AllreduceOptions& options, std::span<const float> grad,
                         std::span<float> residual, AllreduceResult* result, CallStats* stats);
 
-// Runs one call as its owners do (agent, bench): a failed call aborts the
-// transport, so that peers waiting on this rank fail now, not at their
-// deadline.
-absl::Status RunOrAbort(SparseAllreduce& algo, const CallContext& ctx,
-                        const AllreduceOptions& options, std::span<const float> grad,
-                        std::span<float> residual, AllreduceResult* result, CallStats* stats);
-
 // What one rank saw in one call.
 struct RankCall {
   std::vector<float> grad, residual_in, residual_out, result;  // result as dense

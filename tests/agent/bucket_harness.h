@@ -1,0 +1,87 @@
+// What the per-bucket agent tests share (agent_buckets_test: RunBucket one
+// bucket after another; agent_pipeline_test: PlanBucket / PrepareBucket /
+// ExchangeBucket overlapped): three buckets of unequal sizes over an agent on
+// loopback transports, and one rank's step recorded so that every bucket can
+// be checked with the collectives' invariants (tests/collectives/harness.h).
+#ifndef GRADEX_TESTS_AGENT_BUCKET_HARNESS_H_
+#define GRADEX_TESTS_AGENT_BUCKET_HARNESS_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "services/agent/agent.h"
+#include "tests/agent/loopback_provider.h"
+#include "tests/collectives/harness.h"
+#include "tests/fakes/fake_control_plane.h"
+
+namespace gradex::agent::testing {
+
+// Odd sizes on purpose: no bucket splits evenly over 2 or 3 ranks.
+inline const std::vector<size_t> kBucketSizes = {3001, 257, 1200};
+
+struct BucketBox {
+  std::unique_ptr<FakeControlPlane> control;
+  std::unique_ptr<LoopbackProvider> transports;
+  std::unique_ptr<Agent> agent;
+  std::vector<BucketSlot> slots{kBucketSizes.size()};
+};
+
+inline BucketBox MakeBucketAgent(FakeCoordinator& coordinator, LoopbackPool& pool,
+                                 const std::string& id, BucketRules rules = {}) {
+  BucketBox b;
+  b.control = std::make_unique<FakeControlPlane>(&coordinator);
+  b.transports = std::make_unique<LoopbackProvider>(&pool, "addr-" + id);
+  AgentOptions o;
+  o.job = "job";
+  o.token = "token";
+  o.agent_id = id;
+  o.host = "localhost";
+  o.rules = rules;
+  o.join_timeout = std::chrono::milliseconds(20000);
+  o.sync_timeout = std::chrono::milliseconds(10000);
+  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  return b;
+}
+
+// A short lease, so a dead peer is evicted within a test's time.
+inline FakeJobConfig BucketJob(int world, const std::string& algorithm,
+                               std::vector<std::string> bucket_algorithms = {}) {
+  FakeJobConfig c;
+  c.world_size = world;
+  c.lease = std::chrono::milliseconds(400);
+  c.base.algorithm = algorithm;
+  c.base.bucket_algorithms = std::move(bucket_algorithms);
+  c.base.density = 0.05;
+  c.base.teams = 1;
+  c.base.tau = 8;
+  c.base.step_deadline = std::chrono::milliseconds(5000);
+  return c;
+}
+
+// One rank's step: each bucket's status, outcome, gradient and residual
+// before and after.
+struct StepRun {
+  absl::Status end;
+  std::vector<absl::Status> buckets;
+  std::vector<BucketOutcome> outcomes;
+  std::vector<std::vector<float>> grads, before, after;
+  StepOutcome out;
+};
+
+// Bucket b of one rank's step, as the invariant checks take it.
+inline gradex::testing::RankCall CallOf(const StepRun& r, size_t b) {
+  gradex::testing::RankCall c;
+  c.grad = r.grads[b];
+  c.residual_in = r.before[b];
+  c.residual_out = r.after[b];
+  c.result.assign(kBucketSizes[b], 0.0f);
+  r.outcomes[b].result.ToDense(c.result);
+  return c;
+}
+
+}  // namespace gradex::agent::testing
+
+#endif  // GRADEX_TESTS_AGENT_BUCKET_HARNESS_H_
