@@ -11,6 +11,7 @@
 #include "services/coordinator/server.h"
 #include "services/coordinator/validate.h"
 #include "tests/coordinator/join_all.h"
+#include "tests/coordinator/test_job.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -18,26 +19,13 @@ namespace {
 const absl::Time t0 = absl::FromUnixSeconds(7000);
 
 JobSettings Job(int world) {
-  JobSettings s;
-  s.job_id = "job";
-  s.world_size = world;
-  s.min_world_size = world;
-  s.algorithm = "spardl-bsag";
-  s.lease = absl::Seconds(100);
-  s.barrier_period = 16;
-  s.plan_lead_steps = 16;
+  JobSettings s = TestJob(world, absl::Seconds(100));
   s.min_publish_interval = absl::ZeroDuration();
   return s;
 }
 
 gradex::v1::JoinRequest Req(const std::string& agent, int local_rank = 0) {
-  gradex::v1::JoinRequest r;
-  r.set_job_id("job");
-  r.set_agent_id(agent);
-  r.set_host("h");
-  r.set_local_rank(local_rank);
-  r.set_ucx_address("addr");
-  return r;
+  return TestJoin(agent, local_rank, "addr");
 }
 
 void ExpectRefused(const absl::Status& s, absl::StatusCode code, const std::string& field) {

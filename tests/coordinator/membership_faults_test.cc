@@ -10,6 +10,7 @@
 
 #include "services/coordinator/job_config.h"
 #include "services/coordinator/membership.h"
+#include "tests/coordinator/test_job.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -17,26 +18,13 @@ namespace {
 const absl::Time t0 = absl::FromUnixSeconds(1000);
 
 JobSettings Job(int world) {
-  JobSettings s;
-  s.job_id = "job";
-  s.world_size = world;
-  s.min_world_size = world;
-  s.algorithm = "spardl-bsag";
-  s.lease = absl::Seconds(3);
+  JobSettings s = TestJob(world, absl::Seconds(3));
   s.entry_timeout = absl::Seconds(4);
-  s.barrier_period = 16;
-  s.plan_lead_steps = 16;
   return s;
 }
 
 gradex::v1::JoinRequest Req(const std::string& agent, int local_rank) {
-  gradex::v1::JoinRequest r;
-  r.set_job_id("job");
-  r.set_agent_id(agent);
-  r.set_host("h");
-  r.set_local_rank(local_rank);
-  r.set_ucx_address("addr-" + agent);
-  return r;
+  return TestJoin(agent, local_rank, "addr-" + agent);
 }
 
 // A heartbeat saying the member enters or runs `epoch` (0: says none).

@@ -6,17 +6,14 @@
 #include <gtest/gtest.h>
 
 #include "services/coordinator/coordinator.h"
+#include "tests/coordinator/test_job.h"
 
 namespace gradex::coordinator {
 namespace {
 
 JobSettings Job(int world, int min_world = 0) {
-  JobSettings s;
-  s.job_id = "job";
-  s.world_size = world;
+  JobSettings s = TestJob(world, absl::Seconds(5));
   s.min_world_size = min_world == 0 ? world : min_world;
-  s.algorithm = "spardl-bsag";
-  s.lease = absl::Seconds(5);
   s.rendezvous_timeout = absl::Seconds(30);
   s.barrier_period = 64;
   s.plan_lead_steps = 64;
@@ -24,13 +21,7 @@ JobSettings Job(int world, int min_world = 0) {
 }
 
 gradex::v1::JoinRequest Req(const std::string& agent, int local_rank = 0) {
-  gradex::v1::JoinRequest r;
-  r.set_job_id("job");
-  r.set_agent_id(agent);
-  r.set_host("h");
-  r.set_local_rank(local_rank);
-  r.set_ucx_address("addr-" + agent);
-  return r;
+  return TestJoin(agent, local_rank, "addr-" + agent);
 }
 
 const absl::Time t0 = absl::FromUnixSeconds(1000);
