@@ -1,0 +1,251 @@
+"""The rank processes of tests/python/torch_hook_test.py (its docstring says
+what each phase checks): each function runs as one of the phase's rank
+processes and prints its findings as one RESULT line for the launcher."""
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+def emit(**kv):
+    print("RESULT " + json.dumps(kv), flush=True)
+
+
+# ---- rank processes -------------------------------------------------------
+
+class Bucket:
+    """What gradex_hook uses of torch.distributed.GradBucket."""
+
+    def __init__(self, index, buffer, params, last):
+        self._index, self._buffer, self._params, self._last = index, buffer, params, last
+
+    def index(self):
+        return self._index
+
+    def buffer(self):
+        return self._buffer
+
+    def parameters(self):
+        return self._params
+
+    def is_last(self):
+        return self._last
+
+
+def conservation(args, rank, world):
+    import torch
+    import torch.distributed as dist
+    import gradex
+    import gradex.torch as gx
+    dist.init_process_group("gloo")
+    sizes = [700, 1300, 500, 1500]  # four "parameters"
+    params = [torch.zeros(n) for n in sizes]
+    state = gx.GradexState(algorithm=args.algorithm, density=0.05, timeout_s=30)
+    layouts = [[[0, 1], [2, 3]], [[3, 0], [2], [1]]]  # DDP's first layout, then a rebuild
+    gen = torch.Generator().manual_seed(100 + rank)
+    grad_sum = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    result_sum = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    digest = 0.0
+    steps, drain = 40, 80
+    for step in range(steps + drain):
+        layout = layouts[0] if step < steps // 2 else layouts[1]
+        futs = []
+        for b, members in enumerate(layout):
+            if step < steps:  # small integers: every sum below is exact in float32
+                grads = [torch.randint(-8, 9, (sizes[i],), generator=gen).float() for i in members]
+            else:
+                grads = [torch.zeros(sizes[i]) for i in members]
+            for i, g in zip(members, grads):
+                grad_sum[i] += g.double()
+            buf = torch.cat(grads)
+            fut = gx.gradex_hook(state, Bucket(b, buf, [params[i] for i in members],
+                                               b == len(layout) - 1))
+            futs.append((members, fut))
+        for members, fut in futs:
+            out = fut.wait()
+            off = 0
+            for i in members:
+                part = out[off:off + sizes[i]].double()
+                result_sum[i] += part * world  # the hook returns the mean
+                digest += float((part * (1 + torch.arange(sizes[i]) % 7)).sum())
+                off += sizes[i]
+    stats = state.stats()
+    # stats() keeps every layout ever seen; the residuals live in the last one's.
+    final = [b for b in stats if [k for k, _ in b["spans"]] in layouts[1]]
+    residual = max(b["residual_norm"] for b in final) if len(final) == 3 else float("inf")
+    # Conservation needs every rank's gradients: sum them with gloo.
+    total = torch.cat(grad_sum)
+    dist.all_reduce(total)
+    err = float((torch.cat(result_sum) - total).abs().max())
+    # NaN on rank 0 (refused by default): rank 0's future fails naming it,
+    # every rank's bucket still gets the same finite result.
+    nan_buf = torch.full((1500,), float(rank + 1))
+    if rank == 0:
+        nan_buf[5] = float("nan")
+    try:
+        gx.gradex_hook(state, Bucket(0, nan_buf, [params[3]], True)).wait()
+        nan_error = ""
+    except RuntimeError as e:
+        nan_error = str(e)
+    nan_finite = bool(torch.isfinite(nan_buf).all())
+    nan_digest = float((nan_buf * (1 + torch.arange(1500) % 7)).sum())
+    # dtype handling
+    f64 = torch.full((1500,), 2.0 * (rank + 1), dtype=torch.float64)
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out64 = gx.gradex_hook(state, Bucket(0, f64, [params[3]], True)).wait()
+    warned = any("float32" in str(x.message) for x in w)
+    try:
+        gx.gradex_hook(state, Bucket(0, torch.zeros(1500, dtype=torch.int32), [params[3]], True))
+        refused = ""
+    except TypeError as e:
+        refused = str(e)
+    state.flush()
+    # The same object twice is a clear error, not a crash.
+    state.close()
+    try:
+        state.stats()
+        closed_error = ""
+    except gradex.GradexError as e:
+        closed_error = str(e)
+    emit(rank=rank, residual_max=residual, conservation_max_abs_err=err, digest=digest,
+         f64_dtype=str(out64.dtype), f64_warned=warned, int_refused=refused,
+         closed_error=closed_error, algorithms=sorted({b["algorithm"] for b in stats}),
+         nan_error=nan_error, nan_finite=nan_finite, nan_digest=nan_digest)
+
+
+def residuals_of(blob):
+    """{key: float64 tensor} of a Client::SaveState blob (services/client/saved_state.h)."""
+    import struct
+    import torch
+    if blob[:8] != b"GRDXSTAT":
+        raise ValueError("not a gradex state blob")
+    (n,) = struct.unpack_from("<Q", blob, 8 + 4 + 8)
+    off, out = 8 + 4 + 8 + 8, {}
+    for _ in range(n):
+        key, elements = struct.unpack_from("<QQ", blob, off)
+        off += 16
+        out[key] = torch.tensor(struct.unpack_from(f"<{elements}f", blob, off), dtype=torch.float64)
+        off += 4 * elements
+    return out
+
+
+def momentum(args, rank, world):
+    import torch
+    import torch.distributed as dist
+    import gradex.torch as gx
+    dist.init_process_group("gloo")
+    try:
+        gx.GradexState(momentum_correction=1.0)
+        bad_m = ""
+    except ValueError as e:
+        bad_m = str(e)
+    sizes = [700, 1300, 500]
+    params = [torch.zeros(n) for n in sizes]
+    m = 0.5
+    state = gx.GradexState(algorithm=args.algorithm, density=0.05, timeout_s=30,
+                           momentum_correction=m, dense_probe_period=0)
+    layouts = [[[0, 1, 2]], [[2, 0], [1]]]  # one bucket, then DDP's rebuild
+    gen = torch.Generator().manual_seed(300 + rank)
+    ref_u = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    fed = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    result_sum = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    digest, masked, steps = 0.0, 0, 12
+    for step in range(steps):
+        layout = layouts[0] if step < steps // 2 else layouts[1]
+        futs = []
+        for b, members in enumerate(layout):
+            # Multiples of 2^10 halved at most `steps` times: all on a 2^-2 grid, < 2^20.
+            grads = [torch.randint(-8, 9, (sizes[i],), generator=gen).float() * 1024
+                     for i in members]
+            for i, g in zip(members, grads):
+                ref_u[i] = m * ref_u[i] + g.double()
+                fed[i] += ref_u[i]
+            futs.append((members, gx.gradex_hook(state, Bucket(
+                b, torch.cat(grads), [params[i] for i in members], b == len(layout) - 1))))
+        for members, fut in futs:
+            out = fut.wait().double()
+            sparse = 2 * int((out != 0).sum()) < out.numel()
+            off = 0
+            for i in members:
+                part = out[off:off + sizes[i]]
+                result_sum[i] += part * world  # the hook returns the mean
+                digest += float((part * (1 + torch.arange(sizes[i]) % 7)).sum())
+                if sparse:  # factor masking: an applied entry's velocity restarts
+                    masked += int((part != 0).sum())
+                    ref_u[i][part != 0] = 0
+                off += sizes[i]
+    state.flush()
+    sd = state.state_dict()
+    res = residuals_of(sd["client"])
+    velocity_same = all(torch.equal(sd["velocity"][i].double(), ref_u[i]) for i in range(3))
+    held = torch.cat([res.get(i, torch.zeros(sizes[i], dtype=torch.float64)) for i in range(3)])
+    # Conservation needs every rank's side: sum them with gloo (float64, exact here).
+    lhs = torch.cat(fed)
+    rhs = torch.cat(result_sum) / world + held  # one rank's share of P * result is result
+    diff = lhs - rhs
+    dist.all_reduce(diff)
+    state.close()
+    emit(rank=rank, bad_m=bad_m, conservation_max_abs_err=float(diff.abs().max()),
+         velocity_same=velocity_same, masked=masked, digest=digest,
+         fed_norm=float(lhs.norm()))
+
+
+def train(args, rank, world):
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import train_fashion_mnist as t
+    a = t.parse_args(["--algorithm", args.algorithm, "--density", "0.01", "--epochs", "1",
+                      "--max-steps", str(args.steps), "--timeout-s", "30"])
+    t.init_distributed()
+    model, state, rows = t.train(a, rank, world)
+    same, _ = t.all_identical(model)
+    stats = state.stats()
+    emit(rank=rank, test_acc=rows[-1]["test_acc"], identical=same, steps=rows[-1]["steps"],
+         calls=sum(b["calls"] for b in stats), dense_calls=sum(b["dense_calls"] for b in stats))
+    state.close()
+    sys.stdout.flush()
+    os._exit(0)  # torch 1.13's DDP+gloo teardown can deadlock (train_fashion_mnist.py)
+
+
+def dead_rank(args, rank, world):
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import torch
+    import train_fashion_mnist as t
+    import gradex.torch as gx
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    t.init_distributed()
+    torch.set_num_threads(1)
+    timeout_s = 8.0
+    a = t.parse_args([])
+    model = DDP(t.make_model(a))
+    state = gx.GradexState(algorithm=args.algorithm, density=0.01, timeout_s=timeout_s)
+    model.register_comm_hook(state, gx.gradex_hook)
+    x, y = torch.randn(64, 784), torch.randint(0, 10, (64,))
+    for step in range(20):
+        if rank == 1 and step == 10:
+            os._exit(5)  # dies mid-training without leaving the job
+        t0 = time.monotonic()
+        try:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+        except Exception as e:  # DDP re-raises the future's error as RuntimeError
+            emit(rank=rank, step=step, error=str(e), error_s=time.monotonic() - t0,
+                 timeout_s=timeout_s)
+            os._exit(0)  # the state is broken; a trainer exits so torchrun restarts it
+    emit(rank=rank, step=20, error="", error_s=0, timeout_s=timeout_s)
+
+
+def bad_join(args, rank, world):
+    import gradex
+    import gradex.torch as gx
+    timeout_s = 5.0
+    t0 = time.monotonic()
+    try:
+        gx.GradexState(algorithm="spardl", coordinator=args.target, token="not-the-token",
+                       timeout_s=timeout_s).close()
+        error = ""
+    except gradex.GradexError as e:
+        error = str(e)
+    emit(rank=rank, error=error, error_s=time.monotonic() - t0, timeout_s=timeout_s)
