@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from train_fashion_mnist import evaluate, make_model
+from train_fashion_mnist import StepLog, evaluate, make_model
 
 
 def _init():
@@ -45,6 +45,9 @@ def train_worker(args, data):
                           max_staleness=args.max_staleness, timeout_s=args.timeout_s)
     rows, wall, step, all_steps = [], 0.0, 0, 0
     n = len(x_train) - len(x_train) % (world * args.batch_size)
+    log = StepLog(args.step_log, rank)
+    # No barrier: each worker leaves on its own clock (the others keep stepping).
+    over_budget = False
     try:
         for epoch in range(1, args.epochs + 1):
             order = torch.randperm(len(x_train),
@@ -62,7 +65,9 @@ def train_worker(args, data):
                 opt.step()
                 losses.append(float(loss))
                 step += 1
-                if args.max_rounds and step >= args.max_rounds:
+                log.add(step, wall + time.perf_counter() - t0, losses[-1])
+                over_budget = 0 < args.time_budget_s <= wall + time.perf_counter() - t0
+                if (args.max_rounds and step >= args.max_rounds) or over_budget:
                     break
             wall += time.perf_counter() - t0
             s = opt.stats()
@@ -84,8 +89,9 @@ def train_worker(args, data):
                       f"train_loss {row['train_loss']:.4f} test_acc {100 * acc:.2f}% "
                       f"push {row['push_bytes_per_step']:.0f} B/step "
                       f"pull {row['pull_bytes_per_step']:.0f} B/step", flush=True)
-            if args.max_rounds and step >= args.max_rounds:
+            if (args.max_rounds and step >= args.max_rounds) or over_budget:
                 break
     finally:
+        log.close()
         opt.close()
     return rows if rank == 0 else []

@@ -46,6 +46,13 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--max-rounds", type=int, default=0,
                    help="stop after this many rounds (reference) or steps per worker (0: none)")
+    p.add_argument("--time-budget-s", type=float, default=0.0,
+                   help="gradex backend: each worker stops once it has trained this long (0: none)")
+    p.add_argument("--test-subset", type=int, default=0,
+                   help="evaluate on the first N test images only (0: all 10000)")
+    p.add_argument("--step-log", default="",
+                   help="gradex backend: append 'rank,step,wall_s,loss' per step here ({rank} in "
+                        "the name: one file per rank)")
     p.add_argument("--batch-size", type=int, default=64, help="per worker")
     p.add_argument("--hidden", default="256,128", help="MLP hidden sizes")
     p.add_argument("--seed", type=int, default=1)
@@ -96,6 +103,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     x_train, y_train = load_split(args.data_dir, "train")
     x_test, y_test = load_split(args.data_dir, "test")
+    if args.test_subset > 0:
+        x_test, y_test = x_test[:args.test_subset], y_test[:args.test_subset]
     data = (x_train, y_train, x_test, y_test)
     rows = (run_reference if args.backend == "reference" else run_gradex)(args, data)
     if args.label:

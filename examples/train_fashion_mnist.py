@@ -82,6 +82,14 @@ def parse_args(argv=None):
                         "no bucket falls back to dense on this machine's load (runs repeatable)")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
+    p.add_argument("--time-budget-s", type=float, default=0.0,
+                   help="stop once this much training wall time has passed (0: none); the ranks "
+                        "agree every 4 steps, so every rank stops at the same step")
+    p.add_argument("--test-subset", type=int, default=0,
+                   help="evaluate on the first N test images only (0: all 10000)")
+    p.add_argument("--step-log", default="",
+                   help="append 'rank,step,wall_s,loss' per step here ({rank} in the name: one "
+                        "file per rank)")
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
@@ -159,6 +167,8 @@ def train(args, rank, world, on_epoch=None):
     torch.set_num_threads(1)  # one core's share per rank: ranks share the machine
     x_train, y_train = load_split(args.data_dir, "train")
     x_test, y_test = load_split(args.data_dir, "test")
+    if args.test_subset > 0:
+        x_test, y_test = x_test[:args.test_subset], y_test[:args.test_subset]
     model = DDP(make_model(args))
     state = None
     if args.algorithm != "dense":
@@ -178,6 +188,8 @@ def train(args, rank, world, on_epoch=None):
     label = args.label or args.algorithm
     rows, wall, step = [], 0.0, 0
     n = len(x_train) - len(x_train) % (world * args.batch_size)
+    log = StepLog(args.step_log, rank)
+    over_budget = False
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed + epoch))
         mine = order[:n][rank::world]
@@ -194,7 +206,10 @@ def train(args, rank, world, on_epoch=None):
             opt.step()
             losses.append(float(loss))
             step += 1
-            if args.max_steps and step >= args.max_steps:
+            log.add(step, wall + time.perf_counter() - t0, losses[-1])
+            if args.time_budget_s > 0 and step % 4 == 0:
+                over_budget = budget_spent(wall + time.perf_counter() - t0, args.time_budget_s)
+            if (args.max_steps and step >= args.max_steps) or over_budget:
                 break
         wall += time.perf_counter() - t0
         acc = evaluate(model, x_test, y_test) if rank == 0 else float("nan")
@@ -210,11 +225,39 @@ def train(args, rank, world, on_epoch=None):
                   f"train_loss {row['train_loss']:.4f} test_acc {100 * acc:.2f}%", flush=True)
         if on_epoch:
             on_epoch(row)
-        if args.max_steps and step >= args.max_steps:
+        if (args.max_steps and step >= args.max_steps) or over_budget:
             break
+    log.close()
     if state is not None:
         state.flush()
     return model, state, rows
+
+
+class StepLog:
+    """Per-step training loss against training wall time (data loading and
+    evaluation excluded), for loss-vs-time plots; a no-op without a path."""
+
+    def __init__(self, path, rank):
+        self.f = None
+        if path:
+            self.f = open(path.replace("{rank}", str(rank)), "a")
+            self.rank = rank
+
+    def add(self, step, wall_s, loss):
+        if self.f:
+            self.f.write(f"{self.rank},{step},{wall_s:.4f},{loss:.6f}\n")
+
+    def close(self):
+        if self.f:
+            self.f.close()
+
+
+def budget_spent(wall_s, budget_s):
+    """True on every rank once any rank has trained budget_s seconds: DDP ranks
+    must leave the loop at the same step or the next allreduce hangs."""
+    flag = torch.tensor([1.0 if wall_s >= budget_s else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item() > 0)
 
 
 def append_csv(path, rows):

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Training loss vs wall time behind emulated 1 Gbit/s links (issue 10; the DGS
+# seed's low-bandwidth figure): 4 workers, each in its own network namespace
+# behind a tc-tbf link (bench/netns_lib.sh), train Fashion-MNIST with a wide
+# MLP (784-4096-4096-1250-10: 25.1M parameters, 100 MB of gradient) for the
+# same wall-time budget in each mode:
+#   ddp   synchronous dense SGD (DDP, gloo allreduce; train_fashion_mnist.py)
+#   asgd  gradex's parameter server, density 1 (train_dgs_fashion_mnist.py)
+#   dgs   gradex's parameter server, DGS at --density (default 0.01)
+# Rank 0 hosts the coordinator and the server shard in its process, so its link
+# carries every push and pull. Batch 8 per worker: on this CPU a batch-64 step
+# of this model computes for about 4 s on one core (8 s with four workers on
+# two cores), which would hide any network; at batch 8 a step's compute is
+# closer to what a GPU spends on it, as in the seed's figure. Every rank logs
+# its loss per step against its training wall time; plot_loss_wall.py draws
+# OUT/loss_wall.png and writes OUT/summary.md. A measurement: nothing passes or fails on a time. Root.
+#
+# Usage: bench/dgs/loss_wall.sh [--modes ddp,asgd,dgs] [--budget-s 240]
+#          [--rate 1gbit] [--hidden 4096,4096,1250] [--batch 8] [--density 0.01]
+#          [--lr-ddp 0.05] [--lr-ps 0.0125] [--build-dir DIR] [--out DIR]
+#          (default OUT: bench/results/dgs/loss_wall)
+# Traffic: only 10.97.0.0/24 on interfaces created here (namespaces gxlw0..3
+# and gxlwbr); the root namespace is not touched.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+modes=ddp,asgd,dgs budget=240 rate=1gbit hidden=4096,4096,1250 batch=8 density=0.01
+lr_ddp=0.05 lr_ps=0.0125
+build=$root/build
+out=$root/bench/results/dgs/loss_wall
+PREFIX=gxlw NET=10.97.0 RANKS=4
+py=/usr/bin/python3
+die() { echo "loss_wall: $*" >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --modes) modes=$2; shift 2 ;;
+    --budget-s) budget=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --hidden) hidden=$2; shift 2 ;;
+    --batch) batch=$2; shift 2 ;;
+    --density) density=$2; shift 2 ;;
+    --lr-ddp) lr_ddp=$2; shift 2 ;;
+    --lr-ps) lr_ps=$2; shift 2 ;;
+    --build-dir) build=$(realpath -m "$2"); shift 2 ;;
+    --out) out=$(realpath -m "$2"); shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+  esac
+done
+[[ $budget =~ ^[1-9][0-9]*$ ]] || die "--budget-s must be a positive integer, got '$budget'"
+[[ $batch =~ ^[1-9][0-9]*$ ]] || die "--batch must be a positive integer, got '$batch'"
+[[ $hidden =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "bad --hidden '$hidden' (e.g. 4096,4096,1250)"
+[[ $rate =~ ^[0-9.]+(gbit|mbit)$ ]] || die "bad --rate '$rate' (e.g. 1gbit, 500mbit)"
+for v in density lr_ddp lr_ps; do
+  [[ ${!v} =~ ^[0-9]*\.?[0-9]+$ ]] || die "--${v//_/-} must be a positive number, got '${!v}'"
+done
+IFS=, read -r -a MODES <<<"$modes"
+for m in "${MODES[@]}"; do [[ $m =~ ^(ddp|asgd|dgs)$ ]] || die "bad mode '$m'"; done
+[[ $(id -u) -eq 0 ]] || { echo "loss_wall: needs root (network namespaces, tc)" >&2; exit 1; }
+[[ -f $build/python/gradex/dgs.py ]] || die "$build/python/gradex not built (scripts/build)"
+"$py" -c 'import torch, matplotlib' 2>/dev/null || die "$py needs torch and matplotlib"
+
+source "$root/bench/netns_lib.sh"
+pids=()
+teardown() { gx_netns_down "$PREFIX" "$RANKS"; }
+stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
+trap teardown EXIT
+trap 'stop; exit 130' INT TERM
+teardown
+mkdir -p "$out/raw"
+rm -f "$out"/raw/*
+say() { echo "[loss_wall $(date -u +%H:%M:%S)] $*" | tee -a "$out/raw/progress.log" >&2; }
+
+gx_netns_up "$PREFIX" "$RANKS" "$rate" "$NET"
+echo "$RANKS workers, tc tbf $rate both ways per worker, rank 0 hosting the server shard; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown); MLP hidden $hidden, batch $batch per worker, budget ${budget} s of training per mode; test accuracy on the first 1000 test images; lr ddp $lr_ddp, asgd/dgs $lr_ps; density $density" >"$out/raw/meta.txt"
+
+port=29800
+run_mode() {  # run_mode MODE
+  local mode=$1 r rc=0 status=0 cmd
+  port=$((port + 1))
+  pids=()
+  for ((r = 0; r < RANKS; r++)); do
+    case $mode in
+      ddp) cmd=("$root/examples/train_fashion_mnist.py" --algorithm dense --lr "$lr_ddp") ;;
+      asgd) cmd=("$root/examples/train_dgs_fashion_mnist.py" --backend gradex --mode asgd
+                 --lr "$lr_ps" --timeout-s 300) ;;
+      dgs) cmd=("$root/examples/train_dgs_fashion_mnist.py" --backend gradex --mode dgs
+                --density "$density" --lr "$lr_ps" --timeout-s 300) ;;
+    esac
+    ip netns exec "$PREFIX$r" env RANK=$r LOCAL_RANK=0 WORLD_SIZE=$RANKS LOCAL_WORLD_SIZE=1 \
+      MASTER_ADDR=$NET.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=gxeth \
+      GRADEX_DATA_IP=$NET.$((r + 1)) GRADEX_COORDINATOR_HOST=$NET.1 \
+      UCX_TLS=tcp UCX_NET_DEVICES=gxeth UCX_WARN_UNUSED_ENV_VARS=n \
+      PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
+      timeout $((budget * 3 + 600)) "$py" "${cmd[@]}" --hidden "$hidden" \
+      --batch-size "$batch" --epochs 50 --time-budget-s "$budget" \
+      --test-subset 1000 --step-log "$out/raw/$mode.rank{rank}.steps" --csv "$out/raw/$mode.csv" \
+      >"$out/raw/$mode.rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do
+    rc=0
+    wait "$p" || rc=$?
+    [[ $status -eq 0 && $rc -ne 0 ]] && status=$rc
+  done
+  pids=()
+  return "$status"
+}
+
+t_start=$SECONDS
+for m in "${MODES[@]}"; do
+  say "$m: $RANKS workers, ${budget} s of training each (load $(cut -d' ' -f1 /proc/loadavg))"
+  if run_mode "$m"; then
+    say "  done: $(grep -h 'test_acc' "$out/raw/$m.rank0.log" | tail -1)"
+  else
+    say "  $m failed; see $out/raw/$m.rank*.log"
+  fi
+done
+teardown
+"$py" "$here/plot_loss_wall.py" "$out" --title "Fashion-MNIST, 25.1M-parameter MLP, 4 workers behind $rate links"
+say "all done in $((SECONDS - t_start)) s: $out/summary.md, $out/loss_wall.png"
