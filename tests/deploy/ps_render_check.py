@@ -76,7 +76,7 @@ def env_of(container):
 
 def no_servers(name):
     objs = load(name)
-    kinds = [(k, n) for (k, n) in objs if "ps-server" in n]
+    kinds = [(k, n) for (k, n) in objs if "ps-server" in n and "dashboard" not in n]
     check(not kinds, f"{name}: server objects rendered: {kinds}")
     check(not any(k == "StatefulSet" for k, _ in objs), f"{name}: a StatefulSet")
     for (k, n), o in objs.items():
