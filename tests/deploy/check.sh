@@ -14,7 +14,9 @@
 #      their PodMonitor, the parameter-server dashboard, snapshots at SIGTERM
 #   6. (--images) scripts/images (the trainer's Python package from a CPU build,
 #      $GRADEX_CPU_BUILD, default build-cpu, configured here when missing), then
-#      kube_play.sh: podman kube play of the rendered coordinator and trainers
+#      kube_play.sh: podman kube play of the rendered coordinator and trainers;
+#      kube_play_ps.py: a DGS job's coordinator, server pod (gradex/agent) and
+#      2 trainers
 # usage: tests/deploy/check.sh [--skip-live] [--images] [BUILD_DIR (default build)]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -120,5 +122,7 @@ if ((IMAGES)); then
   nice -n 5 cmake --build "$CPU" -j2 --target gradex_python >/dev/null || fail "the CPU build of the Python module"
   nice -n 10 "$ROOT/scripts/images" --prebuilt "${BUILD#"$ROOT"/}/bin" --python-build "$CPU"
   "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube"
+  CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/containers.conf} \
+    python3 "$HERE/kube_play_ps.py" "$R" "$ROOT/helm/gradex" "$OUT/kube-ps"
 fi
 echo "PASS deploy checks"
