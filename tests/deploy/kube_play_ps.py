@@ -12,7 +12,9 @@ in the server's volume.
 
 The same podman 4.3 adaptations as kube_play.py (its helpers: Secret volumes
 as ConfigMaps, the Service's and pod 0's DNS names as host aliases, fieldRef
-and $(VAR) expansion, no containerPorts).
+and $(VAR) expansion, no containerPorts), and the server pod without its
+checksum/job annotation (4.3 refuses a Pod's annotation values over 63
+characters).
 
 usage: kube_play_ps.py HELMRENDER CHART WORKDIR  (root; CONTAINERS_CONF set)
 """
@@ -78,6 +80,10 @@ def main():
     # The server: the StatefulSet's pod 0.
     meta = copy.deepcopy(sts["spec"]["template"]["metadata"])
     meta["name"] = "gx-gradex-ps-server-0"
+    # podman 4.3 refuses a Pod's annotation values over 63 characters (a
+    # label's limit; Kubernetes has none for annotations): the checksum goes.
+    if len(meta.get("annotations", {}).pop("checksum/job", "")) != 64:
+        lc.fail("the server pod template has no checksum/job annotation")
     spec = copy.deepcopy(sts["spec"]["template"]["spec"])
     sport = spec["containers"][0]["ports"][0]["containerPort"]
     kp.adapt(spec)
