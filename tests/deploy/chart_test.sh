@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The fast chart checks (ctest: deploy_chart): helmrender renders helm/gradex
 # for the default values and every tests/deploy/values/*.yaml (Helm's schema
-# check included), every tests/deploy/bad/*.yaml fails with the message its
-# "# expect:" line names, the alert rules load and pass their promtool unit
-# tests (the rendered PrometheusRule's too), and the dashboards are
+# check included), the parameter servers' objects (ps_render_check.py), every
+# tests/deploy/bad/*.yaml fails with the message its "# expect:" line names,
+# the alert rules load and pass their promtool unit tests (the rendered
+# PrometheusRule's too), and the dashboards are
 # scripts/gen-dashboards' output.
 # usage: chart_test.sh [OUT_DIR]  (renders are left in OUT_DIR/renders)
-# Exit 77 (skip) when Go, the Go libraries or promtool are missing:
+# Exit 77 (skip) when Go, the Go libraries, promtool or PyYAML are missing:
 # scripts/install-deps installs them.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +21,7 @@ export GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=${GOCACHE:-$OUT/gocache}
 for need in go promtool; do
   command -v "$need" >/dev/null || { echo "SKIP: no $need (scripts/install-deps installs it)"; exit 77; }
 done
+python3 -c 'import yaml' 2>/dev/null || { echo "SKIP: no PyYAML (python3-yaml; scripts/install-deps)"; exit 77; }
 for lib in github.com/Masterminds/sprig sigs.k8s.io/yaml github.com/xeipuuv/gojsonschema; do
   [[ -d /usr/share/gocode/src/$lib ]] || { echo "SKIP: no Go library $lib (scripts/install-deps)"; exit 77; }
 done
@@ -52,6 +54,10 @@ grep -q "^ *grpc:$" "$OUT/renders/default.yaml" || fail "default: no grpc probe"
 grep -q 'entry_timeout_ms\\":8000' "$OUT/renders/fault-windows.yaml" || fail "fault-windows: no entry_timeout_ms in job.json"
 grep -q 'loss_settle_ms\\":0' "$OUT/renders/fault-windows.yaml" || fail "fault-windows: loss_settle_ms 0 dropped"
 ! grep -q 'loss_settle_ms\|entry_timeout_ms' "$OUT/renders/default.yaml" || fail "default: fault windows set although left to the coordinator"
+expect_kinds "$OUT/renders/dgs-servers.yaml" StatefulSet PodMonitor NetworkPolicy
+# The DGS parameter servers: only when asked; arguments, volumes, ports,
+# policies, monitor and the job config's ps block.
+python3 "$HERE/ps_render_check.py" "$OUT/renders" "$ROOT" || fail "parameter-server renders"
 n=$(grep -c "grafana_dashboard: \"1\"" "$OUT/renders/default.yaml")
 ((n == $(ls "$CHART"/dashboards/*.json | wc -l))) || fail "default: $n dashboard ConfigMaps"
 

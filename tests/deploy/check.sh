@@ -9,10 +9,14 @@
 #   4. the TLS exec probe: coordinator with the rendered TLS arguments and
 #      openssl-made certificates, the rendered probe command answers
 #   5. live_check.py: the rendered workloads, monitors and rules with a real
-#      Prometheus; stall alerts; every dashboard panel shows data
+#      Prometheus; stall alerts; every dashboard panel shows data;
+#      ps_live_check.py: a rendered DGS job, its 2 server pods' processes,
+#      their PodMonitor, the parameter-server dashboard, snapshots at SIGTERM
 #   6. (--images) scripts/images (the trainer's Python package from a CPU build,
 #      $GRADEX_CPU_BUILD, default build-cpu, configured here when missing), then
-#      kube_play.sh: podman kube play of the rendered coordinator and trainers
+#      kube_play.sh: podman kube play of the rendered coordinator and trainers;
+#      kube_play_ps.py: a DGS job's coordinator, server pod (gradex/agent) and
+#      2 trainers
 # usage: tests/deploy/check.sh [--skip-live] [--images] [BUILD_DIR (default build)]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -104,6 +108,8 @@ if ((LIVE)); then
   step "5. live: rendered workloads, monitors, rules, dashboards"
   python3 "$HERE/live_check.py" "$BUILD/bin" "$R" "$ROOT/helm/gradex" "$OUT/live" |
     grep -v '^step \|^\[' || fail "live check"
+  step "5b. live: a rendered DGS job with its parameter servers, their monitor and dashboard"
+  python3 "$HERE/ps_live_check.py" "$BUILD/bin" "$R" "$ROOT/helm/gradex" "$OUT/ps-live" || fail "ps live check"
 fi
 if ((IMAGES)); then
   step "6. images and podman kube play"
@@ -116,5 +122,7 @@ if ((IMAGES)); then
   nice -n 5 cmake --build "$CPU" -j2 --target gradex_python >/dev/null || fail "the CPU build of the Python module"
   nice -n 10 "$ROOT/scripts/images" --prebuilt "${BUILD#"$ROOT"/}/bin" --python-build "$CPU"
   "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube"
+  CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/containers.conf} \
+    python3 "$HERE/kube_play_ps.py" "$R" "$ROOT/helm/gradex" "$OUT/kube-ps"
 fi
 echo "PASS deploy checks"

@@ -1,5 +1,6 @@
-"""The dashboards against a live Prometheus (live_check.py): every panel's
-query returns data at the stall or near the end of the run, and, with
+"""The dashboards against a live Prometheus (live_check.py, and
+ps_live_check.py for the parameter-server board): every panel's query returns
+data at the stall or near the end of the run, and, with
 LIVE_SAVE_SERIES=FILE, every panel's series over the run for
 scripts/plot-dashboards."""
 import json
@@ -7,6 +8,9 @@ import os
 import re
 import urllib.parse
 import urllib.request
+
+
+PS_BOARD = "gradex-ps-servers.json"
 
 
 def save_series(pport, chart, subst, t0, t1, path):
@@ -50,6 +54,11 @@ def check(prom, fail, chart, work, jobid, algorithm, times, pport):
     panels, queries, empty_panels, empty_queries, nonzero_only = 0, 0, [], [], set()
     results = {}
     for fn in sorted(os.listdir(f"{chart}/dashboards")):
+        # The parameter-server board is a dgs job's (ps_live_check.py), the
+        # others a collective job's (live_check.py).
+        if (fn == PS_BOARD) != (algorithm == "dgs"):
+            print(f"dashboards: {fn} not checked ({'a collective' if algorithm != 'dgs' else 'a parameter-server'} job)")
+            continue
         d = json.load(open(f"{chart}/dashboards/{fn}"))
         for p in d["panels"]:
             panels += 1

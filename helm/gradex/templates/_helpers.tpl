@@ -95,6 +95,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- if ne 0 (mod (int .Values.job.worldSize) (int .Values.job.teams)) -}}
 {{- fail (printf "job.teams (%d) must divide job.worldSize (%d)" (int .Values.job.teams) (int .Values.job.worldSize)) -}}
 {{- end -}}
+{{- include "gradex.validatePs" . -}}
 {{- end -}}
 
 {{/* Peers allowed to scrape a metrics port (NetworkPolicy). */}}
@@ -136,9 +137,19 @@ app.kubernetes.io/component: {{ .component }}
       exec torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
       --node_rank="${NODE_RANK:-${RANK:-0}}" --master_addr="$MASTER_ADDR"
       --master_port="$MASTER_PORT" --redirects 1 --tee 1
+      {{- if include "gradex.psJob" $root }}
+      {{- /* DGS: DGSOptimizer against the job's servers (GRADEX_COORDINATOR is
+      set, so no rank hosts a server in-process); density 1 is ASGD. */}}
+      /opt/gradex/examples/train_dgs_fashion_mnist.py --backend gradex
+      --mode={{ ternary "asgd" "dgs" (eq (float64 $root.Values.job.density) 1.0) }}
+      --density={{ $root.Values.job.density }} --lr={{ $w.example.dgsLr }}
+      --hidden={{ join "," $w.example.hidden }} --epochs={{ int $w.example.epochs }}
+      --max-rounds={{ int64 $w.example.maxSteps }} --batch-size={{ int $w.example.batchSize }} "$@"
+      {{- else }}
       /opt/gradex/examples/train_fashion_mnist.py --algorithm={{ $root.Values.job.algorithm }}
       --density={{ $root.Values.job.density }} --epochs={{ int $w.example.epochs }}
       --max-steps={{ int64 $w.example.maxSteps }} --batch-size={{ int $w.example.batchSize }} "$@"
+      {{- end }}
     - gradex-example
     {{- with $w.extraArgs }}
     {{- toYaml . | nindent 4 }}
