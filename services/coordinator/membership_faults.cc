@@ -99,6 +99,12 @@ void Membership::EvictBlamed(const Epoch& e, absl::Time now, std::vector<uint64_
     if (c.ranks.size() != 1) continue;
     const int blamers = static_cast<int>(c.waiters.size());
     if (2 * blamers <= p - 1) continue;
+    // A member that finished a step of this epoch has entered it: a stall
+    // after entry (a slow data loader, a paused trainer) is the stall
+    // detector's to report, and the step deadline's to end, not a reason to
+    // evict it for its entry.
+    const MemberRecord* blamed = Find(e.roster[c.ranks[0]]);
+    if (blamed != nullptr && blamed->next_step > e.effective_step) continue;
     Evict(e.roster[c.ranks[0]], MemberRecord::Cause::kEntry,
           absl::StrCat("blamed by ", blamers, " of ", p - 1, " members for not entering epoch ",
                        e.number, " within ", absl::ToInt64Milliseconds(s_.entry_timeout),

@@ -231,6 +231,28 @@ TEST(EntryDeadline, AMemberAMajorityOfItsPeersWaitOnIsEvictedAndNamed) {
   EXPECT_EQ(run.latest, 3u);  // the others go on without it
 }
 
+// Epoch 1 runs 120 steps; then member 4 stalls (a trainer pausing between
+// steps) and the three others wait on it, past the entry deadline: it
+// entered the epoch long ago, so it stays (the stall detector names it).
+TEST(EntryDeadline, AMemberThatRanStepsOfTheEpochIsNotBlamedForItsEntry) {
+  JobSettings s = Job(4);
+  Membership m(s);
+  StartEpoch(m, 4);
+  std::vector<uint64_t> ev;
+  const absl::Time ran = t0 + absl::Seconds(1);
+  for (uint64_t id = 1; id <= 4; ++id) m.NoteStep(id, 119, ran);
+  for (absl::Duration d = absl::Seconds(2); d < 3 * s.entry_timeout; d += absl::Seconds(1)) {
+    const absl::Time t = t0 + d;
+    if (m.Find(4) == nullptr) break;  // evicted: the failure below names why
+    for (uint64_t id = 1; id <= 3; ++id) BeatWaiting(m, id, 1, 4, t - ran, t);
+    Beat(m, 4, 1, t);
+    m.Tick(t, &ev);
+  }
+  EXPECT_TRUE(ev.empty());
+  for (const MemberRecord& r : m.last_evicted()) ADD_FAILURE() << r.agent_id << ": " << r.eviction;
+  EXPECT_EQ(m.latest().number, 1u);
+}
+
 TEST(EntryDeadline, OneLiarOfThreeOthersCannotEvict) {
   BlameRun run = RunBlame(4, {{1, 4}}, absl::Seconds(3));
   EXPECT_TRUE(run.evicted.empty());
