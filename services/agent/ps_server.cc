@@ -21,10 +21,19 @@ absl::StatusOr<std::vector<uint8_t>> ReadFile(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
+// A unique temporary name (mkstemp): servers sharing one volume may write the
+// same shard's snapshot during a hand-off, and a shared "path.tmp" would let
+// one rename the other's half-written file.
 absl::Status WriteAtomically(const std::string& path, const Bytes& bytes) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = mkstemp(tmp.data());
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+  std::FILE* f = fdopen(fd, "wb");
+  if (f == nullptr) {
+    close(fd);
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+  }
   const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() &&
                   std::fflush(f) == 0 && fsync(fileno(f)) == 0;
   if (std::fclose(f) != 0 || !ok) {
@@ -32,6 +41,7 @@ absl::Status WriteAtomically(const std::string& path, const Bytes& bytes) {
     return absl::UnavailableError(absl::StrCat("writing ", tmp, " failed"));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
     return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path));
   }
   return absl::OkStatus();
