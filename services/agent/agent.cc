@@ -49,16 +49,7 @@ absl::Status Agent::Start() {
 }
 
 absl::Status Agent::Rejoin() {
-  JoinRequest req;
-  req.job = options_.job;
-  req.token = options_.token;
-  req.agent_id = options_.agent_id;
-  req.host = options_.host;
-  req.local_rank = options_.local_rank;
-  req.device = options_.device;
-  req.ucx_address = transports_->address();
-  req.ucx_version = transports_->version();
-  req.ucx_transports = transports_->transports();
+  JoinRequest req = MemberJoin(options_, *transports_);
   req.last_epoch = last_epoch_;
   req.last_rank = rank_;
   req.last_world_size = plan_ == nullptr ? 0 : plan_->world();

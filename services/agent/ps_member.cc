@@ -35,16 +35,7 @@ PsMember::PsMember(PsMemberOptions options, ControlPlane* control, TransportProv
 }
 
 absl::Status PsMember::Join(Deadline deadline) {
-  JoinRequest req;
-  req.job = options_.job;
-  req.token = options_.token;
-  req.agent_id = options_.agent_id;
-  req.host = options_.host;
-  req.local_rank = options_.local_rank;
-  req.device = options_.device;
-  req.ucx_address = transports_->address();
-  req.ucx_version = transports_->version();
-  req.ucx_transports = transports_->transports();
+  JoinRequest req = MemberJoin(options_, *transports_);
   req.server = options_.server;
   absl::StatusOr<JoinReply> reply = control_->Join(req, deadline);
   return reply.status();

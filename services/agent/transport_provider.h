@@ -49,6 +49,25 @@ class TransportProvider {
                                                              const ConnectHooks& hooks) = 0;
 };
 
+// The fields of a Join every member sends alike (agents and parameter-server
+// members): who it is, from its options (AgentOptions, PsMemberOptions: the
+// same field names), and its data-plane address, UCX version and transports,
+// which the coordinator checks and hands to its peers.
+template <typename Options>
+JoinRequest MemberJoin(const Options& o, const TransportProvider& t) {
+  JoinRequest req;
+  req.job = o.job;
+  req.token = o.token;
+  req.agent_id = o.agent_id;
+  req.host = o.host;
+  req.local_rank = o.local_rank;
+  req.device = o.device;
+  req.ucx_address = t.address();
+  req.ucx_version = t.version();
+  req.ucx_transports = t.transports();
+  return req;
+}
+
 // One UCX worker for the agent's whole life (its address stays valid across
 // epochs, so the coordinator needs it once), one communicator per epoch on it
 // with the epoch as the generation (an aborted epoch's leftovers are dropped).
