@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "bench/cli.h"
 #include "services/client/client.h"
 
 namespace gradex::client {
@@ -44,38 +44,15 @@ constexpr char kUsage[] =
     "two jobs at once taking turns step by step; prints step times (slowest rank) per mode.\n";
 
 bool Parse(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (i + 1 >= argc) return false;
-    const char* v = argv[++i];
-    bool ok = true;
-    if (a == "--ranks")
-      ok = absl::SimpleAtoi(v, &f->ranks) && f->ranks >= 1 && f->ranks <= 64;
-    else if (a == "--buckets")
-      ok = absl::SimpleAtoi(v, &f->buckets) && f->buckets >= 1 && f->buckets <= 1024;
-    else if (a == "--steps")
-      ok = absl::SimpleAtoi(v, &f->steps) && f->steps >= 1;
-    else if (a == "--warmup")
-      ok = absl::SimpleAtoi(v, &f->warmup) && f->warmup >= 0;
-    else if (a == "--elements")
-      ok =
-          absl::SimpleAtoi(v, &f->elements) && f->elements >= 1 && f->elements <= (size_t{1} << 28);
-    else if (a == "--algorithm")
-      f->algorithm = v;
-    else if (a == "--density")
-      ok = absl::SimpleAtod(v, &f->density) && f->density > 0 && f->density <= 1;
-    else
-      ok = false;
-    if (!ok) {
-      std::fprintf(stderr, "gradex-client-pipeline: bad %s '%s'\n%s", a.c_str(), v, kUsage);
-      return false;
-    }
-  }
-  return true;
+  using bench::IntIn;
+  return bench::ParseCli(argc, argv, "gradex-client-pipeline", kUsage,
+                         {{"--ranks", IntIn(&f->ranks, 1, 64)},
+                          {"--buckets", IntIn(&f->buckets, 1, 1024)},
+                          {"--steps", IntIn(&f->steps, 1, 1 << 20)},
+                          {"--warmup", IntIn(&f->warmup, 0, 1 << 20)},
+                          {"--elements", IntIn<size_t>(&f->elements, 1, size_t{1} << 28)},
+                          {"--algorithm", bench::Word(&f->algorithm)},
+                          {"--density", bench::RealIn(&f->density, 0, 1)}});
 }
 
 class Store {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/cli.h"
 #include "collectives/dgs_exchange.h"
 #include "transport/file_bootstrap.h"
 #include "transport/loopback_transport.h"
@@ -59,44 +60,25 @@ constexpr char kUsage[] =
     "  --tls TLS      UCX_TLS for --transport ucx (default: UCX's choice)\n";
 
 bool Parse(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (i + 1 >= argc) return false;
-    const std::string v = argv[++i];
-    char* end = nullptr;
-    if (a == "--elements") {
-      f->elements = std::strtoull(v.c_str(), &end, 10);
-    } else if (a == "--layers") {
-      f->layers = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
-    } else if (a == "--workers") {
-      f->workers = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
-    } else if (a == "--shards") {
-      f->shards = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
-    } else if (a == "--density") {
-      f->density = std::strtod(v.c_str(), &end);
-    } else if (a == "--steps") {
-      f->steps = static_cast<int>(std::strtol(v.c_str(), &end, 10));
-    } else if (a == "--warmup") {
-      f->warmup = static_cast<int>(std::strtol(v.c_str(), &end, 10));
-    } else if (a == "--transport") {
-      f->transport = v;
-      end = const_cast<char*>(v.c_str() + v.size());
-    } else if (a == "--tls") {
-      f->tls = v;
-      end = const_cast<char*>(v.c_str() + v.size());
-    } else {
-      return false;
-    }
-    if (end == nullptr || *end != '\0' || v.empty()) return false;
+  using bench::IntIn;
+  if (!bench::ParseCli(argc, argv, "gradex-dgs-bench", kUsage,
+                       {{"--elements", IntIn<uint64_t>(&f->elements, 1, kDgsMaxElements)},
+                        {"--layers", IntIn<uint32_t>(&f->layers, 1, kDgsMaxElements)},
+                        {"--workers", IntIn<uint32_t>(&f->workers, 1, 256)},
+                        {"--shards", IntIn<uint32_t>(&f->shards, 1, 64)},
+                        {"--density", bench::RealIn(&f->density, 0, 1)},
+                        {"--steps", IntIn(&f->steps, 1, 1 << 20)},
+                        {"--warmup", IntIn(&f->warmup, 0, 1 << 20)},
+                        {"--transport", bench::Word(&f->transport, {"loopback", "ucx"})},
+                        {"--tls", bench::Word(&f->tls)}})) {
+    return false;
   }
-  return f->elements >= f->layers && f->layers >= 1 && f->workers >= 1 && f->workers <= 256 &&
-         f->shards >= 1 && f->shards <= 64 && f->density > 0 && f->density <= 1 && f->steps >= 1 &&
-         f->warmup >= 0 && f->elements <= kDgsMaxElements &&
-         (f->transport == "loopback" || f->transport == "ucx");
+  if (f->elements < f->layers) {
+    std::fprintf(stderr, "gradex-dgs-bench: --layers %u is more than --elements %lu\n%s", f->layers,
+                 static_cast<unsigned long>(f->elements), kUsage);
+    return false;
+  }
+  return true;
 }
 
 DgsLayout Layout(const Flags& f) {
@@ -277,10 +259,7 @@ int RunUcx(const Flags& f) {
 
 int main(int argc, char** argv) {
   gradex::Flags f;
-  if (!gradex::Parse(argc, argv, &f)) {
-    std::fputs(gradex::kUsage, stderr);
-    return 2;
-  }
+  if (!gradex::Parse(argc, argv, &f)) return 2;
   std::printf(
       "gradex-dgs-bench: transport %s, %u workers, %u shards, %lu elements in %u layers, "
       "density %g, %d steps after %d warm-up, %u cores\n",
