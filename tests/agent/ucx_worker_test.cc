@@ -129,27 +129,47 @@ TEST(UcxWorkerTest, OneCommunicatorAtATime) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A member that never joins the data plane: a loopback listener that
+// accepts TCP (the kernel completes the handshake) and never answers.
+class SilentPeer {
+ public:
+  SilentPeer() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+        listen(fd_, 8) == 0 && getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      address_ = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    }
+  }
+  ~SilentPeer() { Close(); }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  // Empty when the listener could not be made.
+  const std::string& address() const { return address_; }
+
+ private:
+  int fd_ = -1;
+  std::string address_;
+};
+
 // A peer whose listener accepts TCP and never answers (a member that never
 // joins the data plane) holds the wire-up until its deadline, unless the
 // agent abandons it: a newer epoch superseded this one (issue 12, items 5
 // and 6). The connect then ends ABORTED at once and the worker is free.
 TEST(UcxWorkerTest, AWireUpIsAbandonedWhenTheEpochIsSuperseded) {
-  const int hole = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(hole, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(bind(hole, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(hole, 8), 0);
-  ASSERT_EQ(getsockname(hole, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  SilentPeer hole;
+  ASSERT_FALSE(hole.address().empty());
   UcxOptions options;
   options.tls = "tcp";
   options.connect_timeout = std::chrono::seconds(20);
   absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
   ASSERT_TRUE(worker.ok()) << worker.status();
-  const std::vector<std::string> addresses = {(*worker)->address(),
-                                              "127.0.0.1:" + std::to_string(ntohs(a.sin_port))};
+  const std::vector<std::string> addresses = {(*worker)->address(), hole.address()};
   const auto start = std::chrono::steady_clock::now();
   options.abandon = [start] {
     return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(300);
@@ -162,7 +182,6 @@ TEST(UcxWorkerTest, AWireUpIsAbandonedWhenTheEpochIsSuperseded) {
   EXPECT_LT(seconds, 5.0) << "the wire-up ran on past its abandon";
   options.abandon = nullptr;
   EXPECT_TRUE(ConnectUcxTransport(*worker, 0, {(*worker)->address()}, 2, options).ok());
-  close(hole);
 }
 
 // The wire-up tells which peers it waits on (UcxOptions::on_wire_up_wait):
@@ -173,20 +192,13 @@ TEST(UcxWorkerTest, AWireUpIsAbandonedWhenTheEpochIsSuperseded) {
 // answer (UcxOptions::wire_up_quiet, 2.5 s; the deadline is 20 s), which
 // names it.
 TEST(UcxWorkerTest, AWireUpTellsWhichPeersItStillWaitsOn) {
-  const int hole = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(hole, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(bind(hole, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(hole, 8), 0);
-  ASSERT_EQ(getsockname(hole, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  SilentPeer hole;
+  ASSERT_FALSE(hole.address().empty());
   UcxOptions options;
   options.tls = "tcp";
   options.connect_timeout = std::chrono::seconds(20);
   options.wire_up_quiet = std::chrono::milliseconds(2500);
-  std::vector<std::string> addresses(3, "127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  std::vector<std::string> addresses(3, hole.address());
   struct Event {
     int peer;
     bool waiting;
@@ -212,7 +224,7 @@ TEST(UcxWorkerTest, AWireUpTellsWhichPeersItStillWaitsOn) {
   std::thread t0(rank, 0), t1(rank, 1);
   t0.join();
   t1.join();
-  close(hole);
+  hole.Close();
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
     EXPECT_EQ(status[r].code(), absl::StatusCode::kDeadlineExceeded) << status[r];
