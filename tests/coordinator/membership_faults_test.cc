@@ -1,7 +1,7 @@
-// Members that fail without leaving, on a fake clock (issue 12): the entry
-// deadline evicts and names a member that heartbeats but never enters its
-// epoch (item 5), and failures close together make one epoch change, not
-// one per failure (item 6).
+// Members that fail without leaving, on a fake clock (issue 12, item 5): the
+// entry deadline evicts and names a member that heartbeats but never enters
+// its epoch, or that a majority of its peers' entry waits end at. (Item 6,
+// failures close together: loss_settle_test.cc.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,27 +27,6 @@ gradex::v1::JoinRequest Req(const std::string& agent, int local_rank) {
   return TestJoin(agent, local_rank, "addr-" + agent);
 }
 
-// A heartbeat saying the member enters or runs `epoch` (0: says none).
-void Beat(Membership& m, uint64_t id, uint64_t epoch, absl::Time t) {
-  gradex::v1::HeartbeatRequest h;
-  h.set_member_id(id);
-  h.set_epoch(epoch);
-  h.set_next_step(m.Find(id)->next_step);
-  ASSERT_TRUE(m.Heartbeat(h, t).ok()) << id;
-}
-
-// Members 1..n in epoch 1 (each heartbeat says so).
-void StartEpoch(Membership& m, int n) {
-  uint64_t rep = 0;
-  std::vector<uint64_t> ev;
-  for (int i = 1; i <= n; ++i) {
-    ASSERT_TRUE(m.Join(Req("a" + std::to_string(i), i), i, t0, &rep).ok());
-  }
-  ASSERT_TRUE(m.Tick(t0, &ev));
-  ASSERT_EQ(m.latest().number, 1u);
-  for (int i = 1; i <= n; ++i) Beat(m, i, 1, t0);
-}
-
 // Three members run epoch 1; member 9 joins and heartbeats, but never says
 // it enters: epoch 2 (at the barrier) holds it. Its entry starts when the
 // job reaches the barrier, not at the epoch's forming.
@@ -62,7 +41,7 @@ struct IdleFixture {
   absl::Time barrier_at;
 
   void SetUp(bool idle_enters) {
-    StartEpoch(m, 3);
+    StartTestEpoch(m, t0, 3);
     uint64_t rep = 0;
     ASSERT_TRUE(m.Join(Req("idle", 9), 9, t0, &rep).ok());
     ASSERT_TRUE(m.Tick(t0, &ev));
@@ -141,7 +120,7 @@ TEST(EntryDeadline, AMemberStillInAnOlderEntryStays) {
   JobSettings s = Job(3);
   s.min_world_size = 2;
   Membership m(s);
-  StartEpoch(m, 3);
+  StartTestEpoch(m, t0, 3);
   std::vector<uint64_t> ev;
   ASSERT_TRUE(m.Leave(3).ok());
   ASSERT_TRUE(m.Tick(t0, &ev));  // epoch 2: members 1 and 2
@@ -188,7 +167,7 @@ BlameRun RunBlame(int n, const std::vector<std::pair<uint64_t, uint64_t>>& waite
   s.min_world_size = 1;
   Membership m(s);
   BlameRun run;
-  StartEpoch(m, n + 1);
+  StartTestEpoch(m, t0, n + 1);
   if (::testing::Test::HasFatalFailure()) return run;
   std::vector<uint64_t> ev;
   EXPECT_TRUE(m.Leave(n + 1).ok());
@@ -237,7 +216,7 @@ TEST(EntryDeadline, AMemberAMajorityOfItsPeersWaitOnIsEvictedAndNamed) {
 TEST(EntryDeadline, AMemberThatRanStepsOfTheEpochIsNotBlamedForItsEntry) {
   JobSettings s = Job(4);
   Membership m(s);
-  StartEpoch(m, 4);
+  StartTestEpoch(m, t0, 4);
   std::vector<uint64_t> ev;
   const absl::Time ran = t0 + absl::Seconds(1);
   for (uint64_t id = 1; id <= 4; ++id) m.NoteStep(id, 119, ran);
@@ -282,7 +261,7 @@ TEST(EntryDeadline, ABlamedMemberThatJoinsAgainWaitsForTheNextBarrier) {
   s.min_world_size = 1;
   s.loss_settle = absl::Seconds(1);  // the re-join comes within it
   Membership m(s);
-  StartEpoch(m, 4);
+  StartTestEpoch(m, t0, 4);
   std::vector<uint64_t> ev;
   ASSERT_TRUE(m.Leave(4).ok());
   absl::Time t = t0;
@@ -314,95 +293,6 @@ TEST(EntryDeadline, ABlamedMemberThatJoinsAgainWaitsForTheNextBarrier) {
   EXPECT_EQ(m.latest().roster, (std::vector<uint64_t>{1, 2, 30}));
   EXPECT_FALSE(m.latest().immediate);
   EXPECT_EQ(m.latest().effective_step % s.barrier_period, 0u);
-}
-
-// Members 3 and 4 of four stop together; their last heartbeats were `apart`
-// from each other. Returns the epochs formed after epoch 1 and the
-// evictions' causes.
-struct StopRun {
-  std::vector<uint64_t> epochs;
-  std::vector<MemberRecord::Cause> causes;
-};
-StopRun StopTwo(absl::Duration settle, absl::Duration lease, absl::Duration apart) {
-  JobSettings s = Job(4);
-  s.min_world_size = 2;
-  s.lease = lease;
-  s.entry_timeout = 10 * lease;
-  s.loss_settle = settle;
-  Membership m(s);
-  StartEpoch(m, 4);
-  StopRun out;
-  std::vector<uint64_t> ev;
-  const absl::Duration tick = absl::Milliseconds(100);
-  for (absl::Time t = t0; t < t0 + 4 * lease; t += tick) {
-    for (uint64_t id : {1, 2}) Beat(m, id, m.latest().number, t);
-    // 3 stops at t0 (its last heartbeat), 4 `apart` later.
-    if (t - t0 <= apart) Beat(m, 4, 1, t);
-    if (m.Tick(t, &ev)) out.epochs.push_back(m.latest().number);
-    for (const MemberRecord& r : m.last_evicted()) out.causes.push_back(r.cause);
-  }
-  EXPECT_EQ(ev.size(), 2u);
-  EXPECT_EQ(m.latest().roster, (std::vector<uint64_t>{1, 2}));
-  return out;
-}
-
-TEST(LossSettle, TwoFailuresWithinTheWindowMakeOneEpochChange) {
-  using C = MemberRecord::Cause;
-  // Without the window: one epoch per lost lease.
-  StopRun each = StopTwo(absl::ZeroDuration(), absl::Seconds(3), absl::Milliseconds(800));
-  EXPECT_EQ(each.epochs, (std::vector<uint64_t>{2, 3}));
-  // With it (1 s): the second lease lapses inside the window, one change.
-  StopRun one = StopTwo(absl::Seconds(1), absl::Seconds(3), absl::Milliseconds(800));
-  EXPECT_EQ(one.epochs, (std::vector<uint64_t>{2}));
-  EXPECT_EQ(one.causes, (std::vector<C>{C::kLease, C::kLease}));
-}
-
-TEST(LossSettle, AMemberSilentForTwoHeartbeatsFoldsIntoTheChange) {
-  using C = MemberRecord::Cause;
-  // Lease 9 s (heartbeats every 3 s): the second lease lapses 2.5 s after
-  // the first, past the 1 s window, but by then it has been silent for more
-  // than two heartbeat intervals: it goes in the same change.
-  StopRun each = StopTwo(absl::ZeroDuration(), absl::Seconds(9), absl::Milliseconds(2500));
-  EXPECT_EQ(each.epochs, (std::vector<uint64_t>{2, 3}));
-  StopRun one = StopTwo(absl::Seconds(1), absl::Seconds(9), absl::Milliseconds(2500));
-  EXPECT_EQ(one.epochs, (std::vector<uint64_t>{2}));
-  EXPECT_EQ(one.causes, (std::vector<C>{C::kLease, C::kSilent}));
-}
-
-TEST(LossSettle, ASingleLossWaitsOnlyTheWindow) {
-  JobSettings s = Job(3);
-  s.min_world_size = 2;
-  s.loss_settle = absl::Milliseconds(500);
-  Membership m(s);
-  StartEpoch(m, 3);
-  std::vector<uint64_t> ev;
-  ASSERT_TRUE(m.Leave(3).ok());
-  EXPECT_FALSE(m.Tick(t0 + absl::Seconds(1), &ev));
-  EXPECT_FALSE(m.Tick(t0 + absl::Milliseconds(1499), &ev));
-  ASSERT_TRUE(m.Tick(t0 + absl::Milliseconds(1500), &ev));
-  EXPECT_EQ(m.latest().roster, (std::vector<uint64_t>{1, 2}));
-  EXPECT_TRUE(ev.empty());
-}
-
-TEST(JobConfigFaults, EntryTimeoutAndSettleAreBoundedByTheLease) {
-  auto config = [](const std::string& extra) {
-    return ParseJobConfig(
-        R"({"job_id": "j", "world_size": 2, "algorithm": "spardl-bsag", "density": 0.01, "lease_ms": 3000)" +
-        extra + "}");
-  };
-  absl::StatusOr<JobSettings> d = config("");
-  ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(d->entry_timeout, absl::Seconds(30));
-  EXPECT_EQ(d->loss_settle, absl::Seconds(1));  // min(lease / 3, 1 s)
-  auto short_entry = config(R"(, "entry_timeout_ms": 2999)");
-  EXPECT_EQ(short_entry.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(short_entry.status().message().find("entry_timeout_ms"), std::string::npos);
-  auto long_settle = config(R"(, "loss_settle_ms": 3001)");
-  EXPECT_EQ(long_settle.status().code(), absl::StatusCode::kInvalidArgument);
-  auto no_settle = config(R"(, "loss_settle_ms": 0, "entry_timeout_ms": 5000)");
-  ASSERT_TRUE(no_settle.ok()) << no_settle.status();
-  EXPECT_EQ(no_settle->loss_settle, absl::ZeroDuration());
-  EXPECT_EQ(no_settle->entry_timeout, absl::Seconds(5));
 }
 
 }  // namespace

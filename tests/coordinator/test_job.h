@@ -4,10 +4,14 @@
 #ifndef GRADEX_TESTS_COORDINATOR_TEST_JOB_H_
 #define GRADEX_TESTS_COORDINATOR_TEST_JOB_H_
 
+#include <gtest/gtest.h>
+
 #include <string>
+#include <vector>
 
 #include "gradex/v1/coordinator.pb.h"
 #include "services/coordinator/job_config.h"
+#include "services/coordinator/membership.h"
 
 namespace gradex::coordinator {
 
@@ -35,6 +39,29 @@ inline gradex::v1::JoinRequest TestJoin(const std::string& agent, int local_rank
   r.set_local_rank(local_rank);
   r.set_ucx_address(ucx_address);
   return r;
+}
+
+// A heartbeat saying the member enters or runs `epoch` (0: says none).
+inline void Beat(Membership& m, uint64_t id, uint64_t epoch, absl::Time t) {
+  gradex::v1::HeartbeatRequest h;
+  h.set_member_id(id);
+  h.set_epoch(epoch);
+  h.set_next_step(m.Find(id)->next_step);
+  ASSERT_TRUE(m.Heartbeat(h, t).ok()) << id;
+}
+
+// Members 1..n ("a1".."an", local ranks 1..n) join at t and form epoch 1;
+// each heartbeat says it runs it.
+inline void StartTestEpoch(Membership& m, absl::Time t, int n) {
+  uint64_t rep = 0;
+  std::vector<uint64_t> ev;
+  for (int i = 1; i <= n; ++i) {
+    const std::string agent = "a" + std::to_string(i);
+    ASSERT_TRUE(m.Join(TestJoin(agent, i, "addr-" + agent), i, t, &rep).ok());
+  }
+  ASSERT_TRUE(m.Tick(t, &ev));
+  ASSERT_EQ(m.latest().number, 1u);
+  for (int i = 1; i <= n; ++i) Beat(m, i, 1, t);
 }
 
 }  // namespace gradex::coordinator
