@@ -43,6 +43,13 @@ def binned(rows, width):
     return [((b + 0.5) * width, statistics.fmean(v)) for b, v in sorted(bins.items())]
 
 
+def smoothed(curve, k=3):
+    """A centred running mean over k bins: one bin of batch-8 steps is noisy."""
+    h = k // 2
+    return [(t, statistics.fmean(l for _, l in curve[max(0, i - h):i + h + 1]))
+            for i, (t, _) in enumerate(curve)]
+
+
 def first_at_or_below(curve, level):
     return next((t for t, l in curve if l <= level), None)
 
@@ -60,7 +67,7 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out")
     p.add_argument("--title", default="")
-    p.add_argument("--bins", type=int, default=40)
+    p.add_argument("--bins", type=int, default=30)
     a = p.parse_args()
     raw = os.path.join(a.out, "raw")
     runs = read_steps(raw)
@@ -68,8 +75,8 @@ def main():
         raise SystemExit(f"plot_loss_wall: no raw/*.rank*.steps under {a.out}")
     horizon = max(w for rows in runs.values() for _, _, w, _ in rows)
     width = horizon / a.bins
-    curves = {m: binned(rows, width) for m, rows in runs.items()}
-    # The loss every mode reaches: the highest of the modes' lowest binned losses.
+    curves = {m: smoothed(binned(rows, width)) for m, rows in runs.items()}
+    # The loss every mode reaches: the highest of the modes' lowest smoothed losses.
     common = max(min(l for _, l in c) for c in curves.values())
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -77,7 +84,7 @@ def main():
         if m in curves:
             ax.plot(*zip(*curves[m]), marker=".", label=NAMES.get(m, m))
     ax.set_xlabel("training wall time per worker (s)")
-    ax.set_ylabel(f"training loss (mean over workers, {width:.0f} s bins)")
+    ax.set_ylabel(f"training loss (all workers' steps, {width:.0f} s bins, mean of 3)")
     ax.set_title(a.title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -88,7 +95,7 @@ def main():
         os.path.join(raw, "meta.txt")) else ""
     lines = ["# Training loss vs wall time (bench/dgs/loss_wall.sh)", "", meta, "",
              "| mode | steps per worker (median) | step (median of per-worker means) | "
-             "samples/s, all workers | loss, last 10% of the time | time to loss "
+             "samples/s, all workers | loss, last 10% of the time | time to (smoothed) loss "
              f"{common:.3f} | test accuracy at the end |", "|---|---|---|---|---|---|---|"]
     batch = int(re.search(r"batch (\d+)", meta).group(1)) if "batch" in meta else 0
     for m in ("ddp", "asgd", "dgs"):
