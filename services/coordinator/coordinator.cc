@@ -182,8 +182,8 @@ void Coordinator::AssignShardsLocked(const Epoch& e, absl::Time now) {
   for (uint32_t s = 0; s < a->shards; ++s) {
     const int rank = a->rank_of_shard[s];
     const MemberRecord* r = membership_.Find(e.roster[rank]);
-    who.push_back(absl::StrCat("shard ", s, " [", range[s].first, ", ", range[s].last, ") on rank ",
-                               rank, " (agent '", Quote(r ? r->agent_id : ""), "' host '",
+    who.push_back(absl::StrCat("shard ", s, " on rank ", rank, " [", range[s].first, ", ",
+                               range[s].last, ") (agent '", Quote(r ? r->agent_id : ""), "' host '",
                                Quote(r ? r->host : ""), "')"));
   }
   Log("epoch ", e.number, ": ", roster.size() - servers, " workers, ", servers, " servers; ",
