@@ -106,6 +106,8 @@ class PyPsWorker {
     ThrowIfError(s);
   }
 
+  int MetricsPort() const { return w_ ? w_->metrics_port() : -1; }
+
  private:
   std::unique_ptr<client::PsWorker> w_;
 };
@@ -164,6 +166,9 @@ void BindPsWorker(py::module_& m) {
       .def("step", &PyPsWorker::Step, py::arg("grad"), py::arg("params"), py::arg("lr"),
            "One push-pull: params (1-D float32, the model's flat parameters) are updated in place.")
       .def("stats", &PyPsWorker::Stats)
+      .def_property_readonly("metrics_port", &PyPsWorker::MetricsPort,
+                             "The port its gradex_ps_worker_* metrics are served on (option "
+                             "metrics_port, GRADEX_METRICS_PORT; 0 there picks one), -1: none.")
       .def("close", &PyPsWorker::Close);
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "prometheus/counter.h"
@@ -116,6 +117,12 @@ absl::Status AgentMetrics::Serve(const std::string& bind) {
   }
   exposer_->RegisterCollectable(registry_);
   return absl::OkStatus();
+}
+
+int AgentMetrics::port() const {
+  if (exposer_ == nullptr) return -1;
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  return ports.empty() ? -1 : ports.front();
 }
 
 void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& stats, size_t n,

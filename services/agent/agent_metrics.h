@@ -34,6 +34,8 @@ class AgentMetrics {
 
   // Serves /metrics on `bind` (e.g. "127.0.0.1:9400"); an error if it cannot bind.
   absl::Status Serve(const std::string& bind);
+  // The port Serve bound (its port 0 picks one), -1 before Serve.
+  int port() const;
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
   // One successful call (one bucket of one step).

@@ -22,6 +22,7 @@
 #include "services/agent/ps_member.h"
 #include "services/client/embedded_coordinator.h"
 #include "services/client/ps_hosted_server.h"
+#include "services/client/ps_worker_metrics.h"
 
 namespace gradex::client {
 namespace {
@@ -86,6 +87,7 @@ class PsWorkerImpl final : public PsWorker {
     return stats_;
   }
   absl::Status Close() override;
+  int metrics_port() const override { return metrics_ ? metrics_->port() : -1; }
 
  private:
   absl::Status EnterEpoch(Deadline deadline);
@@ -98,6 +100,7 @@ class PsWorkerImpl final : public PsWorker {
   CoordinatorEndpoint endpoint_;
   std::unique_ptr<agent::AgentMetrics> metrics_;  // the registry served on metrics_port
   std::unique_ptr<agent::PsServerMetrics> server_metrics_;
+  std::unique_ptr<PsWorkerMetrics> worker_metrics_;
   std::unique_ptr<HostedServer> hosted_;
   std::unique_ptr<agent::ControlPlane> control_;
   std::unique_ptr<agent::TransportProvider> transports_;
@@ -119,8 +122,10 @@ absl::Status PsWorkerImpl::Start(const Rendezvous& rendezvous) {
   if (!e.ok()) return e.status();
   endpoint_ = *std::move(e);
   metrics_ = std::make_unique<agent::AgentMetrics>();
+  worker_metrics_ = std::make_unique<PsWorkerMetrics>(*metrics_->registry());
   if (o_.client.metrics_port >= 0) {
-    if (absl::Status s = metrics_->Serve(absl::StrCat("127.0.0.1:", o_.client.metrics_port));
+    if (absl::Status s =
+            metrics_->Serve(absl::StrCat(o_.client.metrics_address, ":", o_.client.metrics_port));
         !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("GRADEX_METRICS_PORT: ", s.message()));
     }
@@ -254,37 +259,64 @@ absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> pa
   if (!(lr > 0) || std::isinf(lr)) {
     return absl::InvalidArgumentError("gradex PsWorker: lr must be finite and > 0");
   }
-  const Deadline deadline = DeadlineIn(o_.client.timeout);
+  const Clock::time_point start = Clock::now();
+  const Deadline deadline = start + o_.client.timeout;
   absl::Status st = absl::OkStatus();
-  if (!exchange_ || member_->Superseded(running_)) st = EnterEpoch(deadline);
+  PsStepRecord rec;
+  if (!exchange_ || member_->Superseded(running_)) {
+    st = EnterEpoch(deadline);
+    rec.entered_epoch = st.ok();
+    if (!st.ok()) rec.failure = PsFailure::kEpoch;
+  }
   DgsStepStats step;
-  if (st.ok()) st = exchange_->Step(*state_, grad, params, lr, deadline, &step);
-  absl::MutexLock lock(&mu_);
-  stats_.sent_bytes += step.sent_bytes;
-  stats_.recv_bytes += step.recv_bytes;
-  stats_.last_sent_bytes = step.sent_bytes;
-  stats_.last_recv_bytes = step.recv_bytes;
-  stats_.pushed_entries += step.pushed_entries;
-  stats_.pulled_entries += step.pulled_entries;
-  stats_.full_syncs += step.full_syncs;
+  if (st.ok()) {
+    st = exchange_->Step(*state_, grad, params, lr, deadline, &step);
+    if (!st.ok()) rec.failure = ClassifyExchangeError(st);
+  }
+  rec.ok = st.ok();
+  rec.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  rec.sent_bytes = step.sent_bytes;
+  rec.recv_bytes = step.recv_bytes;
+  rec.pushed_entries = step.pushed_entries;
+  rec.pulled_entries = step.pulled_entries;
+  rec.full_syncs = step.full_syncs;
+  rec.max_staleness = plan_ != nullptr && plan_->ps ? plan_->ps->max_staleness : 0;
+  if (st.ok()) {
+    for (uint32_t s = 0; s < versions_.size(); ++s) {
+      const uint64_t v = state_->version(s);
+      // This push was applied on top of v_prev and answered at v: the others
+      // pushed v - v_prev - 1 versions in between (a full sync resets it).
+      if (versions_[s] != 0 && v > versions_[s]) {
+        rec.staleness = std::max(rec.staleness, v - versions_[s] - 1);
+      }
+      versions_[s] = v;
+      rec.version += v;
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.sent_bytes += step.sent_bytes;
+    stats_.recv_bytes += step.recv_bytes;
+    stats_.last_sent_bytes = step.sent_bytes;
+    stats_.last_recv_bytes = step.recv_bytes;
+    stats_.pushed_entries += step.pushed_entries;
+    stats_.pulled_entries += step.pulled_entries;
+    stats_.full_syncs += step.full_syncs;
+    rec.epoch = stats_.epoch;
+    if (!st.ok()) {
+      ++stats_.failed_steps;
+    } else {
+      ++stats_.steps;
+      stats_.version = rec.version;
+      stats_.staleness = rec.staleness;
+      stats_.max_staleness_seen = std::max(stats_.max_staleness_seen, rec.staleness);
+    }
+  }
+  // Outside mu_: Stats() never waits for the metrics (nor they for it).
+  worker_metrics_->Record(rec);
   if (!st.ok()) {
-    ++stats_.failed_steps;
     return absl::Status(st.code(), absl::StrCat(Where(), " step: ", st.message(), Servers()));
   }
-  ++stats_.steps;
-  uint64_t version = 0, staleness = 0;
-  for (uint32_t s = 0; s < versions_.size(); ++s) {
-    const uint64_t v = state_->version(s);
-    // This push was applied on top of v_prev and answered at v: the others
-    // pushed v - v_prev - 1 versions in between (a full sync resets it).
-    if (versions_[s] != 0 && v > versions_[s])
-      staleness = std::max(staleness, v - versions_[s] - 1);
-    versions_[s] = v;
-    version += v;
-  }
-  stats_.version = version;
-  stats_.staleness = staleness;
-  stats_.max_staleness_seen = std::max(stats_.max_staleness_seen, staleness);
   return absl::OkStatus();
 }
 

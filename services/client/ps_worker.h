@@ -84,6 +84,11 @@ class PsWorker {
   // up to 5 s for the others to leave, writes a last snapshot, stops them).
   // Idempotent.
   virtual absl::Status Close() = 0;
+  // The port /metrics is served on (GRADEX_METRICS_PORT, bound to
+  // GRADEX_METRICS_ADDR; 0 there picks a free one), -1 when not served.
+  // docs/metrics.md lists what it exports (gradex_ps_worker_, and rank 0's
+  // hosted server's gradex_ps_server_).
+  virtual int metrics_port() const = 0;
 };
 
 }  // namespace gradex::client

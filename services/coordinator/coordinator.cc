@@ -20,7 +20,9 @@ Coordinator::Coordinator(JobSettings settings, CoordinatorMetrics* metrics)
       membership_(s_),
       stalls_(s_.step_deadline),
       version_(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()))),
-      shards_(s_.ps.server_shards, s_.ps.max_workers) {
+      shards_(s_.ps.server_shards, s_.ps.max_workers),
+      view_(metrics ? &metrics->member_info : nullptr,
+            metrics ? &metrics->members_unlisted : nullptr) {
   agreed_.teams =
       ChooseTeams(s_.algorithm, s_.teams, s_.world_size, s_.prefer_rsag || s_.auto_teams);
   // A pinned interval (params.covap_interval) is what the plan carries.
@@ -176,12 +178,13 @@ void Coordinator::AssignShardsLocked(const Epoch& e, absl::Time now) {
     return;
   }
   std::vector<std::string> who;
+  const std::vector<ShardRange> range = ShardRanges(s_.ps.layer_sizes, a->shards);
   for (uint32_t s = 0; s < a->shards; ++s) {
     const int rank = a->rank_of_shard[s];
     const MemberRecord* r = membership_.Find(e.roster[rank]);
-    who.push_back(absl::StrCat("shard ", s, " on rank ", rank, " (agent '",
-                               Quote(r ? r->agent_id : ""), "' host '", Quote(r ? r->host : ""),
-                               "')"));
+    who.push_back(absl::StrCat("shard ", s, " on rank ", rank, " [", range[s].first, ", ",
+                               range[s].last, ") (agent '", Quote(r ? r->agent_id : ""), "' host '",
+                               Quote(r ? r->host : ""), "')"));
   }
   Log("epoch ", e.number, ": ", roster.size() - servers, " workers, ", servers, " servers; ",
       absl::StrJoin(who, ", "));
@@ -328,6 +331,7 @@ void Coordinator::UpdateGaugesLocked() {
   metrics_->covap_interval.Set(agreed_.covap_interval);
   metrics_->teams.Set(agreed_.teams.teams);
   metrics_->buckets_dense.Set(buckets_.dense_buckets());
+  view_.Update(membership_, agreed_.ps, s_.ps);
 }
 
 void Coordinator::Notify(const std::vector<uint64_t>& gone, bool plan_changed) {

@@ -19,6 +19,7 @@
 #include "services/coordinator/controllers.h"
 #include "services/coordinator/job_config.h"
 #include "services/coordinator/membership.h"
+#include "services/coordinator/membership_view.h"
 #include "services/coordinator/metrics.h"
 #include "services/coordinator/plan_builder.h"
 #include "services/coordinator/server_shards.h"
@@ -127,6 +128,8 @@ class Coordinator {
   bool published_ ABSL_GUARDED_BY(mu_) = false;
   // Parameter-server jobs: who holds the server shards (server_shards.h).
   ServerShards shards_ ABSL_GUARDED_BY(mu_);
+  // The membership view (gradex_coordinator_member_info), kept by UpdateGaugesLocked.
+  MembershipView view_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex watch_mu_;
   std::vector<std::pair<uint64_t, std::shared_ptr<PlanWatcher>>> watchers_

@@ -103,7 +103,15 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                       .Add({})),
       ps_shard_moves(CounterFamily(r, "gradex_coordinator_ps_shard_moves_total",
                                    "Server shards that moved to another member")
-                         .Add({})) {}
+                         .Add({})),
+      member_info(GaugeFamily(r, "gradex_coordinator_member_info",
+                              "1 per member of the latest epoch (per shard held, for a server): "
+                              "rank, host, role, a worker's slot, a server's shard and its "
+                              "parameter range [first, last)")),
+      members_unlisted(GaugeFamily(r, "gradex_coordinator_members_unlisted",
+                                   "Rows of the latest epoch's membership view left out of "
+                                   "gradex_coordinator_member_info by its cap (512 series)")
+                           .Add({})) {}
 
 void CoordinatorMetrics::ObserveRpc(const std::string& method, int code, double seconds) {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {

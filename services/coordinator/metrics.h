@@ -71,6 +71,10 @@ struct CoordinatorMetrics {
   prometheus::Gauge& ps_servers;
   prometheus::Gauge& ps_unserved;
   prometheus::Counter& ps_shard_moves;
+  // The membership view (membership_view.h): one series per member of the
+  // latest epoch (per shard held, for a server), and the rows over its cap.
+  prometheus::Family<prometheus::Gauge>& member_info;
+  prometheus::Gauge& members_unlisted;
 };
 
 // The gRPC status code's canonical name ("OK", "INVALID_ARGUMENT", ...).

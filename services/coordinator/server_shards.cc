@@ -7,6 +7,25 @@
 
 namespace gradex::coordinator {
 
+std::vector<ShardRange> ShardRanges(uint64_t total, uint32_t shards) {
+  std::vector<ShardRange> out;
+  if (shards == 0) return out;
+  const uint64_t base = total / shards, extra = total % shards;
+  uint64_t at = 0;
+  for (uint32_t s = 0; s < shards; ++s) {
+    const uint64_t size = base + (s < extra ? 1 : 0);
+    out.push_back({at, at + size});
+    at += size;
+  }
+  return out;
+}
+
+std::vector<ShardRange> ShardRanges(const std::vector<uint32_t>& layer_sizes, uint32_t shards) {
+  uint64_t total = 0;
+  for (uint32_t n : layer_sizes) total += n;
+  return ShardRanges(total, shards);
+}
+
 absl::Status ServerShards::AssignSlots(const std::vector<ShardCandidate>& roster,
                                        std::vector<int>* slots) {
   size_t workers = 0;

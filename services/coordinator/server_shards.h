@@ -26,6 +26,18 @@ namespace gradex::coordinator {
 // element of a layer, and 4096 servers is far beyond any PS job here).
 inline constexpr uint32_t kMaxServerShards = 4096;
 
+// The parameter range [first, last) of each of `shards` shards of a model of
+// `total` elements: contiguous, in order, the first total % shards one
+// element longer. The same cut as collectives/dgs_layout.h's SplitShards
+// (server_shards_test checks it against that); the coordinator keeps its own
+// copy because it links no collectives. Empty when shards == 0.
+struct ShardRange {
+  uint64_t first = 0, last = 0;
+};
+std::vector<ShardRange> ShardRanges(uint64_t total, uint32_t shards);
+// The same for a model of these layers (the job's ps.layer_sizes).
+std::vector<ShardRange> ShardRanges(const std::vector<uint32_t>& layer_sizes, uint32_t shards);
+
 // One member of an epoch, in rank order, as the assignment sees it.
 struct ShardCandidate {
   uint64_t member_id = 0;

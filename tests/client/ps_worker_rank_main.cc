@@ -4,6 +4,8 @@
 // prints one line per step ("step S loss L version V staleness X") and one
 // per failed step ("error after T ms: ..."), retrying failed steps (the next
 // Step rejoins) until --steps have succeeded or 200 failed in a row.
+// --metrics-port P serves its gradex_ps_worker_* metrics (0: any free port;
+// it prints "metrics on port P").
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,7 +21,7 @@
 
 int main(int argc, char** argv) {
   std::string coordinator, token_file, job = "ps";
-  int rank = 0, world = 1, steps = 100, step_ms = 0, timeout_ms = 5000;
+  int rank = 0, world = 1, steps = 100, step_ms = 0, timeout_ms = 5000, metrics_port = -1;
   double density = 0.05, lr = 0.01;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -40,6 +42,8 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &step_ms);
     else if (a == "--timeout-ms")
       ok = absl::SimpleAtoi(v, &timeout_ms);
+    else if (a == "--metrics-port")
+      ok = absl::SimpleAtoi(v, &metrics_port) && metrics_port >= -1 && metrics_port <= 65535;
     else if (a == "--density")
       ok = absl::SimpleAtod(v, &density);
     else if (a == "--lr")
@@ -61,12 +65,17 @@ int main(int argc, char** argv) {
   o.client.coordinator = coordinator;
   o.client.token = std::string(absl::StripAsciiWhitespace(token.str()));
   o.client.timeout = std::chrono::milliseconds(timeout_ms);
+  o.client.metrics_port = metrics_port;
   o.layer_sizes = {3000, 1000};
   o.density = static_cast<float>(density);
   auto w = gradex::PsWorker::Create(o);
   if (!w.ok()) {
     std::fprintf(stderr, "ps_worker_rank: %s\n", w.status().ToString().c_str());
     return 1;
+  }
+  if (metrics_port >= 0) {
+    std::printf("metrics on port %d\n", (*w)->metrics_port());
+    std::fflush(stdout);
   }
   const size_t n = 4000;
   std::vector<float> params(n, 0.f), target(n), grad(n);

@@ -2,7 +2,7 @@
 """Type-checks every dashboard against Grafana's published schema
 (@grafana/schema's TypeScript types, with typescript@5): each dashboard as an
 object literal `satisfies Dashboard` (so unknown fields fail too), and each
-timeseries / stat panel's options and field config against that panel's
+timeseries / stat / table panel's options and field config against that panel's
 own types. usage: typecheck_dashboards.py NODE_DIR DASHBOARD.json...
 (NODE_DIR holds node_modules with @grafana/schema and typescript)."""
 import json
@@ -14,6 +14,7 @@ import tempfile
 PANELS = {
     "timeseries": "@grafana/schema/dist/esm/raw/composable/timeseries/panelcfg/x/TimeSeriesPanelCfg_types.gen",
     "stat": "@grafana/schema/dist/esm/raw/composable/stat/panelcfg/x/StatPanelCfg_types.gen",
+    "table": "@grafana/schema/dist/esm/raw/composable/table/panelcfg/x/TablePanelCfg_types.gen",
 }
 
 

@@ -288,9 +288,11 @@ scenario_prometheus() {
   # shellcheck disable=SC2016  # the backquotes are literal: the table's code spans
   # The client's (gradex_client_*) are served by trainers embedding
   # gradex::Client, not by gradex-agent: tests/client checks those; the
-  # parameter server's (gradex_ps_server_*) by `--role server`: e2e_ps does.
+  # parameter server's (gradex_ps_server_*) by `--role server`: e2e_ps does;
+  # a PsWorker's (gradex_ps_worker_*): e2e_ps and ps_worker_metrics_test.
   names=$(grep -oE '^\| `gradex_[a-z0-9_]+`' "$HERE/../../docs/metrics.md" | tr -d '|` ' |
-    grep -v '^gradex_client_' | grep -v '^gradex_ps_server_' | sort -u)
+    grep -v '^gradex_client_' | grep -v '^gradex_ps_server_' | grep -v '^gradex_ps_worker_' |
+    sort -u)
   [[ -n "$names" ]] || fail "no metric names found in docs/metrics.md"
   local found=0
   for name in $names; do

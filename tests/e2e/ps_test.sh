@@ -27,6 +27,7 @@ UCX_TLS_E2E=${GRADEX_E2E_UCX_TLS:-tcp}
 COORD_PORT=$(free_port)
 COORD_METRICS=$(free_port)
 SERVER_METRICS=$(free_port)
+WORKER_METRICS=$(free_port)
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
 mkdir -p "$TMP/snap"
 cat >"$TMP/job.json" <<JSON
@@ -45,9 +46,11 @@ start_server() {
   E2E_PIDS+=("$SERVER_PID")
 }
 declare -A WPID
-start_worker() {  # start_worker NAME RANK
+start_worker() {  # start_worker NAME RANK (w0 serves its metrics)
+  local m=-1
+  [[ $1 == w0 ]] && m=$WORKER_METRICS
   "$WORKER" --coordinator "127.0.0.1:$COORD_PORT" --token-file "$TMP/token" --job "$JOB" \
-    --rank "$2" --world 3 --steps 100000 --step-ms 10 --timeout-ms 3000 \
+    --rank "$2" --world 3 --steps 100000 --step-ms 10 --timeout-ms 3000 --metrics-port "$m" \
     > >(stamp >"$TMP/$1.log") 2>&1 &
   WPID[$1]=$!
   E2E_PIDS+=("$!")
@@ -127,4 +130,21 @@ grep -q '^gradex_ps_server_pushes_total [1-9]' "$TMP/metrics.txt" ||
 for name in $(grep -oE '^\| `gradex_ps_server_[a-z_]+`' "$HERE/../../docs/metrics.md" | tr -d '|` '); do
   grep -qE "^${name}(_bucket|_count|_sum)?[{ ]" "$TMP/metrics.txt" || fail "documented $name not exported"
 done
+# The worker's own metrics: every documented one exported, the server's
+# death counted among its failed steps, its rejoin among its full syncs.
+ERRORS_BEFORE=$(grep -cE '^[0-9.]+ error after' "$TMP/w0.log" || true)
+curl -s "http://127.0.0.1:$WORKER_METRICS/metrics" >"$TMP/worker-metrics.txt"
+sleep 0.3  # a step that failed just before the scrape is logged after it
+ERRORS=$(grep -cE '^[0-9.]+ error after' "$TMP/w0.log" || true)
+# shellcheck disable=SC2016  # the backquotes are literal: the table's code spans
+for name in $(grep -oE '^\| `gradex_ps_worker_[a-z_]+`' "$HERE/../../docs/metrics.md" | tr -d '|` '); do
+  grep -qE "^${name}(_bucket|_count|_sum)?[{ ]" "$TMP/worker-metrics.txt" ||
+    fail "documented $name not exported by the worker"
+done
+FAILED=$(awk '/^gradex_ps_worker_failed_steps_total\{/ { s += $2 } END { print s + 0 }' "$TMP/worker-metrics.txt")
+((FAILED >= 1 && FAILED >= ERRORS_BEFORE && FAILED <= ERRORS)) ||
+  fail "w0's metrics count $FAILED failed steps, its log $ERRORS_BEFORE..$ERRORS (at least the server's death)"
+SYNCS=$(awk '/^gradex_ps_worker_full_syncs_total / { print $2 }' "$TMP/worker-metrics.txt")
+lt 1 "$SYNCS" || fail "w0's metrics show $SYNCS full syncs (its join and the rejoin after the restart)"
+echo "5. w0's metrics: $FAILED failed steps ($(grep -E '^gradex_ps_worker_failed_steps_total\{' "$TMP/worker-metrics.txt" | awk '$2 > 0 { printf "%s ", $0 }')), $SYNCS full syncs"
 echo "PASS"

@@ -1,9 +1,11 @@
 """gradex._C.PsWorker (python/ps_worker_binding.cc): two workers as threads of
 this process, rank 0 embedding the coordinator and hosting the server shard;
-steps on torch tensors and numpy arrays, stats(), and bad input refused.
+steps on torch tensors and numpy arrays, stats(), rank 1's metrics_port
+serving its gradex_ps_worker_* metrics, and bad input refused.
 Exit 77 (skip) when the module or torch is missing."""
 import sys
 import threading
+import urllib.request
 
 try:
     import numpy as np
@@ -39,14 +41,25 @@ def run(rank, world):
     try:
         w = _C.PsWorker(LAYERS, density=0.1, job="pybind", rank=rank, world_size=world,
                         timeout_s=30, use_environment=False, rendezvous_set=store.set,
-                        rendezvous_get=store.get)
+                        rendezvous_get=store.get, metrics_port=0 if rank == 1 else -1)
         params = torch.full((60,), 0.5)
         for s in range(STEPS):
             grad = np.full(60, 0.1 * (rank + 1), dtype=np.float32)
             # numpy and torch inputs alike
             w.step(grad if s % 2 else torch.from_numpy(grad), params, 0.1)
         results[rank] = (w.stats(), params.clone())
+        if rank == 0 and w.metrics_port != -1:
+            errors.append(f"rank 0 serves metrics on {w.metrics_port} without a metrics_port")
         if rank == 1:
+            url = f"http://127.0.0.1:{w.metrics_port}/metrics"
+            body = urllib.request.urlopen(url, timeout=10).read().decode()
+            samples = dict(line.rsplit(" ", 1) for line in body.splitlines()
+                           if line.startswith("gradex_ps_worker_"))
+            for name, want in [("gradex_ps_worker_steps_total", STEPS),
+                               ("gradex_ps_worker_staleness_versions_count", STEPS),
+                               ("gradex_ps_worker_sent_bytes_total", results[rank][0]["sent_bytes"])]:
+                if float(samples.get(name, "nan")) != want:
+                    errors.append(f"{name} = {samples.get(name)}, want {want}")
             for bad, kind in [(torch.zeros(60, dtype=torch.float64), TypeError),
                               (torch.zeros(6, 10), ValueError),
                               (np.zeros(60, dtype=np.int32), TypeError),
