@@ -1,5 +1,5 @@
-// PsWorker (ps_worker.h): the options check, the embedded job, and the
-// worker's epochs around collectives/dgs_exchange.h's DgsPushPull.
+// PsWorker (ps_worker.h): the worker's epochs around collectives/dgs_exchange.h's DgsPushPull,
+// followed between steps by a thread of its own (Follow).
 #include "services/client/ps_worker.h"
 
 #include <unistd.h>
@@ -22,58 +22,13 @@
 #include "services/agent/ps_member.h"
 #include "services/client/embedded_coordinator.h"
 #include "services/client/ps_hosted_server.h"
+#include "services/client/ps_worker_config.h"
 #include "services/client/ps_worker_metrics.h"
 
 namespace gradex::client {
 namespace {
 
 std::atomic<uint64_t> g_workers{0};  // agent ids stay unique across workers of one process
-
-absl::Status Check(const PsWorkerOptions& o) {
-  auto bad = [](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat("gradex PsWorker options: ", what));
-  };
-  const ClientOptions& c = o.client;
-  if (c.world_size < 1 || c.world_size > 65535) return bad("world_size must be in 1..65535");
-  if (c.rank < 0 || c.rank >= c.world_size) {
-    return bad(absl::StrCat("rank ", c.rank, " is not in 0..", c.world_size - 1));
-  }
-  if (c.timeout.count() < 1 || c.timeout > std::chrono::hours(24)) {
-    return bad("timeout must be in 1 ms..24 h");
-  }
-  if (c.metrics_port < -1 || c.metrics_port > 65535) return bad("metrics_port must be -1..65535");
-  if (!(o.density > 0 && o.density <= 1)) return bad("density must be in (0, 1]");
-  if (!(o.momentum > 0 && o.momentum <= 1)) return bad("momentum must be in (0, 1]");
-  if (!(o.weight_decay >= 0) || std::isinf(o.weight_decay)) return bad("weight_decay must be >= 0");
-  if (!(o.lr0 >= 0) || std::isinf(o.lr0)) return bad("lr0 must be >= 0 (0: the first step's lr)");
-  if (o.max_staleness != 0 && o.max_staleness + 1 < static_cast<uint64_t>(c.world_size)) {
-    return bad(absl::StrCat("max_staleness must be 0 (unbounded) or at least world_size - 1 (",
-                            c.world_size - 1, ")"));
-  }
-  if (o.server_shards > kDgsMaxShards) return bad("server_shards must be in 0..4096");
-  if (o.snapshot_interval.count() < 0 || o.snapshot_interval > std::chrono::hours(24)) {
-    return bad("snapshot_interval must be in 0..24 h");
-  }
-  if (o.layer_sizes.size() > 65536) return bad("at most 65536 layers");
-  if (absl::StatusOr<DgsLayout> l = DgsLayout::Create(o.layer_sizes); !l.ok()) {
-    return bad(std::string(l.status().message()));
-  }
-  return absl::OkStatus();
-}
-
-// The embedded coordinator's job (coordinator/job_config.h's format).
-std::string PsJobJson(const PsWorkerOptions& o) {
-  char density[64];
-  std::snprintf(density, sizeof(density), "%.9g", o.density);
-  return absl::StrCat("{\"job_id\": \"", o.client.job, "\", \"world_size\": ", o.client.world_size,
-                      ", \"algorithm\": \"dgs\", \"density\": ", density,
-                      ", \"step_deadline_ms\": ", o.client.timeout.count(),
-                      ", \"rendezvous_timeout_ms\": ", o.client.timeout.count(),
-                      ", \"ps\": {\"servers\": 1, \"server_shards\": ", o.server_shards,
-                      ", \"max_staleness\": ", o.max_staleness,
-                      ", \"snapshot_interval_ms\": ", o.snapshot_interval.count(),
-                      ", \"layer_sizes\": [", absl::StrJoin(o.layer_sizes, ","), "]}}");
-}
 
 class PsWorkerImpl final : public PsWorker {
  public:
@@ -91,6 +46,7 @@ class PsWorkerImpl final : public PsWorker {
 
  private:
   absl::Status EnterEpoch(Deadline deadline);
+  void Follow();
   std::string Where() const;
   // Who holds the shards in the current epoch, for errors.
   std::string Servers() const;
@@ -112,6 +68,12 @@ class PsWorkerImpl final : public PsWorker {
   std::vector<uint64_t> versions_;  // last version applied, per shard
   uint32_t running_ = 0;            // the epoch exchange_ runs in
   bool closed_ = false;
+  // Step and Follow take turns on the members above (Follow only tries).
+  absl::Mutex step_mu_;
+  std::thread follower_;
+  std::atomic<bool> stop_following_{false};
+  bool entered_between_steps_ = false;  // Follow entered an epoch; the next Step reports it
+  uint32_t failed_between_steps_ = 0;   // the epoch Follow last failed to enter
   mutable absl::Mutex mu_;
   PsWorkerStats stats_ ABSL_GUARDED_BY(mu_);
 };
@@ -177,7 +139,34 @@ absl::Status PsWorkerImpl::Start(const Rendezvous& rendezvous) {
     return absl::Status(s.code(), absl::StrCat("gradex PsWorker: joining the coordinator at ",
                                                endpoint_.address, ": ", s.message()));
   }
+  follower_ = std::thread([this] { Follow(); });
   return absl::OkStatus();
+}
+
+// A new epoch's UCX wire-up needs every member of it, and a worker used to
+// enter one only in its next Step: a worker busy between steps (a long
+// forward pass, an evaluation) held the servers and every other worker at
+// that wire-up. This thread enters each new epoch as soon as the plan names
+// it, whenever no Step runs. It touches no parameters: EnterEpoch connects
+// and marks the shards to re-join; the hello and full sync, which write the
+// parameters, stay in the next Step.
+void PsWorkerImpl::Follow() {
+  constexpr auto kEvery = std::chrono::milliseconds(20);
+  while (!stop_following_.load()) {
+    std::this_thread::sleep_for(kEvery);
+    if (!step_mu_.TryLock()) continue;  // a Step runs: it enters epochs itself
+    std::shared_ptr<const agent::Plan> latest = member_->Current();
+    const bool due = latest != nullptr && (exchange_ ? member_->Superseded(running_)
+                                                     : latest->epoch != failed_between_steps_);
+    if (due && !stop_following_.load()) {
+      if (EnterEpoch(DeadlineIn(o_.client.timeout)).ok()) {
+        entered_between_steps_ = true;
+      } else {
+        failed_between_steps_ = latest->epoch;  // the next Step tries again, and reports
+      }
+    }
+    step_mu_.Unlock();
+  }
 }
 
 std::string PsWorkerImpl::Servers() const {
@@ -250,6 +239,7 @@ absl::Status PsWorkerImpl::EnterEpoch(Deadline deadline) {
 }
 
 absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> params, float lr) {
+  absl::MutexLock step_lock(&step_mu_);
   if (closed_) return absl::FailedPreconditionError("gradex PsWorker is closed");
   if (grad.size() != layout_.total() || params.size() != layout_.total()) {
     return absl::InvalidArgumentError(absl::StrCat("gradex PsWorker: grad has ", grad.size(),
@@ -263,6 +253,8 @@ absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> pa
   const Deadline deadline = start + o_.client.timeout;
   absl::Status st = absl::OkStatus();
   PsStepRecord rec;
+  rec.entered_epoch = entered_between_steps_;
+  entered_between_steps_ = false;
   if (!exchange_ || member_->Superseded(running_)) {
     st = EnterEpoch(deadline);
     rec.entered_epoch = st.ok();
@@ -321,6 +313,9 @@ absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> pa
 }
 
 absl::Status PsWorkerImpl::Close() {
+  stop_following_.store(true);
+  if (follower_.joinable()) follower_.join();
+  absl::MutexLock step_lock(&step_mu_);
   if (closed_) return absl::OkStatus();
   closed_ = true;
   // A finished worker stops counting for the others' staleness bound.
@@ -353,7 +348,7 @@ absl::Status PsWorkerImpl::Close() {
 
 absl::StatusOr<std::unique_ptr<PsWorker>> PsWorker::Create(PsWorkerOptions options,
                                                            Rendezvous rendezvous) {
-  if (absl::Status s = Check(options); !s.ok()) return s;
+  if (absl::Status s = CheckPsWorkerOptions(options); !s.ok()) return s;
   auto w = std::make_unique<PsWorkerImpl>(std::move(options));
   if (absl::Status s = w->Start(rendezvous); !s.ok()) return s;
   return w;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <barrier>
 #include <cmath>
 #include <thread>
 
@@ -115,6 +117,63 @@ TEST(PsWorkerTest, MaxStalenessMakesFastWorkersWait) {
   // 50 ms per slow step against fast steps of a few ms: the fast workers push
   // many versions in between when nothing holds them.
   EXPECT_GT(unbounded, 4u);
+}
+
+// Worker 2 leaves, so the job moves to a new epoch while worker 1 is busy
+// between steps (4 s: an evaluation). The new epoch's wire-up needs every
+// member; each PsWorker follows its epochs between steps, so worker 0 and the
+// server do not wait for worker 1's next Step: worker 0 enters the new epoch
+// idle, and steps 5 times before worker 1 is back.
+TEST(PsWorkerTest, AWorkerBusyBetweenStepsDoesNotHoldANewEpoch) {
+  testing::MemoryStore store;
+  std::barrier sync(3);
+  std::atomic<bool> resumed{false};
+  std::vector<PsWorkerStats> stats(3);
+  bool zero_done_first = false;
+  double zero_entered_s = -1, zero_steps_s = -1;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      auto w = PsWorker::Create(Options(r, 3, 0.5f, "follow"), store.rendezvous());
+      ASSERT_TRUE(w.ok()) << w.status();
+      std::vector<float> p(137, 0.f), g(137, 1.f);
+      for (int s = 0; s < 3; ++s) ASSERT_TRUE((*w)->Step(g, p, 0.01f).ok()) << r;
+      sync.arrive_and_wait();
+      if (r == 2) {
+        EXPECT_TRUE((*w)->Close().ok());
+        sync.arrive_and_wait();
+        return;
+      }
+      sync.arrive_and_wait();
+      const auto t0 = std::chrono::steady_clock::now();
+      auto since = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      };
+      if (r == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(4));
+        resumed.store(true);
+      } else {
+        const uint32_t first = (*w)->Stats().epoch;
+        while ((*w)->Stats().epoch == first && since() < 3.5) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        zero_entered_s = since();
+        for (int s = 0; s < 5; ++s) ASSERT_TRUE((*w)->Step(g, p, 0.01f).ok()) << s;
+        zero_steps_s = since();
+        zero_done_first = !resumed.load();
+      }
+      for (int s = 0; s < 2; ++s) ASSERT_TRUE((*w)->Step(g, p, 0.01f).ok()) << r;
+      stats[r] = (*w)->Stats();
+      EXPECT_TRUE((*w)->Close().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LT(zero_entered_s, 3.5) << "worker 0 never entered the new epoch between steps";
+  EXPECT_TRUE(zero_done_first) << "worker 0's steps in the new epoch ended " << zero_steps_s
+                               << " s in, after worker 1 came back (4 s)";
+  EXPECT_EQ(stats[0].epochs_entered, 2u);
+  EXPECT_GE(stats[1].epochs_entered, 2u);  // and 3 once worker 0 has left
+  for (int r : {0, 1}) EXPECT_EQ(stats[r].failed_steps, 0u) << r;
 }
 
 TEST(PsWorkerTest, BadOptionsAndBadStepsAreRefused) {

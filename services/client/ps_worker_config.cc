@@ -1,0 +1,59 @@
+// PsWorker's options check and the job an embedding rank 0 starts its
+// coordinator with (ps_worker_config.h).
+#include "services/client/ps_worker_config.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/dgs_layout.h"
+
+namespace gradex::client {
+
+absl::Status CheckPsWorkerOptions(const PsWorkerOptions& o) {
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("gradex PsWorker options: ", what));
+  };
+  const ClientOptions& c = o.client;
+  if (c.world_size < 1 || c.world_size > 65535) return bad("world_size must be in 1..65535");
+  if (c.rank < 0 || c.rank >= c.world_size) {
+    return bad(absl::StrCat("rank ", c.rank, " is not in 0..", c.world_size - 1));
+  }
+  if (c.timeout.count() < 1 || c.timeout > std::chrono::hours(24)) {
+    return bad("timeout must be in 1 ms..24 h");
+  }
+  if (c.metrics_port < -1 || c.metrics_port > 65535) return bad("metrics_port must be -1..65535");
+  if (!(o.density > 0 && o.density <= 1)) return bad("density must be in (0, 1]");
+  if (!(o.momentum > 0 && o.momentum <= 1)) return bad("momentum must be in (0, 1]");
+  if (!(o.weight_decay >= 0) || std::isinf(o.weight_decay)) return bad("weight_decay must be >= 0");
+  if (!(o.lr0 >= 0) || std::isinf(o.lr0)) return bad("lr0 must be >= 0 (0: the first step's lr)");
+  if (o.max_staleness != 0 && o.max_staleness + 1 < static_cast<uint64_t>(c.world_size)) {
+    return bad(absl::StrCat("max_staleness must be 0 (unbounded) or at least world_size - 1 (",
+                            c.world_size - 1, ")"));
+  }
+  if (o.server_shards > kDgsMaxShards) return bad("server_shards must be in 0..4096");
+  if (o.snapshot_interval.count() < 0 || o.snapshot_interval > std::chrono::hours(24)) {
+    return bad("snapshot_interval must be in 0..24 h");
+  }
+  if (o.layer_sizes.size() > 65536) return bad("at most 65536 layers");
+  if (absl::StatusOr<DgsLayout> l = DgsLayout::Create(o.layer_sizes); !l.ok()) {
+    return bad(std::string(l.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+// The embedded coordinator's job (coordinator/job_config.h's format).
+std::string PsJobJson(const PsWorkerOptions& o) {
+  char density[64];
+  std::snprintf(density, sizeof(density), "%.9g", o.density);
+  return absl::StrCat("{\"job_id\": \"", o.client.job, "\", \"world_size\": ", o.client.world_size,
+                      ", \"algorithm\": \"dgs\", \"density\": ", density,
+                      ", \"step_deadline_ms\": ", o.client.timeout.count(),
+                      ", \"rendezvous_timeout_ms\": ", o.client.timeout.count(),
+                      ", \"ps\": {\"servers\": 1, \"server_shards\": ", o.server_shards,
+                      ", \"max_staleness\": ", o.max_staleness,
+                      ", \"snapshot_interval_ms\": ", o.snapshot_interval.count(),
+                      ", \"layer_sizes\": [", absl::StrJoin(o.layer_sizes, ","), "]}}");
+}
+
+}  // namespace gradex::client
