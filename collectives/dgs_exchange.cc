@@ -158,9 +158,9 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
                                std::span<float> params, float lr, Deadline deadline,
                                DgsStepStats* stats) {
   if (absl::Status s = Join(state, params, deadline, stats); !s.ok()) return s;
-  DgsPush push;
+  DgsPush& push = push_;  // kept between steps: a dense push is the whole model
   if (absl::Status s = state.MakePush(grad, params, lr, &push); !s.ok()) return s;
-  if (stats != nullptr) stats->pushed_entries += push.entries.nnz();
+  if (stats != nullptr) stats->pushed_entries += push.nnz;
 
   // Every shard's push goes out before any reply is awaited.
   struct Out {
@@ -174,8 +174,12 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
     const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
     out[i].request = next_request_++;
     absl::StatusOr<Bytes> bytes =
-        EncodeDgsPush(ctx, state.worker(), out[i].request, state.version(peer.shard), push.ratio,
-                      Slice(push.entries, ctx.range));
+        push.is_dense
+            ? EncodeDgsDensePush(
+                  ctx, state.worker(), out[i].request, state.version(peer.shard),
+                  std::span<const float>(push.dense).subspan(ctx.range.begin, ctx.range.size()))
+            : EncodeDgsPush(ctx, state.worker(), out[i].request, state.version(peer.shard),
+                            push.ratio, Slice(push.entries, ctx.range));
     if (!bytes.ok()) return bytes.status();
     if (stats != nullptr) stats->sent_bytes += bytes->size();
     absl::StatusOr<RequestId> send =
@@ -189,6 +193,10 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
   absl::Status first;
   for (size_t i = 0; i < shards_.size(); ++i) {
     const uint32_t shard = shards_[i].shard;
+    // Whether the shard applied this push: known not (never sent, refused),
+    // known yes (it answered with a pull or a full sync), or unknown (no
+    // reply, or one that could not be read).
+    bool unapplied = !out[i].status.ok();
     absl::StatusOr<DgsMessage> reply = out[i].status.ok()
                                            ? AwaitReply(state, i, out[i].request, deadline, stats)
                                            : absl::StatusOr<DgsMessage>(out[i].status);
@@ -200,19 +208,38 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
       state.Leave(shard);
       absl::Status s = Hello(state, i, params, deadline, stats);
       if (s.ok()) s = send_push(i);
+      unapplied = !s.ok();
       reply = s.ok() ? AwaitReply(state, i, out[i].request, deadline, stats) : s;
     }
+    if (reply.ok() && reply->kind == DgsKind::kRefused) unapplied = true;
     absl::Status s = reply.status();
     if (s.ok()) {
-      s = state.ApplyPull(shard, *reply, params);
+      uint64_t entries = 0;
+      s = state.ApplyPull(shard, *reply, params, &entries);
       if (s.ok() && stats != nullptr) {
         if (reply->kind == DgsKind::kFullSync) ++stats->full_syncs;
-        stats->pulled_entries += reply->sparse.nnz();
+        stats->pulled_entries += entries;
       }
     }
     if (s.ok() && out[i].send) s = transport_.Wait(*out[i].send, deadline, nullptr);
     if (!s.ok()) {
       state.Leave(shard);
+      // A push the shard did not apply goes back into the velocity, exactly
+      // (DgsWorkerState::Unsend; as ResidualLedger::Restore does for the
+      // collectives): the next step carries it again. One whose fate is
+      // unknown is not put back, lest it count twice: the rejoin's full
+      // sync hands out the shard's M, whichever way it went.
+      std::string what;
+      if (unapplied) {
+        const uint64_t n = state.Unsend(shard, push);
+        what = absl::StrCat("; the push was not applied: its ", n,
+                            " entries are back in the worker's velocity for the next step");
+      } else if (!reply.ok()) {
+        what = absl::StrCat("; whether shard ", shard,
+                            " applied the push is unknown: not put back (the next step rejoins "
+                            "and takes the shard's model)");
+      }
+      if (!what.empty()) s = absl::Status(s.code(), absl::StrCat(s.message(), what));
       if (first.ok()) first = s;
     }
   }

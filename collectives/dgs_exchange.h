@@ -61,7 +61,11 @@ struct DgsStepStats {
 // push again on the new base, so nothing is lost. Any other refusal or
 // failure makes the state leave that shard (the next Step says hello and
 // re-syncs) and Step returns the error naming the shard; replies to requests
-// given up on are dropped by their request number.
+// given up on are dropped by their request number. A push the shard did not
+// apply (refused, or never sent) is put back into the velocity exactly
+// (DgsWorkerState::Unsend) and the error says so; one whose fate is unknown
+// (no reply before the deadline, an unreadable reply) is not put back, and
+// the error says that too.
 class DgsPushPull {
  public:
   // `shards` must name every shard of the state once.
@@ -93,6 +97,7 @@ class DgsPushPull {
   std::vector<DgsShardPeer> shards_;
   std::vector<Pending> pending_;
   uint32_t next_request_ = 1;
+  DgsPush push_;  // the last step's push (its room reused)
 };
 
 // What a DgsServer did since it was built.

@@ -19,10 +19,8 @@ absl::Status Refuse(DgsRefusal* why, DgsRefusal reason, std::string_view detail)
 }
 
 void Append(Bytes* out, const void* p, size_t n) {
-  if (n == 0) return;
-  const size_t at = out->size();
-  out->resize(at + n);
-  std::memcpy(out->data() + at, p, n);
+  const auto* b = static_cast<const uint8_t*>(p);
+  out->insert(out->end(), b, b + n);
 }
 
 FrameMeta MetaOf(const DgsWireContext& ctx, DgsKind kind, uint64_t version, uint32_t sender) {
@@ -66,7 +64,7 @@ absl::Status CheckContext(const DgsWireContext& ctx) {
 }
 
 absl::StatusOr<Bytes> EncodeDense(const DgsWireContext& ctx, DgsKind kind, uint32_t worker,
-                                  uint32_t request, uint64_t version, uint32_t sender,
+                                  uint32_t request, uint64_t version, float ratio, uint32_t sender,
                                   std::span<const float> values) {
   if (absl::Status s = CheckContext(ctx); !s.ok()) return s;
   if (values.size() != ctx.range.size()) {
@@ -74,7 +72,7 @@ absl::StatusOr<Bytes> EncodeDense(const DgsWireContext& ctx, DgsKind kind, uint3
         absl::StrCat("DGS: ", values.size(), " values for a range of ", ctx.range.size()));
   }
   const std::vector<DgsRange> pieces = ctx.layout->Pieces(ctx.range);
-  Bytes out = StartMessage(ctx, kind, worker, request, version, 0, DgsRefusal::kNone,
+  Bytes out = StartMessage(ctx, kind, worker, request, version, ratio, DgsRefusal::kNone,
                            static_cast<uint32_t>(pieces.size()));
   out.reserve(out.size() + pieces.size() * sizeof(FrameHeader) + values.size() * sizeof(float));
   const FrameMeta meta = MetaOf(ctx, kind, version, sender);
@@ -94,6 +92,11 @@ absl::StatusOr<Bytes> EncodeSparse(const DgsWireContext& ctx, DgsKind kind, uint
   const std::vector<DgsRange> pieces = ctx.layout->Pieces(ctx.range);
   Bytes out = StartMessage(ctx, kind, worker, request, version, ratio, DgsRefusal::kNone,
                            static_cast<uint32_t>(pieces.size()));
+  // Room for the whole message at once (each piece takes the smaller of its
+  // sparse and dense encodings, so this bounds it): growing piece by piece
+  // copied the message once per piece.
+  out.reserve(out.size() + pieces.size() * sizeof(FrameHeader) +
+              std::min<uint64_t>(uint64_t{entries.nnz} * 8, uint64_t{ctx.range.size()} * 4));
   const FrameMeta meta = MetaOf(ctx, kind, version, sender);
   size_t at = 0;
   for (const DgsRange& p : pieces) {
@@ -116,7 +119,7 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
   }
   const uint16_t algorithm = static_cast<uint16_t>(CatalogId("dgs"));
   if (dense_only) {
-    out->dense.assign(ctx.range.size(), 0.0f);
+    out->dense.reserve(ctx.range.size());  // filled piece by piece, no zero pass
   } else {
     // At most one entry per 4 payload bytes, and per element of the range:
     // bounded by what the receiver knows, whatever the header says.
@@ -167,7 +170,7 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
       }
     }
     if (dense_only) {
-      std::memcpy(out->dense.data() + (p.begin - ctx.range.begin), body, payload);
+      out->dense.insert(out->dense.end(), vals, vals + f.count);
     } else if (dense) {
       // Only nonzeros are entries (a dense frame is the smaller encoding).
       for (uint32_t i = 0; i < f.count; ++i) {
@@ -210,10 +213,10 @@ absl::Status ReadHeader(std::span<const uint8_t> m, const DgsWireContext& ctx, u
                   absl::StrCat("magic ", h->magic, " format ", h->format));
   }
   const auto kind = static_cast<DgsKind>(h->kind);
-  const bool ok_kind =
-      from_worker
-          ? (kind == DgsKind::kHello || kind == DgsKind::kPush || kind == DgsKind::kLeave)
-          : (kind == DgsKind::kPull || kind == DgsKind::kFullSync || kind == DgsKind::kRefused);
+  const bool ok_kind = from_worker ? (kind == DgsKind::kHello || kind == DgsKind::kPush ||
+                                      kind == DgsKind::kDensePush || kind == DgsKind::kLeave)
+                                   : (kind == DgsKind::kPull || kind == DgsKind::kDensePull ||
+                                      kind == DgsKind::kFullSync || kind == DgsKind::kRefused);
   if (!ok_kind) return Refuse(why, DgsRefusal::kWrongKind, absl::StrCat("kind ", h->kind));
   if (h->job_id != ctx.job_id || h->epoch != ctx.epoch) {
     return Refuse(why, DgsRefusal::kWrongJob,
@@ -231,8 +234,11 @@ absl::Status ReadHeader(std::span<const uint8_t> m, const DgsWireContext& ctx, u
   if (h->fingerprint != ctx.layout->fingerprint()) {
     return Refuse(why, DgsRefusal::kWrongLayout, "layout fingerprint differs");
   }
-  const bool push = kind == DgsKind::kPush;
-  if (push ? !(h->ratio > 0.0f && h->ratio <= 1.0f) : h->ratio != 0.0f) {
+  // A sparse push carries its R; a dense one is R = 1 by definition.
+  const bool bad_ratio = kind == DgsKind::kPush        ? !(h->ratio > 0.0f && h->ratio <= 1.0f)
+                         : kind == DgsKind::kDensePush ? h->ratio != 1.0f
+                                                       : h->ratio != 0.0f;
+  if (bad_ratio) {
     return Refuse(why, DgsRefusal::kBadRatio, absl::StrCat("ratio ", h->ratio));
   }
   if ((kind == DgsKind::kRefused) != (h->reason != 0) ||
@@ -248,7 +254,10 @@ absl::Status Decode(std::span<const uint8_t> m, const DgsWireContext& ctx, uint3
   if (absl::Status s = CheckContext(ctx); !s.ok()) return s;
   DgsMessageHeader h;
   if (absl::Status s = ReadHeader(m, ctx, worker, from_worker, &h, why); !s.ok()) return s;
-  *out = DgsMessage{};
+  // Fields reset one by one: the value buffers keep their room (a dense
+  // message is the whole range, decoded again every step).
+  out->sparse.clear();
+  out->dense.clear();
   out->kind = static_cast<DgsKind>(h.kind);
   out->worker = h.worker;
   out->shard = h.shard;
@@ -262,7 +271,8 @@ absl::Status Decode(std::span<const uint8_t> m, const DgsWireContext& ctx, uint3
     }
     return absl::OkStatus();
   }
-  const bool dense = out->kind == DgsKind::kHello || out->kind == DgsKind::kFullSync;
+  const bool dense = out->kind == DgsKind::kHello || out->kind == DgsKind::kFullSync ||
+                     out->kind == DgsKind::kDensePush || out->kind == DgsKind::kDensePull;
   return ReadPieces(m, ctx, h, from_worker ? h.worker : ctx.shard, dense, out, why);
 }
 
@@ -282,7 +292,13 @@ std::string_view DgsRefusalName(DgsRefusal r) {
 
 absl::StatusOr<Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
                                      std::span<const float> values) {
-  return EncodeDense(ctx, DgsKind::kHello, worker, request, 0, worker, values);
+  return EncodeDense(ctx, DgsKind::kHello, worker, request, 0, 0, worker, values);
+}
+
+absl::StatusOr<Bytes> EncodeDgsDensePush(const DgsWireContext& ctx, uint32_t worker,
+                                         uint32_t request, uint64_t base_version,
+                                         std::span<const float> change) {
+  return EncodeDense(ctx, DgsKind::kDensePush, worker, request, base_version, 1.0f, worker, change);
 }
 
 absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
@@ -295,15 +311,15 @@ absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, 
 }
 
 absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply) {
-  if (reply.kind == DgsKind::kFullSync) {
-    return EncodeDense(ctx, reply.kind, reply.worker, reply.request, reply.version, ctx.shard,
+  if (reply.kind == DgsKind::kFullSync || reply.kind == DgsKind::kDensePull) {
+    return EncodeDense(ctx, reply.kind, reply.worker, reply.request, reply.version, 0, ctx.shard,
                        reply.dense);
   }
   if (reply.kind == DgsKind::kPull) {
     return EncodeSparse(ctx, reply.kind, reply.worker, reply.request, reply.version, 0, ctx.shard,
                         kernels::View(reply.sparse));
   }
-  return absl::InvalidArgumentError("DGS: a reply is a pull or a full sync");
+  return absl::InvalidArgumentError("DGS: a reply is a pull, a dense pull or a full sync");
 }
 
 Bytes EncodeDgsLeave(const DgsWireContext& ctx, uint32_t worker, uint32_t request) {

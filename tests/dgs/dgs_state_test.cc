@@ -128,14 +128,16 @@ TEST_P(DgsConservation, ModelMinusSentHoldsEveryUnsentEntry) {
       SCOPED_TRACE(::testing::Message() << "round " << round << " worker " << k);
       DgsPush push;
       ASSERT_TRUE(ws[k].MakePush(IntGrad(layout.total(), rng), params[k], 1.0f, &push).ok());
+      EXPECT_EQ(push.is_dense, push.ratio >= 1.0f);  // R = 1 takes the dense route
+      const kernels::SparseVec entries = DgsPushEntries(push);
+      EXPECT_EQ(push.nnz, entries.nnz());
       for (uint32_t j = 0; j < layout.layers(); ++j) {
         const DgsRange l = layout.layer(j);
-        const auto n = std::count_if(push.entries.idx.begin(), push.entries.idx.end(),
+        const auto n = std::count_if(entries.idx.begin(), entries.idx.end(),
                                      [&](uint32_t i) { return i >= l.begin && i < l.end; });
         EXPECT_LE(static_cast<uint32_t>(n), DgsKeep(l.size(), push.ratio));
       }
-      for (size_t e = 0; e < push.entries.nnz(); ++e)
-        model[push.entries.idx[e]] += push.entries.val[e];
+      for (size_t e = 0; e < entries.nnz(); ++e) model[entries.idx[e]] += entries.val[e];
       for (DgsServerShard& sh : shards) {
         const DgsRange r = sh.range();
         std::vector<float> before(r.size());  // M − v_k before the pull, after the push
@@ -151,7 +153,7 @@ TEST_P(DgsConservation, ModelMinusSentHoldsEveryUnsentEntry) {
           ASSERT_EQ(pull.kind, DgsKind::kFullSync);
           for (uint32_t i = 0; i < r.size(); ++i) sent[k][r.begin + i] = model[r.begin + i];
         } else {
-          ASSERT_EQ(pull.kind, DgsKind::kPull);
+          ASSERT_EQ(pull.kind, push.ratio >= 1.0f ? DgsKind::kDensePull : DgsKind::kPull);
           size_t limit = 0;
           for (const DgsRange& p : layout.Pieces(r)) limit += DgsKeep(p.size(), push.ratio);
           EXPECT_LE(pull.sparse.nnz(), limit);
