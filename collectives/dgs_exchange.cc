@@ -43,9 +43,8 @@ bool CuredByRejoin(const DgsMessage& m) {
 DgsPushPull::DgsPushPull(Transport& transport, DgsJob job, std::vector<DgsShardPeer> shards)
     : transport_(transport), job_(job), shards_(std::move(shards)), pending_(shards_.size()) {}
 
-absl::StatusOr<DgsMessage> DgsPushPull::AwaitReply(const DgsWorkerState& state, size_t i,
-                                                   uint32_t request, Deadline deadline,
-                                                   DgsStepStats* stats) {
+absl::Status DgsPushPull::AwaitReply(const DgsWorkerState& state, size_t i, uint32_t request,
+                                     Deadline deadline, DgsStepStats* stats, DgsMessage* out) {
   const DgsShardPeer& peer = shards_[i];
   const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
   const uint64_t cap = DgsMaxMessageBytes(state.layout(), ctx.range);
@@ -72,13 +71,12 @@ absl::StatusOr<DgsMessage> DgsPushPull::AwaitReply(const DgsWorkerState& state, 
                                  peer.rank, "): ", s.message()));
     }
     if (stats != nullptr) stats->recv_bytes += bytes.size();
-    DgsMessage m;
     DgsRefusal why;
-    if (absl::Status d = DecodeDgsFromShard(bytes, ctx, state.worker(), &m, &why); !d.ok()) {
+    if (absl::Status d = DecodeDgsFromShard(bytes, ctx, state.worker(), out, &why); !d.ok()) {
       return absl::Status(d.code(), absl::StrCat("DGS worker ", state.worker(), ": shard ",
                                                  peer.shard, ": ", d.message()));
     }
-    if (m.request == request) return m;
+    if (out->request == request) return absl::OkStatus();
     // A reply to a request this worker gave up on: dropped.
   }
 }
@@ -99,14 +97,15 @@ absl::Status DgsPushPull::Hello(DgsWorkerState& state, size_t i, std::span<float
   absl::StatusOr<RequestId> send =
       transport_.PostSend(peer.rank, DgsUpTag(peer.shard), *std::move(hello));
   if (!send.ok()) return send.status();
-  absl::StatusOr<DgsMessage> reply = AwaitReply(state, i, request, deadline, stats);
+  DgsMessage& reply = reply_;
+  absl::Status got = AwaitReply(state, i, request, deadline, stats, &reply);
   if (absl::Status s = transport_.Wait(*send, deadline, nullptr); !s.ok()) return s;
-  if (!reply.ok()) return reply.status();
-  if (reply->kind == DgsKind::kPull) {
+  if (!got.ok()) return got;
+  if (reply.kind == DgsKind::kPull || reply.kind == DgsKind::kDensePull) {
     return absl::DataLossError(
         absl::StrCat("DGS shard ", peer.shard, ": a pull answering a hello"));
   }
-  if (absl::Status s = state.ApplyPull(peer.shard, *reply, params); !s.ok()) return s;
+  if (absl::Status s = state.ApplyPull(peer.shard, reply, params); !s.ok()) return s;
   if (stats != nullptr) ++stats->full_syncs;
   return absl::OkStatus();
 }
@@ -197,10 +196,11 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
     // known yes (it answered with a pull or a full sync), or unknown (no
     // reply, or one that could not be read).
     bool unapplied = !out[i].status.ok();
-    absl::StatusOr<DgsMessage> reply = out[i].status.ok()
-                                           ? AwaitReply(state, i, out[i].request, deadline, stats)
-                                           : absl::StatusOr<DgsMessage>(out[i].status);
-    if (reply.ok() && CuredByRejoin(*reply)) {
+    DgsMessage& reply = reply_;  // its room reused (a dense pull is the whole range)
+    absl::Status got = out[i].status.ok()
+                           ? AwaitReply(state, i, out[i].request, deadline, stats, &reply)
+                           : out[i].status;
+    if (got.ok() && CuredByRejoin(reply)) {
       // The shard lost this worker (restarted, or re-synced it): rejoin and
       // push the same entries again on the new base, so nothing is lost.
       if (out[i].send) (void)transport_.Wait(*out[i].send, deadline, nullptr);
@@ -209,15 +209,15 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
       absl::Status s = Hello(state, i, params, deadline, stats);
       if (s.ok()) s = send_push(i);
       unapplied = !s.ok();
-      reply = s.ok() ? AwaitReply(state, i, out[i].request, deadline, stats) : s;
+      got = s.ok() ? AwaitReply(state, i, out[i].request, deadline, stats, &reply) : s;
     }
-    if (reply.ok() && reply->kind == DgsKind::kRefused) unapplied = true;
-    absl::Status s = reply.status();
+    if (got.ok() && reply.kind == DgsKind::kRefused) unapplied = true;
+    absl::Status s = got;
     if (s.ok()) {
       uint64_t entries = 0;
-      s = state.ApplyPull(shard, *reply, params, &entries);
+      s = state.ApplyPull(shard, reply, params, &entries);
       if (s.ok() && stats != nullptr) {
-        if (reply->kind == DgsKind::kFullSync) ++stats->full_syncs;
+        if (reply.kind == DgsKind::kFullSync) ++stats->full_syncs;
         stats->pulled_entries += entries;
       }
     }
@@ -234,7 +234,7 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
         const uint64_t n = state.Unsend(shard, push);
         what = absl::StrCat("; the push was not applied: its ", n,
                             " entries are back in the worker's velocity for the next step");
-      } else if (!reply.ok()) {
+      } else if (!got.ok()) {
         what = absl::StrCat("; whether shard ", shard,
                             " applied the push is unknown: not put back (the next step rejoins "
                             "and takes the shard's model)");

@@ -89,15 +89,18 @@ class DgsPushPull {
   };
   absl::Status Hello(DgsWorkerState& state, size_t i, std::span<float> params, Deadline deadline,
                      DgsStepStats* stats);
-  absl::StatusOr<DgsMessage> AwaitReply(const DgsWorkerState& state, size_t i, uint32_t request,
-                                        Deadline deadline, DgsStepStats* stats);
+  // Decodes shard i's reply to `request` into *out (dropping replies to
+  // requests given up on).
+  absl::Status AwaitReply(const DgsWorkerState& state, size_t i, uint32_t request,
+                          Deadline deadline, DgsStepStats* stats, DgsMessage* out);
 
   Transport& transport_;
   DgsJob job_;
   std::vector<DgsShardPeer> shards_;
   std::vector<Pending> pending_;
   uint32_t next_request_ = 1;
-  DgsPush push_;  // the last step's push (its room reused)
+  DgsPush push_;      // the last step's push (its room reused)
+  DgsMessage reply_;  // the last reply decoded (its room reused)
 };
 
 // What a DgsServer did since it was built.
@@ -137,6 +140,8 @@ class DgsServer {
   absl::Status Post(uint32_t worker);
   absl::Status Handle(uint32_t worker, const Bytes& message);
   absl::Status ApplyAndReply(uint32_t worker, const DgsMessage& push);
+  DgsMessage in_;     // the message being handled (its room reused)
+  DgsMessage reply_;  // the reply being made (its room reused)
   absl::Status Reply(uint32_t worker, Bytes message);
   absl::Status Refused(uint32_t worker, uint32_t request, DgsRefusal why);
   void ServeHeld();

@@ -163,11 +163,14 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
     }
     const uint8_t* body = m.data() + off;
     const float* vals = reinterpret_cast<const float*>(dense ? body : body + 4 * size_t{f.count});
-    for (uint32_t i = 0; i < f.count; ++i) {
-      if (!std::isfinite(vals[i])) {
-        return Refuse(why, DgsRefusal::kNonFinite,
-                      absl::StrCat("value ", i, " of piece ", p.begin));
-      }
+    // One branch-free pass (a dense piece is a whole layer); the bad value
+    // is looked for only when there is one.
+    bool finite = true;
+    for (uint32_t i = 0; i < f.count; ++i) finite &= std::isfinite(vals[i]);
+    if (!finite) {
+      const uint32_t i = static_cast<uint32_t>(
+          std::find_if(vals, vals + f.count, [](float x) { return !std::isfinite(x); }) - vals);
+      return Refuse(why, DgsRefusal::kNonFinite, absl::StrCat("value ", i, " of piece ", p.begin));
     }
     if (dense_only) {
       out->dense.insert(out->dense.end(), vals, vals + f.count);

@@ -57,7 +57,7 @@ absl::Status DgsServer::Refused(uint32_t worker, uint32_t request, DgsRefusal wh
 
 absl::Status DgsServer::ApplyAndReply(uint32_t worker, const DgsMessage& push) {
   DgsRefusal why;
-  DgsMessage reply;
+  DgsMessage& reply = reply_;
   absl::Status s = shard_.ApplyPush(worker, push, &why);
   if (s.ok()) s = shard_.MakePull(worker, &reply, &why);
   if (!s.ok()) return Refused(worker, push.request, why);
@@ -73,7 +73,7 @@ absl::Status DgsServer::Handle(uint32_t worker, const Bytes& message) {
   // Whatever the worker sends next supersedes a push of it still held: it
   // gave up waiting for that one.
   held_[worker].reset();
-  DgsMessage m;
+  DgsMessage& m = in_;
   DgsRefusal why;
   if (!DecodeDgsFromWorker(message, ctx_, worker, &m, &why).ok()) {
     shard_.Count(why);
@@ -91,7 +91,7 @@ absl::Status DgsServer::Handle(uint32_t worker, const Bytes& message) {
     return absl::OkStatus();
   }
   if (m.kind == DgsKind::kHello) {
-    DgsMessage reply;
+    DgsMessage& reply = reply_;
     if (!shard_.Join(worker, m.dense, &reply, &why).ok()) return Refused(worker, m.request, why);
     reply.request = m.request;
     absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply);

@@ -74,44 +74,47 @@ absl::Status DgsWorkerState::MakePush(std::span<const float> grad, std::span<con
     return absl::InvalidArgumentError(absl::StrCat("DGS step: lr ", lr, " not positive"));
   }
   const float m = options_.momentum, wd = options_.weight_decay, inv_m = 1.0f / m;
+  const double ratio = Ratio(lr);  // lr0 not given: this first step's lr (set below)
+  const bool dense = ratio >= 1.0;
   // a = m·u + lr·(g + wd·w) into the scratch buffer first: a NaN or Inf
-  // there (from g, w or an overflow) refuses the step with u untouched.
+  // there (from g, w or an overflow) refuses the step with u untouched. At
+  // R = 1 (ASGD) the same pass writes the push: every nonzero is sent and
+  // keeps u = a (zeros: a / m = a), as the top-k rule with k = size selects;
+  // the change −a of the whole model (a zero is no entry), no indices.
   scratch_.resize(u_.size());
+  if (dense) push->dense.resize(u_.size());
   {
     bool finite = true;
+    uint64_t nonzeros = 0;
     const float* g = grad.data();
     const float* w = params.data();
+    const float* u = u_.data();
     float* a = scratch_.data();
-    for (size_t i = 0; i < u_.size(); ++i) {
-      a[i] = m * u_[i] + lr * (g[i] + wd * w[i]);
-      finite &= std::isfinite(a[i]);
+    float* out = push->dense.data();
+    if (dense) {
+      for (size_t i = 0; i < u_.size(); ++i) {
+        a[i] = m * u[i] + lr * (g[i] + wd * w[i]);
+        finite &= std::isfinite(a[i]);
+        out[i] = -a[i];
+        nonzeros += a[i] != 0.0f;
+      }
+    } else {
+      for (size_t i = 0; i < u_.size(); ++i) {
+        a[i] = m * u[i] + lr * (g[i] + wd * w[i]);
+        finite &= std::isfinite(a[i]);
+      }
     }
     if (!finite) {
       return absl::InvalidArgumentError("DGS step: a NaN or Inf gradient, parameter or velocity");
     }
+    push->nnz = nonzeros;
   }
   u_.swap(scratch_);
   if (options_.lr0 == 0.0f) options_.lr0 = lr;  // R scales with lr / the first lr
-  const double ratio = Ratio(lr);
   push->ratio = static_cast<float>(ratio);
   push->entries.clear();
-  push->nnz = 0;
-  push->is_dense = ratio >= 1.0;
-  if (push->is_dense) {
-    // ASGD: every nonzero is sent and keeps u = a (zeros: a / m = a), as the
-    // top-k rule with k = size selects; one pass writing the change −a of
-    // the whole model (a zero is no entry), no indices.
-    push->dense.resize(u_.size());
-    const float* a = u_.data();
-    float* out = push->dense.data();
-    uint64_t nonzeros = 0;
-    for (size_t i = 0; i < u_.size(); ++i) {
-      out[i] = -a[i];
-      nonzeros += a[i] != 0.0f;
-    }
-    push->nnz = nonzeros;
-    return absl::OkStatus();
-  }
+  push->is_dense = dense;
+  if (dense) return absl::OkStatus();
   push->dense.clear();
   for (uint32_t j = 0; j < layout_.layers(); ++j) {
     const DgsRange l = layout_.layer(j);
