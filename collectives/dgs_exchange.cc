@@ -76,6 +76,7 @@ absl::Status DgsPushPull::AwaitReply(const DgsWorkerState& state, size_t i, uint
       return absl::Status(d.code(), absl::StrCat("DGS worker ", state.worker(), ": shard ",
                                                  peer.shard, ": ", d.message()));
     }
+    spare_ = std::move(bytes);  // decoded: its room makes the next push
     if (out->request == request) return absl::OkStatus();
     // A reply to a request this worker gave up on: dropped.
   }
@@ -176,7 +177,8 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
         push.is_dense
             ? EncodeDgsDensePush(
                   ctx, state.worker(), out[i].request, state.version(peer.shard),
-                  std::span<const float>(push.dense).subspan(ctx.range.begin, ctx.range.size()))
+                  std::span<const float>(push.dense).subspan(ctx.range.begin, ctx.range.size()),
+                  std::move(spare_))
             : EncodeDgsPush(ctx, state.worker(), out[i].request, state.version(peer.shard),
                             push.ratio, Slice(push.entries, ctx.range));
     if (!bytes.ok()) return bytes.status();

@@ -101,6 +101,7 @@ class DgsPushPull {
   uint32_t next_request_ = 1;
   DgsPush push_;      // the last step's push (its room reused)
   DgsMessage reply_;  // the last reply decoded (its room reused)
+  Bytes spare_;       // the last reply's bytes, decoded: room for the next push
 };
 
 // What a DgsServer did since it was built.
@@ -138,10 +139,11 @@ class DgsServer {
 
  private:
   absl::Status Post(uint32_t worker);
-  absl::Status Handle(uint32_t worker, const Bytes& message);
+  absl::Status Handle(uint32_t worker, Bytes message);
   absl::Status ApplyAndReply(uint32_t worker, const DgsMessage& push);
   DgsMessage in_;     // the message being handled (its room reused)
   DgsMessage reply_;  // the reply being made (its room reused)
+  Bytes spare_;       // the last message decoded: room for the next reply
   absl::Status Reply(uint32_t worker, Bytes message);
   absl::Status Refused(uint32_t worker, uint32_t request, DgsRefusal why);
   void ServeHeld();

@@ -35,7 +35,8 @@ FrameMeta MetaOf(const DgsWireContext& ctx, DgsKind kind, uint64_t version, uint
 }
 
 Bytes StartMessage(const DgsWireContext& ctx, DgsKind kind, uint32_t worker, uint32_t request,
-                   uint64_t version, float ratio, DgsRefusal reason, uint32_t pieces) {
+                   uint64_t version, float ratio, DgsRefusal reason, uint32_t pieces,
+                   Bytes room = {}) {
   DgsMessageHeader h{};
   h.magic = kDgsMagic;
   h.format = kDgsFormat;
@@ -50,7 +51,8 @@ Bytes StartMessage(const DgsWireContext& ctx, DgsKind kind, uint32_t worker, uin
   h.ratio = ratio;
   h.reason = static_cast<uint32_t>(reason);
   h.request = request;
-  Bytes out;
+  Bytes out = std::move(room);  // its capacity reused, its bytes not
+  out.clear();
   Append(&out, &h, sizeof h);
   return out;
 }
@@ -65,7 +67,7 @@ absl::Status CheckContext(const DgsWireContext& ctx) {
 
 absl::StatusOr<Bytes> EncodeDense(const DgsWireContext& ctx, DgsKind kind, uint32_t worker,
                                   uint32_t request, uint64_t version, float ratio, uint32_t sender,
-                                  std::span<const float> values) {
+                                  std::span<const float> values, Bytes room = {}) {
   if (absl::Status s = CheckContext(ctx); !s.ok()) return s;
   if (values.size() != ctx.range.size()) {
     return absl::InvalidArgumentError(
@@ -73,7 +75,7 @@ absl::StatusOr<Bytes> EncodeDense(const DgsWireContext& ctx, DgsKind kind, uint3
   }
   const std::vector<DgsRange> pieces = ctx.layout->Pieces(ctx.range);
   Bytes out = StartMessage(ctx, kind, worker, request, version, ratio, DgsRefusal::kNone,
-                           static_cast<uint32_t>(pieces.size()));
+                           static_cast<uint32_t>(pieces.size()), std::move(room));
   out.reserve(out.size() + pieces.size() * sizeof(FrameHeader) + values.size() * sizeof(float));
   const FrameMeta meta = MetaOf(ctx, kind, version, sender);
   for (const DgsRange& p : pieces) {
@@ -84,14 +86,14 @@ absl::StatusOr<Bytes> EncodeDense(const DgsWireContext& ctx, DgsKind kind, uint3
 
 absl::StatusOr<Bytes> EncodeSparse(const DgsWireContext& ctx, DgsKind kind, uint32_t worker,
                                    uint32_t request, uint64_t version, float ratio, uint32_t sender,
-                                   kernels::SparseView entries) {
+                                   kernels::SparseView entries, Bytes room = {}) {
   if (absl::Status s = CheckContext(ctx); !s.ok()) return s;
   if (!kernels::IsSortedUniqueInRange(entries.idx, entries.nnz, ctx.range.begin, ctx.range.end)) {
     return absl::InvalidArgumentError("DGS: entries not sorted, unique and inside the range");
   }
   const std::vector<DgsRange> pieces = ctx.layout->Pieces(ctx.range);
   Bytes out = StartMessage(ctx, kind, worker, request, version, ratio, DgsRefusal::kNone,
-                           static_cast<uint32_t>(pieces.size()));
+                           static_cast<uint32_t>(pieces.size()), std::move(room));
   // Room for the whole message at once (each piece takes the smaller of its
   // sparse and dense encodings, so this bounds it): growing piece by piece
   // copied the message once per piece.
@@ -300,8 +302,9 @@ absl::StatusOr<Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker,
 
 absl::StatusOr<Bytes> EncodeDgsDensePush(const DgsWireContext& ctx, uint32_t worker,
                                          uint32_t request, uint64_t base_version,
-                                         std::span<const float> change) {
-  return EncodeDense(ctx, DgsKind::kDensePush, worker, request, base_version, 1.0f, worker, change);
+                                         std::span<const float> change, Bytes room) {
+  return EncodeDense(ctx, DgsKind::kDensePush, worker, request, base_version, 1.0f, worker, change,
+                     std::move(room));
 }
 
 absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
@@ -313,14 +316,15 @@ absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, 
   return EncodeSparse(ctx, DgsKind::kPush, worker, request, base_version, ratio, worker, entries);
 }
 
-absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply) {
+absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply,
+                                     Bytes room) {
   if (reply.kind == DgsKind::kFullSync || reply.kind == DgsKind::kDensePull) {
     return EncodeDense(ctx, reply.kind, reply.worker, reply.request, reply.version, 0, ctx.shard,
-                       reply.dense);
+                       reply.dense, std::move(room));
   }
   if (reply.kind == DgsKind::kPull) {
     return EncodeSparse(ctx, reply.kind, reply.worker, reply.request, reply.version, 0, ctx.shard,
-                        kernels::View(reply.sparse));
+                        kernels::View(reply.sparse), std::move(room));
   }
   return absl::InvalidArgumentError("DGS: a reply is a pull, a dense pull or a full sync");
 }

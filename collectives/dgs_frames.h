@@ -147,6 +147,8 @@ struct DgsMessage {
 // are a caller bug: checked, INVALID_ARGUMENT). `values` is the range's
 // values (range.size()).
 // The shard's replies echo the request number of the message they answer.
+// `room`, when given, is a spent buffer whose capacity the message reuses
+// (a dense message is the whole range: a fresh one costs page faults).
 absl::StatusOr<Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
                                      std::span<const float> values);
 absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
@@ -155,9 +157,10 @@ absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, 
 // A kDensePush: `change` is the range's signed change (range.size() values).
 absl::StatusOr<Bytes> EncodeDgsDensePush(const DgsWireContext& ctx, uint32_t worker,
                                          uint32_t request, uint64_t base_version,
-                                         std::span<const float> change);
+                                         std::span<const float> change, Bytes room = {});
 // A kPull (entries), kDensePull or kFullSync (dense) reply, as DgsServerShard made it.
-absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply);
+absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply,
+                                     Bytes room = {});
 Bytes EncodeDgsLeave(const DgsWireContext& ctx, uint32_t worker, uint32_t request);
 Bytes EncodeDgsRefused(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
                        uint64_t version, DgsRefusal reason);

@@ -62,12 +62,12 @@ absl::Status DgsServer::ApplyAndReply(uint32_t worker, const DgsMessage& push) {
   if (s.ok()) s = shard_.MakePull(worker, &reply, &why);
   if (!s.ok()) return Refused(worker, push.request, why);
   reply.request = push.request;
-  absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply);
+  absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply, std::move(spare_));
   if (!bytes.ok()) return bytes.status();
   return Reply(worker, *std::move(bytes));
 }
 
-absl::Status DgsServer::Handle(uint32_t worker, const Bytes& message) {
+absl::Status DgsServer::Handle(uint32_t worker, Bytes message) {
   ++stats_.messages_in;
   stats_.bytes_in += message.size();
   // Whatever the worker sends next supersedes a push of it still held: it
@@ -85,6 +85,7 @@ absl::Status DgsServer::Handle(uint32_t worker, const Bytes& message) {
     }
     return Refused(worker, request, why);
   }
+  spare_ = std::move(message);  // decoded: its room makes the next reply
   if (m.kind == DgsKind::kLeave) {
     shard_.Deactivate(worker);
     ServeHeld();  // the others no longer wait for this worker
@@ -94,7 +95,7 @@ absl::Status DgsServer::Handle(uint32_t worker, const Bytes& message) {
     DgsMessage& reply = reply_;
     if (!shard_.Join(worker, m.dense, &reply, &why).ok()) return Refused(worker, m.request, why);
     reply.request = m.request;
-    absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply);
+    absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply, std::move(spare_));
     if (!bytes.ok()) return bytes.status();
     absl::Status s = Reply(worker, *std::move(bytes));
     ServeHeld();  // a join may admit a held push (the staircase changed)
@@ -171,7 +172,7 @@ absl::StatusOr<bool> DgsServer::Poll() {
       ServeHeld();
       continue;
     }
-    if (!Handle(k, bytes).ok()) Lose(k);
+    if (!Handle(k, std::move(bytes)).ok()) Lose(k);
   }
   if (std::all_of(lost_.begin(), lost_.end(), [](uint8_t l) { return l != 0; })) {
     return absl::UnavailableError(absl::StrCat("DGS shard ", ctx_.shard, ": every worker is gone"));
