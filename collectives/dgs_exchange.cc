@@ -48,6 +48,10 @@ absl::Status DgsPushPull::AwaitReply(const DgsWorkerState& state, size_t i, uint
   const DgsShardPeer& peer = shards_[i];
   const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
   const uint64_t cap = DgsMaxMessageBytes(state.layout(), ctx.range);
+  // `alone`: no earlier request's reply can still come (replies come in the
+  // order of the requests), so an unnumbered refusal answers this one.
+  // Until a reply matches, this request's may be outstanding.
+  const bool alone = !std::exchange(pending_[i].doubt, true);
   for (;;) {
     if (!pending_[i].recv) {
       absl::StatusOr<RequestId> r =
@@ -77,7 +81,14 @@ absl::Status DgsPushPull::AwaitReply(const DgsWorkerState& state, size_t i, uint
                                                  peer.shard, ": ", d.message()));
     }
     spare_ = std::move(bytes);  // decoded: its room makes the next push
-    if (out->request == request) return absl::OkStatus();
+    // A refusal of a message the shard could not read (longer than any of
+    // the range's, or shorter than a header) carries request 0 (requests
+    // start at 1): it is this request's when nothing earlier is pending.
+    if (out->request == 0 && out->kind == DgsKind::kRefused && alone) out->request = request;
+    if (out->request == request) {
+      pending_[i].doubt = false;
+      return absl::OkStatus();
+    }
     // A reply to a request this worker gave up on: dropped.
   }
 }
@@ -86,7 +97,7 @@ absl::Status DgsPushPull::Hello(DgsWorkerState& state, size_t i, std::span<float
                                 Deadline deadline, DgsStepStats* stats) {
   const DgsShardPeer& peer = shards_[i];
   const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
-  const uint32_t request = next_request_++;
+  const uint32_t request = NextRequest();
   absl::StatusOr<Bytes> hello =
       EncodeDgsHello(ctx, state.worker(), request,
                      std::span<const float>(params).subspan(ctx.range.begin, ctx.range.size()));
@@ -146,7 +157,7 @@ absl::Status DgsPushPull::Leave(DgsWorkerState& state, Deadline deadline) {
     state.Leave(peer.shard);
     const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
     absl::StatusOr<RequestId> send = transport_.PostSend(
-        peer.rank, DgsUpTag(peer.shard), EncodeDgsLeave(ctx, state.worker(), next_request_++));
+        peer.rank, DgsUpTag(peer.shard), EncodeDgsLeave(ctx, state.worker(), NextRequest()));
     absl::Status s = send.status();
     if (s.ok()) s = transport_.Wait(*send, deadline, nullptr);
     if (!s.ok() && first.ok()) first = s;
@@ -172,7 +183,7 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
   auto send_push = [&](size_t i) -> absl::Status {
     const DgsShardPeer& peer = shards_[i];
     const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
-    out[i].request = next_request_++;
+    out[i].request = NextRequest();
     absl::StatusOr<Bytes> bytes =
         push.is_dense
             ? EncodeDgsDensePush(

@@ -86,7 +86,16 @@ class DgsPushPull {
  private:
   struct Pending {
     std::optional<RequestId> recv;  // the receive posted for the shard's next reply
+    // A request was given up on (or its reply lost) and no later reply has
+    // matched since: its reply may still come, so an unnumbered refusal
+    // (request 0, a message the shard could not read) cannot be told apart.
+    bool doubt = false;
   };
+  // 1, 2, ...: never 0, the number of a refusal of an unreadable message.
+  uint32_t NextRequest() {
+    if (next_request_ == 0) next_request_ = 1;
+    return next_request_++;
+  }
   absl::Status Hello(DgsWorkerState& state, size_t i, std::span<float> params, Deadline deadline,
                      DgsStepStats* stats);
   // Decodes shard i's reply to `request` into *out (dropping replies to

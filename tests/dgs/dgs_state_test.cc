@@ -189,10 +189,11 @@ INSTANTIATE_TEST_SUITE_P(Densities, DgsConservation,
 
 // The seed's SAMomentum per element: a = m·u + lr·(g + wd·w); the top R% of
 // |a| per layer is pushed (as −a) and keeps u = a; the rest keeps u = a / m.
+// The last layer (1 element) is kept whole: the one-pass route.
 TEST(DgsWorker, SamomentumFollowsTheSeed) {
-  const DgsLayout layout = MakeLayout({16, 10, 3});
+  const DgsLayout layout = MakeLayout({16, 10, 3, 1});
   const float m = 0.5f, wd = 0.25f, lr = 1.0f, density = 0.25f;
-  auto w = DgsWorkerState::Create(layout, 0, {{0, 29}},
+  auto w = DgsWorkerState::Create(layout, 0, {{0, 30}},
                                   {.momentum = m, .weight_decay = wd, .density = density});
   ASSERT_TRUE(w.ok());
   std::mt19937 rng(3);
@@ -227,6 +228,34 @@ TEST(DgsWorker, SamomentumFollowsTheSeed) {
     EXPECT_EQ(push.entries.idx, want.idx) << "step " << step;
     EXPECT_EQ(push.entries.val, want.val) << "step " << step;
     EXPECT_TRUE(std::equal(u.begin(), u.end(), w->velocity().begin())) << "step " << step;
+  }
+}
+
+// A push the shard did not apply is put back: its entries become unsent
+// (u = a/m) inside that shard's range only, on either route.
+TEST(DgsWorker, UnsendMakesTheEntriesUnsentAgain) {
+  const DgsLayout layout = MakeLayout({12, 8});
+  for (float density : {0.25f, 1.0f}) {
+    SCOPED_TRACE(density);
+    auto w = DgsWorkerState::Create(layout, 0, {{0, 10}, {10, 20}},
+                                    {.momentum = 0.5f, .weight_decay = 0, .density = density});
+    std::mt19937 rng(5);
+    DgsPush push;
+    ASSERT_TRUE(w->MakePush(IntGrad(20, rng), IntGrad(20, rng), 1, &push).ok());
+    EXPECT_EQ(push.is_dense, density == 1.0f);
+    const std::vector<float> u(w->velocity().begin(), w->velocity().end());
+    const kernels::SparseVec e = DgsPushEntries(push);
+    std::vector<uint8_t> sent(20, 0);
+    for (uint32_t i : e.idx) sent[i] = 1;
+    const uint64_t in_range =
+        std::count_if(e.idx.begin(), e.idx.end(), [](uint32_t i) { return i >= 10; });
+    EXPECT_EQ(w->Unsend(1, push), in_range);
+    for (uint32_t i = 0; i < 20; ++i) {
+      // Sent entries had u = a; put back, u = a / m = 2a, as for unsent ones.
+      EXPECT_EQ(w->velocity()[i], i >= 10 && sent[i] ? 2 * u[i] : u[i]) << i;
+      if (sent[i])
+        EXPECT_EQ(e.val[std::find(e.idx.begin(), e.idx.end(), i) - e.idx.begin()], -u[i]);
+    }
   }
 }
 
