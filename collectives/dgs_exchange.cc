@@ -118,6 +118,10 @@ absl::Status DgsPushPull::Hello(DgsWorkerState& state, size_t i, std::span<float
         absl::StrCat("DGS shard ", peer.shard, ": a pull answering a hello"));
   }
   if (absl::Status s = state.ApplyPull(peer.shard, reply, params); !s.ok()) return s;
+  // The push this worker gave up on (push_: no MakePush since): the shard
+  // says whether it applied it; if not, it goes back into the velocity.
+  const uint32_t unknown = std::exchange(pending_[i].unknown_push, 0);
+  if (unknown != 0 && reply.unapplied == unknown) state.Unsend(peer.shard, push_);
   if (stats != nullptr) ++stats->full_syncs;
   return absl::OkStatus();
 }
@@ -248,9 +252,10 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
         what = absl::StrCat("; the push was not applied: its ", n,
                             " entries are back in the worker's velocity for the next step");
       } else if (!got.ok()) {
+        pending_[i].unknown_push = out[i].request;
         what = absl::StrCat("; whether shard ", shard,
-                            " applied the push is unknown: not put back (the next step rejoins "
-                            "and takes the shard's model)");
+                            " applied the push is unknown: the next step rejoins, and puts it back "
+                            "if the shard says it did not");
       }
       if (!what.empty()) s = absl::Status(s.code(), absl::StrCat(s.message(), what));
       if (first.ok()) first = s;

@@ -64,8 +64,10 @@ struct DgsStepStats {
 // given up on are dropped by their request number. A push the shard did not
 // apply (refused, or never sent) is put back into the velocity exactly
 // (DgsWorkerState::Unsend) and the error says so; one whose fate is unknown
-// (no reply before the deadline, an unreadable reply) is not put back, and
-// the error says that too.
+// (no reply before the deadline, an unreadable reply) is not put back then
+// (the error says so): the next hello's full sync names the worker's last
+// push the shard did not apply (DgsMessageHeader::unapplied), and if it is
+// that one it is put back before the next push.
 class DgsPushPull {
  public:
   // `shards` must name every shard of the state once.
@@ -90,6 +92,10 @@ class DgsPushPull {
     // matched since: its reply may still come, so an unnumbered refusal
     // (request 0, a message the shard could not read) cannot be told apart.
     bool doubt = false;
+    // The request number of the last push whose fate is unknown (no reply),
+    // 0 when none: put back at the next hello if the shard's full sync says
+    // it was not applied (DgsMessageHeader::unapplied).
+    uint32_t unknown_push = 0;
   };
   // 1, 2, ...: never 0, the number of a refusal of an unreadable message.
   uint32_t NextRequest() {
@@ -150,9 +156,10 @@ class DgsServer {
   absl::Status Post(uint32_t worker);
   absl::Status Handle(uint32_t worker, Bytes message);
   absl::Status ApplyAndReply(uint32_t worker, const DgsMessage& push);
-  DgsMessage in_;     // the message being handled (its room reused)
-  DgsMessage reply_;  // the reply being made (its room reused)
-  Bytes spare_;       // the last message decoded: room for the next reply
+  DgsMessage in_;                    // the message being handled (its room reused)
+  DgsMessage reply_;                 // the reply being made (its room reused)
+  Bytes spare_;                      // the last message decoded: room for the next reply
+  std::vector<uint32_t> unapplied_;  // per worker: see DgsMessageHeader::unapplied
   absl::Status Reply(uint32_t worker, Bytes message);
   absl::Status Refused(uint32_t worker, uint32_t request, DgsRefusal why);
   void ServeHeld();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -213,7 +214,8 @@ absl::Status ReadHeader(std::span<const uint8_t> m, const DgsWireContext& ctx, u
     return Refuse(why, DgsRefusal::kTruncated, absl::StrCat(m.size(), " bytes"));
   }
   std::memcpy(h, m.data(), kHeader);
-  if (h->magic != kDgsMagic || h->format != kDgsFormat || h->reserved != 0) {
+  if (h->magic != kDgsMagic || h->format != kDgsFormat ||
+      (h->unapplied != 0 && static_cast<DgsKind>(h->kind) != DgsKind::kFullSync)) {
     return Refuse(why, DgsRefusal::kBadMagic,
                   absl::StrCat("magic ", h->magic, " format ", h->format));
   }
@@ -270,6 +272,7 @@ absl::Status Decode(std::span<const uint8_t> m, const DgsWireContext& ctx, uint3
   out->ratio = h.ratio;
   out->reason = static_cast<DgsRefusal>(h.reason);
   out->request = h.request;
+  out->unapplied = h.unapplied;  // only compared with the worker's own numbers
   if (out->kind == DgsKind::kRefused || out->kind == DgsKind::kLeave) {
     if (h.pieces != 0 || m.size() != kHeader) {
       return Refuse(why, DgsRefusal::kBadLength, "a refusal or leave with frames");
@@ -319,8 +322,14 @@ absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, 
 absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply,
                                      Bytes room) {
   if (reply.kind == DgsKind::kFullSync || reply.kind == DgsKind::kDensePull) {
-    return EncodeDense(ctx, reply.kind, reply.worker, reply.request, reply.version, 0, ctx.shard,
-                       reply.dense, std::move(room));
+    absl::StatusOr<Bytes> out =
+        EncodeDense(ctx, reply.kind, reply.worker, reply.request, reply.version, 0, ctx.shard,
+                    reply.dense, std::move(room));
+    if (out.ok() && reply.kind == DgsKind::kFullSync) {
+      std::memcpy(out->data() + offsetof(DgsMessageHeader, unapplied), &reply.unapplied,
+                  sizeof reply.unapplied);
+    }
+    return out;
   }
   if (reply.kind == DgsKind::kPull) {
     return EncodeSparse(ctx, reply.kind, reply.worker, reply.request, reply.version, 0, ctx.shard,

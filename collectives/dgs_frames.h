@@ -14,6 +14,9 @@
 //                    kDensePush (R = 1, ASGD: the change for the whole
 //                    range, one dense frame per piece, values only);
 //   shard -> worker: kPull (G_k's top R% per piece, to add to the params),
+//                    (kFullSync also names the worker's last push the shard
+//                    did not apply, so that a worker that gave up on it can
+//                    put it back: DgsMessageHeader::unapplied),
 //                    kDensePull (R = 1: the whole of M − v_k, dense),
 //                    kFullSync (the whole M of the range, dense, to copy) and
 //                    kRefused (no frames; `reason` says why; the worker must
@@ -82,7 +85,11 @@ struct DgsMessageHeader {
   // so that a reply to a request the worker gave up on (deadline) is told
   // apart from the one it waits for and dropped.
   uint32_t request;
-  uint32_t reserved;  // 0
+  // kFullSync: the request number of this worker's last push the shard did
+  // not apply (refused, or held and then dropped when the worker's hello
+  // superseded it), 0 when none, so that a worker that gave up waiting can
+  // put that push back; any other kind: 0.
+  uint32_t unapplied;
 };
 #pragma pack(pop)
 static_assert(sizeof(DgsMessageHeader) == 64);
@@ -139,6 +146,7 @@ struct DgsMessage {
   float ratio = 0;
   DgsRefusal reason = DgsRefusal::kNone;
   uint32_t request = 0;
+  uint32_t unapplied = 0;     // kFullSync: see DgsMessageHeader::unapplied
   kernels::SparseVec sparse;  // kPush, kPull
   std::vector<float> dense;   // kHello, kFullSync, kDensePush, kDensePull: range.size() values
 };

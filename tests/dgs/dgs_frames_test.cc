@@ -79,7 +79,8 @@ TEST_F(DgsFrames, EveryBadFieldIsRefusedAndNamed) {
       {"from the rank of another worker", [](Bytes&) {}, DgsRefusal::kWrongWorker, 2},
       {"magic", [](Bytes& b) { b[0] ^= 1; }, DgsRefusal::kBadMagic},
       {"format", [](Bytes& b) { Put<uint16_t>(b, 4, 9); }, DgsRefusal::kBadMagic},
-      {"reserved", [](Bytes& b) { Put<uint32_t>(b, 60, 1); }, DgsRefusal::kBadMagic},
+      {"unapplied (a full sync's field) on a push", [](Bytes& b) { Put<uint32_t>(b, 60, 1); },
+       DgsRefusal::kBadMagic},
       {"kind", [](Bytes& b) { Put<uint16_t>(b, 6, 3); }, DgsRefusal::kWrongKind},
       {"job", [](Bytes& b) { Put<uint64_t>(b, 8, 8); }, DgsRefusal::kWrongJob},
       {"epoch", [](Bytes& b) { Put<uint32_t>(b, 16, 4); }, DgsRefusal::kWrongJob},
@@ -216,6 +217,16 @@ TEST_F(DgsFrames, EveryBadFieldOfADenseMessageIsRefusedAndNamed) {
   EXPECT_EQ(why, DgsRefusal::kBadRatio);
   EXPECT_FALSE(DecodeDgsFromShard(*good, ctx_, 1, &m, &why).ok());
   EXPECT_EQ(why, DgsRefusal::kWrongKind);
+  Bytes u = *p;  // the unapplied number belongs to a full sync only
+  Put<uint32_t>(u, 60, 9);
+  EXPECT_FALSE(DecodeDgsFromShard(u, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kBadMagic);
+  pull.kind = DgsKind::kFullSync;
+  pull.unapplied = 9;
+  p = EncodeDgsReply(ctx_, pull);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(DecodeDgsFromShard(*p, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(m.unapplied, 9u);
 }
 
 // A dense push adds only its nonzeros (a zero is no entry): a −0 in M stays

@@ -129,6 +129,51 @@ TEST_P(DgsRefusedPush, TheRefusedPartGoesBackIntoTheVelocityExactly) {
   }
 }
 
+// max_staleness 1, two workers: worker 1 joins and idles, so worker 0's
+// second push is held; worker 0 gives up at its deadline (fate unknown: not
+// put back yet). Its next step's hello supersedes the held push, which the
+// shard drops and names in the full sync: the worker puts it back, and the
+// push after (worker 1 has left) carries it. Density 1, m = 1/2, integers:
+//   M0 − M = g1 + (a2 + g3), a2 = g1/2 + g2.
+TEST(DgsHeldPush, AHeldPushDroppedOnTheHelloIsPutBack) {
+  const DgsLayout layout = MakeLayout({12});
+  auto t = CreateLoopbackTransports(3);
+  DgsServerShard shard =
+      *DgsServerShard::Create(layout, 0, {0, 12}, {.workers = 2, .max_staleness = 1});
+  DgsServer server(*t[2], kJob, shard, {0, 1});
+  std::atomic<bool> stop{false};
+  std::thread serving([&] {
+    while (!stop.load()) {
+      if (!server.ServeUntil(DeadlineIn(milliseconds(20))).ok()) return;
+    }
+  });
+  DgsPushPull link0(*t[0], kJob, {{0, 2}}), link1(*t[1], kJob, {{0, 2}});
+  const DgsWorkerOptions o{.momentum = 0.5f, .weight_decay = 0, .density = 1};
+  DgsWorkerState w0 = *DgsWorkerState::Create(layout, 0, {{0, 12}}, o);
+  DgsWorkerState w1 = *DgsWorkerState::Create(layout, 1, {{0, 12}}, o);
+  std::mt19937 rng(12);
+  std::vector<float> p0 = IntGrad(12, rng), p1 = p0;
+  const std::vector<float> m0 = p0;
+  const std::vector<float> g1 = IntGrad(12, rng), g2 = IntGrad(12, rng), g3 = IntGrad(12, rng);
+  ASSERT_TRUE(link1.Join(w1, p1, DeadlineIn(milliseconds(20000))).ok());
+  ASSERT_TRUE(link0.Step(w0, g1, p0, 1, DeadlineIn(milliseconds(20000))).ok());
+  absl::Status s = link0.Step(w0, g2, p0, 1, DeadlineIn(milliseconds(300)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(std::string(s.message()).find("unknown"), std::string::npos) << s;
+  EXPECT_EQ(shard.version(), 1u);
+  ASSERT_TRUE(link1.Leave(w1, DeadlineIn(milliseconds(20000))).ok());
+  ASSERT_TRUE(link0.Step(w0, g3, p0, 1, DeadlineIn(milliseconds(20000))).ok());
+  stop.store(true);
+  serving.join();
+  EXPECT_EQ(shard.version(), 2u);
+  EXPECT_GE(server.stats().held, 1u);
+  for (uint32_t i = 0; i < 12; ++i) {
+    const float a2 = g1[i] / 2 + g2[i];
+    EXPECT_EQ(m0[i] - shard.model()[i], g1[i] + (a2 + g3[i])) << "entry " << i;
+    EXPECT_EQ(p0[i], shard.model()[i]) << "entry " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Breaks, DgsRefusedPush,
                          ::testing::Values(Case{Break::kNaN, DgsRefusal::kNonFinite},
                                            Case{Break::kTooLong, DgsRefusal::kOverCapacity}));
