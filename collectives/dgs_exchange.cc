@@ -43,12 +43,15 @@ bool CuredByRejoin(const DgsMessage& m) {
 DgsPushPull::DgsPushPull(Transport& transport, DgsJob job, std::vector<DgsShardPeer> shards)
     : transport_(transport), job_(job), shards_(std::move(shards)), pending_(shards_.size()) {}
 
-absl::StatusOr<DgsMessage> DgsPushPull::AwaitReply(const DgsWorkerState& state, size_t i,
-                                                   uint32_t request, Deadline deadline,
-                                                   DgsStepStats* stats) {
+absl::Status DgsPushPull::AwaitReply(const DgsWorkerState& state, size_t i, uint32_t request,
+                                     Deadline deadline, DgsStepStats* stats, DgsMessage* out) {
   const DgsShardPeer& peer = shards_[i];
   const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
   const uint64_t cap = DgsMaxMessageBytes(state.layout(), ctx.range);
+  // `alone`: no earlier request's reply can still come (replies come in the
+  // order of the requests), so an unnumbered refusal answers this one.
+  // Until a reply matches, this request's may be outstanding.
+  const bool alone = !std::exchange(pending_[i].doubt, true);
   for (;;) {
     if (!pending_[i].recv) {
       absl::StatusOr<RequestId> r =
@@ -72,13 +75,20 @@ absl::StatusOr<DgsMessage> DgsPushPull::AwaitReply(const DgsWorkerState& state, 
                                  peer.rank, "): ", s.message()));
     }
     if (stats != nullptr) stats->recv_bytes += bytes.size();
-    DgsMessage m;
     DgsRefusal why;
-    if (absl::Status d = DecodeDgsFromShard(bytes, ctx, state.worker(), &m, &why); !d.ok()) {
+    if (absl::Status d = DecodeDgsFromShard(bytes, ctx, state.worker(), out, &why); !d.ok()) {
       return absl::Status(d.code(), absl::StrCat("DGS worker ", state.worker(), ": shard ",
                                                  peer.shard, ": ", d.message()));
     }
-    if (m.request == request) return m;
+    spare_ = std::move(bytes);  // decoded: its room makes the next push
+    // A refusal of a message the shard could not read (longer than any of
+    // the range's, or shorter than a header) carries request 0 (requests
+    // start at 1): it is this request's when nothing earlier is pending.
+    if (out->request == 0 && out->kind == DgsKind::kRefused && alone) out->request = request;
+    if (out->request == request) {
+      pending_[i].doubt = false;
+      return absl::OkStatus();
+    }
     // A reply to a request this worker gave up on: dropped.
   }
 }
@@ -87,7 +97,7 @@ absl::Status DgsPushPull::Hello(DgsWorkerState& state, size_t i, std::span<float
                                 Deadline deadline, DgsStepStats* stats) {
   const DgsShardPeer& peer = shards_[i];
   const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
-  const uint32_t request = next_request_++;
+  const uint32_t request = NextRequest();
   absl::StatusOr<Bytes> hello =
       EncodeDgsHello(ctx, state.worker(), request,
                      std::span<const float>(params).subspan(ctx.range.begin, ctx.range.size()));
@@ -99,14 +109,19 @@ absl::Status DgsPushPull::Hello(DgsWorkerState& state, size_t i, std::span<float
   absl::StatusOr<RequestId> send =
       transport_.PostSend(peer.rank, DgsUpTag(peer.shard), *std::move(hello));
   if (!send.ok()) return send.status();
-  absl::StatusOr<DgsMessage> reply = AwaitReply(state, i, request, deadline, stats);
+  DgsMessage& reply = reply_;
+  absl::Status got = AwaitReply(state, i, request, deadline, stats, &reply);
   if (absl::Status s = transport_.Wait(*send, deadline, nullptr); !s.ok()) return s;
-  if (!reply.ok()) return reply.status();
-  if (reply->kind == DgsKind::kPull) {
+  if (!got.ok()) return got;
+  if (reply.kind == DgsKind::kPull || reply.kind == DgsKind::kDensePull) {
     return absl::DataLossError(
         absl::StrCat("DGS shard ", peer.shard, ": a pull answering a hello"));
   }
-  if (absl::Status s = state.ApplyPull(peer.shard, *reply, params); !s.ok()) return s;
+  if (absl::Status s = state.ApplyPull(peer.shard, reply, params); !s.ok()) return s;
+  // The push this worker gave up on (push_: no MakePush since): the shard
+  // says whether it applied it; if not, it goes back into the velocity.
+  const uint32_t unknown = std::exchange(pending_[i].unknown_push, 0);
+  if (unknown != 0 && reply.unapplied == unknown) state.Unsend(peer.shard, push_);
   if (stats != nullptr) ++stats->full_syncs;
   return absl::OkStatus();
 }
@@ -146,7 +161,7 @@ absl::Status DgsPushPull::Leave(DgsWorkerState& state, Deadline deadline) {
     state.Leave(peer.shard);
     const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
     absl::StatusOr<RequestId> send = transport_.PostSend(
-        peer.rank, DgsUpTag(peer.shard), EncodeDgsLeave(ctx, state.worker(), next_request_++));
+        peer.rank, DgsUpTag(peer.shard), EncodeDgsLeave(ctx, state.worker(), NextRequest()));
     absl::Status s = send.status();
     if (s.ok()) s = transport_.Wait(*send, deadline, nullptr);
     if (!s.ok() && first.ok()) first = s;
@@ -158,9 +173,9 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
                                std::span<float> params, float lr, Deadline deadline,
                                DgsStepStats* stats) {
   if (absl::Status s = Join(state, params, deadline, stats); !s.ok()) return s;
-  DgsPush push;
+  DgsPush& push = push_;  // kept between steps: a dense push is the whole model
   if (absl::Status s = state.MakePush(grad, params, lr, &push); !s.ok()) return s;
-  if (stats != nullptr) stats->pushed_entries += push.entries.nnz();
+  if (stats != nullptr) stats->pushed_entries += push.nnz;
 
   // Every shard's push goes out before any reply is awaited.
   struct Out {
@@ -172,10 +187,15 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
   auto send_push = [&](size_t i) -> absl::Status {
     const DgsShardPeer& peer = shards_[i];
     const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
-    out[i].request = next_request_++;
+    out[i].request = NextRequest();
     absl::StatusOr<Bytes> bytes =
-        EncodeDgsPush(ctx, state.worker(), out[i].request, state.version(peer.shard), push.ratio,
-                      Slice(push.entries, ctx.range));
+        push.is_dense
+            ? EncodeDgsDensePush(
+                  ctx, state.worker(), out[i].request, state.version(peer.shard),
+                  std::span<const float>(push.dense).subspan(ctx.range.begin, ctx.range.size()),
+                  std::move(spare_))
+            : EncodeDgsPush(ctx, state.worker(), out[i].request, state.version(peer.shard),
+                            push.ratio, Slice(push.entries, ctx.range));
     if (!bytes.ok()) return bytes.status();
     if (stats != nullptr) stats->sent_bytes += bytes->size();
     absl::StatusOr<RequestId> send =
@@ -189,10 +209,15 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
   absl::Status first;
   for (size_t i = 0; i < shards_.size(); ++i) {
     const uint32_t shard = shards_[i].shard;
-    absl::StatusOr<DgsMessage> reply = out[i].status.ok()
-                                           ? AwaitReply(state, i, out[i].request, deadline, stats)
-                                           : absl::StatusOr<DgsMessage>(out[i].status);
-    if (reply.ok() && CuredByRejoin(*reply)) {
+    // Whether the shard applied this push: known not (never sent, refused),
+    // known yes (it answered with a pull or a full sync), or unknown (no
+    // reply, or one that could not be read).
+    bool unapplied = !out[i].status.ok();
+    DgsMessage& reply = reply_;  // its room reused (a dense pull is the whole range)
+    absl::Status got = out[i].status.ok()
+                           ? AwaitReply(state, i, out[i].request, deadline, stats, &reply)
+                           : out[i].status;
+    if (got.ok() && CuredByRejoin(reply)) {
       // The shard lost this worker (restarted, or re-synced it): rejoin and
       // push the same entries again on the new base, so nothing is lost.
       if (out[i].send) (void)transport_.Wait(*out[i].send, deadline, nullptr);
@@ -200,19 +225,39 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
       state.Leave(shard);
       absl::Status s = Hello(state, i, params, deadline, stats);
       if (s.ok()) s = send_push(i);
-      reply = s.ok() ? AwaitReply(state, i, out[i].request, deadline, stats) : s;
+      unapplied = !s.ok();
+      got = s.ok() ? AwaitReply(state, i, out[i].request, deadline, stats, &reply) : s;
     }
-    absl::Status s = reply.status();
+    if (got.ok() && reply.kind == DgsKind::kRefused) unapplied = true;
+    absl::Status s = got;
     if (s.ok()) {
-      s = state.ApplyPull(shard, *reply, params);
+      uint64_t entries = 0;
+      s = state.ApplyPull(shard, reply, params, &entries);
       if (s.ok() && stats != nullptr) {
-        if (reply->kind == DgsKind::kFullSync) ++stats->full_syncs;
-        stats->pulled_entries += reply->sparse.nnz();
+        if (reply.kind == DgsKind::kFullSync) ++stats->full_syncs;
+        stats->pulled_entries += entries;
       }
     }
     if (s.ok() && out[i].send) s = transport_.Wait(*out[i].send, deadline, nullptr);
     if (!s.ok()) {
       state.Leave(shard);
+      // A push the shard did not apply goes back into the velocity, exactly
+      // (DgsWorkerState::Unsend; as ResidualLedger::Restore does for the
+      // collectives): the next step carries it again. One whose fate is
+      // unknown is not put back, lest it count twice: the rejoin's full
+      // sync hands out the shard's M, whichever way it went.
+      std::string what;
+      if (unapplied) {
+        const uint64_t n = state.Unsend(shard, push);
+        what = absl::StrCat("; the push was not applied: its ", n,
+                            " entries are back in the worker's velocity for the next step");
+      } else if (!got.ok()) {
+        pending_[i].unknown_push = out[i].request;
+        what = absl::StrCat("; whether shard ", shard,
+                            " applied the push is unknown: the next step rejoins, and puts it back "
+                            "if the shard says it did not");
+      }
+      if (!what.empty()) s = absl::Status(s.code(), absl::StrCat(s.message(), what));
       if (first.ok()) first = s;
     }
   }

@@ -61,7 +61,13 @@ struct DgsStepStats {
 // push again on the new base, so nothing is lost. Any other refusal or
 // failure makes the state leave that shard (the next Step says hello and
 // re-syncs) and Step returns the error naming the shard; replies to requests
-// given up on are dropped by their request number.
+// given up on are dropped by their request number. A push the shard did not
+// apply (refused, or never sent) is put back into the velocity exactly
+// (DgsWorkerState::Unsend) and the error says so; one whose fate is unknown
+// (no reply before the deadline, an unreadable reply) is not put back then
+// (the error says so): the next hello's full sync names the worker's last
+// push the shard did not apply (DgsMessageHeader::unapplied), and if it is
+// that one it is put back before the next push.
 class DgsPushPull {
  public:
   // `shards` must name every shard of the state once.
@@ -82,17 +88,35 @@ class DgsPushPull {
  private:
   struct Pending {
     std::optional<RequestId> recv;  // the receive posted for the shard's next reply
+    // A request was given up on (or its reply lost) and no later reply has
+    // matched since: its reply may still come, so an unnumbered refusal
+    // (request 0, a message the shard could not read) cannot be told apart.
+    bool doubt = false;
+    // The request number of the last push whose fate is unknown (no reply),
+    // 0 when none: put back at the next hello if the shard's full sync says
+    // it was not applied (DgsMessageHeader::unapplied).
+    uint32_t unknown_push = 0;
   };
+  // 1, 2, ...: never 0, the number of a refusal of an unreadable message.
+  uint32_t NextRequest() {
+    if (next_request_ == 0) next_request_ = 1;
+    return next_request_++;
+  }
   absl::Status Hello(DgsWorkerState& state, size_t i, std::span<float> params, Deadline deadline,
                      DgsStepStats* stats);
-  absl::StatusOr<DgsMessage> AwaitReply(const DgsWorkerState& state, size_t i, uint32_t request,
-                                        Deadline deadline, DgsStepStats* stats);
+  // Decodes shard i's reply to `request` into *out (dropping replies to
+  // requests given up on).
+  absl::Status AwaitReply(const DgsWorkerState& state, size_t i, uint32_t request,
+                          Deadline deadline, DgsStepStats* stats, DgsMessage* out);
 
   Transport& transport_;
   DgsJob job_;
   std::vector<DgsShardPeer> shards_;
   std::vector<Pending> pending_;
   uint32_t next_request_ = 1;
+  DgsPush push_;      // the last step's push (its room reused)
+  DgsMessage reply_;  // the last reply decoded (its room reused)
+  Bytes spare_;       // the last reply's bytes, decoded: room for the next push
 };
 
 // What a DgsServer did since it was built.
@@ -130,8 +154,12 @@ class DgsServer {
 
  private:
   absl::Status Post(uint32_t worker);
-  absl::Status Handle(uint32_t worker, const Bytes& message);
+  absl::Status Handle(uint32_t worker, Bytes message);
   absl::Status ApplyAndReply(uint32_t worker, const DgsMessage& push);
+  DgsMessage in_;                    // the message being handled (its room reused)
+  DgsMessage reply_;                 // the reply being made (its room reused)
+  Bytes spare_;                      // the last message decoded: room for the next reply
+  std::vector<uint32_t> unapplied_;  // per worker: see DgsMessageHeader::unapplied
   absl::Status Reply(uint32_t worker, Bytes message);
   absl::Status Refused(uint32_t worker, uint32_t request, DgsRefusal why);
   void ServeHeld();

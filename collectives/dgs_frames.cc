@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -19,10 +20,8 @@ absl::Status Refuse(DgsRefusal* why, DgsRefusal reason, std::string_view detail)
 }
 
 void Append(Bytes* out, const void* p, size_t n) {
-  if (n == 0) return;
-  const size_t at = out->size();
-  out->resize(at + n);
-  std::memcpy(out->data() + at, p, n);
+  const auto* b = static_cast<const uint8_t*>(p);
+  out->insert(out->end(), b, b + n);
 }
 
 FrameMeta MetaOf(const DgsWireContext& ctx, DgsKind kind, uint64_t version, uint32_t sender) {
@@ -37,7 +36,8 @@ FrameMeta MetaOf(const DgsWireContext& ctx, DgsKind kind, uint64_t version, uint
 }
 
 Bytes StartMessage(const DgsWireContext& ctx, DgsKind kind, uint32_t worker, uint32_t request,
-                   uint64_t version, float ratio, DgsRefusal reason, uint32_t pieces) {
+                   uint64_t version, float ratio, DgsRefusal reason, uint32_t pieces,
+                   Bytes room = {}) {
   DgsMessageHeader h{};
   h.magic = kDgsMagic;
   h.format = kDgsFormat;
@@ -52,7 +52,8 @@ Bytes StartMessage(const DgsWireContext& ctx, DgsKind kind, uint32_t worker, uin
   h.ratio = ratio;
   h.reason = static_cast<uint32_t>(reason);
   h.request = request;
-  Bytes out;
+  Bytes out = std::move(room);  // its capacity reused, its bytes not
+  out.clear();
   Append(&out, &h, sizeof h);
   return out;
 }
@@ -66,16 +67,16 @@ absl::Status CheckContext(const DgsWireContext& ctx) {
 }
 
 absl::StatusOr<Bytes> EncodeDense(const DgsWireContext& ctx, DgsKind kind, uint32_t worker,
-                                  uint32_t request, uint64_t version, uint32_t sender,
-                                  std::span<const float> values) {
+                                  uint32_t request, uint64_t version, float ratio, uint32_t sender,
+                                  std::span<const float> values, Bytes room = {}) {
   if (absl::Status s = CheckContext(ctx); !s.ok()) return s;
   if (values.size() != ctx.range.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("DGS: ", values.size(), " values for a range of ", ctx.range.size()));
   }
   const std::vector<DgsRange> pieces = ctx.layout->Pieces(ctx.range);
-  Bytes out = StartMessage(ctx, kind, worker, request, version, 0, DgsRefusal::kNone,
-                           static_cast<uint32_t>(pieces.size()));
+  Bytes out = StartMessage(ctx, kind, worker, request, version, ratio, DgsRefusal::kNone,
+                           static_cast<uint32_t>(pieces.size()), std::move(room));
   out.reserve(out.size() + pieces.size() * sizeof(FrameHeader) + values.size() * sizeof(float));
   const FrameMeta meta = MetaOf(ctx, kind, version, sender);
   for (const DgsRange& p : pieces) {
@@ -86,14 +87,19 @@ absl::StatusOr<Bytes> EncodeDense(const DgsWireContext& ctx, DgsKind kind, uint3
 
 absl::StatusOr<Bytes> EncodeSparse(const DgsWireContext& ctx, DgsKind kind, uint32_t worker,
                                    uint32_t request, uint64_t version, float ratio, uint32_t sender,
-                                   kernels::SparseView entries) {
+                                   kernels::SparseView entries, Bytes room = {}) {
   if (absl::Status s = CheckContext(ctx); !s.ok()) return s;
   if (!kernels::IsSortedUniqueInRange(entries.idx, entries.nnz, ctx.range.begin, ctx.range.end)) {
     return absl::InvalidArgumentError("DGS: entries not sorted, unique and inside the range");
   }
   const std::vector<DgsRange> pieces = ctx.layout->Pieces(ctx.range);
   Bytes out = StartMessage(ctx, kind, worker, request, version, ratio, DgsRefusal::kNone,
-                           static_cast<uint32_t>(pieces.size()));
+                           static_cast<uint32_t>(pieces.size()), std::move(room));
+  // Room for the whole message at once (each piece takes the smaller of its
+  // sparse and dense encodings, so this bounds it): growing piece by piece
+  // copied the message once per piece.
+  out.reserve(out.size() + pieces.size() * sizeof(FrameHeader) +
+              std::min<uint64_t>(uint64_t{entries.nnz} * 8, uint64_t{ctx.range.size()} * 4));
   const FrameMeta meta = MetaOf(ctx, kind, version, sender);
   size_t at = 0;
   for (const DgsRange& p : pieces) {
@@ -116,7 +122,7 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
   }
   const uint16_t algorithm = static_cast<uint16_t>(CatalogId("dgs"));
   if (dense_only) {
-    out->dense.assign(ctx.range.size(), 0.0f);
+    out->dense.reserve(ctx.range.size());  // filled piece by piece, no zero pass
   } else {
     // At most one entry per 4 payload bytes, and per element of the range:
     // bounded by what the receiver knows, whatever the header says.
@@ -160,14 +166,17 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
     }
     const uint8_t* body = m.data() + off;
     const float* vals = reinterpret_cast<const float*>(dense ? body : body + 4 * size_t{f.count});
-    for (uint32_t i = 0; i < f.count; ++i) {
-      if (!std::isfinite(vals[i])) {
-        return Refuse(why, DgsRefusal::kNonFinite,
-                      absl::StrCat("value ", i, " of piece ", p.begin));
-      }
+    // One branch-free pass (a dense piece is a whole layer); the bad value
+    // is looked for only when there is one.
+    bool finite = true;
+    for (uint32_t i = 0; i < f.count; ++i) finite &= std::isfinite(vals[i]);
+    if (!finite) {
+      const uint32_t i = static_cast<uint32_t>(
+          std::find_if(vals, vals + f.count, [](float x) { return !std::isfinite(x); }) - vals);
+      return Refuse(why, DgsRefusal::kNonFinite, absl::StrCat("value ", i, " of piece ", p.begin));
     }
     if (dense_only) {
-      std::memcpy(out->dense.data() + (p.begin - ctx.range.begin), body, payload);
+      out->dense.insert(out->dense.end(), vals, vals + f.count);
     } else if (dense) {
       // Only nonzeros are entries (a dense frame is the smaller encoding).
       for (uint32_t i = 0; i < f.count; ++i) {
@@ -205,15 +214,16 @@ absl::Status ReadHeader(std::span<const uint8_t> m, const DgsWireContext& ctx, u
     return Refuse(why, DgsRefusal::kTruncated, absl::StrCat(m.size(), " bytes"));
   }
   std::memcpy(h, m.data(), kHeader);
-  if (h->magic != kDgsMagic || h->format != kDgsFormat || h->reserved != 0) {
+  if (h->magic != kDgsMagic || h->format != kDgsFormat ||
+      (h->unapplied != 0 && static_cast<DgsKind>(h->kind) != DgsKind::kFullSync)) {
     return Refuse(why, DgsRefusal::kBadMagic,
                   absl::StrCat("magic ", h->magic, " format ", h->format));
   }
   const auto kind = static_cast<DgsKind>(h->kind);
-  const bool ok_kind =
-      from_worker
-          ? (kind == DgsKind::kHello || kind == DgsKind::kPush || kind == DgsKind::kLeave)
-          : (kind == DgsKind::kPull || kind == DgsKind::kFullSync || kind == DgsKind::kRefused);
+  const bool ok_kind = from_worker ? (kind == DgsKind::kHello || kind == DgsKind::kPush ||
+                                      kind == DgsKind::kDensePush || kind == DgsKind::kLeave)
+                                   : (kind == DgsKind::kPull || kind == DgsKind::kDensePull ||
+                                      kind == DgsKind::kFullSync || kind == DgsKind::kRefused);
   if (!ok_kind) return Refuse(why, DgsRefusal::kWrongKind, absl::StrCat("kind ", h->kind));
   if (h->job_id != ctx.job_id || h->epoch != ctx.epoch) {
     return Refuse(why, DgsRefusal::kWrongJob,
@@ -231,8 +241,11 @@ absl::Status ReadHeader(std::span<const uint8_t> m, const DgsWireContext& ctx, u
   if (h->fingerprint != ctx.layout->fingerprint()) {
     return Refuse(why, DgsRefusal::kWrongLayout, "layout fingerprint differs");
   }
-  const bool push = kind == DgsKind::kPush;
-  if (push ? !(h->ratio > 0.0f && h->ratio <= 1.0f) : h->ratio != 0.0f) {
+  // A sparse push carries its R; a dense one is R = 1 by definition.
+  const bool bad_ratio = kind == DgsKind::kPush        ? !(h->ratio > 0.0f && h->ratio <= 1.0f)
+                         : kind == DgsKind::kDensePush ? h->ratio != 1.0f
+                                                       : h->ratio != 0.0f;
+  if (bad_ratio) {
     return Refuse(why, DgsRefusal::kBadRatio, absl::StrCat("ratio ", h->ratio));
   }
   if ((kind == DgsKind::kRefused) != (h->reason != 0) ||
@@ -248,7 +261,10 @@ absl::Status Decode(std::span<const uint8_t> m, const DgsWireContext& ctx, uint3
   if (absl::Status s = CheckContext(ctx); !s.ok()) return s;
   DgsMessageHeader h;
   if (absl::Status s = ReadHeader(m, ctx, worker, from_worker, &h, why); !s.ok()) return s;
-  *out = DgsMessage{};
+  // Fields reset one by one: the value buffers keep their room (a dense
+  // message is the whole range, decoded again every step).
+  out->sparse.clear();
+  out->dense.clear();
   out->kind = static_cast<DgsKind>(h.kind);
   out->worker = h.worker;
   out->shard = h.shard;
@@ -256,13 +272,15 @@ absl::Status Decode(std::span<const uint8_t> m, const DgsWireContext& ctx, uint3
   out->ratio = h.ratio;
   out->reason = static_cast<DgsRefusal>(h.reason);
   out->request = h.request;
+  out->unapplied = h.unapplied;  // only compared with the worker's own numbers
   if (out->kind == DgsKind::kRefused || out->kind == DgsKind::kLeave) {
     if (h.pieces != 0 || m.size() != kHeader) {
       return Refuse(why, DgsRefusal::kBadLength, "a refusal or leave with frames");
     }
     return absl::OkStatus();
   }
-  const bool dense = out->kind == DgsKind::kHello || out->kind == DgsKind::kFullSync;
+  const bool dense = out->kind == DgsKind::kHello || out->kind == DgsKind::kFullSync ||
+                     out->kind == DgsKind::kDensePush || out->kind == DgsKind::kDensePull;
   return ReadPieces(m, ctx, h, from_worker ? h.worker : ctx.shard, dense, out, why);
 }
 
@@ -282,7 +300,14 @@ std::string_view DgsRefusalName(DgsRefusal r) {
 
 absl::StatusOr<Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
                                      std::span<const float> values) {
-  return EncodeDense(ctx, DgsKind::kHello, worker, request, 0, worker, values);
+  return EncodeDense(ctx, DgsKind::kHello, worker, request, 0, 0, worker, values);
+}
+
+absl::StatusOr<Bytes> EncodeDgsDensePush(const DgsWireContext& ctx, uint32_t worker,
+                                         uint32_t request, uint64_t base_version,
+                                         std::span<const float> change, Bytes room) {
+  return EncodeDense(ctx, DgsKind::kDensePush, worker, request, base_version, 1.0f, worker, change,
+                     std::move(room));
 }
 
 absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
@@ -294,16 +319,23 @@ absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, 
   return EncodeSparse(ctx, DgsKind::kPush, worker, request, base_version, ratio, worker, entries);
 }
 
-absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply) {
-  if (reply.kind == DgsKind::kFullSync) {
-    return EncodeDense(ctx, reply.kind, reply.worker, reply.request, reply.version, ctx.shard,
-                       reply.dense);
+absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply,
+                                     Bytes room) {
+  if (reply.kind == DgsKind::kFullSync || reply.kind == DgsKind::kDensePull) {
+    absl::StatusOr<Bytes> out =
+        EncodeDense(ctx, reply.kind, reply.worker, reply.request, reply.version, 0, ctx.shard,
+                    reply.dense, std::move(room));
+    if (out.ok() && reply.kind == DgsKind::kFullSync) {
+      std::memcpy(out->data() + offsetof(DgsMessageHeader, unapplied), &reply.unapplied,
+                  sizeof reply.unapplied);
+    }
+    return out;
   }
   if (reply.kind == DgsKind::kPull) {
     return EncodeSparse(ctx, reply.kind, reply.worker, reply.request, reply.version, 0, ctx.shard,
-                        kernels::View(reply.sparse));
+                        kernels::View(reply.sparse), std::move(room));
   }
-  return absl::InvalidArgumentError("DGS: a reply is a pull or a full sync");
+  return absl::InvalidArgumentError("DGS: a reply is a pull, a dense pull or a full sync");
 }
 
 Bytes EncodeDgsLeave(const DgsWireContext& ctx, uint32_t worker, uint32_t request) {

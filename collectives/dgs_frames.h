@@ -11,7 +11,13 @@
 //                    version of the worker's last pull from this shard) and
 //                    kLeave (no frames, no reply: the worker is done, so it
 //                    no longer counts for max_staleness).
+//                    kDensePush (R = 1, ASGD: the change for the whole
+//                    range, one dense frame per piece, values only);
 //   shard -> worker: kPull (G_k's top R% per piece, to add to the params),
+//                    (kFullSync also names the worker's last push the shard
+//                    did not apply, so that a worker that gave up on it can
+//                    put it back: DgsMessageHeader::unapplied),
+//                    kDensePull (R = 1: the whole of M − v_k, dense),
 //                    kFullSync (the whole M of the range, dense, to copy) and
 //                    kRefused (no frames; `reason` says why; the worker must
 //                    rejoin with a hello).
@@ -52,6 +58,10 @@ enum class DgsKind : uint16_t {
   kFullSync = 4,
   kRefused = 5,
   kLeave = 6,
+  // R = 1 (ASGD, density 1): every piece a dense frame of values only, so
+  // that neither side builds indices or per-entry lists for a whole model.
+  kDensePush = 7,
+  kDensePull = 8,
 };
 
 #pragma pack(push, 1)
@@ -69,13 +79,17 @@ struct DgsMessageHeader {
   // kPull / kFullSync: the shard's version the worker is at once applied.
   // kHello / kRefused: the shard's version (hello: 0).
   uint64_t version;
-  float ratio;      // kPush: the R of the worker's selection, in (0, 1]; else 0
+  float ratio;      // kPush: the R of the worker's selection, in (0, 1]; kDensePush: 1; else 0
   uint32_t reason;  // kRefused: a DgsRefusal; else 0
   // The worker's request number (hello, push), echoed in the shard's reply,
   // so that a reply to a request the worker gave up on (deadline) is told
   // apart from the one it waits for and dropped.
   uint32_t request;
-  uint32_t reserved;  // 0
+  // kFullSync: the request number of this worker's last push the shard did
+  // not apply (refused, or held and then dropped when the worker's hello
+  // superseded it), 0 when none, so that a worker that gave up waiting can
+  // put that push back; any other kind: 0.
+  uint32_t unapplied;
 };
 #pragma pack(pop)
 static_assert(sizeof(DgsMessageHeader) == 64);
@@ -120,7 +134,10 @@ struct DgsWireContext {
 };
 
 // A decoded message. Sparse entries carry global element indices, sorted,
-// inside the shard's range; dense values cover the range.
+// inside the shard's range; dense values cover the range (kHello,
+// kFullSync, kDensePush, kDensePull). In a dense push or pull a zero means
+// "no entry": receivers add only nonzeros, as for sparse entries, so that
+// both routes give the same bits (a +0 added to a −0 would not).
 struct DgsMessage {
   DgsKind kind = DgsKind::kRefused;
   uint32_t worker = 0;
@@ -129,32 +146,40 @@ struct DgsMessage {
   float ratio = 0;
   DgsRefusal reason = DgsRefusal::kNone;
   uint32_t request = 0;
+  uint32_t unapplied = 0;     // kFullSync: see DgsMessageHeader::unapplied
   kernels::SparseVec sparse;  // kPush, kPull
-  std::vector<float> dense;   // kHello, kFullSync: range.size() values
+  std::vector<float> dense;   // kHello, kFullSync, kDensePush, kDensePull: range.size() values
 };
 
 // Encoders. `entries` hold global indices sorted inside ctx.range (others
 // are a caller bug: checked, INVALID_ARGUMENT). `values` is the range's
 // values (range.size()).
 // The shard's replies echo the request number of the message they answer.
+// `room`, when given, is a spent buffer whose capacity the message reuses
+// (a dense message is the whole range: a fresh one costs page faults).
 absl::StatusOr<Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
                                      std::span<const float> values);
 absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
                                     uint64_t base_version, float ratio,
                                     kernels::SparseView entries);
-// A kPull (entries) or kFullSync (dense) reply, as DgsServerShard made it.
-absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply);
+// A kDensePush: `change` is the range's signed change (range.size() values).
+absl::StatusOr<Bytes> EncodeDgsDensePush(const DgsWireContext& ctx, uint32_t worker,
+                                         uint32_t request, uint64_t base_version,
+                                         std::span<const float> change, Bytes room = {});
+// A kPull (entries), kDensePull or kFullSync (dense) reply, as DgsServerShard made it.
+absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply,
+                                     Bytes room = {});
 Bytes EncodeDgsLeave(const DgsWireContext& ctx, uint32_t worker, uint32_t request);
 Bytes EncodeDgsRefused(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
                        uint64_t version, DgsRefusal reason);
 
-// Decodes a worker's message (kHello, kPush or kLeave) received from the transport
+// Decodes a worker's message (kHello, kPush, kDensePush or kLeave) received from the transport
 // rank that belongs to `worker`. On refusal returns DATA_LOSS (or
 // INVALID_ARGUMENT for a bad context) naming the field, sets *why, and
 // leaves `out` unspecified (never to be applied).
 absl::Status DecodeDgsFromWorker(std::span<const uint8_t> message, const DgsWireContext& ctx,
                                  uint32_t worker, DgsMessage* out, DgsRefusal* why);
-// Decodes a shard's message to `worker` (kPull, kFullSync or kRefused).
+// Decodes a shard's message to `worker` (kPull, kDensePull, kFullSync or kRefused).
 absl::Status DecodeDgsFromShard(std::span<const uint8_t> message, const DgsWireContext& ctx,
                                 uint32_t worker, DgsMessage* out, DgsRefusal* why);
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/dgs_exchange.h"
@@ -23,6 +24,7 @@ DgsServer::DgsServer(Transport& transport, DgsJob job, DgsServerShard& shard,
   const size_t n = ctx_.workers;
   recvs_.resize(n);
   held_.resize(n);
+  unapplied_.assign(n, 0);
   // A worker without a valid rank is never served (a caller bug, refused
   // here rather than handed to the transport).
   lost_.assign(n, 0);
@@ -57,23 +59,28 @@ absl::Status DgsServer::Refused(uint32_t worker, uint32_t request, DgsRefusal wh
 
 absl::Status DgsServer::ApplyAndReply(uint32_t worker, const DgsMessage& push) {
   DgsRefusal why;
-  DgsMessage reply;
+  DgsMessage& reply = reply_;
   absl::Status s = shard_.ApplyPush(worker, push, &why);
   if (s.ok()) s = shard_.MakePull(worker, &reply, &why);
-  if (!s.ok()) return Refused(worker, push.request, why);
+  if (!s.ok()) {
+    unapplied_[worker] = push.request;
+    return Refused(worker, push.request, why);
+  }
   reply.request = push.request;
-  absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply);
+  absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply, std::move(spare_));
   if (!bytes.ok()) return bytes.status();
   return Reply(worker, *std::move(bytes));
 }
 
-absl::Status DgsServer::Handle(uint32_t worker, const Bytes& message) {
+absl::Status DgsServer::Handle(uint32_t worker, Bytes message) {
   ++stats_.messages_in;
   stats_.bytes_in += message.size();
   // Whatever the worker sends next supersedes a push of it still held: it
-  // gave up waiting for that one.
+  // gave up waiting for that one, which is dropped unapplied (and said so
+  // in the next full sync, so that the worker puts it back).
+  if (held_[worker]) unapplied_[worker] = held_[worker]->request;
   held_[worker].reset();
-  DgsMessage m;
+  DgsMessage& m = in_;
   DgsRefusal why;
   if (!DecodeDgsFromWorker(message, ctx_, worker, &m, &why).ok()) {
     shard_.Count(why);
@@ -83,18 +90,21 @@ absl::Status DgsServer::Handle(uint32_t worker, const Bytes& message) {
     if (message.size() >= sizeof(DgsMessageHeader)) {
       std::memcpy(&request, message.data() + offsetof(DgsMessageHeader, request), sizeof request);
     }
+    if (request != 0) unapplied_[worker] = request;  // a push, perhaps: not applied
     return Refused(worker, request, why);
   }
+  spare_ = std::move(message);  // decoded: its room makes the next reply
   if (m.kind == DgsKind::kLeave) {
     shard_.Deactivate(worker);
     ServeHeld();  // the others no longer wait for this worker
     return absl::OkStatus();
   }
   if (m.kind == DgsKind::kHello) {
-    DgsMessage reply;
+    DgsMessage& reply = reply_;
     if (!shard_.Join(worker, m.dense, &reply, &why).ok()) return Refused(worker, m.request, why);
     reply.request = m.request;
-    absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply);
+    reply.unapplied = std::exchange(unapplied_[worker], 0);
+    absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply, std::move(spare_));
     if (!bytes.ok()) return bytes.status();
     absl::Status s = Reply(worker, *std::move(bytes));
     ServeHeld();  // a join may admit a held push (the staircase changed)
@@ -171,7 +181,7 @@ absl::StatusOr<bool> DgsServer::Poll() {
       ServeHeld();
       continue;
     }
-    if (!Handle(k, bytes).ok()) Lose(k);
+    if (!Handle(k, std::move(bytes)).ok()) Lose(k);
   }
   if (std::all_of(lost_.begin(), lost_.end(), [](uint8_t l) { return l != 0; })) {
     return absl::UnavailableError(absl::StrCat("DGS shard ", ctx_.shard, ": every worker is gone"));

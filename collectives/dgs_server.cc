@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/dgs_dense.h"
 #include "kernels/sparse.h"
 
 namespace gradex {
@@ -133,7 +134,7 @@ absl::Status DgsServerShard::ApplyPush(uint32_t worker, const DgsMessage& push, 
     return Refuse(DgsRefusal::kWrongWorker, absl::StrCat("worker ", push.worker, " as ", worker),
                   why);
   }
-  if (push.kind != DgsKind::kPush) {
+  if (push.kind != DgsKind::kPush && push.kind != DgsKind::kDensePush) {
     return Refuse(DgsRefusal::kWrongKind, absl::StrCat("kind ", static_cast<int>(push.kind)), why);
   }
   if (push.shard != shard_) {
@@ -162,6 +163,7 @@ absl::Status DgsServerShard::ApplyPush(uint32_t worker, const DgsMessage& push, 
   if (!(push.ratio > 0.0f && push.ratio <= 1.0f)) {
     return Refuse(DgsRefusal::kBadRatio, absl::StrCat("ratio ", push.ratio), why);
   }
+  if (push.kind == DgsKind::kDensePush) return ApplyDense(worker, push, why);
   const kernels::SparseVec& s = push.sparse;
   if (s.val.size() != s.idx.size()) return Refuse(DgsRefusal::kBadLength, "indices != values", why);
   for (size_t e = 0; e < s.nnz(); ++e) {
@@ -183,12 +185,38 @@ absl::Status DgsServerShard::ApplyPush(uint32_t worker, const DgsMessage& push, 
     float* d = d_[j].data() - range_.begin;
     for (size_t e = 0; e < s.nnz(); ++e) d[s.idx[e]] += s.val[e];
   }
+  Applied(worker, push, s.nnz());
+  return absl::OkStatus();
+}
+
+absl::Status DgsServerShard::ApplyDense(uint32_t worker, const DgsMessage& push, DgsRefusal* why) {
+  // R = 1 (ASGD): one pass over M and one over each joined d_j, adding
+  // only nonzeros (dgs_dense.h), the same bits as the sparse route.
+  if (push.ratio != 1.0f) {
+    return Refuse(DgsRefusal::kBadRatio, absl::StrCat("dense push at ratio ", push.ratio), why);
+  }
+  const std::vector<float>& v = push.dense;
+  if (v.size() != range_.size()) {
+    return Refuse(DgsRefusal::kBadLength,
+                  absl::StrCat(v.size(), " values for a range of ", range_.size()), why);
+  }
+  bool finite = true;  // no early exit: one branch-free pass
+  for (float x : v) finite &= std::isfinite(x);
+  if (!finite) return Refuse(DgsRefusal::kNonFinite, "a dense push's values", why);
+  const uint64_t n = DgsAddNonzeros(m_.data(), v.data(), v.size());
+  for (uint32_t j = 0; j < options_.workers; ++j) {
+    if (active_[j]) DgsAddNonzeros(d_[j].data(), v.data(), v.size());
+  }
+  Applied(worker, push, n);
+  return absl::OkStatus();
+}
+
+void DgsServerShard::Applied(uint32_t worker, const DgsMessage& push, uint64_t entries) {
   push_staleness_[worker] = version_ - push.version;
   ratio_[worker] = push.ratio;
   ++version_;
   ++stats_.pushes;
-  stats_.pushed_entries += s.nnz();
-  return absl::OkStatus();
+  stats_.pushed_entries += entries;
 }
 
 absl::Status DgsServerShard::MakePull(uint32_t worker, DgsMessage* reply, DgsRefusal* why) {
@@ -200,36 +228,46 @@ absl::Status DgsServerShard::MakePull(uint32_t worker, DgsMessage* reply, DgsRef
     FullSync(worker, reply);
     return absl::OkStatus();
   }
-  *reply = DgsMessage{};
+  // The reply's buffers are reused (a dense pull is the whole range).
+  reply->sparse.clear();
+  reply->dense.clear();
+  reply->ratio = 0;
+  reply->reason = DgsRefusal::kNone;
+  reply->request = 0;
   reply->kind = DgsKind::kPull;
   reply->worker = worker;
   reply->shard = shard_;
   reply->version = version_;
   std::vector<float>& d = d_[worker];
+  uint64_t sent = 0;
   if (ratio_[worker] >= 1.0f) {
-    reply->sparse.idx.reserve(range_.size());
-    reply->sparse.val.reserve(range_.size());
-  }
-  for (const DgsRange& p : pieces_) {
-    // G_k of the piece is d_k: its top R% is sent (secondary compression)
-    // and zeroed, which is v_k += sent; everything else stays in d_k.
-    float* g = d.data() + (p.begin - range_.begin);
-    if (ratio_[worker] >= 1.0f) {
-      // ASGD: every nonzero goes (the top-k rule at k = size), one pass.
-      for (uint32_t i = 0; i < p.size(); ++i) {
-        if (g[i] == 0.0f) continue;
-        reply->sparse.idx.push_back(p.begin + i);
-        reply->sparse.val.push_back(g[i]);
-        g[i] = 0.0f;
+    // ASGD: every nonzero of G_k = d_k goes (the top-k rule at k = size),
+    // values only, one pass; d_k keeps nothing.
+    reply->kind = DgsKind::kDensePull;
+    reply->dense.resize(range_.size());
+    sent = DgsTakeNonzeros(d.data(), reply->dense.data(), range_.size());
+  } else {
+    for (const DgsRange& p : pieces_) {
+      // G_k of the piece is d_k: its top R% is sent (secondary compression)
+      // and zeroed, which is v_k += sent; everything else stays in d_k.
+      float* g = d.data() + (p.begin - range_.begin);
+      const uint32_t keep = DgsKeep(p.size(), ratio_[worker]);
+      if (keep == p.size()) {  // the whole piece: every nonzero, one pass
+        for (uint32_t i = 0; i < p.size(); ++i) {
+          if (g[i] == 0.0f) continue;
+          reply->sparse.idx.push_back(p.begin + i);
+          reply->sparse.val.push_back(g[i]);
+          g[i] = 0.0f;
+        }
+        continue;
       }
-      continue;
+      kernels::SelectTopKAndZero(g, p.size(), keep, p.begin, &reply->sparse);
     }
-    kernels::SelectTopKAndZero(g, p.size(), DgsKeep(p.size(), ratio_[worker]), p.begin,
-                               &reply->sparse);
+    sent = reply->sparse.nnz();
   }
   pulled_at_[worker] = version_;
   ++stats_.pulls;
-  stats_.pulled_entries += reply->sparse.nnz();
+  stats_.pulled_entries += sent;
   return absl::OkStatus();
 }
 

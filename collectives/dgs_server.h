@@ -13,7 +13,8 @@
 //   ApplyPush(k, p):  M += p (p is the signed change), d_j += p for every
 //                     joined j, version += 1.
 //   MakePull(k):      G_k = M − v_k = d_k; the top R% of |G_k| per piece
-//                     (R: k's last push ratio; R = 1 sends every nonzero),
+//                     (R: k's last push ratio; R = 1 sends every nonzero,
+//                     as a kDensePull: values of the whole range),
 //                     v_k += what is sent (those entries of d_k become 0).
 //                     Nothing unsent is lost: it stays in d_k. A full sync
 //                     instead (M whole, d_k = 0) when full_sync_every
@@ -84,11 +85,12 @@ class DgsServerShard {
   absl::Status Join(uint32_t worker, std::span<const float> values, DgsMessage* reply,
                     DgsRefusal* why = nullptr);
 
-  // Applies a decoded kPush (see the refusals above). On refusal nothing
-  // changes except refused().
+  // Applies a decoded kPush or kDensePush (R = 1, range.size() values; see
+  // the refusals above). On refusal nothing changes except refused().
   absl::Status ApplyPush(uint32_t worker, const DgsMessage& push, DgsRefusal* why = nullptr);
 
-  // The reply to `worker`'s last push: a kPull, or a kFullSync when one is due.
+  // The reply to `worker`'s last push: a kPull (kDensePull at R = 1), or a
+  // kFullSync when one is due. `reply`'s buffers are reused.
   absl::Status MakePull(uint32_t worker, DgsMessage* reply, DgsRefusal* why = nullptr);
 
   // Whether `worker`'s push may be applied now (max_staleness; see above).
@@ -136,6 +138,8 @@ class DgsServerShard {
   DgsServerShard(const DgsLayout& layout, uint32_t shard, DgsRange range,
                  const DgsServerOptions& options);
   absl::Status Refuse(DgsRefusal reason, std::string_view detail, DgsRefusal* why);
+  absl::Status ApplyDense(uint32_t worker, const DgsMessage& push, DgsRefusal* why);
+  void Applied(uint32_t worker, const DgsMessage& push, uint64_t entries);
   void FullSync(uint32_t worker, DgsMessage* reply);
 
   DgsLayout layout_;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/dgs_dense.h"
 
 namespace gradex {
 
@@ -14,6 +15,9 @@ DgsWorkerState::DgsWorkerState(const DgsLayout& layout, uint32_t worker,
       worker_(worker),
       shards_(std::move(shards)),
       options_(options),
+      // Exact reciprocal only for powers of two; elsewhere divide (the seed's
+      // a / m), so that integer tests at m = 1/2 and real runs agree with it.
+      exact_inverse_(std::exp2(std::round(std::log2(options.momentum))) == options.momentum),
       u_(layout.total(), 0.0f),
       joined_(shards_.size(), 0),
       versions_(shards_.size(), 0) {}
@@ -70,40 +74,56 @@ absl::Status DgsWorkerState::MakePush(std::span<const float> grad, std::span<con
     return absl::InvalidArgumentError(absl::StrCat("DGS step: lr ", lr, " not positive"));
   }
   const float m = options_.momentum, wd = options_.weight_decay, inv_m = 1.0f / m;
+  const double ratio = Ratio(lr);  // lr0 not given: this first step's lr (set below)
+  const bool dense = ratio >= 1.0;
   // a = m·u + lr·(g + wd·w) into the scratch buffer first: a NaN or Inf
-  // there (from g, w or an overflow) refuses the step with u untouched.
+  // there (from g, w or an overflow) refuses the step with u untouched. At
+  // R = 1 (ASGD) the same pass writes the push: every nonzero is sent and
+  // keeps u = a (zeros: a / m = a), as the top-k rule with k = size selects;
+  // the change −a of the whole model (a zero is no entry), no indices.
   scratch_.resize(u_.size());
+  if (dense) push->dense.resize(u_.size());
   {
     bool finite = true;
+    uint64_t nonzeros = 0;
     const float* g = grad.data();
     const float* w = params.data();
+    const float* u = u_.data();
     float* a = scratch_.data();
-    for (size_t i = 0; i < u_.size(); ++i) {
-      a[i] = m * u_[i] + lr * (g[i] + wd * w[i]);
-      finite &= std::isfinite(a[i]);
+    float* out = push->dense.data();
+    if (dense) {
+      for (size_t i = 0; i < u_.size(); ++i) {
+        a[i] = m * u[i] + lr * (g[i] + wd * w[i]);
+        finite &= std::isfinite(a[i]);
+        out[i] = -a[i];
+        nonzeros += a[i] != 0.0f;
+      }
+    } else {
+      for (size_t i = 0; i < u_.size(); ++i) {
+        a[i] = m * u[i] + lr * (g[i] + wd * w[i]);
+        finite &= std::isfinite(a[i]);
+      }
     }
     if (!finite) {
       return absl::InvalidArgumentError("DGS step: a NaN or Inf gradient, parameter or velocity");
     }
+    push->nnz = nonzeros;
   }
   u_.swap(scratch_);
   if (options_.lr0 == 0.0f) options_.lr0 = lr;  // R scales with lr / the first lr
-  const double ratio = Ratio(lr);
   push->ratio = static_cast<float>(ratio);
   push->entries.clear();
-  if (ratio >= 1.0) {
-    push->entries.idx.reserve(u_.size());
-    push->entries.val.reserve(u_.size());
-  }
-  // Exact reciprocal only for powers of two; elsewhere divide (the seed's
-  // a / m), so that integer tests at m = 1/2 and real runs agree with it.
-  const bool exact_inverse = std::exp2(std::round(std::log2(m))) == m;
+  push->is_dense = dense;
+  if (dense) return absl::OkStatus();
+  push->dense.clear();
   for (uint32_t j = 0; j < layout_.layers(); ++j) {
     const DgsRange l = layout_.layer(j);
     float* a = u_.data() + l.begin;
-    if (ratio >= 1.0) {
-      // ASGD: every nonzero is sent and keeps u = a (zeros: a / m = 0), as
-      // the top-k rule with k = size selects; one pass instead of a select.
+    const size_t first = push->entries.nnz();
+    const uint32_t keep = DgsKeep(l.size(), ratio);
+    if (keep == l.size()) {
+      // The whole layer is selected (a small layer): every nonzero, in one
+      // pass, u = a kept (the select and the a / m pass would give the same).
       for (uint32_t i = 0; i < l.size(); ++i) {
         if (a[i] == 0.0f) continue;
         push->entries.idx.push_back(l.begin + i);
@@ -111,11 +131,10 @@ absl::Status DgsWorkerState::MakePush(std::span<const float> grad, std::span<con
       }
       continue;
     }
-    const size_t first = push->entries.nnz();
-    kernels::SelectTopK(a, l.size(), DgsKeep(l.size(), ratio), l.begin, &push->entries);
+    kernels::SelectTopK(a, l.size(), keep, l.begin, &push->entries);
     // Unsent entries: a / m (SAMomentum); sent ones keep a as the velocity.
     if (m != 1.0f) {
-      if (exact_inverse) {
+      if (exact_inverse_) {
         for (uint32_t i = 0; i < l.size(); ++i) a[i] *= inv_m;
       } else {
         for (uint32_t i = 0; i < l.size(); ++i) a[i] /= m;
@@ -129,11 +148,50 @@ absl::Status DgsWorkerState::MakePush(std::span<const float> grad, std::span<con
       push->entries.val[e] = -push->entries.val[e];
     }
   }
+  push->nnz = push->entries.nnz();
   return absl::OkStatus();
 }
 
+float DgsWorkerState::Unsent(float a) const {
+  return exact_inverse_ ? a * (1.0f / options_.momentum) : a / options_.momentum;
+}
+
+uint64_t DgsWorkerState::Unsend(uint32_t shard, const DgsPush& push) {
+  if (shard >= shards_.size()) return 0;
+  const DgsRange r = shards_[shard];
+  const bool divide = options_.momentum != 1.0f;  // at m = 1 sent and unsent both keep a
+  if (push.is_dense) {
+    if (push.dense.size() != u_.size()) return 0;
+    uint64_t n = 0;
+    for (uint32_t i = r.begin; i < r.end; ++i) {
+      n += push.dense[i] != 0.0f;
+      if (divide) u_[i] = Unsent(u_[i]);
+    }
+    return n;
+  }
+  const auto& idx = push.entries.idx;
+  auto lo = std::lower_bound(idx.begin(), idx.end(), r.begin);
+  auto hi = std::lower_bound(lo, idx.end(), r.end);
+  if (divide) {
+    for (auto it = lo; it != hi; ++it) u_[*it] = Unsent(u_[*it]);
+  }
+  return static_cast<uint64_t>(hi - lo);
+}
+
+kernels::SparseVec DgsPushEntries(const DgsPush& push) {
+  if (!push.is_dense) return push.entries;
+  kernels::SparseVec e;
+  for (size_t i = 0; i < push.dense.size(); ++i) {
+    if (push.dense[i] == 0.0f) continue;
+    e.idx.push_back(static_cast<uint32_t>(i));
+    e.val.push_back(push.dense[i]);
+  }
+  return e;
+}
+
 absl::Status DgsWorkerState::ApplyPull(uint32_t shard, const DgsMessage& pull,
-                                       std::span<float> params) {
+                                       std::span<float> params, uint64_t* entries) {
+  if (entries != nullptr) *entries = 0;
   if (shard >= shards_.size() || pull.shard != shard || pull.worker != worker_) {
     return absl::FailedPreconditionError(absl::StrCat("DGS worker ", worker_, ": a reply of shard ",
                                                       pull.shard, " for worker ", pull.worker,
@@ -165,6 +223,16 @@ absl::Status DgsWorkerState::ApplyPull(uint32_t shard, const DgsMessage& pull,
     versions_[shard] = pull.version;
     return absl::OkStatus();
   }
+  if (pull.kind == DgsKind::kDensePull && joined_[shard]) {
+    if (pull.dense.size() != r.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "DGS shard ", shard, ": a dense pull of ", pull.dense.size(), " values for ", r.size()));
+    }
+    const uint64_t n = DgsAddNonzeros(params.data() + r.begin, pull.dense.data(), r.size());
+    if (entries != nullptr) *entries = n;
+    versions_[shard] = pull.version;
+    return absl::OkStatus();
+  }
   if (pull.kind != DgsKind::kPull || !joined_[shard]) {
     return absl::FailedPreconditionError(absl::StrCat(
         "DGS shard ", shard, ": a ", static_cast<int>(pull.kind), " reply before a full sync"));
@@ -176,6 +244,7 @@ absl::Status DgsWorkerState::ApplyPull(uint32_t shard, const DgsMessage& pull,
         absl::StrCat("DGS shard ", shard, ": pull entries outside its range"));
   }
   for (size_t e = 0; e < s.nnz(); ++e) params[s.idx[e]] += s.val[e];
+  if (entries != nullptr) *entries = s.nnz();
   versions_[shard] = pull.version;
   return absl::OkStatus();
 }

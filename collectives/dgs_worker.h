@@ -13,7 +13,14 @@
 // adds a kPull's model difference into them and a kFullSync replaces the
 // range. density >= 1 is plain ASGD with worker momentum: R = 1 whatever lr,
 // every nonzero pushed (dense), and the server returns every nonzero of
-// M − v_k (dense pull), so params equal M after each pull.
+// M − v_k (dense pull), so params equal M after each pull. At R = 1 the push
+// and the pull take the dense route (kDensePush / kDensePull, dgs_dense.h):
+// values of the whole range, no indices, one pass each; the bits are those
+// of the sparse route (a zero is no entry).
+//
+// A push a shard did not apply (refused, never sent) is put back with
+// Unsend: its entries become unsent ones (u = a/m), exactly as if they had
+// not been selected, so that the next step carries them again.
 //
 // The state also keeps, per server shard, whether the worker has joined it
 // and the version of its last pull (the push's base version); the exchange
@@ -41,12 +48,19 @@ struct DgsWorkerOptions {
   float lr0 = 0;
 };
 
-// A worker's push: the signed change to M, global indices sorted ascending
-// (layer by layer), and the R it was selected at.
+// A worker's push: the signed change to M and the R it was selected at. At
+// R < 1 `entries` (global indices sorted ascending, layer by layer); at R = 1
+// `dense` (layout.total() values, a zero meaning no entry; `entries` empty).
 struct DgsPush {
   kernels::SparseVec entries;
+  std::vector<float> dense;
+  bool is_dense = false;
   float ratio = 1;
+  uint64_t nnz = 0;  // entries carried (the nonzeros of `dense`)
 };
+
+// The push as sorted entries whatever its route (tests and traces).
+kernels::SparseVec DgsPushEntries(const DgsPush& push);
 
 class DgsWorkerState {
  public:
@@ -67,7 +81,18 @@ class DgsWorkerState {
   // version. Refused, params untouched, when the message is not for this
   // worker or shard, is a kRefused, or its version is below the last one
   // this worker applied from that shard (FAILED_PRECONDITION naming it).
-  absl::Status ApplyPull(uint32_t shard, const DgsMessage& pull, std::span<float> params);
+  // `entries`, when given, receives the count of entries added (0 for a
+  // full sync).
+  absl::Status ApplyPull(uint32_t shard, const DgsMessage& pull, std::span<float> params,
+                         uint64_t* entries = nullptr);
+
+  // Puts back the part of `push` (this state's last MakePush) inside shard
+  // `shard`'s range that the shard did not apply: those entries become
+  // unsent (u = a/m, MakePush's rule for unselected entries), so the next
+  // step re-adds a undecayed, exactly when m is a power of two as for any
+  // unsent entry. Call it before the next MakePush; returns the count of
+  // entries put back.
+  uint64_t Unsend(uint32_t shard, const DgsPush& push);
 
   // The R a step at `lr` selects at: 1 at density >= 1, else
   // min(1, density·lr/lr0) (lr0: the option, or the first step's lr).
@@ -92,7 +117,9 @@ class DgsWorkerState {
   DgsLayout layout_;
   uint32_t worker_;
   std::vector<DgsRange> shards_;
+  float Unsent(float a) const;  // a / m, MakePush's rule for unsent entries
   DgsWorkerOptions options_;
+  bool exact_inverse_ = false;  // m a power of two: a·(1/m) is exactly a/m
   std::vector<float> u_;
   std::vector<uint8_t> joined_;
   std::vector<uint64_t> versions_;

@@ -23,9 +23,9 @@ absl::Status Reject(FrameError e, std::string_view detail) {
 
 void Append(Bytes* out, const void* p, size_t n) {
   if (n == 0) return;
-  size_t at = out->size();
-  out->resize(at + n);
-  std::memcpy(out->data() + at, p, n);
+  // insert copies once; resize would zero the room first (a second pass).
+  const auto* b = static_cast<const uint8_t*>(p);
+  out->insert(out->end(), b, b + n);
 }
 
 // Reads and checks one header at `*offset`; on success advances past it and

@@ -4,51 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "collectives/frame.h"
-#include "tests/dgs/dgs_util.h"
+#include "tests/dgs/dgs_frames_fixture.h"
 
 namespace gradex::dgs_test {
 namespace {
-
-template <typename T>
-void Put(Bytes& b, size_t at, T v) {
-  std::memcpy(b.data() + at, &v, sizeof v);
-}
-
-constexpr size_t kFrame0 = sizeof(DgsMessageHeader);         // first frame header
-constexpr size_t kPayload0 = kFrame0 + sizeof(FrameHeader);  // its payload
-
-class DgsFrames : public ::testing::Test {
- protected:
-  DgsFrames()
-      : layout_(MakeLayout({6, 10, 5})),
-        shard_(*DgsServerShard::Create(layout_, 0, {0, 11}, {.workers = 3})) {
-    ctx_ = Context(shard_);
-  }
-  // Worker 1's push: piece [0,6) holds {1: 2}, piece [6,11) holds {7: -3, 9: 1}.
-  Bytes Push(uint64_t base = 0) {
-    kernels::SparseVec e;
-    e.idx = {1, 7, 9};
-    e.val = {2, -3, 1};
-    absl::StatusOr<Bytes> b = EncodeDgsPush(ctx_, 1, 5, base, 0.5f, kernels::View(e));
-    EXPECT_TRUE(b.ok());
-    return *b;
-  }
-  DgsRefusal Decode(const Bytes& b, uint32_t from = 1) {
-    DgsMessage m;
-    DgsRefusal why = DgsRefusal::kNone;
-    absl::Status s = DecodeDgsFromWorker(b, ctx_, from, &m, &why);
-    EXPECT_EQ(s.ok(), why == DgsRefusal::kNone) << s;
-    if (!s.ok()) {
-      EXPECT_NE(std::string(s.message()).find(DgsRefusalName(why)), std::string::npos) << s;
-    }
-    return why;
-  }
-
-  DgsLayout layout_;
-  DgsServerShard shard_;
-  DgsWireContext ctx_;
-};
 
 TEST_F(DgsFrames, AValidPushDecodesToItsEntries) {
   DgsMessage m;
@@ -79,7 +38,8 @@ TEST_F(DgsFrames, EveryBadFieldIsRefusedAndNamed) {
       {"from the rank of another worker", [](Bytes&) {}, DgsRefusal::kWrongWorker, 2},
       {"magic", [](Bytes& b) { b[0] ^= 1; }, DgsRefusal::kBadMagic},
       {"format", [](Bytes& b) { Put<uint16_t>(b, 4, 9); }, DgsRefusal::kBadMagic},
-      {"reserved", [](Bytes& b) { Put<uint32_t>(b, 60, 1); }, DgsRefusal::kBadMagic},
+      {"unapplied (a full sync's field) on a push", [](Bytes& b) { Put<uint32_t>(b, 60, 1); },
+       DgsRefusal::kBadMagic},
       {"kind", [](Bytes& b) { Put<uint16_t>(b, 6, 3); }, DgsRefusal::kWrongKind},
       {"job", [](Bytes& b) { Put<uint64_t>(b, 8, 8); }, DgsRefusal::kWrongJob},
       {"epoch", [](Bytes& b) { Put<uint32_t>(b, 16, 4); }, DgsRefusal::kWrongJob},

@@ -128,14 +128,16 @@ TEST_P(DgsConservation, ModelMinusSentHoldsEveryUnsentEntry) {
       SCOPED_TRACE(::testing::Message() << "round " << round << " worker " << k);
       DgsPush push;
       ASSERT_TRUE(ws[k].MakePush(IntGrad(layout.total(), rng), params[k], 1.0f, &push).ok());
+      EXPECT_EQ(push.is_dense, push.ratio >= 1.0f);  // R = 1 takes the dense route
+      const kernels::SparseVec entries = DgsPushEntries(push);
+      EXPECT_EQ(push.nnz, entries.nnz());
       for (uint32_t j = 0; j < layout.layers(); ++j) {
         const DgsRange l = layout.layer(j);
-        const auto n = std::count_if(push.entries.idx.begin(), push.entries.idx.end(),
+        const auto n = std::count_if(entries.idx.begin(), entries.idx.end(),
                                      [&](uint32_t i) { return i >= l.begin && i < l.end; });
         EXPECT_LE(static_cast<uint32_t>(n), DgsKeep(l.size(), push.ratio));
       }
-      for (size_t e = 0; e < push.entries.nnz(); ++e)
-        model[push.entries.idx[e]] += push.entries.val[e];
+      for (size_t e = 0; e < entries.nnz(); ++e) model[entries.idx[e]] += entries.val[e];
       for (DgsServerShard& sh : shards) {
         const DgsRange r = sh.range();
         std::vector<float> before(r.size());  // M − v_k before the pull, after the push
@@ -151,7 +153,7 @@ TEST_P(DgsConservation, ModelMinusSentHoldsEveryUnsentEntry) {
           ASSERT_EQ(pull.kind, DgsKind::kFullSync);
           for (uint32_t i = 0; i < r.size(); ++i) sent[k][r.begin + i] = model[r.begin + i];
         } else {
-          ASSERT_EQ(pull.kind, DgsKind::kPull);
+          ASSERT_EQ(pull.kind, push.ratio >= 1.0f ? DgsKind::kDensePull : DgsKind::kPull);
           size_t limit = 0;
           for (const DgsRange& p : layout.Pieces(r)) limit += DgsKeep(p.size(), push.ratio);
           EXPECT_LE(pull.sparse.nnz(), limit);
@@ -187,10 +189,11 @@ INSTANTIATE_TEST_SUITE_P(Densities, DgsConservation,
 
 // The seed's SAMomentum per element: a = m·u + lr·(g + wd·w); the top R% of
 // |a| per layer is pushed (as −a) and keeps u = a; the rest keeps u = a / m.
+// The last layer (1 element) is kept whole: the one-pass route.
 TEST(DgsWorker, SamomentumFollowsTheSeed) {
-  const DgsLayout layout = MakeLayout({16, 10, 3});
+  const DgsLayout layout = MakeLayout({16, 10, 3, 1});
   const float m = 0.5f, wd = 0.25f, lr = 1.0f, density = 0.25f;
-  auto w = DgsWorkerState::Create(layout, 0, {{0, 29}},
+  auto w = DgsWorkerState::Create(layout, 0, {{0, 30}},
                                   {.momentum = m, .weight_decay = wd, .density = density});
   ASSERT_TRUE(w.ok());
   std::mt19937 rng(3);
@@ -225,6 +228,34 @@ TEST(DgsWorker, SamomentumFollowsTheSeed) {
     EXPECT_EQ(push.entries.idx, want.idx) << "step " << step;
     EXPECT_EQ(push.entries.val, want.val) << "step " << step;
     EXPECT_TRUE(std::equal(u.begin(), u.end(), w->velocity().begin())) << "step " << step;
+  }
+}
+
+// A push the shard did not apply is put back: its entries become unsent
+// (u = a/m) inside that shard's range only, on either route.
+TEST(DgsWorker, UnsendMakesTheEntriesUnsentAgain) {
+  const DgsLayout layout = MakeLayout({12, 8});
+  for (float density : {0.25f, 1.0f}) {
+    SCOPED_TRACE(density);
+    auto w = DgsWorkerState::Create(layout, 0, {{0, 10}, {10, 20}},
+                                    {.momentum = 0.5f, .weight_decay = 0, .density = density});
+    std::mt19937 rng(5);
+    DgsPush push;
+    ASSERT_TRUE(w->MakePush(IntGrad(20, rng), IntGrad(20, rng), 1, &push).ok());
+    EXPECT_EQ(push.is_dense, density == 1.0f);
+    const std::vector<float> u(w->velocity().begin(), w->velocity().end());
+    const kernels::SparseVec e = DgsPushEntries(push);
+    std::vector<uint8_t> sent(20, 0);
+    for (uint32_t i : e.idx) sent[i] = 1;
+    const uint64_t in_range =
+        std::count_if(e.idx.begin(), e.idx.end(), [](uint32_t i) { return i >= 10; });
+    EXPECT_EQ(w->Unsend(1, push), in_range);
+    for (uint32_t i = 0; i < 20; ++i) {
+      // Sent entries had u = a; put back, u = a / m = 2a, as for unsent ones.
+      EXPECT_EQ(w->velocity()[i], i >= 10 && sent[i] ? 2 * u[i] : u[i]) << i;
+      if (sent[i])
+        EXPECT_EQ(e.val[std::find(e.idx.begin(), e.idx.end(), i) - e.idx.begin()], -u[i]);
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #ifndef GRADEX_TESTS_DGS_DGS_UTIL_H_
 #define GRADEX_TESTS_DGS_DGS_UTIL_H_
 
+#include <algorithm>
 #include <random>
 #include <span>
 #include <vector>
@@ -65,26 +66,50 @@ inline void Join(DgsServerShard& shard, DgsWorkerState& w, std::vector<float>& p
   ASSERT_TRUE(w.ApplyPull(shard.shard(), ToWorker(ctx, reply), params).ok());
 }
 
+// A dense message's values as sorted global entries (its nonzeros).
+inline kernels::SparseVec Nonzeros(std::span<const float> dense, uint32_t base) {
+  kernels::SparseVec e;
+  for (size_t i = 0; i < dense.size(); ++i) {
+    if (dense[i] == 0.0f) continue;
+    e.idx.push_back(base + static_cast<uint32_t>(i));
+    e.val.push_back(dense[i]);
+  }
+  return e;
+}
+
 // The part of `push` for `shard`, over the wire, applied; then the pull back.
-// Returns the decoded pull (what the worker applied).
+// Returns the decoded pull (what the worker applied); a kDensePull's
+// nonzeros are also put in its `sparse`, for the tests to read as entries.
 inline DgsMessage PushPull(DgsServerShard& shard, DgsWorkerState& w, const DgsPush& push,
                            std::vector<float>& params) {
   const DgsWireContext ctx = Context(shard);
+  absl::StatusOr<Bytes> b;
   kernels::SparseVec part;
-  for (size_t e = 0; e < push.entries.nnz(); ++e) {
-    if (push.entries.idx[e] >= ctx.range.begin && push.entries.idx[e] < ctx.range.end) {
-      part.idx.push_back(push.entries.idx[e]);
-      part.val.push_back(push.entries.val[e]);
+  std::span<const float> dense_part;
+  if (push.is_dense) {
+    dense_part = std::span<const float>(push.dense).subspan(ctx.range.begin, ctx.range.size());
+    b = EncodeDgsDensePush(ctx, w.worker(), 2, w.version(shard.shard()), dense_part);
+  } else {
+    for (size_t e = 0; e < push.entries.nnz(); ++e) {
+      if (push.entries.idx[e] >= ctx.range.begin && push.entries.idx[e] < ctx.range.end) {
+        part.idx.push_back(push.entries.idx[e]);
+        part.val.push_back(push.entries.val[e]);
+      }
     }
+    b = EncodeDgsPush(ctx, w.worker(), 2, w.version(shard.shard()), push.ratio,
+                      kernels::View(part));
   }
-  absl::StatusOr<Bytes> b =
-      EncodeDgsPush(ctx, w.worker(), 2, w.version(shard.shard()), push.ratio, kernels::View(part));
   EXPECT_TRUE(b.ok()) << b.status();
   DgsMessage m, reply;
   DgsRefusal why;
   EXPECT_TRUE(DecodeDgsFromWorker(*b, ctx, w.worker(), &m, &why).ok());
-  EXPECT_EQ(m.sparse.idx, part.idx);
-  EXPECT_EQ(m.sparse.val, part.val);
+  if (push.is_dense) {
+    EXPECT_EQ(m.kind, DgsKind::kDensePush);
+    EXPECT_TRUE(std::equal(m.dense.begin(), m.dense.end(), dense_part.begin(), dense_part.end()));
+  } else {
+    EXPECT_EQ(m.sparse.idx, part.idx);
+    EXPECT_EQ(m.sparse.val, part.val);
+  }
   absl::Status s = shard.ApplyPush(w.worker(), m);
   EXPECT_TRUE(s.ok()) << s;
   s = shard.MakePull(w.worker(), &reply);
@@ -92,6 +117,7 @@ inline DgsMessage PushPull(DgsServerShard& shard, DgsWorkerState& w, const DgsPu
   DgsMessage got = ToWorker(ctx, reply);
   s = w.ApplyPull(shard.shard(), got, params);
   EXPECT_TRUE(s.ok()) << s;
+  if (got.kind == DgsKind::kDensePull) got.sparse = Nonzeros(got.dense, ctx.range.begin);
   return got;
 }
 

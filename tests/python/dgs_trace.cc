@@ -97,8 +97,10 @@ int Run() {
     DgsPush push;
     absl::Status s = states[k].MakePush(grad, params[k], lr, &push);
     if (!s.ok()) return Fail("push", s);
-    absl::StatusOr<Bytes> b = EncodeDgsPush(ctx, k, 2 + step, states[k].version(0), push.ratio,
-                                            kernels::View(push.entries));
+    absl::StatusOr<Bytes> b =
+        push.is_dense ? EncodeDgsDensePush(ctx, k, 2 + step, states[k].version(0), push.dense)
+                      : EncodeDgsPush(ctx, k, 2 + step, states[k].version(0), push.ratio,
+                                      kernels::View(push.entries));
     if (!b.ok()) return Fail("encode push", b.status());
     DgsMessage m, reply, got;
     s = DecodeDgsFromWorker(*b, ctx, k, &m, &why);
@@ -111,10 +113,20 @@ int Run() {
     if (s.ok()) s = states[k].ApplyPull(0, got, params[k]);
     if (!s.ok()) return Fail("pull", s);
     std::printf("%u", k);
-    PrintSparse(push.entries);
+    PrintSparse(DgsPushEntries(push));
     if (got.kind == DgsKind::kFullSync) {
       std::printf(" F %u", total);
       for (uint32_t i = 0; i < total; ++i) std::printf(" %u %a", i, got.dense[i]);
+    } else if (got.kind == DgsKind::kDensePull) {
+      // R = 1: the dense route's nonzeros are the sparse route's entries.
+      kernels::SparseVec e;
+      for (uint32_t i = 0; i < total; ++i) {
+        if (got.dense[i] == 0.0f) continue;
+        e.idx.push_back(i);
+        e.val.push_back(got.dense[i]);
+      }
+      std::printf(" S");
+      PrintSparse(e);
     } else {
       std::printf(" S");
       PrintSparse(got.sparse);

@@ -1,0 +1,130 @@
+// DGS's dense route (R = 1, ASGD): the kDensePush / kDensePull frames are
+// bounded and refused field by field like the sparse ones, and the shard's
+// dense apply adds only nonzeros and checks what it is handed.
+#include <cmath>
+#include <cstring>
+
+#include "tests/dgs/dgs_frames_fixture.h"
+
+namespace gradex::dgs_test {
+namespace {
+
+// The dense route (R = 1): a kDensePush / kDensePull is one dense frame per
+// piece, values only, bounded by the range the receiver knows; every field
+// corrupted in turn is refused with its named reason, every truncation too.
+TEST_F(DgsFrames, EveryBadFieldOfADenseMessageIsRefusedAndNamed) {
+  std::vector<float> change(11, 0);
+  change[1] = 2;
+  change[7] = -3;
+  absl::StatusOr<Bytes> good = EncodeDgsDensePush(ctx_, 1, 5, 0, change);
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(good->size(), DgsMaxMessageBytes(layout_, {0, 11}));
+  DgsMessage m;
+  DgsRefusal why;
+  ASSERT_TRUE(DecodeDgsFromWorker(*good, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(m.kind, DgsKind::kDensePush);
+  EXPECT_EQ(m.ratio, 1.0f);
+  EXPECT_EQ(m.dense, change);
+  EXPECT_TRUE(m.sparse.idx.empty());
+  const size_t frame1 = kPayload0 + 6 * 4;  // after piece 0's 6 values
+  const std::vector<std::pair<const char*, std::function<void(Bytes&)>>> bad = {
+      {"ratio 0.5", [](Bytes& b) { Put<float>(b, 48, 0.5f); }},
+      {"ratio 0", [](Bytes& b) { Put<float>(b, 48, 0.0f); }},
+      {"a pull's kind from a worker", [](Bytes& b) { Put<uint16_t>(b, 6, 8); }},
+      {"piece count", [](Bytes& b) { Put<uint32_t>(b, 28, 1); }},
+      {"frame sparse", [](Bytes& b) { Put<uint16_t>(b, kFrame0 + 6, kFrameSparse); }},
+      {"frame phase", [](Bytes& b) { Put<uint16_t>(b, kFrame0 + 22, 2); }},
+      {"count below the piece", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 40, 5); }},
+      {"count above the piece", [&](Bytes& b) { Put<uint32_t>(b, frame1 + 40, 6); }},
+      {"second frame block", [&](Bytes& b) { Put<uint32_t>(b, frame1 + 36, 7); }},
+      {"NaN value", [&](Bytes& b) { Put<float>(b, frame1 + sizeof(FrameHeader) + 8, NAN); }},
+      {"a trailing byte", [](Bytes& b) { b.push_back(0); }},
+  };
+  const std::vector<DgsRefusal> want = {
+      DgsRefusal::kBadRatio,     DgsRefusal::kBadRatio,     DgsRefusal::kWrongKind,
+      DgsRefusal::kWrongPieces,  DgsRefusal::kBadFlags,     DgsRefusal::kWrongPieces,
+      DgsRefusal::kOverCapacity, DgsRefusal::kOverCapacity, DgsRefusal::kWrongPieces,
+      DgsRefusal::kNonFinite,    DgsRefusal::kBadLength};
+  for (size_t c = 0; c < bad.size(); ++c) {
+    Bytes b = *good;
+    bad[c].second(b);
+    EXPECT_EQ(Decode(b), want[c]) << bad[c].first;
+  }
+  for (size_t n = 0; n < good->size(); ++n) {
+    EXPECT_NE(Decode(Bytes(good->begin(), good->begin() + n)), DgsRefusal::kNone) << n;
+  }
+  // A dense pull: taken by the worker, refused from it as a push; a ratio
+  // on a pull is refused.
+  DgsMessage pull;
+  pull.kind = DgsKind::kDensePull;
+  pull.worker = 1;
+  pull.version = 4;
+  pull.request = 5;
+  pull.dense = change;
+  absl::StatusOr<Bytes> p = EncodeDgsReply(ctx_, pull);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(DecodeDgsFromShard(*p, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(m.kind, DgsKind::kDensePull);
+  EXPECT_EQ(m.dense, change);
+  EXPECT_EQ(Decode(*p), DgsRefusal::kWrongKind);
+  Bytes q = *p;
+  Put<float>(q, 48, 1.0f);
+  EXPECT_FALSE(DecodeDgsFromShard(q, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kBadRatio);
+  EXPECT_FALSE(DecodeDgsFromShard(*good, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kWrongKind);
+  Bytes u = *p;  // the unapplied number belongs to a full sync only
+  Put<uint32_t>(u, 60, 9);
+  EXPECT_FALSE(DecodeDgsFromShard(u, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kBadMagic);
+  pull.kind = DgsKind::kFullSync;
+  pull.unapplied = 9;
+  p = EncodeDgsReply(ctx_, pull);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(DecodeDgsFromShard(*p, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(m.unapplied, 9u);
+}
+
+// A dense push adds only its nonzeros (a zero is no entry): a −0 in M stays
+// −0, as on the sparse route; a dense push of the wrong size, ratio or with
+// a non-finite value handed to the shard directly is refused, not applied.
+TEST_F(DgsFrames, ADensePushAddsOnlyNonzerosAndIsCheckedByTheShard) {
+  std::vector<float> init(11, 1.0f);
+  init[3] = -0.0f;
+  DgsMessage reply;
+  ASSERT_TRUE(shard_.Join(1, init, &reply).ok());
+  DgsMessage push;
+  push.kind = DgsKind::kDensePush;
+  push.worker = 1;
+  push.ratio = 1;
+  push.dense.assign(11, 0.0f);  // +0 everywhere, 2 at 5
+  push.dense[5] = 2;
+  ASSERT_TRUE(shard_.ApplyPush(1, push).ok());
+  EXPECT_TRUE(std::signbit(shard_.model()[3]));
+  EXPECT_EQ(shard_.model()[5], 3.0f);
+  EXPECT_EQ(shard_.stats().pushed_entries, 1u);
+  ASSERT_TRUE(shard_.MakePull(1, &reply).ok());
+  EXPECT_EQ(reply.kind, DgsKind::kDensePull);
+  EXPECT_EQ(reply.dense[5], 2.0f);
+  EXPECT_EQ(shard_.stats().pulled_entries, 1u);
+  const std::vector<float> m(shard_.model().begin(), shard_.model().end());
+  DgsRefusal why;
+  push.version = 1;
+  DgsMessage bad = push;
+  bad.dense.pop_back();
+  EXPECT_FALSE(shard_.ApplyPush(1, bad, &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kBadLength);
+  bad = push;
+  bad.ratio = 0.5f;
+  EXPECT_FALSE(shard_.ApplyPush(1, bad, &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kBadRatio);
+  bad = push;
+  bad.dense[10] = INFINITY;
+  EXPECT_FALSE(shard_.ApplyPush(1, bad, &why).ok());
+  EXPECT_EQ(why, DgsRefusal::kNonFinite);
+  EXPECT_EQ(shard_.version(), 1u);
+  EXPECT_TRUE(std::equal(m.begin(), m.end(), shard_.model().begin()));
+}
+
+}  // namespace
+}  // namespace gradex::dgs_test
