@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Emulated cloud network of network namespaces (sourced by bench/compare).
+# Emulated cloud network of network namespaces (sourced by bench/compare,
+# bench/train_step, bench/dgs).
 #
 # gx_netns_up PREFIX COUNT RATE NET [HOSTPORT]
 #   Namespaces PREFIX0 .. PREFIX<COUNT-1>, each with a veth named gxeth (the
@@ -72,4 +73,31 @@ gx_netns_down() {
   done
   # The host port's root end, if the bridge namespace did not take it along.
   ip link del "${prefix}h" 2>/dev/null || true
+}
+
+# gx_rank_exec PREFIX NET RANKS R PORT [VAR=VALUE...] CMD...: runs CMD in rank
+# R's namespace with what a torch.distributed + gradex rank needs there:
+# RANK/WORLD_SIZE, torch's store on rank 0's address (NET.1:PORT), gloo and
+# UCX on gxeth over TCP, gradex's data IP and coordinator host, one OpenMP
+# thread. Leading VAR=VALUE words are added to that environment. Run it in
+# the background (`gx_rank_exec ... >log 2>&1 &`): it execs, so $! is the
+# rank's process, which the caller's kill and wait reach.
+gx_rank_exec() {
+  local prefix=$1 net=$2 ranks=$3 r=$4 port=$5
+  shift 5
+  exec ip netns exec "$prefix$r" env RANK="$r" LOCAL_RANK=0 WORLD_SIZE="$ranks" LOCAL_WORLD_SIZE=1 \
+    MASTER_ADDR="$net.1" MASTER_PORT="$port" GLOO_SOCKET_IFNAME=gxeth \
+    GRADEX_DATA_IP="$net.$((r + 1))" GRADEX_COORDINATOR_HOST="$net.1" \
+    UCX_TLS=tcp UCX_NET_DEVICES=gxeth UCX_WARN_UNUSED_ENV_VARS=n OMP_NUM_THREADS=1 "$@"
+}
+
+# gx_wait_all PID...: waits for every PID; returns the first non-zero status.
+gx_wait_all() {
+  local p rc status=0
+  for p in "$@"; do
+    rc=0
+    wait "$p" || rc=$?
+    [[ $status -eq 0 && $rc -ne 0 ]] && status=$rc
+  done
+  return "$status"
 }

@@ -77,7 +77,7 @@ echo "$RANKS workers, tc tbf $rate both ways per worker, rank 0 hosting the serv
 
 port=29800
 run_mode() {  # run_mode MODE
-  local mode=$1 r rc=0 status=0 cmd
+  local mode=$1 r status=0 cmd
   port=$((port + 1))
   pids=()
   for ((r = 0; r < RANKS; r++)); do
@@ -88,22 +88,14 @@ run_mode() {  # run_mode MODE
       dgs) cmd=("$root/examples/train_dgs_fashion_mnist.py" --backend gradex --mode dgs
                 --density "$density" --lr "$lr_ps" --timeout-s 300) ;;
     esac
-    ip netns exec "$PREFIX$r" env RANK=$r LOCAL_RANK=0 WORLD_SIZE=$RANKS LOCAL_WORLD_SIZE=1 \
-      MASTER_ADDR=$NET.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=gxeth \
-      GRADEX_DATA_IP=$NET.$((r + 1)) GRADEX_COORDINATOR_HOST=$NET.1 \
-      UCX_TLS=tcp UCX_NET_DEVICES=gxeth UCX_WARN_UNUSED_ENV_VARS=n \
-      PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
+    gx_rank_exec "$PREFIX" "$NET" "$RANKS" "$r" "$port" PYTHONPATH="$build/python" \
       timeout $((budget * 3 + 600)) "$py" "${cmd[@]}" --hidden "$hidden" \
       --batch-size "$batch" --epochs 50 --time-budget-s "$budget" \
       --test-subset 1000 --step-log "$out/raw/$mode.rank{rank}.steps" --csv "$out/raw/$mode.csv" \
       >"$out/raw/$mode.rank$r.log" 2>&1 &
     pids+=($!)
   done
-  for p in "${pids[@]}"; do
-    rc=0
-    wait "$p" || rc=$?
-    [[ $status -eq 0 && $rc -ne 0 ]] && status=$rc
-  done
+  gx_wait_all "${pids[@]}" || status=$?
   pids=()
   return "$status"
 }

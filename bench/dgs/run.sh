@@ -67,7 +67,7 @@ echo "$RANKS workers, tc tbf $rate both ways per worker, rank 0 hosting the serv
 
 port=29700
 run_mode() {  # run_mode MODE TAG
-  local mode=$1 tag=$2 r rc=0 status=0 cmd
+  local mode=$1 tag=$2 r status=0 cmd
   port=$((port + 1))
   pids=()
   for ((r = 0; r < RANKS; r++)); do
@@ -76,20 +76,12 @@ run_mode() {  # run_mode MODE TAG
       dgs) cmd=("$here/dgs_step.py" --density 0.01) ;;
       ddp) cmd=("$root/bench/train_step/train_step.py" --mode ddp) ;;
     esac
-    ip netns exec "$PREFIX$r" env RANK=$r LOCAL_RANK=0 WORLD_SIZE=$RANKS LOCAL_WORLD_SIZE=1 \
-      MASTER_ADDR=$NET.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=gxeth \
-      GRADEX_DATA_IP=$NET.$((r + 1)) GRADEX_COORDINATOR_HOST=$NET.1 \
-      UCX_TLS=tcp UCX_NET_DEVICES=gxeth UCX_WARN_UNUSED_ENV_VARS=n \
-      PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
+    gx_rank_exec "$PREFIX" "$NET" "$RANKS" "$r" "$port" PYTHONPATH="$build/python" \
       timeout 900 nice -n 10 "$py" "${cmd[@]}" --steps "$steps" --warmup "$warmup" \
       --batch "$batch" --out "$out/raw" --tag "$tag" >"$out/raw/$tag.rank$r.log" 2>&1 &
     pids+=($!)
   done
-  for p in "${pids[@]}"; do
-    rc=0
-    wait "$p" || rc=$?
-    [[ $status -eq 0 && $rc -ne 0 ]] && status=$rc
-  done
+  gx_wait_all "${pids[@]}" || status=$?
   pids=()
   return "$status"
 }

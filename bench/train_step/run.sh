@@ -84,25 +84,18 @@ echo "$RANKS ranks, tc tbf $rate both ways per rank; $(nproc) cores ($(grep -m1 
 
 port=29600
 run_mode() {  # run_mode MODE TAG: one training job, 4 ranks in their namespaces
-  local mode=$1 tag=$2 r rc=0 status=0
+  local mode=$1 tag=$2 r status=0
   port=$((port + 1))
   pids=()
   for ((r = 0; r < RANKS; r++)); do
-    ip netns exec "$PREFIX$r" env RANK=$r LOCAL_RANK=0 WORLD_SIZE=$RANKS LOCAL_WORLD_SIZE=1 \
-      MASTER_ADDR=$NET.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=gxeth \
-      GRADEX_DATA_IP=$NET.$((r + 1)) GRADEX_COORDINATOR_HOST=$NET.1 \
-      GRADEX_TIMELINE="$out/raw/$tag.timeline.json" UCX_TLS=tcp UCX_NET_DEVICES=gxeth \
-      UCX_WARN_UNUSED_ENV_VARS=n PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
+    gx_rank_exec "$PREFIX" "$NET" "$RANKS" "$r" "$port" PYTHONPATH="$build/python" \
+      GRADEX_TIMELINE="$out/raw/$tag.timeline.json" \
       timeout 900 "$py" "$here/train_step.py" --mode "$mode" --steps "$steps" \
       --warmup "$warmup" --batch "$batch" --density "$density" --out "$out/raw" --tag "$tag" \
       >"$out/raw/$tag.rank$r.log" 2>&1 &
     pids+=($!)
   done
-  for p in "${pids[@]}"; do
-    rc=0
-    wait "$p" || rc=$?
-    [[ $status -eq 0 && $rc -ne 0 ]] && status=$rc
-  done
+  gx_wait_all "${pids[@]}" || status=$?
   pids=()
   return "$status"
 }
