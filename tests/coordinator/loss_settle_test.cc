@@ -16,11 +16,7 @@ namespace {
 
 const absl::Time t0 = absl::FromUnixSeconds(1000);
 
-JobSettings Job(int world) {
-  JobSettings s = TestJob(world, absl::Seconds(3));
-  s.entry_timeout = absl::Seconds(4);
-  return s;
-}
+JobSettings Job(int world) { return FaultsTestJob(world); }
 
 // Members 3 and 4 of four stop together; their last heartbeats were `apart`
 // from each other. Returns the epochs formed after epoch 1 and the

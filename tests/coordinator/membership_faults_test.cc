@@ -17,11 +17,7 @@ namespace {
 
 const absl::Time t0 = absl::FromUnixSeconds(1000);
 
-JobSettings Job(int world) {
-  JobSettings s = TestJob(world, absl::Seconds(3));
-  s.entry_timeout = absl::Seconds(4);
-  return s;
-}
+JobSettings Job(int world) { return FaultsTestJob(world); }
 
 gradex::v1::JoinRequest Req(const std::string& agent, int local_rank) {
   return TestJoin(agent, local_rank, "addr-" + agent);

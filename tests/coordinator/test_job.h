@@ -29,6 +29,14 @@ inline JobSettings TestJob(int world, absl::Duration lease) {
   return s;
 }
 
+// The failure tests' job (membership_faults_test, loss_settle_test): a 3 s
+// lease and a 4 s entry timeout, short enough to judge on a fake clock.
+inline JobSettings FaultsTestJob(int world) {
+  JobSettings s = TestJob(world, absl::Seconds(3));
+  s.entry_timeout = absl::Seconds(4);
+  return s;
+}
+
 // A Join of job "job" from `agent` on host "h".
 inline gradex::v1::JoinRequest TestJoin(const std::string& agent, int local_rank,
                                         const std::string& ucx_address) {
