@@ -73,6 +73,8 @@ ClientOptions ParseOptions(const py::dict& kw, bool use_environment) {
       o.dense_probe_period = py::cast<uint64_t>(v);
     else if (key == "refuse_nonfinite")
       o.refuse_nonfinite = py::cast<bool>(v);
+    else if (key == "pipeline")
+      o.pipeline = py::cast<bool>(v);
     else if (key == "max_bucket_elements")
       o.max_bucket_elements = py::cast<size_t>(v);
     else if (key == "params") {

@@ -107,6 +107,9 @@ class GradexState:
             False: summed like any value (every rank's result turns
             non-finite, as with DDP's allreduce; for loss scalers that skip
             such steps).
+        pipeline: select bucket b+1 while bucket b exchanges (default: on,
+            or ``GRADEX_PIPELINE``; False selects each bucket after the
+            previous one's exchange, the same results bit for bit).
         momentum_correction: 0 (default, off) or the optimizer's momentum m
             in [0, 1), moved into the hook as DGC's momentum correction (Lin
             et al., ICLR 2018, Alg. 1): each rank keeps a velocity u <- m*u + g
@@ -127,7 +130,7 @@ class GradexState:
                  min_compression_rate=2.0, timeout_s=60, coordinator=None, token=None,
                  *, model=None, job=None, metrics_port=None, data_ip=None, timeline_path=None,
                  dense_probe_period=None, refuse_nonfinite=True, momentum_correction=0.0,
-                 factor_masking=True, **params):
+                 factor_masking=True, pipeline=None, **params):
         if not (0 < density <= 1):
             raise ValueError(f"gradex: density must be in (0, 1], got {density}")
         if not timeout_s > 0:
@@ -145,6 +148,7 @@ class GradexState:
                        job=job, metrics_port=metrics_port, data_ip=data_ip,
                        timeline_path=timeline_path, dense_probe_period=dense_probe_period,
                        refuse_nonfinite=bool(refuse_nonfinite),
+                       pipeline=None if pipeline is None else bool(pipeline),
                        params={k: float(v) for k, v in params.items()})
         if dist.is_available() and dist.is_initialized():
             options["rank"] = dist.get_rank()

@@ -145,8 +145,10 @@ def momentum(args, rank, world):
     sizes = [700, 1300, 500]
     params = [torch.zeros(n) for n in sizes]
     m = 0.5
+    # pipeline=False: the keyword reaches the client (the sums below are
+    # exact either way; ClientPipelineTest compares the two modes bitwise).
     state = gx.GradexState(algorithm=args.algorithm, density=0.05, timeout_s=30,
-                           momentum_correction=m, dense_probe_period=0)
+                           momentum_correction=m, dense_probe_period=0, pipeline=False)
     layouts = [[[0, 1, 2]], [[2, 0], [1]]]  # one bucket, then DDP's rebuild
     gen = torch.Generator().manual_seed(300 + rank)
     ref_u = [torch.zeros(n, dtype=torch.float64) for n in sizes]

@@ -9,7 +9,7 @@ README "Use it from PyTorch"). Phases, each a fresh pair of processes:
                 the sum of every rank's gradients exactly, and results are
                 bitwise identical on both ranks. Also: float64 converted, int
                 refused with TypeError.
-  momentum      GradexState(momentum_correction=0.5) (DGC's momentum
+  momentum      GradexState(momentum_correction=0.5, pipeline=False) (DGC's momentum
                 correction with factor masking), buckets of multiples of 2^10
                 (every sum below exact in float32) and a layout change half
                 way: sum over steps and ranks of the velocities fed in (a
