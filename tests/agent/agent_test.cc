@@ -53,14 +53,8 @@ Box MakeAgent(FakeCoordinator& coordinator, testing::LoopbackPool& pool, const s
   b.control = std::make_unique<FakeControlPlane>(&coordinator, report_capacity);
   b.transports = std::make_unique<testing::LoopbackProvider>(&pool, "addr-" + id);
   b.metrics = std::make_unique<AgentMetrics>();
-  AgentOptions o;
-  o.job = "job";
-  o.token = "token";
-  o.agent_id = id;
-  o.host = "localhost";
+  AgentOptions o = testing::TestAgentOptions(id);
   o.elements = kN;
-  o.join_timeout = milliseconds(20000);
-  o.sync_timeout = milliseconds(10000);
   b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), b.metrics.get());
   return b;
 }

@@ -44,15 +44,9 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
     Box& b = boxes[i];
     b.control = std::make_unique<FakeControlPlane>(&coordinator);
     b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr", i));
-    AgentOptions o;
-    o.job = "job";
-    o.token = "token";
-    o.agent_id = absl::StrCat("a", i);
-    o.host = "localhost";
+    AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
     o.local_rank = i;
     o.elements = kN;
-    o.join_timeout = milliseconds(20000);
-    o.sync_timeout = milliseconds(10000);
     b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
     ASSERT_NE(b.control->wait_source(), nullptr) << "the agent gave its control plane no source";
     absl::Status started = b.agent->Start();

@@ -34,14 +34,8 @@ inline BucketBox MakeBucketAgent(FakeCoordinator& coordinator, LoopbackPool& poo
   BucketBox b;
   b.control = std::make_unique<FakeControlPlane>(&coordinator);
   b.transports = std::make_unique<LoopbackProvider>(&pool, "addr-" + id);
-  AgentOptions o;
-  o.job = "job";
-  o.token = "token";
-  o.agent_id = id;
-  o.host = "localhost";
+  AgentOptions o = TestAgentOptions(id);
   o.rules = rules;
-  o.join_timeout = std::chrono::milliseconds(20000);
-  o.sync_timeout = std::chrono::milliseconds(10000);
   b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
   return b;
 }

@@ -140,14 +140,8 @@ inline BridgedAgent MakeBridgedAgent(CoordinatorHub& hub, LoopbackPool& pool, in
   BridgedAgent b;
   b.control = std::make_unique<BridgeControlPlane>(&hub);
   b.transports = std::make_unique<LoopbackProvider>(&pool, absl::StrCat("addr-", i));
-  AgentOptions o;
-  o.job = "job";
-  o.token = "token";
-  o.agent_id = absl::StrCat("a", i);
-  o.host = "localhost";
+  AgentOptions o = TestAgentOptions(absl::StrCat("a", i));
   o.rules = rules;
-  o.join_timeout = std::chrono::milliseconds(20000);
-  o.sync_timeout = std::chrono::milliseconds(10000);
   b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
   return b;
 }

@@ -108,14 +108,8 @@ Box MakeAgent(FakeCoordinator& c, testing::LoopbackPool& pool, int i) {
   Box b;
   b.control = std::make_unique<FakeControlPlane>(&c, 256);
   b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr", i));
-  AgentOptions o;
-  o.job = "job";
-  o.token = "token";
-  o.agent_id = absl::StrCat("a", i);
-  o.host = "localhost";
+  AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
   o.elements = kN;
-  o.join_timeout = milliseconds(20000);
-  o.sync_timeout = milliseconds(10000);
   b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
   return b;
 }

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "services/agent/agent.h"
 #include "services/agent/transport_provider.h"
 #include "transport/loopback_transport.h"
 
@@ -49,6 +50,20 @@ class LoopbackProvider final : public TransportProvider {
   LoopbackPool* pool_;
   std::string address_;
 };
+
+// An agent of job "job" (token "token") on host "localhost" with id `id`,
+// and join/sync timeouts far past any test's own bounds: what every agent
+// test starts from before it sets its own fields (elements, rules, ...).
+inline AgentOptions TestAgentOptions(const std::string& id) {
+  AgentOptions o;
+  o.job = "job";
+  o.token = "token";
+  o.agent_id = id;
+  o.host = "localhost";
+  o.join_timeout = std::chrono::milliseconds(20000);
+  o.sync_timeout = std::chrono::milliseconds(10000);
+  return o;
+}
 
 }  // namespace gradex::agent::testing
 

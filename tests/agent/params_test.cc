@@ -154,14 +154,8 @@ TEST(ParamsTest, ACatalogOnlyParameterReachesEveryCallAndChangesAtABarrier) {
     b.control = std::make_unique<FakeControlPlane>(&coordinator, 64);
     b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr-", i));
     b.metrics = std::make_unique<AgentMetrics>();
-    AgentOptions o;
-    o.job = "job";
-    o.token = "token";
-    o.agent_id = absl::StrCat("a", i);
-    o.host = "localhost";
+    AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
     o.elements = kN;
-    o.join_timeout = milliseconds(20000);
-    o.sync_timeout = milliseconds(10000);
     b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), b.metrics.get());
   }
   constexpr uint64_t kChange = 8, kLast = 11;  // a barrier (tau = 4) and the last step
