@@ -67,6 +67,7 @@ GRADEX_REGISTER_ALGORITHM(kFailing, [] { return std::make_unique<FailingSelectio
 
 using testing::BucketBox;
 using testing::CallOf;
+using testing::ExpectKept;
 using testing::StepRun;
 const std::vector<size_t>& kSizes = testing::kBucketSizes;
 
@@ -111,13 +112,6 @@ StepRun RunPipelinedStep(BucketBox& box, int rank, int iteration,
   return r;
 }
 
-void ExpectKept(const StepRun& r, size_t b, int agent) {
-  for (size_t j = 0; j < kSizes[b]; ++j) {
-    ASSERT_EQ(r.after[b][j], r.before[b][j] + r.grads[b][j])
-        << "agent " << agent << " bucket " << b << " at " << j;
-  }
-}
-
 void ExpectStepsOk(const std::vector<std::vector<StepRun>>& runs, int from, int to) {
   for (int it = from; it < to; ++it) {
     for (size_t b = 0; b < kSizes.size(); ++b) {
@@ -136,34 +130,10 @@ void ExpectStepsOk(const std::vector<std::vector<StepRun>>& runs, int from, int 
 
 TEST(AgentPipelineTest, PeerDyingWhileTheNextBucketIsPreparedKeepsEveryLaterBucket) {
   FakeCoordinator coordinator(Job(3));
-  testing::LoopbackPool pool;
-  std::vector<BucketBox> boxes;
-  for (int i = 0; i < 3; ++i)
-    boxes.push_back(testing::MakeBucketAgent(coordinator, pool, absl::StrCat("a", i)));
   constexpr int kKillStep = 3;
-  std::barrier after_first(3);
-  std::vector<std::vector<StepRun>> runs(3);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 3; ++i) {
-    threads.emplace_back([&, i] {
-      Agent& a = *boxes[i].agent;
-      ASSERT_TRUE(a.Start().ok());
-      for (int it = 0; it < 6; ++it) {
-        // Bucket 0 exchanged and bucket 1 prepared on every rank: rank 2 dies.
-        auto hook = [&, i, it](size_t b) {
-          if (it != kKillStep || b != 0) return;
-          after_first.arrive_and_wait();
-          if (i == 2) {
-            KillLoopbackRank(*a.transport(), a.rank());
-            boxes[i].control->Crash();
-          }
-        };
-        runs[i].push_back(RunPipelinedStep(boxes[i], i, it, hook));
-        if (i == 2 && it == kKillStep) return;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  // Bucket 0 exchanged and bucket 1 prepared on every rank: rank 2 dies.
+  std::vector<std::vector<StepRun>> runs =
+      testing::RunKillingRank2(coordinator, kKillStep, 6, RunPipelinedStep);
   ExpectStepsOk(runs, 0, kKillStep);
   for (int i : {0, 1}) {
     const StepRun& r = runs[i][kKillStep];

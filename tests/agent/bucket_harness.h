@@ -6,9 +6,12 @@
 #ifndef GRADEX_TESTS_AGENT_BUCKET_HARNESS_H_
 #define GRADEX_TESTS_AGENT_BUCKET_HARNESS_H_
 
+#include <barrier>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -74,6 +77,56 @@ inline gradex::testing::RankCall CallOf(const StepRun& r, size_t b) {
   c.result.assign(kBucketSizes[b], 0.0f);
   r.outcomes[b].result.ToDense(c.result);
   return c;
+}
+
+// Bucket b of a step that failed kept its gradient whole: residual after =
+// residual before + gradient, exactly.
+inline void ExpectKept(const StepRun& r, size_t b, int agent) {
+  for (size_t j = 0; j < kBucketSizes[b]; ++j) {
+    ASSERT_EQ(r.after[b][j], r.before[b][j] + r.grads[b][j])
+        << "agent " << agent << " bucket " << b << " at " << j;
+  }
+}
+
+// One rank's step through the per-bucket API, `after_bucket(b)` called once
+// bucket b is done (RunStep, RunPipelinedStep).
+using BucketStepRunner = std::function<StepRun(BucketBox&, int rank, int iteration,
+                                               const std::function<void(size_t)>& after_bucket)>;
+
+// Three agents of `coordinator`'s job run `steps` steps through `run`; in
+// step `kill_step`, once bucket 0 is done on every rank, rank 2's transport
+// and control plane die (rank 2's steps end there). Returns each rank's
+// steps.
+inline std::vector<std::vector<StepRun>> RunKillingRank2(FakeCoordinator& coordinator,
+                                                         int kill_step, int steps,
+                                                         const BucketStepRunner& run) {
+  LoopbackPool pool;
+  std::vector<BucketBox> boxes;
+  for (int i = 0; i < 3; ++i)
+    boxes.push_back(MakeBucketAgent(coordinator, pool, "a" + std::to_string(i)));
+  std::barrier after_first(3);
+  std::vector<std::vector<StepRun>> runs(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      Agent& a = *boxes[i].agent;
+      ASSERT_TRUE(a.Start().ok());
+      for (int it = 0; it < steps; ++it) {
+        auto hook = [&, i, it](size_t b) {
+          if (it != kill_step || b != 0) return;
+          after_first.arrive_and_wait();  // bucket 0 done on every rank
+          if (i == 2) {
+            KillLoopbackRank(*a.transport(), a.rank());
+            boxes[i].control->Crash();
+          }
+        };
+        runs[i].push_back(run(boxes[i], i, it, hook));
+        if (i == 2 && it == kill_step) return;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return runs;
 }
 
 }  // namespace gradex::agent::testing
