@@ -19,7 +19,7 @@
 #          [--rate 1gbit] [--hidden 4096,4096,1250] [--batch 8] [--density 0.01]
 #          [--lr-ddp 0.05] [--lr-ps 0.0125] [--build-dir DIR] [--out DIR]
 #          (default OUT: bench/results/dgs/loss_wall)
-# Traffic: only 10.97.0.0/24 on interfaces created here (namespaces gxlw0..3
+# Traffic: only 10.95.0.0/24 on interfaces created here (namespaces gxlw0..3
 # and gxlwbr); the root namespace is not touched.
 set -euo pipefail
 
@@ -29,7 +29,7 @@ modes=ddp,asgd,dgs budget=240 rate=1gbit hidden=4096,4096,1250 batch=8 density=0
 lr_ddp=0.05 lr_ps=0.0125
 build=$root/build
 out=$root/bench/results/dgs/loss_wall
-PREFIX=gxlw NET=10.97.0 RANKS=4
+PREFIX=gxlw NET=10.95.0 RANKS=4
 py=/usr/bin/python3
 die() { echo "loss_wall: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -62,15 +62,7 @@ for m in "${MODES[@]}"; do [[ $m =~ ^(ddp|asgd|dgs)$ ]] || die "bad mode '$m'"; 
 "$py" -c 'import torch, matplotlib' 2>/dev/null || die "$py needs torch and matplotlib"
 
 source "$root/bench/netns_lib.sh"
-pids=()
-teardown() { gx_netns_down "$PREFIX" "$RANKS"; }
-stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
-trap teardown EXIT
-trap 'stop; exit 130' INT TERM
-teardown
-mkdir -p "$out/raw"
-rm -f "$out"/raw/*
-say() { echo "[loss_wall $(date -u +%H:%M:%S)] $*" | tee -a "$out/raw/progress.log" >&2; }
+gx_bench_begin "$PREFIX" "$RANKS" "$out" loss_wall
 
 gx_netns_up "$PREFIX" "$RANKS" "$rate" "$NET"
 echo "$RANKS workers, tc tbf $rate both ways per worker, rank 0 hosting the server shard; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown); MLP hidden $hidden, batch $batch per worker, budget ${budget} s of training per mode; test accuracy on the first 1000 test images; lr ddp $lr_ddp, asgd/dgs $lr_ps; density $density" >"$out/raw/meta.txt"

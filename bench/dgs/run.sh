@@ -52,15 +52,7 @@ for m in "${MODES[@]}"; do [[ $m =~ ^(asgd|dgs|ddp)$ ]] || die "bad mode '$m'"; 
 "$py" -c 'import torch' 2>/dev/null || die "$py has no torch (apt-get install python3-torch)"
 
 source "$root/bench/netns_lib.sh"
-teardown() { gx_netns_down "$PREFIX" "$RANKS"; }
-pids=()
-stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
-trap teardown EXIT
-trap 'stop; exit 130' INT TERM
-teardown
-mkdir -p "$out/raw"
-rm -f "$out"/raw/*
-say() { echo "[dgs $(date -u +%H:%M:%S)] $*" | tee -a "$out/raw/progress.log" >&2; }
+gx_bench_begin "$PREFIX" "$RANKS" "$out" dgs
 
 gx_netns_up "$PREFIX" "$RANKS" "$rate" "$NET"
 echo "$RANKS workers, tc tbf $rate both ways per worker, rank 0 hosting the server shard; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown); batch $batch, $warmup warm-up + $steps timed steps per run, $rounds rounds of: ${MODES[*]}" >"$out/raw/meta.txt"

@@ -57,15 +57,7 @@ bench=$build/bin/gradex-bench
 "$py" -c 'import torch' 2>/dev/null || die "$py has no torch (apt-get install python3-torch)"
 
 source "$root/bench/netns_lib.sh"
-teardown() { gx_netns_down "$PREFIX" "$RANKS"; }
-pids=()
-stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
-trap teardown EXIT
-trap 'stop; exit 130' INT TERM
-teardown  # leftovers of an aborted run
-mkdir -p "$out/raw"
-rm -f "$out"/raw/*
-say() { echo "[train_step $(date -u +%H:%M:%S)] $*" | tee -a "$out/raw/progress.log" >&2; }
+gx_bench_begin "$PREFIX" "$RANKS" "$out" train_step
 
 # 1-minute load average and the busy share of all cores over one second.
 machine_load() {
