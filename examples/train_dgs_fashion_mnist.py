@@ -26,7 +26,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_fashion_mnist import DATA_DIR, append_csv, evaluate, load_split, make_model  # noqa: E402
+from train_fashion_mnist import (DATA_DIR, add_log_args, append_csv, evaluate,  # noqa: E402
+                                 load_split, load_test, make_model)
 
 
 def parse_args(argv=None):
@@ -48,11 +49,7 @@ def parse_args(argv=None):
                    help="stop after this many rounds (reference) or steps per worker (0: none)")
     p.add_argument("--time-budget-s", type=float, default=0.0,
                    help="gradex backend: each worker stops once it has trained this long (0: none)")
-    p.add_argument("--test-subset", type=int, default=0,
-                   help="evaluate on the first N test images only (0: all 10000)")
-    p.add_argument("--step-log", default="",
-                   help="gradex backend: append 'rank,step,wall_s,loss' per step here ({rank} in "
-                        "the name: one file per rank)")
+    add_log_args(p)
     p.add_argument("--batch-size", type=int, default=64, help="per worker")
     p.add_argument("--hidden", default="256,128", help="MLP hidden sizes")
     p.add_argument("--seed", type=int, default=1)
@@ -102,9 +99,7 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     x_train, y_train = load_split(args.data_dir, "train")
-    x_test, y_test = load_split(args.data_dir, "test")
-    if args.test_subset > 0:
-        x_test, y_test = x_test[:args.test_subset], y_test[:args.test_subset]
+    x_test, y_test = load_test(args)
     data = (x_train, y_train, x_test, y_test)
     rows = (run_reference if args.backend == "reference" else run_gradex)(args, data)
     if args.label:

@@ -53,6 +53,21 @@ def load_split(data_dir, split):
     return x.reshape(len(x), -1), torch.from_numpy(labels.astype(np.int64))
 
 
+def load_test(args):
+    """The test split, or its first --test-subset images."""
+    x, y = load_split(args.data_dir, "test")
+    return (x[:args.test_subset], y[:args.test_subset]) if args.test_subset > 0 else (x, y)
+
+
+def add_log_args(p):
+    """--test-subset and --step-log (also train_dgs_fashion_mnist.py's)."""
+    p.add_argument("--test-subset", type=int, default=0,
+                   help="evaluate on the first N test images only (0: all 10000)")
+    p.add_argument("--step-log", default="",
+                   help="append 'rank,step,wall_s,loss' per step here ({rank} in the name: one "
+                        "file per rank; the DGS example: gradex backend only)")
+
+
 class MLP(nn.Module):
     """784-256-128-10 by default (235,146 parameters)."""
 
@@ -85,11 +100,7 @@ def parse_args(argv=None):
     p.add_argument("--time-budget-s", type=float, default=0.0,
                    help="stop once this much training wall time has passed (0: none); the ranks "
                         "agree every 4 steps, so every rank stops at the same step")
-    p.add_argument("--test-subset", type=int, default=0,
-                   help="evaluate on the first N test images only (0: all 10000)")
-    p.add_argument("--step-log", default="",
-                   help="append 'rank,step,wall_s,loss' per step here ({rank} in the name: one "
-                        "file per rank)")
+    add_log_args(p)
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
@@ -166,9 +177,7 @@ def train(args, rank, world, on_epoch=None):
     """Trains; returns (ddp_model, gradex_state_or_None, rows)."""
     torch.set_num_threads(1)  # one core's share per rank: ranks share the machine
     x_train, y_train = load_split(args.data_dir, "train")
-    x_test, y_test = load_split(args.data_dir, "test")
-    if args.test_subset > 0:
-        x_test, y_test = x_test[:args.test_subset], y_test[:args.test_subset]
+    x_test, y_test = load_test(args)
     model = DDP(make_model(args))
     state = None
     if args.algorithm != "dense":
