@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "bench/cli.h"
 #include "services/client/client.h"
+#include "tests/client/memory_rendezvous.h"
 
 namespace gradex::client {
 namespace {
@@ -55,35 +56,10 @@ bool Parse(int argc, char** argv, Flags* f) {
                           {"--density", bench::RealIn(&f->density, 0, 1)}});
 }
 
-class Store {
- public:
-  Rendezvous rendezvous() {
-    Rendezvous r;
-    r.set = [this](const std::string& k, const std::string& v) {
-      absl::MutexLock lock(&mu_);
-      values_[k] = v;
-      return absl::OkStatus();
-    };
-    r.get = [this](const std::string& k) -> absl::StatusOr<std::string> {
-      absl::MutexLock lock(&mu_);
-      auto has = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return values_.count(k) > 0; };
-      if (!mu_.AwaitWithTimeout(absl::Condition(&has), absl::Seconds(60))) {
-        return absl::DeadlineExceededError(absl::StrCat("store: no '", k, "'"));
-      }
-      return values_[k];
-    };
-    return r;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
-};
-
 // One job's clients (one mode), ranks as threads, with its own embedded
 // coordinator.
 absl::StatusOr<std::vector<std::unique_ptr<Client>>> MakeJob(const Flags& f, bool pipeline,
-                                                             Store* store) {
+                                                             testing::MemoryStore* store) {
   std::vector<std::unique_ptr<Client>> clients(f.ranks);
   std::vector<absl::Status> created(f.ranks);
   std::vector<std::thread> threads;
@@ -162,7 +138,9 @@ int main(int argc, char** argv) {
               f.ranks, f.buckets, f.elements, f.algorithm.c_str(), f.density, f.steps, f.warmup);
   // Both jobs live at once and take turns step by step (on-off, off-on, ...),
   // so the machine's load falls on both alike.
-  Store stores[2];
+  // Ranks are threads: the clients rendezvous in memory, waiting up to 60 s.
+  testing::MemoryStore stores[2] = {testing::MemoryStore(std::chrono::seconds(60)),
+                                    testing::MemoryStore(std::chrono::seconds(60))};
   std::vector<std::unique_ptr<Client>> jobs[2];
   for (int m = 0; m < 2; ++m) {
     absl::StatusOr<std::vector<std::unique_ptr<Client>>> j = MakeJob(f, m == 0, &stores[m]);
