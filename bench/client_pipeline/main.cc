@@ -14,14 +14,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
-#include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "bench/cli.h"
 #include "services/client/client.h"
