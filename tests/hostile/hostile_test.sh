@@ -127,8 +127,31 @@ scenario_flood() {
 # (4 s), when the coordinator evicts it, naming it in the log and counting
 # it; the others run on in a 3-member epoch within a bound (before: they
 # re-entered its epochs until their join timeout and failed).
+# first_step_after EPOCH [WORLD]: sets T_STEP to the time of agent 0's first
+# step in an epoch after EPOCH (in a WORLD-rank one when given), waiting up
+# to 40 s; fails naming EPOCH when there is none.
+first_step_after() {
+  local epoch=$1 world=${2:-} i t
+  for ((i = 0; i < 400; ++i)); do
+    t=$(awk -v e="$epoch" -v w="$world" \
+      '$2 == "step" && $4 == "epoch" && $5 > e && (w == "" || $7 ~ ("/" w "$")) { print $1; exit }' \
+      "$TMP/agent0.out")
+    [[ -n "$t" ]] && { T_STEP=$t; return; }
+    sleep 0.1
+  done
+  fail "the survivors never ran a step after epoch $epoch"
+}
+
+# expect_entry_evictions N: the coordinator counted N entry evictions.
+expect_entry_evictions() {
+  local metrics
+  metrics=$(curl -sf --max-time 10 "http://127.0.0.1:$COORD_METRICS/metrics") || fail "no coordinator metrics"
+  [[ $(awk '$1 == "gradex_coordinator_entry_evictions_total" { print $2 }' <<<"$metrics") == "$1" ]] ||
+    fail "gradex_coordinator_entry_evictions_total is not $1"
+}
+
 scenario_idle() {
-  local t_join t_new out epoch4 i metrics
+  local t_join t_new out epoch4
   start_job 3 max_world_size=4 lease_ms=2000 entry_timeout_ms=4000
   t_join=$(now)
   hostile heartbeat-idle 90 >"$TMP/idle.out" &
@@ -138,20 +161,12 @@ scenario_idle() {
   wait_for "$TMP/coordinator.log" \
     "evicted member [0-9]+ \(agent 'hostile-idle' on host 'hostile-host'\): did not enter epoch $epoch4 within 4000 ms" 40 ||
     fail "the idle member was not evicted and named at the entry deadline"
-  # The survivors' first step in a later epoch.
-  for ((i = 0; i < 400; ++i)); do
-    t_new=$(awk -v e="$epoch4" '$2 == "step" && $4 == "epoch" && $5 > e && $7 ~ /\/3$/ { print $1; exit }' \
-      "$TMP/agent0.out")
-    [[ -n "$t_new" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$t_new" ]] || fail "the survivors never ran a step after epoch $epoch4"
+  first_step_after "$epoch4" 3
+  t_new=$T_STEP
   echo "survivors ran a 3-rank step after the idle member's epoch $(awk -v a="$t_new" -v b="$t_join" 'BEGIN{printf "%.2f", a-b}') s after it joined (entry timeout 4 s, lease 2 s)"
   awk -v a="$t_new" -v b="$t_join" 'BEGIN { exit !(a - b < 20) }' ||
     fail "the survivors were held $(awk -v a="$t_new" -v b="$t_join" 'BEGIN{print a-b}') s by the idle member"
-  metrics=$(curl -sf --max-time 10 "http://127.0.0.1:$COORD_METRICS/metrics") || fail "no coordinator metrics"
-  [[ $(awk '$1 == "gradex_coordinator_entry_evictions_total" { print $2 }' <<<"$metrics") == 1 ]] ||
-    fail "gradex_coordinator_entry_evictions_total is not 1"
+  expect_entry_evictions 1
   finish_job 3 3
   out=$(cat "$TMP/idle.out")
   expect_line "$out" "^heartbeat-idle: evicted after [0-9.]+ s: 5: "
@@ -169,7 +184,7 @@ scenario_idle() {
 # survivors' epoch drops it (before: the wire-up left no wait state, nobody
 # was blamed, and the peers failed entry after entry, re-joining every 8 s).
 scenario_wireup_stall() {
-  local t_stall t_new epoch4 i metrics
+  local t_stall t_new epoch4 i
   AGENT_EXTRA[2]="--debug-stall-entry 2 --debug-stall-ms 90000"
   start_job 3 max_world_size=4 lease_ms=2000 entry_timeout_ms=4000
   start_agent 3
@@ -183,20 +198,12 @@ scenario_wireup_stall() {
     fail "the member stalling the wire-up was not evicted and named at the entry deadline"
   wait_for "$TMP/coordinator.log" "epoch $((epoch4 + 1)): 3 members" 10 ||
     fail "the survivors' epoch after the eviction does not leave the staller out"
-  # The survivors' first step in a later epoch.
-  for ((i = 0; i < 400; ++i)); do
-    t_new=$(awk -v e="$epoch4" '$2 == "step" && $4 == "epoch" && $5 > e { print $1; exit }' \
-      "$TMP/agent0.out")
-    [[ -n "$t_new" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$t_new" ]] || fail "the survivors never ran a step after epoch $epoch4"
+  first_step_after "$epoch4"
+  t_new=$T_STEP
   echo "survivors ran a step after the stalled epoch $epoch4 $(awk -v a="$t_new" -v b="$t_stall" 'BEGIN{printf "%.2f", a-b}') s after the stall began (entry timeout 4 s, lease 2 s)"
   awk -v a="$t_new" -v b="$t_stall" 'BEGIN { exit !(a - b < 15) }' ||
     fail "the survivors were held $(awk -v a="$t_new" -v b="$t_stall" 'BEGIN{print a-b}') s by the staller"
-  metrics=$(curl -sf --max-time 10 "http://127.0.0.1:$COORD_METRICS/metrics") || fail "no coordinator metrics"
-  [[ $(awk '$1 == "gradex_coordinator_entry_evictions_total" { print $2 }' <<<"$metrics") == 1 ]] ||
-    fail "gradex_coordinator_entry_evictions_total is not 1"
+  expect_entry_evictions 1
   # Every agent, the staller too, finishes every step with the invariants
   # checked.
   expect_all_exit_zero 180 0 1 2 3
