@@ -99,14 +99,17 @@ class HangTest : public testing::Test {
     c_->Tick(t0);
     ASSERT_EQ(c_->epoch(), 1u);
     // Everyone finished steps 0..4 and runs step 5 next.
-    for (int r = 0; r < world; ++r) {
-      gradex::v1::StepReport rep;
-      rep.set_member_id(ids_[r]);
-      rep.set_epoch(1);
-      rep.set_step(4);
-      bool accepted = false;
-      ASSERT_TRUE(c_->Report(rep, t0, &accepted).ok());
-    }
+    for (int r = 0; r < world; ++r) Report(r, 4, t0);
+  }
+  // `rank`'s report of `step` in epoch 1 at `t` (failed with `error` if given).
+  void Report(int rank, uint64_t step, absl::Time t, const std::string& error = "") {
+    gradex::v1::StepReport rep;
+    rep.set_member_id(ids_[rank]);
+    rep.set_epoch(1);
+    rep.set_step(step);
+    if (!error.empty()) rep.set_error(error);
+    bool accepted = false;
+    ASSERT_TRUE(c_->Report(rep, t, &accepted).ok());
   }
   // A heartbeat of `rank` at `t`; waiting on `peer` for `waited_ms` if peer >= 0.
   void Beat(int rank, absl::Time t, int peer = -1, uint32_t waited_ms = 0, uint64_t epoch = 1) {
@@ -173,14 +176,7 @@ TEST_F(HangTest, StallsAreCountedAgainstTheBlamedRank) {
   prometheus::Registry registry2;
   CoordinatorMetrics metrics2(registry2);
   Start(4, &metrics2);
-  for (int r : {0, 2}) {
-    gradex::v1::StepReport rep;
-    rep.set_member_id(ids_[r]);
-    rep.set_epoch(1);
-    rep.set_step(5);
-    bool accepted = false;
-    ASSERT_TRUE(c_->Report(rep, t0, &accepted).ok());
-  }
+  for (int r : {0, 2}) Report(r, 5, t0);
   const absl::Time t3 = t0 + absl::Seconds(1);
   for (int r : {0, 1, 2, 3}) Beat(r, t3);
   TickLog(t3);
@@ -209,14 +205,8 @@ TEST_F(HangTest, EveryRankOnTheSameStepNamesTheOneNotInTheExchange) {
   // Once per step, also when the waiters then fail the step and rank 2 lags
   // behind them (the laggard rule names it without counting it again).
   for (int r : {0, 1, 3}) {
-    gradex::v1::StepReport rep;
-    rep.set_member_id(ids_[r]);
-    rep.set_epoch(1);
-    rep.set_step(5);
-    rep.set_error("deadline");
-    bool accepted = false;
     testing::internal::CaptureStderr();
-    ASSERT_TRUE(c_->Report(rep, t2, &accepted).ok());
+    Report(r, 5, t2, "deadline");
     testing::internal::GetCapturedStderr();
   }
   const absl::Time t3 = t2 + absl::Seconds(1);
@@ -230,14 +220,7 @@ TEST_F(HangTest, EveryRankOnTheSameStepNamesTheOneNotInTheExchange) {
 
 TEST_F(HangTest, LaggardLineAddsWhomItsPeersWaitOn) {
   Start(3);
-  for (int r : {0, 2}) {  // ranks 0 and 2 finish step 5, rank 1 does not
-    gradex::v1::StepReport rep;
-    rep.set_member_id(ids_[r]);
-    rep.set_epoch(1);
-    rep.set_step(5);
-    bool accepted = false;
-    ASSERT_TRUE(c_->Report(rep, t0, &accepted).ok());
-  }
+  for (int r : {0, 2}) Report(r, 5, t0);  // ranks 0 and 2 finish step 5, rank 1 does not
   const absl::Time t1 = t0 + absl::Seconds(1);
   for (int r : {0, 1, 2}) Beat(r, t1);
   EXPECT_EQ(TickLog(t1), "");  // the frontier (6) starts its clock here
