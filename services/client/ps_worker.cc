@@ -72,7 +72,7 @@ class PsWorkerImpl final : public PsWorker {
   absl::Mutex step_mu_;
   std::thread follower_;
   std::atomic<bool> stop_following_{false};
-  bool entered_between_steps_ = false;  // Follow entered an epoch; the next Step reports it
+  uint32_t entered_between_steps_ = 0;  // epochs Follow entered; the next Step reports them
   uint32_t failed_between_steps_ = 0;   // the epoch Follow last failed to enter
   mutable absl::Mutex mu_;
   PsWorkerStats stats_ ABSL_GUARDED_BY(mu_);
@@ -160,7 +160,7 @@ void PsWorkerImpl::Follow() {
                                                      : latest->epoch != failed_between_steps_);
     if (due && !stop_following_.load()) {
       if (EnterEpoch(DeadlineIn(o_.client.timeout)).ok()) {
-        entered_between_steps_ = true;
+        ++entered_between_steps_;
       } else {
         failed_between_steps_ = latest->epoch;  // the next Step tries again, and reports
       }
@@ -253,11 +253,11 @@ absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> pa
   const Deadline deadline = start + o_.client.timeout;
   absl::Status st = absl::OkStatus();
   PsStepRecord rec;
-  rec.entered_epoch = entered_between_steps_;
-  entered_between_steps_ = false;
+  rec.epochs_entered = entered_between_steps_;
+  entered_between_steps_ = 0;
   if (!exchange_ || member_->Superseded(running_)) {
     st = EnterEpoch(deadline);
-    rec.entered_epoch = st.ok();
+    rec.epochs_entered += st.ok() ? 1 : 0;
     if (!st.ok()) rec.failure = PsFailure::kEpoch;
   }
   DgsStepStats step;

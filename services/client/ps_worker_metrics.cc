@@ -108,7 +108,7 @@ void PsWorkerMetrics::Record(const PsStepRecord& r) {
   pushed_->Increment(static_cast<double>(r.pushed_entries));
   pulled_->Increment(static_cast<double>(r.pulled_entries));
   full_syncs_->Increment(r.full_syncs);
-  if (r.entered_epoch) epochs_->Increment();
+  if (r.epochs_entered > 0) epochs_->Increment(r.epochs_entered);
   epoch_->Set(r.epoch);
   bound_->Set(static_cast<double>(r.max_staleness));
   seconds_->Observe(r.seconds);

@@ -57,7 +57,7 @@ struct PsStepRecord {
   uint64_t sent_bytes = 0, recv_bytes = 0;
   uint64_t pushed_entries = 0, pulled_entries = 0;
   uint32_t full_syncs = 0;
-  bool entered_epoch = false;
+  uint32_t epochs_entered = 0;  // by this Step, and by Follow since the last Step
   // After the step (ok only for staleness and version).
   uint64_t staleness = 0;
   uint64_t version = 0;
