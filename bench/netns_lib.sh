@@ -107,8 +107,12 @@ gx_wait_all() {
 # left go now; INT/TERM send TERM to the ranks in the global array `pids`;
 # OUT/raw is emptied; say() logs "[TAG hh:mm:ss] ..." to stderr and to
 # OUT/raw/progress.log.
+# (teardown and say are defined here, not when this file is sourced: other
+# sourcing scripts have their own.)
 gx_bench_begin() {
   GX_BENCH_PREFIX=$1 GX_BENCH_RANKS=$2 GX_BENCH_OUT=$3 GX_BENCH_TAG=$4
+  teardown() { gx_netns_down "$GX_BENCH_PREFIX" "$GX_BENCH_RANKS"; }
+  say() { echo "[$GX_BENCH_TAG $(date -u +%H:%M:%S)] $*" | tee -a "$GX_BENCH_OUT/raw/progress.log" >&2; }
   pids=()
   trap teardown EXIT
   trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; exit 130' INT TERM
@@ -116,5 +120,3 @@ gx_bench_begin() {
   mkdir -p "$GX_BENCH_OUT/raw"
   rm -f "$GX_BENCH_OUT"/raw/*
 }
-teardown() { gx_netns_down "$GX_BENCH_PREFIX" "$GX_BENCH_RANKS"; }
-say() { echo "[$GX_BENCH_TAG $(date -u +%H:%M:%S)] $*" | tee -a "$GX_BENCH_OUT/raw/progress.log" >&2; }
