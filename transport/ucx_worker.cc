@@ -2,8 +2,10 @@
 #include <netinet/in.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +58,14 @@ std::string WithConnectionManager(const std::string& tls_option) {
   return known ? tls + ",tcp" : tls_option;
 }
 
+// Whether the machine has an RDMA device (InfiniBand/RoCE): there UCX's
+// rendezvous is zero-copy and its own threshold is the right one.
+bool HasRdmaDevice() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
 }  // namespace
 
 UcxWorkerImpl::~UcxWorkerImpl() {
@@ -102,6 +112,10 @@ absl::Status UcxWorkerImpl::Init(const UcxOptions& options) {
         std::getenv("UCX_SYSV_ERROR_HANDLING") == nullptr && MayUseSharedMemory(options.tls)) {
       s = modify("MM_ERROR_HANDLING", "y");
     }
+  }
+  if (s.ok() && options.rndv_thresh_bytes > 0 && std::getenv("UCX_RNDV_THRESH") == nullptr &&
+      !HasRdmaDevice()) {
+    s = modify("RNDV_THRESH", absl::StrCat(options.rndv_thresh_bytes));
   }
   if (s.ok() && options.keepalive_interval.count() > 0 &&
       std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {

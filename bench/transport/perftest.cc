@@ -33,9 +33,9 @@ std::vector<double> FinalLine(const std::string& out) {
 }
 
 // Runs a server then its client; returns the client's output, "" on failure.
-std::string RunPair(const std::string& test, size_t bytes, int iters, int port) {
-  const std::string args =
-      absl::StrCat(" -t ", test, " -s ", bytes, " -n ", iters, " -p ", port, " 2>&1");
+std::string RunPair(const std::string& test, size_t bytes, int iters, int port, bool e) {
+  const std::string args = absl::StrCat(" -t ", test, " -s ", bytes, " -n ", iters, " -p ", port,
+                                        e ? " -e" : "", " 2>&1");
   FILE* server = popen(absl::StrCat("exec ucx_perftest", args).c_str(), "r");
   if (server == nullptr) return "";
   std::string out;
@@ -59,10 +59,11 @@ std::string RunPair(const std::string& test, size_t bytes, int iters, int port) 
 
 }  // namespace
 
-PerftestResult RunPerftest(size_t bytes, int iters, int port) {
+PerftestResult RunPerftest(size_t bytes, int iters, int port, bool error_handling) {
   PerftestResult r;
-  std::vector<double> bw = FinalLine(RunPair("tag_bw", bytes, iters, port));
-  std::vector<double> lat = FinalLine(RunPair("tag_lat", bytes, std::min(iters, 100), port));
+  std::vector<double> bw = FinalLine(RunPair("tag_bw", bytes, iters, port, error_handling));
+  std::vector<double> lat =
+      FinalLine(RunPair("tag_lat", bytes, std::min(iters, 100), port, error_handling));
   if (bw.size() < 5) return r;
   r.ok = true;
   r.bandwidth_gbs = bw[4] * 1048576.0 / 1e9;

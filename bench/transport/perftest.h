@@ -15,7 +15,10 @@ struct PerftestResult {
 
 // Server and client of `ucx_perftest -t tag_bw` then `-t tag_lat` on
 // 127.0.0.1:`port`; ok is false when ucx_perftest is missing or fails.
-PerftestResult RunPerftest(size_t bytes, int iters, int port);
+// `error_handling` adds -e: endpoints with peer error handling, as gradex's
+// (UCX 1.13 then leaves out transports that cannot report a dead peer, such
+// as CMA's single-copy path).
+PerftestResult RunPerftest(size_t bytes, int iters, int port, bool error_handling);
 
 }  // namespace gradex::bench
 
