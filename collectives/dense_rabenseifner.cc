@@ -95,7 +95,9 @@ class DenseRabenseifner final : public DenseAllreduce {
           link.Recv(fold.partner, kPhaseFoldOut, 0, FrameBytes(whole.size(), whole.size()));
       if (!in.ok()) return in.status();
       PhaseTimer t(&times->communication_s);
-      return DecodeDenseBlock(*in, link.meta(kPhaseFoldOut), whole, false, data);
+      absl::Status decoded = DecodeDenseBlock(*in, link.meta(kPhaseFoldOut), whole, false, data);
+      link.Recycle(std::move(*in));
+      return decoded;
     }
     if (fold.partner >= 0) {
       absl::StatusOr<Bytes> in =
@@ -103,6 +105,7 @@ class DenseRabenseifner final : public DenseAllreduce {
       if (!in.ok()) return in.status();
       PhaseTimer t(&times->reduction_s);
       absl::Status st = DecodeDenseBlock(*in, link.meta(kPhaseFoldIn), whole, true, data);
+      link.Recycle(std::move(*in));
       if (!st.ok()) return st;
     }
     uint32_t sub = 0;
@@ -110,6 +113,7 @@ class DenseRabenseifner final : public DenseAllreduce {
       Bytes out;
       {
         PhaseTimer t(&times->communication_s);
+        out = link.Buffer(FrameBytes(s.send.size(), s.send.size()));
         AppendDenseFrame(link.meta(s.phase), s.send, data + s.send.begin, &out);
       }
       const int peer = fold.Global(s.peer);
@@ -121,6 +125,7 @@ class DenseRabenseifner final : public DenseAllreduce {
       PhaseTimer t(reduce ? &times->reduction_s : &times->communication_s);
       absl::Status st =
           DecodeDenseBlock(*in, link.meta(s.phase), s.recv, reduce, data + s.recv.begin);
+      link.Recycle(std::move(*in));
       if (!st.ok()) return st;
     }
     if (fold.partner >= 0) {

@@ -8,6 +8,7 @@
 #define GRADEX_COLLECTIVES_LINK_H_
 
 #include <cstdint>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -64,6 +65,12 @@ class Link {
   absl::StatusOr<Pending> PostRecv(int from, uint16_t phase, uint32_t sub, size_t expect_bytes = 0);
   // Waits for `p` until the call's deadline; a receive's message goes to `in`.
   absl::Status Wait(const Pending& p, Bytes* in);
+
+  // A buffer to build an outgoing frame of about `bytes` in, and the way
+  // back for a received one once decoded (Transport::TakeBuffer/Recycle):
+  // large dense frames then reuse memory instead of faulting in new pages.
+  Bytes Buffer(size_t bytes) const { return ctx_.transport->TakeBuffer(bytes); }
+  void Recycle(Bytes in) const { ctx_.transport->Recycle(std::move(in)); }
 
  private:
   // Unbooked halves the public calls share (each books its time once).

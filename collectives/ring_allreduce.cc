@@ -21,6 +21,7 @@ absl::Status Step(Link& link, const BlockLayout& layout, float* data, int send_b
   {
     PhaseTimer t(&times->communication_s);
     BlockRange range = layout.range(send_b);
+    out = link.Buffer(FrameBytes(range.size(), range.size()));
     AppendDenseFrame(link.meta(phase), range, data + range.begin, &out);
   }
   // The message is one dense frame of block recv_b: capped at exactly that.
@@ -30,7 +31,9 @@ absl::Status Step(Link& link, const BlockLayout& layout, float* data, int send_b
   if (!in.ok()) return in.status();
   PhaseTimer t(accumulate ? &times->reduction_s : &times->communication_s);
   BlockRange range = layout.range(recv_b);
-  return DecodeDenseBlock(*in, link.meta(phase), range, accumulate, data + range.begin);
+  absl::Status st = DecodeDenseBlock(*in, link.meta(phase), range, accumulate, data + range.begin);
+  link.Recycle(std::move(*in));
+  return st;
 }
 
 }  // namespace

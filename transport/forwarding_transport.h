@@ -44,6 +44,8 @@ class ForwardingTransport : public Transport {
   PeerCounters counters(int peer) const override { return inner_->counters(peer); }
   void ResetCounters() override { inner_->ResetCounters(); }
   RecvProfile recv_profile() const override { return inner_->recv_profile(); }
+  Bytes TakeBuffer(size_t bytes) override { return inner_->TakeBuffer(bytes); }
+  void Recycle(Bytes buffer) override { inner_->Recycle(std::move(buffer)); }
 
  private:
   std::unique_ptr<Transport> owned_;  // null when borrowed

@@ -121,6 +121,18 @@ class Transport {
   // Since construction or the last ResetCounters(); user receives only.
   virtual RecvProfile recv_profile() const { return {}; }
 
+  // An empty buffer with room for a message of `bytes` the caller will
+  // build and send. A transport that keeps buffers (UCX) hands back one it
+  // holds, so a large frame costs no allocation and no page faults.
+  virtual Bytes TakeBuffer(size_t bytes) {
+    Bytes b;
+    b.reserve(bytes);
+    return b;
+  }
+  // Gives back a received payload the caller is done with, for the next
+  // message's buffer. Optional: dropping it instead is always correct.
+  virtual void Recycle(Bytes /*buffer*/) {}
+
   PeerCounters TotalCounters() const {
     PeerCounters t;
     for (int p = 0; p < size(); ++p) {

@@ -155,6 +155,8 @@ class UcxTransport : public Transport {
     profile_ = RecvProfile{};
   }
   RecvProfile recv_profile() const override { return profile_; }
+  Bytes TakeBuffer(size_t bytes) override;
+  void Recycle(Bytes buffer) override { pool_.Give(std::move(buffer)); }
 
  private:
   struct PeerErrorArg {
@@ -211,8 +213,8 @@ class UcxTransport : public Transport {
   std::vector<std::unique_ptr<PeerErrorArg>> error_args_;
   std::vector<PeerCounters> counters_;
   RecvProfile profile_;
-  // Below this a fresh buffer is cheap (malloc's heap, no mmap).
-  static constexpr size_t kPoolMinBytes = 256 * 1024;
+  // Below this a fresh buffer is cheap; the same as direct receives. floor.
+  static constexpr size_t kPoolMinBytes = 64 * 1024;
   static constexpr size_t kPoolBuffers = 4;
   BufferPool pool_;
   // OK while the peer is reachable; set by the endpoint error callback.

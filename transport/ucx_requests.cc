@@ -149,18 +149,21 @@ void UcxTransport::PostDirect(Request* r) {
   r->alloc_s = std::chrono::duration<double>(Clock::now() - a).count();
   r->state = State::kInFlight;
   ucp_request_param_t param = {};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  // No immediate completion: a receive of a message already here still gets
+  // a request and the callback, which reports the message's length (UCX 1.13
+  // leaves recv_info unfilled when it completes a tag receive at once).
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &RecvCallback;
   param.user_data = r;
   param.datatype = ucp_dt_make_contig(1);
   ucs_status_ptr_t p =
       ucp_tag_recv_nbx(worker_, r->buf.data(), r->buf.size(), r->wire_tag, kFullMask, &param);
-  if (UCS_PTR_IS_ERR(p)) {
-    r->landed_at = Clock::now();
-    r->Finish(UCS_PTR_STATUS(p));
+  if (UCS_PTR_IS_PTR(p)) {
+    r->ucx = p;  // the callback has run, or will
   } else {
-    r->ucx = p;  // completes in RecvCallback, even when the message was already here
+    r->landed_at = Clock::now();
+    r->Finish(p == nullptr ? UCS_ERR_NO_MESSAGE : UCS_PTR_STATUS(p));
   }
 }
 
@@ -169,6 +172,8 @@ void UcxTransport::SettleDirect(Request* r) {
   if (r->ucx_status == UCS_ERR_MESSAGE_TRUNCATED) {
     // Longer than the schedule allows: refused as at the probe (the
     // buffer was the cap, never the size the peer announced).
+    // UCX reports the sender's length when it knows it; at least one byte
+    // over the cap otherwise.
     r->refused_bytes = std::max(r->landed_length, r->capacity + 1);
     r->refused_cap = r->capacity;
     if (r->peer >= 0 && r->peer < size_) ++counters_[r->peer].refused_messages;
@@ -313,6 +318,13 @@ absl::Status UcxTransport::Release(RequestId id, absl::Status outcome, Bytes* ou
   }
   Abandon(std::move(r));
   return outcome;
+}
+
+Bytes UcxTransport::TakeBuffer(size_t bytes) {
+  if (!pool_.Has(bytes)) return Transport::TakeBuffer(bytes);
+  Bytes b = pool_.Take(bytes);
+  b.clear();  // keeps the capacity, so the caller's appends neither allocate nor fault
+  return b;
 }
 
 void UcxTransport::Book(const Request& r) {

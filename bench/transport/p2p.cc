@@ -36,6 +36,7 @@ absl::Status Expect(Transport& t, RequestId id, const P2pOptions& o, int number)
   if (o.bytes > 0 && (in.front() != stamp || in.back() != stamp)) {
     return absl::DataLossError(absl::StrCat("message ", number, " arrived out of order"));
   }
+  t.Recycle(std::move(in));  // as a collective does once it has decoded a message
   return absl::OkStatus();
 }
 

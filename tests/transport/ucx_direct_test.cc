@@ -110,6 +110,46 @@ TEST(UcxDirectReceiveTest, ADirectReceiveNeverOvertakesAQueuedProbe) {
   for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
 }
 
+// A message already queued when the direct receive is posted completes it
+// at once (UCX's immediate completion): the receive still ends, with the
+// message's own length, not the buffer's.
+TEST(UcxDirectReceiveTest, AMessageAlreadyHereCompletesADirectReceive) {
+  for (const char* tls : {"tcp", "posix"}) {
+    SCOPED_TRACE(tls);
+    UcxOptions opt;
+    opt.tls = tls;
+    std::vector<absl::Status> st = RunPair(opt, [&](Transport& t) -> absl::Status {
+      RecvProfile unused;
+      if (absl::Status s = Exchanges(t, 1, &unused); !s.ok()) return s;  // fills the pool
+      const Deadline d = DeadlineIn(milliseconds(10000));
+      const size_t eager = 1000;  // one eager fragment: UCX completes it at once
+      if (t.rank() == 1) {
+        for (auto [tag, n] : {std::pair<uint64_t, size_t>{kTag + 3, eager}, {kTag + 4, 8}}) {
+          auto s = t.PostSend(0, tag, Pattern(1, 0, 30, n));
+          if (!s.ok()) return s.status();
+          if (absl::Status w = t.Wait(*s, d, nullptr); !w.ok()) return w;
+        }
+        return absl::OkStatus();
+      }
+      // The second message's arrival drives progress; the first came before it.
+      Bytes in;
+      auto marker = t.PostRecv(1, kTag + 4);
+      if (!marker.ok()) return marker.status();
+      if (absl::Status s = t.Wait(*marker, d, &in); !s.ok()) return s;
+      const uint64_t direct_before = t.recv_profile().posted_direct;
+      auto late = t.PostRecvAtMost(1, kTag + 3, kBig / 2);
+      if (!late.ok()) return late.status();
+      if (t.recv_profile().posted_direct != direct_before + 1) {
+        return absl::InternalError("not posted direct");
+      }
+      if (absl::Status s = t.Wait(*late, d, &in); !s.ok()) return s;
+      std::string bad = CheckPattern(in, 1, 0, 30, eager);
+      return bad.empty() ? absl::OkStatus() : absl::DataLossError(bad);
+    });
+    for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
 // A direct receive is posted at its cap: a longer message is refused naming
 // its size, nothing past the cap is allocated, and the link stays usable.
 TEST(UcxDirectReceiveTest, ADirectReceiveOverItsCapIsRefusedAndTheLinkGoesOn) {
