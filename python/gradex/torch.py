@@ -79,7 +79,10 @@ class GradexState:
         min_compression_rate: a bucket whose sparse message would be less than
             this factor smaller than its dense one stays dense.
         timeout_s: deadline for joining and for every bucket's exchange; a dead
-            peer or coordinator becomes a GradexError within it.
+            peer or coordinator becomes a GradexError within it. With the
+            coordinator embedded in rank 0 (no ``coordinator``) it is also that
+            coordinator's step deadline and rendezvous timeout (a standalone
+            coordinator's default: 30 s).
         coordinator: ``host:port`` of an existing coordinator (default:
             ``GRADEX_COORDINATOR``; without one, rank 0 starts one in-process and
             publishes its address and a fresh token through torch's store).

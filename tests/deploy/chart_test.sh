@@ -6,7 +6,8 @@
 # the alert rules load and pass their promtool unit tests (the rendered
 # PrometheusRule's too), the dashboards are scripts/gen-dashboards' output,
 # and two job releases plus the dashboards release share one namespace
-# without a name or uid collision (two_releases_check.py).
+# without a name or uid collision (two_releases_check.py), and the job
+# timing defaults are the coordinator's (chart_defaults_check.py).
 # usage: chart_test.sh [OUT_DIR]  (renders are left in OUT_DIR/renders)
 # Exit 77 (skip) when Go, the Go libraries, promtool or PyYAML are missing:
 # scripts/install-deps installs them.
@@ -64,6 +65,8 @@ n=$(grep -c "grafana_dashboard: \"1\"" "$OUT/renders/dashboards-only.yaml")
 ((n == $(ls "$CHART"/dashboards/*.json | wc -l))) || fail "dashboards-only: $n dashboard ConfigMaps"
 ((n == $(grep -c "^kind:" "$OUT/renders/dashboards-only.yaml"))) || fail "dashboards-only: objects besides the dashboards"
 ! grep -q "grafana_dashboard:" "$OUT/renders/default.yaml" || fail "default: dashboards in a job release"
+# One set of defaults: the chart's job timings are the coordinator's.
+python3 "$HERE/chart_defaults_check.py" "$ROOT" || fail "chart defaults differ from the coordinator's"
 # Many jobs in one namespace: no name or uid collision, scoped monitors and rules.
 python3 "$HERE/two_releases_check.py" "$R" "$CHART" "$OUT/two-releases" || fail "two releases in one namespace"
 
