@@ -67,6 +67,8 @@ n=$(grep -c "grafana_dashboard: \"1\"" "$OUT/renders/dashboards-only.yaml")
 ! grep -q "grafana_dashboard:" "$OUT/renders/default.yaml" || fail "default: dashboards in a job release"
 # One set of defaults: the chart's job timings are the coordinator's.
 python3 "$HERE/chart_defaults_check.py" "$ROOT" || fail "chart defaults differ from the coordinator's"
+# Ranks per pod and GPU pods: a metrics port per local rank, all scraped.
+python3 "$HERE/ranks_render_check.py" "$OUT/renders" || fail "ranks per pod"
 # Many jobs in one namespace: no name or uid collision, scoped monitors and rules.
 python3 "$HERE/two_releases_check.py" "$R" "$CHART" "$OUT/two-releases" || fail "two releases in one namespace"
 
