@@ -16,7 +16,8 @@
 #      ports scraped through the PodMonitor's 4 endpoints
 #   6. (--images) scripts/images (the trainer's Python package from a CPU build,
 #      $GRADEX_CPU_BUILD, default build-cpu, configured here when missing), then
-#      kube_play.sh: podman kube play of the rendered coordinator and trainers;
+#      kube_play.sh: podman kube play of the rendered coordinator and trainers
+#      (4 pods; then one pod of 4 ranks, its 4 metrics ports scraped);
 #      kube_play_ps.py: a DGS job's coordinator, server pod (gradex/agent) and
 #      2 trainers
 # usage: tests/deploy/check.sh [--skip-live] [--images] [BUILD_DIR (default build)]
@@ -126,6 +127,7 @@ if ((IMAGES)); then
   nice -n 5 cmake --build "$CPU" -j2 --target gradex_python >/dev/null || fail "the CPU build of the Python module"
   nice -n 10 "$ROOT/scripts/images" --prebuilt "${BUILD#"$ROOT"/}/bin" --python-build "$CPU"
   "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube"
+  "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube-ranks" --nproc 4
   CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/containers.conf} \
     python3 "$HERE/kube_play_ps.py" "$R" "$ROOT/helm/gradex" "$OUT/kube-ps"
 fi
