@@ -18,6 +18,8 @@
 #      $GRADEX_CPU_BUILD, default build-cpu, configured here when missing), then
 #      kube_play.sh: podman kube play of the rendered coordinator and trainers
 #      (4 pods; then one pod of 4 ranks, its 4 metrics ports scraped);
+#      kube_play_two.py: two releases in one namespace, one Prometheus,
+#      each release's rules alerting on its own job only;
 #      kube_play_ps.py: a DGS job's coordinator, server pod (gradex/agent) and
 #      2 trainers
 # usage: tests/deploy/check.sh [--skip-live] [--images] [BUILD_DIR (default build)]
@@ -128,6 +130,8 @@ if ((IMAGES)); then
   nice -n 10 "$ROOT/scripts/images" --prebuilt "${BUILD#"$ROOT"/}/bin" --python-build "$CPU"
   "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube"
   "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube-ranks" --nproc 4
+  CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/containers.conf} \
+    python3 "$HERE/kube_play_two.py" "$R" "$ROOT/helm/gradex" "$OUT/kube-two"
   CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/containers.conf} \
     python3 "$HERE/kube_play_ps.py" "$R" "$ROOT/helm/gradex" "$OUT/kube-ps"
 fi
