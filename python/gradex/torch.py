@@ -93,7 +93,8 @@ class GradexState:
             which the first step's buckets show it (identical on every rank).
         job, metrics_port, data_ip, timeline_path: as ``GRADEX_JOB``,
             ``GRADEX_METRICS_PORT``, ``GRADEX_DATA_IP``, ``GRADEX_TIMELINE``
-            (the keyword wins). The environment also gives the metrics
+            (the keyword wins). The metrics port is the base of a node's
+            ranks: this process serves on metrics_port + ``LOCAL_RANK``. The environment also gives the metrics
             endpoint's bind address (``GRADEX_METRICS_ADDR``, default
             127.0.0.1) and TLS to the coordinator (``GRADEX_TLS_CA_FILE``,
             ``GRADEX_TLS_SERVER_NAME``, ``GRADEX_TLS_CERT_FILE``,
