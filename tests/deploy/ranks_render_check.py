@@ -53,6 +53,8 @@ def check(name, nproc, gpus):
     if rule["port"] != base or rule.get("endPort", base) != base + nproc - 1:
         fail(f"{name}: the trainers' policy admits metrics {rule}, not {base}..{base + nproc - 1}")
     res = c.get("resources", {})
+    if ("--device=auto" in " ".join(c.get("args", []))) != bool(gpus):
+        fail(f"{name}: the example's --device=auto is {'missing in a GPU pod' if gpus else 'set in a CPU pod'}")
     if gpus:
         for k in ("requests", "limits"):
             if res.get(k, {}).get("nvidia.com/gpu") != gpus:

@@ -176,7 +176,8 @@ app.kubernetes.io/component: {{ .component }}
       {{- else }}
       /opt/gradex/examples/train_fashion_mnist.py --algorithm={{ $root.Values.job.algorithm }}
       --density={{ $root.Values.job.density }} --epochs={{ int $w.example.epochs }}
-      --max-steps={{ int64 $w.example.maxSteps }} --batch-size={{ int $w.example.batchSize }} "$@"
+      --max-steps={{ int64 $w.example.maxSteps }} --batch-size={{ int $w.example.batchSize }}
+      {{- if $w.gpusPerPod }} --device=auto{{ end }} "$@"
       {{- end }}
     - gradex-example
     {{- with $w.extraArgs }}
