@@ -122,6 +122,10 @@ def parse_args(argv=None):
                    help="this rank sleeps --stall-s seconds before that step (a straggler stuck in "
                         "its own compute: the deploy checks' stall alert)")
     p.add_argument("--stall-s", type=float, default=0.0)
+    p.add_argument("--device", choices=("cpu", "auto", "cuda"), default="cpu",
+                   help="cpu; cuda: the GPU of this rank's LOCAL_RANK (gradex stages its "
+                        "buckets from there: a CUDA build of gradex); auto: cuda when torch "
+                        "has CUDA and a GPU, else cpu (the chart's GPU pods)")
     p.add_argument("--check-identical", action="store_true",
                    help="at the end, compare every rank's parameters bitwise (exit 3 if they differ)")
     args = p.parse_args(argv)
@@ -162,7 +166,7 @@ def evaluate(model, x, y):
 def params_digest(model):
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -173,12 +177,27 @@ def all_identical(model):
     return all(d == digests[0] for d in digests), digests
 
 
+def pick_device(choice):
+    """The rank's device: its LOCAL_RANK's GPU (torchrun runs one rank per GPU)."""
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        sys.exit("train_fashion_mnist: --device cuda, but this torch has no CUDA or sees no GPU")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if local >= torch.cuda.device_count():
+        sys.exit(f"train_fashion_mnist: LOCAL_RANK {local}, but {torch.cuda.device_count()} GPUs")
+    torch.cuda.set_device(local)
+    return torch.device("cuda", local)
+
+
 def train(args, rank, world, on_epoch=None):
     """Trains; returns (ddp_model, gradex_state_or_None, rows)."""
     torch.set_num_threads(1)  # one core's share per rank: ranks share the machine
-    x_train, y_train = load_split(args.data_dir, "train")
-    x_test, y_test = load_test(args)
-    model = DDP(make_model(args))
+    device = pick_device(args.device)
+    x_train, y_train = (t.to(device) for t in load_split(args.data_dir, "train"))
+    x_test, y_test = (t.to(device) for t in load_test(args))
+    model = DDP(make_model(args).to(device),
+                device_ids=[device.index] if device.type == "cuda" else None)
     state = None
     if args.algorithm != "dense":
         import gradex.torch as gx

@@ -79,7 +79,10 @@ class GradexState:
         min_compression_rate: a bucket whose sparse message would be less than
             this factor smaller than its dense one stays dense.
         timeout_s: deadline for joining and for every bucket's exchange; a dead
-            peer or coordinator becomes a GradexError within it.
+            peer or coordinator becomes a GradexError within it. With the
+            coordinator embedded in rank 0 (no ``coordinator``) it is also that
+            coordinator's step deadline and rendezvous timeout (a standalone
+            coordinator's default: 30 s).
         coordinator: ``host:port`` of an existing coordinator (default:
             ``GRADEX_COORDINATOR``; without one, rank 0 starts one in-process and
             publishes its address and a fresh token through torch's store).
@@ -90,7 +93,8 @@ class GradexState:
             which the first step's buckets show it (identical on every rank).
         job, metrics_port, data_ip, timeline_path: as ``GRADEX_JOB``,
             ``GRADEX_METRICS_PORT``, ``GRADEX_DATA_IP``, ``GRADEX_TIMELINE``
-            (the keyword wins). The environment also gives the metrics
+            (the keyword wins). The metrics port is the base of a node's
+            ranks: this process serves on metrics_port + ``LOCAL_RANK``. The environment also gives the metrics
             endpoint's bind address (``GRADEX_METRICS_ADDR``, default
             127.0.0.1) and TLS to the coordinator (``GRADEX_TLS_CA_FILE``,
             ``GRADEX_TLS_SERVER_NAME``, ``GRADEX_TLS_CERT_FILE``,

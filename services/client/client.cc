@@ -50,7 +50,7 @@ absl::Status Check(const ClientOptions& o) {
   if (!o.tls_ca.empty() && o.coordinator.empty()) {
     return bad("TLS applies to a coordinator given by address (GRADEX_COORDINATOR)");
   }
-  if (o.metrics_port < -1 || o.metrics_port > 65535) return bad("metrics_port must be -1..65535");
+  if (absl::Status s = CheckMetricsPort(o); !s.ok()) return bad(std::string(s.message()));
   if (o.max_bucket_elements == 0 || o.max_bucket_elements > (size_t{1} << 31)) {
     return bad("max_bucket_elements must be in 1..2^31");
   }

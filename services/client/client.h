@@ -59,8 +59,11 @@ struct ClientOptions {
   size_t max_bucket_elements = size_t{1} << 28;
   catalog::ParamValues params;               // algorithm parameters by catalog name
   std::chrono::milliseconds timeout{60000};  // joining, and every bucket's exchange
-  bool mean = true;       // results are the mean over ranks (DDP); false: the sum
-  int metrics_port = -1;  // GRADEX_METRICS_PORT: -1 none, 0 any free port
+  bool mean = true;  // results are the mean over ranks (DDP); false: the sum
+  // GRADEX_METRICS_PORT: -1 none, 0 any free port, else the base port of the
+  // node's ranks: this process binds metrics_port + local_rank
+  // (MetricsPortOf), so torchrun's ranks of one pod each serve their own.
+  int metrics_port = -1;
   // GRADEX_METRICS_ADDR: the address the metrics endpoint binds (a pod's
   // scraper needs 0.0.0.0; the default keeps it on loopback).
   std::string metrics_address = "127.0.0.1";
@@ -90,6 +93,14 @@ struct ClientOptions {
 // Fills what the environment says (GRADEX_*, GRADEX_JOB, RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR); a malformed value is INVALID_ARGUMENT naming the variable.
 absl::Status ApplyEnvironment(ClientOptions* options);
+
+// The port this process's metrics endpoint binds: -1 (none) and 0 (any free
+// port) as given, else metrics_port + local_rank: one port per rank of a
+// node, each serving that process's own registry.
+int MetricsPortOf(const ClientOptions& o);
+// metrics_port is -1..65535 and, as a base, metrics_port + local_rank fits
+// in a port; the error names the variables (INVALID_ARGUMENT).
+absl::Status CheckMetricsPort(const ClientOptions& o);
 
 // The trainer's own rendezvous (torch's c10d store): rank 0 sets, the others
 // get (blocking up to their timeout).

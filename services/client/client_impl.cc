@@ -58,11 +58,13 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   transports_ = *std::move(t);
   metrics_ = std::make_unique<agent::AgentMetrics>();
   client_metrics_ = std::make_unique<ClientMetrics>(*metrics_->registry());
-  if (options_.metrics_port >= 0) {
-    if (absl::Status s =
-            metrics_->Serve(absl::StrCat(options_.metrics_address, ":", options_.metrics_port));
+  if (const int port = MetricsPortOf(options_); port >= 0) {
+    // One port per local rank (base + LOCAL_RANK): a pod's ranks each serve their own.
+    if (absl::Status s = metrics_->Serve(absl::StrCat(options_.metrics_address, ":", port));
         !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("GRADEX_METRICS_PORT: ", s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat("GRADEX_METRICS_PORT ", options_.metrics_port, " + LOCAL_RANK ",
+                                 options_.local_rank, ": ", s.message()));
     }
   }
   char host[256] = {};

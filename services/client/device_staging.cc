@@ -32,6 +32,21 @@ absl::StatusOr<std::span<float>> DeviceStaging::ToHost(std::span<const float> de
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
     return absl::InvalidArgumentError("Memory::kDevice: the pointer is not device memory");
   }
+  // Work on the memory's device, not this thread's default (device 0): a
+  // rank of a multi-GPU node must open no context on its neighbours' GPUs.
+  // Managed memory reports no single device (-1): keep the current one.
+  if (attr.type == cudaMemoryTypeDevice && attr.device >= 0) {
+    if (cudaError_t e = cudaSetDevice(attr.device); e != cudaSuccess) {
+      return CudaError(e, "selecting the memory's device");
+    }
+    if (attr.device != device_) {
+      // The pinned buffer belongs to the device it was allocated on.
+      if (pinned_ != nullptr) cudaFreeHost(pinned_);
+      pinned_ = nullptr;
+      capacity_ = 0;
+      device_ = attr.device;
+    }
+  }
   if (device.size() > capacity_) {
     if (pinned_ != nullptr) cudaFreeHost(pinned_);
     pinned_ = nullptr;
@@ -53,6 +68,11 @@ absl::StatusOr<std::span<float>> DeviceStaging::ToHost(std::span<const float> de
 
 absl::Status DeviceStaging::ToDevice(std::span<float> device) {
   if (device.size() > capacity_) return absl::InternalError("ToDevice before ToHost");
+  if (device_ >= 0) {
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
+      return CudaError(e, "selecting the memory's device");
+    }
+  }
   if (cudaError_t e =
           cudaMemcpy(device.data(), pinned_, device.size_bytes(), cudaMemcpyHostToDevice);
       e != cudaSuccess) {

@@ -23,6 +23,8 @@ class DeviceStaging {
   static bool Available();
   // Copies `device` (a CUDA device pointer) into the pinned buffer and
   // returns it; INVALID_ARGUMENT when the pointer is not device memory.
+  // Makes the pointer's device (cudaPointerGetAttributes) the calling
+  // thread's current device, and keeps the pinned buffer on it.
   absl::StatusOr<std::span<float>> ToHost(std::span<const float> device);
   // Copies the pinned buffer's first device.size() values back.
   absl::Status ToDevice(std::span<float> device);
@@ -30,6 +32,7 @@ class DeviceStaging {
  private:
   float* pinned_ = nullptr;
   size_t capacity_ = 0;
+  int device_ = -1;  // the device pinned_ was allocated on (-1: none chosen)
 };
 
 }  // namespace gradex::client

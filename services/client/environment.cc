@@ -151,4 +151,20 @@ absl::Status ApplyEnvironment(ClientOptions* o) {
   return absl::OkStatus();
 }
 
+int MetricsPortOf(const ClientOptions& o) {
+  return o.metrics_port <= 0 ? o.metrics_port : o.metrics_port + o.local_rank;
+}
+
+absl::Status CheckMetricsPort(const ClientOptions& o) {
+  if (o.metrics_port < -1 || o.metrics_port > 65535) {
+    return absl::InvalidArgumentError("metrics_port (GRADEX_METRICS_PORT) must be -1..65535");
+  }
+  if (o.metrics_port > 0 && (o.local_rank < 0 || o.metrics_port + o.local_rank > 65535)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics port ", o.metrics_port, " + local rank ", o.local_rank,
+        " (GRADEX_METRICS_PORT + LOCAL_RANK) is not a port: lower GRADEX_METRICS_PORT"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace gradex::client

@@ -69,7 +69,9 @@ typedef struct {
  * advertise_host, algorithm, density, teams, start_iter, min_compression_rate,
  * dense_probe_period, timeout_ms, mean (0/1), refuse_nonfinite (0/1),
  * pipeline (0/1), metrics_port, data_ip, timeline, max_bucket_elements, and
- * param.NAME for an algorithm parameter. rendezvous may be NULL. */
+ * param.NAME for an algorithm parameter. rendezvous may be NULL. A
+ * metrics_port > 0 is the base of a node's ranks: the client serves on
+ * metrics_port + local_rank. */
 int gradex_create(const char* const* keys, const char* const* values, size_t count, int use_env,
                   const gradex_rendezvous* rendezvous, gradex_client** out);
 

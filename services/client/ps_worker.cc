@@ -85,11 +85,13 @@ absl::Status PsWorkerImpl::Start(const Rendezvous& rendezvous) {
   endpoint_ = *std::move(e);
   metrics_ = std::make_unique<agent::AgentMetrics>();
   worker_metrics_ = std::make_unique<PsWorkerMetrics>(*metrics_->registry());
-  if (o_.client.metrics_port >= 0) {
-    if (absl::Status s =
-            metrics_->Serve(absl::StrCat(o_.client.metrics_address, ":", o_.client.metrics_port));
+  if (const int port = MetricsPortOf(o_.client); port >= 0) {
+    // One port per local rank (base + LOCAL_RANK): a pod's ranks each serve their own.
+    if (absl::Status s = metrics_->Serve(absl::StrCat(o_.client.metrics_address, ":", port));
         !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("GRADEX_METRICS_PORT: ", s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat("GRADEX_METRICS_PORT ", o_.client.metrics_port, " + LOCAL_RANK ",
+                                 o_.client.local_rank, ": ", s.message()));
     }
   }
   if (endpoint_.server != nullptr) {

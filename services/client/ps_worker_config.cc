@@ -22,7 +22,7 @@ absl::Status CheckPsWorkerOptions(const PsWorkerOptions& o) {
   if (c.timeout.count() < 1 || c.timeout > std::chrono::hours(24)) {
     return bad("timeout must be in 1 ms..24 h");
   }
-  if (c.metrics_port < -1 || c.metrics_port > 65535) return bad("metrics_port must be -1..65535");
+  if (absl::Status s = CheckMetricsPort(c); !s.ok()) return bad(std::string(s.message()));
   if (!(o.density > 0 && o.density <= 1)) return bad("density must be in (0, 1]");
   if (!(o.momentum > 0 && o.momentum <= 1)) return bad("momentum must be in (0, 1]");
   if (!(o.weight_decay >= 0) || std::isinf(o.weight_decay)) return bad("weight_decay must be >= 0");

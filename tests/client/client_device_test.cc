@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <thread>
 #include <vector>
 
 #include "services/client/client.h"
@@ -62,6 +63,56 @@ TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
   // Host memory declared as device memory is refused, not read as such.
   EXPECT_EQ(Exchange(**c, host, Memory::kDevice).code(), absl::StatusCode::kInvalidArgument);
   cudaFree(d);
+#endif
+}
+
+// A rank's buffer on device 1, staged by a thread whose current device is
+// the default 0: the staging switches that thread to device 1 (the memory's)
+// and its pinned buffer belongs to device 1. Needs 2 GPUs; skips otherwise.
+TEST(ClientDeviceTest, StagingFollowsThePointersDevice) {
+  if (!DeviceStaging::Available()) GTEST_SKIP() << "built without CUDA";
+#if GRADEX_CLIENT_CUDA
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) {
+    cudaGetLastError();
+    GTEST_SKIP() << "fewer than 2 GPUs (" << devices << ")";
+  }
+  std::vector<float> host(4096);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i % 7);
+  float* d = nullptr;
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), host.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  int current = -1;
+  cudaPointerAttributes pinned_attr{};
+  std::vector<float> staged;
+  absl::Status to_device;
+  std::thread([&] {  // a fresh thread: its current device is 0
+    DeviceStaging staging;
+    absl::StatusOr<std::span<float>> h = staging.ToHost(std::span<const float>(d, host.size()));
+    if (!h.ok()) {
+      to_device = h.status();
+      return;
+    }
+    cudaGetDevice(&current);
+    cudaPointerGetAttributes(&pinned_attr, h->data());
+    staged.assign(h->begin(), h->end());
+    for (float& x : *h) x *= 2;
+    to_device = staging.ToDevice(std::span<float>(d, host.size()));
+  })
+      .join();
+  ASSERT_TRUE(to_device.ok()) << to_device;
+  EXPECT_EQ(current, 1) << "the staging thread did not switch to the memory's device";
+  EXPECT_EQ(pinned_attr.type, cudaMemoryTypeHost);
+  EXPECT_EQ(pinned_attr.device, 1) << "the pinned buffer belongs to another device";
+  EXPECT_EQ(staged, host);
+  std::vector<float> back(host.size());
+  ASSERT_EQ(cudaMemcpy(back.data(), d, back.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (size_t i = 0; i < host.size(); ++i) ASSERT_EQ(back[i], 2 * host[i]) << i;
+  cudaFree(d);
+  cudaSetDevice(0);
 #endif
 }
 

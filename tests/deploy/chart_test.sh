@@ -4,8 +4,10 @@
 # check included), the parameter servers' objects (ps_render_check.py), every
 # tests/deploy/bad/*.yaml fails with the message its "# expect:" line names,
 # the alert rules load and pass their promtool unit tests (the rendered
-# PrometheusRule's too), and the dashboards are
-# scripts/gen-dashboards' output.
+# PrometheusRule's too), the dashboards are scripts/gen-dashboards' output,
+# and two job releases plus the dashboards release share one namespace
+# without a name or uid collision (two_releases_check.py), and the job
+# timing defaults are the coordinator's (chart_defaults_check.py).
 # usage: chart_test.sh [OUT_DIR]  (renders are left in OUT_DIR/renders)
 # Exit 77 (skip) when Go, the Go libraries, promtool or PyYAML are missing:
 # scripts/install-deps installs them.
@@ -58,8 +60,17 @@ expect_kinds "$OUT/renders/dgs-servers.yaml" StatefulSet PodMonitor NetworkPolic
 # The DGS parameter servers: only when asked; arguments, volumes, ports,
 # policies, monitor and the job config's ps block.
 python3 "$HERE/ps_render_check.py" "$OUT/renders" "$ROOT" || fail "parameter-server renders"
-n=$(grep -c "grafana_dashboard: \"1\"" "$OUT/renders/default.yaml")
-((n == $(ls "$CHART"/dashboards/*.json | wc -l))) || fail "default: $n dashboard ConfigMaps"
+# Dashboards: once per cluster, from a dashboards-only release; none by default.
+n=$(grep -c "grafana_dashboard: \"1\"" "$OUT/renders/dashboards-only.yaml")
+((n == $(ls "$CHART"/dashboards/*.json | wc -l))) || fail "dashboards-only: $n dashboard ConfigMaps"
+((n == $(grep -c "^kind:" "$OUT/renders/dashboards-only.yaml"))) || fail "dashboards-only: objects besides the dashboards"
+! grep -q "grafana_dashboard:" "$OUT/renders/default.yaml" || fail "default: dashboards in a job release"
+# One set of defaults: the chart's job timings are the coordinator's.
+python3 "$HERE/chart_defaults_check.py" "$ROOT" || fail "chart defaults differ from the coordinator's"
+# Ranks per pod and GPU pods: a metrics port per local rank, all scraped.
+python3 "$HERE/ranks_render_check.py" "$OUT/renders" || fail "ranks per pod"
+# Many jobs in one namespace: no name or uid collision, scoped monitors and rules.
+python3 "$HERE/two_releases_check.py" "$R" "$CHART" "$OUT/two-releases" || fail "two releases in one namespace"
 
 # Bad value sets fail, with the message they name.
 for b in "$HERE"/bad/*.yaml; do

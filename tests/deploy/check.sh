@@ -11,10 +11,15 @@
 #   5. live_check.py: the rendered workloads, monitors and rules with a real
 #      Prometheus; stall alerts; every dashboard panel shows data;
 #      ps_live_check.py: a rendered DGS job, its 2 server pods' processes,
-#      their PodMonitor, the parameter-server dashboard, snapshots at SIGTERM
+#      their PodMonitor, the parameter-server dashboard, snapshots at SIGTERM;
+#      live_ranks_check.py: one pod of 4 ranks (torchrun), its 4 metrics
+#      ports scraped through the PodMonitor's 4 endpoints
 #   6. (--images) scripts/images (the trainer's Python package from a CPU build,
 #      $GRADEX_CPU_BUILD, default build-cpu, configured here when missing), then
-#      kube_play.sh: podman kube play of the rendered coordinator and trainers;
+#      kube_play.sh: podman kube play of the rendered coordinator and trainers
+#      (4 pods; then one pod of 4 ranks, its 4 metrics ports scraped);
+#      kube_play_two.py: two releases in one namespace, one Prometheus,
+#      each release's rules alerting on its own job only;
 #      kube_play_ps.py: a DGS job's coordinator, server pod (gradex/agent) and
 #      2 trainers
 # usage: tests/deploy/check.sh [--skip-live] [--images] [BUILD_DIR (default build)]
@@ -110,6 +115,8 @@ if ((LIVE)); then
     grep -v '^step \|^\[' || fail "live check"
   step "5b. live: a rendered DGS job with its parameter servers, their monitor and dashboard"
   python3 "$HERE/ps_live_check.py" "$BUILD/bin" "$R" "$ROOT/helm/gradex" "$OUT/ps-live" || fail "ps live check"
+  step "5c. live: one pod of 4 ranks, each rank's metrics port scraped through the PodMonitor"
+  python3 "$HERE/live_ranks_check.py" "$BUILD/bin" "$R" "$ROOT/helm/gradex" "$OUT/ranks-live" || fail "ranks live check"
 fi
 if ((IMAGES)); then
   step "6. images and podman kube play"
@@ -122,6 +129,9 @@ if ((IMAGES)); then
   nice -n 5 cmake --build "$CPU" -j2 --target gradex_python >/dev/null || fail "the CPU build of the Python module"
   nice -n 10 "$ROOT/scripts/images" --prebuilt "${BUILD#"$ROOT"/}/bin" --python-build "$CPU"
   "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube"
+  "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube-ranks" --nproc 4
+  CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/containers.conf} \
+    python3 "$HERE/kube_play_two.py" "$R" "$ROOT/helm/gradex" "$OUT/kube-two"
   CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/containers.conf} \
     python3 "$HERE/kube_play_ps.py" "$R" "$ROOT/helm/gradex" "$OUT/kube-ps"
 fi

@@ -20,7 +20,13 @@ containerPorts are dropped (4.3 publishes them on the host, where the 4
 trainers' would collide): the pods are reached on their own addresses at
 the ports the rendered objects name.
 
-usage: kube_play.py HELMRENDER CHART WORKDIR  (root; CONTAINERS_CONF set)
+With --nproc 4 (ranks per pod): one trainer pod of 4 ranks
+(workload.nprocPerNode 4; torchrun starts 4 processes in the pod), each
+serving its metrics on its own port (GRADEX_METRICS_PORT + LOCAL_RANK), all
+4 scraped through the PodMonitor's 4 endpoints, each series with its
+local_rank and rank.
+
+usage: kube_play.py HELMRENDER CHART WORKDIR [--nproc N]  (root; CONTAINERS_CONF set)
 """
 import base64, copy, json, os, subprocess, sys, time, urllib.request
 import yaml
@@ -29,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import live_check as lc  # noqa: E402  (the monitor -> scrape config helpers)
 
 RENDER, CHART, WORK = sys.argv[1:4]
+NPROC = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[4] == "--nproc" else 1
 lc.WORK = WORK
 PODS = []
 
@@ -69,7 +76,8 @@ def main():
     version = yaml.safe_load(open(f"{CHART}/Chart.yaml"))["appVersion"]
     values = {
         "image": {"registry": "localhost"},
-        "workload": {"image": {"registry": "localhost"},
+        "job": {"worldSize": 4},
+        "workload": {"image": {"registry": "localhost"}, "replicas": 4 // NPROC, "nprocPerNode": NPROC,
                      # long enough for Prometheus (started once the pods have addresses) to scrape them
                      "example": {"epochs": 2, "maxSteps": 0},
                      "extraEnv": [{"name": "UCX_TLS", "value": "tcp"}]},
@@ -147,19 +155,26 @@ def main():
     if not lc.matches(smon["spec"]["selector"], svc["metadata"]["labels"]) or \
             not lc.matches(pmon["spec"]["selector"], tpl["metadata"]["labels"]):
         lc.fail("the monitors do not select the rendered Service / trainer pods")
-    ep, pep = smon["spec"]["endpoints"][0], pmon["spec"]["podMetricsEndpoints"][0]
+    ep = smon["spec"]["endpoints"][0]
     sport = [p for p in svc["spec"]["ports"] if p["name"] == ep["port"]][0]["targetPort"]
     cport = [p["containerPort"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"] if p["name"] == sport][0]
-    tport = [p["containerPort"] for p in tpl["spec"]["containers"][0]["ports"] if p["name"] == pep["port"]][0]
     cfg = {"global": {"scrape_interval": "1s"}, "scrape_configs": [
         {"job_name": f"serviceMonitor/gradex/{smon['metadata']['name']}/0", "scrape_timeout": ep["scrapeTimeout"],
          "static_configs": [{"targets": [f"{cip}:{cport}"], "labels": lc.meta_labels(dep["spec"]["template"]["metadata"], cpod)}],
-         "relabel_configs": lc.relabel(ep["relabelings"])},
-        {"job_name": f"podMonitor/gradex/{pmon['metadata']['name']}/0", "scrape_timeout": pep["scrapeTimeout"],
-         "static_configs": [{"targets": [f"{pod_ip(p)}:{tport}"],
-                             "labels": lc.meta_labels({**tpl["metadata"], "annotations": {"batch.kubernetes.io/job-completion-index": str(i)}}, p)}
-                            for i, p in enumerate(pod_names)],
-         "relabel_configs": lc.relabel(pep["relabelings"])}]}
+         "relabel_configs": lc.relabel(ep["relabelings"])}]}
+    # One scrape job per PodMonitor endpoint (one per local rank), as the
+    # operator generates them; each endpoint's port name resolved in the pod.
+    peps = pmon["spec"]["podMetricsEndpoints"]
+    if len(peps) != NPROC:
+        lc.fail(f"the PodMonitor has {len(peps)} endpoints for {NPROC} ranks per pod")
+    for k, pep in enumerate(peps):
+        tport = [p["containerPort"] for p in tpl["spec"]["containers"][0]["ports"] if p["name"] == pep["port"]][0]
+        cfg["scrape_configs"].append(
+            {"job_name": f"podMonitor/gradex/{pmon['metadata']['name']}/{k}", "scrape_timeout": pep["scrapeTimeout"],
+             "static_configs": [{"targets": [f"{pod_ip(p)}:{tport}"],
+                                 "labels": lc.meta_labels({**tpl["metadata"], "annotations": {"batch.kubernetes.io/job-completion-index": str(i)}}, p)}
+                                for i, p in enumerate(pod_names)],
+             "relabel_configs": lc.relabel(pep["relabelings"])})
     yaml.safe_dump(cfg, open(f"{WORK}/prometheus.yml", "w"))
     pport = lc.free_port()
     lc.start("prometheus", ["prometheus", f"--config.file={WORK}/prometheus.yml",
@@ -167,16 +182,23 @@ def main():
     lc.wait_until("prometheus ready",
                   lambda: "Server is ready to receive web requests" in open(f"{WORK}/prometheus.log").read(), 30)
     end = time.time() + 120
-    while not ((r := lc.prom(pport, 'count(up{gradex_job="gx-gradex"} == 1)')) and r[0]["value"][1] == str(n + 1)):
+    while not ((r := lc.prom(pport, 'count(up{gradex_job="gx-gradex"} == 1)')) and r[0]["value"][1] == str(n * NPROC + 1)):
         if time.time() > end:
             with urllib.request.urlopen(f"http://127.0.0.1:{pport}/api/v1/targets", timeout=10) as t:
                 targets = json.load(t)["data"]["activeTargets"]
             why = "; ".join(f"{t['scrapeUrl']} {t['health']} {t['lastError']}" for t in targets)
             logs = subprocess.run(["podman", "logs", "--tail", "5", f"{pod_names[0]}-trainer"],
                                   capture_output=True, text=True)
-            lc.fail(f"prometheus does not see {n + 1} targets up: {why}\ntrainer 0: {logs.stdout}{logs.stderr}")
+            lc.fail(f"prometheus does not see {n * NPROC + 1} targets up: {why}\ntrainer 0: {logs.stdout}{logs.stderr}")
         time.sleep(1)
-    print(f"prometheus: {n + 1} pod targets up through the rendered monitors")
+    print(f"prometheus: {n * NPROC + 1} targets up through the rendered monitors ({n} trainer pod(s) x {NPROC} rank(s), the coordinator)")
+    if NPROC > 1:
+        up = lc.prom(pport, 'up{gradex_job="gx-gradex",gradex_component="trainer"} == 1')
+        got = sorted((m["metric"].get("local_rank"), m["metric"].get("rank")) for m in up)
+        want = sorted((str(l), f"{i}:{l}") for i in range(n) for l in range(NPROC))
+        if got != want:
+            lc.fail(f"trainer targets' (local_rank, rank) labels {got}, expected {want}")
+        print(f"each local rank scraped on its own port: (local_rank, rank) {got}")
 
     for i, p in enumerate(pod_names):
         ctr_name = f"{p}-trainer"

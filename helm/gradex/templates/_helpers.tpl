@@ -75,6 +75,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-coordinator.%s.svc:%d" (include "gradex.fullname" .) .Release.Namespace (int .Values.service.grpcPort) -}}
 {{- end -}}
 
+{{/* Processes per trainer pod: workload.nprocPerNode, or workload.gpusPerPod
+(one rank per GPU) when that is set. */}}
+{{- define "gradex.nprocPerNode" -}}
+{{- if .Values.workload.gpusPerPod -}}{{ int .Values.workload.gpusPerPod }}{{- else -}}{{ int .Values.workload.nprocPerNode }}{{- end -}}
+{{- end -}}
+
+{{/* The trainer container's metrics port of local rank N (names are at most
+15 characters: gx-metrics-0 .. gx-metrics-9999). */}}
+{{- define "gradex.metricsPortName" -}}
+{{- printf "gx-metrics-%d" (int .) -}}
+{{- end -}}
+
 {{/* Checks of values that the schema cannot express (cross-field). */}}
 {{- define "gradex.validate" -}}
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
@@ -89,8 +101,24 @@ app.kubernetes.io/component: {{ .component }}
 {{- if gt (int .Values.workload.ucxPortRange.start) (int .Values.workload.ucxPortRange.end) -}}
 {{- fail (printf "workload.ucxPortRange: start %d is after end %d" (int .Values.workload.ucxPortRange.start) (int .Values.workload.ucxPortRange.end)) -}}
 {{- end -}}
-{{- if and .Values.workload.enabled (ne (int .Values.job.worldSize) (mul (int .Values.workload.replicas) (int .Values.workload.nprocPerNode))) -}}
-{{- fail (printf "job.worldSize (%d) must equal workload.replicas x workload.nprocPerNode (%d x %d)" (int .Values.job.worldSize) (int .Values.workload.replicas) (int .Values.workload.nprocPerNode)) -}}
+{{- $nproc := int (include "gradex.nprocPerNode" .) -}}
+{{- if and .Values.workload.gpusPerPod (ne (int .Values.workload.nprocPerNode) 1) (ne (int .Values.workload.nprocPerNode) (int .Values.workload.gpusPerPod)) -}}
+{{- fail (printf "workload.gpusPerPod (%d) sets the processes per pod (one per GPU); workload.nprocPerNode (%d) must be left at 1 or equal it" (int .Values.workload.gpusPerPod) (int .Values.workload.nprocPerNode)) -}}
+{{- end -}}
+{{- if and .Values.workload.enabled (ne (int .Values.job.worldSize) (mul (int .Values.workload.replicas) $nproc)) -}}
+{{- fail (printf "job.worldSize (%d) must equal workload.replicas x %s (%d x %d)" (int .Values.job.worldSize) (ternary "workload.gpusPerPod" "workload.nprocPerNode" (gt (int .Values.workload.gpusPerPod) 0)) (int .Values.workload.replicas) $nproc) -}}
+{{- end -}}
+{{- $mlast := add (int .Values.workload.metricsPort) $nproc -1 -}}
+{{- if gt $mlast 65535 -}}
+{{- fail (printf "workload.metricsPort (%d) + %d local ranks run past port 65535: lower workload.metricsPort" (int .Values.workload.metricsPort) $nproc) -}}
+{{- end -}}
+{{- range $p := list (int .Values.workload.rendezvousPort) (int .Values.workload.ucxPortRange.start) (int .Values.workload.ucxPortRange.end) -}}
+{{- if and (ge $p (int $.Values.workload.metricsPort)) (le $p $mlast) -}}
+{{- fail (printf "workload.metricsPort: the local ranks' metrics ports %d..%d overlap port %d (rendezvousPort or ucxPortRange)" (int $.Values.workload.metricsPort) $mlast $p) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (lt (int .Values.workload.ucxPortRange.start) (int .Values.workload.metricsPort)) (gt (int .Values.workload.ucxPortRange.end) $mlast) -}}
+{{- fail (printf "workload.metricsPort: the local ranks' metrics ports %d..%d lie inside ucxPortRange" (int .Values.workload.metricsPort) $mlast) -}}
 {{- end -}}
 {{- if ne 0 (mod (int .Values.job.worldSize) (int .Values.job.teams)) -}}
 {{- fail (printf "job.teams (%d) must divide job.worldSize (%d)" (int .Values.job.teams) (int .Values.job.worldSize)) -}}
@@ -148,7 +176,8 @@ app.kubernetes.io/component: {{ .component }}
       {{- else }}
       /opt/gradex/examples/train_fashion_mnist.py --algorithm={{ $root.Values.job.algorithm }}
       --density={{ $root.Values.job.density }} --epochs={{ int $w.example.epochs }}
-      --max-steps={{ int64 $w.example.maxSteps }} --batch-size={{ int $w.example.batchSize }} "$@"
+      --max-steps={{ int64 $w.example.maxSteps }} --batch-size={{ int $w.example.batchSize }}
+      {{- if $w.gpusPerPod }} --device=auto{{ end }} "$@"
       {{- end }}
     - gradex-example
     {{- with $w.extraArgs }}
@@ -164,6 +193,7 @@ app.kubernetes.io/component: {{ .component }}
       value: {{ include "gradex.jobId" $root | quote }}
     - name: GRADEX_TOKEN_FILE
       value: /etc/gradex/token/{{ $root.Values.token.secretKey }}
+    # The base: the process of local rank l serves metricsPort + l.
     - name: GRADEX_METRICS_PORT
       value: {{ $w.metricsPort | quote }}
     - name: GRADEX_METRICS_ADDR
@@ -185,7 +215,7 @@ app.kubernetes.io/component: {{ .component }}
     - name: NNODES
       value: {{ $w.replicas | quote }}
     - name: NPROC_PER_NODE
-      value: {{ $w.nprocPerNode | quote }}
+      value: {{ include "gradex.nprocPerNode" $root | quote }}
     {{- with .env }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -193,13 +223,22 @@ app.kubernetes.io/component: {{ .component }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
   ports:
-    - name: gradex-metrics
-      containerPort: {{ $w.metricsPort }}
+    {{- range $l := until (int (include "gradex.nprocPerNode" $root)) }}
+    # local rank {{ $l }}'s metrics (GRADEX_METRICS_PORT + LOCAL_RANK)
+    - name: {{ include "gradex.metricsPortName" $l }}
+      containerPort: {{ add (int $w.metricsPort) $l }}
       protocol: TCP
+    {{- end }}
     - name: rendezvous
       containerPort: {{ $w.rendezvousPort }}
       protocol: TCP
-  {{- with $w.resources }}
+  {{- $res := deepCopy (default (dict) $w.resources) }}
+  {{- if $w.gpusPerPod }}
+  {{- /* An extended resource: requests must equal limits. */}}
+  {{- $_ := set $res "limits" (merge (dict "nvidia.com/gpu" (int $w.gpusPerPod)) (default (dict) $res.limits)) }}
+  {{- $_ := set $res "requests" (merge (dict "nvidia.com/gpu" (int $w.gpusPerPod)) (default (dict) $res.requests)) }}
+  {{- end }}
+  {{- with $res }}
   resources:
     {{- toYaml . | nindent 4 }}
   {{- end }}
@@ -252,11 +291,17 @@ volumes:
       defaultMode: 288  # 0440
   {{- end }}
   {{- end }}
-{{- with $w.nodeSelector }}
+{{- $nodeSelector := deepCopy (default (dict) $w.nodeSelector) }}
+{{- $tolerations := default (list) $w.tolerations }}
+{{- if $w.gpusPerPod }}
+{{- $nodeSelector = merge $nodeSelector (default (dict) $w.gpuNodeSelector) }}
+{{- $tolerations = concat $tolerations (default (list) $w.gpuTolerations) }}
+{{- end }}
+{{- with $nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $w.tolerations }}
+{{- with $tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
