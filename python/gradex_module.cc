@@ -281,10 +281,10 @@ PYBIND11_MODULE(_C, m) {
   // The release (VERSION) and what this module was built from: the same
   // values as every binary's --version and the gradex_build_info metric.
   m.attr("__version__") = gradex::Version();
-  m.attr("build_info") =
-      py::dict(py::arg("version") = gradex::Version(), py::arg("git") = gradex::GitCommit(),
-               py::arg("cuda") = gradex::CudaVersion(), py::arg("ucx") = gradex::UcxVersion(),
-               py::arg("wire_protocol") = gradex::kWireProtocol);
+  m.attr("build_info") = py::dict(
+      py::arg("version") = gradex::Version(), py::arg("git") = gradex::GitCommit(),
+      py::arg("cuda") = gradex::BuildCudaVersion(), py::arg("ucx") = gradex::BuildUcxVersion(),
+      py::arg("wire_protocol") = gradex::kWireProtocol);
   gradex::python::BindPsWorker(m);
   py::class_<PyClient>(m, "Client")
       .def_static("create", &gradex::python::Create, py::arg("options"),

@@ -12,8 +12,8 @@ void RegisterBuildInfo(prometheus::Registry& registry) {
       .Register(registry)
       .Add({{"version", Version()},
             {"git", GitCommit()},
-            {"cuda", CudaVersion()},
-            {"ucx", UcxVersion()}})
+            {"cuda", BuildCudaVersion()},
+            {"ucx", BuildUcxVersion()}})
       .Set(1);
 }
 

@@ -18,13 +18,17 @@ namespace gradex {
 inline constexpr uint32_t kWireProtocol = 1;
 inline constexpr uint32_t kOldestWireProtocol = 1;
 
-const char* Version();      // "0.1.0", from VERSION
-const char* GitCommit();    // the commit built, e.g. "da765b0a1b2c"; "unknown" outside git
-const char* CudaVersion();  // the CUDA toolkit the kernels were built with, or "none"
-const char* UcxVersion();   // the UCX the build was configured with, e.g. "1.13.1"
+const char* Version();           // "0.1.0", from VERSION
+const char* GitCommit();         // the commit built, e.g. "da765b0a1b2c"; "unknown" outside git
+const char* BuildCudaVersion();  // the CUDA toolkit the kernels were built with, or "none"
+const char* BuildUcxVersion();   // the UCX the build was configured with, e.g. "1.13.1"
 
 // "<program> 0.1.0 (git da765b0a1b2c, CUDA 13.0.48, UCX 1.13.1, wire protocol 1)".
 std::string VersionLine(absl::string_view program);
+
+// When an argument is exactly --version: prints VersionLine(program) to
+// stdout and returns true (main then exits 0 before parsing anything else).
+bool PrintVersionIfAsked(int argc, char** argv, absl::string_view program);
 
 }  // namespace gradex
 

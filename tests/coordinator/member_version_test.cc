@@ -83,8 +83,8 @@ TEST(MemberVersion, RegistryNamesTheBuild) {
   CoordinatorMetrics metrics(reg);
   EXPECT_EQ(Series(reg, "gradex_build_info", "version", Version()), 1);
   EXPECT_EQ(Series(reg, "gradex_build_info", "git", GitCommit()), 1);
-  EXPECT_EQ(Series(reg, "gradex_build_info", "ucx", UcxVersion()), 1);
-  EXPECT_EQ(Series(reg, "gradex_build_info", "cuda", CudaVersion()), 1);
+  EXPECT_EQ(Series(reg, "gradex_build_info", "ucx", BuildUcxVersion()), 1);
+  EXPECT_EQ(Series(reg, "gradex_build_info", "cuda", BuildCudaVersion()), 1);
   EXPECT_FALSE(std::string(Version()).empty());
   EXPECT_TRUE(absl::StrContains(VersionLine("gradex-x"), absl::StrCat("gradex-x ", Version())));
 }
