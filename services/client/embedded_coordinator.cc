@@ -6,6 +6,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
+#include "google/protobuf/util/json_util.h"
+#include "gradex/v1/job_config.pb.h"
 #include "services/coordinator/job_config.h"
 
 namespace gradex::client {
@@ -32,6 +34,21 @@ bool IsName(const std::string& s) {
   return true;
 }
 
+}  // namespace
+
+// The coordinator reads a job config as JSON (a file, or this text), so the
+// embedded one gets the same: the filled message, printed by protobuf.
+std::string JobConfigJson(const gradex::v1::JobConfig& c) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;  // the job_config.proto names a file uses
+  // Printing a message that is filled in code cannot fail (no Any, no unknown enum).
+  (void)google::protobuf::util::MessageToJsonString(c, &json, opts);
+  return json;
+}
+
+namespace {
+
 std::string HostPort(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
   return v6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
@@ -50,22 +67,21 @@ absl::StatusOr<std::string> EmbeddedJobConfig(const ClientOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("algorithm '", algorithm.substr(0, 64),
                                                    "' unknown; known: ", catalog::NameList()));
   }
-  std::string params;
+  gradex::v1::JobConfig c;
+  c.set_job_id(o.job);
+  c.set_world_size(o.world_size);
+  c.set_algorithm(algorithm);
+  c.set_density(o.density);
+  c.set_teams(o.teams);
+  c.set_step_deadline_ms(static_cast<uint32_t>(o.timeout.count()));
+  c.set_rendezvous_timeout_ms(static_cast<uint32_t>(o.timeout.count()));
   for (const auto& [name, value] : o.params) {
     if (!IsName(name)) {
       return absl::InvalidArgumentError(absl::StrCat("parameter name '", name.substr(0, 64), "'"));
     }
-    char v[64];
-    std::snprintf(v, sizeof(v), "%.17g", value);
-    absl::StrAppend(&params, params.empty() ? "" : ", ", "\"", name, "\": ", v);
+    (*c.mutable_params())[name] = value;
   }
-  char density[64];
-  std::snprintf(density, sizeof(density), "%.17g", o.density);
-  return absl::StrCat("{\"job_id\": \"", o.job, "\", \"world_size\": ", o.world_size,
-                      ", \"algorithm\": \"", algorithm, "\", \"density\": ", density,
-                      ", \"teams\": ", o.teams, ", \"step_deadline_ms\": ", o.timeout.count(),
-                      ", \"rendezvous_timeout_ms\": ", o.timeout.count(), ", \"params\": {", params,
-                      "}}");
+  return JobConfigJson(c);
 }
 
 absl::StatusOr<CoordinatorEndpoint> FindCoordinator(const ClientOptions& o,
