@@ -49,6 +49,13 @@ std::string JobConfigJson(const gradex::v1::JobConfig& c) {
 
 namespace {
 
+// The first mistake of most PyTorch users: GradexState before the process
+// group, whose store is the rendezvous.
+constexpr char kNoCoordinatorFix[] =
+    "Fix: from PyTorch, call torch.distributed.init_process_group() before "
+    "gradex.torch.GradexState(...); or set GRADEX_COORDINATOR (and GRADEX_TOKEN) to a "
+    "running gradex-coordinator";
+
 std::string HostPort(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
   return v6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
@@ -95,8 +102,9 @@ absl::StatusOr<CoordinatorEndpoint> FindCoordinator(const ClientOptions& o,
   }
   if (o.rank != 0) {
     if (!rendezvous.get) {
-      return absl::InvalidArgumentError(
-          "no coordinator (GRADEX_COORDINATOR) and no rendezvous to find rank 0's");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", o.rank, " has no coordinator to join and no rendezvous to find rank 0's. ",
+          kNoCoordinatorFix));
     }
     absl::StatusOr<std::string> address = rendezvous.get(kCoordinatorKey);
     if (!address.ok()) {
@@ -115,9 +123,10 @@ absl::StatusOr<CoordinatorEndpoint> FindCoordinator(const ClientOptions& o,
     return e;
   }
   if (o.world_size > 1 && !rendezvous.set) {
-    return absl::InvalidArgumentError(
-        "rank 0 starts the coordinator but has no rendezvous to publish it (give one, or "
-        "GRADEX_COORDINATOR)");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank 0 of ", o.world_size,
+        " starts the coordinator but has no rendezvous to publish it to the other ranks. ",
+        kNoCoordinatorFix));
   }
   absl::StatusOr<std::string> json = job_json.empty() ? EmbeddedJobConfig(o) : job_json;
   if (!json.ok()) return json.status();
