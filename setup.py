@@ -26,6 +26,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.abspath(os.environ.get("GRADEX_BUILD_DIR", os.path.join(ROOT, "build")))
 BINARIES = ["gradex-coordinator", "gradex-agent", "gradex-bench"]
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+os.makedirs(BUILD, exist_ok=True)
 
 
 def module_path():
@@ -89,5 +90,7 @@ setup(
     cmdclass={"build_py": BuildPyWithModule, "build_scripts": CopyBinaries},
     # Named so that build_scripts runs; CopyBinaries takes them from the build.
     scripts=[os.path.join("bin", b) for b in BINARIES],
-    options={"build": {"build_base": os.path.join("build", "setuptools")}},
+    # setuptools' own files go into the CMake build, not the source tree.
+    options={"build": {"build_base": os.path.join(BUILD, "setuptools")},
+             "egg_info": {"egg_base": BUILD}},
 )
