@@ -43,6 +43,7 @@ class ForwardingTransport : public Transport {
   bool aborted() const override { return inner_->aborted(); }
   PeerCounters counters(int peer) const override { return inner_->counters(peer); }
   void ResetCounters() override { inner_->ResetCounters(); }
+  RecvProfile recv_profile() const override { return inner_->recv_profile(); }
 
  private:
   std::unique_ptr<Transport> owned_;  // null when borrowed

@@ -34,6 +34,43 @@ struct PeerCounters {
   uint64_t refused_messages = 0;
 };
 
+// Where a transport's completed receives spent their time (the transport
+// benchmark prints it). Transports that cannot tell leave it zero.
+struct RecvProfile {
+  uint64_t receives = 0;
+  // Posted until the message was matched: waiting for the sender, then the
+  // probe (UCX receives of unknown size are posted only once probed).
+  double match_wait_s = 0;
+  // Matched (or posted, for a receive posted with its buffer) until its last
+  // byte was in memory.
+  double receive_s = 0;
+  // Allocating the buffer the message lands in.
+  double alloc_s = 0;
+  // Receives whose buffer was reused (no page faults, no zero fill).
+  uint64_t pooled = 0;
+  // Copying bytes after they landed (a bounce through another buffer).
+  double copy_s = 0;
+  uint64_t copied_bytes = 0;
+  // In memory until handed to the caller (the caller's polling rhythm).
+  double deliver_s = 0;
+  // Receives posted to the network with their buffer before the message
+  // came (no probe, no extra pass), counted when posted.
+  uint64_t posted_direct = 0;
+
+  RecvProfile& operator+=(const RecvProfile& o) {
+    receives += o.receives;
+    match_wait_s += o.match_wait_s;
+    receive_s += o.receive_s;
+    alloc_s += o.alloc_s;
+    pooled += o.pooled;
+    copy_s += o.copy_s;
+    copied_bytes += o.copied_bytes;
+    deliver_s += o.deliver_s;
+    posted_direct += o.posted_direct;
+    return *this;
+  }
+};
+
 // Opaque handle of a posted operation. 0 is never a valid id.
 using RequestId = uint64_t;
 
@@ -80,6 +117,9 @@ class Transport {
   // Counters since construction or the last ResetCounters(); payload bytes only.
   virtual PeerCounters counters(int peer) const = 0;
   virtual void ResetCounters() = 0;
+
+  // Since construction or the last ResetCounters(); user receives only.
+  virtual RecvProfile recv_profile() const { return {}; }
 
   PeerCounters TotalCounters() const {
     PeerCounters t;

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "transport/buffer_pool.h"
 #include "transport/transport.h"
 #include "transport/ucx_transport.h"
 
@@ -60,6 +61,15 @@ struct Request {
   size_t refused_cap = 0;      // and the cap it was over
   State state = State::kQueued;
   ucs_status_t ucx_status = UCS_OK;
+  // A receive posted to UCX with its buffer (no probe): the message lands
+  // where the caller gets it.
+  bool direct = false;
+  bool settled = false;      // a direct receive's end was handled (SettleDirect)
+  size_t landed_length = 0;  // what UCX reported the sender sent
+  // Receive timeline (RecvProfile): posted, matched by the probe, last byte in.
+  Clock::time_point posted_at, matched_at, landed_at;
+  double alloc_s = 0;
+  bool pooled = false;  // its buffer came from the pool
 
   void Finish(ucs_status_t status) {
     ucx_status = status;
@@ -121,7 +131,8 @@ class UcxTransport : public Transport {
         w_(std::move(worker)),
         worker_(w_->worker),
         counters_(size),
-        peer_status_(size) {}
+        peer_status_(size),
+        pool_(kPoolMinBytes, kPoolBuffers, options.buffer_pool_bytes) {}
   ~UcxTransport() override;
 
   absl::Status Connect(const std::vector<std::string>& addresses, Deadline deadline);
@@ -141,7 +152,9 @@ class UcxTransport : public Transport {
   }
   void ResetCounters() override {
     for (PeerCounters& c : counters_) c = PeerCounters{};
+    profile_ = RecvProfile{};
   }
+  RecvProfile recv_profile() const override { return profile_; }
 
  private:
   struct PeerErrorArg {
@@ -164,8 +177,16 @@ class UcxTransport : public Transport {
   // Receives the probed message `msg` (`info.length` bytes) into r->buf;
   // r completes now or in RecvCallback.
   void ReceiveProbed(Request* r, ucp_tag_message_h msg, const ucp_tag_recv_info_t& info);
+  // Posts r's receive to UCX at once, into a buffer of its capacity: for a
+  // receive whose size the schedule knows (UcxOptions::direct_receive_bytes).
+  void PostDirect(Request* r);
+  // A direct receive that ended: trims the buffer to what came, or books a
+  // message longer than the buffer as refused.
+  void SettleDirect(Request* r);
   // Non-empty once the request is over (OK or error).
   std::optional<absl::Status> Outcome(Request& r);
+  // Adds a delivered receive's timeline to profile_.
+  void Book(const Request& r);
   // Releases a finished request, moving a received payload into *out.
   absl::Status Release(RequestId id, absl::Status outcome, Bytes* out);
   // Drops a request the caller no longer wants; an active UCX request is
@@ -189,6 +210,11 @@ class UcxTransport : public Transport {
   std::vector<ucp_ep_h> eps_;
   std::vector<std::unique_ptr<PeerErrorArg>> error_args_;
   std::vector<PeerCounters> counters_;
+  RecvProfile profile_;
+  // Below this a fresh buffer is cheap (malloc's heap, no mmap).
+  static constexpr size_t kPoolMinBytes = 256 * 1024;
+  static constexpr size_t kPoolBuffers = 4;
+  BufferPool pool_;
   // OK while the peer is reachable; set by the endpoint error callback.
   std::vector<absl::Status> peer_status_;
   std::map<RequestId, std::unique_ptr<Request>> requests_;

@@ -23,9 +23,12 @@ void SendCallback(void* /*request*/, ucs_status_t status, void* user_data) {
   static_cast<Request*>(user_data)->Finish(status);
 }
 
-void RecvCallback(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* /*info*/,
+void RecvCallback(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* info,
                   void* user_data) {
-  static_cast<Request*>(user_data)->Finish(status);
+  auto* r = static_cast<Request*>(user_data);
+  r->landed_at = Clock::now();
+  r->landed_length = info != nullptr ? info->length : 0;
+  r->Finish(status);
 }
 
 absl::Status UcxTransport::CheckArgs(int peer, uint64_t tag) const {
@@ -110,12 +113,71 @@ RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal, size_t 
   r->tag = tag;
   r->wire_tag = WireTag(generation_, peer, tag, internal);
   r->state = State::kQueued;
-  queued_[r->wire_tag].push_back(r.get());
+  r->posted_at = Clock::now();
+  Request* raw = r.get();
   RequestId id = next_id_++;
   requests_.emplace(id, std::move(r));
+  // A receive whose size the schedule bounds is posted to UCX with its buffer
+  // (the message lands where the caller gets it, and UCX starts a rendezvous
+  // as soon as the sender's request arrives), when a kept buffer holds the
+  // bound: a fresh one would be allocated and zeroed at the bound, not at the
+  // size that comes (a sparse frame is often far below its bound). Only when no probed receive on
+  // the same tag is queued before it: UCX matches posted receives ahead of
+  // our probes, which would reorder a (sender, tag) pair's messages.
+  const size_t cap =
+      options_.max_message_bytes > 0 ? std::min(options_.max_message_bytes, capacity) : capacity;
+  if (peer != rank_ && capacity != SIZE_MAX && options_.direct_receive_bytes > 0 &&
+      cap >= options_.direct_receive_bytes && pool_.Has(cap) && !queued_.contains(raw->wire_tag)) {
+    PostDirect(raw);
+    return id;
+  }
+  queued_[raw->wire_tag].push_back(raw);
   // Match right away if the message is already here (cheap: a probe).
   MatchQueued();
   return id;
+}
+
+void UcxTransport::PostDirect(Request* r) {
+  r->direct = true;
+  if (!r->internal) profile_.posted_direct += 1;
+  r->capacity = options_.max_message_bytes > 0 ? std::min(options_.max_message_bytes, r->capacity)
+                                               : r->capacity;
+  r->matched_at = r->posted_at;
+  const Clock::time_point a = Clock::now();
+  r->pooled = true;
+  r->buf = pool_.Take(r->capacity);
+  r->alloc_s = std::chrono::duration<double>(Clock::now() - a).count();
+  r->state = State::kInFlight;
+  ucp_request_param_t param = {};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.recv = &RecvCallback;
+  param.user_data = r;
+  param.datatype = ucp_dt_make_contig(1);
+  ucs_status_ptr_t p =
+      ucp_tag_recv_nbx(worker_, r->buf.data(), r->buf.size(), r->wire_tag, kFullMask, &param);
+  if (UCS_PTR_IS_ERR(p)) {
+    r->landed_at = Clock::now();
+    r->Finish(UCS_PTR_STATUS(p));
+  } else {
+    r->ucx = p;  // completes in RecvCallback, even when the message was already here
+  }
+}
+
+void UcxTransport::SettleDirect(Request* r) {
+  r->settled = true;
+  if (r->ucx_status == UCS_ERR_MESSAGE_TRUNCATED) {
+    // Longer than the schedule allows: refused as at the probe (the
+    // buffer was the cap, never the size the peer announced).
+    r->refused_bytes = std::max(r->landed_length, r->capacity + 1);
+    r->refused_cap = r->capacity;
+    if (r->peer >= 0 && r->peer < size_) ++counters_[r->peer].refused_messages;
+    Bytes().swap(r->buf);
+    r->ucx_status = UCS_OK;
+    r->state = State::kDone;
+    return;
+  }
+  if (r->state == State::kDone) r->buf.resize(std::min(r->landed_length, r->buf.size()));
 }
 
 void UcxTransport::ReceiveProbed(Request* r, ucp_tag_message_h msg,
@@ -131,7 +193,10 @@ void UcxTransport::ReceiveProbed(Request* r, ucp_tag_message_h msg,
     r->refused_cap = cap;
     if (r->peer >= 0 && r->peer < size_) ++counters_[r->peer].refused_messages;
   }
-  r->buf.resize(refused ? 1 : info.length);
+  r->matched_at = Clock::now();
+  r->pooled = !refused && pool_.Has(info.length);
+  r->buf = refused ? Bytes(1) : pool_.Take(info.length);
+  r->alloc_s = std::chrono::duration<double>(Clock::now() - r->matched_at).count();
   r->state = State::kInFlight;
   ucp_request_param_t param = {};
   param.op_attr_mask =
@@ -141,8 +206,10 @@ void UcxTransport::ReceiveProbed(Request* r, ucp_tag_message_h msg,
   param.datatype = ucp_dt_make_contig(1);
   ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), r->buf.size(), msg, &param);
   if (UCS_PTR_IS_ERR(p)) {
+    r->landed_at = Clock::now();
     r->Finish(UCS_PTR_STATUS(p));
   } else if (p == nullptr) {
+    r->landed_at = Clock::now();
     r->Finish(UCS_OK);
   } else {
     r->ucx = p;
@@ -158,6 +225,7 @@ void UcxTransport::MatchQueued() {
         auto self = self_unmatched_.find(r->wire_tag);
         if (self == self_unmatched_.end()) break;
         r->buf = std::move(self->second.front());
+        r->matched_at = r->landed_at = Clock::now();
         self->second.pop_front();
         if (self->second.empty()) self_unmatched_.erase(self);
         r->state = State::kDone;
@@ -199,6 +267,9 @@ std::string UcxTransport::Describe(const Request& r) const {
 }
 
 std::optional<absl::Status> UcxTransport::Outcome(Request& r) {
+  if (r.direct && !r.settled && (r.state == State::kDone || r.state == State::kFailed)) {
+    SettleDirect(&r);
+  }
   switch (r.state) {
     case State::kDone:
     case State::kFailed:
@@ -227,10 +298,13 @@ absl::Status UcxTransport::Release(RequestId id, absl::Status outcome, Bytes* ou
   std::unique_ptr<Request> r = std::move(it->second);
   requests_.erase(it);
   if (outcome.ok()) {
-    if (!r->is_send) {
+    if (r->is_send) {
+      pool_.Give(std::move(r->buf));  // UCX is done with it
+    } else {
       if (!r->internal) {
         counters_[r->peer].recv_bytes += r->buf.size();
         counters_[r->peer].recv_messages += 1;
+        Book(*r);
       }
       if (out != nullptr) *out = std::move(r->buf);
     }
@@ -239,6 +313,16 @@ absl::Status UcxTransport::Release(RequestId id, absl::Status outcome, Bytes* ou
   }
   Abandon(std::move(r));
   return outcome;
+}
+
+void UcxTransport::Book(const Request& r) {
+  using Seconds = std::chrono::duration<double>;
+  profile_.receives += 1;
+  profile_.match_wait_s += Seconds(r.matched_at - r.posted_at).count();
+  profile_.receive_s += Seconds(r.landed_at - r.matched_at).count();
+  profile_.alloc_s += r.alloc_s;
+  profile_.pooled += r.pooled ? 1 : 0;
+  profile_.deliver_s += Seconds(Clock::now() - r.landed_at).count();
 }
 
 void UcxTransport::Abandon(std::unique_ptr<Request> r) {

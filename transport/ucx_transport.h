@@ -52,6 +52,17 @@ struct UcxOptions {
   // the peer asked for. 0: unlimited. The agent sets it from its bucket size
   // (issue 12, item 8).
   size_t max_message_bytes = 0;
+  // Buffers of finished sends are kept (at most 4, and this many bytes in
+  // all) for the next large receives: a fresh one costs page faults and a
+  // zero fill per message. 0: no pool.
+  size_t buffer_pool_bytes = size_t{256} << 20;
+  // A receive whose schedule bounds its size (PostRecvAtMost) at this many
+  // bytes or more, when a kept buffer holds that bound, is posted to UCX at
+  // once with it: the message lands in the buffer the caller gets, with no
+  // probe and no bounce through UCX's unexpected queue, and a rendezvous
+  // starts as soon as the sender's request arrives. Other receives are
+  // received after a probe, at the size the probe tells. 0: always probe.
+  size_t direct_receive_bytes = 64 * 1024;
   // Polled while wiring up (may be empty): true ends the connect with
   // ABORTED, e.g. the agent's epoch was superseded while it connected.
   std::function<bool()> abandon;
