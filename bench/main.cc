@@ -9,6 +9,7 @@
 #include "bench/output.h"
 #include "bench/stats.h"
 #include "collectives/sparse_allreduce.h"
+#include "version/version.h"
 
 namespace gradex::bench {
 namespace {
@@ -91,4 +92,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace gradex::bench
 
-int main(int argc, char** argv) { return gradex::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-bench")) return 0;
+  return gradex::bench::Main(argc, argv);
+}

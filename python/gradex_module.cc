@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "python/binding_common.h"
 #include "services/client/client.h"
+#include "version/version.h"
 
 namespace py = pybind11;
 
@@ -277,6 +278,13 @@ PYBIND11_MODULE(_C, m) {
   using gradex::python::PyClient;
   m.doc() = "gradex's C++ client (services/client/client.h); use gradex.torch";
   py::register_exception<gradex::python::GradexCppError>(m, "GradexError", PyExc_RuntimeError);
+  // The release (VERSION) and what this module was built from: the same
+  // values as every binary's --version and the gradex_build_info metric.
+  m.attr("__version__") = gradex::Version();
+  m.attr("build_info") = py::dict(
+      py::arg("version") = gradex::Version(), py::arg("git") = gradex::GitCommit(),
+      py::arg("cuda") = gradex::BuildCudaVersion(), py::arg("ucx") = gradex::BuildUcxVersion(),
+      py::arg("wire_protocol") = gradex::kWireProtocol);
   gradex::python::BindPsWorker(m);
   py::class_<PyClient>(m, "Client")
       .def_static("create", &gradex::python::Create, py::arg("options"),

@@ -24,6 +24,7 @@
 #include "bench/cli.h"
 #include "services/client/client.h"
 #include "tests/client/memory_rendezvous.h"
+#include "version/version.h"
 
 namespace gradex::client {
 namespace {
@@ -129,6 +130,7 @@ absl::StatusOr<double> Step(const Flags& f, std::vector<std::unique_ptr<Client>>
 }  // namespace gradex::client
 
 int main(int argc, char** argv) {
+  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-client-pipeline")) return 0;
   using namespace gradex::client;
   Flags f;
   if (!Parse(argc, argv, &f)) return 2;

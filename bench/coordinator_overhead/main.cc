@@ -32,6 +32,7 @@
 #include "services/agent/transport_provider.h"
 #include "services/coordinator/server.h"
 #include "tests/fakes/fake_control_plane.h"
+#include "version/version.h"
 
 namespace gradex::agent {
 namespace {
@@ -213,6 +214,7 @@ double Pct(std::vector<double> v, double q) {
 }  // namespace gradex::agent
 
 int main(int argc, char** argv) {
+  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-coordinator-overhead")) return 0;
   using namespace gradex::agent;
   Config c;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -30,6 +30,7 @@
 #include "transport/file_bootstrap.h"
 #include "transport/loopback_transport.h"
 #include "transport/ucx_transport.h"
+#include "version/version.h"
 
 namespace gradex {
 namespace {
@@ -258,6 +259,7 @@ int RunUcx(const Flags& f) {
 }  // namespace gradex
 
 int main(int argc, char** argv) {
+  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-dgs-bench")) return 0;
   gradex::Flags f;
   if (!gradex::Parse(argc, argv, &f)) return 2;
   std::printf(

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/sparse.h"
+#include "version/version.h"
 
 namespace gradex::kernels {
 namespace {
@@ -187,4 +188,12 @@ BENCHMARK(BM_CompactAbove)->Unit(benchmark::kMillisecond);
 }  // namespace
 }  // namespace gradex::kernels
 
-BENCHMARK_MAIN();
+// BENCHMARK_MAIN, with --version first (the library would refuse it).
+int main(int argc, char** argv) {
+  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-kernels-bench")) return 0;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

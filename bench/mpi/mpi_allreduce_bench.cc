@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/gradient_gen.h"
+#include "version/version.h"
 
 namespace {
 
@@ -43,7 +44,9 @@ bool ParseNum(const char* s, T* out) {
   return ec == std::errc() && p == end && p != s;
 }
 
-// Returns an error message, empty when the flags are fine.
+// Returns an error message, empty when the flags are fine. Not absl::flags:
+// this driver links no absl (only MPI), and absl cannot take hyphenated names
+// (see bench/flags.cc).
 std::string ParseFlags(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -245,6 +248,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (gradex::PrintVersionIfAsked(argc, argv, "mpi-allreduce-bench")) return 0;
   MPI_Init(&argc, &argv);
   // A bad flag is seen by every rank alike, so all return before any collective.
   const int rc = Run(argc, argv);

@@ -8,8 +8,10 @@
 #include "bench/sim/sim_driver.h"
 #include "bench/sim/sim_flags.h"
 #include "collectives/sparse_allreduce.h"
+#include "version/version.h"
 
 int main(int argc, char** argv) {
+  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-sim")) return 0;
   using namespace gradex::sim;
   absl::StatusOr<SimFlags> flags = ParseSimFlags(argc, argv);
   if (!flags.ok()) {

@@ -17,12 +17,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/transport/p2p.h"
 #include "bench/transport/perftest.h"
 #include "transport/file_bootstrap.h"
 #include "transport/ucx_transport.h"
+#include "version/version.h"
 
 ABSL_FLAG(std::string, min_size, "1KiB", "smallest message (B, KiB, MiB suffixes)");
 ABSL_FLAG(std::string, max_size, "64MiB", "largest message; sizes go up by 4x");
@@ -155,6 +157,10 @@ int Main(int argc, char** argv) {
       "gradex-transport-bench [--min_size 1KiB] [--max_size 64MiB] [--iters N]\n"
       "Bandwidth and latency of gradex's UCX Transport between two processes on this "
       "machine, beside ucx_perftest's (UCX_TLS and other UCX_* variables apply to both).");
+  // absl's --version prints this (and --help, --helpfull are absl's too).
+  absl::FlagsUsageConfig usage;
+  usage.version_string = [] { return gradex::VersionLine("gradex-transport-bench") + "\n"; };
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<size_t> lo = ParseSize(absl::GetFlag(FLAGS_min_size));
   absl::StatusOr<size_t> hi = ParseSize(absl::GetFlag(FLAGS_max_size));

@@ -4,6 +4,6 @@ The PyTorch integration is ``gradex.torch`` (GradexState, gradex_hook). Every
 failure the C++ client reports is raised as ``gradex.GradexError`` (a
 RuntimeError) carrying the client's message.
 """
-from gradex._C import Client, GradexError
+from gradex._C import Client, GradexError, __version__, build_info
 
-__all__ = ["Client", "GradexError"]
+__all__ = ["Client", "GradexError", "__version__", "build_info"]

@@ -9,7 +9,8 @@ Shaped like PyTorch's ``powerSGD_hook``: ``gradex_hook(state, bucket)`` returns,
 per GradBucket, a ``torch.futures.Future`` whose value is the bucket's mean over
 ranks, as DDP's default allreduce hook does. The exchange runs on the C++
 client's progress thread, in the order DDP issues buckets (the README's "Use it
-from PyTorch" section documents the options and the environment).
+from PyTorch" and "Configuration" sections document the options and the
+environment).
 """
 import atexit
 import datetime

@@ -11,6 +11,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "version/build_info_metric.h"
 
 namespace gradex::agent {
 namespace {
@@ -41,6 +42,9 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
 
 AgentMetrics::AgentMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   prometheus::Registry& r = *registry_;
+  // The agent's registry is also the client's and the PsWorker's, so this
+  // one series names the build of agents and trainers alike.
+  RegisterBuildInfo(r);
   call_seconds_ = &BuildHistogram()
                        .Name("gradex_agent_call_duration_seconds")
                        .Help(

@@ -23,6 +23,15 @@ namespace {
 
 namespace pb = ::gradex::v1;
 
+// What to do about a final refusal, for the codes a first deployment meets.
+std::string JoinRefusalFix(absl::StatusCode code) {
+  if (code == absl::StatusCode::kUnauthenticated) {
+    return ". Fix: give this member the job's token, the one in the coordinator's --token-file "
+           "(GRADEX_TOKEN or GRADEX_TOKEN_FILE; gradex-agent --token-file)";
+  }
+  return "";
+}
+
 class GrpcControlPlane final : public ControlPlane {
  public:
   GrpcControlPlane(const GrpcControlPlaneOptions& options, std::shared_ptr<grpc::Channel> channel)
@@ -155,8 +164,9 @@ class GrpcControlPlane final : public ControlPlane {
       const Clock::time_point now = Clock::now();
       const double waited = std::chrono::duration<double>(now - start).count();
       if (!IsTransientJoinError(s.code())) {
-        return absl::Status(s.code(), absl::StrCat("the coordinator at ", options_.target,
-                                                   " refused the join: ", s.message()));
+        return absl::Status(
+            s.code(), absl::StrCat("the coordinator at ", options_.target,
+                                   " refused the join: ", s.message(), JoinRefusalFix(s.code())));
       }
       tls_refusals = LooksLikeTlsRefusal(options_, s) ? tls_refusals + 1 : 0;
       if (tls_refusals >= 2) return TlsRefused(options_, s);
@@ -165,7 +175,10 @@ class GrpcControlPlane final : public ControlPlane {
         return absl::UnavailableError(absl::StrCat(
             "no coordinator at ", options_.target, " within the join timeout (",
             std::lround(waited), " s, ", attempt,
-            " attempts); last error: ", refused.empty() ? std::string(s.message()) : refused));
+            " attempts); last error: ", refused.empty() ? std::string(s.message()) : refused,
+            ". Fix: start gradex-coordinator, or point GRADEX_COORDINATOR (gradex-agent "
+            "--coordinator) at it; without TLS it listens on loopback only unless started with "
+            "--insecure-listen-any"));
       }
       // At most one line every 5 s: an agent may wait minutes for its
       // coordinator's pod.

@@ -21,6 +21,7 @@
 #include "services/agent/server_role.h"
 #include "services/agent/stall_entry_fault.h"
 #include "services/agent/step_invariants.h"
+#include "version/version.h"
 
 namespace gradex::agent {
 namespace {
@@ -69,6 +70,7 @@ constexpr char kUsage[] =
                            heartbeats go on: the peers' entry waits name this rank
   --quiet                  no progress line per step
   --help                   this text
+  --version                print the version and exit
 )";
 
 struct Flags {
@@ -96,6 +98,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
   return ss.str();
 }
 
+// Not absl::flags: it cannot take hyphenated names (see bench/flags.cc).
 absl::Status Parse(int argc, char** argv, Flags* f) {
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
@@ -386,6 +389,7 @@ int Run(const Flags& f) {
 }  // namespace gradex::agent
 
 int main(int argc, char** argv) {
+  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-agent")) return 0;
   gradex::agent::Flags f;
   absl::Status s = gradex::agent::Parse(argc, argv, &f);
   if (absl::IsCancelled(s)) {

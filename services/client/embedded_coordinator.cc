@@ -6,6 +6,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
+#include "google/protobuf/util/json_util.h"
+#include "gradex/v1/job_config.pb.h"
 #include "services/coordinator/job_config.h"
 
 namespace gradex::client {
@@ -32,6 +34,28 @@ bool IsName(const std::string& s) {
   return true;
 }
 
+}  // namespace
+
+// The coordinator reads a job config as JSON (a file, or this text), so the
+// embedded one gets the same: the filled message, printed by protobuf.
+std::string JobConfigJson(const gradex::v1::JobConfig& c) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;  // the job_config.proto names a file uses
+  // Printing a message that is filled in code cannot fail (no Any, no unknown enum).
+  (void)google::protobuf::util::MessageToJsonString(c, &json, opts);
+  return json;
+}
+
+namespace {
+
+// The first mistake of most PyTorch users: GradexState before the process
+// group, whose store is the rendezvous.
+constexpr char kNoCoordinatorFix[] =
+    "Fix: from PyTorch, call torch.distributed.init_process_group() before "
+    "gradex.torch.GradexState(...); or set GRADEX_COORDINATOR (and GRADEX_TOKEN) to a "
+    "running gradex-coordinator";
+
 std::string HostPort(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
   return v6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
@@ -50,22 +74,21 @@ absl::StatusOr<std::string> EmbeddedJobConfig(const ClientOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("algorithm '", algorithm.substr(0, 64),
                                                    "' unknown; known: ", catalog::NameList()));
   }
-  std::string params;
+  gradex::v1::JobConfig c;
+  c.set_job_id(o.job);
+  c.set_world_size(o.world_size);
+  c.set_algorithm(algorithm);
+  c.set_density(o.density);
+  c.set_teams(o.teams);
+  c.set_step_deadline_ms(static_cast<uint32_t>(o.timeout.count()));
+  c.set_rendezvous_timeout_ms(static_cast<uint32_t>(o.timeout.count()));
   for (const auto& [name, value] : o.params) {
     if (!IsName(name)) {
       return absl::InvalidArgumentError(absl::StrCat("parameter name '", name.substr(0, 64), "'"));
     }
-    char v[64];
-    std::snprintf(v, sizeof(v), "%.17g", value);
-    absl::StrAppend(&params, params.empty() ? "" : ", ", "\"", name, "\": ", v);
+    (*c.mutable_params())[name] = value;
   }
-  char density[64];
-  std::snprintf(density, sizeof(density), "%.17g", o.density);
-  return absl::StrCat("{\"job_id\": \"", o.job, "\", \"world_size\": ", o.world_size,
-                      ", \"algorithm\": \"", algorithm, "\", \"density\": ", density,
-                      ", \"teams\": ", o.teams, ", \"step_deadline_ms\": ", o.timeout.count(),
-                      ", \"rendezvous_timeout_ms\": ", o.timeout.count(), ", \"params\": {", params,
-                      "}}");
+  return JobConfigJson(c);
 }
 
 absl::StatusOr<CoordinatorEndpoint> FindCoordinator(const ClientOptions& o,
@@ -79,8 +102,9 @@ absl::StatusOr<CoordinatorEndpoint> FindCoordinator(const ClientOptions& o,
   }
   if (o.rank != 0) {
     if (!rendezvous.get) {
-      return absl::InvalidArgumentError(
-          "no coordinator (GRADEX_COORDINATOR) and no rendezvous to find rank 0's");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", o.rank, " has no coordinator to join and no rendezvous to find rank 0's. ",
+          kNoCoordinatorFix));
     }
     absl::StatusOr<std::string> address = rendezvous.get(kCoordinatorKey);
     if (!address.ok()) {
@@ -99,9 +123,10 @@ absl::StatusOr<CoordinatorEndpoint> FindCoordinator(const ClientOptions& o,
     return e;
   }
   if (o.world_size > 1 && !rendezvous.set) {
-    return absl::InvalidArgumentError(
-        "rank 0 starts the coordinator but has no rendezvous to publish it (give one, or "
-        "GRADEX_COORDINATOR)");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank 0 of ", o.world_size,
+        " starts the coordinator but has no rendezvous to publish it to the other ranks. ",
+        kNoCoordinatorFix));
   }
   absl::StatusOr<std::string> json = job_json.empty() ? EmbeddedJobConfig(o) : job_json;
   if (!json.ok()) return json.status();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "gradex/v1/job_config.pb.h"
 #include "services/client/client.h"
 #include "services/coordinator/server.h"
 
@@ -35,6 +36,10 @@ absl::StatusOr<CoordinatorEndpoint> FindCoordinator(const ClientOptions& options
 // coordinator knows it; the step deadline and rendezvous timeout are the
 // client's timeout.
 absl::StatusOr<std::string> EmbeddedJobConfig(const ClientOptions& options);
+
+// `config` as the JSON a job config file holds (protobuf's printer, the
+// proto's field names).
+std::string JobConfigJson(const gradex::v1::JobConfig& config);
 
 }  // namespace gradex::client
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/dgs_layout.h"
+#include "services/client/embedded_coordinator.h"
 
 namespace gradex::client {
 
@@ -44,16 +45,20 @@ absl::Status CheckPsWorkerOptions(const PsWorkerOptions& o) {
 
 // The embedded coordinator's job (coordinator/job_config.h's format).
 std::string PsJobJson(const PsWorkerOptions& o) {
-  char density[64];
-  std::snprintf(density, sizeof(density), "%.9g", o.density);
-  return absl::StrCat("{\"job_id\": \"", o.client.job, "\", \"world_size\": ", o.client.world_size,
-                      ", \"algorithm\": \"dgs\", \"density\": ", density,
-                      ", \"step_deadline_ms\": ", o.client.timeout.count(),
-                      ", \"rendezvous_timeout_ms\": ", o.client.timeout.count(),
-                      ", \"ps\": {\"servers\": 1, \"server_shards\": ", o.server_shards,
-                      ", \"max_staleness\": ", o.max_staleness,
-                      ", \"snapshot_interval_ms\": ", o.snapshot_interval.count(),
-                      ", \"layer_sizes\": [", absl::StrJoin(o.layer_sizes, ","), "]}}");
+  gradex::v1::JobConfig c;
+  c.set_job_id(o.client.job);
+  c.set_world_size(o.client.world_size);
+  c.set_algorithm("dgs");
+  c.set_density(o.density);
+  c.set_step_deadline_ms(static_cast<uint32_t>(o.client.timeout.count()));
+  c.set_rendezvous_timeout_ms(static_cast<uint32_t>(o.client.timeout.count()));
+  gradex::v1::PsConfig* ps = c.mutable_ps();
+  ps->set_servers(1);
+  ps->set_server_shards(o.server_shards);
+  ps->set_max_staleness(o.max_staleness);
+  ps->set_snapshot_interval_ms(static_cast<uint32_t>(o.snapshot_interval.count()));
+  for (auto n : o.layer_sizes) ps->add_layer_sizes(n);
+  return JobConfigJson(c);
 }
 
 }  // namespace gradex::client

@@ -9,6 +9,7 @@
 #include "services/coordinator/log.h"
 #include "services/coordinator/member_secret.h"
 #include "services/coordinator/wait_graph.h"
+#include "version/version.h"
 
 namespace gradex::coordinator {
 
@@ -35,7 +36,16 @@ Coordinator::Coordinator(JobSettings settings, CoordinatorMetrics* metrics)
 
 absl::StatusOr<gradex::v1::JoinResponse> Coordinator::Join(const gradex::v1::JoinRequest& r,
                                                            absl::Time now) {
+  if (absl::Status v = CheckWireProtocol(r); !v.ok()) return v;
   absl::MutexLock lock(&mu_);
+  if (OtherRelease(r)) {
+    if (metrics_) metrics_->version_mismatch_joins.Increment();
+    if (release_warnings_.FirstSight(r.gradex_version())) {
+      Log("warning: agent '", Quote(r.agent_id()), "' on '", Quote(r.host()), "' runs gradex ",
+          Quote(r.gradex_version()), ", this coordinator ", Version(),
+          " (same wire protocol, so it joins; run one release in a job)");
+    }
+  }
   uint64_t id = 0;
   while (id == 0 || membership_.Find(id) != nullptr) id = rng_();
   uint64_t replaced = 0;

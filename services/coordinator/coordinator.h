@@ -18,6 +18,7 @@
 #include "services/coordinator/ccr_profiler.h"
 #include "services/coordinator/controllers.h"
 #include "services/coordinator/job_config.h"
+#include "services/coordinator/member_version.h"
 #include "services/coordinator/membership.h"
 #include "services/coordinator/membership_view.h"
 #include "services/coordinator/metrics.h"
@@ -100,6 +101,7 @@ class Coordinator {
   mutable absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   Membership membership_ ABSL_GUARDED_BY(mu_);
+  ReleaseWarnings release_warnings_ ABSL_GUARDED_BY(mu_);
   AgreedParams agreed_ ABSL_GUARDED_BY(mu_);
   KPrimeTable kprime_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<BoundaryConsensus> consensus_ ABSL_GUARDED_BY(mu_);

@@ -1,3 +1,7 @@
+// Not absl::flags, on purpose: absl flag names are C++ identifiers, so it
+// cannot accept the hyphenated names this command line has always had (the
+// chart, scripts, docs and tests pass them), and its parser exits 1 and
+// takes --json=yes, where this one exits 2 naming the flag and its range.
 #include "services/coordinator/flags.h"
 
 #include "absl/strings/numbers.h"
@@ -22,6 +26,7 @@ The gradex control plane for one job: membership, epochs and the plan.
   --client-ca FILE       CA (PEM) that must sign client certificates (mutual TLS)
   --insecure-listen-any  allow a non-loopback --listen without TLS
   --help                 this text
+  --version              print the version (release, git, CUDA, UCX) and exit
 )";
 }
 

@@ -7,6 +7,7 @@
 #include "services/coordinator/flags.h"
 #include "services/coordinator/job_config.h"
 #include "services/coordinator/server.h"
+#include "version/version.h"
 
 namespace {
 
@@ -18,6 +19,7 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-coordinator")) return 0;
   using namespace gradex::coordinator;
   absl::StatusOr<Flags> flags = ParseFlags(std::vector<std::string>(argv + 1, argv + argc));
   if (!flags.ok()) {

@@ -1,5 +1,7 @@
 #include "services/coordinator/metrics.h"
 
+#include "version/build_info_metric.h"
+
 namespace gradex::coordinator {
 namespace {
 
@@ -42,6 +44,11 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       members_pending(members_family.Add({{"state", "pending"}})),
       joins_fresh(joins_family.Add({{"kind", "fresh"}})),
       joins_rejoin(joins_family.Add({{"kind", "rejoin"}})),
+      version_mismatch_joins(
+          CounterFamily(r, "gradex_coordinator_version_mismatch_joins_total",
+                        "Joins accepted from members that run another gradex release than the "
+                        "coordinator (same wire protocol; a different one is refused)")
+              .Add({})),
       evictions(CounterFamily(r, "gradex_coordinator_evictions_total",
                               "Members evicted (lease expired, epoch not entered in time, or "
                               "silent when another loss changed the epoch)")
@@ -111,7 +118,9 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       members_unlisted(GaugeFamily(r, "gradex_coordinator_members_unlisted",
                                    "Rows of the latest epoch's membership view left out of "
                                    "gradex_coordinator_member_info by its cap (512 series)")
-                           .Add({})) {}
+                           .Add({})) {
+  RegisterBuildInfo(r);
+}
 
 void CoordinatorMetrics::ObserveRpc(const std::string& method, int code, double seconds) {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {

@@ -41,6 +41,8 @@ struct CoordinatorMetrics {
   prometheus::Gauge& members_pending;
   prometheus::Counter& joins_fresh;
   prometheus::Counter& joins_rejoin;
+  // Joins of members that run another gradex release (same wire protocol).
+  prometheus::Counter& version_mismatch_joins;
   prometheus::Counter& evictions;
   prometheus::Counter& entry_evictions;  // of which: did not enter an epoch in time
   prometheus::Counter& leaves;

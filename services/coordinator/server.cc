@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -81,7 +82,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobS
   b.SetMaxSendMessageSize(kMaxSendMessageBytes);
   s->server_ = b.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", opts.listen));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", opts.listen,
+                     ". Fix: another process may hold the port; choose another --listen port, "
+                     "or port 0 for any free one"));
   }
   // "" (the server) is SERVING from the default service; the API's own name too.
   s->server_->GetHealthCheckService()->SetServingStatus(kHealthServiceName, true);
@@ -93,8 +97,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobS
       s->exposer_ = std::make_unique<prometheus::Exposer>(bind);
     } catch (const std::exception& e) {  // civetweb reports bind failures by throwing
       s->server_->Shutdown();
-      return absl::UnavailableError(
-          absl::StrCat("--metrics-port: cannot listen on ", bind, ": ", e.what()));
+      return absl::UnavailableError(absl::StrCat(
+          "--metrics-port: cannot listen on ", bind, ": ", absl::StripSuffix(e.what(), "."),
+          ". Fix: another process may hold the port; choose another --metrics-port, "
+          "or 0 for any free one"));
     }
     s->exposer_->RegisterCollectable(s->registry_);
     std::vector<int> ports = s->exposer_->GetListeningPorts();

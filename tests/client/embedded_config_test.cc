@@ -3,6 +3,7 @@
 // controller instead of being replaced by a fixed algorithm).
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "services/client/embedded_coordinator.h"
 #include "services/coordinator/job_config.h"
 
@@ -32,6 +33,24 @@ TEST(EmbeddedConfigTest, ANamedAlgorithmIsKeptAndAnUnknownOneRefused) {
   o.algorithm = "no-such-algorithm";
   absl::StatusOr<std::string> config = EmbeddedJobConfig(o);
   EXPECT_FALSE(config.ok() && coordinator::ParseJobConfig(*config).ok());
+}
+
+// Without a coordinator or a rendezvous (GradexState before
+// init_process_group) both rank 0 and the others say what to do.
+TEST(EmbeddedConfigTest, NoCoordinatorAndNoRendezvousNamesTheFix) {
+  for (int rank : {1, 0}) {
+    ClientOptions o;
+    o.world_size = 2;
+    o.rank = rank;
+    absl::StatusOr<CoordinatorEndpoint> e = FindCoordinator(o, Rendezvous{});
+    ASSERT_FALSE(e.ok()) << rank;
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string msg(e.status().message());
+    EXPECT_NE(msg.find("init_process_group() before gradex.torch.GradexState"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("GRADEX_COORDINATOR"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(absl::StrCat("rank ", rank)), std::string::npos) << msg;
+  }
 }
 
 }  // namespace

@@ -23,8 +23,10 @@ README "Use it from PyTorch"). Phases, each a fresh pair of processes:
   dead-rank     rank 1 exits mid-training; rank 0's backward raises a gradex
                 error within timeout_s (+ slack), nothing hangs.
   bad-join      GradexState(...) against a gradex-coordinator with another
-                token, and against a port nobody listens on: GradexError
-                within timeout_s (+ slack).
+                token, against a port nobody listens on, and with neither a
+                coordinator nor a process group: GradexError within
+                timeout_s (+ slack) naming the fix; a coordinator whose
+                --metrics-port is taken exits naming the fix.
 
 Exit 0 pass, 1 fail, 77 skip (no torch for this Python).
 """
@@ -79,9 +81,13 @@ def run_bad_join(args, failures):
               failures)
         if not serving:
             return
+        # Each error names its fix (README, "Troubleshooting").
         for what, target, words in (
-                ("wrong token", f"127.0.0.1:{port}", "token"),
-                ("unreachable coordinator", f"127.0.0.1:{free_port()}", "no coordinator")):
+                ("wrong token", f"127.0.0.1:{port}", ["token", "Fix:", "GRADEX_TOKEN"]),
+                ("unreachable coordinator", f"127.0.0.1:{free_port()}",
+                 ["no coordinator", "Fix:", "GRADEX_COORDINATOR"]),
+                ("GradexState before init_process_group", "none",
+                 ["init_process_group() before gradex.torch.GradexState", "GRADEX_COORDINATOR"])):
             env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1")
             env.pop("GRADEX_COORDINATOR", None)
             t0 = time.monotonic()
@@ -94,10 +100,27 @@ def run_bad_join(args, failures):
             took = time.monotonic() - t0
             r = next((json.loads(l[7:]) for l in out.splitlines() if l.startswith("RESULT ")), {})
             print(f"--- bad-join, {what}: {took:.1f} s, {json.dumps(r)}")
-            check(words in r.get("error", ""),
-                  f"bad-join: {what} raises GradexError naming '{words}': {r.get('error', out[-300:])[:300]!r}", failures)
+            missing = [w for w in words if w not in r.get("error", "")]
+            check(not missing,
+                  f"bad-join: {what} raises GradexError naming {words} (missing {missing}): "
+                  f"{r.get('error', out[-300:])[:400]!r}", failures)
             check(r.get("error_s", 1e9) <= r.get("timeout_s", 0) + 5,
                   f"bad-join: {what} within timeout_s + 5 s ({r.get('error_s')} s)", failures)
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        try:
+            busy = subprocess.run([args.coordinator_bin, "--job-config", os.path.join(tmp, "job.json"),
+                                   "--listen", "127.0.0.1:0", "--metrics-port",
+                                   str(held.getsockname()[1])], capture_output=True, text=True,
+                                  timeout=30)
+        finally:
+            held.close()
+        err = busy.stdout + busy.stderr
+        print(f"--- bad-join, metrics port in use: rc {busy.returncode}: {err.strip()[-300:]}")
+        check(busy.returncode != 0 and "cannot listen on" in err and "Fix:" in err
+              and "--metrics-port" in err,
+              f"bad-join: a metrics port in use fails naming the fix: {err[-300:]!r}", failures)
     finally:
         coord.terminate()
         coord.wait(timeout=10)

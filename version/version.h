@@ -1,0 +1,35 @@
+// What this build of gradex is: its release (the top-level VERSION file), the
+// wire protocol it speaks, and what it was built from. Every binary's
+// --version, gradex.__version__ and the gradex_build_info metric read these.
+#ifndef GRADEX_VERSION_VERSION_H_
+#define GRADEX_VERSION_VERSION_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace gradex {
+
+// The control- and data-plane protocol. Raised only when a member of one
+// protocol can no longer work with a coordinator or peer of another; the
+// coordinator refuses a member outside [kOldestWireProtocol, kWireProtocol].
+// A member that sends none (0) predates the field and speaks protocol 1.
+inline constexpr uint32_t kWireProtocol = 1;
+inline constexpr uint32_t kOldestWireProtocol = 1;
+
+const char* Version();           // "0.1.0", from VERSION
+const char* GitCommit();         // the commit built, e.g. "da765b0a1b2c"; "unknown" outside git
+const char* BuildCudaVersion();  // the CUDA toolkit the kernels were built with, or "none"
+const char* BuildUcxVersion();   // the UCX the build was configured with, e.g. "1.13.1"
+
+// "<program> 0.1.0 (git da765b0a1b2c, CUDA 13.0.48, UCX 1.13.1, wire protocol 1)".
+std::string VersionLine(absl::string_view program);
+
+// When an argument is exactly --version: prints VersionLine(program) to
+// stdout and returns true (main then exits 0 before parsing anything else).
+bool PrintVersionIfAsked(int argc, char** argv, absl::string_view program);
+
+}  // namespace gradex
+
+#endif  // GRADEX_VERSION_VERSION_H_
