@@ -83,8 +83,20 @@ void AccumulateInto(float* x, size_t n, const Accumulate& a) {
   internal::AccumulateSpan(x, 0, n, a);
 }
 
+uint32_t PredictKey(const ThresholdReuse& r) {
+  const int64_t a = r.drift[0], b = r.drift[1];
+  int64_t move = 0;
+  if (a > 0 && b > 0) move = std::min(a, b);
+  if (a < 0 && b < 0) move = std::max(a, b);
+  const int64_t p = static_cast<int64_t>(r.last_key) + move;
+  return static_cast<uint32_t>(std::clamp<int64_t>(p, 1, kInfKey));
+}
+
 void UpdateReuse(ThresholdReuse* r, uint32_t threshold_key, bool tried, size_t candidates,
                  size_t k) {
+  const bool both = r->last_key != 0 && threshold_key != 0;
+  r->drift[1] = r->drift[0];
+  r->drift[0] = both ? static_cast<int32_t>(threshold_key - r->last_key) : 0;
   r->last_key = threshold_key;
   if (!tried) return;
   r->last_candidates = candidates;

@@ -36,6 +36,7 @@ void AccumulateInto(float* x, size_t n, const Accumulate& a);
 // select runs on the accumulated x.
 struct ThresholdReuse {
   uint32_t last_key = 0;         // last step's threshold key; 0: no prediction
+  int32_t drift[2] = {0, 0};     // the last two changes of it (newest first)
   uint32_t margin = 1u << 21;    // in key units: 2^23 is a factor of 2 in |x|
   uint64_t steps = 0;            // calls with k > 0 and n > 0
   uint64_t hits = 0;             // steps finished among the candidates
@@ -55,10 +56,16 @@ inline size_t ReuseCandidateCap(size_t k, size_t n) {
   return cap < n ? cap : n;
 }
 
+// The predicted threshold key: the last one, moved by the smaller of the last
+// two changes when both went the same way (a residual still growing or
+// shrinking); an alternating one is not extrapolated.
+uint32_t PredictKey(const ThresholdReuse& r);
+
 // The candidate floor a reuse try uses: the prediction less the margin, never
 // below 1 (zeros are never candidates).
 inline uint32_t ReuseFloor(const ThresholdReuse& r) {
-  return r.last_key > r.margin ? r.last_key - r.margin : 1u;
+  const uint32_t p = PredictKey(r);
+  return p > r.margin ? p - r.margin : 1u;
 }
 
 // After a step: the new prediction and margin. `candidates` is what a try
