@@ -148,4 +148,28 @@ size_t SelectTopKStep(float* x, size_t n, size_t k, uint32_t index_base, const A
   return got;
 }
 
+void BlockTopKStep(float* x, const std::vector<size_t>& bounds, const std::vector<size_t>& k,
+                   uint32_t index_base, const Accumulate* acc, std::vector<ThresholdReuse>* reuse,
+                   bool zero_selected, std::vector<SparseVec>* out) {
+  const size_t blocks = bounds.empty() ? 0 : std::min(k.size(), bounds.size() - 1);
+  assert(bounds.size() == k.size() + 1);
+  out->resize(blocks);
+  if (reuse != nullptr) reuse->resize(blocks);
+  for (size_t b = 0; b < blocks; ++b) {
+    SparseVec& o = (*out)[b];
+    o.clear();
+    if (bounds[b + 1] <= bounds[b]) continue;
+    const size_t off = bounds[b];
+    Accumulate a;
+    if (acc != nullptr) {
+      a.grad = acc->grad + off;
+      a.velocity = acc->velocity != nullptr ? acc->velocity + off : nullptr;
+      a.momentum = acc->momentum;
+    }
+    SelectTopKStep(x + off, bounds[b + 1] - off, k[b], index_base + static_cast<uint32_t>(off),
+                   acc != nullptr ? &a : nullptr, reuse != nullptr ? &(*reuse)[b] : nullptr,
+                   zero_selected, &o);
+  }
+}
+
 }  // namespace gradex::kernels

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/sparse.h"
 
@@ -79,6 +80,15 @@ void UpdateReuse(ThresholdReuse* r, uint32_t threshold_key, bool tried, size_t c
 // Returns the count appended.
 size_t SelectTopKStep(float* x, size_t n, size_t k, uint32_t index_base, const Accumulate* acc,
                       ThresholdReuse* reuse, bool zero_selected, SparseVec* out);
+
+// BlockTopK (kernels/sparse.h) as steps: block b = x[bounds[b], bounds[b+1])
+// accumulates its span of `acc` (indexed like x; may be null) and keeps k[b]
+// into (*out)[b], through SelectTopKStep. `reuse` (may be null) holds one
+// state per block and is resized to the block count. Entries outside the
+// blocks are not accumulated.
+void BlockTopKStep(float* x, const std::vector<size_t>& bounds, const std::vector<size_t>& k,
+                   uint32_t index_base, const Accumulate* acc, std::vector<ThresholdReuse>* reuse,
+                   bool zero_selected, std::vector<SparseVec>* out);
 
 }  // namespace gradex::kernels
 

@@ -295,5 +295,43 @@ TEST(SelectTopKStep, BucketGrowsAndShrinksBetweenSteps) {
   EXPECT_EQ(r.steps, 5u);
 }
 
+TEST(BlockTopKStep, MatchesAccumulateThenBlockTopK) {
+  const size_t n = 30011;
+  const std::vector<size_t> bounds = {0, 0, 1, 1, 12000, 12000, 25000, n};
+  const std::vector<size_t> k = {5, 1, 0, 100, 3, 5000, 20000};
+  for (bool momentum : {false, true}) {
+    std::vector<float> x = Make(Dist::kTies, n, 1), u = Make(Dist::kGauss, n, 2);
+    std::vector<float> rx = x, ru = u;
+    std::vector<ThresholdReuse> reuse;
+    for (uint32_t step = 0; step < 4; ++step) {
+      const std::vector<float> g = Make(Dist::kGauss, n, 10 + step);
+      Unfused ref{rx, ru};
+      for (size_t i = 0; i < n; ++i) {  // the accumulation, as Unfused::Step
+        float add = g[i];
+        if (momentum) {
+          const float mu = ref.u[i] * 0.9f;
+          ref.u[i] = mu + g[i];
+          add = ref.u[i];
+        }
+        ref.x[i] = ref.x[i] + add;
+      }
+      std::vector<SparseVec> want;
+      BlockTopK(ref.x.data(), bounds, k, 7, true, &want);
+      rx = ref.x;
+      ru = ref.u;
+      Accumulate a{g.data(), momentum ? u.data() : nullptr, 0.9f};
+      std::vector<SparseVec> got;
+      BlockTopKStep(x.data(), bounds, k, 7, &a, &reuse, true, &got);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t b = 0; b < k.size(); ++b) {
+        ASSERT_TRUE(SameBits(got[b], want[b])) << "block " << b << " step " << step;
+      }
+      ASSERT_TRUE(SameFloats(x, rx)) << step;
+      ASSERT_TRUE(SameFloats(u, ru)) << step;
+    }
+    ASSERT_EQ(reuse.size(), k.size());
+  }
+}
+
 }  // namespace
 }  // namespace gradex::kernels
