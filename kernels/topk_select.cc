@@ -42,12 +42,12 @@ uint32_t (&ThreadScratch())[kRows][kCols] {
   return scratch[0];
 }
 
-// Histogram of pass-1 buckets over all of x, after `prep(i, len)` has run on
-// each 16-entry group (the fused accumulation; a no-op otherwise). Four
-// sub-histograms so that runs of equal buckets (common: few exponents
-// dominate) do not serialise on one counter; uint32 counters, flushed every
-// 2^30 entries.
-template <typename Prep>
+// Histogram of pass-1 buckets over all of x. Four sub-histograms so that
+// runs of equal buckets (common: few exponents dominate) do not serialise on
+// one counter; uint32 counters, flushed every 2^30 entries. With kPrep,
+// `prep(i, len)` runs on each 16-entry group first (the fused accumulation);
+// without, the loop is the plain one (measured faster than the grouped loop).
+template <bool kPrep, typename Prep>
 void Histogram1Impl(const float* x, size_t n, size_t* h, Prep prep) {
   std::fill(h, h + kBuckets1, size_t{0});
   uint32_t(&sub)[4][kBuckets1] = ThreadScratch<4, kBuckets1>();
@@ -56,16 +56,25 @@ void Histogram1Impl(const float* x, size_t n, size_t* h, Prep prep) {
     const size_t end = std::min(n, start + kChunk);
     std::memset(sub, 0, sizeof sub);
     size_t i = start;
-    for (; i + 16 <= end; i += 16) {
-      prep(i, 16);
-      for (size_t j = i; j < i + 16; j += 4) {
-        ++sub[0][(KeyAt(x, j) + kBias1) >> kShift1];
-        ++sub[1][(KeyAt(x, j + 1) + kBias1) >> kShift1];
-        ++sub[2][(KeyAt(x, j + 2) + kBias1) >> kShift1];
-        ++sub[3][(KeyAt(x, j + 3) + kBias1) >> kShift1];
+    if constexpr (kPrep) {
+      for (; i + 16 <= end; i += 16) {
+        prep(i, 16);
+        for (size_t j = i; j < i + 16; j += 4) {
+          ++sub[0][(KeyAt(x, j) + kBias1) >> kShift1];
+          ++sub[1][(KeyAt(x, j + 1) + kBias1) >> kShift1];
+          ++sub[2][(KeyAt(x, j + 2) + kBias1) >> kShift1];
+          ++sub[3][(KeyAt(x, j + 3) + kBias1) >> kShift1];
+        }
+      }
+      if (i < end) prep(i, end - i);
+    } else {
+      for (; i + 4 <= end; i += 4) {
+        ++sub[0][(KeyAt(x, i) + kBias1) >> kShift1];
+        ++sub[1][(KeyAt(x, i + 1) + kBias1) >> kShift1];
+        ++sub[2][(KeyAt(x, i + 2) + kBias1) >> kShift1];
+        ++sub[3][(KeyAt(x, i + 3) + kBias1) >> kShift1];
       }
     }
-    if (i < end) prep(i, end - i);
     for (; i < end; ++i) ++sub[0][(KeyAt(x, i) + kBias1) >> kShift1];
     for (size_t b = 0; b < kBuckets1; ++b) h[b] += sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
   }
@@ -74,7 +83,7 @@ void Histogram1Impl(const float* x, size_t n, size_t* h, Prep prep) {
 Pass1 LocateBucket(const float* x, size_t n, size_t k) {
   if (n == 0 || k == 0) return Pass1{};
   size_t h[kBuckets1];
-  Histogram1Impl(x, n, h, [](size_t, size_t) {});
+  Histogram1Impl<false>(x, n, h, [](size_t, size_t) {});
   return LocateInHistogram(h, k);
 }
 
@@ -205,9 +214,9 @@ TopKThreshold Refine(const float* x, size_t n, const Pass1& p) {
 
 void Histogram1(float* x, size_t n, const Accumulate* a, size_t* h) {
   if (a == nullptr) {
-    Histogram1Impl(x, n, h, [](size_t, size_t) {});
+    Histogram1Impl<false>(x, n, h, [](size_t, size_t) {});
   } else {
-    Histogram1Impl(x, n, h, [x, a](size_t i, size_t len) { AccumulateSpan(x, i, len, *a); });
+    Histogram1Impl<true>(x, n, h, [x, a](size_t i, size_t len) { AccumulateSpan(x, i, len, *a); });
   }
 }
 
