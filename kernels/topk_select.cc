@@ -44,36 +44,20 @@ uint32_t (&ThreadScratch())[kRows][kCols] {
 
 // Histogram of pass-1 buckets over all of x. Four sub-histograms so that
 // runs of equal buckets (common: few exponents dominate) do not serialise on
-// one counter; uint32 counters, flushed every 2^30 entries. With kPrep,
-// `prep(i, len)` runs on each 16-entry group first (the fused accumulation);
-// without, the loop is the plain one (measured faster than the grouped loop).
-template <bool kPrep, typename Prep>
-void Histogram1Impl(const float* x, size_t n, size_t* h, Prep prep) {
+// one counter; uint32 counters, flushed every 2^30 entries.
+void Histogram1Plain(const float* x, size_t n, size_t* h) {
   std::fill(h, h + kBuckets1, size_t{0});
   uint32_t(&sub)[4][kBuckets1] = ThreadScratch<4, kBuckets1>();
-  constexpr size_t kChunk = size_t{1} << 30;  // a multiple of 16
+  constexpr size_t kChunk = size_t{1} << 30;
   for (size_t start = 0; start < n; start += kChunk) {
     const size_t end = std::min(n, start + kChunk);
     std::memset(sub, 0, sizeof sub);
     size_t i = start;
-    if constexpr (kPrep) {
-      for (; i + 16 <= end; i += 16) {
-        prep(i, 16);
-        for (size_t j = i; j < i + 16; j += 4) {
-          ++sub[0][(KeyAt(x, j) + kBias1) >> kShift1];
-          ++sub[1][(KeyAt(x, j + 1) + kBias1) >> kShift1];
-          ++sub[2][(KeyAt(x, j + 2) + kBias1) >> kShift1];
-          ++sub[3][(KeyAt(x, j + 3) + kBias1) >> kShift1];
-        }
-      }
-      if (i < end) prep(i, end - i);
-    } else {
-      for (; i + 4 <= end; i += 4) {
-        ++sub[0][(KeyAt(x, i) + kBias1) >> kShift1];
-        ++sub[1][(KeyAt(x, i + 1) + kBias1) >> kShift1];
-        ++sub[2][(KeyAt(x, i + 2) + kBias1) >> kShift1];
-        ++sub[3][(KeyAt(x, i + 3) + kBias1) >> kShift1];
-      }
+    for (; i + 4 <= end; i += 4) {
+      ++sub[0][(KeyAt(x, i) + kBias1) >> kShift1];
+      ++sub[1][(KeyAt(x, i + 1) + kBias1) >> kShift1];
+      ++sub[2][(KeyAt(x, i + 2) + kBias1) >> kShift1];
+      ++sub[3][(KeyAt(x, i + 3) + kBias1) >> kShift1];
     }
     for (; i < end; ++i) ++sub[0][(KeyAt(x, i) + kBias1) >> kShift1];
     for (size_t b = 0; b < kBuckets1; ++b) h[b] += sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
@@ -83,7 +67,7 @@ void Histogram1Impl(const float* x, size_t n, size_t* h, Prep prep) {
 Pass1 LocateBucket(const float* x, size_t n, size_t k) {
   if (n == 0 || k == 0) return Pass1{};
   size_t h[kBuckets1];
-  Histogram1Impl<false>(x, n, h, [](size_t, size_t) {});
+  Histogram1Plain(x, n, h);
   return LocateInHistogram(h, k);
 }
 
@@ -210,13 +194,59 @@ TopKThreshold Refine(const float* x, size_t n, const Pass1& p) {
   return t;
 }
 
+// The accumulating pass-1 histogram, four entries at a time: each sum is
+// stored and counted while in a register (measured 8-20% faster than
+// accumulating 16-entry groups with AccumulateSpan first).
+template <bool kVelocity>
+void Histogram1AccImpl(float* x, size_t n, const Accumulate& a, size_t* h) {
+  std::fill(h, h + kBuckets1, size_t{0});
+  uint32_t(&sub)[4][kBuckets1] = ThreadScratch<4, kBuckets1>();
+  const float* g = a.grad;
+  float* u = a.velocity;
+  const float m = a.momentum;
+  auto sum = [&](size_t i) {
+    float add = g[i];
+    if constexpr (kVelocity) {
+      add = u[i] * m + add;
+      u[i] = add;
+    }
+    const float v = x[i] + add;
+    x[i] = v;
+    uint32_t b;
+    std::memcpy(&b, &v, sizeof b);
+    return ((b & 0x7fffffffu) + kBias1) >> kShift1;
+  };
+  constexpr size_t kChunk = size_t{1} << 30;
+  for (size_t start = 0; start < n; start += kChunk) {
+    const size_t end = std::min(n, start + kChunk);
+    std::memset(sub, 0, sizeof sub);
+    size_t i = start;
+    for (; i + 4 <= end; i += 4) {
+      ++sub[0][sum(i)];
+      ++sub[1][sum(i + 1)];
+      ++sub[2][sum(i + 2)];
+      ++sub[3][sum(i + 3)];
+    }
+    for (; i < end; ++i) ++sub[0][sum(i)];
+    for (size_t b = 0; b < kBuckets1; ++b) h[b] += sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
+  }
+}
+
+void Histogram1Acc(float* x, size_t n, const Accumulate& a, size_t* h) {
+  if (a.velocity != nullptr) {
+    Histogram1AccImpl<true>(x, n, a, h);
+  } else {
+    Histogram1AccImpl<false>(x, n, a, h);
+  }
+}
+
 }  // namespace
 
 void Histogram1(float* x, size_t n, const Accumulate* a, size_t* h) {
   if (a == nullptr) {
-    Histogram1Impl<false>(x, n, h, [](size_t, size_t) {});
+    Histogram1Plain(x, n, h);
   } else {
-    Histogram1Impl<true>(x, n, h, [x, a](size_t i, size_t len) { AccumulateSpan(x, i, len, *a); });
+    Histogram1Acc(x, n, *a, h);
   }
 }
 
