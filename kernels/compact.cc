@@ -155,6 +155,36 @@ size_t GatherKeysInRange(const float* x, size_t n, uint32_t lo, uint32_t hi, siz
   return Scan(x, n, RangeTest(lo, hi), max_out, s);
 }
 
+size_t AccumulateCompactKeyRange(float* x, size_t n, const Accumulate* a, uint32_t lo, uint32_t hi,
+                                 uint32_t index_base, size_t max_out, uint32_t* oi, float* ov) {
+  const RangeTest t(lo, hi);
+  PairSink s{x, index_base, oi, ov};
+  size_t total = 0;
+  bool full = max_out == 0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    if (a != nullptr) AccumulateSpan(x, i, 16, *a);
+    const uint32_t m = t.Mask16(x + i);
+    if (m != 0) {
+      total += static_cast<size_t>(__builtin_popcount(m));
+      if (!full) {
+        s.Group(i, m);  // at most 15 past max_out: within the slack
+        full = s.c >= max_out;
+      }
+    }
+  }
+  if (i < n && a != nullptr) AccumulateSpan(x, i, n - i, *a);
+  for (; i < n; ++i) {
+    if (!t.In(KeyAt(x, i))) continue;
+    ++total;
+    if (!full) {
+      s.One(i);
+      full = s.c >= max_out;
+    }
+  }
+  return total;
+}
+
 size_t CountKeyRange(const float* x, size_t n, uint32_t lo, uint32_t hi) {
   // Over the key bits, branch-free, so that it vectorises.
   size_t c = 0;

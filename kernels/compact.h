@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/topk_step.h"
+
 namespace gradex::kernels::internal {
 
 inline constexpr uint32_t kInfKey = 0x7f800000u;
@@ -32,6 +34,31 @@ size_t CountKeyRange(const float* x, size_t n, uint32_t lo, uint32_t hi);
 // kCompactSlack). Returns the count.
 size_t GatherKeysInRange(const float* x, size_t n, uint32_t lo, uint32_t hi, size_t max_out,
                          uint32_t* keys);
+
+// Applies `a` to x[i, i + len) (grad and velocity indexed alike); a plain
+// loop over float32 so that it vectorises and rounds as AccumulateInto.
+inline void AccumulateSpan(float* x, size_t i, size_t len, const Accumulate& a) {
+  const float* g = a.grad + i;
+  float* xi = x + i;
+  if (a.velocity == nullptr) {
+    for (size_t j = 0; j < len; ++j) xi[j] = xi[j] + g[j];
+    return;
+  }
+  float* u = a.velocity + i;
+  const float m = a.momentum;
+  for (size_t j = 0; j < len; ++j) {
+    const float v = u[j] * m + g[j];
+    u[j] = v;
+    xi[j] = xi[j] + v;
+  }
+}
+
+// Accumulates `a` into all of x (a may be null: none), and in the same pass
+// compacts the entries with lo <= key <= hi as CompactKeyRange does, writing
+// at most max_out (+ kCompactSlack of room) but counting all. Returns the
+// full count; only when it is <= max_out are oi/ov complete.
+size_t AccumulateCompactKeyRange(float* x, size_t n, const Accumulate* a, uint32_t lo, uint32_t hi,
+                                 uint32_t index_base, size_t max_out, uint32_t* oi, float* ov);
 
 }  // namespace gradex::kernels::internal
 

@@ -9,12 +9,10 @@
 
 #include "kernels/compact.h"
 #include "kernels/sparse.h"
+#include "kernels/topk_radix.h"
 
-namespace gradex::kernels {
+namespace gradex::kernels::internal {
 namespace {
-
-using internal::kCompactSlack;
-using internal::kInfKey;
 
 // Pass 1 buckets: b(key) = (key + 2^20 - 1) >> 20, so bucket 0 holds exactly
 // the zeros and bucket b >= 1 holds keys [((b-1) << 20) + 1, b << 20]; +Inf
@@ -22,8 +20,8 @@ using internal::kInfKey;
 // selected).
 constexpr int kShift1 = 20;
 constexpr uint32_t kBias1 = (1u << kShift1) - 1;
-constexpr size_t kBuckets1 = ((0x7fffffffu + kBias1) >> kShift1) + 1;  // 2049
-constexpr size_t kTopReal = (kInfKey + kBias1) >> kShift1;             // 2040
+static_assert(kBuckets1 == ((0x7fffffffu + kBias1) >> kShift1) + 1, "2049 buckets");
+constexpr size_t kTopReal = (kInfKey + kBias1) >> kShift1;  // 2040
 
 inline uint32_t BucketLo(size_t b) { return ((static_cast<uint32_t>(b) - 1) << kShift1) + 1; }
 inline uint32_t BucketHi(size_t b) { return static_cast<uint32_t>(b) << kShift1; }
@@ -47,7 +45,7 @@ uint32_t (&ThreadScratch())[kRows][kCols] {
 // Histogram of pass-1 buckets over all of x. Four sub-histograms so that
 // runs of equal buckets (common: few exponents dominate) do not serialise on
 // one counter; uint32 counters, flushed every 2^30 entries.
-void Histogram1(const float* x, size_t n, size_t* h) {
+void Histogram1Plain(const float* x, size_t n, size_t* h) {
   std::fill(h, h + kBuckets1, size_t{0});
   uint32_t(&sub)[4][kBuckets1] = ThreadScratch<4, kBuckets1>();
   constexpr size_t kChunk = size_t{1} << 30;
@@ -66,42 +64,11 @@ void Histogram1(const float* x, size_t n, size_t* h) {
   }
 }
 
-// Where pass 1 puts the k-th largest nonzero, non-NaN entry.
-struct Pass1 {
-  size_t bucket = 0;  // 0: nothing to select
-  size_t above = 0;   // entries in buckets above
-  size_t need = 0;    // entries still to take from `bucket`, 1..h[bucket]
-  size_t in_bucket = 0;
-};
-
 Pass1 LocateBucket(const float* x, size_t n, size_t k) {
-  Pass1 p;
-  if (n == 0 || k == 0) return p;
+  if (n == 0 || k == 0) return Pass1{};
   size_t h[kBuckets1];
-  Histogram1(x, n, h);
-  size_t cum = 0;
-  for (size_t b = kTopReal; b >= 1; --b) {
-    if (cum + h[b] >= k) {
-      p.bucket = b;
-      p.above = cum;
-      p.need = k - cum;
-      p.in_bucket = h[b];
-      return p;
-    }
-    cum += h[b];
-  }
-  // k >= nonzeros: everything nonzero goes; the threshold is the lowest
-  // nonempty bucket's smallest key.
-  for (size_t b = 1; b <= kTopReal; ++b) {
-    if (h[b] != 0) {
-      p.bucket = b;
-      p.above = cum - h[b];
-      p.need = h[b];
-      p.in_bucket = h[b];
-      return p;
-    }
-  }
-  return p;  // all zero or NaN
+  Histogram1Plain(x, n, h);
+  return LocateInHistogram(h, k);
 }
 
 // Passes 2 and 3 over the m candidate keys of one pass-1 bucket (all in
@@ -227,12 +194,96 @@ TopKThreshold Refine(const float* x, size_t n, const Pass1& p) {
   return t;
 }
 
+// The accumulating pass-1 histogram, four entries at a time: each sum is
+// stored and counted while in a register (measured 8-20% faster than
+// accumulating 16-entry groups with AccumulateSpan first).
+template <bool kVelocity>
+void Histogram1AccImpl(float* x, size_t n, const Accumulate& a, size_t* h) {
+  std::fill(h, h + kBuckets1, size_t{0});
+  uint32_t(&sub)[4][kBuckets1] = ThreadScratch<4, kBuckets1>();
+  const float* g = a.grad;
+  float* u = a.velocity;
+  const float m = a.momentum;
+  auto sum = [&](size_t i) {
+    float add = g[i];
+    if constexpr (kVelocity) {
+      add = u[i] * m + add;
+      u[i] = add;
+    }
+    const float v = x[i] + add;
+    x[i] = v;
+    uint32_t b;
+    std::memcpy(&b, &v, sizeof b);
+    return ((b & 0x7fffffffu) + kBias1) >> kShift1;
+  };
+  constexpr size_t kChunk = size_t{1} << 30;
+  for (size_t start = 0; start < n; start += kChunk) {
+    const size_t end = std::min(n, start + kChunk);
+    std::memset(sub, 0, sizeof sub);
+    size_t i = start;
+    for (; i + 4 <= end; i += 4) {
+      ++sub[0][sum(i)];
+      ++sub[1][sum(i + 1)];
+      ++sub[2][sum(i + 2)];
+      ++sub[3][sum(i + 3)];
+    }
+    for (; i < end; ++i) ++sub[0][sum(i)];
+    for (size_t b = 0; b < kBuckets1; ++b) h[b] += sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
+  }
+}
+
+void Histogram1Acc(float* x, size_t n, const Accumulate& a, size_t* h) {
+  if (a.velocity != nullptr) {
+    Histogram1AccImpl<true>(x, n, a, h);
+  } else {
+    Histogram1AccImpl<false>(x, n, a, h);
+  }
+}
+
+}  // namespace
+
+void Histogram1(float* x, size_t n, const Accumulate* a, size_t* h) {
+  if (a == nullptr) {
+    Histogram1Plain(x, n, h);
+  } else {
+    Histogram1Acc(x, n, *a, h);
+  }
+}
+
+Pass1 LocateInHistogram(const size_t* h, size_t k) {
+  Pass1 p;
+  if (k == 0) return p;
+  size_t cum = 0;
+  for (size_t b = kTopReal; b >= 1; --b) {
+    if (cum + h[b] >= k) {
+      p.bucket = b;
+      p.above = cum;
+      p.need = k - cum;
+      p.in_bucket = h[b];
+      return p;
+    }
+    cum += h[b];
+  }
+  // k >= nonzeros: everything nonzero goes; the threshold is the lowest
+  // nonempty bucket's smallest key.
+  for (size_t b = 1; b <= kTopReal; ++b) {
+    if (h[b] != 0) {
+      p.bucket = b;
+      p.above = cum - h[b];
+      p.need = h[b];
+      p.in_bucket = h[b];
+      return p;
+    }
+  }
+  return p;  // all zero or NaN
+}
+
 // SelectTopK without a separate threshold pass: compacts every entry of the
 // k-th entry's bucket and above (a superset, count known from pass 1), then
 // refines among the bucket's entries and filters the superset in place. Two
 // passes over x in all; the result equals FindTopKThreshold + CompactSelected.
-size_t SelectFused(float* x, size_t n, size_t k, uint32_t index_base, SparseVec* out, bool zero) {
-  const Pass1 p = LocateBucket(x, n, k);
+size_t SelectFromPass1(float* x, size_t n, const Pass1& p, uint32_t index_base, SparseVec* out,
+                       bool zero) {
   if (p.bucket == 0) return 0;
   const size_t super = p.above + p.in_bucket;
   if (!GatherCandidates(p.in_bucket, n)) {
@@ -285,10 +336,23 @@ size_t SelectFused(float* x, size_t n, size_t k, uint32_t index_base, SparseVec*
   return kept;
 }
 
+}  // namespace gradex::kernels::internal
+
+namespace gradex::kernels {
+namespace {
+
+using internal::kCompactSlack;
+using internal::KeyAt;
+using internal::kInfKey;
+
+size_t SelectFused(float* x, size_t n, size_t k, uint32_t index_base, SparseVec* out, bool zero) {
+  return internal::SelectFromPass1(x, n, internal::LocateBucket(x, n, k), index_base, out, zero);
+}
+
 }  // namespace
 
 TopKThreshold FindTopKThreshold(const float* x, size_t n, size_t k) {
-  return Refine(x, n, LocateBucket(x, n, k));
+  return internal::Refine(x, n, internal::LocateBucket(x, n, k));
 }
 
 size_t CompactSelected(const float* x, size_t n, const TopKThreshold& t, uint32_t index_base,

@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/topk_step.h"
+
 namespace gradex::kernels::cuda {
 
 // Device-side twin of kernels::TopKThreshold.
@@ -63,6 +65,18 @@ cudaError_t SelectTopK(const float* d_x, size_t n, size_t k, uint32_t index_base
 cudaError_t SelectTopKAndZero(float* d_x, size_t n, size_t k, uint32_t index_base, uint32_t* d_idx,
                               float* d_val, uint64_t* d_count, size_t* h_count, Workspace* ws,
                               cudaStream_t stream);
+
+// The GPU twin of kernels::SelectTopKStep: accumulates *acc (device
+// pointers; acc may be null) into d_x, selects the top-k exactly as
+// SelectTopK, zeroes the selection when zero_selected, and with `reuse`
+// (host state, the same policy as the CPU's, so both count the same hits and
+// misses) gathers the candidates above the predicted threshold first. d_idx /
+// d_val have room for min(k, n). With reuse it synchronises the stream (the
+// candidate count and the new threshold are read on the host).
+cudaError_t SelectTopKStep(float* d_x, size_t n, size_t k, uint32_t index_base,
+                           const Accumulate* acc, ThresholdReuse* reuse, bool zero_selected,
+                           uint32_t* d_idx, float* d_val, uint64_t* d_count, size_t* h_count,
+                           Workspace* ws, cudaStream_t stream);
 
 // Per-block top-k: block b is d_x[bounds[b], bounds[b+1]) (host arrays,
 // blocks + 1 bounds), keeps k[b] entries into d_idx[b]/d_val[b] (host arrays

@@ -1,9 +1,18 @@
 // Top-k on the GPU: radix select on magnitude keys in three histogram passes
-// (11/11/9 bits, the same buckets as the CPU), each pass re-reading x and
-// counting only the candidates of the bucket chosen before; the choices stay
-// on the device, so nothing synchronises with the host. Then the ordered
-// compaction keeps the entries above the threshold and the first
-// `take_at_threshold` ties by index.
+// (11/11/9 bits, the same buckets as the CPU). Pass 1 reads x (and, in the
+// step kernels, accumulates the gradient into it first); pass 2 reads x again,
+// counting the candidates of the pass-1 bucket and writing their keys to a
+// buffer; pass 3 reads only that buffer (x again only when the bucket did not
+// fit: many equal magnitudes). The choices stay on the device, so nothing
+// synchronises with the host. Then the ordered compaction keeps the entries
+// above the threshold and the first `take_at_threshold` ties by index.
+//
+// Threshold reuse (SelectTopKStep with a ThresholdReuse): one pass
+// accumulates and counts per tile the entries at or above the predicted
+// floor, a second writes them in index order; the exact select then runs on
+// those candidates alone. It reads the candidate count on the host (one
+// synchronisation) to choose between that and the full select.
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/common.cuh"
@@ -25,6 +34,29 @@ constexpr int kHistThreads = 512;
 constexpr int kSelectThreads = 1024;
 constexpr int kSelectItems = 2;  // kSelectThreads * kSelectItems >= every bucket count
 
+// The accumulation of kernels::Accumulate, rounded the same way (no FMA).
+struct DevAcc {
+  const float* g;
+  float* u;
+  float m;
+};
+
+__device__ __forceinline__ float Accumulated(float x, const DevAcc& a, size_t i) {
+  float add = a.g[i];
+  if (a.u != nullptr) {
+    add = __fadd_rn(__fmul_rn(a.u[i], a.m), add);
+    a.u[i] = add;
+  }
+  return __fadd_rn(x, add);
+}
+
+// Keys of the pass-1 bucket gathered by pass 2 for pass 3: room for this
+// many (a bucket holding more, e.g. all-equal data, makes pass 3 read x).
+size_t CandidateCap(size_t n) {
+  const size_t cap = n / 16 > 65536 ? n / 16 : 65536;
+  return cap < n ? cap : n;
+}
+
 struct SelectState {
   uint32_t lo, hi;  // key range of the candidates for the next pass
   int active;       // 0: nothing to select
@@ -32,14 +64,21 @@ struct SelectState {
   ull above;        // entries above the candidates
 };
 
+// kAcc: x[i] is accumulated (and written back) before it is counted.
+template <bool kAcc>
 __global__ void __launch_bounds__(kHistThreads)
-    Hist1Kernel(const float* __restrict__ x, size_t n, ull* __restrict__ hist) {
+    Hist1Kernel(float* __restrict__ x, size_t n, DevAcc acc, ull* __restrict__ hist) {
   __shared__ uint32_t h[kBuckets1];
   for (int b = threadIdx.x; b < kBuckets1; b += blockDim.x) h[b] = 0;
   __syncthreads();
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-    atomicAdd(&h[(KeyOf(x[i]) + kBias1) >> kShift1], 1u);
+    float v = x[i];
+    if (kAcc) {
+      v = Accumulated(v, acc, i);
+      x[i] = v;
+    }
+    atomicAdd(&h[(KeyOf(v) + kBias1) >> kShift1], 1u);
   }
   __syncthreads();
   for (int b = threadIdx.x; b < kBuckets1; b += blockDim.x) {
@@ -47,23 +86,62 @@ __global__ void __launch_bounds__(kHistThreads)
   }
 }
 
-// Passes 2 and 3: candidates are keys in [st->lo, st->hi]; bin = (key - lo) >> shift.
-template <int kBins>
+// Pass 2: histograms bits 19..9 of the keys in the pass-1 bucket [lo, hi]
+// and appends those keys to cand (warp-aggregated; order does not matter for
+// a histogram). *cand_count gets the full count, even past cap.
 __global__ void __launch_bounds__(kHistThreads)
-    HistSubKernel(const float* __restrict__ x, size_t n, const SelectState* st, int shift,
-                  ull* __restrict__ hist) {
+    Hist2GatherKernel(const float* __restrict__ x, size_t n, const SelectState* st,
+                      ull* __restrict__ hist, uint32_t* __restrict__ cand, size_t cap,
+                      ull* cand_count) {
   if (!st->active) return;
   const uint32_t lo = st->lo, hi = st->hi;
-  __shared__ uint32_t h[kBins];
-  for (int b = threadIdx.x; b < kBins; b += blockDim.x) h[b] = 0;
+  __shared__ uint32_t h[kBuckets2];
+  for (int b = threadIdx.x; b < kBuckets2; b += blockDim.x) h[b] = 0;
   __syncthreads();
+  const unsigned lane = threadIdx.x & 31u;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
     const uint32_t k = KeyOf(x[i]);
-    if (k >= lo && k <= hi) atomicAdd(&h[(k - lo) >> shift], 1u);
+    const bool in = k >= lo && k <= hi;
+    const unsigned hits = __ballot_sync(__activemask(), in);
+    if (in) {
+      atomicAdd(&h[(k - lo) >> 9], 1u);
+      const int leader = __ffs(hits) - 1;
+      ull base = 0;
+      if (static_cast<int>(lane) == leader)
+        base = atomicAdd(cand_count, static_cast<ull>(__popc(hits)));
+      base = __shfl_sync(hits, base, leader);
+      const ull pos = base + static_cast<ull>(__popc(hits & ((1u << lane) - 1u)));
+      if (pos < cap) cand[pos] = k;
+    }
   }
   __syncthreads();
-  for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
+  for (int b = threadIdx.x; b < kBuckets2; b += blockDim.x) {
+    if (h[b] != 0) atomicAdd(&hist[b], static_cast<ull>(h[b]));
+  }
+}
+
+// Pass 3: bits 8..0 of the keys in [lo, lo + 511], from the gathered keys
+// when they all fit, else from x.
+__global__ void __launch_bounds__(kHistThreads)
+    Hist3Kernel(const float* __restrict__ x, size_t n, const SelectState* st,
+                const uint32_t* __restrict__ cand, size_t cap, const ull* cand_count,
+                ull* __restrict__ hist) {
+  if (!st->active) return;
+  const uint32_t lo = st->lo, hi = st->hi;
+  const ull m = *cand_count;
+  const bool gathered = m <= cap;
+  const size_t len = gathered ? static_cast<size_t>(m) : n;
+  __shared__ uint32_t h[kBuckets3];
+  for (int b = threadIdx.x; b < kBuckets3; b += blockDim.x) h[b] = 0;
+  __syncthreads();
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < len; i += stride) {
+    const uint32_t k = gathered ? cand[i] : KeyOf(x[i]);
+    if (k >= lo && k <= hi) atomicAdd(&h[k - lo], 1u);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < kBuckets3; b += blockDim.x) {
     if (h[b] != 0) atomicAdd(&hist[b], static_cast<ull>(h[b]));
   }
 }
@@ -158,27 +236,45 @@ struct ThresholdScratch {
   ull* hist1;
   ull* hist2;
   ull* hist3;
+  ull* cand_count;
   SelectState* state;
+  uint32_t* cand;
+  size_t cap;
 };
 
-ThresholdScratch TakeThresholdScratch(Carver& c) {
-  // The three histograms are adjacent so that one memset clears them.
-  ull* h = c.Take<ull>(kBuckets1 + kBuckets2 + kBuckets3);
-  return {h, h ? h + kBuckets1 : nullptr, h ? h + kBuckets1 + kBuckets2 : nullptr,
-          c.Take<SelectState>(1)};
+ThresholdScratch TakeThresholdScratch(Carver& c, size_t n) {
+  // The three histograms and the candidate count are adjacent so that one
+  // memset clears them.
+  ull* h = c.Take<ull>(kBuckets1 + kBuckets2 + kBuckets3 + 1);
+  ThresholdScratch s;
+  s.hist1 = h;
+  s.hist2 = h ? h + kBuckets1 : nullptr;
+  s.hist3 = h ? h + kBuckets1 + kBuckets2 : nullptr;
+  s.cand_count = h ? h + kBuckets1 + kBuckets2 + kBuckets3 : nullptr;
+  s.state = c.Take<SelectState>(1);
+  s.cap = CandidateCap(n);
+  s.cand = c.Take<uint32_t>(s.cap);
+  return s;
 }
 
-cudaError_t ThresholdImpl(const float* x, size_t n, size_t k, DeviceThreshold* out,
+// acc (may be null) is accumulated into x by pass 1, which then writes x.
+cudaError_t ThresholdImpl(float* x, size_t n, size_t k, const DevAcc* acc, DeviceThreshold* out,
                           const ThresholdScratch& s, cudaStream_t stream) {
   if (n == 0 || k == 0) return cudaMemsetAsync(out, 0, sizeof *out, stream);
   GRADEX_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(s.hist1, 0, sizeof(ull) * (kBuckets1 + kBuckets2 + kBuckets3), stream));
+      cudaMemsetAsync(s.hist1, 0, sizeof(ull) * (kBuckets1 + kBuckets2 + kBuckets3 + 1), stream));
   const unsigned blocks = HistBlocks(n);
-  Hist1Kernel<<<blocks, kHistThreads, 0, stream>>>(x, n, s.hist1);
+  if (acc != nullptr) {
+    Hist1Kernel<true><<<blocks, kHistThreads, 0, stream>>>(x, n, *acc, s.hist1);
+  } else {
+    Hist1Kernel<false><<<blocks, kHistThreads, 0, stream>>>(x, n, DevAcc{}, s.hist1);
+  }
   SelectBinKernel<<<1, kSelectThreads, 0, stream>>>(s.hist1, 1, k, s.state, out);
-  HistSubKernel<kBuckets2><<<blocks, kHistThreads, 0, stream>>>(x, n, s.state, 9, s.hist2);
+  Hist2GatherKernel<<<blocks, kHistThreads, 0, stream>>>(x, n, s.state, s.hist2, s.cand, s.cap,
+                                                         s.cand_count);
   SelectBinKernel<<<1, kSelectThreads, 0, stream>>>(s.hist2, 2, k, s.state, out);
-  HistSubKernel<kBuckets3><<<blocks, kHistThreads, 0, stream>>>(x, n, s.state, 0, s.hist3);
+  Hist3Kernel<<<blocks, kHistThreads, 0, stream>>>(x, n, s.state, s.cand, s.cap, s.cand_count,
+                                                   s.hist3);
   SelectBinKernel<<<1, kSelectThreads, 0, stream>>>(s.hist3, 3, k, s.state, out);
   return cudaGetLastError();
 }
@@ -197,10 +293,11 @@ cudaError_t CompactSelectedImpl(const float* x, size_t n, const DeviceThreshold*
 // *used_count says where.
 cudaError_t SelectImpl(float* x, size_t n, size_t k, uint32_t index_base, uint32_t* idx, float* val,
                        ull* d_count, bool zero, Workspace* ws, cudaStream_t stream,
-                       ull** used_count) {
+                       ull** used_count, const DevAcc* acc = nullptr,
+                       DeviceThreshold** used_thr = nullptr) {
   auto carve = [&](Carver& c, ThresholdScratch* ts, DeviceThreshold** thr, CompactScratch* cs,
                    ull** count) {
-    *ts = TakeThresholdScratch(c);
+    *ts = TakeThresholdScratch(c, n);
     *thr = c.Take<DeviceThreshold>(1);
     *cs = TakeCompactScratch(c, n);
     *count = c.Take<ull>(1);
@@ -216,8 +313,9 @@ cudaError_t SelectImpl(float* x, size_t n, size_t k, uint32_t index_base, uint32
   carve(c, &ts, &thr, &cs, &own_count);
   ull* count = d_count ? d_count : own_count;
   *used_count = count;
+  if (used_thr != nullptr) *used_thr = thr;
   const size_t capacity = k < n ? k : n;
-  GRADEX_CUDA_RETURN_IF_ERROR(ThresholdImpl(x, n, k, thr, ts, stream));
+  GRADEX_CUDA_RETURN_IF_ERROR(ThresholdImpl(x, n, k, acc, thr, ts, stream));
   GRADEX_CUDA_RETURN_IF_ERROR(
       CompactSelectedImpl(x, n, thr, index_base, idx, val, capacity, cs, count, stream));
   if (zero && capacity > 0) {
@@ -225,6 +323,78 @@ cudaError_t SelectImpl(float* x, size_t n, size_t k, uint32_t index_base, uint32
     ZeroSelectedKernel<<<blocks, kHistThreads, 0, stream>>>(x, idx, index_base, count, capacity);
   }
   return cudaGetLastError();
+}
+
+// ---- Step kernels ------------------------------------------------------------
+
+__global__ void AccumulateKernel(float* __restrict__ x, size_t n, DevAcc acc) {
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+    x[i] = Accumulated(x[i], acc, i);
+  }
+}
+
+// The count phase of the ordered compaction of keys in [floor, kInfKey], with
+// the accumulation (kAcc) done as each entry is read: per tile, the count of
+// candidates (the scatter phase reads the accumulated x).
+template <bool kAcc>
+__global__ void __launch_bounds__(kThreads)
+    AccumulateCountKernel(float* __restrict__ x, size_t n, DevAcc acc, uint32_t floor,
+                          ulonglong2* tile_counts) {
+  const size_t base = blockIdx.x * kTile + size_t{threadIdx.x} * kItems;
+  uint32_t c = 0;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (base + j < n) {
+      float v = x[base + j];
+      if (kAcc) {
+        v = Accumulated(v, acc, base + j);
+        x[base + j] = v;
+      }
+      const uint32_t key = KeyOf(v);
+      c += static_cast<uint32_t>(key >= floor && key <= kInfKey);
+    }
+  }
+  using Reduce = cub::BlockReduce<uint32_t, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const uint32_t sum = Reduce(tmp).Sum(c);
+  if (threadIdx.x == 0) tile_counts[blockIdx.x] = make_ulonglong2(sum, 0);
+}
+
+// Writes a selected candidate: its (global) index and value.
+struct CandidateWriter {
+  const uint32_t* ci;
+  const float* cv;
+  uint32_t* idx;
+  float* val;
+  __device__ void operator()(size_t i, ull pos) const {
+    idx[pos] = ci[i];
+    val[pos] = cv[i];
+  }
+};
+
+struct ReuseScratch {
+  CompactScratch tiles;  // for n
+  ull* gathered;
+  uint32_t* ci;
+  float* cv;
+  ThresholdScratch ts;    // over the candidates
+  CompactScratch ctiles;  // for the candidates
+  DeviceThreshold* thr;
+  ull* own_count;
+};
+
+ReuseScratch TakeReuseScratch(Carver& c, size_t n, size_t cap) {
+  ReuseScratch r;
+  r.tiles = TakeCompactScratch(c, n);
+  r.gathered = c.Take<ull>(1);
+  r.ci = c.Take<uint32_t>(cap);
+  r.cv = c.Take<float>(cap);
+  r.ts = TakeThresholdScratch(c, cap);
+  r.ctiles = TakeCompactScratch(c, cap);
+  r.thr = c.Take<DeviceThreshold>(1);
+  r.own_count = c.Take<ull>(1);
+  return r;
 }
 
 }  // namespace
@@ -235,10 +405,12 @@ using detail::ull;
 cudaError_t FindTopKThreshold(const float* d_x, size_t n, size_t k, DeviceThreshold* d_threshold,
                               Workspace* ws, cudaStream_t stream) {
   detail::Carver sizing(nullptr);
-  detail::TakeThresholdScratch(sizing);
+  detail::TakeThresholdScratch(sizing, n);
   GRADEX_CUDA_RETURN_IF_ERROR(ws->Reserve(sizing.bytes()));
   detail::Carver c(static_cast<char*>(ws->data()));
-  return detail::ThresholdImpl(d_x, n, k, d_threshold, detail::TakeThresholdScratch(c), stream);
+  // Not written: no accumulation.
+  return detail::ThresholdImpl(const_cast<float*>(d_x), n, k, nullptr, d_threshold,
+                               detail::TakeThresholdScratch(c, n), stream);
 }
 
 cudaError_t CompactSelected(const float* d_x, size_t n, const DeviceThreshold* d_threshold,
@@ -308,6 +480,111 @@ cudaError_t BlockTopK(float* d_x, const size_t* bounds, const size_t* k, size_t 
   GRADEX_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_counts, d_counts, blocks * sizeof(uint64_t),
                                               cudaMemcpyDeviceToHost, stream));
   return cudaStreamSynchronize(stream);
+}
+
+namespace {
+
+uint32_t HostThresholdKey(const DeviceThreshold* d_thr, cudaStream_t stream, cudaError_t* e) {
+  DeviceThreshold t{};
+  *e = cudaMemcpyAsync(&t, d_thr, sizeof t, cudaMemcpyDeviceToHost, stream);
+  if (*e == cudaSuccess) *e = cudaStreamSynchronize(stream);
+  return t.threshold_key;
+}
+
+}  // namespace
+
+cudaError_t SelectTopKStep(float* d_x, size_t n, size_t k, uint32_t index_base,
+                           const Accumulate* acc, ThresholdReuse* reuse, bool zero_selected,
+                           uint32_t* d_idx, float* d_val, uint64_t* d_count, size_t* h_count,
+                           Workspace* ws, cudaStream_t stream) {
+  using detail::DevAcc;
+  const DevAcc dacc = acc ? DevAcc{acc->grad, acc->velocity, acc->momentum} : DevAcc{};
+  const DevAcc* pacc = acc ? &dacc : nullptr;
+  if (n == 0 || k == 0) {
+    if (pacc != nullptr && n > 0) {
+      detail::AccumulateKernel<<<detail::HistBlocks(n), detail::kHistThreads, 0, stream>>>(d_x, n,
+                                                                                           dacc);
+    }
+    if (d_count != nullptr) {
+      GRADEX_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_count, 0, sizeof(uint64_t), stream));
+    }
+    if (h_count != nullptr) {
+      *h_count = 0;
+      GRADEX_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    }
+    return cudaGetLastError();
+  }
+  bool tried = false;
+  size_t gathered = 0;
+  if (reuse != nullptr) {
+    ++reuse->steps;
+    if (reuse->last_key != 0 && k < n) {
+      tried = true;
+      const size_t cap = ReuseCandidateCap(k, n);
+      const size_t tiles = detail::NumTiles(n);
+      if (tiles > 0x7fffffffu) return cudaErrorInvalidValue;
+      detail::Carver sizing(nullptr);
+      detail::TakeReuseScratch(sizing, n, cap);
+      GRADEX_CUDA_RETURN_IF_ERROR(ws->Reserve(sizing.bytes()));
+      detail::Carver c(static_cast<char*>(ws->data()));
+      const detail::ReuseScratch r = detail::TakeReuseScratch(c, n, cap);
+      const uint32_t floor = ReuseFloor(*reuse);
+      const unsigned grid = static_cast<unsigned>(tiles);
+      if (pacc != nullptr) {
+        detail::AccumulateCountKernel<true>
+            <<<grid, detail::kThreads, 0, stream>>>(d_x, n, dacc, floor, r.tiles.tile_counts);
+      } else {
+        detail::AccumulateCountKernel<false>
+            <<<grid, detail::kThreads, 0, stream>>>(d_x, n, DevAcc{}, floor, r.tiles.tile_counts);
+      }
+      pacc = nullptr;  // x holds the sum now
+      detail::ScanTilesKernel<<<1, detail::kScanThreads, 0, stream>>>(
+          r.tiles.tile_counts, r.tiles.tile_offsets, tiles, nullptr, r.gathered);
+      detail::ScatterTilesKernel<<<grid, detail::kThreads, 0, stream>>>(
+          detail::RangeClassify{d_x, floor, detail::kInfKey},
+          detail::PairWriter{d_x, index_base, r.ci, r.cv}, n, r.tiles.tile_offsets, nullptr, cap);
+      GRADEX_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      uint64_t m = 0;
+      GRADEX_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(&m, r.gathered, sizeof m, cudaMemcpyDeviceToHost, stream));
+      GRADEX_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+      gathered = static_cast<size_t>(m);
+      if (gathered >= k && gathered <= cap) {
+        ull* count = d_count ? reinterpret_cast<ull*>(d_count) : r.own_count;
+        GRADEX_CUDA_RETURN_IF_ERROR(
+            detail::ThresholdImpl(r.cv, gathered, k, nullptr, r.thr, r.ts, stream));
+        const ull* take = reinterpret_cast<const ull*>(&r.thr->take_at_threshold);
+        GRADEX_CUDA_RETURN_IF_ERROR(
+            detail::Compact(detail::SelectedClassify{r.cv, r.thr},
+                            detail::CandidateWriter{r.ci, r.cv, d_idx, d_val}, gathered, take, k,
+                            r.ctiles, count, stream));
+        if (zero_selected) {
+          detail::ZeroSelectedKernel<<<detail::HistBlocks(k), detail::kHistThreads, 0, stream>>>(
+              d_x, d_idx, index_base, count, k);
+        }
+        GRADEX_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        cudaError_t e = cudaSuccess;
+        const uint32_t thr = HostThresholdKey(r.thr, stream, &e);
+        GRADEX_CUDA_RETURN_IF_ERROR(e);
+        ++reuse->hits;
+        UpdateReuse(reuse, thr, true, gathered, k);
+        return detail::FinishCount(reinterpret_cast<uint64_t*>(count), h_count, stream);
+      }
+      ++(gathered < k ? reuse->misses_few : reuse->misses_many);
+    }
+  }
+  ull* count = nullptr;
+  DeviceThreshold* thr = nullptr;
+  GRADEX_CUDA_RETURN_IF_ERROR(detail::SelectImpl(d_x, n, k, index_base, d_idx, d_val,
+                                                 reinterpret_cast<ull*>(d_count), zero_selected, ws,
+                                                 stream, &count, pacc, &thr));
+  if (reuse != nullptr) {
+    cudaError_t e = cudaSuccess;
+    const uint32_t key = HostThresholdKey(thr, stream, &e);
+    GRADEX_CUDA_RETURN_IF_ERROR(e);
+    UpdateReuse(reuse, key, tried, gathered, k);
+  }
+  return detail::FinishCount(reinterpret_cast<uint64_t*>(count), h_count, stream);
 }
 
 }  // namespace gradex::kernels::cuda

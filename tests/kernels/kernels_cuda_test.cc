@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/sparse_cuda.h"
 #include "kernels/sparse.h"
+#include "kernels/topk_step.h"
 #include "tests/kernels/reference.h"
 
 namespace gradex::kernels {
@@ -160,6 +161,122 @@ TEST(CudaTopK, BlockTopKMatchesCpuWithEmptyBlocks) {
     }
     const std::vector<float> y = dx.Host(n);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(Bits(y[i]), Bits(hx[i])) << i;
+  }
+}
+
+// Bitwise, except that any NaN equals any NaN (payloads of NaN + NaN differ
+// between vectorised CPU code and the GPU; NaN is never selected).
+bool SameFloats(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    if (Bits(a[i]) != Bits(b[i])) return false;
+  }
+  return true;
+}
+
+// Runs the same steps (x += g or the momentum form, select, zero) through
+// the CPU and GPU SelectTopKStep; selection, x, velocity and the reuse
+// state's counters must agree after every step.
+void StepsMatch(const std::vector<std::vector<float>>& grads, size_t k, bool momentum, bool reuse,
+                const std::string& what) {
+  cuda::Workspace ws;
+  const size_t n = grads[0].size();
+  std::vector<float> x(n, 0.0f), u(n, 0.0f);
+  DeviceVec<float> dx(x), du(u);
+  ThresholdReuse cpu_r, gpu_r;
+  const size_t cap = std::max<size_t>(1, std::min(k, n));
+  DeviceVec<uint32_t> di(cap);
+  DeviceVec<float> dv(cap);
+  for (size_t s = 0; s < grads.size(); ++s) {
+    const std::string w =
+        what + " n=" + std::to_string(n) + " k=" + std::to_string(k) + " step=" + std::to_string(s);
+    DeviceVec<float> dg(grads[s]);
+    ASSERT_CUDA(dg.error());
+    Accumulate ca{grads[s].data(), momentum ? u.data() : nullptr, 0.9f};
+    SparseVec want;
+    SelectTopKStep(x.data(), n, k, 4, &ca, reuse ? &cpu_r : nullptr, true, &want);
+    Accumulate ga{dg.get(), momentum ? du.get() : nullptr, 0.9f};
+    size_t count = 0;
+    ASSERT_CUDA(cuda::SelectTopKStep(dx.get(), n, k, 4, &ga, reuse ? &gpu_r : nullptr, true,
+                                     di.get(), dv.get(), nullptr, &count, &ws, 0));
+    ASSERT_EQ(count, want.nnz()) << w;
+    ASSERT_TRUE(SameBits(Coo(di.Host(count), dv.Host(count)), want)) << w;
+    ASSERT_TRUE(SameFloats(dx.Host(n), x)) << w;
+    if (momentum) {
+      ASSERT_TRUE(SameFloats(du.Host(n), u)) << w;
+    }
+    ASSERT_EQ(gpu_r.hits, cpu_r.hits) << w;
+    ASSERT_EQ(gpu_r.misses_few, cpu_r.misses_few) << w;
+    ASSERT_EQ(gpu_r.misses_many, cpu_r.misses_many) << w;
+    ASSERT_EQ(gpu_r.last_key, cpu_r.last_key) << w;
+    ASSERT_EQ(gpu_r.margin, cpu_r.margin) << w;
+  }
+}
+
+std::vector<float> Scaled(std::vector<float> v, float f) {
+  for (float& x : v) x *= f;
+  return v;
+}
+
+TEST(CudaTopKStep, MatchesCpuOnEveryDistribution) {
+  SKIP_WITHOUT_DEVICE();
+  for (Dist d : AllDists()) {
+    for (size_t n : {size_t{1}, size_t{4097}, size_t{300007}}) {
+      std::vector<std::vector<float>> g;
+      for (uint32_t s = 0; s < 5; ++s) g.push_back(Make(d, n, 40 + s));
+      for (size_t k : {size_t{0}, size_t{1}, n / 100 + 1, n / 3, n}) {
+        for (int mode = 0; mode < 4; ++mode) {
+          StepsMatch(g, k, mode & 1, mode & 2, std::string(testing::Name(d)));
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaTopKStep, AdversarialStepsMatchCpu) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t n = 200003;
+  const std::vector<float> base = Make(Dist::kGauss, n, 1);
+  // Magnitudes jumping 1000x up, then 1000x down.
+  StepsMatch({base, base, Scaled(base, 1000.0f), Scaled(base, 1000.0f), Scaled(base, 1e-3f)}, 2000,
+             false, true, "jump");
+  // All equal magnitudes; all zeros; NaN and Inf.
+  std::vector<float> eq(n), zeros(n, 0.0f), special = Make(Dist::kMixedSpecial, n, 2);
+  for (size_t i = 0; i < n; ++i) eq[i] = i % 3 ? 0.25f : -0.25f;
+  for (size_t k : {size_t{1}, size_t{2000}, n / 2, n}) {
+    StepsMatch({eq, eq, eq}, k, false, true, "all-equal");
+    StepsMatch({zeros, zeros}, k, true, true, "zeros");
+    StepsMatch({special, special, base}, k, true, true, "nan-inf");
+  }
+}
+
+TEST(CudaTopKStep, LargeBucketMatchesCpuWithReuse) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t n = 4000037;
+  std::vector<std::vector<float>> g;
+  for (uint32_t s = 0; s < 6; ++s) g.push_back(Scaled(Make(Dist::kGauss, n, 70 + s), 1 + s % 2));
+  for (size_t k : {n / 100, n / 1000}) StepsMatch(g, k, true, true, "large");
+}
+
+TEST(CudaTopKStep, BucketLengthChangesBetweenSteps) {
+  SKIP_WITHOUT_DEVICE();
+  cuda::Workspace ws;
+  ThresholdReuse cpu_r, gpu_r;
+  for (size_t n : {size_t{1000}, size_t{100000}, size_t{50}, size_t{30001}}) {
+    const size_t k = n / 100 + 1;
+    std::vector<float> x = Make(Dist::kGauss, n, static_cast<uint32_t>(n));
+    DeviceVec<float> dx(x);
+    SparseVec want;
+    SelectTopKStep(x.data(), n, k, 0, nullptr, &cpu_r, false, &want);
+    DeviceVec<uint32_t> di(k);
+    DeviceVec<float> dv(k);
+    size_t count = 0;
+    ASSERT_CUDA(cuda::SelectTopKStep(dx.get(), n, k, 0, nullptr, &gpu_r, false, di.get(), dv.get(),
+                                     nullptr, &count, &ws, 0));
+    ASSERT_TRUE(SameBits(Coo(di.Host(count), dv.Host(count)), want)) << n;
+    ASSERT_EQ(gpu_r.hits, cpu_r.hits) << n;
+    ASSERT_EQ(gpu_r.misses(), cpu_r.misses()) << n;
   }
 }
 
