@@ -52,6 +52,12 @@ struct UcxOptions {
   // the peer asked for. 0: unlimited. The agent sets it from its bucket size
   // (issue 12, item 8).
   size_t max_message_bytes = 0;
+  // UCX's TCP transport is limited to the interface that holds listen_ip
+  // (UCX_NET_DEVICES), unless that variable is set or the machine has an
+  // RDMA device (whose names UCX_NET_DEVICES would then have to list too).
+  // Without it UCX listens on every interface and stripes large messages
+  // over all of them (docs/security.md).
+  bool pin_net_device = true;
   // Messages below this go eagerly (copied through UCX's buffers), larger
   // ones by rendezvous. Applied only on a machine with no RDMA device and
   // when UCX_RNDV_THRESH is unset: there UCX 1.13 runs the rendezvous over

@@ -1,7 +1,11 @@
 // The UCP context and worker a rank keeps for its life, and its address.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -66,6 +70,40 @@ bool HasRdmaDevice() {
   return !ec && it != std::filesystem::directory_iterator();
 }
 
+// The data-plane IP: UcxOptions::listen_ip, else $GRADEX_DATA_IP, else
+// 127.0.0.1.
+std::string ListenIp(const UcxOptions& options) {
+  if (!options.listen_ip.empty()) return options.listen_ip;
+  const char* env = std::getenv("GRADEX_DATA_IP");
+  return env != nullptr && *env != '\0' ? env : "127.0.0.1";
+}
+
+// The name of the network interface that holds `ip` ("lo" for any of
+// 127.0.0.0/8), or "" when none does.
+std::string InterfaceOf(const std::string& ip) {
+  in_addr v4{};
+  in6_addr v6{};
+  const bool is_v4 = inet_pton(AF_INET, ip.c_str(), &v4) == 1;
+  const bool is_v6 = !is_v4 && inet_pton(AF_INET6, ip.c_str(), &v6) == 1;
+  if (!is_v4 && !is_v6) return "";
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (ifaddrs* a = list; a != nullptr && name.empty(); a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    if (is_v4 && a->ifa_addr->sa_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+      const bool loop_range = (ntohl(v4.s_addr) >> 24) == 127 && (a->ifa_flags & IFF_LOOPBACK);
+      if (in->sin_addr.s_addr == v4.s_addr || loop_range) name = a->ifa_name;
+    } else if (is_v6 && a->ifa_addr->sa_family == AF_INET6) {
+      const auto* in = reinterpret_cast<const sockaddr_in6*>(a->ifa_addr);
+      if (std::memcmp(&in->sin6_addr, &v6, sizeof v6) == 0) name = a->ifa_name;
+    }
+  }
+  freeifaddrs(list);
+  return name;
+}
+
 }  // namespace
 
 UcxWorkerImpl::~UcxWorkerImpl() {
@@ -113,6 +151,14 @@ absl::Status UcxWorkerImpl::Init(const UcxOptions& options) {
       s = modify("MM_ERROR_HANDLING", "y");
     }
   }
+  // UCX's TCP transport listens on, and stripes data over, every interface
+  // it finds; the data plane is meant to use the one it was given.
+  if (s.ok() && options.pin_net_device && std::getenv("UCX_NET_DEVICES") == nullptr &&
+      !HasRdmaDevice()) {
+    if (std::string dev = InterfaceOf(ListenIp(options)); !dev.empty()) {
+      s = modify("NET_DEVICES", dev);
+    }
+  }
   if (s.ok() && options.rndv_thresh_bytes > 0 && std::getenv("UCX_RNDV_THRESH") == nullptr &&
       !HasRdmaDevice()) {
     s = modify("RNDV_THRESH", absl::StrCat(options.rndv_thresh_bytes));
@@ -148,11 +194,7 @@ absl::Status UcxWorkerImpl::Init(const UcxOptions& options) {
 }
 
 absl::Status UcxWorkerImpl::Listen(const UcxOptions& options) {
-  std::string ip = options.listen_ip;
-  if (ip.empty()) {
-    const char* env = std::getenv("GRADEX_DATA_IP");
-    ip = env != nullptr && *env != '\0' ? env : "127.0.0.1";
-  }
+  const std::string ip = ListenIp(options);
   const bool v6 = ip.find(':') != std::string::npos;
   absl::StatusOr<DataAddress> bind_to =
       ParseDataAddress(v6 ? absl::StrCat("[", ip, "]:1") : absl::StrCat(ip, ":1"));
