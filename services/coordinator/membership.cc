@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/coordinator/limits.h"
+#include "services/coordinator/log.h"
+#include "services/coordinator/member_secret.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -27,6 +29,19 @@ absl::Status Membership::Join(const gradex::v1::JoinRequest& r, uint64_t id, abs
                                                       s_.algorithm, ")"));
   }
   auto old = by_agent_.find(r.agent_id());
+  if (old != by_agent_.end()) {
+    // An agent id belongs to its member while its lease is live: ids are
+    // public (every plan lists them), so taking one over needs the secret
+    // only that member holds. After the lease lapses the id is free again
+    // (a restarted process of the same agent waits for that).
+    const MemberRecord& held = members_.at(old->second);
+    if (held.lease_expiry > now && !SecretMatches(held.secret, r.member_secret())) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "agent_id '", Quote(r.agent_id()), "' is held by live member ", held.id,
+          " (its lease lapses in ", absl::ToInt64Milliseconds(held.lease_expiry - now),
+          " ms): re-register with that member's member_secret, or wait for the lease"));
+    }
+  }
   // Memory and epochs stay bounded by the job, not by who holds the token:
   // the largest epoch plus a spare for replacements that join before the
   // member they replace is evicted.

@@ -67,7 +67,8 @@ class Membership {
   // Adds (or, for a known agent_id, replaces) a member with id `id` (chosen
   // by the caller, unique); *replaced gets the old id of a re-registering
   // agent (else 0). FAILED_PRECONDITION on another job's id,
-  // RESOURCE_EXHAUSTED past the member cap.
+  // RESOURCE_EXHAUSTED past the member cap, ALREADY_EXISTS naming the id when
+  // a live member holds agent_id and `r` lacks that member's secret.
   absl::Status Join(const gradex::v1::JoinRequest& r, uint64_t id, absl::Time now,
                     uint64_t* replaced);
   // NOT_FOUND when the member is unknown (evicted or never joined).

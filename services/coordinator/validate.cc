@@ -108,6 +108,8 @@ absl::Status ValidateJoin(const gradex::v1::JoinRequest& r) {
   if (!Printable(r.ucx_transports())) return Bad("ucx_transports", "must be printable ASCII");
   if (r.local_rank() < 0 || r.local_rank() > kMaxLocalRank) return Bad("local_rank", "0..65535");
   if (!gradex::v1::Role_IsValid(r.role())) return Bad("role", "ROLE_WORKER or ROLE_SERVER");
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
+    return Bad("member_secret", "over 64 bytes");
   if (r.last_epoch() > 0) {
     if (r.last_world_size() < 1 || r.last_world_size() > kMaxWorldSize) {
       return Bad("last_world_size", "1..65536 when last_epoch is set");

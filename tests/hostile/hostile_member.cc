@@ -44,6 +44,12 @@ constexpr char kUsage[] =
                           accepts (a data plane that never answers), then Heartbeat every
                           lease / 3 for SECONDS, never entering an epoch; prints how the
                           heartbeats ended ("evicted after S s: CODE: message" or "alive")
+  takeover SECONDS        Join, read the plan, then for SECONDS re-Join every 200 ms under
+                          every other member's agent id (without its secret); prints the
+                          counts by code and the last refusal
+  watch-flood N           Join, then open N WatchPlan streams of this member, each after the
+                          previous one delivered a plan, none closed by this side; holds
+                          them 2 s, then cancels them and prints how they ended, by code
   --help                  this text
 )";
 
@@ -219,6 +225,91 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
       std::this_thread::sleep_for(interval);
     }
     close(fd);
+  } else if (action == "takeover" && args.size() == 1) {
+    int seconds = 0;
+    if (!absl::SimpleAtoi(args[0], &seconds) || seconds < 1 || seconds > 3600) return 2;
+    grpc::Status joined = Join(x, Base(x, "hostile-takeover"), &me);
+    Print("join", joined);
+    if (!joined.ok()) return 0;
+    pb::WatchPlanRequest w;
+    w.set_member_id(me.member_id());
+    w.set_member_secret(me.member_secret());
+    grpc::ClientContext c;
+    Prepare(c, x);
+    auto reader = x.stub->WatchPlan(&c, w);
+    pb::Plan plan;
+    if (!reader->Read(&plan)) {
+      Print("watch", reader->Finish());
+      return 0;
+    }
+    c.TryCancel();
+    std::vector<std::string> victims;
+    for (const pb::Member& m : plan.members()) {
+      if (m.agent_id() != "hostile-takeover") victims.push_back(m.agent_id());
+    }
+    std::map<int, int> codes;
+    std::string last;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      for (const std::string& id : victims) {
+        pb::JoinRequest r = Base(x, id);
+        r.set_host("hostile-host");
+        pb::JoinResponse got;
+        grpc::Status s = Join(x, r, &got);
+        ++codes[s.error_code()];
+        if (!s.ok()) last = s.error_message();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    for (auto [code, count] : codes) std::printf("takeover: code %d: %d joins\n", code, count);
+    std::printf("takeover: last refusal: %s\n", last.c_str());
+  } else if (action == "watch-flood" && args.size() == 1) {
+    int n = 0;
+    if (!absl::SimpleAtoi(args[0], &n) || n < 1 || n > 100000) return 2;
+    grpc::Status joined = Join(x, Base(x, "hostile-watcher"), &me);
+    Print("join", joined);
+    if (!joined.ok()) return 0;
+    pb::WatchPlanRequest w;
+    w.set_member_id(me.member_id());
+    w.set_member_secret(me.member_secret());
+    struct Stream {
+      std::unique_ptr<grpc::ClientContext> ctx;
+      std::unique_ptr<grpc::ClientReader<pb::Plan>> reader;
+    };
+    // Each stream is opened after the previous one delivered its first plan
+    // (so the coordinator holds it), and none is closed by this side until
+    // the end.
+    std::vector<Stream> streams;
+    streams.reserve(n);
+    int no_plan = 0;
+    for (int i = 0; i < n; ++i) {
+      Stream st;
+      st.ctx = std::make_unique<grpc::ClientContext>();
+      st.ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+      st.ctx->AddMetadata("authorization", "Bearer " + x.token);
+      st.reader = x.stub->WatchPlan(st.ctx.get(), w);
+      pb::Plan plan;
+      if (!st.reader->Read(&plan)) ++no_plan;
+      streams.push_back(std::move(st));
+    }
+    std::printf("watch-flood: %d streams opened, %d without a plan\n", n, no_plan);
+    std::fflush(stdout);
+    // Held for a moment, so that the coordinator's memory can be read with
+    // every stream this side opened still open.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::map<int, int> codes;
+    std::string last;
+    for (Stream& st : streams) {
+      st.ctx->TryCancel();
+      pb::Plan plan;
+      while (st.reader->Read(&plan)) {
+      }
+      grpc::Status s = st.reader->Finish();
+      ++codes[s.error_code()];
+      if (s.error_code() != grpc::StatusCode::CANCELLED) last = s.error_message();
+    }
+    for (auto [code, count] : codes) std::printf("watch-flood: code %d: %d streams\n", code, count);
+    std::printf("watch-flood: last ended by the coordinator: %s\n", last.c_str());
   } else if (action == "join-unreachable" && args.empty()) {
     Print("join", Join(x, Base(x, "hostile-unreachable"), &me));
   } else {

@@ -6,7 +6,8 @@
 # invariants checked, nobody crashes, and the coordinator refuses the
 # hostile calls naming the field.
 # usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO
-#   bad-address | bounds | flood | idle | impersonate | sigstop | sigstop-two | wireup-stall
+#   bad-address | bounds | flood | idle | impersonate | sigstop | sigstop-two | wireup-stall |
+#   takeover | watch-flood
 set -euo pipefail
 
 COORDINATOR=$1
@@ -278,6 +279,54 @@ scenario_sigstop_two() {
   for i in 0 1; do expect_finished "$i" 2; done
 }
 
+# An agent id belongs to its member: a token holder re-joining every 200 ms
+# under the other members' agent ids (public: every plan lists them) without
+# their secrets is refused ALREADY_EXISTS naming the id, and the job never
+# notices (before: each such join evicted the real member and opened an
+# epoch).
+scenario_takeover() {
+  local out
+  STEPS=${HOSTILE_STEPS:-1500}  # the job outlives the takeovers (a finished agent's id is free)
+  start_job 3 lease_ms=3000
+  out=$(hostile takeover 8)
+  grep '^takeover:' <<<"$out"
+  expect_line "$out" "^join: 0: "
+  expect_line "$out" "^takeover: code 6: [0-9]+ joins$"
+  ! grep -q "^takeover: code 0: " <<<"$out" || fail "a join under a live member's agent id was accepted"
+  expect_line "$out" "^takeover: last refusal: agent_id 'e2e-a[0-2]' is held by live member [0-9]+ "
+  finish_job 3 3
+  (($(epochs_while_running) == 1)) || fail "$(epochs_while_running) epochs while the job ran: the takeovers churned it"
+  ! grep -q "agent 'e2e-a[0-2]' host 'hostile-host'" "$TMP/coordinator.log" ||
+    fail "a hostile join took over an agent id"
+}
+
+# One WatchPlan stream per member: a member opening 20,000 streams (each held
+# open) ends with one open; the others end ABORTED naming the newer stream,
+# and the coordinator's memory stays flat (before: all 20,000 stayed open,
+# RSS 17 -> 128 MB).
+scenario_watch_flood() {
+  local out rss0 rss_open rss1 pid
+  start_job 3 lease_ms=60000
+  rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
+  hostile watch-flood 20000 >"$TMP/watch.out" &
+  pid=$!
+  E2E_PIDS+=("$pid")
+  wait_for "$TMP/watch.out" "streams opened" 180 || fail "the watch flood did not finish opening in 180 s"
+  rss_open=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
+  wait_pid "$pid" 120 || fail "the watch flood did not end"
+  rss1=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
+  out=$(cat "$TMP/watch.out")
+  echo "$out"
+  echo "coordinator RSS ${rss0} kB before the flood, ${rss_open} kB with its streams open, ${rss1} kB after"
+  expect_line "$out" "^watch-flood: 20000 streams opened, 0 without a plan$"
+  expect_line "$out" "^watch-flood: code 10: 19999 streams$"
+  expect_line "$out" "^watch-flood: code 1: 1 streams$"
+  expect_line "$out" "^watch-flood: last ended by the coordinator: a newer WatchPlan stream of member [0-9]+ replaced this one"
+  ((rss_open - rss0 < 20000)) || fail "the coordinator grew by $((rss_open - rss0)) kB with the streams open"
+  ((rss1 - rss0 < 20000)) || fail "the coordinator grew by $((rss1 - rss0)) kB after the flood"
+  finish_job 3 3
+}
+
 case "$SCENARIO" in
   bad-address) scenario_bad_address ;;
   bounds) scenario_bounds ;;
@@ -287,6 +336,8 @@ case "$SCENARIO" in
   sigstop) scenario_sigstop ;;
   sigstop-two) scenario_sigstop_two ;;
   wireup-stall) scenario_wireup_stall ;;
+  takeover) scenario_takeover ;;
+  watch-flood) scenario_watch_flood ;;
   *) fail "unknown scenario $SCENARIO" ;;
 esac
 echo "PASS: $SCENARIO"
