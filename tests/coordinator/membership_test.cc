@@ -207,6 +207,33 @@ TEST(Membership, ALiveAgentIdIsRefusedWithoutItsMembersSecret) {
   EXPECT_EQ(rep, 2u);
 }
 
+struct CountingWatcher : PlanWatcher {
+  int superseded = 0;
+  void PlanChanged() override {}
+  void MemberGone() override {}
+  void Superseded() override { ++superseded; }
+};
+
+// One WatchPlan stream per member: a member's new stream ends its old one,
+// and other members' streams stay.
+TEST(Coordinator, ANewWatchOfAMemberSupersedesItsOldOne) {
+  Coordinator c(Job(2), nullptr);
+  auto a1 = std::make_shared<CountingWatcher>();
+  auto a2 = std::make_shared<CountingWatcher>();
+  auto b = std::make_shared<CountingWatcher>();
+  c.Subscribe(7, a1);
+  c.Subscribe(8, b);
+  EXPECT_EQ(c.watchers(), 2u);
+  c.Subscribe(7, a2);
+  EXPECT_EQ(a1->superseded, 1);
+  EXPECT_EQ(a2->superseded, 0);
+  EXPECT_EQ(b->superseded, 0);
+  EXPECT_EQ(c.watchers(), 2u);
+  for (int i = 0; i < 1000; ++i) c.Subscribe(7, std::make_shared<CountingWatcher>());
+  EXPECT_EQ(a2->superseded, 1);
+  EXPECT_EQ(c.watchers(), 2u);
+}
+
 TEST(Coordinator, StallNamesTheRanksThatHaveNotArrived) {
   JobSettings s = Job(3);
   s.step_deadline = absl::Seconds(2);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -299,8 +300,19 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
     std::this_thread::sleep_for(std::chrono::seconds(2));
     std::map<int, int> codes;
     std::string last;
+    // The newest stream is cancelled first; the older ones are read to their
+    // end as the coordinator ended them, and those still open 5 s later are
+    // cancelled (then they end CANCELLED).
+    streams.back().ctx->TryCancel();
+    std::atomic<bool> done{false};
+    std::thread watchdog([&] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!done.load() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      for (Stream& st : streams) st.ctx->TryCancel();
+    });
     for (Stream& st : streams) {
-      st.ctx->TryCancel();
       pb::Plan plan;
       while (st.reader->Read(&plan)) {
       }
@@ -308,6 +320,8 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
       ++codes[s.error_code()];
       if (s.error_code() != grpc::StatusCode::CANCELLED) last = s.error_message();
     }
+    done.store(true);
+    watchdog.join();
     for (auto [code, count] : codes) std::printf("watch-flood: code %d: %d streams\n", code, count);
     std::printf("watch-flood: last ended by the coordinator: %s\n", last.c_str());
   } else if (action == "join-unreachable" && args.empty()) {

@@ -306,7 +306,7 @@ scenario_takeover() {
 # RSS 17 -> 128 MB).
 scenario_watch_flood() {
   local out rss0 rss_open rss1 pid
-  start_job 3 lease_ms=60000
+  start_job 3 lease_ms=60000 entry_timeout_ms=60000  # the watcher never heartbeats
   rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
   hostile watch-flood 20000 >"$TMP/watch.out" &
   pid=$!
