@@ -11,6 +11,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "services/metrics_exposer.h"
 
 namespace gradex::agent {
 namespace {
@@ -111,7 +112,7 @@ AgentMetrics::~AgentMetrics() = default;
 absl::Status AgentMetrics::Serve(const std::string& bind) {
   // civetweb reports a failed bind by throwing; this is the one place it can.
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind);
+    exposer_ = MakeMetricsExposer(bind);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", bind, ": ", e.what()));
   }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -51,12 +52,17 @@ constexpr char kUsage[] =
   watch-flood N           Join, then open N WatchPlan streams of this member, each after the
                           previous one delivered a plan, none closed by this side; holds
                           them 2 s, then cancels them and prints how they ended, by code
+  idle-connections N SECONDS
+                          open N TCP connections to the coordinator's port that never send
+                          a byte, hold them SECONDS, then close them; prints how many
+                          connected and how many the coordinator closed meanwhile
   --help                  this text
 )";
 
 struct Ctx {
   std::unique_ptr<pb::Coordinator::Stub> stub;
   std::string token, job;
+  int port = 0;  // the coordinator's (on loopback), for raw TCP
 };
 
 void Prepare(grpc::ClientContext& c, const Ctx& x) {
@@ -324,6 +330,49 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
     watchdog.join();
     for (auto [code, count] : codes) std::printf("watch-flood: code %d: %d streams\n", code, count);
     std::printf("watch-flood: last ended by the coordinator: %s\n", last.c_str());
+  } else if (action == "idle-connections" && args.size() == 2) {
+    int n = 0, seconds = 0;
+    if (!absl::SimpleAtoi(args[0], &n) || n < 1 || n > 100000 ||
+        !absl::SimpleAtoi(args[1], &seconds) || seconds < 0 || seconds > 3600) {
+      return 2;
+    }
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(x.port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::vector<int> fds;
+    int failed = 0;
+    for (int i = 0; i < n; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      if (fd < 0) {
+        std::perror("hostile_member: socket");
+        break;
+      }
+      if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+        ++failed;
+        close(fd);
+        continue;
+      }
+      fds.push_back(fd);
+    }
+    std::printf("idle-connections: %zu connected, %d refused\n", fds.size(), failed);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+    int closed = 0;
+    for (int fd : fds) {
+      // What the coordinator sent (its HTTP/2 SETTINGS, a GOAWAY) is read
+      // past; then 0 (or a reset) means it closed the connection.
+      char b[4096];
+      for (;;) {
+        const ssize_t got = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+        if (got > 0) continue;
+        if (got == 0 || errno == ECONNRESET) ++closed;
+        break;
+      }
+      close(fd);
+    }
+    std::printf("idle-connections: %d of %zu closed by the coordinator within %d s\n", closed,
+                fds.size(), seconds);
   } else if (action == "join-unreachable" && args.empty()) {
     Print("join", Join(x, Base(x, "hostile-unreachable"), &me));
   } else {
@@ -361,6 +410,9 @@ int main(int argc, char** argv) {
   x.token = ss.str();
   while (!x.token.empty() && (x.token.back() == '\n' || x.token.back() == '\r')) x.token.pop_back();
   x.job = job;
+  if (const size_t colon = target.rfind(':'); colon != std::string::npos) {
+    (void)absl::SimpleAtoi(target.substr(colon + 1), &x.port);
+  }
   x.stub =
       pb::Coordinator::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   const std::string action = rest[0];

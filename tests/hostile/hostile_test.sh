@@ -7,7 +7,7 @@
 # hostile calls naming the field.
 # usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO
 #   bad-address | bounds | flood | idle | impersonate | sigstop | sigstop-two | wireup-stall |
-#   takeover | watch-flood
+#   takeover | watch-flood | fd-exhaustion | slow-scrape
 set -euo pipefail
 
 COORDINATOR=$1
@@ -327,6 +327,68 @@ scenario_watch_flood() {
   finish_job 3 3
 }
 
+# The coordinator stays reachable under fd exhaustion: its fd limit lowered
+# to 1024, a token-less outsider opens 1,100 TCP connections to its port and
+# holds them, silent, for 12 s. The coordinator keeps its descriptors under a
+# cap below the limit (connections past it are closed at once, counted and
+# logged), closes the rest at its handshake timeout (10 s); a late joiner
+# after the outsider went is admitted, and the job's agents finish every
+# step (before: accept4 failed with EMFILE, the listener never accepted
+# again, and a late joiner gave up).
+scenario_fd_exhaustion() {
+  local out
+  STEPS=${HOSTILE_STEPS:-1000}  # the job runs through the attack
+  start_job 3 lease_ms=3000
+  prlimit --nofile=1024:1024 --pid "$COORD_PID" || fail "cannot lower the coordinator's fd limit"
+  out=$(hostile idle-connections 1100 12)
+  echo "$out"
+  expect_line "$out" "^idle-connections: 1100 connected"
+  # Past the handshake timeout (10 s) every silent connection was closed.
+  expect_line "$out" "^idle-connections: 1100 of 1100 closed by the coordinator within 12 s"
+  kill -0 "$COORD_PID" || fail "the coordinator died"
+  # A late joiner (pending: the job holds its 3) is admitted at once.
+  out=$(hostile flood 1)
+  expect_line "$out" "^flood: code 0: 1 joins$"
+  wait_for "$TMP/coordinator.log" "listener: closed [1-9][0-9]* connections over the descriptor cap" 5 ||
+    fail "the coordinator did not say it closed connections over its cap"
+  grep -m1 "listener: closed" "$TMP/coordinator.log"
+  ! grep -q "Failed accept4" "$TMP/coordinator.log" || fail "gRPC's listener saw an accept4 failure"
+  curl -sf --max-time 10 "http://127.0.0.1:$COORD_METRICS/metrics" |
+    grep -E '^gradex_coordinator_connections_refused_total\{reason="over_cap"\} [1-9]' ||
+    fail "gradex_coordinator_connections_refused_total{reason=over_cap} did not count them"
+  finish_job 3 3
+}
+
+# Slow clients cannot block scrapes: two clients connect to the
+# coordinator's metrics port and send only the first line of a request;
+# four scrapes, each given 2 s, are all answered, and the slow clients are
+# disconnected at the request timeout (3 s) (before: prometheus-cpp served
+# with 2 threads and civetweb's 30 s timeout, and 3 of 4 scrapes timed out).
+scenario_slow_scrape() {
+  local ok=0 i fd1 fd2 t0 rc=0
+  start_job 3 lease_ms=3000
+  exec {fd1}<>"/dev/tcp/127.0.0.1/$COORD_METRICS"
+  exec {fd2}<>"/dev/tcp/127.0.0.1/$COORD_METRICS"
+  t0=$(now)
+  printf 'GET /metrics HTTP/1.1\r\n' >&"$fd1"
+  printf 'GET /metrics HTTP/1.1\r\n' >&"$fd2"
+  sleep 0.2
+  for i in 1 2 3 4; do
+    if curl -sf --max-time 2 "http://127.0.0.1:$COORD_METRICS/metrics" |
+      grep -q '^gradex_coordinator_epoch '; then
+      ok=$((ok + 1))
+    fi
+  done
+  echo "$ok of 4 scrapes answered within 2 s each with 2 slow clients connected"
+  ((ok == 4)) || fail "$((4 - ok)) of 4 scrapes timed out behind 2 slow clients"
+  # The slow client's connection ends (EOF) rather than staying open.
+  for (( ; ; )); do IFS= read -r -t 10 _ <&"$fd1" || { rc=$? && break; }; done
+  echo "a slow client was disconnected $(awk -v a="$(now)" -v b="$t0" 'BEGIN{printf "%.1f", a-b}') s after it connected"
+  ((rc == 1)) || fail "a slow client was still connected 10 s later"
+  exec {fd1}>&- {fd2}>&-
+  finish_job 3 3
+}
+
 case "$SCENARIO" in
   bad-address) scenario_bad_address ;;
   bounds) scenario_bounds ;;
@@ -338,6 +400,8 @@ case "$SCENARIO" in
   wireup-stall) scenario_wireup_stall ;;
   takeover) scenario_takeover ;;
   watch-flood) scenario_watch_flood ;;
+  fd-exhaustion) scenario_fd_exhaustion ;;
+  slow-scrape) scenario_slow_scrape ;;
   *) fail "unknown scenario $SCENARIO" ;;
 esac
 echo "PASS: $SCENARIO"
