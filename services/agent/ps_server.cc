@@ -170,7 +170,7 @@ void PsServer::NoteSnapshotFailure(uint32_t shard, const absl::Status& why) {
   snapshot_failing_ = true;
   Log(absl::StrCat("shard ", shard, ": snapshot failed: ", why.message()));
   if (metrics_) {
-    metrics_->SnapshotFailed(shard);
+    metrics_->SnapshotFailed();
     metrics_->SnapshotHealth(false);
   }
 }

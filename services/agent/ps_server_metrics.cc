@@ -39,11 +39,9 @@ PsServerMetrics::PsServerMetrics(prometheus::Registry& r)
                              "Worker hellos naming a later version of the shard than the shard "
                              "has (it was restored from an older snapshot); each takes a full "
                              "sync")),
-      snapshot_failures_(&prometheus::BuildCounter()
-                              .Name("gradex_ps_server_snapshot_failures_total")
-                              .Help("Shard snapshots not written (a full or read-only "
-                                    "directory, or a non-finite model), by shard")
-                              .Register(r)),
+      snapshot_failures_(&Counter(r, "gradex_ps_server_snapshot_failures_total",
+                                  "Shard snapshots not written (a full or read-only directory, "
+                                  "or a non-finite model)")),
       snapshot_healthy_(&prometheus::BuildGauge()
                              .Name("gradex_ps_server_snapshot_healthy")
                              .Help("1 when the latest snapshot of every held shard was "
@@ -75,9 +73,7 @@ PsServerMetrics::PsServerMetrics(prometheus::Registry& r)
   snapshot_healthy_->Set(1);
 }
 
-void PsServerMetrics::SnapshotFailed(uint32_t shard) {
-  snapshot_failures_->Add({{"shard", std::to_string(shard)}}).Increment();
-}
+void PsServerMetrics::SnapshotFailed() { snapshot_failures_->Increment(); }
 
 void PsServerMetrics::SnapshotHealth(bool healthy) { snapshot_healthy_->Set(healthy ? 1 : 0); }
 
