@@ -1,6 +1,7 @@
 #include "collectives/call_frame.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -99,10 +100,21 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   // checkable. One pass; the buffers live with the algorithm across calls.
   p->coefficient = ResidualCoefficient(p->ctx, options);
   p->decays = p->coefficient != 1.0f;
+  // The accumulation pass also counts non-finite entries (a compare per
+  // element): a NaN or Inf there, from a gradient or a value received in an
+  // earlier call, would otherwise stay in the residual for every later step
+  // and silently drop its coordinates. They are reset to 0 before the
+  // selection (no peer receives them) and reported in the call's details
+  // ("residual_nonfinite", "residual_nonfinite_first"): the owner fails the
+  // bucket naming them.
+  size_t nonfinite = 0;
   {
     PhaseTimer t(&p->stats.phases.reduction_s);
     if (!p->decays) {
-      for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
+      for (size_t i = 0; i < grad.size(); ++i) {
+        residual[i] += grad[i];
+        nonfinite += !std::isfinite(residual[i]);
+      }
     } else {
       const float c = p->coefficient;
       ef_prior_.resize(grad.size());
@@ -112,8 +124,20 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
         ef_prior_[i] = old;
         ef_decayed_[i] = old - kept;
         residual[i] = kept + grad[i];
+        nonfinite += !std::isfinite(residual[i]);
       }
     }
+  }
+  if (nonfinite > 0) {
+    size_t first = grad.size();
+    for (size_t i = 0; i < grad.size(); ++i) {
+      if (std::isfinite(residual[i])) continue;
+      first = std::min(first, i);
+      residual[i] = 0.0f;
+      if (p->decays) ef_prior_[i] = ef_decayed_[i] = 0.0f;  // a failed call restores no NaN
+    }
+    p->stats.details["residual_nonfinite"] = static_cast<double>(nonfinite);
+    p->stats.details["residual_nonfinite_first"] = static_cast<double>(first);
   }
   pending_ = std::move(p);
   st = LocalSelection(pending_->ctx, pending_->options, residual, pending_->ledger,
