@@ -329,7 +329,7 @@ scenario_watch_flood() {
 
 # The coordinator stays reachable under fd exhaustion: its fd limit lowered
 # to 1024, a token-less outsider opens 1,100 TCP connections to its port and
-# holds them, silent, for 12 s. The coordinator keeps its descriptors under a
+# holds them, silent, for 15 s. The coordinator keeps its descriptors under a
 # cap below the limit (connections past it are closed at once, counted and
 # logged), closes the rest at its handshake timeout (10 s); a late joiner
 # after the outsider went is admitted, and the job's agents finish every
@@ -340,11 +340,11 @@ scenario_fd_exhaustion() {
   STEPS=${HOSTILE_STEPS:-1000}  # the job runs through the attack
   start_job 3 lease_ms=3000
   prlimit --nofile=1024:1024 --pid "$COORD_PID" || fail "cannot lower the coordinator's fd limit"
-  out=$(hostile idle-connections 1100 12)
+  out=$(hostile idle-connections 1100 15)
   echo "$out"
   expect_line "$out" "^idle-connections: 1100 connected"
   # Past the handshake timeout (10 s) every silent connection was closed.
-  expect_line "$out" "^idle-connections: 1100 of 1100 closed by the coordinator within 12 s"
+  expect_line "$out" "^idle-connections: 1100 of 1100 closed by the coordinator within 15 s"
   kill -0 "$COORD_PID" || fail "the coordinator died"
   # A late joiner (pending: the job holds its 3) is admitted at once.
   out=$(hostile flood 1)
