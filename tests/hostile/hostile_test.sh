@@ -286,9 +286,9 @@ scenario_sigstop_two() {
 # epoch).
 scenario_takeover() {
   local out
-  STEPS=${HOSTILE_STEPS:-1500}  # the job outlives the takeovers (a finished agent's id is free)
+  STEPS=${HOSTILE_STEPS:-3000}  # the job outlives the takeovers (a finished agent's id is free)
   start_job 3 lease_ms=3000
-  out=$(hostile takeover 8)
+  out=$(hostile takeover 4)
   grep '^takeover:' <<<"$out"
   expect_line "$out" "^join: 0: "
   expect_line "$out" "^takeover: code 6: [0-9]+ joins$"
