@@ -283,9 +283,10 @@ scenario_sigstop_two() {
 # under the other members' agent ids (public: every plan lists them) without
 # their secrets is refused ALREADY_EXISTS naming the id, and the job never
 # notices (before: each such join evicted the real member and opened an
-# epoch).
+# epoch). Then agent 2 is killed and restarted at once under its id: it
+# waits for the dead process's lease and joins the running job.
 scenario_takeover() {
-  local out
+  local out i
   STEPS=${HOSTILE_STEPS:-3000}  # the job outlives the takeovers (a finished agent's id is free)
   start_job 3 lease_ms=3000
   out=$(hostile takeover 4)
@@ -294,10 +295,25 @@ scenario_takeover() {
   expect_line "$out" "^takeover: code 6: [0-9]+ joins$"
   ! grep -q "^takeover: code 0: " <<<"$out" || fail "a join under a live member's agent id was accepted"
   expect_line "$out" "^takeover: last refusal: agent_id 'e2e-a[0-2]' is held by live member [0-9]+ "
-  finish_job 3 3
   (($(epochs_while_running) == 1)) || fail "$(epochs_while_running) epochs while the job ran: the takeovers churned it"
   ! grep -q "agent 'e2e-a[0-2]' host 'hostile-host'" "$TMP/coordinator.log" ||
     fail "a hostile join took over an agent id"
+  # A restarted process of the same agent (no secret) waits for its
+  # predecessor's lease, then joins the running job.
+  kill -9 "${AGENT_PID[2]}"
+  start_agent 2
+  wait_for "$TMP/agent2.err" "ALREADY_EXISTS" 20 || fail "the restarted agent 2 was not told to wait"
+  wait_for "$TMP/coordinator.log" "evicted member [0-9]+ \(agent 'e2e-a2' on host '[^']*'\): lease expired" 20 ||
+    fail "agent 2's killed process was never evicted"
+  for ((i = 0; i < 300; ++i)); do  # its second join (the first was at the start)
+    (($(grep "join: member [0-9]* agent 'e2e-a2' host '" "$TMP/coordinator.log" |
+      grep -vc "hostile-host") >= 2)) && break
+    sleep 0.1
+  done
+  ((i < 300)) || fail "the restarted agent 2 never joined"
+  grep -m1 "ALREADY_EXISTS" "$TMP/agent2.err"
+  expect_all_exit_zero 180 0 1 2
+  for i in 0 1 2; do expect_finished "$i" "[23]"; done
 }
 
 # One WatchPlan stream per member: a member opening 20,000 streams (each held
