@@ -28,6 +28,12 @@ absl::Status Membership::Join(const gradex::v1::JoinRequest& r, uint64_t id, abs
                                                       "' is not a parameter-server job (algorithm ",
                                                       s_.algorithm, ")"));
   }
+  if (auto q = strikes_.find(r.agent_id()); q != strikes_.end() && now < q->second.until) {
+    return absl::UnavailableError(absl::StrCat(
+        "agent_id '", Quote(r.agent_id()), "' is quarantined for ",
+        absl::ToInt64Milliseconds(q->second.until - now), " ms: evicted ", q->second.count,
+        " times for not entering an epoch within entry_timeout (join again after that)"));
+  }
   auto old = by_agent_.find(r.agent_id());
   if (old != by_agent_.end()) {
     // An agent id belongs to its member while its lease is live: ids are
@@ -128,6 +134,8 @@ absl::Status Membership::Leave(uint64_t id) {
 void Membership::NoteStep(uint64_t id, uint64_t step, absl::Time now) {
   auto it = members_.find(id);
   if (it == members_.end()) return;
+  // A member that finishes steps has entered: its past strikes are gone.
+  if (!strikes_.empty() && it->second.first_epoch != 0) strikes_.erase(it->second.agent_id);
   it->second.next_step = std::max(it->second.next_step, step + 1);
   it->second.progress_at = now;
 }
@@ -217,6 +225,7 @@ bool Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, boo
 }
 
 bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
+  now_ = now;
   last_evicted_.clear();
   std::vector<uint64_t> expired;
   for (const auto& [id, m] : members_) {
