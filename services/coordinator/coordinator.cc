@@ -112,6 +112,7 @@ absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now
         Quote(m->host), "', epoch ", r.epoch(), "): ", Quote(r.error()));
     return absl::OkStatus();
   }
+  membership_.StepSucceeded(r.member_id());
   // Controllers follow the latest epoch only (they restart with each epoch).
   if (&membership_.latest() == e) {
     FeedControllersLocked(r, rank, static_cast<int>(e->roster.size()));

@@ -134,10 +134,14 @@ absl::Status Membership::Leave(uint64_t id) {
 void Membership::NoteStep(uint64_t id, uint64_t step, absl::Time now) {
   auto it = members_.find(id);
   if (it == members_.end()) return;
-  // A member that finishes steps has entered: its past strikes are gone.
-  if (!strikes_.empty() && it->second.first_epoch != 0) strikes_.erase(it->second.agent_id);
   it->second.next_step = std::max(it->second.next_step, step + 1);
   it->second.progress_at = now;
+}
+
+void Membership::StepSucceeded(uint64_t id) {
+  if (strikes_.empty()) return;
+  auto it = members_.find(id);
+  if (it != members_.end()) strikes_.erase(it->second.agent_id);
 }
 
 void Membership::NoteEpoch(uint64_t id, uint64_t epoch) {

@@ -79,6 +79,9 @@ class Membership {
   absl::Status Leave(uint64_t id);
   // A step report: progress only (the step it finished or failed).
   void NoteStep(uint64_t id, uint64_t step, absl::Time now);
+  // A step of an epoch it is in finished without error: the member works,
+  // its entry strikes (quarantine) are forgotten.
+  void StepSucceeded(uint64_t id);
   // A report from `epoch` (validated): the member is in it.
   void NoteEpoch(uint64_t id, uint64_t epoch);
 
@@ -155,7 +158,7 @@ class Membership {
   // one epoch's roster.
   std::set<std::string> held_back_;
   // Agents evicted at an entry deadline: how many times since they last
-  // finished a step, and until when a re-join is refused. The first eviction
+  // finished a step without error, and until when a re-join is refused. The first eviction
   // only holds a re-join back to the next barrier (above); from the second
   // on the agent id is quarantined for lease x 2^(count - 2), at most
   // kMaxQuarantineLeases leases, so a member that keeps stalling its entries
