@@ -110,7 +110,12 @@ scenario_bounds() {
 # flat and no epoch changes.
 scenario_flood() {
   local out rss0 rss1
-  start_job 3 lease_ms=3000
+  # The 2 accepted joins never heartbeat, and finished agents leave: with a
+  # 3 s lease and 300 steps, slots freed during a flood that ran past 3 s
+  # (or past the job) admitted more (7-12 of 5,000, on main too). The job
+  # and the leases outlast the flood.
+  STEPS=${HOSTILE_STEPS:-3000}
+  start_job 3 lease_ms=30000 entry_timeout_ms=30000
   rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
   out=$(hostile flood 5000)
   rss1=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
