@@ -1,6 +1,7 @@
 #include "collectives/call_frame.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -30,6 +31,21 @@ absl::Status ValidateCall(const CallContext& ctx, const AllreduceOptions& option
 
 namespace {
 
+// After a successful exchange: resets the residual's non-finite entries
+// (what the call left unsent) to 0 and reports how many and the first in
+// `stats`' details.
+void ResetLeftNonFinite(std::span<float> residual, CallStats* stats) {
+  size_t left = 0, first = residual.size();
+  for (size_t i = 0; i < residual.size(); ++i) {
+    if (std::isfinite(residual[i])) continue;
+    if (left++ == 0) first = i;
+    residual[i] = 0.0f;
+  }
+  if (left == 0) return;
+  stats->details["residual_nonfinite"] = static_cast<double>(left);
+  stats->details["residual_nonfinite_first"] = static_cast<double>(first);
+}
+
 // Fills the byte counters and totals of `stats` at the end of a call.
 void FinishStats(const CallContext& ctx, const PeerCounters& before, Clock::time_point start,
                  CallStats* stats) {
@@ -56,7 +72,8 @@ struct SparseAllreduce::Pending {
   ResidualLedger ledger;
   bool decays = false;
   float coefficient = 1.0f;
-  CallStats stats;  // the first half's phases and details
+  CallStats stats;       // the first half's phases and details
+  size_t nonfinite = 0;  // non-finite entries the accumulation pass counted
   explicit Pending(std::span<float> acc) : ledger(acc) {}
 };
 
@@ -99,10 +116,22 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   // checkable. One pass; the buffers live with the algorithm across calls.
   p->coefficient = ResidualCoefficient(p->ctx, options);
   p->decays = p->coefficient != 1.0f;
+  // The accumulation pass also counts non-finite entries (a compare per
+  // element). A NaN or Inf the call sends is summed like any value (as DDP's
+  // allreduce does: loss scalers skip such steps); one it leaves in the
+  // residual (a NaN, which no top-k picks, from a gradient or a value
+  // received in an earlier call) would stay there for every later step and
+  // silently drop its coordinates: after the exchange those are reset to 0
+  // and reported in the call's details ("residual_nonfinite",
+  // "residual_nonfinite_first"), and the owner fails the bucket naming them.
+  size_t nonfinite = 0;
   {
     PhaseTimer t(&p->stats.phases.reduction_s);
     if (!p->decays) {
-      for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
+      for (size_t i = 0; i < grad.size(); ++i) {
+        residual[i] += grad[i];
+        nonfinite += !std::isfinite(residual[i]);
+      }
     } else {
       const float c = p->coefficient;
       ef_prior_.resize(grad.size());
@@ -112,9 +141,11 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
         ef_prior_[i] = old;
         ef_decayed_[i] = old - kept;
         residual[i] = kept + grad[i];
+        nonfinite += !std::isfinite(residual[i]);
       }
     }
   }
+  p->nonfinite = nonfinite;
   pending_ = std::move(p);
   st = LocalSelection(pending_->ctx, pending_->options, residual, pending_->ledger,
                       &pending_->stats);
@@ -164,6 +195,9 @@ absl::Status SparseAllreduce::ExchangeCall(AllreduceResult* result, CallStats* s
   {
     PhaseTimer t(&stats->phases.reduction_s);
     p.ledger.Commit();
+    // What the call sent was summed; a non-finite entry it left in the
+    // residual would stay there for good (see PrepareCall).
+    if (p.nonfinite > 0) ResetLeftNonFinite(p.residual, stats);
     if (p.decays) {
       result->decayed.swap(ef_decayed_);  // the caller's old buffer is reused next call
       stats->details["ef_coefficient"] = p.coefficient;

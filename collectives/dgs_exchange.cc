@@ -98,9 +98,10 @@ absl::Status DgsPushPull::Hello(DgsWorkerState& state, size_t i, std::span<float
   const DgsShardPeer& peer = shards_[i];
   const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
   const uint32_t request = NextRequest();
-  absl::StatusOr<Bytes> hello =
-      EncodeDgsHello(ctx, state.worker(), request,
-                     std::span<const float>(params).subspan(ctx.range.begin, ctx.range.size()));
+  const uint64_t last_version = state.version(peer.shard);
+  absl::StatusOr<Bytes> hello = EncodeDgsHello(
+      ctx, state.worker(), request,
+      std::span<const float>(params).subspan(ctx.range.begin, ctx.range.size()), last_version);
   if (!hello.ok()) return hello.status();
   if (stats != nullptr) {
     stats->sent_bytes += hello->size();
@@ -118,6 +119,12 @@ absl::Status DgsPushPull::Hello(DgsWorkerState& state, size_t i, std::span<float
         absl::StrCat("DGS shard ", peer.shard, ": a pull answering a hello"));
   }
   if (absl::Status s = state.ApplyPull(peer.shard, reply, params); !s.ok()) return s;
+  if (reply.version < last_version && stats != nullptr) {
+    // The shard went back (restored from an older snapshot): the full sync
+    // replaced this worker's range with the shard's M all the same.
+    ++stats->version_gaps;
+    stats->versions_lost += last_version - reply.version;
+  }
   // The push this worker gave up on (push_: no MakePush since): the shard
   // says whether it applied it; if not, it goes back into the velocity.
   const uint32_t unknown = std::exchange(pending_[i].unknown_push, 0);

@@ -50,6 +50,10 @@ struct DgsStepStats {
   uint64_t pulled_entries = 0;  // entries of sparse pulls applied
   uint32_t full_syncs = 0;      // full syncs applied (joins included)
   uint32_t hellos = 0;
+  // Full syncs at a version below this worker's last from that shard (a
+  // shard restored from an older snapshot), and the versions they went back.
+  uint32_t version_gaps = 0;
+  uint64_t versions_lost = 0;
 };
 
 // The worker side, one per worker and transport. Step() is one DGS worker
@@ -128,6 +132,12 @@ struct DgsServerStats {
   uint64_t refused = 0;  // messages answered with kRefused
   uint64_t held = 0;     // pushes held by max_staleness (counted once each)
   uint64_t workers_lost = 0;
+  // Hellos from a worker that had a later version of this shard than the
+  // shard has (restored from an older snapshot): counted, with the last one.
+  uint64_t version_gaps = 0;
+  uint64_t last_gap = 0;  // versions the shard is behind that worker
+  uint32_t last_gap_worker = 0;
+  uint64_t last_gap_worker_version = 0;
 };
 
 // The server side of one shard on a transport: one receive posted per worker

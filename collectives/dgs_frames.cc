@@ -292,15 +292,15 @@ std::string_view DgsRefusalName(DgsRefusal r) {
       "wrong_worker", "wrong_shard",   "wrong_layout",  "bad_ratio",          "wrong_pieces",
       "bad_flags",    "over_capacity", "bad_length",    "index_out_of_range", "unsorted_indices",
       "non_finite",   "not_joined",    "version_ahead", "stale_version",      "beyond_staleness",
-      "no_model"};
+      "no_model",     "overflow"};
   static_assert(std::size(kNames) == static_cast<size_t>(DgsRefusal::kCount));
   const auto i = static_cast<size_t>(r);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 absl::StatusOr<Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
-                                     std::span<const float> values) {
-  return EncodeDense(ctx, DgsKind::kHello, worker, request, 0, 0, worker, values);
+                                     std::span<const float> values, uint64_t last_version) {
+  return EncodeDense(ctx, DgsKind::kHello, worker, request, last_version, 0, worker, values);
 }
 
 absl::StatusOr<Bytes> EncodeDgsDensePush(const DgsWireContext& ctx, uint32_t worker,

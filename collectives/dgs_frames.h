@@ -77,7 +77,9 @@ struct DgsMessageHeader {
   uint64_t fingerprint;  // DgsLayout::fingerprint()
   // kPush: the version of the worker's last pull from this shard (its base).
   // kPull / kFullSync: the shard's version the worker is at once applied.
-  // kHello / kRefused: the shard's version (hello: 0).
+  // kHello: the version of the worker's last reply from this shard (0: none),
+  // so a shard restored from an older snapshot sees how far it is behind.
+  // kRefused: the shard's version.
   uint64_t version;
   float ratio;      // kPush: the R of the worker's selection, in (0, 1]; kDensePush: 1; else 0
   uint32_t reason;  // kRefused: a DgsRefusal; else 0
@@ -118,6 +120,7 @@ enum class DgsRefusal : uint32_t {
   kStaleVersion,     // a base version other than the one the shard last sent that worker
   kBeyondStaleness,  // the push is more than max_staleness versions behind
   kNoModel,          // a hello to a shard without a model, carrying none
+  kOverflow,         // finite values whose sum into M or a worker's M − v_k would not be
   kCount,
 };
 std::string_view DgsRefusalName(DgsRefusal r);
@@ -158,7 +161,7 @@ struct DgsMessage {
 // `room`, when given, is a spent buffer whose capacity the message reuses
 // (a dense message is the whole range: a fresh one costs page faults).
 absl::StatusOr<Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
-                                     std::span<const float> values);
+                                     std::span<const float> values, uint64_t last_version = 0);
 absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
                                     uint64_t base_version, float ratio,
                                     kernels::SparseView entries);

@@ -100,6 +100,15 @@ absl::Status DgsServer::Handle(uint32_t worker, Bytes message) {
     return absl::OkStatus();
   }
   if (m.kind == DgsKind::kHello) {
+    if (m.version > shard_.version()) {
+      // The worker saw a later version of this shard than the shard has:
+      // restored from an older snapshot. Its full sync below replaces the
+      // worker's range; the gap is counted for the server to log and export.
+      ++stats_.version_gaps;
+      stats_.last_gap = m.version - shard_.version();
+      stats_.last_gap_worker = worker;
+      stats_.last_gap_worker_version = m.version;
+    }
     DgsMessage& reply = reply_;
     if (!shard_.Join(worker, m.dense, &reply, &why).ok()) return Refused(worker, m.request, why);
     reply.request = m.request;

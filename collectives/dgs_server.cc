@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/dgs_dense.h"
@@ -40,6 +41,10 @@ uint64_t Fnv1a(const uint8_t* p, size_t n) {
   }
   return h;
 }
+
+// The bound after adding values of at most `largest` in magnitude: float
+// rounding may put a sum up to 2^-24 above the exact one, hence the margin.
+double GrownBound(double bound, float largest) { return (bound + largest) * (1.0 + 0x1p-23); }
 
 }  // namespace
 
@@ -119,6 +124,7 @@ absl::Status DgsServerShard::Join(uint32_t worker, std::span<const float> values
     }
     m_.assign(values.begin(), values.end());
     has_model_ = true;
+    for (float x : values) bound_ = std::max(bound_, static_cast<double>(std::fabs(x)));
   }
   active_[worker] = 1;
   ratio_[worker] = 1.0f;
@@ -166,6 +172,7 @@ absl::Status DgsServerShard::ApplyPush(uint32_t worker, const DgsMessage& push, 
   if (push.kind == DgsKind::kDensePush) return ApplyDense(worker, push, why);
   const kernels::SparseVec& s = push.sparse;
   if (s.val.size() != s.idx.size()) return Refuse(DgsRefusal::kBadLength, "indices != values", why);
+  float largest = 0;
   for (size_t e = 0; e < s.nnz(); ++e) {
     if (s.idx[e] < range_.begin || s.idx[e] >= range_.end) {
       return Refuse(DgsRefusal::kIndexOutOfRange, absl::StrCat("index ", s.idx[e]), why);
@@ -175,6 +182,11 @@ absl::Status DgsServerShard::ApplyPush(uint32_t worker, const DgsMessage& push, 
     }
     if (!std::isfinite(s.val[e]))
       return Refuse(DgsRefusal::kNonFinite, absl::StrCat("entry ", e), why);
+    largest = std::max(largest, std::fabs(s.val[e]));
+  }
+  const bool near_max = bound_ + largest > std::numeric_limits<float>::max();
+  if (near_max) {
+    if (absl::Status st = CheckSums(s.idx, s.val, why); !st.ok()) return st;
   }
   float* m = m_.data() - range_.begin;
   for (size_t e = 0; e < s.nnz(); ++e) m[s.idx[e]] += s.val[e];
@@ -185,6 +197,7 @@ absl::Status DgsServerShard::ApplyPush(uint32_t worker, const DgsMessage& push, 
     float* d = d_[j].data() - range_.begin;
     for (size_t e = 0; e < s.nnz(); ++e) d[s.idx[e]] += s.val[e];
   }
+  bound_ = near_max ? ExactBound() : GrownBound(bound_, largest);
   Applied(worker, push, s.nnz());
   return absl::OkStatus();
 }
@@ -201,14 +214,56 @@ absl::Status DgsServerShard::ApplyDense(uint32_t worker, const DgsMessage& push,
                   absl::StrCat(v.size(), " values for a range of ", range_.size()), why);
   }
   bool finite = true;  // no early exit: one branch-free pass
-  for (float x : v) finite &= std::isfinite(x);
+  float largest = 0;
+  for (float x : v) {
+    finite &= std::isfinite(x);
+    largest = std::max(largest, std::fabs(x));
+  }
   if (!finite) return Refuse(DgsRefusal::kNonFinite, "a dense push's values", why);
+  const bool near_max = bound_ + largest > std::numeric_limits<float>::max();
+  if (near_max) {
+    if (absl::Status st = CheckSums({}, v, why); !st.ok()) return st;
+  }
   const uint64_t n = DgsAddNonzeros(m_.data(), v.data(), v.size());
   for (uint32_t j = 0; j < options_.workers; ++j) {
     if (active_[j]) DgsAddNonzeros(d_[j].data(), v.data(), v.size());
   }
+  bound_ = near_max ? ExactBound() : GrownBound(bound_, largest);
   Applied(worker, push, n);
   return absl::OkStatus();
+}
+
+absl::Status DgsServerShard::CheckSums(std::span<const uint32_t> ids, std::span<const float> values,
+                                       DgsRefusal* why) {
+  auto check = [&](const std::vector<float>& a, const char* what, uint32_t j) -> absl::Status {
+    for (size_t e = 0; e < values.size(); ++e) {
+      const size_t at = ids.empty() ? e : ids[e] - range_.begin;
+      if (!std::isfinite(a[at] + values[e])) {
+        return Refuse(DgsRefusal::kOverflow,
+                      absl::StrCat("element ", range_.begin + at, ": ", what,
+                                   j == UINT32_MAX ? "" : absl::StrCat(" of worker ", j), " ",
+                                   a[at], " + ", values[e], " is not finite"),
+                      why);
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status st = check(m_, "M", UINT32_MAX); !st.ok()) return st;
+  for (uint32_t j = 0; j < options_.workers; ++j) {
+    if (!active_[j]) continue;
+    if (absl::Status st = check(d_[j], "M - v", j); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+double DgsServerShard::ExactBound() const {
+  float b = 0;
+  for (float x : m_) b = std::max(b, std::fabs(x));
+  for (uint32_t j = 0; j < options_.workers; ++j) {
+    if (!active_[j]) continue;
+    for (float x : d_[j]) b = std::max(b, std::fabs(x));
+  }
+  return b;
 }
 
 void DgsServerShard::Applied(uint32_t worker, const DgsMessage& push, uint64_t entries) {
@@ -306,7 +361,12 @@ uint64_t DgsServerShard::total_refused() const {
   return t;
 }
 
-Bytes DgsServerShard::Snapshot() const {
+absl::StatusOr<Bytes> DgsServerShard::Snapshot() const {
+  const size_t bad = std::count_if(m_.begin(), m_.end(), [](float x) { return !std::isfinite(x); });
+  if (bad > 0) {
+    return absl::FailedPreconditionError(absl::StrCat("DGS shard ", shard_, ": M holds ", bad,
+                                                      " non-finite values: not snapshotted"));
+  }
   SnapshotHeader h{};
   h.magic = kSnapshotMagic;
   h.format = kSnapshotFormat;
@@ -353,6 +413,8 @@ absl::Status DgsServerShard::Restore(std::span<const uint8_t> snap) {
     return bad("a non-finite value");
   }
   m_ = std::move(m);
+  bound_ = 0;
+  for (float x : m_) bound_ = std::max(bound_, static_cast<double>(std::fabs(x)));
   has_model_ = h.has_model == 1;
   version_ = h.version;
   for (uint32_t w = 0; w < options_.workers; ++w) Deactivate(w);

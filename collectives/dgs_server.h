@@ -32,8 +32,15 @@
 // Refusals (never applied, counted by reason in refused()): a push from a
 // worker id out of range or not joined, a base version above the shard's, a
 // base version other than the one last sent to that worker, one more than
-// max_staleness behind, entries outside the range or non-finite. The
+// max_staleness behind, entries outside the range or non-finite, and finite
+// entries whose sum into M or a joined worker's d_j would be non-finite
+// (kOverflow: M stays finite, so a snapshot never holds a NaN or Inf). The
 // exchange also counts here the messages its decoder refused (Count()).
+//
+// The overflow check costs nothing on the usual path: the shard keeps an
+// upper bound on |x| over M and every d_j (it grows by the largest |value|
+// of each push applied); only a push whose largest |value| plus that bound
+// could pass FLT_MAX is checked entry by entry (and the bound made exact).
 #ifndef GRADEX_COLLECTIVES_DGS_SERVER_H_
 #define GRADEX_COLLECTIVES_DGS_SERVER_H_
 
@@ -109,7 +116,9 @@ class DgsServerShard {
   // restored shard and takes a full sync). Layout: "DGSS" magic, format,
   // layout fingerprint, shard id, range, version, M, then FNV-1a 64 of all
   // the bytes before it.
-  Bytes Snapshot() const;
+  // FAILED_PRECONDITION when M holds a non-finite value (it cannot, with the
+  // refusals above; checked anyway, since a snapshot outlives the process).
+  absl::StatusOr<Bytes> Snapshot() const;
   // Replaces M and the version from a snapshot of this layout, shard and
   // range; every worker must rejoin. DATA_LOSS naming what is wrong (length,
   // magic, format, fingerprint, shard, range, checksum, a non-finite value);
@@ -141,6 +150,12 @@ class DgsServerShard {
   absl::Status ApplyDense(uint32_t worker, const DgsMessage& push, DgsRefusal* why);
   void Applied(uint32_t worker, const DgsMessage& push, uint64_t entries);
   void FullSync(uint32_t worker, DgsMessage* reply);
+  // kOverflow unless every x + values[i] stays finite (x: M's and each joined
+  // d_j's entry at ids[i], or at i when ids is empty: a dense push).
+  absl::Status CheckSums(std::span<const uint32_t> ids, std::span<const float> values,
+                         DgsRefusal* why);
+  // The exact bound: max |x| over M and every joined d_j.
+  double ExactBound() const;
 
   DgsLayout layout_;
   uint32_t shard_;
@@ -156,6 +171,7 @@ class DgsServerShard {
   std::vector<uint64_t> synced_at_;  // version of each worker's last full sync
   std::vector<float> ratio_;         // each worker's last push ratio
   std::vector<uint64_t> push_staleness_;
+  double bound_ = 0;  // >= |x| for every x of M and of every d_j (see above)
   DgsRefusalCounts refused_{};
   DgsShardStats stats_;
 };

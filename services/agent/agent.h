@@ -138,6 +138,12 @@ inline constexpr uint64_t CallId(uint64_t step, uint32_t bucket) {
 // The frame job id for a job name (FNV-1a), the same on every agent.
 uint64_t JobId(const std::string& job);
 
+// DATA_LOSS naming the bucket and how many of its residual entries were NaN
+// or infinite at the call's accumulation pass (the first one's element):
+// reset to 0 and exchanged as 0, so no peer and no later step saw them; OK
+// when there were none (CallStats detail "residual_nonfinite").
+absl::Status NonFiniteResidual(uint32_t bucket, const CallStats& stats);
+
 class Agent {
  public:
   // `control`, `transports` and `metrics` (may be null) outlive the agent.

@@ -2,6 +2,8 @@
 // PlanBucket / PrepareBucket / ExchangeBucket that the client's pipeline
 // runs on two threads (selection of bucket b+1 while bucket b exchanges).
 #include <algorithm>
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,16 @@ namespace {
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
+
+absl::Status NonFiniteResidual(uint32_t bucket, const CallStats& stats) {
+  const double bad = stats.Detail("residual_nonfinite");
+  if (bad <= 0) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "bucket ", bucket, ": its residual held ", static_cast<uint64_t>(bad),
+      " NaN or infinite entries (first: element ",
+      static_cast<uint64_t>(stats.Detail("residual_nonfinite_first")),
+      "); they were reset to 0 and exchanged as 0 (gradex_agent_residual_nonfinite_total)"));
+}
 
 absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, uint32_t epoch,
                                                       BucketSlot* slot) {
@@ -179,6 +191,15 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
                                             " of ", plan_->world(), " (", call->algorithm,
                                             ", bucket ", bucket, "): ", s.message())));
     return step_status_;
+  }
+  if (const double bad = out->stats.Detail("residual_nonfinite"); bad > 0) {
+    // Loud, but not a failed exchange: the peers got this rank's
+    // contribution without the poisoned entries; the trainer's bucket fails
+    // (NonFiniteResidual) and the residual is clean from here on.
+    std::fprintf(stderr, "gradex agent %s (rank %d, epoch %u, step %llu): %s\n",
+                 options_.agent_id.c_str(), rank_, plan_->epoch,
+                 static_cast<unsigned long long>(step),
+                 std::string(NonFiniteResidual(bucket, out->stats).message()).c_str());
   }
   const int q = std::max(plan_->world() / std::max(plan_->teams, 1), 1);
   if (metrics_ != nullptr) {

@@ -11,6 +11,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "services/metrics_exposer.h"
 #include "version/build_info_metric.h"
 
 namespace gradex::agent {
@@ -67,6 +68,10 @@ AgentMetrics::AgentMetrics() : registry_(std::make_shared<prometheus::Registry>(
                        .Add({{"outcome", "failed"}});
   epoch_changes_ = NewCounter(r, "gradex_agent_epoch_changes_total",
                               "Communicators built (one per epoch entered)");
+  residual_nonfinite_ = NewCounter(r, "gradex_agent_residual_nonfinite_total",
+                                   "Residual entries found NaN or infinite by a bucket's "
+                                   "accumulation pass and reset to 0 (the bucket fails naming "
+                                   "them)");
   report_drops_ = NewCounter(r, "gradex_agent_report_drops_total",
                              "Step reports dropped because the queue to the coordinator was full");
   result_nnz_ = NewGauge(r, "gradex_agent_result_nonzeros", "Non-zeros of the last call's result");
@@ -115,7 +120,7 @@ AgentMetrics::~AgentMetrics() = default;
 absl::Status AgentMetrics::Serve(const std::string& bind) {
   // civetweb reports a failed bind by throwing; this is the one place it can.
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind);
+    exposer_ = MakeMetricsExposer(bind);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", bind, ": ", e.what()));
   }
@@ -132,6 +137,9 @@ int AgentMetrics::port() const {
 void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& stats, size_t n,
                                std::span<const float> residual, const AllreduceResult& result,
                                int team_position) {
+  if (const double bad = stats.Detail("residual_nonfinite"); bad > 0) {
+    residual_nonfinite_->Increment(bad);
+  }
   auto observe = [&](const char* phase, double s) {
     call_seconds_->Add({{"algorithm", algorithm}, {"phase", phase}}, LatencyBuckets()).Observe(s);
   };

@@ -25,7 +25,10 @@ std::chrono::milliseconds Backoff::Next() {
 }
 
 bool IsTransientJoinError(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded;
+  // ALREADY_EXISTS: a previous process of this agent still holds the agent
+  // id until its lease lapses (a restart faster than the lease).
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
+         code == absl::StatusCode::kAlreadyExists;
 }
 
 }  // namespace gradex::agent

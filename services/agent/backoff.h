@@ -38,7 +38,9 @@ class Backoff {
   int n_ = 0;
 };
 
-// A join error that a coordinator coming (back) up would fix: retry it.
+// A join error that a coordinator coming (back) up, or a lapsing lease,
+// would fix: retry it (ALREADY_EXISTS: the agent id's previous membership,
+// e.g. this agent's process before a restart, is still live).
 // Everything else (UNAUTHENTICATED, INVALID_ARGUMENT, FAILED_PRECONDITION,
 // RESOURCE_EXHAUSTED, ...) is the coordinator's answer and is final.
 bool IsTransientJoinError(absl::StatusCode code);

@@ -110,6 +110,9 @@ class GrpcControlPlane final : public ControlPlane {
     {
       absl::MutexLock lock(&mu_);
       req = JoinToProto(join_, next_step_.load());
+      // The agent id belongs to this process's live membership (if any): a
+      // re-join proves it with that membership's secret.
+      req.set_member_secret(secret_);
       // A re-join from the background knows more than the agent's last call.
       if (std::shared_ptr<const Plan> p = store_.Latest();
           p != nullptr && p->epoch > join_.last_epoch && p->RankOf(join_.agent_id) >= 0) {

@@ -95,6 +95,7 @@ absl::Status PsServer::TakeShard(const Plan& plan, uint32_t shard, DgsRange rang
 
 absl::Status PsServer::Enter(std::shared_ptr<const Plan> plan) {
   servers_.clear();
+  gaps_seen_.clear();  // a new epoch's exchanges count from 0
   transport_.reset();
   plan_ = nullptr;
   absl::StatusOr<DgsLayout> layout = DgsLayout::Create(plan->ps->layer_sizes);
@@ -109,7 +110,10 @@ absl::Status PsServer::Enter(std::shared_ptr<const Plan> plan) {
                                   held->second->layout().fingerprint() != layout->fingerprint())) {
       // Given to another server (or cut otherwise): its last state goes to disk.
       if (!options_.snapshot_dir.empty() && held->second->has_model()) {
-        (void)WriteAtomically(SnapshotPath(s, plan->ps->shards), held->second->Snapshot());
+        absl::StatusOr<Bytes> snap = held->second->Snapshot();
+        absl::Status st =
+            snap.ok() ? WriteAtomically(SnapshotPath(s, plan->ps->shards), *snap) : snap.status();
+        if (!st.ok()) NoteSnapshotFailure(s, st);
       }
       shards_.erase(held);
       held = shards_.end();
@@ -144,15 +148,31 @@ absl::Status PsServer::Enter(std::shared_ptr<const Plan> plan) {
 
 absl::Status PsServer::SnapshotNow() {
   if (options_.snapshot_dir.empty() || plan_ == nullptr) return absl::OkStatus();
+  absl::Status first = absl::OkStatus();
   for (const auto& [id, shard] : shards_) {
     if (!shard->has_model()) continue;
-    if (absl::Status st = WriteAtomically(SnapshotPath(id, plan_->ps->shards), shard->Snapshot());
-        !st.ok()) {
-      return st;
+    absl::StatusOr<Bytes> snap = shard->Snapshot();
+    absl::Status st =
+        snap.ok() ? WriteAtomically(SnapshotPath(id, plan_->ps->shards), *snap) : snap.status();
+    if (!st.ok()) {
+      NoteSnapshotFailure(id, st);
+      if (first.ok()) first = st;
     }
   }
+  if (!first.ok()) return first;
   ++snapshots_;
+  snapshot_failing_ = false;
   return absl::OkStatus();
+}
+
+void PsServer::NoteSnapshotFailure(uint32_t shard, const absl::Status& why) {
+  ++snapshot_failures_;
+  snapshot_failing_ = true;
+  Log(absl::StrCat("shard ", shard, ": snapshot failed: ", why.message()));
+  if (metrics_) {
+    metrics_->SnapshotFailed();
+    metrics_->SnapshotHealth(false);
+  }
 }
 
 void PsServer::Publish(const std::string& error) {
@@ -160,6 +180,19 @@ void PsServer::Publish(const std::string& error) {
   s.epoch = plan_ ? plan_->epoch : 0;
   for (size_t i = 0; i < servers_.size(); ++i) {
     const DgsServerShard& shard = servers_[i]->shard();
+    const DgsServerStats& ex = servers_[i]->stats();
+    uint64_t& seen = gaps_seen_[shard.shard()];
+    if (ex.version_gaps > seen) {
+      // A worker was further than this shard: it was restored from an older
+      // snapshot. The worker's full sync already took the shard's M.
+      version_gaps_ += ex.version_gaps - seen;
+      Log(absl::StrCat("shard ", shard.shard(), ": worker ", ex.last_gap_worker, " had version ",
+                       ex.last_gap_worker_version, ", the shard is at ",
+                       ex.last_gap_worker_version - ex.last_gap, ": ", ex.last_gap,
+                       " versions lost (restored from an older snapshot); it takes a full sync (",
+                       ex.version_gaps - seen, " such hellos since the last report)"));
+      seen = ex.version_gaps;
+    }
     PsServerStatus::Shard out;
     out.shard = shard.shard();
     out.version = shard.version();
@@ -170,6 +203,10 @@ void PsServer::Publish(const std::string& error) {
     if (metrics_) metrics_->Refresh(shard, servers_[i]->stats(), s.epoch);
   }
   s.snapshots = snapshots_;
+  s.snapshots_healthy = !snapshot_failing_;
+  s.snapshot_failures = snapshot_failures_;
+  s.version_gaps = version_gaps_;
+  if (metrics_) metrics_->SnapshotHealth(!snapshot_failing_);
   absl::MutexLock lock(&mu_);
   s.last_error = error.empty() ? status_.last_error : error;
   status_ = std::move(s);
@@ -221,7 +258,6 @@ absl::Status PsServer::Run(const std::function<bool()>& stop) {
     const Clock::time_point now = Clock::now();
     if (now >= snapshot_at) {
       absl::Status st = SnapshotNow();
-      if (!st.ok()) Log(absl::StrCat("snapshot: ", st.message()));
       Publish(st.ok() ? "" : std::string(st.message()));
       snapshot_at = now + plan_->ps->snapshot_interval;
     }

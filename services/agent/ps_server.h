@@ -49,6 +49,13 @@ struct PsServerStatus {
   };
   std::vector<Shard> shards;
   uint64_t snapshots = 0;
+  // Snapshot health: false from a failed snapshot until one round of every
+  // held shard's snapshots is written again; failures counted.
+  bool snapshots_healthy = true;
+  uint64_t snapshot_failures = 0;
+  // Worker hellos that named a later version than their shard had (a shard
+  // restored from an older snapshot), over the server's life.
+  uint64_t version_gaps = 0;
   std::string last_error;  // the latest connect or snapshot failure
 };
 
@@ -70,6 +77,8 @@ class PsServer {
   absl::Status Enter(std::shared_ptr<const Plan> plan);
   absl::Status TakeShard(const Plan& plan, uint32_t shard, DgsRange range, const DgsLayout& layout);
   void Publish(const std::string& error);
+  // Counts, logs and exports a snapshot of `shard` that was not written.
+  void NoteSnapshotFailure(uint32_t shard, const absl::Status& why);
   std::string SnapshotPath(uint32_t shard, uint32_t shards) const;
   void Log(const std::string& line) const;
 
@@ -81,6 +90,10 @@ class PsServer {
   std::map<uint32_t, std::unique_ptr<DgsServerShard>> shards_;  // held, by shard
   std::vector<std::unique_ptr<DgsServer>> servers_;             // this epoch's
   uint64_t snapshots_ = 0;
+  uint64_t snapshot_failures_ = 0;
+  bool snapshot_failing_ = false;
+  uint64_t version_gaps_ = 0;               // over the server's life
+  std::map<uint32_t, uint64_t> gaps_seen_;  // per shard: this epoch's exchange's count
 
   mutable absl::Mutex mu_;
   PsServerStatus status_ ABSL_GUARDED_BY(mu_);

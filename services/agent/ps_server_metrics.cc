@@ -35,6 +35,19 @@ PsServerMetrics::PsServerMetrics(prometheus::Registry& r)
                      "Pushes held because their worker was max_staleness ahead")),
       workers_lost_(&Counter(r, "gradex_ps_server_workers_lost_total",
                              "Workers whose messages failed (dead peers); the others go on")),
+      version_gaps_(&Counter(r, "gradex_ps_server_version_gaps_total",
+                             "Worker hellos naming a later version of the shard than the shard "
+                             "has (it was restored from an older snapshot); each takes a full "
+                             "sync")),
+      snapshot_failures_(&Counter(r, "gradex_ps_server_snapshot_failures_total",
+                                  "Shard snapshots not written (a full or read-only directory, "
+                                  "or a non-finite model)")),
+      snapshot_healthy_(&prometheus::BuildGauge()
+                             .Name("gradex_ps_server_snapshot_healthy")
+                             .Help("1 when the latest snapshot of every held shard was "
+                                   "written, 0 while snapshots fail")
+                             .Register(r)
+                             .Add({})),
       refused_(&prometheus::BuildCounter()
                     .Name("gradex_ps_server_refused_total")
                     .Help("Worker messages refused and never applied, by reason")
@@ -57,7 +70,12 @@ PsServerMetrics::PsServerMetrics(prometheus::Registry& r)
   for (size_t i = 1; i < static_cast<size_t>(DgsRefusal::kCount); ++i) {
     refused_->Add({{"reason", std::string(DgsRefusalName(static_cast<DgsRefusal>(i)))}});
   }
+  snapshot_healthy_->Set(1);
 }
+
+void PsServerMetrics::SnapshotFailed() { snapshot_failures_->Increment(); }
+
+void PsServerMetrics::SnapshotHealth(bool healthy) { snapshot_healthy_->Set(healthy ? 1 : 0); }
 
 void PsServerMetrics::Refresh(const DgsServerShard& shard, const DgsServerStats& exchange,
                               uint32_t epoch) {
@@ -72,6 +90,7 @@ void PsServerMetrics::Refresh(const DgsServerShard& shard, const DgsServerStats&
   Add(bytes_out_, exchange.bytes_out, s.exchange.bytes_out);
   Add(held_, exchange.held, s.exchange.held);
   Add(workers_lost_, exchange.workers_lost, s.exchange.workers_lost);
+  Add(version_gaps_, exchange.version_gaps, s.exchange.version_gaps);
   for (size_t i = 1; i < static_cast<size_t>(DgsRefusal::kCount); ++i) {
     Add(&refused_->Add({{"reason", std::string(DgsRefusalName(static_cast<DgsRefusal>(i)))}}),
         shard.refused()[i], s.refused[i]);

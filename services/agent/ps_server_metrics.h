@@ -30,6 +30,11 @@ class PsServerMetrics {
   // Cumulative counters of one shard's state and of its exchange on the
   // current epoch's communicator (`exchange` restarts with each epoch).
   void Refresh(const DgsServerShard& shard, const DgsServerStats& exchange, uint32_t epoch);
+  // A shard's snapshot that could not be written (or was refused: a
+  // non-finite model), and whether the latest round of snapshots all
+  // succeeded (the snapshot health gauge: 1 healthy, 0 failing).
+  void SnapshotFailed();
+  void SnapshotHealth(bool healthy);
 
  private:
   struct Seen {
@@ -39,7 +44,8 @@ class PsServerMetrics {
     uint32_t epoch = 0;
   };
   prometheus::Counter *pushes_, *pulls_, *full_syncs_, *joins_, *bytes_in_, *bytes_out_, *held_,
-      *workers_lost_;
+      *workers_lost_, *version_gaps_, *snapshot_failures_;
+  prometheus::Gauge* snapshot_healthy_;
   prometheus::Family<prometheus::Counter>* refused_;
   prometheus::Family<prometheus::Gauge>* version_;
   prometheus::Family<prometheus::Gauge>* active_;

@@ -152,6 +152,9 @@ absl::Status ClientImpl::Finish(Item& item, agent::BucketOutcome* out) {
   if (item.call == nullptr) return item.status;
   absl::Status s = agent_->ExchangeBucket(item.call.get(), out);
   if (!s.ok()) return s;  // the device data is untouched
+  // Fails the bucket after its exchange (the peers are not held): its
+  // residual had NaN or Inf entries, now 0.
+  absl::Status residual = agent::NonFiniteResidual(item.index, out->stats);
   out->result.ToDense(item.host);
   if (options_.mean) {
     const float world = static_cast<float>(agent_->plan()->world());
@@ -160,7 +163,8 @@ absl::Status ClientImpl::Finish(Item& item, agent::BucketOutcome* out) {
   if (item.staging >= 0) {
     if (absl::Status d = staging_[item.staging].ToDevice(item.data); !d.ok()) return d;
   }
-  return item.status;  // the non-finite refusal, if any
+  if (!item.status.ok()) return item.status;  // the non-finite refusal, if any
+  return residual;
 }
 
 void ClientImpl::ExchangeLoop() {

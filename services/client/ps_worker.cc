@@ -296,6 +296,8 @@ absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> pa
     stats_.pushed_entries += step.pushed_entries;
     stats_.pulled_entries += step.pulled_entries;
     stats_.full_syncs += step.full_syncs;
+    stats_.version_gaps += step.version_gaps;
+    stats_.versions_lost += step.versions_lost;
     rec.epoch = stats_.epoch;
     if (!st.ok()) {
       ++stats_.failed_steps;

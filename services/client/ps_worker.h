@@ -63,6 +63,9 @@ struct PsWorkerStats {
   uint64_t last_sent_bytes = 0, last_recv_bytes = 0;
   uint64_t pushed_entries = 0, pulled_entries = 0;
   uint64_t full_syncs = 0;  // full syncs applied (joins, rejoins, every 150 versions)
+  // Full syncs at a version below this worker's last from that shard (the
+  // server restored an older snapshot), and the versions they went back.
+  uint64_t version_gaps = 0, versions_lost = 0;
   uint64_t epochs_entered = 0;
 };
 

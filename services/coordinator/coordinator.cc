@@ -122,6 +122,7 @@ absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now
         Quote(m->host), "', epoch ", r.epoch(), "): ", Quote(r.error()));
     return absl::OkStatus();
   }
+  membership_.StepSucceeded(r.member_id());
   // Controllers follow the latest epoch only (they restart with each epoch).
   if (&membership_.latest() == e) {
     FeedControllersLocked(r, rank, static_cast<int>(e->roster.size()));
@@ -396,8 +397,25 @@ uint64_t Coordinator::stalled_steps() const {
 }
 
 void Coordinator::Subscribe(uint64_t member, std::shared_ptr<PlanWatcher> w) {
+  std::vector<std::shared_ptr<PlanWatcher>> old;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    for (auto it = watchers_.begin(); it != watchers_.end();) {
+      if (it->first == member) {
+        old.push_back(std::move(it->second));
+        it = watchers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    watchers_.emplace_back(member, std::move(w));
+  }
+  for (const std::shared_ptr<PlanWatcher>& o : old) o->Superseded();  // without the lock
+}
+
+size_t Coordinator::watchers() const {
   absl::MutexLock lock(&watch_mu_);
-  watchers_.emplace_back(member, std::move(w));
+  return watchers_.size();
 }
 
 void Coordinator::Unsubscribe(const PlanWatcher* w) {

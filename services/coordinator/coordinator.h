@@ -35,6 +35,8 @@ class PlanWatcher {
   virtual ~PlanWatcher() = default;
   virtual void PlanChanged() = 0;
   virtual void MemberGone() = 0;
+  // A newer stream of the same member replaced this one.
+  virtual void Superseded() = 0;
 };
 
 class Coordinator {
@@ -62,7 +64,10 @@ class Coordinator {
   size_t members() const;
   uint64_t stalled_steps() const;
 
+  // One stream per member: a member's new stream supersedes (ends) the ones
+  // it had, so a member cannot hold the coordinator's memory with streams.
   void Subscribe(uint64_t member, std::shared_ptr<PlanWatcher> w);
+  size_t watchers() const;
   void Unsubscribe(const PlanWatcher* w);
 
   const JobSettings& settings() const { return s_; }

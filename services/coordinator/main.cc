@@ -1,4 +1,7 @@
 // gradex-coordinator: serves one job's control plane until SIGINT/SIGTERM.
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -40,6 +43,13 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::string> token = LoadToken(flags->token_file);
     if (!token.ok()) return Fail(std::string(token.status().message()));
     opts.token = *token;
+  }
+  // Every agent holds a connection: take the descriptors the hard limit
+  // allows (a soft limit of 1024 is common). The listener keeps a reserve
+  // under whatever limit holds (accept_guard.h).
+  if (rlimit lim = {}; getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, rlim_t{1} << 20);
+    setrlimit(RLIMIT_NOFILE, &lim);
   }
   // Signals are taken by sigwait below, not by whichever thread they hit.
   sigset_t set;

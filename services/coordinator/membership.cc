@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/coordinator/limits.h"
+#include "services/coordinator/log.h"
+#include "services/coordinator/member_secret.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -26,7 +28,26 @@ absl::Status Membership::Join(const gradex::v1::JoinRequest& r, uint64_t id, abs
                                                       "' is not a parameter-server job (algorithm ",
                                                       s_.algorithm, ")"));
   }
+  if (auto q = strikes_.find(r.agent_id()); q != strikes_.end() && now < q->second.until) {
+    return absl::UnavailableError(absl::StrCat(
+        "agent_id '", Quote(r.agent_id()), "' is quarantined for ",
+        absl::ToInt64Milliseconds(q->second.until - now), " ms: evicted ", q->second.count,
+        " times for not entering an epoch within entry_timeout (join again after that)"));
+  }
   auto old = by_agent_.find(r.agent_id());
+  if (old != by_agent_.end()) {
+    // An agent id belongs to its member while its lease is live: ids are
+    // public (every plan lists them), so taking one over needs the secret
+    // only that member holds. After the lease lapses the id is free again
+    // (a restarted process of the same agent waits for that).
+    const MemberRecord& held = members_.at(old->second);
+    if (held.lease_expiry > now && !SecretMatches(held.secret, r.member_secret())) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "agent_id '", Quote(r.agent_id()), "' is held by live member ", held.id,
+          " (its lease lapses in ", absl::ToInt64Milliseconds(held.lease_expiry - now),
+          " ms): re-register with that member's member_secret, or wait for the lease"));
+    }
+  }
   // Memory and epochs stay bounded by the job, not by who holds the token:
   // the largest epoch plus a spare for replacements that join before the
   // member they replace is evicted.
@@ -117,6 +138,12 @@ void Membership::NoteStep(uint64_t id, uint64_t step, absl::Time now) {
   it->second.progress_at = now;
 }
 
+void Membership::StepSucceeded(uint64_t id) {
+  if (strikes_.empty()) return;
+  auto it = members_.find(id);
+  if (it != members_.end()) strikes_.erase(it->second.agent_id);
+}
+
 void Membership::NoteEpoch(uint64_t id, uint64_t epoch) {
   auto it = members_.find(id);
   if (it != members_.end()) it->second.entered_epoch = std::max(it->second.entered_epoch, epoch);
@@ -202,6 +229,7 @@ bool Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, boo
 }
 
 bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
+  now_ = now;
   last_evicted_.clear();
   std::vector<uint64_t> expired;
   for (const auto& [id, m] : members_) {

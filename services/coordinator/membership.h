@@ -67,7 +67,9 @@ class Membership {
   // Adds (or, for a known agent_id, replaces) a member with id `id` (chosen
   // by the caller, unique); *replaced gets the old id of a re-registering
   // agent (else 0). FAILED_PRECONDITION on another job's id,
-  // RESOURCE_EXHAUSTED past the member cap.
+  // RESOURCE_EXHAUSTED past the member cap, ALREADY_EXISTS naming the id when
+  // a live member holds agent_id and `r` lacks that member's secret,
+  // UNAVAILABLE while the agent id is quarantined (strikes_).
   absl::Status Join(const gradex::v1::JoinRequest& r, uint64_t id, absl::Time now,
                     uint64_t* replaced);
   // NOT_FOUND when the member is unknown (evicted or never joined).
@@ -77,6 +79,9 @@ class Membership {
   absl::Status Leave(uint64_t id);
   // A step report: progress only (the step it finished or failed).
   void NoteStep(uint64_t id, uint64_t step, absl::Time now);
+  // A step of an epoch it is in finished without error: the member works,
+  // its entry strikes (quarantine) are forgotten.
+  void StepSucceeded(uint64_t id);
   // A report from `epoch` (validated): the member is in it.
   void NoteEpoch(uint64_t id, uint64_t epoch);
 
@@ -116,6 +121,10 @@ class Membership {
   // The largest step member `id` may claim to run next now.
   uint64_t StepBound(uint64_t id, absl::Time now) const;
 
+  // Quarantine of agents evicted at entry again and again (see strikes_).
+  static constexpr int64_t kMaxQuarantineLeases = 64;
+  static constexpr size_t kMaxStrikes = 4096;
+
  private:
   // False (and nothing formed) when the epoch numbers are exhausted.
   bool FormEpoch(std::vector<uint64_t> roster, uint64_t effective, bool immediate);
@@ -148,6 +157,20 @@ class Membership {
   // re-join of one waits for a barrier epoch (membership.cc, Tick). At most
   // one epoch's roster.
   std::set<std::string> held_back_;
+  // Agents evicted at an entry deadline: how many times since they last
+  // finished a step without error, and until when a re-join is refused. The first eviction
+  // only holds a re-join back to the next barrier (above); from the second
+  // on the agent id is quarantined for lease x 2^(count - 2), at most
+  // kMaxQuarantineLeases leases, so a member that keeps stalling its entries
+  // no longer costs the others one entry timeout per barrier. Bounded: the
+  // oldest go past kMaxStrikes entries.
+  struct Strikes {
+    int count = 0;
+    absl::Time until = absl::InfinitePast();
+    absl::Time last = absl::InfinitePast();
+  };
+  std::map<std::string, Strikes> strikes_;
+  absl::Time now_ = absl::InfinitePast();        // the latest Tick's clock (Evict runs in Tick)
   bool lost_ = false;                            // a member of the latest epoch left or was evicted
   absl::Time lost_at_ = absl::InfiniteFuture();  // when Tick first saw lost_
 };

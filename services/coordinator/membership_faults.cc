@@ -15,7 +15,22 @@ void Membership::Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
   auto it = members_.find(id);
   if (it == members_.end()) return;
   if (has_epoch() && RankIn(latest(), id) >= 0) lost_ = true;
-  if (cause == MemberRecord::Cause::kEntry) held_back_.insert(it->second.agent_id);
+  if (cause == MemberRecord::Cause::kEntry) {
+    held_back_.insert(it->second.agent_id);
+    Strikes& k = strikes_[it->second.agent_id];
+    ++k.count;
+    k.last = now_;
+    if (k.count >= 2) {
+      k.until = now_ + s_.lease * std::min<int64_t>(int64_t{1} << std::min(k.count - 2, 20),
+                                                    kMaxQuarantineLeases);
+    }
+    while (strikes_.size() > kMaxStrikes) {
+      auto oldest = std::min_element(
+          strikes_.begin(), strikes_.end(),
+          [](const auto& a, const auto& b) { return a.second.last < b.second.last; });
+      strikes_.erase(oldest);
+    }
+  }
   evicted->push_back(id);
   it->second.cause = cause;
   it->second.eviction = std::move(why);

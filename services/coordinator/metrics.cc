@@ -118,7 +118,14 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       members_unlisted(GaugeFamily(r, "gradex_coordinator_members_unlisted",
                                    "Rows of the latest epoch's membership view left out of "
                                    "gradex_coordinator_member_info by its cap (512 series)")
-                           .Add({})) {
+                           .Add({})),
+      connections_refused_family(
+          CounterFamily(r, "gradex_coordinator_connections_refused_total",
+                        "Connections the coordinator's listener closed at once, by reason "
+                        "(over_cap: past the descriptor cap below the fd limit; exhausted: "
+                        "no descriptor left)")),
+      connections_over_cap(connections_refused_family.Add({{"reason", "over_cap"}})),
+      connections_exhausted(connections_refused_family.Add({{"reason", "exhausted"}})) {
   RegisterBuildInfo(r);
 }
 

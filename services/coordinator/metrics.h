@@ -77,6 +77,11 @@ struct CoordinatorMetrics {
   // latest epoch (per shard held, for a server), and the rows over its cap.
   prometheus::Family<prometheus::Gauge>& member_info;
   prometheus::Gauge& members_unlisted;
+  // Connections the listener closed at once (accept_guard.h), by reason:
+  // over_cap (the descriptor cap), exhausted (EMFILE / ENFILE anyway).
+  prometheus::Family<prometheus::Counter>& connections_refused_family;
+  prometheus::Counter& connections_over_cap;
+  prometheus::Counter& connections_exhausted;
 };
 
 // The gRPC status code's canonical name ("OK", "INVALID_ARGUMENT", ...).

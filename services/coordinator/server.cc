@@ -9,10 +9,16 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "services/coordinator/accept_guard.h"
 #include "services/coordinator/limits.h"
 #include "services/coordinator/log.h"
+#include "services/metrics_exposer.h"
 
 namespace gradex::coordinator {
+namespace {
+constexpr int kHandshakeTimeoutMs = 10'000;
+constexpr int kConnectionIdleMs = 60'000;
+}  // namespace
 
 absl::Status SplitHostPort(const std::string& addr, std::string* host, int* port) {
   size_t colon = addr.rfind(':');
@@ -80,6 +86,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobS
   b.RegisterService(s->service_.get());
   b.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   b.SetMaxSendMessageSize(kMaxSendMessageBytes);
+  // Descriptors are bounded by who completes a handshake and keeps using
+  // the connection: one that never finishes its TLS / HTTP/2 handshake is
+  // closed after kHandshakeTimeoutMs, one with no call for kConnectionIdleMs gets
+  // GOAWAY (an agent always has its WatchPlan stream open). The cap on
+  // descriptors is the listener's (accept_guard.h).
+  b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kHandshakeTimeoutMs);
+  b.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kConnectionIdleMs);
   s->server_ = b.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     return absl::UnavailableError(
@@ -94,7 +107,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobS
     const std::string bind = absl::StrCat(
         host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", opts.metrics_port);
     try {
-      s->exposer_ = std::make_unique<prometheus::Exposer>(bind);
+      s->exposer_ = MakeMetricsExposer(bind);
     } catch (const std::exception& e) {  // civetweb reports bind failures by throwing
       s->server_->Shutdown();
       return absl::UnavailableError(absl::StrCat(
@@ -109,7 +122,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobS
   CoordinatorServer* raw = s.get();
   const absl::Duration tick = opts.tick;
   s->ticker_ = std::thread([raw, tick] {
-    while (!raw->stop_.WaitForNotificationWithTimeout(tick)) raw->coordinator_->Tick(absl::Now());
+    AcceptGuardCounts seen;
+    while (!raw->stop_.WaitForNotificationWithTimeout(tick)) {
+      raw->coordinator_->Tick(absl::Now());
+      // The listener's refusals (accept_guard.h): counted, and one log line
+      // per tick that had any.
+      const AcceptGuardCounts now = AcceptGuardTotals();
+      if (now.over_cap != seen.over_cap || now.exhausted != seen.exhausted) {
+        raw->metrics_->connections_over_cap.Increment(now.over_cap - seen.over_cap);
+        raw->metrics_->connections_exhausted.Increment(now.exhausted - seen.exhausted);
+        Log("listener: closed ", now.over_cap - seen.over_cap,
+            " connections over the descriptor cap and ", now.exhausted - seen.exhausted,
+            " with no descriptor left (totals ", now.over_cap, ", ", now.exhausted, ")");
+        seen = now;
+      }
+    }
   });
   Log("job '", job.job_id, "': serving on ", opts.listen, " (port ", s->port_, ", ",
       tls ? (opts.tls.client_ca.empty() ? "TLS" : "mutual TLS") : "plaintext", ")",

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
@@ -79,6 +80,7 @@ class WatchHook final : public PlanWatcher {
   explicit WatchHook(WatchReactor* r) : r_(r) {}
   void PlanChanged() override;
   void MemberGone() override;
+  void Superseded() override;
   void Detach() {
     absl::MutexLock lock(&mu_);
     r_ = nullptr;
@@ -123,6 +125,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<ByteBuffer> {
   void Gone() {
     absl::MutexLock lock(&mu_);
     FinishLocked(grpc::Status(grpc::StatusCode::NOT_FOUND, "member evicted or left: join again"));
+  }
+
+  void Superseded() {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::ABORTED,
+                              absl::StrCat("a newer WatchPlan stream of member ", member_,
+                                           " replaced this one (one stream per member)")));
   }
 
   void OnWriteDone(bool ok) override {
@@ -189,6 +198,11 @@ void WatchHook::PlanChanged() {
 void WatchHook::MemberGone() {
   absl::MutexLock lock(&mu_);
   if (r_) r_->Gone();
+}
+
+void WatchHook::Superseded() {
+  absl::MutexLock lock(&mu_);
+  if (r_) r_->Superseded();
 }
 
 // Reads reports until the client closes the stream, then acks. A report

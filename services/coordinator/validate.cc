@@ -110,6 +110,8 @@ absl::Status ValidateJoin(const gradex::v1::JoinRequest& r) {
   if (!gradex::v1::Role_IsValid(r.role())) return Bad("role", "ROLE_WORKER or ROLE_SERVER");
   if (absl::Status s = CheckLength("gradex_version", r.gradex_version(), 0, 64); !s.ok()) return s;
   if (!Printable(r.gradex_version())) return Bad("gradex_version", "must be printable ASCII");
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
+    return Bad("member_secret", "over 64 bytes");
   if (r.last_epoch() > 0) {
     if (r.last_world_size() < 1 || r.last_world_size() > kMaxWorldSize) {
       return Bad("last_world_size", "1..65536 when last_epoch is set");

@@ -64,6 +64,8 @@ TEST(BackoffTest, LongOutagesDoNotOverflow) {
 TEST(BackoffTest, OnlyTransientJoinErrorsAreRetried) {
   EXPECT_TRUE(IsTransientJoinError(absl::StatusCode::kUnavailable));
   EXPECT_TRUE(IsTransientJoinError(absl::StatusCode::kDeadlineExceeded));
+  // A restarted agent waits for its previous process's lease to lapse.
+  EXPECT_TRUE(IsTransientJoinError(absl::StatusCode::kAlreadyExists));
   for (absl::StatusCode c :
        {absl::StatusCode::kUnauthenticated, absl::StatusCode::kInvalidArgument,
         absl::StatusCode::kFailedPrecondition, absl::StatusCode::kResourceExhausted,

@@ -87,6 +87,64 @@ TEST(EntryDeadline, AMemberThatNeverEntersIsEvictedAndNamedAtTheDeadline) {
   EXPECT_EQ(f.m.latest().roster, (std::vector<uint64_t>{1, 2, 3}));
 }
 
+// Evicted at entry, the idle agent joins again and is admitted at the next
+// barrier; it stalls that entry too and is evicted again: now its re-join is
+// refused (UNAVAILABLE naming the wait) for one lease, twice that after a
+// third eviction, and admitted once the quarantine is over.
+TEST(EntryDeadline, AnAgentEvictedAtEntryAgainIsQuarantinedForABackoff) {
+  IdleFixture f;
+  f.SetUp(/*idle_enters=*/false);
+  for (absl::Duration d = absl::Seconds(1); d < f.s.entry_timeout; d += absl::Seconds(1)) {
+    for (uint64_t id : {1, 2, 3}) Beat(f.m, id, 2, f.barrier_at + d);
+    Beat(f.m, 9, 0, f.barrier_at + d);
+    f.m.Tick(f.barrier_at + d, &f.ev);
+  }
+  absl::Time t = f.barrier_at + f.s.entry_timeout;
+  ASSERT_TRUE(f.m.Tick(t, &f.ev));
+  ASSERT_EQ(f.ev, (std::vector<uint64_t>{9}));
+  uint64_t next_id = 100, rep = 0;
+  uint64_t step = f.m.MaxNextStep();
+  // Runs the job (members 1-3 report steps and say they run the latest
+  // epoch; the idle one never enters) until `idle` is evicted at an entry.
+  auto stall_until_evicted = [&](uint64_t idle) {
+    f.ev.clear();
+    for (int k = 0; k < 2000 && f.ev.empty(); ++k) {
+      t += absl::Milliseconds(50);
+      ++step;
+      for (uint64_t id : {1, 2, 3}) {
+        f.m.NoteStep(id, step, t);
+        Beat(f.m, id, f.m.latest().number, t);
+      }
+      if (f.m.Find(idle) != nullptr) Beat(f.m, idle, 0, t);
+      f.m.Tick(t, &f.ev);
+    }
+    ASSERT_EQ(f.ev, (std::vector<uint64_t>{idle}));
+  };
+  // Second life: admitted (held back to a barrier), evicted again.
+  const uint64_t second = next_id++;
+  ASSERT_TRUE(f.m.Join(Req("idle", 9), second, t, &rep).ok());
+  stall_until_evicted(second);
+  // Quarantined for one lease (3 s).
+  absl::Status st = f.m.Join(Req("idle", 9), next_id, t, &rep);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("agent_id 'idle' is quarantined for 3000 ms: evicted 2 times"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(f.m.Join(Req("idle", 9), next_id, t + absl::Milliseconds(2999), &rep).code(),
+            absl::StatusCode::kUnavailable);
+  // Other agents are not affected.
+  EXPECT_TRUE(f.m.Join(Req("fresh", 8), next_id++, t, &rep).ok());
+  ASSERT_TRUE(f.m.Leave(next_id - 1).ok());
+  t += absl::Seconds(3);
+  const uint64_t third = next_id++;
+  ASSERT_TRUE(f.m.Join(Req("idle", 9), third, t, &rep).ok());
+  stall_until_evicted(third);
+  st = f.m.Join(Req("idle", 9), next_id, t, &rep);
+  EXPECT_NE(st.message().find("quarantined for 6000 ms: evicted 3 times"), std::string::npos)
+      << st.message();
+  EXPECT_TRUE(f.m.Join(Req("idle", 9), next_id, t + absl::Seconds(6), &rep).ok());
+}
+
 TEST(EntryDeadline, MembersThatSayTheyEnterStay) {
   IdleFixture f;
   f.SetUp(/*idle_enters=*/true);

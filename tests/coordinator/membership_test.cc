@@ -159,13 +159,79 @@ TEST(Membership, ReRegistrationReplacesTheOldMember) {
   std::vector<uint64_t> ev;
   ASSERT_TRUE(m.Join(Req("a", 0), 1, t0, &rep).ok());
   ASSERT_TRUE(m.Join(Req("b", 1), 2, t0, &rep).ok());
+  m.SetSecret(2, "secret-of-b");
   ASSERT_TRUE(m.Tick(t0, &ev));
-  ASSERT_TRUE(m.Join(Req("b", 1), 3, t0, &rep).ok());
+  gradex::v1::JoinRequest again = Req("b", 1);
+  again.set_member_secret("secret-of-b");  // the live membership's own
+  ASSERT_TRUE(m.Join(again, 3, t0, &rep).ok());
   EXPECT_EQ(rep, 2u);
   EXPECT_EQ(m.Find(2), nullptr);
   ASSERT_TRUE(m.Tick(t0, &ev));
   EXPECT_TRUE(m.latest().immediate);  // the old "b" is gone from the running epoch
   EXPECT_EQ(m.latest().roster, (std::vector<uint64_t>{1, 3}));
+}
+
+// Agent ids are public (every plan lists them): taking a live member's id
+// over needs its secret; without it the join is ALREADY_EXISTS naming the
+// id, and the member and its epoch stay. Once its lease lapsed (a restarted
+// process of the same agent) the id is free without the secret.
+TEST(Membership, ALiveAgentIdIsRefusedWithoutItsMembersSecret) {
+  Membership m(Job(2));
+  uint64_t rep = 0;
+  std::vector<uint64_t> ev;
+  ASSERT_TRUE(m.Join(Req("a", 0), 1, t0, &rep).ok());
+  ASSERT_TRUE(m.Join(Req("b", 1), 2, t0, &rep).ok());
+  m.SetSecret(1, "secret-of-a");
+  m.SetSecret(2, "secret-of-b");
+  ASSERT_TRUE(m.Tick(t0, &ev));
+  for (const std::string secret : {"", "secret-of-a", "secret-of-b-but-longer", "x"}) {
+    gradex::v1::JoinRequest takeover = Req("b", 1);
+    takeover.set_member_secret(secret);
+    absl::Status st = m.Join(takeover, 3, t0 + absl::Seconds(4), &rep);
+    EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << secret;
+    EXPECT_NE(st.message().find("agent_id 'b' is held by live member 2"), std::string::npos)
+        << st.message();
+    EXPECT_EQ(rep, 0u);
+  }
+  ASSERT_NE(m.Find(2), nullptr);
+  EXPECT_EQ(m.Find(3), nullptr);
+  EXPECT_FALSE(m.Tick(t0 + absl::Seconds(4), &ev));  // no epoch change
+  EXPECT_EQ(m.latest().number, 1u);
+  // A heartbeat keeps the id held past the first lease.
+  ASSERT_TRUE(m.Heartbeat(2, 0, t0 + absl::Seconds(4)).ok());
+  ASSERT_TRUE(m.Heartbeat(1, 0, t0 + absl::Seconds(4)).ok());
+  EXPECT_EQ(m.Join(Req("b", 1), 3, t0 + absl::Seconds(8), &rep).code(),
+            absl::StatusCode::kAlreadyExists);
+  // The lease lapsed (the old process is gone): a restarted one takes the id.
+  ASSERT_TRUE(m.Join(Req("b", 1), 3, t0 + absl::Seconds(9), &rep).ok());
+  EXPECT_EQ(rep, 2u);
+}
+
+struct CountingWatcher : PlanWatcher {
+  int superseded = 0;
+  void PlanChanged() override {}
+  void MemberGone() override {}
+  void Superseded() override { ++superseded; }
+};
+
+// One WatchPlan stream per member: a member's new stream ends its old one,
+// and other members' streams stay.
+TEST(Coordinator, ANewWatchOfAMemberSupersedesItsOldOne) {
+  Coordinator c(Job(2), nullptr);
+  auto a1 = std::make_shared<CountingWatcher>();
+  auto a2 = std::make_shared<CountingWatcher>();
+  auto b = std::make_shared<CountingWatcher>();
+  c.Subscribe(7, a1);
+  c.Subscribe(8, b);
+  EXPECT_EQ(c.watchers(), 2u);
+  c.Subscribe(7, a2);
+  EXPECT_EQ(a1->superseded, 1);
+  EXPECT_EQ(a2->superseded, 0);
+  EXPECT_EQ(b->superseded, 0);
+  EXPECT_EQ(c.watchers(), 2u);
+  for (int i = 0; i < 1000; ++i) c.Subscribe(7, std::make_shared<CountingWatcher>());
+  EXPECT_EQ(a2->superseded, 1);
+  EXPECT_EQ(c.watchers(), 2u);
 }
 
 TEST(Coordinator, StallNamesTheRanksThatHaveNotArrived) {

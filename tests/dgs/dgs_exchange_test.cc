@@ -268,7 +268,7 @@ TEST(DgsExchangeFaults, AShardRestartedFromASnapshotIsRejoined) {
       }
     }
     c.Stop();
-    snap = c.shard(0).Snapshot();
+    snap = *c.shard(0).Snapshot();
     m_before.assign(c.shard(0).model().begin(), c.shard(0).model().end());
   }
   auto t = CreateLoopbackTransports(kWorkers + 1);

@@ -178,10 +178,10 @@ TEST_F(DgsFrames, SnapshotRoundTripsAndEveryCorruptionIsRefused) {
     ASSERT_TRUE(shard_.ApplyPush(0, m).ok());
     ASSERT_TRUE(shard_.MakePull(0, &reply).ok());
   }
-  const Bytes snap = shard_.Snapshot();
+  const Bytes snap = *shard_.Snapshot();
   auto restored = DgsServerShard::Create(layout_, 0, {0, 11}, {.workers = 3});
   ASSERT_TRUE(restored.ok());
-  const Bytes empty = restored->Snapshot();  // a shard without a model
+  const Bytes empty = *restored->Snapshot();  // a shard without a model
   // Every single-byte change, every truncation and an extra byte: refused,
   // and the shard unchanged.
   for (size_t i = 0; i < snap.size(); ++i) {

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -44,12 +46,23 @@ constexpr char kUsage[] =
                           accepts (a data plane that never answers), then Heartbeat every
                           lease / 3 for SECONDS, never entering an epoch; prints how the
                           heartbeats ended ("evicted after S s: CODE: message" or "alive")
+  takeover SECONDS        Join, read the plan, then for SECONDS re-Join every 200 ms under
+                          every other member's agent id (without its secret); prints the
+                          counts by code and the last refusal
+  watch-flood N           Join, then open N WatchPlan streams of this member, each after the
+                          previous one delivered a plan, none closed by this side; holds
+                          them 2 s, then cancels them and prints how they ended, by code
+  idle-connections N SECONDS
+                          open N TCP connections to the coordinator's port that never send
+                          a byte, hold them SECONDS, then close them; prints how many
+                          connected and how many the coordinator closed meanwhile
   --help                  this text
 )";
 
 struct Ctx {
   std::unique_ptr<pb::Coordinator::Stub> stub;
   std::string token, job;
+  int port = 0;  // the coordinator's (on loopback), for raw TCP
 };
 
 void Prepare(grpc::ClientContext& c, const Ctx& x) {
@@ -219,6 +232,147 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
       std::this_thread::sleep_for(interval);
     }
     close(fd);
+  } else if (action == "takeover" && args.size() == 1) {
+    int seconds = 0;
+    if (!absl::SimpleAtoi(args[0], &seconds) || seconds < 1 || seconds > 3600) return 2;
+    grpc::Status joined = Join(x, Base(x, "hostile-takeover"), &me);
+    Print("join", joined);
+    if (!joined.ok()) return 0;
+    pb::WatchPlanRequest w;
+    w.set_member_id(me.member_id());
+    w.set_member_secret(me.member_secret());
+    grpc::ClientContext c;
+    Prepare(c, x);
+    auto reader = x.stub->WatchPlan(&c, w);
+    pb::Plan plan;
+    if (!reader->Read(&plan)) {
+      Print("watch", reader->Finish());
+      return 0;
+    }
+    c.TryCancel();
+    std::vector<std::string> victims;
+    for (const pb::Member& m : plan.members()) {
+      if (m.agent_id() != "hostile-takeover") victims.push_back(m.agent_id());
+    }
+    std::map<int, int> codes;
+    std::string last;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      for (const std::string& id : victims) {
+        pb::JoinRequest r = Base(x, id);
+        r.set_host("hostile-host");
+        pb::JoinResponse got;
+        grpc::Status s = Join(x, r, &got);
+        ++codes[s.error_code()];
+        if (!s.ok()) last = s.error_message();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    for (auto [code, count] : codes) std::printf("takeover: code %d: %d joins\n", code, count);
+    std::printf("takeover: last refusal: %s\n", last.c_str());
+  } else if (action == "watch-flood" && args.size() == 1) {
+    int n = 0;
+    if (!absl::SimpleAtoi(args[0], &n) || n < 1 || n > 100000) return 2;
+    grpc::Status joined = Join(x, Base(x, "hostile-watcher"), &me);
+    Print("join", joined);
+    if (!joined.ok()) return 0;
+    pb::WatchPlanRequest w;
+    w.set_member_id(me.member_id());
+    w.set_member_secret(me.member_secret());
+    struct Stream {
+      std::unique_ptr<grpc::ClientContext> ctx;
+      std::unique_ptr<grpc::ClientReader<pb::Plan>> reader;
+    };
+    // Each stream is opened after the previous one delivered its first plan
+    // (so the coordinator holds it), and none is closed by this side until
+    // the end.
+    std::vector<Stream> streams;
+    streams.reserve(n);
+    int no_plan = 0;
+    for (int i = 0; i < n; ++i) {
+      Stream st;
+      st.ctx = std::make_unique<grpc::ClientContext>();
+      st.ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+      st.ctx->AddMetadata("authorization", "Bearer " + x.token);
+      st.reader = x.stub->WatchPlan(st.ctx.get(), w);
+      pb::Plan plan;
+      if (!st.reader->Read(&plan)) ++no_plan;
+      streams.push_back(std::move(st));
+    }
+    std::printf("watch-flood: %d streams opened, %d without a plan\n", n, no_plan);
+    std::fflush(stdout);
+    // Held for a moment, so that the coordinator's memory can be read with
+    // every stream this side opened still open.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::map<int, int> codes;
+    std::string last;
+    // The newest stream is cancelled first; the older ones are read to their
+    // end as the coordinator ended them, and those still open 5 s later are
+    // cancelled (then they end CANCELLED).
+    streams.back().ctx->TryCancel();
+    std::atomic<bool> done{false};
+    std::thread watchdog([&] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!done.load() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      for (Stream& st : streams) st.ctx->TryCancel();
+    });
+    for (Stream& st : streams) {
+      pb::Plan plan;
+      while (st.reader->Read(&plan)) {
+      }
+      grpc::Status s = st.reader->Finish();
+      ++codes[s.error_code()];
+      if (s.error_code() != grpc::StatusCode::CANCELLED) last = s.error_message();
+    }
+    done.store(true);
+    watchdog.join();
+    for (auto [code, count] : codes) std::printf("watch-flood: code %d: %d streams\n", code, count);
+    std::printf("watch-flood: last ended by the coordinator: %s\n", last.c_str());
+  } else if (action == "idle-connections" && args.size() == 2) {
+    int n = 0, seconds = 0;
+    if (!absl::SimpleAtoi(args[0], &n) || n < 1 || n > 100000 ||
+        !absl::SimpleAtoi(args[1], &seconds) || seconds < 0 || seconds > 3600) {
+      return 2;
+    }
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(x.port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::vector<int> fds;
+    int failed = 0;
+    for (int i = 0; i < n; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      if (fd < 0) {
+        std::perror("hostile_member: socket");
+        break;
+      }
+      if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+        ++failed;
+        close(fd);
+        continue;
+      }
+      fds.push_back(fd);
+    }
+    std::printf("idle-connections: %zu connected, %d refused\n", fds.size(), failed);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+    int closed = 0;
+    for (int fd : fds) {
+      // What the coordinator sent (its HTTP/2 SETTINGS, a GOAWAY) is read
+      // past; then 0 (or a reset) means it closed the connection.
+      char b[4096];
+      for (;;) {
+        const ssize_t got = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+        if (got > 0) continue;
+        if (got == 0 || errno == ECONNRESET) ++closed;
+        break;
+      }
+      close(fd);
+    }
+    std::printf("idle-connections: %d of %zu closed by the coordinator within %d s\n", closed,
+                fds.size(), seconds);
   } else if (action == "join-unreachable" && args.empty()) {
     Print("join", Join(x, Base(x, "hostile-unreachable"), &me));
   } else {
@@ -256,6 +410,9 @@ int main(int argc, char** argv) {
   x.token = ss.str();
   while (!x.token.empty() && (x.token.back() == '\n' || x.token.back() == '\r')) x.token.pop_back();
   x.job = job;
+  if (const size_t colon = target.rfind(':'); colon != std::string::npos) {
+    (void)absl::SimpleAtoi(target.substr(colon + 1), &x.port);
+  }
   x.stub =
       pb::Coordinator::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   const std::string action = rest[0];

@@ -6,7 +6,8 @@
 # invariants checked, nobody crashes, and the coordinator refuses the
 # hostile calls naming the field.
 # usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO
-#   bad-address | bounds | flood | idle | impersonate | sigstop | sigstop-two | wireup-stall
+#   bad-address | bounds | flood | idle | impersonate | sigstop | sigstop-two | wireup-stall |
+#   takeover | watch-flood | fd-exhaustion | slow-scrape
 set -euo pipefail
 
 COORDINATOR=$1
@@ -109,7 +110,12 @@ scenario_bounds() {
 # flat and no epoch changes.
 scenario_flood() {
   local out rss0 rss1
-  start_job 3 lease_ms=3000
+  # The 2 accepted joins never heartbeat, and finished agents leave: with a
+  # 3 s lease and 300 steps, slots freed during a flood that ran past 3 s
+  # (or past the job) admitted more (7-12 of 5,000, on main too). The job
+  # and the leases outlast the flood.
+  STEPS=${HOSTILE_STEPS:-3000}
+  start_job 3 lease_ms=30000 entry_timeout_ms=30000
   rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
   out=$(hostile flood 5000)
   rss1=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
@@ -278,6 +284,131 @@ scenario_sigstop_two() {
   for i in 0 1; do expect_finished "$i" 2; done
 }
 
+# An agent id belongs to its member: a token holder re-joining every 200 ms
+# under the other members' agent ids (public: every plan lists them) without
+# their secrets is refused ALREADY_EXISTS naming the id, and the job never
+# notices (before: each such join evicted the real member and opened an
+# epoch). Then agent 2 is killed and restarted at once under its id: it
+# waits for the dead process's lease and joins the running job.
+scenario_takeover() {
+  local out i
+  STEPS=${HOSTILE_STEPS:-3000}  # the job outlives the takeovers (a finished agent's id is free)
+  start_job 3 lease_ms=3000
+  out=$(hostile takeover 4)
+  grep '^takeover:' <<<"$out"
+  expect_line "$out" "^join: 0: "
+  expect_line "$out" "^takeover: code 6: [0-9]+ joins$"
+  ! grep -q "^takeover: code 0: " <<<"$out" || fail "a join under a live member's agent id was accepted"
+  expect_line "$out" "^takeover: last refusal: agent_id 'e2e-a[0-2]' is held by live member [0-9]+ "
+  (($(epochs_while_running) == 1)) || fail "$(epochs_while_running) epochs while the job ran: the takeovers churned it"
+  ! grep -q "agent 'e2e-a[0-2]' host 'hostile-host'" "$TMP/coordinator.log" ||
+    fail "a hostile join took over an agent id"
+  # A restarted process of the same agent (no secret) waits for its
+  # predecessor's lease, then joins the running job.
+  kill -9 "${AGENT_PID[2]}"
+  start_agent 2
+  wait_for "$TMP/agent2.err" "ALREADY_EXISTS" 20 || fail "the restarted agent 2 was not told to wait"
+  wait_for "$TMP/coordinator.log" "evicted member [0-9]+ \(agent 'e2e-a2' on host '[^']*'\): lease expired" 20 ||
+    fail "agent 2's killed process was never evicted"
+  for ((i = 0; i < 300; ++i)); do  # its second join (the first was at the start)
+    (($(grep "join: member [0-9]* agent 'e2e-a2' host '" "$TMP/coordinator.log" |
+      grep -vc "hostile-host") >= 2)) && break
+    sleep 0.1
+  done
+  ((i < 300)) || fail "the restarted agent 2 never joined"
+  grep -m1 "ALREADY_EXISTS" "$TMP/agent2.err"
+  expect_all_exit_zero 180 0 1 2
+  for i in 0 1 2; do expect_finished "$i" "[23]"; done
+}
+
+# One WatchPlan stream per member: a member opening 20,000 streams (each held
+# open) ends with one open; the others end ABORTED naming the newer stream,
+# and the coordinator's memory stays flat (before: all 20,000 stayed open,
+# RSS 17 -> 128 MB).
+scenario_watch_flood() {
+  local out rss0 rss_open rss1 pid
+  start_job 3 lease_ms=60000 entry_timeout_ms=60000  # the watcher never heartbeats
+  rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
+  hostile watch-flood 20000 >"$TMP/watch.out" &
+  pid=$!
+  E2E_PIDS+=("$pid")
+  wait_for "$TMP/watch.out" "streams opened" 180 || fail "the watch flood did not finish opening in 180 s"
+  rss_open=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
+  wait_pid "$pid" 120 || fail "the watch flood did not end"
+  rss1=$(awk '/^VmRSS/ { print $2 }' "/proc/$COORD_PID/status")
+  out=$(cat "$TMP/watch.out")
+  echo "$out"
+  echo "coordinator RSS ${rss0} kB before the flood, ${rss_open} kB with its streams open, ${rss1} kB after"
+  expect_line "$out" "^watch-flood: 20000 streams opened, 0 without a plan$"
+  expect_line "$out" "^watch-flood: code 10: 19999 streams$"
+  expect_line "$out" "^watch-flood: code 1: 1 streams$"
+  expect_line "$out" "^watch-flood: last ended by the coordinator: a newer WatchPlan stream of member [0-9]+ replaced this one"
+  ((rss_open - rss0 < 20000)) || fail "the coordinator grew by $((rss_open - rss0)) kB with the streams open"
+  ((rss1 - rss0 < 20000)) || fail "the coordinator grew by $((rss1 - rss0)) kB after the flood"
+  finish_job 3 3
+}
+
+# The coordinator stays reachable under fd exhaustion: its fd limit lowered
+# to 1024, a token-less outsider opens 1,100 TCP connections to its port and
+# holds them, silent, for 15 s. The coordinator keeps its descriptors under a
+# cap below the limit (connections past it are closed at once, counted and
+# logged), closes the rest at its handshake timeout (10 s); a late joiner
+# after the outsider went is admitted, and the job's agents finish every
+# step (before: accept4 failed with EMFILE, the listener never accepted
+# again, and a late joiner gave up).
+scenario_fd_exhaustion() {
+  local out
+  STEPS=${HOSTILE_STEPS:-1000}  # the job runs through the attack
+  start_job 3 lease_ms=3000
+  prlimit --nofile=1024:1024 --pid "$COORD_PID" || fail "cannot lower the coordinator's fd limit"
+  out=$(hostile idle-connections 1100 15)
+  echo "$out"
+  expect_line "$out" "^idle-connections: 1100 connected"
+  # Past the handshake timeout (10 s) every silent connection was closed.
+  expect_line "$out" "^idle-connections: 1100 of 1100 closed by the coordinator within 15 s"
+  kill -0 "$COORD_PID" || fail "the coordinator died"
+  # A late joiner (pending: the job holds its 3) is admitted at once.
+  out=$(hostile flood 1)
+  expect_line "$out" "^flood: code 0: 1 joins$"
+  wait_for "$TMP/coordinator.log" "listener: closed [1-9][0-9]* connections over the descriptor cap" 5 ||
+    fail "the coordinator did not say it closed connections over its cap"
+  grep -m1 "listener: closed" "$TMP/coordinator.log"
+  ! grep -q "Failed accept4" "$TMP/coordinator.log" || fail "gRPC's listener saw an accept4 failure"
+  curl -sf --max-time 10 "http://127.0.0.1:$COORD_METRICS/metrics" |
+    grep -E '^gradex_coordinator_connections_refused_total\{reason="over_cap"\} [1-9]' ||
+    fail "gradex_coordinator_connections_refused_total{reason=over_cap} did not count them"
+  finish_job 3 3
+}
+
+# Slow clients cannot block scrapes: two clients connect to the
+# coordinator's metrics port and send only the first line of a request;
+# four scrapes, each given 2 s, are all answered, and the slow clients are
+# disconnected at the request timeout (3 s) (before: prometheus-cpp served
+# with 2 threads and civetweb's 30 s timeout, and 3 of 4 scrapes timed out).
+scenario_slow_scrape() {
+  local ok=0 i fd1 fd2 t0 rc=0 page
+  start_job 3 lease_ms=3000
+  exec {fd1}<>"/dev/tcp/127.0.0.1/$COORD_METRICS"
+  exec {fd2}<>"/dev/tcp/127.0.0.1/$COORD_METRICS"
+  t0=$(now)
+  printf 'GET /metrics HTTP/1.1\r\n' >&"$fd1"
+  printf 'GET /metrics HTTP/1.1\r\n' >&"$fd2"
+  sleep 0.2
+  for i in 1 2 3 4; do
+    # Read whole, then matched (grep -q closing the pipe early would fail curl).
+    page=$(curl -sf --max-time 2 "http://127.0.0.1:$COORD_METRICS/metrics" || true)
+    if grep -q '^gradex_coordinator_epoch ' <<<"$page"; then ok=$((ok + 1)); fi
+  done
+  echo "$ok of 4 scrapes answered within 2 s each with 2 slow clients connected"
+  ((ok == 4)) || fail "$((4 - ok)) of 4 scrapes timed out behind 2 slow clients"
+  # The slow client's connection ends (EOF) rather than staying open.
+  for (( ; ; )); do IFS= read -r -t 10 _ <&"$fd1" || { rc=$? && break; }; done
+  echo "a slow client was disconnected $(awk -v a="$(now)" -v b="$t0" 'BEGIN{printf "%.1f", a-b}') s after it connected"
+  ((rc == 1)) || fail "a slow client was still connected 10 s later"
+  exec {fd1}>&- {fd2}>&-
+  finish_job 3 3
+}
+
 case "$SCENARIO" in
   bad-address) scenario_bad_address ;;
   bounds) scenario_bounds ;;
@@ -287,6 +418,10 @@ case "$SCENARIO" in
   sigstop) scenario_sigstop ;;
   sigstop-two) scenario_sigstop_two ;;
   wireup-stall) scenario_wireup_stall ;;
+  takeover) scenario_takeover ;;
+  watch-flood) scenario_watch_flood ;;
+  fd-exhaustion) scenario_fd_exhaustion ;;
+  slow-scrape) scenario_slow_scrape ;;
   *) fail "unknown scenario $SCENARIO" ;;
 esac
 echo "PASS: $SCENARIO"

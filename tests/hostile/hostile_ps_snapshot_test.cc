@@ -1,0 +1,78 @@
+// A parameter server whose snapshot directory cannot be written (here: a
+// path under a file, which fails as root too): every failure is counted and
+// the snapshot health gauge drops to 0, on the hosting worker's /metrics as
+// Prometheus scrapes it (before: a log line only). A writable directory
+// keeps the gauge at 1 and counts nothing. One worker thread embeds the
+// coordinator and hosts the shard (real gRPC and UCX on loopback).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "services/client/ps_worker.h"
+#include "tests/coordinator/client_util.h"
+
+namespace gradex::client {
+namespace {
+
+std::map<std::string, double> Scrape(int port) {
+  const std::string body = coordinator::HttpGet(port, "/metrics");
+  std::map<std::string, double> out;
+  std::istringstream in(body.substr(std::min(body.size(), body.find("\r\n\r\n"))));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("gradex_", 0) != 0) continue;
+    const size_t sp = line.rfind(' ');
+    out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+  }
+  return out;
+}
+
+double Get(const std::map<std::string, double>& m, const std::string& key) {
+  auto it = m.find(key);
+  EXPECT_NE(it, m.end()) << "no sample " << key;
+  return it == m.end() ? -1 : it->second;
+}
+
+std::map<std::string, double> RunWithSnapshots(const std::string& job, const std::string& dir) {
+  PsWorkerOptions o;
+  o.client.job = job;
+  o.client.rank = 0;
+  o.client.world_size = 1;
+  o.client.timeout = std::chrono::seconds(20);
+  o.client.metrics_port = 0;
+  o.layer_sizes = {100, 37};
+  o.density = 0.1f;
+  o.snapshot_dir = dir;
+  o.snapshot_interval = std::chrono::milliseconds(100);
+  auto w = PsWorker::Create(o);
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (!w.ok()) return {};
+  std::vector<float> p(137, 0.f), g(137, 0.5f);
+  for (int s = 0; s < 5; ++s) EXPECT_TRUE((*w)->Step(g, p, 0.05f).ok());
+  // Several snapshot intervals (100 ms) and server reports (250 ms).
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  std::map<std::string, double> m = Scrape((*w)->metrics_port());
+  (*w)->Close().IgnoreError();
+  return m;
+}
+
+TEST(HostilePsSnapshots, FailuresAreCountedAndTheHealthGaugeDrops) {
+  const auto m = RunWithSnapshots("snapfail", "/dev/null/snapshots");
+  EXPECT_GE(Get(m, "gradex_ps_server_snapshot_failures_total"), 1);
+  EXPECT_EQ(Get(m, "gradex_ps_server_snapshot_healthy"), 0);
+}
+
+TEST(HostilePsSnapshots, AWritableDirectoryStaysHealthy) {
+  char dir[] = "/tmp/gradex-snap-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const auto m = RunWithSnapshots("snapok", dir);
+  EXPECT_EQ(Get(m, "gradex_ps_server_snapshot_failures_total"), 0);
+  EXPECT_EQ(Get(m, "gradex_ps_server_snapshot_healthy"), 1);
+  std::system((std::string("rm -rf ") + dir).c_str());
+}
+
+}  // namespace
+}  // namespace gradex::client

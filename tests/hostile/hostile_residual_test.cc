@@ -1,0 +1,91 @@
+// A NaN in a rank's residual that the selection does not send (no top-k
+// picks a NaN; from a gradient, or a poisoned value received in an earlier
+// call) is found by the accumulation pass, counted, reset to 0 and reported,
+// and the residual is clean for every later call (before: the entries stayed
+// NaN in the residual for every later step, those coordinates silently
+// lost). A non-finite value the selection sends is summed like any value, as
+// DDP's allreduce does (loss scalers skip such steps).
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "collectives/sparse_allreduce.h"
+#include "gtest/gtest.h"
+#include "tests/collectives/harness.h"
+
+namespace gradex::testing {
+namespace {
+
+constexpr size_t kN = 1000;
+
+bool AllFinite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+TEST(HostileResidual, NaNsLeftInTheResidualAreCountedResetAndNeverSent) {
+  for (const char* algorithm : {"spardl", "topka", "spardl-bsag"}) {
+    SCOPED_TRACE(algorithm);
+    std::vector<std::vector<float>> residual(2, std::vector<float>(kN, 0.25f));
+    for (size_t i : {10, 500, 999}) residual[0][i] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<std::vector<CallStats>> stats(2, std::vector<CallStats>(3));
+    std::vector<std::vector<std::vector<float>>> results(2, std::vector<std::vector<float>>(3));
+    std::vector<absl::Status> st = RunRanks(2, [&](int rank, Transport& t) -> absl::Status {
+      absl::StatusOr<std::unique_ptr<SparseAllreduce>> algo = CreateAllreduce(algorithm);
+      if (!algo.ok()) return algo.status();
+      for (int call = 0; call < 3; ++call) {
+        const std::vector<float> grad = MakeGradient(5, rank, call, kN, Values::kGrid);
+        CallContext ctx{&t, 42, 1, static_cast<uint64_t>(call),
+                        DeadlineIn(std::chrono::seconds(20))};
+        AllreduceResult r;
+        absl::Status s =
+            RunOrAbort(**algo, ctx, {0.05, 1}, grad, residual[rank], &r, &stats[rank][call]);
+        if (!s.ok()) return s;
+        results[rank][call].assign(kN, 0.0f);
+        r.ToDense(results[rank][call]);
+      }
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(st[0].ok()) << st[0];
+    ASSERT_TRUE(st[1].ok()) << st[1];
+    EXPECT_EQ(stats[0][0].Detail("residual_nonfinite"), 3);
+    EXPECT_EQ(stats[0][0].Detail("residual_nonfinite_first"), 10);
+    for (int call = 1; call < 3; ++call) EXPECT_EQ(stats[0][call].Detail("residual_nonfinite"), 0);
+    EXPECT_EQ(stats[1][0].Detail("residual_nonfinite"), 0);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(AllFinite(residual[rank])) << "rank " << rank;
+      for (int call = 0; call < 3; ++call) {
+        EXPECT_TRUE(AllFinite(results[rank][call])) << "rank " << rank << " call " << call;
+      }
+    }
+  }
+}
+
+TEST(HostileResidual, AnInfTheSelectionSendsIsSummedAsDdpWould) {
+  for (const char* algorithm : {"spardl", "dense-ring"}) {
+    SCOPED_TRACE(algorithm);
+    std::vector<std::vector<float>> residual(2, std::vector<float>(kN, 0.0f));
+    residual[0][321] = std::numeric_limits<float>::infinity();
+    std::vector<CallStats> stats(2);
+    std::vector<std::vector<float>> results(2, std::vector<float>(kN, 0.0f));
+    std::vector<absl::Status> st = RunRanks(2, [&](int rank, Transport& t) -> absl::Status {
+      absl::StatusOr<std::unique_ptr<SparseAllreduce>> algo = CreateAllreduce(algorithm);
+      if (!algo.ok()) return algo.status();
+      const std::vector<float> grad = MakeGradient(5, rank, 0, kN, Values::kGrid);
+      CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20))};
+      AllreduceResult r;
+      absl::Status s = RunOrAbort(**algo, ctx, {0.05, 1}, grad, residual[rank], &r, &stats[rank]);
+      if (s.ok()) r.ToDense(results[rank]);
+      return s;
+    });
+    ASSERT_TRUE(st[0].ok()) << st[0];
+    ASSERT_TRUE(st[1].ok()) << st[1];
+    EXPECT_EQ(stats[0].Detail("residual_nonfinite"), 0);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(results[rank][321], std::numeric_limits<float>::infinity()) << "rank " << rank;
+      EXPECT_TRUE(AllFinite(residual[rank])) << "rank " << rank;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradex::testing
