@@ -121,9 +121,10 @@ RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal, size_t 
   // (the message lands where the caller gets it, and UCX starts a rendezvous
   // as soon as the sender's request arrives), when a kept buffer holds the
   // bound: a fresh one would be allocated and zeroed at the bound, not at the
-  // size that comes (a sparse frame is often far below its bound). Only when no probed receive on
-  // the same tag is queued before it: UCX matches posted receives ahead of
-  // our probes, which would reorder a (sender, tag) pair's messages.
+  // size that comes (a sparse frame is often far below its bound). And only
+  // when no probed receive on the same tag is queued before it: UCX matches
+  // posted receives ahead of our probes, which would reorder a (sender, tag)
+  // pair's messages.
   const size_t cap =
       options_.max_message_bytes > 0 ? std::min(options_.max_message_bytes, capacity) : capacity;
   if (peer != rank_ && capacity != SIZE_MAX && options_.direct_receive_bytes > 0 &&
@@ -170,10 +171,10 @@ void UcxTransport::PostDirect(Request* r) {
 void UcxTransport::SettleDirect(Request* r) {
   r->settled = true;
   if (r->ucx_status == UCS_ERR_MESSAGE_TRUNCATED) {
-    // Longer than the schedule allows: refused as at the probe (the
-    // buffer was the cap, never the size the peer announced).
-    // UCX reports the sender's length when it knows it; at least one byte
-    // over the cap otherwise.
+    // Longer than the schedule allows: refused as at the probe (the buffer
+    // was the cap, never the size the peer announced). UCX reports the
+    // sender's length when it knows it; at least one byte over the cap
+    // otherwise.
     r->refused_bytes = std::max(r->landed_length, r->capacity + 1);
     r->refused_cap = r->capacity;
     if (r->peer >= 0 && r->peer < size_) ++counters_[r->peer].refused_messages;
