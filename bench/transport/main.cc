@@ -18,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/transport/p2p.h"
@@ -160,6 +161,12 @@ int Main(int argc, char** argv) {
   // absl's --version prints this (and --help, --helpfull are absl's too).
   absl::FlagsUsageConfig usage;
   usage.version_string = [] { return gradex::VersionLine("gradex-transport-bench") + "\n"; };
+  // absl's --help lists the flags of files named after the program; ours
+  // live in main.cc.
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "bench/transport/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<size_t> lo = ParseSize(absl::GetFlag(FLAGS_min_size));

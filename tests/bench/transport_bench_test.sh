@@ -18,6 +18,8 @@ for size in 65536 262144 1048576; do
   [[ $n =~ ^[0-9]+$ && $n -le 32 ]] || fail "$size: no posted-direct count ($n)"
   grep -Eq "probed +$size B:.*; 0/32 posted direct" <<<"$out" || fail "$size: probed run posted"
 done
+help=$("$bin" --help 2>&1) || true
+grep -q -- "--max_size" <<<"$help" || fail "--help does not list the flags: $help"
 rc=0
 err=$("$bin" --min_size 12XB 2>&1) || rc=$?
 [[ $rc -eq 2 ]] || fail "bad size: exit $rc, want 2"
