@@ -35,7 +35,9 @@ struct PeerCounters {
 };
 
 // Where a transport's completed receives spent their time (the transport
-// benchmark prints it). Transports that cannot tell leave it zero.
+// benchmark prints it). Transports that cannot tell leave it zero. There is
+// no copy phase: a message lands in the buffer handed to the caller (a copy
+// UCX makes out of its own unexpected queue is part of `receive_s`).
 struct RecvProfile {
   uint64_t receives = 0;
   // Posted until the message was matched: waiting for the sender, then the
@@ -48,9 +50,6 @@ struct RecvProfile {
   double alloc_s = 0;
   // Receives whose buffer was reused (no page faults, no zero fill).
   uint64_t pooled = 0;
-  // Copying bytes after they landed (a bounce through another buffer).
-  double copy_s = 0;
-  uint64_t copied_bytes = 0;
   // In memory until handed to the caller (the caller's polling rhythm).
   double deliver_s = 0;
   // Receives posted to the network with their buffer before the message
@@ -63,8 +62,6 @@ struct RecvProfile {
     receive_s += o.receive_s;
     alloc_s += o.alloc_s;
     pooled += o.pooled;
-    copy_s += o.copy_s;
-    copied_bytes += o.copied_bytes;
     deliver_s += o.deliver_s;
     posted_direct += o.posted_direct;
     return *this;

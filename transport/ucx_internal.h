@@ -179,9 +179,15 @@ class UcxTransport : public Transport {
   // Receives the probed message `msg` (`info.length` bytes) into r->buf;
   // r completes now or in RecvCallback.
   void ReceiveProbed(Request* r, ucp_tag_message_h msg, const ucp_tag_recv_info_t& info);
-  // Posts r's receive to UCX at once, into a buffer of its capacity: for a
-  // receive whose size the schedule knows (UcxOptions::direct_receive_bytes).
-  void PostDirect(Request* r);
+  // Posts r's receive to UCX at once, into a kept buffer of `cap` bytes: for
+  // a receive whose size the schedule bounds (UcxOptions::direct_receive_bytes).
+  void PostDirect(Request* r, size_t cap);
+  // The most a receive posted for `capacity` takes: that, or the
+  // process-wide UcxOptions::max_message_bytes when smaller.
+  size_t Cap(size_t capacity) const;
+  // r's buffer of `bytes`, from the pool where it holds one; books the time
+  // and whether it was reused.
+  void TakeFromPool(Request* r, size_t bytes);
   // A direct receive that ended: trims the buffer to what came, or books a
   // message longer than the buffer as refused.
   void SettleDirect(Request* r);

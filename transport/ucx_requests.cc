@@ -125,11 +125,10 @@ RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal, size_t 
   // when no probed receive on the same tag is queued before it: UCX matches
   // posted receives ahead of our probes, which would reorder a (sender, tag)
   // pair's messages.
-  const size_t cap =
-      options_.max_message_bytes > 0 ? std::min(options_.max_message_bytes, capacity) : capacity;
+  const size_t cap = Cap(capacity);
   if (peer != rank_ && capacity != SIZE_MAX && options_.direct_receive_bytes > 0 &&
       cap >= options_.direct_receive_bytes && pool_.Has(cap) && !queued_.contains(raw->wire_tag)) {
-    PostDirect(raw);
+    PostDirect(raw, cap);
     return id;
   }
   queued_[raw->wire_tag].push_back(raw);
@@ -138,16 +137,12 @@ RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal, size_t 
   return id;
 }
 
-void UcxTransport::PostDirect(Request* r) {
+void UcxTransport::PostDirect(Request* r, size_t cap) {
   r->direct = true;
   if (!r->internal) profile_.posted_direct += 1;
-  r->capacity = options_.max_message_bytes > 0 ? std::min(options_.max_message_bytes, r->capacity)
-                                               : r->capacity;
+  r->capacity = cap;
   r->matched_at = r->posted_at;
-  const Clock::time_point a = Clock::now();
-  r->pooled = true;
-  r->buf = pool_.Take(r->capacity);
-  r->alloc_s = std::chrono::duration<double>(Clock::now() - a).count();
+  TakeFromPool(r, cap);
   r->state = State::kInFlight;
   ucp_request_param_t param = {};
   // No immediate completion: a receive of a message already here still gets
@@ -166,6 +161,18 @@ void UcxTransport::PostDirect(Request* r) {
     r->landed_at = Clock::now();
     r->Finish(p == nullptr ? UCS_ERR_NO_MESSAGE : UCS_PTR_STATUS(p));
   }
+}
+
+size_t UcxTransport::Cap(size_t capacity) const {
+  return options_.max_message_bytes > 0 ? std::min(options_.max_message_bytes, capacity) : capacity;
+}
+
+void UcxTransport::TakeFromPool(Request* r, size_t bytes) {
+  const Clock::time_point start = Clock::now();
+  const uint64_t reused = pool_.reused();
+  r->buf = pool_.Take(bytes);
+  r->pooled = pool_.reused() != reused;
+  r->alloc_s = std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 void UcxTransport::SettleDirect(Request* r) {
@@ -190,9 +197,7 @@ void UcxTransport::ReceiveProbed(Request* r, ucp_tag_message_h msg,
                                  const ucp_tag_recv_info_t& info) {
   // The probe told the length the peer announced; the receive takes at most
   // what it was posted for and the process-wide cap, whichever is smaller.
-  const size_t cap = options_.max_message_bytes > 0
-                         ? std::min(options_.max_message_bytes, r->capacity)
-                         : r->capacity;
+  const size_t cap = Cap(r->capacity);
   const bool refused = info.length > cap;
   if (refused) {
     r->refused_bytes = info.length;
@@ -200,9 +205,11 @@ void UcxTransport::ReceiveProbed(Request* r, ucp_tag_message_h msg,
     if (r->peer >= 0 && r->peer < size_) ++counters_[r->peer].refused_messages;
   }
   r->matched_at = Clock::now();
-  r->pooled = !refused && pool_.Has(info.length);
-  r->buf = refused ? Bytes(1) : pool_.Take(info.length);
-  r->alloc_s = std::chrono::duration<double>(Clock::now() - r->matched_at).count();
+  if (refused) {
+    r->buf.resize(1);
+  } else {
+    TakeFromPool(r, info.length);
+  }
   r->state = State::kInFlight;
   ucp_request_param_t param = {};
   param.op_attr_mask =

@@ -151,16 +151,18 @@ absl::Status UcxWorkerImpl::Init(const UcxOptions& options) {
       s = modify("MM_ERROR_HANDLING", "y");
     }
   }
-  // UCX's TCP transport listens on, and stripes data over, every interface
-  // it finds; the data plane is meant to use the one it was given.
-  if (s.ok() && options.pin_net_device && std::getenv("UCX_NET_DEVICES") == nullptr &&
-      !HasRdmaDevice()) {
+  // Where the data goes over TCP (no RDMA device): UCX's TCP transport
+  // listens on, and stripes data over, every interface it finds, while the
+  // data plane is meant to use the one it was given; and its rendezvous over
+  // TCP costs more than eager copies up to rndv_thresh_bytes.
+  const bool tcp_only = !HasRdmaDevice();
+  if (s.ok() && tcp_only && options.pin_net_device && std::getenv("UCX_NET_DEVICES") == nullptr) {
     if (std::string dev = InterfaceOf(ListenIp(options)); !dev.empty()) {
       s = modify("NET_DEVICES", dev);
     }
   }
-  if (s.ok() && options.rndv_thresh_bytes > 0 && std::getenv("UCX_RNDV_THRESH") == nullptr &&
-      !HasRdmaDevice()) {
+  if (s.ok() && tcp_only && options.rndv_thresh_bytes > 0 &&
+      std::getenv("UCX_RNDV_THRESH") == nullptr) {
     s = modify("RNDV_THRESH", absl::StrCat(options.rndv_thresh_bytes));
   }
   if (s.ok() && options.keepalive_interval.count() > 0 &&

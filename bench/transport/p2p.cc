@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "bench/stats.h"
 
 namespace gradex::bench {
 namespace {
@@ -44,12 +45,6 @@ Bytes Message(size_t bytes, int number) {
   Bytes b(bytes, 0x5a);
   if (bytes > 0) b.front() = b.back() = static_cast<uint8_t>(number);
   return b;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
