@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <map>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_join.h"
@@ -36,19 +35,6 @@ PsWorkerOptions Options(int rank, int world, const std::string& job,
   o.layer_sizes = {100, 37};
   o.density = 0.1f;
   return o;
-}
-
-// "name{labels}" (as exposed) -> value, for every sample of the scrape.
-std::map<std::string, double> Scrape(int port) {
-  const std::string body = coordinator::HttpGet(port, "/metrics");
-  std::map<std::string, double> out;
-  std::istringstream in(body.substr(std::min(body.size(), body.find("\r\n\r\n"))));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("gradex_", 0) != 0) continue;
-    const size_t sp = line.rfind(' ');
-    out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
-  }
-  return out;
 }
 
 double Get(const std::map<std::string, double>& m, const std::string& key) {
@@ -126,7 +112,7 @@ TEST(PsWorkerMetricsTest, CountersEqualStatsAndTheHistogramCountsEveryStep) {
         ASSERT_TRUE((*w)->Step(g, p, 0.05f).ok()) << r;
         staleness.push_back((*w)->Stats().staleness);
       }
-      const auto m = Scrape((*w)->metrics_port());
+      const auto m = coordinator::ScrapeGradexSamples((*w)->metrics_port());
       const PsWorkerStats s = (*w)->Stats();
       ExpectMatchesStats(m, s, kSteps, 0, staleness, r);
       if (r == 0)
@@ -163,7 +149,7 @@ TEST(PsWorkerMetricsTest, FailedStepsAreCountedByReason) {
   }
   g[40] = 0.5f;
   for (int s = 0; s < 2; ++s) ok_step();
-  const auto m = Scrape((*w)->metrics_port());
+  const auto m = coordinator::ScrapeGradexSamples((*w)->metrics_port());
   ExpectMatchesStats(m, (*w)->Stats(), 5, 2, staleness, 0);
   EXPECT_EQ(Get(m, "gradex_ps_worker_failed_steps_total{reason=\"invalid_input\"}"), 2);
   EXPECT_EQ(Get(m, "gradex_ps_worker_staleness_bound_versions"), 0);  // unbounded

@@ -6,8 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
+#include <map>
 #include <mutex>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -123,6 +127,18 @@ std::string HttpGet(int port, const std::string& path) {
   }
   close(fd);
   return body;
+}
+
+std::map<std::string, double> ScrapeGradexSamples(int port) {
+  const std::string body = HttpGet(port, "/metrics");
+  std::map<std::string, double> out;
+  std::istringstream in(body.substr(std::min(body.size(), body.find("\r\n\r\n"))));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("gradex_", 0) != 0) continue;
+    const size_t sp = line.rfind(' ');
+    out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+  }
+  return out;
 }
 
 PlanStream::PlanStream(gradex::v1::Coordinator::StubInterface& stub, const std::string& token,

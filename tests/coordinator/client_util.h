@@ -3,6 +3,7 @@
 #define GRADEX_TESTS_COORDINATOR_CLIENT_UTIL_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ grpc::Status CallRaw(grpc::GenericStub& stub, const std::string& token, const st
                      const std::string& bytes);
 // GET http://127.0.0.1:port/path, the body ("" on failure); 5 s deadline.
 std::string HttpGet(int port, const std::string& path);
+// The gradex_* samples of http://127.0.0.1:port/metrics: "name{labels}" (as
+// exposed) -> value.
+std::map<std::string, double> ScrapeGradexSamples(int port);
 
 // A WatchPlan stream whose whole life is bounded by `deadline`.
 class PlanStream {

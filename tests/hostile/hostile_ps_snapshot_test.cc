@@ -6,9 +6,7 @@
 // coordinator and hosts the shard (real gRPC and UCX on loopback).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -17,18 +15,6 @@
 
 namespace gradex::client {
 namespace {
-
-std::map<std::string, double> Scrape(int port) {
-  const std::string body = coordinator::HttpGet(port, "/metrics");
-  std::map<std::string, double> out;
-  std::istringstream in(body.substr(std::min(body.size(), body.find("\r\n\r\n"))));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("gradex_", 0) != 0) continue;
-    const size_t sp = line.rfind(' ');
-    out[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
-  }
-  return out;
-}
 
 double Get(const std::map<std::string, double>& m, const std::string& key) {
   auto it = m.find(key);
@@ -54,7 +40,7 @@ std::map<std::string, double> RunWithSnapshots(const std::string& job, const std
   for (int s = 0; s < 5; ++s) EXPECT_TRUE((*w)->Step(g, p, 0.05f).ok());
   // Several snapshot intervals (100 ms) and server reports (250 ms).
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  std::map<std::string, double> m = Scrape((*w)->metrics_port());
+  std::map<std::string, double> m = coordinator::ScrapeGradexSamples((*w)->metrics_port());
   (*w)->Close().IgnoreError();
   return m;
 }
