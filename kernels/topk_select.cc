@@ -42,26 +42,34 @@ uint32_t (&ThreadScratch())[kRows][kCols] {
   return scratch[0];
 }
 
-// Histogram of pass-1 buckets over all of x. Four sub-histograms so that
-// runs of equal buckets (common: few exponents dominate) do not serialise on
-// one counter; uint32 counters, flushed every 2^30 entries.
-void Histogram1Plain(const float* x, size_t n, size_t* h) {
-  std::fill(h, h + kBuckets1, size_t{0});
-  uint32_t(&sub)[4][kBuckets1] = ThreadScratch<4, kBuckets1>();
+// Adds to h[0, bins) the count of bin(i) over i in [0, n). Four
+// sub-histograms so that runs of equal bins (common: few exponents dominate)
+// do not serialise on one counter; uint32 counters, flushed every 2^30
+// entries. bin(i) may be >= bins (a spill column) and may write x[i].
+template <size_t kCols, class Bin>
+void CountInFours(size_t n, size_t bins, uint32_t (&sub)[4][kCols], const Bin& bin, size_t* h) {
   constexpr size_t kChunk = size_t{1} << 30;
   for (size_t start = 0; start < n; start += kChunk) {
     const size_t end = std::min(n, start + kChunk);
     std::memset(sub, 0, sizeof sub);
     size_t i = start;
     for (; i + 4 <= end; i += 4) {
-      ++sub[0][(KeyAt(x, i) + kBias1) >> kShift1];
-      ++sub[1][(KeyAt(x, i + 1) + kBias1) >> kShift1];
-      ++sub[2][(KeyAt(x, i + 2) + kBias1) >> kShift1];
-      ++sub[3][(KeyAt(x, i + 3) + kBias1) >> kShift1];
+      ++sub[0][bin(i)];
+      ++sub[1][bin(i + 1)];
+      ++sub[2][bin(i + 2)];
+      ++sub[3][bin(i + 3)];
     }
-    for (; i < end; ++i) ++sub[0][(KeyAt(x, i) + kBias1) >> kShift1];
-    for (size_t b = 0; b < kBuckets1; ++b) h[b] += sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
+    for (; i < end; ++i) ++sub[0][bin(i)];
+    for (size_t b = 0; b < bins; ++b) h[b] += sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
   }
+}
+
+// Histogram of pass-1 buckets over all of x.
+void Histogram1Plain(const float* x, size_t n, size_t* h) {
+  std::fill(h, h + kBuckets1, size_t{0});
+  CountInFours(
+      n, kBuckets1, ThreadScratch<4, kBuckets1>(),
+      [&](size_t i) { return (KeyAt(x, i) + kBias1) >> kShift1; }, h);
 }
 
 Pass1 LocateBucket(const float* x, size_t n, size_t k) {
@@ -117,26 +125,12 @@ template <size_t kBins>
 void HistogramRange(const float* x, size_t n, uint32_t lo, int shift, size_t* h) {
   constexpr uint32_t kSpill = kBins;
   const uint32_t width = static_cast<uint32_t>(kBins) << shift;
-  uint32_t(&sub)[4][kBins + 1] = ThreadScratch<4, kBins + 1>();
   std::fill(h, h + kBins, size_t{0});
-  constexpr size_t kChunk = size_t{1} << 30;
-  for (size_t start = 0; start < n; start += kChunk) {
-    const size_t end = std::min(n, start + kChunk);
-    std::memset(sub, 0, sizeof sub);
-    auto bin = [&](size_t i) {
-      const uint32_t rel = KeyAt(x, i) - lo;  // wraps for keys below lo
-      return rel < width ? rel >> shift : kSpill;
-    };
-    size_t i = start;
-    for (; i + 4 <= end; i += 4) {
-      ++sub[0][bin(i)];
-      ++sub[1][bin(i + 1)];
-      ++sub[2][bin(i + 2)];
-      ++sub[3][bin(i + 3)];
-    }
-    for (; i < end; ++i) ++sub[0][bin(i)];
-    for (size_t b = 0; b < kBins; ++b) h[b] += sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
-  }
+  auto bin = [&](size_t i) {
+    const uint32_t rel = KeyAt(x, i) - lo;  // wraps for keys below lo
+    return rel < width ? rel >> shift : kSpill;
+  };
+  CountInFours(n, kBins, ThreadScratch<4, kBins + 1>(), bin, h);
 }
 
 // The digit (scanning from the top) where the running count reaches *need;
@@ -200,7 +194,6 @@ TopKThreshold Refine(const float* x, size_t n, const Pass1& p) {
 template <bool kVelocity>
 void Histogram1AccImpl(float* x, size_t n, const Accumulate& a, size_t* h) {
   std::fill(h, h + kBuckets1, size_t{0});
-  uint32_t(&sub)[4][kBuckets1] = ThreadScratch<4, kBuckets1>();
   const float* g = a.grad;
   float* u = a.velocity;
   const float m = a.momentum;
@@ -216,20 +209,7 @@ void Histogram1AccImpl(float* x, size_t n, const Accumulate& a, size_t* h) {
     std::memcpy(&b, &v, sizeof b);
     return ((b & 0x7fffffffu) + kBias1) >> kShift1;
   };
-  constexpr size_t kChunk = size_t{1} << 30;
-  for (size_t start = 0; start < n; start += kChunk) {
-    const size_t end = std::min(n, start + kChunk);
-    std::memset(sub, 0, sizeof sub);
-    size_t i = start;
-    for (; i + 4 <= end; i += 4) {
-      ++sub[0][sum(i)];
-      ++sub[1][sum(i + 1)];
-      ++sub[2][sum(i + 2)];
-      ++sub[3][sum(i + 3)];
-    }
-    for (; i < end; ++i) ++sub[0][sum(i)];
-    for (size_t b = 0; b < kBuckets1; ++b) h[b] += sub[0][b] + sub[1][b] + sub[2][b] + sub[3][b];
-  }
+  CountInFours(n, kBuckets1, ThreadScratch<4, kBuckets1>(), sum, h);
 }
 
 void Histogram1Acc(float* x, size_t n, const Accumulate& a, size_t* h) {
