@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -93,6 +94,24 @@ grpc::Status Join(const Ctx& x, const pb::JoinRequest& r, pb::JoinResponse* out)
   return x.stub->Join(&c, r, out);
 }
 
+// The first plan `me`'s WatchPlan stream delivers; the stream is cancelled
+// after it. Prints the stream's status and returns nullopt when none came.
+std::optional<pb::Plan> FirstPlan(const Ctx& x, const pb::JoinResponse& me) {
+  pb::WatchPlanRequest w;
+  w.set_member_id(me.member_id());
+  w.set_member_secret(me.member_secret());
+  grpc::ClientContext c;
+  Prepare(c, x);
+  auto reader = x.stub->WatchPlan(&c, w);
+  pb::Plan plan;
+  if (!reader->Read(&plan)) {
+    Print("watch", reader->Finish());
+    return std::nullopt;
+  }
+  c.TryCancel();
+  return plan;
+}
+
 int Run(const Ctx& x, const std::string& action, const std::vector<std::string>& args) {
   pb::JoinResponse me;
   if (action == "join-address" && args.size() == 1) {
@@ -144,19 +163,9 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
     std::printf("flood: last refusal: %s\n", last.c_str());
   } else if (action == "impersonate" && args.empty()) {
     Print("join", Join(x, Base(x, "hostile-impostor"), &me));
-    pb::WatchPlanRequest w;
-    w.set_member_id(me.member_id());
-    w.set_member_secret(me.member_secret());
-    grpc::ClientContext c;
-    Prepare(c, x);
-    auto reader = x.stub->WatchPlan(&c, w);
-    pb::Plan plan;
-    if (!reader->Read(&plan)) {
-      Print("watch", reader->Finish());
-      return 0;
-    }
-    c.TryCancel();
-    for (const pb::Member& m : plan.members()) {
+    std::optional<pb::Plan> plan = FirstPlan(x, me);
+    if (!plan) return 0;
+    for (const pb::Member& m : plan->members()) {
       const std::string who = absl::StrCat(" as rank ", m.rank());
       pb::HeartbeatRequest h;
       h.set_member_id(m.member_id());
@@ -168,7 +177,7 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
       pb::StepReport rep;
       rep.set_member_id(m.member_id());
       rep.set_member_secret(me.member_secret());
-      rep.set_epoch(plan.epoch());
+      rep.set_epoch(plan->epoch());
       rep.set_step(1);
       rep.set_error("forged failure");
       pb::ReportAck ack;
@@ -238,20 +247,10 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
     grpc::Status joined = Join(x, Base(x, "hostile-takeover"), &me);
     Print("join", joined);
     if (!joined.ok()) return 0;
-    pb::WatchPlanRequest w;
-    w.set_member_id(me.member_id());
-    w.set_member_secret(me.member_secret());
-    grpc::ClientContext c;
-    Prepare(c, x);
-    auto reader = x.stub->WatchPlan(&c, w);
-    pb::Plan plan;
-    if (!reader->Read(&plan)) {
-      Print("watch", reader->Finish());
-      return 0;
-    }
-    c.TryCancel();
+    std::optional<pb::Plan> plan = FirstPlan(x, me);
+    if (!plan) return 0;
     std::vector<std::string> victims;
-    for (const pb::Member& m : plan.members()) {
+    for (const pb::Member& m : plan->members()) {
       if (m.agent_id() != "hostile-takeover") victims.push_back(m.agent_id());
     }
     std::map<int, int> codes;
