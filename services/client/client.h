@@ -85,6 +85,15 @@ struct ClientOptions {
   // thread), within a step (GRADEX_PIPELINE=0 turns it off: each bucket is
   // selected after the previous one's exchange, as a comparison baseline).
   bool pipeline = true;
+  // DGC's momentum correction (Lin et al., ICLR 2018, Alg. 1): 0 (off) or the
+  // optimizer's momentum m in [0, 1). Each rank keeps a velocity per
+  // parameter span, u <- m*u + g, and exchanges u instead of g; the result is
+  // then the update direction (plain SGD with the same lr).
+  double momentum_correction = 0;
+  // With momentum_correction, after a sparse exchange (fewer than half of the
+  // result's entries non-zero) the velocity of every entry the result applied
+  // restarts from 0 (DGC's momentum factor masking).
+  bool factor_masking = true;
 };
 // When the coordinator is embedded (rank 0, none given), its job takes
 // algorithm, density, teams and params from rank 0's options; a coordinator
