@@ -95,7 +95,8 @@ class DenseRabenseifner final : public DenseAllreduce {
           link.Recv(fold.partner, kPhaseFoldOut, 0, FrameBytes(whole.size(), whole.size()));
       if (!in.ok()) return in.status();
       PhaseTimer t(&times->communication_s);
-      absl::Status decoded = DecodeDenseBlock(*in, link.meta(kPhaseFoldOut), whole, false, data);
+      absl::Status decoded =
+          DecodeDenseBlock(*in, link.meta(kPhaseFoldOut, fold.partner), whole, false, data);
       link.Recycle(std::move(*in));
       return decoded;
     }
@@ -104,7 +105,8 @@ class DenseRabenseifner final : public DenseAllreduce {
           link.Recv(fold.partner, kPhaseFoldIn, 0, FrameBytes(whole.size(), whole.size()));
       if (!in.ok()) return in.status();
       PhaseTimer t(&times->reduction_s);
-      absl::Status st = DecodeDenseBlock(*in, link.meta(kPhaseFoldIn), whole, true, data);
+      absl::Status st =
+          DecodeDenseBlock(*in, link.meta(kPhaseFoldIn, fold.partner), whole, true, data);
       link.Recycle(std::move(*in));
       if (!st.ok()) return st;
     }
@@ -124,7 +126,7 @@ class DenseRabenseifner final : public DenseAllreduce {
       const bool reduce = s.phase == kPhaseReduceScatter;
       PhaseTimer t(reduce ? &times->reduction_s : &times->communication_s);
       absl::Status st =
-          DecodeDenseBlock(*in, link.meta(s.phase), s.recv, reduce, data + s.recv.begin);
+          DecodeDenseBlock(*in, link.meta(s.phase, peer), s.recv, reduce, data + s.recv.begin);
       link.Recycle(std::move(*in));
       if (!st.ok()) return st;
     }

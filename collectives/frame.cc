@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
@@ -190,9 +192,31 @@ void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* valu
   Append(out, values, range.size() * sizeof(float));
 }
 
-absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
-                                std::span<const ExpectedBlock> expected,
-                                std::vector<kernels::SparseVec>* out) {
+namespace {
+
+// NaN or infinite values, where the epoch refuses them.
+absl::Status CheckFinite(const FrameMeta& meta, const float* v, size_t n, uint32_t block_begin) {
+  if (!meta.refuse_nonfinite) return absl::OkStatus();
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) {
+      return Reject(FrameError::kNonFinite,
+                    absl::StrCat("value ", v[i], " in the block from ", block_begin,
+                                 " (this epoch refuses NaN and infinite values)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A refusal of a message from meta.from is recorded against it.
+absl::Status Blamed(absl::Status s, const FrameMeta& meta) {
+  if (!s.ok() && meta.blame != nullptr && meta.from >= 0)
+    meta.blame->Blame(meta.from, std::string(s.message()));
+  return s;
+}
+
+absl::Status DecodeSparseBlocksImpl(const Bytes& message, const FrameMeta& meta,
+                                    std::span<const ExpectedBlock> expected,
+                                    std::vector<kernels::SparseVec>* out) {
   out->resize(expected.size());
   size_t offset = 0;
   for (size_t b = 0; b < expected.size(); ++b) {
@@ -207,9 +231,14 @@ absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
       std::vector<float> values(h.count);
       absl::Status q = DecodeQuantized(p, payload, h.count, values.data());
       if (!q.ok()) return q;
+      if (absl::Status f = CheckFinite(meta, values.data(), h.count, h.block_begin); !f.ok()) {
+        return f;
+      }
       kernels::DenseToSparse(values.data(), h.count, h.block_begin, &v);
     } else if (h.flags & kFrameDense) {
-      kernels::DenseToSparse(reinterpret_cast<const float*>(p), h.count, h.block_begin, &v);
+      const float* dense = reinterpret_cast<const float*>(p);
+      if (absl::Status f = CheckFinite(meta, dense, h.count, h.block_begin); !f.ok()) return f;
+      kernels::DenseToSparse(dense, h.count, h.block_begin, &v);
     } else {
       v.idx.resize(h.count);
       v.val.resize(h.count);
@@ -230,6 +259,9 @@ absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
         }
         return Reject(FrameError::kUnsortedIndices, "indices not strictly increasing");
       }
+      if (absl::Status f = CheckFinite(meta, v.val.data(), v.nnz(), h.block_begin); !f.ok()) {
+        return f;
+      }
     }
     offset += payload;
   }
@@ -240,8 +272,8 @@ absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
   return absl::OkStatus();
 }
 
-absl::Status DecodeDenseBlock(const Bytes& message, const FrameMeta& meta, BlockRange range,
-                              bool accumulate, float* out) {
+absl::Status DecodeDenseBlockImpl(const Bytes& message, const FrameMeta& meta, BlockRange range,
+                                  bool accumulate, float* out) {
   size_t offset = 0;
   FrameHeader h;
   size_t payload = 0;
@@ -256,16 +288,55 @@ absl::Status DecodeDenseBlock(const Bytes& message, const FrameMeta& meta, Block
     std::vector<float> values(h.count);
     absl::Status q = DecodeQuantized(message.data() + offset, payload, h.count, values.data());
     if (!q.ok()) return q;
+    if (absl::Status f = CheckFinite(meta, values.data(), h.count, range.begin); !f.ok()) return f;
     for (uint32_t i = 0; i < h.count; ++i) out[i] = accumulate ? out[i] + values[i] : values[i];
     return absl::OkStatus();
   }
   const float* v = reinterpret_cast<const float*>(message.data() + offset);
+  // Checked before anything is written: a refused frame leaves `out` as it was.
+  if (absl::Status f = CheckFinite(meta, v, h.count, range.begin); !f.ok()) return f;
   if (accumulate) {
     for (uint32_t i = 0; i < h.count; ++i) out[i] += v[i];
   } else {
     std::memcpy(out, v, payload);
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
+                                std::span<const ExpectedBlock> expected,
+                                std::vector<kernels::SparseVec>* out) {
+  return Blamed(DecodeSparseBlocksImpl(message, meta, expected, out), meta);
+}
+
+absl::Status DecodeDenseBlock(const Bytes& message, const FrameMeta& meta, BlockRange range,
+                              bool accumulate, float* out) {
+  return Blamed(DecodeDenseBlockImpl(message, meta, range, accumulate, out), meta);
+}
+
+void FrameBlame::Blame(int peer, std::string why) {
+  absl::MutexLock lock(&mu_);
+  if (peer_ >= 0) return;
+  peer_ = peer;
+  why_ = std::move(why);
+}
+
+int FrameBlame::peer() const {
+  absl::MutexLock lock(&mu_);
+  return peer_;
+}
+
+std::string FrameBlame::why() const {
+  absl::MutexLock lock(&mu_);
+  return why_;
+}
+
+void FrameBlame::Clear() {
+  absl::MutexLock lock(&mu_);
+  peer_ = -1;
+  why_.clear();
 }
 
 namespace {
@@ -357,6 +428,8 @@ std::string_view FrameErrorName(FrameError e) {
       return "bad_quantized";
     case FrameError::kWrongSender:
       return "wrong_sender";
+    case FrameError::kNonFinite:
+      return "non_finite";
     case FrameError::kCount:
       break;
   }

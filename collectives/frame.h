@@ -8,10 +8,13 @@
 #include <bit>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/sparse.h"
 #include "transport/transport.h"
 
@@ -54,6 +57,24 @@ struct FrameHeader {
 #pragma pack(pop)
 static_assert(sizeof(FrameHeader) == 48);
 
+// The first frame a rank refused in a call and the peer that sent it: a
+// receiver validates every frame and knows whom it received from, so the
+// call's owner can name the culprit (the agent reports it; the coordinator
+// evicts it). Thread-safe; the first blame wins.
+class FrameBlame {
+ public:
+  void Blame(int peer, std::string why);
+  // The blamed peer (-1: none) and why.
+  int peer() const;
+  std::string why() const;
+  void Clear();
+
+ private:
+  mutable absl::Mutex mu_;
+  int peer_ ABSL_GUARDED_BY(mu_) = -1;
+  std::string why_ ABSL_GUARDED_BY(mu_);
+};
+
 // What the sender stamps and the receiver expects.
 struct FrameMeta {
   uint64_t job_id = 0;
@@ -62,6 +83,13 @@ struct FrameMeta {
   AlgorithmId algorithm{};
   uint16_t phase = 0;
   uint32_t sender = 0;  // the rank that stamps the frames
+  // Receiving only: the peer the message came from (-1: unknown) and where a
+  // refusal of its frames is recorded (null: nowhere).
+  int from = -1;
+  FrameBlame* blame = nullptr;
+  // Receiving only: NaN and infinite values are refused as bad frames (the
+  // rule every rank of the epoch agreed; honest senders then send none).
+  bool refuse_nonfinite = false;
 };
 
 struct BlockRange {
@@ -133,6 +161,7 @@ enum class FrameError : int {
   kUnsortedIndices,
   kBadQuantized,  // a QSGD payload with a bad scale, code or padding
   kWrongSender,   // the header names another rank than the peer received from
+  kNonFinite,     // a NaN or infinite value where the epoch refuses them
   kCount,
 };
 std::string_view FrameErrorName(FrameError e);

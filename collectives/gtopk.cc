@@ -136,7 +136,7 @@ class GTopk final : public SparseAllreduce {
     std::vector<kernels::SparseVec> got;
     {
       PhaseTimer t(&times->communication_s);
-      absl::Status st = DecodeSparseBlocks(*in, link.meta(m.phase), {&whole, 1}, &got);
+      absl::Status st = DecodeSparseBlocks(*in, link.meta(m.phase, m.peer), {&whole, 1}, &got);
       if (!st.ok()) return st;
       // A dense frame carries no count: hold its nonzeros to k too.
       if (got[0].nnz() > k) {

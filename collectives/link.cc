@@ -65,7 +65,10 @@ absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_
 
 absl::Status Link::Complete(const Pending& p, Bytes* in) {
   absl::Status s = ctx_.transport->Wait(p.id, ctx_.deadline, p.send ? nullptr : in);
-  if (s.ok() && !p.send) s = CheckFrameSenders(*in, static_cast<uint32_t>(p.peer));
+  if (s.ok() && !p.send) {
+    s = CheckFrameSenders(*in, static_cast<uint32_t>(p.peer));
+    if (!s.ok() && ctx_.blame != nullptr) ctx_.blame->Blame(p.peer, std::string(s.message()));
+  }
   if (!s.ok()) return Annotate(s, p.phase, p.sub, PeerText(p.send, p.peer));
   return absl::OkStatus();
 }

@@ -29,8 +29,23 @@ class Link {
   Deadline deadline() const { return ctx_.deadline; }
 
   FrameMeta meta(uint16_t phase) const {
-    return {ctx_.job_id, ctx_.epoch, ctx_.call_id,
-            algorithm_,  phase,      static_cast<uint32_t>(ctx_.transport->rank())};
+    FrameMeta m;
+    m.job_id = ctx_.job_id;
+    m.epoch = ctx_.epoch;
+    m.step = ctx_.call_id;
+    m.algorithm = algorithm_;
+    m.phase = phase;
+    m.sender = static_cast<uint32_t>(ctx_.transport->rank());
+    m.refuse_nonfinite = ctx_.refuse_nonfinite;
+    return m;
+  }
+  // The meta a message received from global rank `from` is decoded with: a
+  // refused frame of it blames `from` (CallContext::blame).
+  FrameMeta meta(uint16_t phase, int from) const {
+    FrameMeta m = meta(phase);
+    m.from = from;
+    m.blame = ctx_.blame;
+    return m;
   }
 
   // Every receive is capped (issue 12, item 8): at `expect_bytes` where the

@@ -148,17 +148,17 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   const BlockRange mine = Region(bounds_, me);
   const ExpectedBlock want{mine, static_cast<uint32_t>(std::min<size_t>(mine.size(), local_cap))};
   std::vector<kernels::SparseVec> got;
-  absl::Status st =
-      RotatedAllToAll(link, kOkPhaseSplitReduce, std::min(4, p), std::move(plan),
-                      [&](int, const Bytes& msg) -> absl::Status {
-                        absl::Status s = DecodeCounted(msg, link.meta(kOkPhaseSplitReduce),
-                                                       {&want, 1}, &wire, &got);
-                        if (!s.ok()) return s;
-                        PhaseTimer t(&times->reduction_s);
-                        kernels::MergeAdd(kernels::View(reduced), kernels::View(got[0]), &merged);
-                        std::swap(reduced, merged);
-                        return absl::OkStatus();
-                      });
+  absl::Status st = RotatedAllToAll(
+      link, kOkPhaseSplitReduce, std::min(4, p), std::move(plan),
+      [&](int d, const Bytes& msg) -> absl::Status {
+        absl::Status s = DecodeCounted(msg, link.meta(kOkPhaseSplitReduce, (me - d + p) % p),
+                                       {&want, 1}, &wire, &got);
+        if (!s.ok()) return s;
+        PhaseTimer t(&times->reduction_s);
+        kernels::MergeAdd(kernels::View(reduced), kernels::View(got[0]), &merged);
+        std::swap(reduced, merged);
+        return absl::OkStatus();
+      });
   if (!st.ok()) return st;
   // Sums that cancelled to exactly zero are delivered as zeros: their indices
   // travel so that the contributors drop their parts from the residual.

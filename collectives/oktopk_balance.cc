@@ -100,19 +100,20 @@ absl::Status BalanceAndAllGather(Link& link, const Boundaries& bounds,
       pieces[me] = Sub(selected, a, b);
     }
     std::vector<kernels::SparseVec> got;
-    absl::Status st = RotatedAllToAll(
-        link, kOkPhaseBalance, std::min(4, p), std::move(plan),
-        [&](int d, const Bytes& msg) -> absl::Status {
-          const int j = Mod(me - d, p);
-          auto [a, b] = layout.Piece(j, me);
-          const ExpectedBlock want{Region(bounds, j), static_cast<uint32_t>(b - a)};
-          absl::Status s = DecodeCounted(msg, link.meta(kOkPhaseBalance), {&want, 1}, wire, &got);
-          if (!s.ok()) return s;
-          if (got[0].nnz() != b - a)
-            return CountMismatch(me, "balance piece", j, got[0].nnz(), b - a);
-          pieces[j] = std::move(got[0]);
-          return absl::OkStatus();
-        });
+    absl::Status st =
+        RotatedAllToAll(link, kOkPhaseBalance, std::min(4, p), std::move(plan),
+                        [&](int d, const Bytes& msg) -> absl::Status {
+                          const int j = Mod(me - d, p);
+                          auto [a, b] = layout.Piece(j, me);
+                          const ExpectedBlock want{Region(bounds, j), static_cast<uint32_t>(b - a)};
+                          absl::Status s = DecodeCounted(msg, link.meta(kOkPhaseBalance, j),
+                                                         {&want, 1}, wire, &got);
+                          if (!s.ok()) return s;
+                          if (got[0].nnz() != b - a)
+                            return CountMismatch(me, "balance piece", j, got[0].nnz(), b - a);
+                          pieces[j] = std::move(got[0]);
+                          return absl::OkStatus();
+                        });
     if (!st.ok()) return st;
     ConcatBlocks(pieces, &values);
     for (int s = 0; s < p; ++s) {

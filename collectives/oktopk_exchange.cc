@@ -125,7 +125,8 @@ absl::Status BruckAllGatherBlocks(Link& link, const std::vector<std::vector<Expe
       const auto& ex = expect[Mod(me + dist + j, p)];
       want.insert(want.end(), ex.begin(), ex.end());
     }
-    absl::Status st = DecodeCounted(*in, link.meta(phase), want, wire, &received);
+    absl::Status st =
+        DecodeCounted(*in, link.meta(phase, Mod(me + dist, p)), want, wire, &received);
     if (!st.ok()) return st;
     size_t at = 0;
     for (int j = 0; j < count; ++j) {

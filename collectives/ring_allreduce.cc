@@ -31,7 +31,8 @@ absl::Status Step(Link& link, const BlockLayout& layout, float* data, int send_b
   if (!in.ok()) return in.status();
   PhaseTimer t(accumulate ? &times->reduction_s : &times->communication_s);
   BlockRange range = layout.range(recv_b);
-  absl::Status st = DecodeDenseBlock(*in, link.meta(phase), range, accumulate, data + range.begin);
+  absl::Status st = DecodeDenseBlock(*in, link.meta(phase, (r + p - 1) % p), range, accumulate,
+                                     data + range.begin);
   link.Recycle(std::move(*in));
   return st;
 }

@@ -136,7 +136,8 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
     }
     {
       PhaseTimer t(&times->communication_s);
-      st = DecodeSparseBlocks(*in, scatter_meta, {&mine_expected, 1}, &received);
+      st = DecodeSparseBlocks(*in, link.meta(kPhaseSplitScatter, from), {&mine_expected, 1},
+                              &received);
       if (st.ok()) st = CheckDecodedCapacity(received, {&mine_expected, 1});
       if (!st.ok()) break;
       SplitFrames(*in, &spans, &marks);
@@ -181,7 +182,7 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
       BlockRange range = layout.range(Mod(r + dist + j, p));
       want.push_back({range, static_cast<uint32_t>(std::min<size_t>(slice_cap, range.size()))});
     }
-    st = DecodeSparseBlocks(*in, gather_meta, want, &received);
+    st = DecodeSparseBlocks(*in, link.meta(kPhaseSplitGather, Mod(r + dist, p)), want, &received);
     if (st.ok()) st = CheckDecodedCapacity(received, want);
     if (!st.ok()) break;
     SplitFrames(*in, &spans, &marks);

@@ -88,10 +88,10 @@ class SparcmlSsarRd final : public SparseAllreduce {
 
     std::vector<kernels::SparseVec> received;
     // Receives one frame of (phase) whose entries are at most `cap`, adds it.
-    auto absorb = [&](const Bytes& in, uint16_t phase, uint32_t cap, bool add) {
+    auto absorb = [&](const Bytes& in, int from, uint16_t phase, uint32_t cap, bool add) {
       PhaseTimer t(&times->communication_s);
       ExpectedBlock want{all, cap};
-      absl::Status s = DecodeSparseBlocks(in, link.meta(phase), {&want, 1}, &received);
+      absl::Status s = DecodeSparseBlocks(in, link.meta(phase, from), {&want, 1}, &received);
       if (s.ok()) s = CheckDecodedCapacity(received, {&want, 1});
       if (!s.ok()) return s;
       stats->stream_frames_recv.push_back(received[0].nnz());
@@ -117,12 +117,13 @@ class SparcmlSsarRd final : public SparseAllreduce {
       st = link.Send(r - p2, std::move(out), kPhaseRdFold, 0);
       absl::StatusOr<Bytes> in =
           st.ok() ? link.Recv(r - p2, kPhaseRdUnfold, 0) : absl::StatusOr<Bytes>(st);
-      st = in.ok() ? absorb(*in, kPhaseRdUnfold, result_cap, false) : in.status();
+      st = in.ok() ? absorb(*in, r - p2, kPhaseRdUnfold, result_cap, false) : in.status();
     } else {
       if (r + p2 < p) {
         absl::StatusOr<Bytes> in = link.Recv(r + p2, kPhaseRdFold, 0);
-        st = in.ok() ? absorb(*in, kPhaseRdFold, static_cast<uint32_t>(std::min(n, k)), true)
-                     : in.status();
+        st = in.ok()
+                 ? absorb(*in, r + p2, kPhaseRdFold, static_cast<uint32_t>(std::min(n, k)), true)
+                 : in.status();
       }
       for (int bit = 1, sub = 0; bit < p2 && st.ok(); bit <<= 1, ++sub) {
         const int partner = r ^ bit;
@@ -130,7 +131,7 @@ class SparcmlSsarRd final : public SparseAllreduce {
         frame(kPhaseRdExchange, &out);
         absl::StatusOr<Bytes> in =
             link.Exchange(partner, std::move(out), partner, kPhaseRdExchange, sub);
-        st = in.ok() ? absorb(*in, kPhaseRdExchange,
+        st = in.ok() ? absorb(*in, partner, kPhaseRdExchange,
                               CubeCapacity(partner & ~(bit - 1), bit, p, p2, n, k), true)
                      : in.status();
       }

@@ -53,7 +53,7 @@ class SparDLRsag final : public SparDLFamily {
       {
         PhaseTimer t(&times->communication_s);
         absl::Status st =
-            DecodeSparseBlocks(*in, link.meta(kPhaseTeamSync), {&block, 1}, &received);
+            DecodeSparseBlocks(*in, link.meta(kPhaseTeamSync, partner), {&block, 1}, &received);
         if (!st.ok()) return st;
       }
       {

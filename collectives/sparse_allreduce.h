@@ -46,6 +46,12 @@ struct CallContext {
   // every receive with it, so a peer's announced length is never allocated
   // beyond it); 0: SparseAllreduce::Run sets MessageBound(n, P).
   size_t max_message_bytes = 0;
+  // Where a frame refused in the call blames its sender (null: nowhere; the
+  // agent's, which reports it to the coordinator).
+  FrameBlame* blame = nullptr;
+  // Received NaN and infinite values are refused as bad frames (a rule the
+  // epoch's ranks agree on in-band, so an honest sender sends none).
+  bool refuse_nonfinite = false;
 };
 
 // What one message of a call on n elements among P ranks can hold at most:

@@ -88,7 +88,7 @@ absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout
     if (!in.ok()) return in.status();
     {
       PhaseTimer t(&times->communication_s);
-      absl::Status st = DecodeSparseBlocks(*in, link.meta(phase), expect, &received);
+      absl::Status st = DecodeSparseBlocks(*in, link.meta(phase, group.at(-d)), expect, &received);
       if (!st.ok()) return st;
     }
     PhaseTimer t(&times->reduction_s);
@@ -134,7 +134,7 @@ absl::Status BruckAllGather(Link& link, const Group& group, std::span<const Expe
                                              sub, ExpectedMessageBytes(want));
     if (!in.ok()) return in.status();
     PhaseTimer t(&times->communication_s);
-    absl::Status st = DecodeSparseBlocks(*in, link.meta(phase), want, &received);
+    absl::Status st = DecodeSparseBlocks(*in, link.meta(phase, group.at(dist)), want, &received);
     if (!st.ok()) return st;
     for (auto& r : received) gathered.push_back(std::move(r));
   }

@@ -15,8 +15,8 @@ namespace gradex {
 // protocol can no longer work with a coordinator or peer of another; the
 // coordinator refuses a member outside [kOldestWireProtocol, kWireProtocol].
 // A member that sends none (0) predates the field and speaks protocol 1.
-inline constexpr uint32_t kWireProtocol = 1;
-inline constexpr uint32_t kOldestWireProtocol = 1;
+inline constexpr uint32_t kWireProtocol = 2;  // 2: refuse_nonfinite agreed at entry
+inline constexpr uint32_t kOldestWireProtocol = 2;
 
 const char* Version();           // "0.1.0", from VERSION
 const char* GitCommit();         // the commit built, e.g. "da765b0a1b2c"; "unknown" outside git

@@ -243,7 +243,7 @@ void Agent::AdoptRules(const BucketRules& agreed, int from) {
     ++rules_disagreements_;
     if (metrics_ != nullptr) metrics_->RulesDisagreement(field);
     // One line a field, once per agreed value: the trainer passed this rank
-    // other hook arguments than its peers (issue 9's rules must match).
+    // other hook arguments than its peers (the per-bucket rules must match).
     std::fprintf(stderr,
                  "gradex agent %s (rank %d, epoch %u): %s is %s here but %s on rank %d; every "
                  "rank uses rank %d's value (pass the same %s on every rank)\n",
@@ -253,6 +253,7 @@ void Agent::AdoptRules(const BucketRules& agreed, int from) {
   warn("start_iter", own.start_iter, agreed.start_iter);
   warn("min_compression_rate", own.min_compression_rate, agreed.min_compression_rate);
   warn("dense_probe_period", own.dense_probe_period, agreed.dense_probe_period);
+  warn("refuse_nonfinite", own.refuse_nonfinite, agreed.refuse_nonfinite);
 }
 
 absl::Status Agent::CheckAlgorithms() const {
@@ -320,6 +321,11 @@ absl::Status Agent::Fail(absl::Status status) {
   r.rank = rank_;
   r.ok = false;
   r.error = std::string(status.message());
+  // A frame this rank refused names its sender: the coordinator evicts it.
+  if (const int blamed = step_blame_.peer(); blamed >= 0) {
+    r.blamed_rank = blamed;
+    r.blame = step_blame_.why();
+  }
   control_->ReportStep(std::move(r));
   return status;
 }

@@ -277,6 +277,9 @@ class Agent {
   Transport* step_transport_ = nullptr;
   std::unique_ptr<Transport> retired_;
   absl::Status begin_status_;  // BeginStep's result, fixed for the step
+  // The first frame refused in the open step and its sender (CallContext::
+  // blame); a failed step reports it.
+  FrameBlame step_blame_;
   // The open step (BeginStep .. EndStep).
   bool step_open_ = false;
   bool step_ran_ = false;     // a bucket ran (or failed) in it: EndStep spends the number

@@ -29,6 +29,7 @@ absl::Status Agent::BeginStep() {
   step_status_ = absl::OkStatus();
   step_buckets_.clear();
   step_stats_.clear();
+  step_blame_.Clear();
   step_start_ = Clock::now();
   step_unix_start_ = std::chrono::system_clock::now();
   step_compute_s_ =
@@ -104,7 +105,6 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
     // given: what gradex-agent's synthetic steps and bench measure.
     PipelineOptions p;
     p.mean = false;
-    p.refuse_nonfinite = false;
     p.pipeline = false;
     p.max_bucket_elements = std::max<size_t>(options_.elements, 1);
     stepper_ = std::make_unique<BucketPipeline>(this, p);

@@ -29,6 +29,10 @@ struct BucketRules {
   // dense once, to be timed against its sparse exchange (the report marks it
   // dense_probe). 0: never.
   uint64_t dense_probe_period = 0;
+  // Received NaN and infinite values are refused as bad frames, blaming
+  // their sender; each rank exchanges its own as 0 (ClientOptions::
+  // refuse_nonfinite). Off: they are summed like any value.
+  bool refuse_nonfinite = true;
 };
 
 // Bounds of the rules, on options and on the wire. 2^32 steps is beyond any

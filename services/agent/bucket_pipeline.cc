@@ -316,7 +316,7 @@ void BucketPipeline::Select(Item& item) {
         // sizes, the same on every rank, when this bucket matches them.
         std::span<const size_t> sizes;
         if (item.index < last_sizes_.size() && last_sizes_[item.index] == n) sizes = last_sizes_;
-        item.status = options_.refuse_nonfinite && item.writable
+        item.status = agent_->rules().refuse_nonfinite && item.writable
                           ? ZeroNonFinite(item.spans, item.host, &item.nonfinite)
                           : absl::OkStatus();
         item.call = std::make_unique<BucketCall>();

@@ -5,7 +5,10 @@
 // memory. Submit queues a bucket; two threads take the queue in the order
 // issued:
 //   - the selection thread gathers the bucket's slot, applies the momentum
-//     correction and the non-finite refusal, opens the step when none is
+//     correction and (when the epoch's agreed rules refuse them: NaN and
+//     infinite values a peer sends are then bad frames) exchanges this
+//     rank's own non-finite values as 0, failing the bucket after its
+//     exchange with INVALID_ARGUMENT naming them; opens the step when none is
 //     open, and runs the call's local part (the agent's PlanBucket /
 //     PrepareBucket, which accumulate into the residual through the call
 //     frame and select);
@@ -46,9 +49,6 @@ struct PipelineOptions {
   // The largest bucket (elements); larger ones are refused.
   size_t max_bucket_elements = size_t{1} << 28;
   bool mean = true;  // results are the mean over ranks (DDP); false: the sum
-  // NaN or infinite gradient values: exchanged as 0, and the bucket ends
-  // INVALID_ARGUMENT naming them (ClientOptions::refuse_nonfinite).
-  bool refuse_nonfinite = true;
   // Selection of bucket b+1 overlaps the exchange of bucket b; false: each
   // bucket is selected after the previous one's exchange (the same bits).
   bool pipeline = true;

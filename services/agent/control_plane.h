@@ -124,6 +124,10 @@ struct StepReport {
   int rank = 0;
   bool ok = true;
   std::string error;  // when !ok
+  // When !ok: the rank (in `epoch`) that sent a frame this member refused
+  // in the step, and why; -1: nobody blamed.
+  int blamed_rank = -1;
+  std::string blame;
   double total_s = 0, selection_s = 0, communication_s = 0, reduction_s = 0;
   double compute_s = 0;          // time outside the exchange since the previous step
   size_t post_gather_count = 0;  // B-SAG u, summed over buckets

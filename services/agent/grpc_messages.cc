@@ -130,6 +130,8 @@ pb::StepReport ToProto(const StepReport& r, uint64_t member, const std::string& 
     br->set_dense_probe(r.buckets[b].dense_probe);
   }
   if (!r.ok) m.set_error(r.error.empty() ? "failed" : r.error.substr(0, 512));
+  if (!r.ok && r.blamed_rank >= 0)
+    m.set_blamed_rank_plus_one(static_cast<uint32_t>(r.blamed_rank) + 1);
   if (r.link) {
     m.mutable_link()->set_alpha_seconds(r.link->alpha_s);
     m.mutable_link()->set_beta_seconds_per_byte(r.link->beta_s_per_byte);

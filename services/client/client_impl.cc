@@ -82,6 +82,7 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   a.rules.start_iter = options_.start_iter;
   a.rules.min_compression_rate = options_.min_compression_rate;
   a.rules.dense_probe_period = options_.dense_probe_period;
+  a.rules.refuse_nonfinite = options_.refuse_nonfinite;
   agent_ = std::make_unique<agent::Agent>(a, control_.get(), transports_.get(), metrics_.get());
   if (absl::Status s = agent_->Start(); !s.ok()) {
     agent_.reset();  // never joined: nothing to leave
@@ -99,7 +100,6 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   p.timeout = options_.timeout;
   p.max_bucket_elements = options_.max_bucket_elements;
   p.mean = options_.mean;
-  p.refuse_nonfinite = options_.refuse_nonfinite;
   p.pipeline = options_.pipeline;
   p.momentum = options_.momentum_correction;
   p.factor_masking = options_.factor_masking;

@@ -120,6 +120,17 @@ absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now
     if (metrics_) metrics_->step_failures.Increment();
     Log("step ", r.step(), " failed on rank ", rank, " (member ", r.member_id(), ", host '",
         Quote(m->host), "', epoch ", r.epoch(), "): ", Quote(r.error()));
+    // A frame it refused names its sender, a rank of the same epoch (bounded
+    // by its roster): that member goes at the next tick.
+    if (const uint32_t b = r.blamed_rank_plus_one(); b > 0 && b <= e->roster.size()) {
+      const int blamed = static_cast<int>(b - 1);
+      if (membership_.BlameBadFrames(
+              r.member_id(), *e, blamed,
+              absl::StrCat("sent a frame that rank ", rank, " refused in step ", r.step(),
+                           " of epoch ", r.epoch(), " (blamed by member ", r.member_id(), ")"))) {
+        if (metrics_) metrics_->bad_frame_blames.Increment();
+      }
+    }
     return absl::OkStatus();
   }
   membership_.StepSucceeded(r.member_id());

@@ -236,6 +236,7 @@ bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
     if (m.lease_expiry <= now) expired.push_back(id);
   }
   for (uint64_t id : expired) Evict(id, MemberRecord::Cause::kLease, "lease expired", evicted);
+  EvictBadFrameSenders(evicted);
   CheckEntry(now, evicted);
   if (has_epoch() && lost_ && !members_.empty() && !LossSettled(now, evicted)) return false;
   std::vector<uint64_t> all;

@@ -44,7 +44,7 @@ struct MemberRecord {
   uint64_t entered_epoch = 0;
   uint64_t first_epoch = 0;  // the first epoch with it on the roster (0: none yet)
   // Why it was evicted (last_evicted() only).
-  enum class Cause { kNone, kLease, kEntry, kSilent } cause = Cause::kNone;
+  enum class Cause { kNone, kLease, kEntry, kSilent, kBadFrames } cause = Cause::kNone;
   std::string eviction;
 };
 
@@ -84,6 +84,12 @@ class Membership {
   void StepSucceeded(uint64_t id);
   // A report from `epoch` (validated): the member is in it.
   void NoteEpoch(uint64_t id, uint64_t epoch);
+  // Member `reporter` of epoch `e` refused a frame that rank `blamed` of `e`
+  // sent (the receiver validates every frame and knows its sender): the
+  // blamed member is evicted at the next Tick and its agent id quarantined
+  // (strikes_). False (nothing done) when `blamed` is not another member of
+  // `e` still here.
+  bool BlameBadFrames(uint64_t reporter, const Epoch& e, int blamed, std::string why);
 
   // Evicts expired leases and members that did not enter the latest epoch
   // by its entry deadline (their ids appended to *evicted) and forms a new
@@ -131,6 +137,8 @@ class Membership {
   std::vector<uint64_t> FreshOrder(std::vector<uint64_t> ids) const;
   void Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
              std::vector<uint64_t>* evicted);
+  // The members BlameBadFrames named since the last Tick.
+  void EvictBadFrameSenders(std::vector<uint64_t>* evicted);
   // The latest epoch's entry deadline (issue 12, item 5).
   void CheckEntry(absl::Time now, std::vector<uint64_t>* evicted);
   // At that deadline: a member that a strict majority of the others' entry
@@ -170,6 +178,9 @@ class Membership {
     absl::Time last = absl::InfinitePast();
   };
   std::map<std::string, Strikes> strikes_;
+  // Members blamed for bad frames since the last Tick, and why (at most one
+  // epoch's roster: only its members can be blamed).
+  std::map<uint64_t, std::string> blamed_;
   absl::Time now_ = absl::InfinitePast();        // the latest Tick's clock (Evict runs in Tick)
   bool lost_ = false;                            // a member of the latest epoch left or was evicted
   absl::Time lost_at_ = absl::InfiniteFuture();  // when Tick first saw lost_

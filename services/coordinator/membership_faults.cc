@@ -15,13 +15,16 @@ void Membership::Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
   auto it = members_.find(id);
   if (it == members_.end()) return;
   if (has_epoch() && RankIn(latest(), id) >= 0) lost_ = true;
-  if (cause == MemberRecord::Cause::kEntry) {
+  if (cause == MemberRecord::Cause::kEntry || cause == MemberRecord::Cause::kBadFrames) {
     held_back_.insert(it->second.agent_id);
     Strikes& k = strikes_[it->second.agent_id];
     ++k.count;
     k.last = now_;
-    if (k.count >= 2) {
-      k.until = now_ + s_.lease * std::min<int64_t>(int64_t{1} << std::min(k.count - 2, 20),
+    // A stalled entry may be bad luck once; a bad frame never is: its sender
+    // is quarantined from the first time (a lease, doubling).
+    const int over = cause == MemberRecord::Cause::kBadFrames ? k.count - 1 : k.count - 2;
+    if (over >= 0) {
+      k.until = now_ + s_.lease * std::min<int64_t>(int64_t{1} << std::min(over, 20),
                                                     kMaxQuarantineLeases);
     }
     while (strikes_.size() > kMaxStrikes) {
@@ -151,6 +154,21 @@ bool Membership::LossSettled(absl::Time now, std::vector<uint64_t>* evicted) {
           evicted);
   }
   return true;
+}
+
+bool Membership::BlameBadFrames(uint64_t reporter, const Epoch& e, int blamed, std::string why) {
+  if (blamed < 0 || blamed >= static_cast<int>(e.roster.size())) return false;
+  const uint64_t id = e.roster[blamed];
+  if (id == reporter || members_.count(id) == 0) return false;
+  blamed_.emplace(id, std::move(why));
+  return true;
+}
+
+void Membership::EvictBadFrameSenders(std::vector<uint64_t>* evicted) {
+  std::map<uint64_t, std::string> blamed;
+  blamed.swap(blamed_);
+  for (auto& [id, why] : blamed)
+    Evict(id, MemberRecord::Cause::kBadFrames, std::move(why), evicted);
 }
 
 }  // namespace gradex::coordinator

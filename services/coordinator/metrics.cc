@@ -75,6 +75,10 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       step_failures(CounterFamily(r, "gradex_coordinator_step_failures_total",
                                   "Step reports that carried an error")
                         .Add({})),
+      bad_frame_blames(CounterFamily(r, "gradex_coordinator_bad_frame_blames_total",
+                                     "Failed-step reports that named another member of their "
+                                     "epoch as the sender of a refused frame (it is evicted)")
+                           .Add({})),
       reports_accepted(reports_family.Add({{"result", "accepted"}})),
       reports_ignored(reports_family.Add({{"result", "ignored"}})),
       covap_ccr(GaugeFamily(r, "gradex_coordinator_covap_ccr",

@@ -51,6 +51,7 @@ struct CoordinatorMetrics {
   prometheus::Counter& stalled_steps;
   prometheus::Gauge& stalled_ranks;
   prometheus::Counter& step_failures;
+  prometheus::Counter& bad_frame_blames;
   prometheus::Counter& reports_accepted;
   prometheus::Counter& reports_ignored;
   prometheus::Gauge& covap_ccr;

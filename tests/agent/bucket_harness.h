@@ -44,7 +44,6 @@ inline BucketBox MakeBucketAgent(FakeCoordinator& coordinator, LoopbackPool& poo
   b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
   PipelineOptions p;
   p.mean = false;
-  p.refuse_nonfinite = false;
   p.pipeline = pipelined;
   p.timeout = std::chrono::milliseconds(30000);
   b.pipeline = std::make_unique<BucketPipeline>(b.agent.get(), p);

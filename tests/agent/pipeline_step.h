@@ -18,7 +18,6 @@ namespace gradex::agent::testing {
 inline std::unique_ptr<BucketPipeline> SequentialPipeline(Agent* agent) {
   PipelineOptions p;
   p.mean = false;
-  p.refuse_nonfinite = false;
   p.pipeline = false;
   p.timeout = std::chrono::milliseconds(30000);
   return std::make_unique<BucketPipeline>(agent, p);

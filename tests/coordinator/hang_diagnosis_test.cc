@@ -14,6 +14,7 @@
 #include "services/coordinator/validate.h"
 #include "services/coordinator/wait_graph.h"
 #include "tests/coordinator/join_all.h"
+#include "version/version.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -338,6 +339,7 @@ TEST(DescribeHang, OlderEpochIsNamed) {
     r.set_host("h" + std::to_string(i));
     r.set_local_rank(i);
     r.set_ucx_address("addr");
+    r.set_wire_protocol(gradex::kWireProtocol);
     ASSERT_TRUE(m.Join(r, 10 + i, t0, &rep).ok());
     m.Tick(t0, &ev);  // epoch 1 of two, then epoch 2 admitting the third
   }

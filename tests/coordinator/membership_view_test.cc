@@ -14,6 +14,7 @@
 #include "collectives/dgs_layout.h"
 #include "prometheus/registry.h"
 #include "services/coordinator/coordinator.h"
+#include "version/version.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -27,6 +28,7 @@ gradex::v1::JoinRequest Req(const std::string& job, const std::string& agent,
   r.set_agent_id(agent);
   r.set_host(host);
   r.set_ucx_address("127.0.0.1:1");
+  r.set_wire_protocol(gradex::kWireProtocol);
   r.set_role(server ? gradex::v1::ROLE_SERVER : gradex::v1::ROLE_WORKER);
   return r;
 }

@@ -5,6 +5,7 @@
 
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/validate.h"
+#include "version/version.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -68,6 +69,7 @@ gradex::v1::JoinRequest Req(const std::string& agent, const std::string& host, b
   r.set_agent_id(agent);
   r.set_host(host);
   r.set_ucx_address("127.0.0.1:1");
+  r.set_wire_protocol(gradex::kWireProtocol);
   r.set_role(server ? gradex::v1::ROLE_SERVER : gradex::v1::ROLE_WORKER);
   return r;
 }

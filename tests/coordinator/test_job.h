@@ -12,6 +12,7 @@
 #include "gradex/v1/coordinator.pb.h"
 #include "services/coordinator/job_config.h"
 #include "services/coordinator/membership.h"
+#include "version/version.h"
 
 namespace gradex::coordinator {
 
@@ -46,6 +47,7 @@ inline gradex::v1::JoinRequest TestJoin(const std::string& agent, int local_rank
   r.set_host("h");
   r.set_local_rank(local_rank);
   r.set_ucx_address(ucx_address);
+  r.set_wire_protocol(gradex::kWireProtocol);
   return r;
 }
 

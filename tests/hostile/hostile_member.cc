@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "gradex/v1/coordinator.grpc.pb.h"
 #include "transport/ucx_transport.h"
+#include "version/version.h"
 
 namespace {
 
@@ -85,6 +86,7 @@ pb::JoinRequest Base(const Ctx& x, const std::string& agent) {
   r.set_ucx_address("127.0.0.1:1");         // nothing listens on port 1
   r.set_ucx_version(gradex::UcxVersion());  // the agents' own: only the named fields are hostile
   r.set_ucx_transports("tcp");
+  r.set_wire_protocol(gradex::kWireProtocol);
   return r;
 }
 
@@ -123,6 +125,7 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
     }
     pb::JoinRequest r = Base(x, "hostile-address");
     r.set_ucx_address(bytes);
+    r.set_wire_protocol(gradex::kWireProtocol);
     Print("join", Join(x, r, &me));
   } else if (action == "join-version" && args.size() == 1) {
     pb::JoinRequest r = Base(x, "hostile-version");
@@ -213,6 +216,7 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
     }
     pb::JoinRequest r = Base(x, "hostile-idle");
     r.set_ucx_address(absl::StrCat("127.0.0.1:", ntohs(a.sin_port)));
+    r.set_wire_protocol(gradex::kWireProtocol);
     grpc::Status joined = Join(x, r, &me);
     Print("join", joined);
     if (!joined.ok()) return 0;
