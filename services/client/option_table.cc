@@ -136,7 +136,7 @@ std::vector<OptionSpec> Build() {
   t.push_back({.name = "algorithm",
                .type = T::kString,
                .valid = IsAlgorithm,
-               .expected = "auto or a catalog name (gradex-bench --help lists them)",
+               .expected = "auto or an algorithm of the catalog",
                .c_key = "algorithm",
                .py_keyword = "algorithm",
                .plan_decided = true,
