@@ -102,8 +102,8 @@ ClientOptions ParseOptions(const py::dict& kw, bool use_environment) {
     if (item.second.is_none()) continue;
     const client::OptionSpec* spec = client::FindPyKeyword(key);
     if (spec == nullptr) throw py::type_error("gradex: unknown client option '" + key + "'");
-    absl::Status s = client::SetOption(&o, *spec, FromPython(*spec, key, item.second),
-                                       "keyword " + key);
+    absl::Status s =
+        client::SetOption(&o, *spec, FromPython(*spec, key, item.second), "keyword " + key);
     if (!s.ok()) throw py::value_error("gradex: " + std::string(s.message()));
   }
   return o;

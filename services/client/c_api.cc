@@ -100,7 +100,8 @@ int gradex_create(const char* const* keys, const char* const* values, size_t cou
       return Fail(
           absl::InvalidArgumentError(absl::StrCat("gradex_create: option ", i, " is NULL")));
     }
-    if (absl::Status s = gradex::client::SetFromCKey(&o, keys[i], values[i]); !s.ok()) return Fail(s);
+    if (absl::Status s = gradex::client::SetFromCKey(&o, keys[i], values[i]); !s.ok())
+      return Fail(s);
   }
   absl::StatusOr<std::unique_ptr<Client>> c =
       Client::Create(std::move(o), gradex::client::FromC(rendezvous));

@@ -90,8 +90,8 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
                                                endpoint_.address, ": ", s.message()));
   }
   // What this rank asked for against the plan it joined (no silent override).
-  if (absl::Status s = CheckPlanOverrides(options_, control_->JoinedPlanConfig(),
-                                          endpoint_.address, *metrics_->registry());
+  if (absl::Status s = CheckPlanOverrides(options_, control_->JoinedPlanConfig(), endpoint_.address,
+                                          *metrics_->registry());
       !s.ok()) {
     (void)agent_->Leave();
     agent_.reset();

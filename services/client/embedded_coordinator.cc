@@ -109,8 +109,8 @@ absl::StatusOr<std::string> EmbeddedJobConfig(const ClientOptions& o) {
   gradex::v1::JobConfig from_options;
   if (!google::protobuf::util::MessageToJsonString(plan, &plan_json).ok() ||
       !google::protobuf::util::JsonStringToMessage(plan_json, &from_options, strict).ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the options' job config is not a gradex.v1.JobConfig: ", plan_json.substr(0, 256)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the options' job config is not a gradex.v1.JobConfig: ", plan_json.substr(0, 256)));
   }
   c.MergeFrom(from_options);
   return JobConfigJson(c);

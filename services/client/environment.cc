@@ -49,15 +49,16 @@ absl::Status ApplyEnvironment(ClientOptions* o) {
       if (v == nullptr) continue;
       std::string text = v;
       if (env.kind != EnvKind::kValue) {
-        absl::StatusOr<std::string> data = ReadNamedFile(env.name, v, env.kind == EnvKind::kTrimmedFile);
+        absl::StatusOr<std::string> data =
+            ReadNamedFile(env.name, v, env.kind == EnvKind::kTrimmedFile);
         if (!data.ok()) return data.status();
         text = *std::move(data);
       }
       absl::StatusOr<OptionValue> value = ParseOptionText(spec, text);
       if (!value.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(env.name, "='", std::string(v).substr(0, 64),
-                                                       "' (option ", spec.name,
-                                                       "): expected ", value.status().message()));
+                                                       "' (option ", spec.name, "): expected ",
+                                                       value.status().message()));
       }
       if (absl::Status s = SetOption(o, spec, *std::move(value), env.name); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(s.message(), " (option ", spec.name, ")"));

@@ -42,7 +42,9 @@ bool IsHost(absl::string_view s) {
 bool IsCoordinator(absl::string_view s) { return s.empty() || IsHostPort(s); }
 bool IsBindHost(absl::string_view s) { return IsHost(s) && s.find(':') == absl::string_view::npos; }
 bool IsJob(absl::string_view s) { return coordinator::IsValidJobId(s); }
-bool IsAlgorithm(absl::string_view s) { return s == "auto" || catalog::Find(std::string_view(s.data(), s.size())) != nullptr; }
+bool IsAlgorithm(absl::string_view s) {
+  return s == "auto" || catalog::Find(std::string_view(s.data(), s.size())) != nullptr;
+}
 
 bool IsParamName(absl::string_view s) {
   if (s.empty() || s.size() > catalog::kMaxParamNameBytes) return false;
@@ -55,10 +57,10 @@ bool IsParamName(absl::string_view s) {
 }
 
 // Field access: one line per member.
-#define GRADEX_FIELD(member, type)                                                   \
-  .get = [](const ClientOptions& o) -> OptionValue { return type(o.member); },       \
-  .set = [](ClientOptions* o, OptionValue v) {                                       \
-    o->member = static_cast<decltype(o->member)>(std::get<type>(std::move(v)));      \
+#define GRADEX_FIELD(member, type)                                              \
+  .get = [](const ClientOptions& o) -> OptionValue { return type(o.member); },  \
+  .set = [](ClientOptions* o, OptionValue v) {                                  \
+    o->member = static_cast<decltype(o->member)>(std::get<type>(std::move(v))); \
   }
 
 constexpr double kMaxWorld = 65536;
@@ -212,20 +214,21 @@ std::vector<OptionSpec> Build() {
                .example = "1048576",
                .description = "the largest bucket; bounds what a peer may announce",
                GRADEX_FIELD(max_bucket_elements, uint64_t)});
-  t.push_back({.name = "timeout",
-               .type = T::kDuration,
-               .range = OptionRange{1, 86400000},
-               .c_key = "timeout_ms",
-               .py_keyword = "timeout_s",
-               .example = "5000",
-               .description = "deadline for joining and for every bucket's exchange (C: "
-                              "milliseconds; Python: seconds); also the embedded coordinator's "
-                              "step deadline",
-               .get = [](const ClientOptions& o) -> OptionValue {
-                 return static_cast<int64_t>(o.timeout.count());
-               },
-               .set = [](ClientOptions* o,
-                         OptionValue v) { o->timeout = std::chrono::milliseconds(std::get<int64_t>(v)); }});
+  t.push_back(
+      {.name = "timeout",
+       .type = T::kDuration,
+       .range = OptionRange{1, 86400000},
+       .c_key = "timeout_ms",
+       .py_keyword = "timeout_s",
+       .example = "5000",
+       .description = "deadline for joining and for every bucket's exchange (C: "
+                      "milliseconds; Python: seconds); also the embedded coordinator's "
+                      "step deadline",
+       .get = [](const ClientOptions& o) -> OptionValue {
+         return static_cast<int64_t>(o.timeout.count());
+       },
+       .set = [](ClientOptions* o,
+                 OptionValue v) { o->timeout = std::chrono::milliseconds(std::get<int64_t>(v)); }});
   t.push_back({.name = "mean",
                .type = T::kBool,
                .c_key = "mean",
@@ -383,8 +386,8 @@ const OptionSpec* FindPyKeyword(absl::string_view keyword) {
 std::string ExpectedText(const OptionSpec& s) {
   if (s.range) {
     const OptionRange& r = *s.range;
-    const std::string interval = absl::StrCat(r.lo_open ? "(" : "[", Bound(r.lo), ", ",
-                                              Bound(r.hi), r.hi_open ? ")" : "]");
+    const std::string interval =
+        absl::StrCat(r.lo_open ? "(" : "[", Bound(r.lo), ", ", Bound(r.hi), r.hi_open ? ")" : "]");
     switch (s.type) {
       case T::kDouble:
         return absl::StrCat("a number in ", interval);
@@ -496,7 +499,8 @@ absl::Status CheckOptionValue(const OptionSpec& s, const OptionValue& v, absl::s
     }
     for (const auto& [name, x] : p) {
       if (!IsParamName(name) || !std::isfinite(x)) {
-        return Refuse(absl::StrCat(where, ".", name.substr(0, 64)), FormatNumber(x), ExpectedText(s));
+        return Refuse(absl::StrCat(where, ".", name.substr(0, 64)), FormatNumber(x),
+                      ExpectedText(s));
       }
     }
   }
@@ -547,7 +551,9 @@ bool Asked(const ClientOptions& o, const OptionSpec& s) {
 }
 
 std::string OptionsMarkdown() {
-  auto code = [](absl::string_view x) { return x.empty() ? std::string() : absl::StrCat("`", x, "`"); };
+  auto code = [](absl::string_view x) {
+    return x.empty() ? std::string() : absl::StrCat("`", x, "`");
+  };
   std::string out =
       "| option | Python keyword | C key | environment | default | values | plan | meaning |\n"
       "|---|---|---|---|---|---|---|---|\n";

@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "catalog/catalog.h"
 #include "services/client/client.h"
 
@@ -47,10 +47,10 @@ struct OptionEnv {
 struct OptionSpec {
   absl::string_view name;  // the ClientOptions member
   OptionType type = OptionType::kString;
-  std::optional<OptionRange> range;           // numbers (kDuration: milliseconds)
+  std::optional<OptionRange> range;            // numbers (kDuration: milliseconds)
   bool (*valid)(absl::string_view) = nullptr;  // strings; null: any
   absl::string_view expected;                  // what `valid` accepts, in words
-  std::vector<OptionEnv> env;                 // the first one set wins
+  std::vector<OptionEnv> env;                  // the first one set wins
   absl::string_view c_key;                     // "" none; kParams: the prefix "param."
   absl::string_view py_keyword;                // "" none
   // The job's plan decides it: with a coordinator given by address its job

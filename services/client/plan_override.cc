@@ -32,9 +32,11 @@ PlanParamValue PlanParam(const agent::JobPlanConfig& plan, const std::string& na
     if (p != nullptr || own != nullptr) break;  // auto: any algorithm may run
     p = catalog::FindParam(*spec, name);
   }
-  if (p == nullptr) return {std::nullopt, absl::StrCat("none (", plan.algorithm, " has no such parameter)")};
-  return {p->default_value, absl::StrCat(FormatNumber(p->default_value),
-                                         " (the catalog's default; the job config does not set it)")};
+  if (p == nullptr)
+    return {std::nullopt, absl::StrCat("none (", plan.algorithm, " has no such parameter)")};
+  return {p->default_value,
+          absl::StrCat(FormatNumber(p->default_value),
+                       " (the catalog's default; the job config does not set it)")};
 }
 
 }  // namespace
@@ -65,8 +67,8 @@ std::vector<PlanOverride> FindPlanOverrides(const ClientOptions& o,
       for (const auto& [name, value] : o.params) {
         const PlanParamValue theirs = PlanParam(plan, name);
         if (theirs.value != value) {
-          out.push_back(
-              {absl::StrCat("params.", name), FormatNumber(value), Where(o, "params"), theirs.text});
+          out.push_back({absl::StrCat("params.", name), FormatNumber(value), Where(o, "params"),
+                         theirs.text});
         }
       }
     }
@@ -115,8 +117,9 @@ absl::Status CheckPlanOverrides(const ClientOptions& o,
   if (!o.allow_plan_override) return PlanOverrideError(overrides, source);
   auto& family = prometheus::BuildCounter()
                      .Name("gradex_client_plan_overrides_total")
-                     .Help("Options this rank asked for that the job's plan overrides "
-                           "(allow_plan_override), by option")
+                     .Help(
+                         "Options this rank asked for that the job's plan overrides "
+                         "(allow_plan_override), by option")
                      .Register(registry);
   for (const PlanOverride& p : overrides) {
     std::fprintf(stderr, "%s\n", PlanOverrideWarning(p, source).c_str());

@@ -4,6 +4,8 @@
 // table's example value, and nowhere else; values out of range are refused
 // naming the key or variable and the range. (tests/python/option_table_test.py
 // does the same through the Python keywords.)
+#include "services/client/option_table.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -15,7 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "services/client/client.h"
-#include "services/client/option_table.h"
 
 namespace gradex::client {
 namespace {
@@ -229,9 +230,11 @@ TEST_F(OptionTableTest, OutOfRangeIsRefusedNamingTheOptionAndItsRange) {
 }
 
 TEST_F(OptionTableTest, StringsAreCheckedByTheirRule) {
-  for (auto [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"job", "a/b"}, {"coordinator", "nohost"}, {"algorithm", "no-such-algorithm"},
-           {"advertise_host", "a b"}}) {
+  for (auto [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"job", "a/b"},
+                                                        {"coordinator", "nohost"},
+                                                        {"algorithm", "no-such-algorithm"},
+                                                        {"advertise_host", "a b"}}) {
     ClientOptions o;
     absl::Status st = SetFromCKey(&o, key, value);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << key << "=" << value;
@@ -244,7 +247,8 @@ TEST_F(OptionTableTest, TheReadmeTableHasARowPerOption) {
   const std::string md = OptionsMarkdown();
   for (const OptionSpec& s : OptionTable()) {
     EXPECT_NE(md.find(absl::StrCat("| `", s.name, "` |")), std::string::npos) << s.name;
-    for (const OptionEnv& e : s.env) EXPECT_NE(md.find(std::string(e.name)), std::string::npos) << e.name;
+    for (const OptionEnv& e : s.env)
+      EXPECT_NE(md.find(std::string(e.name)), std::string::npos) << e.name;
   }
 }
 
