@@ -21,7 +21,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from gradex._C import Client, GradexError
+from gradex._C import Client, GradexError, option_table
 from gradex.dgs import DGSOptimizer
 
 __all__ = ["GradexState", "gradex_hook", "GradexError", "DGSOptimizer"]
@@ -31,6 +31,10 @@ _CONVERTED = (torch.float16, torch.bfloat16, torch.float64)
 # Each GradexState of a process takes the next rendezvous namespace; every rank
 # creates its states in the same order, so the namespaces match across ranks.
 _generation = itertools.count()
+# Every Python keyword of the client's option table (the README's table).
+# (params: GradexState's **params are they.)
+_OPTION_KEYWORDS = frozenset(r["py_keyword"] for r in option_table()
+                             if r["py_keyword"] and r["py_keyword"] != "params")
 
 
 def _store_rendezvous(prefix, timeout_s):
@@ -146,7 +150,10 @@ class GradexState:
                  dense_probe_period=None, refuse_nonfinite=True, momentum_correction=0.0,
                  factor_masking=True, pipeline=None, allow_plan_override=None, **params):
         # None: not given (the option table's default, and nothing asked of
-        # the plan). The C++ option table checks every value and its range.
+        # the plan). The C++ option table checks every value and its range;
+        # its other keywords (mean, advertise_host, ...) are options here
+        # too, not algorithm parameters.
+        other = {k: params.pop(k) for k in list(params) if k in _OPTION_KEYWORDS}
         options = dict(algorithm=algorithm, density=density, teams=teams, start_iter=start_iter,
                        min_compression_rate=min_compression_rate, timeout_s=timeout_s,
                        coordinator=coordinator, token=token, job=job, metrics_port=metrics_port,
@@ -154,7 +161,7 @@ class GradexState:
                        dense_probe_period=dense_probe_period, refuse_nonfinite=refuse_nonfinite,
                        momentum_correction=momentum_correction, factor_masking=factor_masking,
                        pipeline=pipeline, allow_plan_override=allow_plan_override,
-                       params=params or None)
+                       params=params or None, **other)
         if dist.is_available() and dist.is_initialized():
             options["rank"] = dist.get_rank()
             options["world_size"] = dist.get_world_size()
