@@ -51,8 +51,14 @@ int main(void) {
   CHECK(gradex_rank(NULL) == -1);
 
   /* dense-ring on one rank: the sum is the gradient itself. */
-  const char* keys[] = {"job",        "algorithm",        "world_size", "rank",
-                        "mean",       "timeout_ms",       "refuse_nonfinite", "pipeline",
+  const char* keys[] = {"job",
+                        "algorithm",
+                        "world_size",
+                        "rank",
+                        "mean",
+                        "timeout_ms",
+                        "refuse_nonfinite",
+                        "pipeline",
                         "allow_plan_override"};
   const char* vals[] = {"c-api", "dense-ring", "1", "0", "1", "20000", "1", "1", "0"};
   int rc = gradex_create(keys, vals, 9, 0, NULL, &c);
