@@ -29,6 +29,15 @@ absl::Status ValidateCall(const CallContext& ctx, const AllreduceOptions& option
   return absl::OkStatus();
 }
 
+size_t AccumulateIntoResidual(std::span<const float> grad, std::span<float> residual) {
+  size_t nonfinite = 0;
+  for (size_t i = 0; i < grad.size(); ++i) {
+    residual[i] += grad[i];
+    nonfinite += !std::isfinite(residual[i]);
+  }
+  return nonfinite;
+}
+
 namespace {
 
 // After a successful exchange: resets the residual's non-finite entries
@@ -128,10 +137,7 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   {
     PhaseTimer t(&p->stats.phases.reduction_s);
     if (!p->decays) {
-      for (size_t i = 0; i < grad.size(); ++i) {
-        residual[i] += grad[i];
-        nonfinite += !std::isfinite(residual[i]);
-      }
+      nonfinite = AccumulateIntoResidual(grad, residual);
     } else {
       const float c = p->coefficient;
       ef_prior_.resize(grad.size());

@@ -14,6 +14,12 @@ absl::Status ValidateCall(const CallContext& ctx, const AllreduceOptions& option
                           std::span<const float> grad, std::span<float> residual,
                           AllreduceResult* result, CallStats* stats);
 
+// The conservation rule, written once: this rank's whole gradient joins its
+// residual (residual += grad), for a call's accumulation and for a bucket
+// that is kept instead of exchanged (a failed step, a closing client).
+// Returns how many residual entries are NaN or infinite afterwards.
+size_t AccumulateIntoResidual(std::span<const float> grad, std::span<float> residual);
+
 }  // namespace gradex
 
 #endif  // GRADEX_COLLECTIVES_CALL_FRAME_H_

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "python/binding_common.h"
 #include "services/client/client.h"
 #include "services/client/option_table.h"
+#include "services/client/saved_state.h"
 #include "version/version.h"
 
 namespace py = pybind11;
@@ -285,12 +288,31 @@ class PyClient {
     return py::bytes(*s);
   }
 
-  void LoadState(const std::string& state) {
+  // `velocities` (span key -> float32 bytes), when given, replace the
+  // blob's: GradexState.state_dict() carries them beside it.
+  void LoadState(const std::string& state, std::optional<py::dict> velocities) {
     Client& c = get();
+    std::string blob = state;
+    if (velocities) {
+      absl::StatusOr<client::SavedState> decoded = client::DecodeState(state);
+      ThrowIfError(decoded.status());
+      decoded->velocities.clear();
+      for (auto item : *velocities) {
+        const std::string bytes =
+            py::cast<std::string>(py::bytes(py::reinterpret_borrow<py::object>(item.second)));
+        if (bytes.size() % sizeof(float) != 0) {
+          throw py::value_error("gradex: a velocity's bytes are not float32 values");
+        }
+        std::vector<float> u(bytes.size() / sizeof(float));
+        std::memcpy(u.data(), bytes.data(), bytes.size());
+        decoded->velocities[py::cast<uint64_t>(item.first)] = std::move(u);
+      }
+      blob = client::EncodeState(*decoded);
+    }
     absl::Status s;
     {
       py::gil_scoped_release nogil;
-      s = c.LoadState(state);
+      s = c.LoadState(blob);
     }
     ThrowIfError(s);
   }
@@ -344,6 +366,20 @@ PYBIND11_MODULE(_C, m) {
         py::arg("use_environment") = false,
         "The options Client.create would use, in the option table's text form, and which "
         "were given explicitly (for tests).");
+  m.def(
+      "velocities_of",
+      [](const py::bytes& blob) {
+        absl::StatusOr<gradex::client::SavedState> s =
+            gradex::client::DecodeState(std::string(blob));
+        gradex::python::ThrowIfError(s.status());
+        py::dict out;
+        for (const auto& [key, u] : s->velocities) {
+          out[py::int_(key)] =
+              py::bytes(reinterpret_cast<const char*>(u.data()), u.size() * sizeof(float));
+        }
+        return out;
+      },
+      py::arg("state"), "The velocities (span key -> float32 bytes) of a SaveState blob.");
   py::class_<PyClient>(m, "Client")
       .def_static("create", &gradex::python::Create, py::arg("options"),
                   py::arg("use_environment") = true, py::arg("rendezvous_set") = py::none(),
@@ -354,7 +390,7 @@ PYBIND11_MODULE(_C, m) {
       .def("flush", &PyClient::Flush)
       .def("stats", &PyClient::Stats)
       .def("save_state", &PyClient::SaveState)
-      .def("load_state", &PyClient::LoadState, py::arg("state"))
+      .def("load_state", &PyClient::LoadState, py::arg("state"), py::arg("velocities") = py::none())
       .def("close", &PyClient::Close)
       .def_property_readonly("rank", [](PyClient& c) { return c.get().rank(); })
       .def_property_readonly("world_size", [](PyClient& c) { return c.get().world_size(); })

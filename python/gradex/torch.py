@@ -21,7 +21,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from gradex._C import Client, GradexError, option_table
+from gradex._C import Client, GradexError, option_table, velocities_of
 from gradex.dgs import DGSOptimizer
 
 __all__ = ["GradexState", "gradex_hook", "GradexError", "DGSOptimizer"]
@@ -175,9 +175,10 @@ class GradexState:
             for i, p in enumerate(model.parameters()):
                 self._keys[p.data_ptr()] = i
         self._warned_dtypes = set()
+        # The velocities live with the residuals, per span, in the C++
+        # bucket pipeline (and in its SaveState blob).
         self.momentum_correction = float(momentum_correction)
         self.factor_masking = bool(factor_masking)
-        self._velocity = {}  # span key -> this rank's velocity u (momentum_correction)
         self._client = Client.create(options, True, rdv_set, rdv_get)
         atexit.register(_close_ref, weakref.ref(self))
 
@@ -190,30 +191,6 @@ class GradexState:
                 key = self._keys[p.data_ptr()] = len(self._keys)
             spans.append((key, p.numel()))
         return spans
-
-    def _add_momentum(self, spans, work):
-        """u <- m*u + g per span, written over the bucket's gradient in place."""
-        m, off = self.momentum_correction, 0
-        for key, n in spans:
-            g = work[off:off + n]
-            u = self._velocity.get(key)
-            if u is None or u.numel() != n or u.device != g.device:
-                u = self._velocity[key] = g.clone()
-            else:
-                u.mul_(m).add_(g)
-                g.copy_(u)
-            off += n
-
-    def _mask_velocity(self, spans, result):
-        """DGC's factor masking after a sparse exchange: the velocity of every
-        entry the result applied restarts from zero."""
-        applied = result != 0
-        if 2 * int(applied.sum()) >= result.numel():
-            return  # a dense step (warm-up, probe, fallback): momentum carries on
-        off = 0
-        for key, n in spans:
-            self._velocity[key].masked_fill_(applied[off:off + n], 0)
-            off += n
 
     @property
     def client(self):
@@ -252,8 +229,10 @@ class GradexState:
     def state_dict(self):
         """Residuals, the step counter and (momentum_correction) the velocities,
         for a checkpoint (call between steps)."""
-        return {"version": 1, "client": self.client.save_state(),
-                "velocity": {k: u.clone() for k, u in self._velocity.items()}}
+        blob = self.client.save_state()
+        return {"version": 1, "client": blob,
+                "velocity": {k: torch.frombuffer(bytearray(u), dtype=torch.float32)
+                             for k, u in velocities_of(blob).items()}}
 
     def load_state_dict(self, state):
         if state.get("version") != 1 or not isinstance(state.get("client"), (bytes, bytearray)):
@@ -263,8 +242,10 @@ class GradexState:
                 isinstance(u, torch.Tensor) and u.dtype == torch.float32 and u.dim() == 1
                 for u in velocity.values()):
             raise ValueError("gradex: state_dict()['velocity'] must map keys to 1-D float32 tensors")
-        self.client.load_state(bytes(state["client"]))
-        self._velocity = {k: u.clone() for k, u in velocity.items()}
+        # The dict's velocities are the ones restored (a checkpoint written
+        # before they moved into the blob has them only there).
+        self.client.load_state(bytes(state["client"]), {
+            int(k): u.detach().cpu().contiguous().numpy().tobytes() for k, u in velocity.items()})
 
     def close(self):
         """Leaves the job; buckets still queued fail. Idempotent. The rank
@@ -287,9 +268,9 @@ def gradex_hook(state, bucket):
     float32 buckets are exchanged in place; float16, bfloat16 and float64 ones
     through a float32 copy (warned once); other dtypes raise TypeError. CUDA
     buckets are passed as device memory. With ``momentum_correction`` the
-    bucket's gradient is replaced by the rank's velocity before the exchange
-    (GradexState). A failed exchange (dead rank, timeout)
-    sets the future's exception: DDP raises it from ``backward()`` as a
+    client replaces the bucket's gradient by the rank's velocity before the
+    exchange (GradexState). A failed exchange (dead rank, timeout) sets the
+    future's exception: DDP raises it from ``backward()`` as a
     RuntimeError carrying the gradex message.
     """
     buf = bucket.buffer()
@@ -306,9 +287,6 @@ def gradex_hook(state, bucket):
     if not work.is_contiguous():
         work = work.contiguous()
     spans = state._spans(bucket)
-    if state.momentum_correction:
-        # Over the gradient in place: DDP's buffer receives the result anyway.
-        state._add_momentum(spans, work)
     fut = torch.futures.Future()
     index = bucket.index()
 
@@ -316,8 +294,6 @@ def gradex_hook(state, bucket):
         if code != 0:
             fut.set_exception(GradexError(f"gradex: bucket {index} failed: {message}"))
             return
-        if state.momentum_correction and state.factor_masking:
-            state._mask_velocity(spans, work)
         if work is not buf:
             buf.copy_(work)
         fut.set_result(buf)

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "services/agent/bucket_pipeline.h"
 #include "services/agent/epoch_preemption.h"
 #include "services/agent/epoch_sync.h"
 #include "services/agent/link_probe.h"
@@ -35,9 +36,7 @@ Agent::Agent(AgentOptions options, ControlPlane* control, TransportProvider* tra
       control_(control),
       transports_(transports),
       metrics_(metrics),
-      rules_(options_.rules),
-      slots_(std::max(options_.buckets, 1)) {
-  for (BucketSlot& slot : slots_) slot.residual.assign(options_.elements, 0.0f);
+      rules_(options_.rules) {
   control_->SetWaitSource(waits_);
 }
 

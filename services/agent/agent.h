@@ -13,13 +13,12 @@
 // in its residual (the failed bucket's and every later bucket's of the step),
 // and the next step re-joins and enters the next epoch.
 //
-// Two ways to drive it: Step() runs all buckets of a step at once (fixed
-// size, residuals owned by the agent; gradex-agent, bench), and
-// BeginStep / RunBucket / EndStep run a step's buckets one by one, of any
-// size, with residual and algorithm object in a caller-owned BucketSlot;
-// the client splits RunBucket into PlanBucket + PrepareBucket (its
-// selection thread) and ExchangeBucket (its progress thread), so bucket
-// b+1 is selected while bucket b exchanges.
+// One way to drive it: the BucketPipeline (bucket_pipeline.h), which owns
+// every bucket's state and runs a step's buckets one by one, of any size,
+// selecting bucket b+1 while bucket b exchanges. Step() (gradex-agent's
+// synthetic gradients, bench) is a loop over a pipeline of its own. The
+// per-bucket calls below (BeginStep, PlanBucket, PrepareBucket,
+// ExchangeBucket, AbandonBucket, EndStep) are the pipeline's alone.
 #ifndef GRADEX_SERVICES_AGENT_AGENT_H_
 #define GRADEX_SERVICES_AGENT_AGENT_H_
 
@@ -40,6 +39,8 @@
 #include "services/agent/wait_tracker.h"
 
 namespace gradex::agent {
+
+class BucketPipeline;
 
 struct AgentOptions {
   std::string job;
@@ -83,6 +84,11 @@ struct StepOutcome {
 // belongs to another schedule).
 struct BucketSlot {
   std::vector<float> residual;  // empty: zeros of the bucket's size
+  // Momentum correction's velocity u (the bucket pipeline's), laid out like
+  // the residual, and per span of the layout whether u has been set (a
+  // span's first step takes u = g).
+  std::vector<float> velocity;
+  std::vector<uint8_t> velocity_live;
   std::unique_ptr<SparseAllreduce> algorithm;
   std::unique_ptr<SparseAllreduce> dense;  // start_iter, small buckets, probes
   uint32_t epoch = 0;                      // the epoch the objects were made for
@@ -160,46 +166,6 @@ class Agent {
   // gradient given so far, and the next call re-joins.
   absl::Status Step(std::span<const std::span<const float>> grads, StepOutcome* out);
 
-  // Opens a step: enters an epoch or a plan barrier as Step() does and fixes
-  // the step number (next_step()). On failure the step is still open, failed:
-  // its buckets go to their residuals (RunBucket) and EndStep returns the
-  // error; the step number is not spent.
-  absl::Status BeginStep();
-  // Runs bucket `bucket` (issue order in the step, < 65536) of the open step.
-  // `step_buckets`: the sizes of the step's buckets when the caller knows
-  // them (CallContext::step_buckets). After a failure in the step (or when
-  // it failed to begin) the gradient is added to slot->residual and the
-  // step's first error returned.
-  absl::Status RunBucket(uint32_t bucket, std::span<const size_t> step_buckets,
-                         std::span<const float> grad, BucketSlot* slot, BucketOutcome* out);
-  // RunBucket in three parts (BucketCall). PlanBucket reads only what the
-  // open step fixed at BeginStep (plan, rules, step, rank, the step's
-  // communicator) and writes only `call` and `slot`'s algorithm objects, so
-  // it and PrepareBucket may run on another thread while ExchangeBucket runs
-  // an earlier bucket of the same step (never concurrently with BeginStep or
-  // EndStep, nor on a slot another call in flight uses). `grad` and `slot`
-  // stay valid until the call is exchanged or abandoned.
-  void PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
-                  std::span<const float> grad, BucketSlot* slot, BucketCall* call) const;
-  // The call frame's local part (SparseAllreduce::PrepareCall): touches only
-  // `call`, its slot and its gradient.
-  static void PrepareBucket(BucketCall* call);
-  // The messages of a planned (and usually prepared) bucket, in issue order:
-  // RunBucket's results and failure rules. After a failure earlier in the
-  // step a prepared call is abandoned (its residual holds grad + old
-  // residual) and the step's first error returned; a failed preparation
-  // fails the step as a failed exchange would.
-  absl::Status ExchangeBucket(BucketCall* call, BucketOutcome* out);
-  // Gives a planned bucket up unexchanged (a closing client): its gradient
-  // joins its residual.
-  static void AbandonBucket(BucketCall* call);
-  // Closes the step: reports it (per bucket: algorithm, seconds, dense
-  // probe), fills `out`'s step fields (not results/stats), and returns the
-  // step's first error. A step whose buckets failed is spent (the next one
-  // is step + 1).
-  absl::Status EndStep(StepOutcome* out);
-  bool step_open() const { return step_open_; }
-
   absl::Status Leave();
 
   uint64_t next_step() const { return next_step_; }
@@ -217,7 +183,8 @@ class Agent {
   // Fields of this rank's own rules found different from the agreed ones,
   // counted once per warning.
   uint64_t rules_disagreements() const { return rules_disagreements_; }
-  std::span<const float> residual(int bucket) const { return slots_[bucket].residual; }
+  // Step()'s bucket `bucket`'s residual (a copy, read between steps).
+  std::vector<float> residual(int bucket) const;
   // The communicator of the current epoch (tests kill it to simulate a crash),
   // under the wait tracker's decorator.
   Transport* transport() const { return WaitTracker::Inner(transport_.get()); }
@@ -226,6 +193,42 @@ class Agent {
   Transport* tracked_transport() const { return transport_.get(); }
 
  private:
+  friend class BucketPipeline;
+  // Opens a step: enters an epoch or a plan barrier as Step() does and fixes
+  // the step number (next_step()). On failure the step is still open, failed:
+  // its buckets go to their residuals (ExchangeBucket) and EndStep returns the
+  // error; the step number is not spent.
+  absl::Status BeginStep();
+  // One bucket of the open step in three parts (BucketCall). PlanBucket reads only what the
+  // open step fixed at BeginStep (plan, rules, step, rank, the step's
+  // communicator) and writes only `call` and `slot`'s algorithm objects, so
+  // it and PrepareBucket may run on another thread while ExchangeBucket runs
+  // an earlier bucket of the same step (never concurrently with BeginStep or
+  // EndStep, nor on a slot another call in flight uses). `grad` and `slot`
+  // stay valid until the call is exchanged or abandoned.
+  void PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
+                  std::span<const float> grad, BucketSlot* slot, BucketCall* call) const;
+  // The call frame's local part (SparseAllreduce::PrepareCall): touches only
+  // `call`, its slot and its gradient.
+  static void PrepareBucket(BucketCall* call);
+  // The messages of a planned (and usually prepared) bucket, in issue order:
+  // the step's failure rules: after a failure in the step (or when it
+  // failed to begin) the gradient is kept in slot->residual and the step's
+  // first error returned. After a failure earlier in the
+  // step a prepared call is abandoned (its residual holds grad + old
+  // residual) and the step's first error returned; a failed preparation
+  // fails the step as a failed exchange would.
+  absl::Status ExchangeBucket(BucketCall* call, BucketOutcome* out);
+  // Gives a planned bucket up unexchanged (a closing client): its gradient
+  // joins its residual.
+  static void AbandonBucket(BucketCall* call);
+  // Closes the step: reports it (per bucket: algorithm, seconds, dense
+  // probe), fills `out`'s step fields (not results/stats), and returns the
+  // step's first error. A step whose buckets failed is spent (the next one
+  // is step + 1).
+  absl::Status EndStep(StepOutcome* out);
+  bool step_open() const { return step_open_; }
+
   absl::Status EnterEpoch();
   absl::Status Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence);
   absl::Status Barrier();
@@ -273,8 +276,7 @@ class Agent {
   // retired_, which keeps it alive (aborted) until the step ends.
   Transport* step_transport_ = nullptr;
   std::unique_ptr<Transport> retired_;
-  absl::Status begin_status_;      // BeginStep's result, fixed for the step
-  std::vector<BucketSlot> slots_;  // Step()'s buckets
+  absl::Status begin_status_;  // BeginStep's result, fixed for the step
   // The open step (BeginStep .. EndStep).
   bool step_open_ = false;
   bool step_ran_ = false;     // a bucket ran (or failed) in it: EndStep spends the number
@@ -294,6 +296,8 @@ class Agent {
   // This epoch's link probe (Plan::measure_links), sent with its reports.
   std::optional<LinkEstimate> link_;
   uint32_t link_epoch_ = 0;
+  // Step()'s buckets (made at the first Step; last, so it stops first).
+  std::unique_ptr<BucketPipeline> stepper_;
 };
 
 }  // namespace gradex::agent

@@ -1,12 +1,13 @@
-// One bucket of the open step (agent.h): RunBucket, and its three parts
-// PlanBucket / PrepareBucket / ExchangeBucket that the client's pipeline
-// runs on two threads (selection of bucket b+1 while bucket b exchanges).
+// One bucket of the open step (agent.h) in three parts, PlanBucket /
+// PrepareBucket / ExchangeBucket, that the bucket pipeline runs on two
+// threads (selection of bucket b+1 while bucket b exchanges).
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/call_frame.h"
 #include "services/agent/agent.h"
 
 namespace gradex::agent {
@@ -45,7 +46,7 @@ absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, u
 }
 
 absl::Status Agent::Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const {
-  for (size_t i = 0; i < grad.size(); ++i) slot->residual[i] += grad[i];
+  (void)AccumulateIntoResidual(grad, slot->residual);
   return absl::Status(
       step_status_.code(),
       absl::StrCat("step ", next_step_, " bucket ", bucket,
@@ -89,7 +90,7 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
     call->status = std::move(s);
   };
   if (!step_open_)
-    return refuse(absl::FailedPreconditionError("RunBucket: no open step (BeginStep)"));
+    return refuse(absl::FailedPreconditionError("PlanBucket: no open step (BeginStep)"));
   if (slot->residual.empty()) slot->residual.assign(grad.size(), 0.0f);
   if (slot->residual.size() != grad.size()) {
     return refuse(absl::InvalidArgumentError(absl::StrCat("bucket ", bucket, ": ", grad.size(),
@@ -149,7 +150,7 @@ void Agent::AbandonBucket(BucketCall* call) {
   if (call->state == BucketCall::State::kPrepared) {
     call->schedule->AbandonCall();
   } else if (call->state == BucketCall::State::kFresh) {
-    for (size_t i = 0; i < call->grad.size(); ++i) call->slot->residual[i] += call->grad[i];
+    (void)AccumulateIntoResidual(call->grad, call->slot->residual);
   }
   call->state = BucketCall::State::kKept;
 }
@@ -218,15 +219,6 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
   step_buckets_.push_back(std::move(b));
   step_stats_.push_back(out->stats);
   return absl::OkStatus();
-}
-
-absl::Status Agent::RunBucket(uint32_t bucket, std::span<const size_t> step_buckets,
-                              std::span<const float> grad, BucketSlot* slot, BucketOutcome* out) {
-  BucketCall call;
-  PlanBucket(bucket, step_buckets, grad, slot, &call);
-  // After a failure in the step only the gradient is kept (no selection).
-  if (step_status_.ok()) PrepareBucket(&call);
-  return ExchangeBucket(&call, out);
 }
 
 }  // namespace gradex::agent

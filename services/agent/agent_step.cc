@@ -1,10 +1,11 @@
-// The agent's step: BeginStep / RunBucket / EndStep, and Step() on top of
-// them (agent.h). Epoch entry and plan barriers live in agent.cc.
+// The agent's step: BeginStep / EndStep, and Step() as a loop over a bucket
+// pipeline (agent.h). Epoch entry and plan barriers live in agent.cc.
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "services/agent/agent.h"
+#include "services/agent/bucket_pipeline.h"
 
 namespace gradex::agent {
 namespace {
@@ -85,9 +86,10 @@ absl::Status Agent::EndStep(StepOutcome* out) {
 }
 
 absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutcome* out) {
-  if (grads.size() != slots_.size()) {
+  const size_t buckets = static_cast<size_t>(std::max(options_.buckets, 1));
+  if (grads.size() != buckets) {
     return absl::InvalidArgumentError(
-        absl::StrCat("step: ", grads.size(), " buckets given, ", slots_.size(), " configured"));
+        absl::StrCat("step: ", grads.size(), " buckets given, ", buckets, " configured"));
   }
   for (const auto& g : grads) {
     if (g.size() != options_.elements) {
@@ -97,18 +99,47 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
   }
   // A step that cannot begin takes no gradient: the caller runs it again.
   if (absl::Status s = BeginStep(); !s.ok()) return EndStep(out);
-  const std::vector<size_t> sizes(grads.size(), options_.elements);
+  if (stepper_ == nullptr) {
+    // One bucket after another (no overlap), sums, every value exchanged as
+    // given: what gradex-agent's synthetic steps and bench measure.
+    PipelineOptions p;
+    p.mean = false;
+    p.refuse_nonfinite = false;
+    p.pipeline = false;
+    p.max_bucket_elements = std::max<size_t>(options_.elements, 1);
+    stepper_ = std::make_unique<BucketPipeline>(this, p);
+  }
+  std::vector<std::future<BucketEnd>> ends;
+  for (size_t b = 0; b < grads.size(); ++b) {
+    ends.push_back(stepper_->Submit({{b, options_.elements}}, grads[b], b + 1 == grads.size()));
+  }
   out->results.resize(grads.size());
   out->stats.assign(grads.size(), CallStats{});
-  for (size_t b = 0; b < grads.size(); ++b) {
-    BucketOutcome o;
-    // After a failed bucket the later ones keep their gradients in their
-    // residuals; EndStep returns the first error.
-    (void)RunBucket(static_cast<uint32_t>(b), sizes, grads[b], &slots_[b], &o);
-    out->results[b] = std::move(o.result);
-    out->stats[b] = std::move(o.stats);
+  absl::Status status = absl::InternalError("step: its last bucket did not end the step");
+  // Each bucket's wait is bounded by its exchange's deadline (a failed step
+  // keeps the later buckets without exchanging them).
+  for (size_t b = 0; b < ends.size(); ++b) {
+    BucketEnd e = ends[b].get();
+    if (e.step_status) {
+      status = *e.step_status;
+      std::vector<AllreduceResult> results = std::move(out->results);
+      std::vector<CallStats> stats = std::move(out->stats);
+      *out = std::move(e.step_outcome);
+      out->results = std::move(results);
+      out->stats = std::move(stats);
+    }
+    out->results[b] = std::move(e.outcome.result);
+    out->stats[b] = std::move(e.outcome.stats);
   }
-  return EndStep(out);
+  return status;
+}
+
+std::vector<float> Agent::residual(int bucket) const {
+  if (stepper_ == nullptr) return std::vector<float>(options_.elements, 0.0f);
+  absl::StatusOr<SpanState> s = stepper_->Export();
+  if (!s.ok()) return {};
+  auto it = s->residuals.find(static_cast<uint64_t>(bucket));
+  return it == s->residuals.end() ? std::vector<float>(options_.elements, 0.0f) : it->second;
 }
 
 void Agent::Report(uint64_t step) {

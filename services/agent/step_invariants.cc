@@ -30,7 +30,7 @@ StepInvariants::StepInvariants(const std::string& job, int buckets, size_t eleme
 
 void StepInvariants::Before(const Agent& agent) {
   for (size_t b = 0; b < residual_in_.size(); ++b) {
-    std::span<const float> r = agent.residual(static_cast<int>(b));
+    const std::vector<float> r = agent.residual(static_cast<int>(b));
     std::copy(r.begin(), r.end(), residual_in_[b].begin());
   }
 }

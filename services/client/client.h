@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
+#include "services/agent/bucket_pipeline.h"
 
 namespace gradex::client {
 
@@ -129,13 +130,10 @@ struct Rendezvous {
   std::function<absl::StatusOr<std::string>(const std::string& key)> get;
 };
 
-// One parameter's slice of a bucket, in bucket order.
-struct ParamSpan {
-  uint64_t key = 0;  // stable for the parameter's life (e.g. its index in the model)
-  size_t elements = 0;
-};
-
-enum class Memory { kHost, kDevice };
+// One parameter's slice of a bucket, in bucket order, and where a bucket's
+// memory is: the bucket pipeline's (services/agent/bucket_pipeline.h).
+using ParamSpan = agent::ParamSpan;
+using Memory = agent::Memory;
 
 // Per bucket layout, for stats(): what ran and what it cost, cumulative.
 struct BucketStats {

@@ -104,85 +104,49 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
     if (!tl.ok()) return tl.status();
     timeline_ = *std::move(tl);
   }
-  started_ = true;
-  worker_ = std::thread([this] { ExchangeLoop(); });
-  selector_ = std::thread([this] { SelectLoop(); });
+  agent::PipelineOptions p;
+  p.timeout = options_.timeout;
+  p.max_bucket_elements = options_.max_bucket_elements;
+  p.mean = options_.mean;
+  p.refuse_nonfinite = options_.refuse_nonfinite;
+  p.pipeline = options_.pipeline;
+  p.momentum = options_.momentum_correction;
+  p.factor_masking = options_.factor_masking;
+  pipeline_ = std::make_unique<agent::BucketPipeline>(
+      agent_.get(), p, [this](const agent::BucketEnd& end) { Record(end); });
   return absl::OkStatus();
 }
 
 void ClientImpl::AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> data, Memory memory,
                                 bool last_in_step, Done done) {
   if (!done) done = [](absl::Status) {};
-  {
-    absl::MutexLock lock(&mu_);
-    if (!closing_ && started_) {
-      queue_.push_back({std::move(spans), data, memory, last_in_step, std::move(done),
-                        std::chrono::system_clock::now()});
-      return;
-    }
+  if (pipeline_ == nullptr) {
+    done(absl::FailedPreconditionError("gradex client is closed"));
+    return;
   }
-  done(absl::FailedPreconditionError("gradex client is closed"));
+  (void)pipeline_->Submit(
+      std::move(spans), data, memory, last_in_step,
+      [done = std::move(done)](const agent::BucketEnd& end) { done(end.status); });
 }
 
 absl::Status ClientImpl::Flush() {
-  if (std::this_thread::get_id() == worker_.get_id() ||
-      std::this_thread::get_id() == selector_.get_id()) {
-    return absl::FailedPreconditionError(
-        "gradex Flush from a bucket's done callback would wait for itself");
-  }
-  absl::MutexLock lock(&mu_);
-  auto idle = [this]()
-                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_ == 0; };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&idle), absl::FromChrono(options_.timeout))) {
-    return absl::DeadlineExceededError(absl::StrCat("gradex Flush: ", queue_.size() + running_,
-                                                    " buckets still pending after ",
-                                                    options_.timeout.count(), " ms"));
-  }
-  return absl::OkStatus();
-}
-
-void ClientImpl::KeepUnrun(Item& item) {
-  size_t n = 0;
-  for (const ParamSpan& s : item.spans) n += s.elements;
-  if (n != item.data.size() || n == 0 || n > options_.max_bucket_elements) return;
-  std::span<const float> grad = item.data;
-  if (item.memory == Memory::kDevice) {
-    absl::StatusOr<std::span<float>> host = staging_[0].ToHost(item.data);
-    if (!host.ok()) return;
-    grad = *host;
-  }
-  absl::StatusOr<agent::BucketSlot*> slot = residuals_.Gather(item.spans);
-  if (!slot.ok()) return;
-  for (size_t i = 0; i < n; ++i) (*slot)->residual[i] += grad[i];
+  if (pipeline_ == nullptr) return absl::OkStatus();
+  return pipeline_->Flush();
 }
 
 absl::Status ClientImpl::Close() {
-  if (std::this_thread::get_id() == worker_.get_id() ||
-      std::this_thread::get_id() == selector_.get_id()) {
-    return absl::FailedPreconditionError(
-        "gradex Close from a bucket's done callback (the progress thread); close from the "
-        "trainer's thread");
-  }
-  std::deque<Item> left;
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&close_mu_);
     if (closed_) return absl::OkStatus();
-    closed_ = closing_ = true;
-    left.swap(queue_);
   }
-  // The bucket being selected is handed over, the bucket exchanging ends
-  // first; a selected bucket not yet exchanging is given up (kept in its
-  // residual, CANCELLED) by the progress thread.
-  if (selector_.joinable()) selector_.join();
-  if (worker_.joinable()) worker_.join();
+  if (pipeline_ != nullptr) {
+    // From a callback this is FAILED_PRECONDITION and nothing closes.
+    if (absl::Status c = pipeline_->Close(); !c.ok()) return c;
+  }
   {
-    absl::MutexLock lock(&state_mu_);
-    for (Item& item : left) KeepUnrun(item);
-    if (agent_ != nullptr && agent_->step_open()) (void)agent_->EndStep(nullptr);
-  }
-  for (Item& item : left) {
-    item.done(absl::CancelledError(
-        "gradex client closed before the bucket was exchanged (kept in its residual)"));
+    absl::MutexLock lock(&close_mu_);
+    if (closed_) return absl::OkStatus();
+    closed_ = true;
   }
   absl::Status s;
   if (agent_ != nullptr) s = agent_->Leave();

@@ -1,5 +1,6 @@
-// The client's per-layout statistics (Client::Stats) and timeline events,
-// recorded on the progress thread after each bucket.
+// The client's per-layout statistics (Client::Stats), metrics and timeline
+// events, recorded as the bucket pipeline reports each bucket's end (on its
+// progress thread).
 #include <algorithm>
 #include <vector>
 
@@ -27,9 +28,16 @@ void Push(std::deque<double>& d, double v) {
 
 }  // namespace
 
-void ClientImpl::Record(const Item& item, const agent::BucketOutcome& out,
-                        const absl::Status& status, double residual_l2, TimePoint end) {
-  const uint64_t step = item.step;
+void ClientImpl::Record(const agent::BucketEnd& end) {
+  rank_.store(agent_->connected() ? agent_->rank() : -1);
+  if (const agent::Plan* p = agent_->plan()) world_.store(p->world());
+  step_.store(agent_->next_step());
+  if (end.nonfinite > 0) {
+    client_metrics_->nonfinite_values.Increment(static_cast<double>(end.nonfinite));
+  }
+  const absl::Status& status = end.status;
+  const agent::BucketOutcome& out = end.outcome;
+  const uint64_t step = end.step;
   if (timeline_ != nullptr) {
     auto secs = [](TimePoint a, TimePoint b) {
       return std::max(0.0, std::chrono::duration<double>(b - a).count());
@@ -39,12 +47,12 @@ void ClientImpl::Record(const Item& item, const agent::BucketOutcome& out,
     // previous bucket's exchange, the exchange, and inside it its
     // communication and reduction (phase totals laid end to end).
     std::vector<Timeline::Span> spans;
-    spans.push_back({"queue", item.queued, secs(item.queued, item.select_start), 1});
-    spans.push_back({"selection", item.select_start, secs(item.select_start, item.select_end), 1});
-    spans.push_back({"wait", item.select_end, secs(item.select_end, item.exchange_start), 0});
+    spans.push_back({"queue", end.queued, secs(end.queued, end.select_start), 1});
+    spans.push_back({"selection", end.select_start, secs(end.select_start, end.select_end), 1});
+    spans.push_back({"wait", end.select_end, secs(end.select_end, end.exchange_start), 0});
     if (status.ok()) {
-      spans.push_back({"exchange", item.exchange_start, secs(item.exchange_start, end), 0});
-      auto at = item.exchange_start;
+      spans.push_back({"exchange", end.exchange_start, secs(end.exchange_start, end.end), 0});
+      auto at = end.exchange_start;
       for (auto [name, s] : {std::pair{"communication", out.stats.phases.communication_s},
                              {"reduction", out.stats.phases.reduction_s}}) {
         spans.push_back({name, at, s, 0});
@@ -52,20 +60,20 @@ void ClientImpl::Record(const Item& item, const agent::BucketOutcome& out,
             std::chrono::duration<double>(s));
       }
     } else {
-      spans.push_back({"failed", item.exchange_start, secs(item.exchange_start, end), 0});
+      spans.push_back({"failed", end.exchange_start, secs(end.exchange_start, end.end), 0});
     }
-    timeline_->Bucket(spans, step, item.index, out.algorithm, item.data.size());
+    timeline_->Bucket(spans, step, end.index, out.algorithm, end.elements);
   }
   (status.ok() ? client_metrics_->buckets_ok : client_metrics_->buckets_failed).Increment();
   if (!status.ok() && out.algorithm.empty()) return;  // never ran
   std::vector<std::pair<uint64_t, size_t>> key;
-  for (const ParamSpan& s : item.spans) key.emplace_back(s.key, s.elements);
+  for (const ParamSpan& s : end.spans) key.emplace_back(s.key, s.elements);
   const bool dense = catalog::TraitsOf(out.algorithm).dense;
   absl::MutexLock lock(&stats_mu_);
   BucketStats& b = stats_[key];
   History& h = history_[key];
-  b.spans = item.spans;
-  b.elements = item.data.size();
+  b.spans = end.spans;
+  b.elements = end.elements;
   b.algorithm = out.algorithm;
   if (const agent::Plan* p = agent_->plan()) b.density = dense ? 1.0 : p->density;
   ++b.calls;
@@ -80,7 +88,7 @@ void ClientImpl::Record(const Item& item, const agent::BucketOutcome& out,
           .Increment();
       std::fprintf(
           stderr, "gradex: bucket of spans [%s] switched to %s at step %llu\n",
-          absl::StrJoin(item.spans, ",",
+          absl::StrJoin(end.spans, ",",
                         [](std::string* o, const ParamSpan& s) { absl::StrAppend(o, s.key); })
               .c_str(),
           out.algorithm.c_str(), static_cast<unsigned long long>(step));
@@ -94,7 +102,7 @@ void ClientImpl::Record(const Item& item, const agent::BucketOutcome& out,
   if (status.ok()) Push(dense ? h.dense_s : h.sparse_s, out.seconds);
   b.sparse_s = Median(h.sparse_s);
   b.dense_s = Median(h.dense_s);
-  b.residual_norm = residual_l2;
+  b.residual_norm = end.residual_l2;
 }
 
 std::vector<BucketStats> ClientImpl::Stats() const {

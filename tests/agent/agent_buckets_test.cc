@@ -1,5 +1,5 @@
-// The agent's per-bucket API (BeginStep / RunBucket / EndStep): buckets of
-// different sizes with caller-owned residuals, the per-bucket algorithm
+// The bucket pipeline, one bucket after another: buckets of different
+// sizes with residuals kept per span, the per-bucket algorithm
 // rules (agreed in-band: ranks given different ones run the lowest rank's),
 // and a peer that dies in the middle of a step: every survivor keeps
 // the failed bucket's and every later bucket's gradient whole in its
@@ -68,25 +68,10 @@ TEST(BucketChoiceTest, RulesInOrder) {
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 49, 0, 100).algorithm, "spardl");
 }
 
-// One step of `box` through the per-bucket API; grads[b] for bucket b.
+// One step of `box`, one bucket after another.
 StepRun RunStep(BucketBox& box, int rank, int iteration,
                 const std::function<void(size_t)>& after_bucket) {
-  StepRun r;
-  Agent& a = *box.agent;
-  (void)a.BeginStep();
-  r.outcomes.resize(kSizes.size());
-  for (size_t b = 0; b < kSizes.size(); ++b) {
-    r.grads.push_back(MakeGradient(11 + b, rank, iteration, kSizes[b], Values::kIntegers));
-    std::vector<float> res = box.slots[b].residual;
-    if (res.empty()) res.assign(kSizes[b], 0.0f);
-    r.before.push_back(res);
-    r.buckets.push_back(
-        a.RunBucket(static_cast<uint32_t>(b), kSizes, r.grads[b], &box.slots[b], &r.outcomes[b]));
-    r.after.push_back(box.slots[b].residual);
-    if (after_bucket) after_bucket(b);
-  }
-  r.end = a.EndStep(&r.out);
-  return r;
+  return testing::RunPipelineStep(box, rank, iteration, after_bucket);
 }
 
 TEST(AgentBucketsTest, PeerDyingMidStepKeepsEveryLaterBucketInTheResidual) {
@@ -271,17 +256,6 @@ TEST(AgentBucketsTest, RulesOutOfBoundsAreRefusedAtStart) {
   absl::Status s = box.agent->Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("start_iter"), std::string::npos) << s;
-}
-
-TEST(AgentBucketsTest, RunBucketOutsideAStepIsRefused) {
-  FakeCoordinator coordinator(Job(1, "spardl"));
-  testing::LoopbackPool pool;
-  BucketBox box = testing::MakeBucketAgent(coordinator, pool, "solo");
-  std::vector<float> g(10, 1.0f);
-  BucketOutcome o;
-  EXPECT_EQ(box.agent->RunBucket(0, {}, g, &box.slots[0], &o).code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(box.agent->EndStep(nullptr).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

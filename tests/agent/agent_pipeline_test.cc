@@ -1,8 +1,7 @@
-// The agent's per-bucket API run as the client's pipeline runs it: bucket
-// b+1 planned and prepared (PlanBucket / PrepareBucket: gradient into the
-// residual, local selection) on a second thread while bucket b exchanges
-// (ExchangeBucket). Steps stay bitwise consistent and conserving; a peer
-// that dies while the next bucket is prepared, and a preparation that fails,
+// The bucket pipeline with its overlap on: bucket b+1 planned and prepared
+// (PlanBucket / PrepareBucket: gradient into the residual, local selection)
+// on the selection thread while bucket b exchanges (ExchangeBucket). Steps stay bitwise consistent
+// and conserving; a peer that dies while the next bucket is prepared, and a preparation that fails,
 // leave every later bucket's gradient in its residual exactly.
 #include <gtest/gtest.h>
 
@@ -75,41 +74,12 @@ FakeJobConfig Job(int world, std::vector<std::string> bucket_algorithms = {}) {
   return testing::BucketJob(world, "spardl", std::move(bucket_algorithms));
 }
 
-// One step, pipelined: bucket 0 is prepared first; then bucket b+1 is
-// planned and prepared on a second thread while bucket b exchanges here.
-// `after_exchange(b)` runs once bucket b's exchange has returned and bucket
-// b+1's preparation has ended.
+// One step through a pipelined box: bucket b+1 is planned and prepared on
+// the selection thread while bucket b exchanges. `after_exchange(b)` runs on
+// the progress thread once bucket b's exchange has returned.
 StepRun RunPipelinedStep(BucketBox& box, int rank, int iteration,
                          const std::function<void(size_t)>& after_exchange) {
-  StepRun r;
-  Agent& a = *box.agent;
-  (void)a.BeginStep();
-  const size_t buckets = kSizes.size();
-  r.outcomes.resize(buckets);
-  r.buckets.resize(buckets);
-  std::vector<std::unique_ptr<BucketCall>> calls(buckets);
-  for (size_t b = 0; b < buckets; ++b) {
-    r.grads.push_back(MakeGradient(11 + b, rank, iteration, kSizes[b], Values::kIntegers));
-    std::vector<float> res = box.slots[b].residual;
-    if (res.empty()) res.assign(kSizes[b], 0.0f);
-    r.before.push_back(res);
-    calls[b] = std::make_unique<BucketCall>();
-  }
-  auto prepare = [&](size_t b) {
-    a.PlanBucket(static_cast<uint32_t>(b), kSizes, r.grads[b], &box.slots[b], calls[b].get());
-    Agent::PrepareBucket(calls[b].get());
-  };
-  prepare(0);
-  for (size_t b = 0; b < buckets; ++b) {
-    std::thread next;
-    if (b + 1 < buckets) next = std::thread(prepare, b + 1);
-    r.buckets[b] = a.ExchangeBucket(calls[b].get(), &r.outcomes[b]);
-    if (next.joinable()) next.join();
-    if (after_exchange) after_exchange(b);
-  }
-  for (size_t b = 0; b < buckets; ++b) r.after.push_back(box.slots[b].residual);
-  r.end = a.EndStep(&r.out);
-  return r;
+  return testing::RunPipelineStep(box, rank, iteration, after_exchange);
 }
 
 void ExpectStepsOk(const std::vector<std::vector<StepRun>>& runs, int from, int to) {
@@ -133,7 +103,7 @@ TEST(AgentPipelineTest, PeerDyingWhileTheNextBucketIsPreparedKeepsEveryLaterBuck
   constexpr int kKillStep = 3;
   // Bucket 0 exchanged and bucket 1 prepared on every rank: rank 2 dies.
   std::vector<std::vector<StepRun>> runs =
-      testing::RunKillingRank2(coordinator, kKillStep, 6, RunPipelinedStep);
+      testing::RunKillingRank2(coordinator, kKillStep, 6, RunPipelinedStep, /*pipelined=*/true);
   ExpectStepsOk(runs, 0, kKillStep);
   for (int i : {0, 1}) {
     const StepRun& r = runs[i][kKillStep];
@@ -158,7 +128,7 @@ TEST(AgentPipelineTest, AFailedPreparationKeepsItsBucketAndEveryLaterOne) {
   testing::LoopbackPool pool;
   std::vector<BucketBox> boxes;
   for (int i = 0; i < 3; ++i)
-    boxes.push_back(testing::MakeBucketAgent(coordinator, pool, absl::StrCat("a", i)));
+    boxes.push_back(testing::MakeBucketAgent(coordinator, pool, absl::StrCat("a", i), {}, true));
   // The failing step is the last: recovering needs every agent to re-join
   // (nobody died), which is the agent's epoch logic, not the pipeline's.
   constexpr int kFailStep = 2, kSteps = kFailStep + 1;

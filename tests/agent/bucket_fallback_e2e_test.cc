@@ -21,6 +21,7 @@
 #include "services/coordinator/job_config.h"
 #include "tests/agent/coordinator_bridge.h"
 #include "tests/agent/loopback_provider.h"
+#include "tests/agent/pipeline_step.h"
 #include "tests/collectives/test_dense_gather.h"
 
 namespace gradex::agent {
@@ -54,7 +55,7 @@ const std::vector<size_t> kSizes = {2000, 500};
 
 struct Box {
   testing::BridgedAgent a;
-  std::vector<BucketSlot> slots{kSizes.size()};
+  std::unique_ptr<BucketPipeline> pipeline;
   // Per step: what each bucket ran, whether bucket 0 ran as a probe, the
   // plan version the step ran under.
   std::vector<std::vector<std::string>> ran;
@@ -70,6 +71,7 @@ void RunJob(testing::CoordinatorHub& hub, testing::LoopbackPool& pool, const Buc
   for (int i = 0; i < 2; ++i) {
     Box& b = boxes[i];
     b.a = testing::MakeBridgedAgent(hub, pool, i, rules);
+    b.pipeline = testing::SequentialPipeline(b.a.agent.get());
   }
   std::vector<std::thread> threads;
   for (int i = 0; i < 2; ++i) {
@@ -78,19 +80,19 @@ void RunJob(testing::CoordinatorHub& hub, testing::LoopbackPool& pool, const Buc
       ASSERT_TRUE(b.a.agent->Start().ok());
       for (int step = 0; step < steps; ++step) {
         std::this_thread::sleep_for(pause);
-        ASSERT_TRUE(b.a.agent->BeginStep().ok());
-        std::vector<std::string> ran;
-        bool probe0 = false;
+        std::vector<std::vector<float>> grads;
         for (size_t k = 0; k < kSizes.size(); ++k) {
-          std::vector<float> g(kSizes[k], static_cast<float>(i + 1));
-          BucketOutcome out;
-          ASSERT_TRUE(
-              b.a.agent->RunBucket(static_cast<uint32_t>(k), kSizes, g, &b.slots[k], &out).ok());
-          ran.push_back(out.algorithm);
-          if (k == 0) probe0 = out.dense_probe;
+          grads.emplace_back(kSizes[k], static_cast<float>(i + 1));
         }
-        StepOutcome so;
-        ASSERT_TRUE(b.a.agent->EndStep(&so).ok());
+        testing::PipelineStep r = testing::RunPipelineStep(*b.pipeline, grads);
+        std::vector<std::string> ran;
+        for (const BucketEnd& e : r.buckets) {
+          ASSERT_TRUE(e.status.ok()) << e.status;
+          ran.push_back(e.outcome.algorithm);
+        }
+        const bool probe0 = r.buckets[0].outcome.dense_probe;
+        ASSERT_TRUE(r.end.ok()) << r.end;
+        const StepOutcome& so = r.out;
         ASSERT_EQ(so.step, static_cast<uint64_t>(step));
         b.ran.push_back(std::move(ran));
         b.probe.push_back(probe0);

@@ -1,6 +1,6 @@
-// What the per-bucket agent tests share (agent_buckets_test: RunBucket one
-// bucket after another; agent_pipeline_test: PlanBucket / PrepareBucket /
-// ExchangeBucket overlapped): three buckets of unequal sizes over an agent on
+// What the bucket pipeline's agent tests share (agent_buckets_test: one
+// bucket after another; agent_pipeline_test: bucket b+1 selected while
+// bucket b exchanges): three buckets of unequal sizes over an agent on
 // loopback transports, and one rank's step recorded so that every bucket can
 // be checked with the collectives' invariants (tests/collectives/harness.h).
 #ifndef GRADEX_TESTS_AGENT_BUCKET_HARNESS_H_
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "services/agent/agent.h"
+#include "services/agent/bucket_pipeline.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
 #include "tests/fakes/fake_control_plane.h"
@@ -29,17 +30,24 @@ struct BucketBox {
   std::unique_ptr<FakeControlPlane> control;
   std::unique_ptr<LoopbackProvider> transports;
   std::unique_ptr<Agent> agent;
-  std::vector<BucketSlot> slots{kBucketSizes.size()};
+  std::unique_ptr<BucketPipeline> pipeline;  // sums, every value as given
 };
 
 inline BucketBox MakeBucketAgent(FakeCoordinator& coordinator, LoopbackPool& pool,
-                                 const std::string& id, BucketRules rules = {}) {
+                                 const std::string& id, BucketRules rules = {},
+                                 bool pipelined = false) {
   BucketBox b;
   b.control = std::make_unique<FakeControlPlane>(&coordinator);
   b.transports = std::make_unique<LoopbackProvider>(&pool, "addr-" + id);
   AgentOptions o = TestAgentOptions(id);
   o.rules = rules;
   b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  PipelineOptions p;
+  p.mean = false;
+  p.refuse_nonfinite = false;
+  p.pipeline = pipelined;
+  p.timeout = std::chrono::milliseconds(30000);
+  b.pipeline = std::make_unique<BucketPipeline>(b.agent.get(), p);
   return b;
 }
 
@@ -88,8 +96,53 @@ inline void ExpectKept(const StepRun& r, size_t b, int agent) {
   }
 }
 
-// One rank's step through the per-bucket API, `after_bucket(b)` called once
-// bucket b is done (RunStep, RunPipelinedStep).
+// Every bucket's residual now (zeros for a bucket that has none yet).
+inline std::vector<std::vector<float>> Residuals(BucketPipeline& pipeline) {
+  absl::StatusOr<SpanState> s = pipeline.Export();
+  EXPECT_TRUE(s.ok()) << s.status();
+  std::vector<std::vector<float>> out;
+  for (size_t b = 0; b < kBucketSizes.size(); ++b) {
+    auto it = s.ok() ? s->residuals.find(b) : s->residuals.end();
+    out.push_back(it != s->residuals.end() ? it->second
+                                           : std::vector<float>(kBucketSizes[b], 0.0f));
+  }
+  return out;
+}
+
+// One rank's step through its bucket pipeline (each bucket b a span keyed
+// b), `after_bucket(b)` called on the progress thread once bucket b is done.
+inline StepRun RunPipelineStep(BucketBox& box, int rank, int iteration,
+                               const std::function<void(size_t)>& after_bucket) {
+  StepRun r;
+  const size_t buckets = kBucketSizes.size();
+  r.before = Residuals(*box.pipeline);
+  r.outcomes.resize(buckets);
+  r.buckets.resize(buckets);
+  for (size_t b = 0; b < buckets; ++b) {
+    r.grads.push_back(gradex::testing::MakeGradient(11 + b, rank, iteration, kBucketSizes[b],
+                                                    gradex::testing::Values::kIntegers));
+  }
+  std::vector<std::future<BucketEnd>> ends;
+  for (size_t b = 0; b < buckets; ++b) {
+    ends.push_back(box.pipeline->Submit({{b, kBucketSizes[b]}}, std::span<const float>(r.grads[b]),
+                                        b + 1 == buckets, [&after_bucket, b](const BucketEnd&) {
+                                          if (after_bucket) after_bucket(b);
+                                        }));
+  }
+  for (size_t b = 0; b < buckets; ++b) {
+    BucketEnd e = ends[b].get();
+    r.buckets[b] = e.status;
+    r.outcomes[b] = std::move(e.outcome);
+    if (e.step_status) {
+      r.end = *e.step_status;
+      r.out = std::move(e.step_outcome);
+    }
+  }
+  r.after = Residuals(*box.pipeline);
+  return r;
+}
+
+// One rank's step, `after_bucket(b)` called once bucket b is done.
 using BucketStepRunner = std::function<StepRun(BucketBox&, int rank, int iteration,
                                                const std::function<void(size_t)>& after_bucket)>;
 
@@ -99,11 +152,12 @@ using BucketStepRunner = std::function<StepRun(BucketBox&, int rank, int iterati
 // steps.
 inline std::vector<std::vector<StepRun>> RunKillingRank2(FakeCoordinator& coordinator,
                                                          int kill_step, int steps,
-                                                         const BucketStepRunner& run) {
+                                                         const BucketStepRunner& run,
+                                                         bool pipelined = false) {
   LoopbackPool pool;
   std::vector<BucketBox> boxes;
   for (int i = 0; i < 3; ++i)
-    boxes.push_back(MakeBucketAgent(coordinator, pool, "a" + std::to_string(i)));
+    boxes.push_back(MakeBucketAgent(coordinator, pool, "a" + std::to_string(i), {}, pipelined));
   std::barrier after_first(3);
   std::vector<std::vector<StepRun>> runs(3);
   std::vector<std::thread> threads;

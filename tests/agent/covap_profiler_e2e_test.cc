@@ -17,6 +17,7 @@
 #include "services/coordinator/job_config.h"
 #include "tests/agent/coordinator_bridge.h"
 #include "tests/agent/loopback_provider.h"
+#include "tests/agent/pipeline_step.h"
 
 namespace gradex::agent {
 namespace {
@@ -25,7 +26,7 @@ using std::chrono::milliseconds;
 
 struct Box {
   testing::BridgedAgent a;
-  std::vector<BucketSlot> slots{2};
+  std::unique_ptr<BucketPipeline> pipeline;
   std::vector<uint64_t> plan_version;  // per step
   std::vector<std::string> ran;        // bucket 0's algorithm per step
 };
@@ -43,6 +44,7 @@ TEST(CovapProfilerE2E, TheMeasuredIntervalIsPublishedAndRunFromABarrier) {
   for (int i = 0; i < 2; ++i) {
     Box& b = boxes[i];
     b.a = testing::MakeBridgedAgent(hub, pool, i);
+    b.pipeline = testing::SequentialPipeline(b.a.agent.get());
   }
   const std::vector<size_t> sizes = {4000, 1000};
   constexpr int kSteps = 40;
@@ -53,17 +55,15 @@ TEST(CovapProfilerE2E, TheMeasuredIntervalIsPublishedAndRunFromABarrier) {
       ASSERT_TRUE(b.a.agent->Start().ok());
       for (int step = 0; step < kSteps; ++step) {
         std::this_thread::sleep_for(milliseconds(15));  // the trainer's forward + backward
-        ASSERT_TRUE(b.a.agent->BeginStep().ok());
-        std::string ran0;
+        std::vector<std::vector<float>> grads;
         for (size_t k = 0; k < sizes.size(); ++k) {
-          std::vector<float> g(sizes[k], static_cast<float>(i + 1));
-          BucketOutcome out;
-          ASSERT_TRUE(
-              b.a.agent->RunBucket(static_cast<uint32_t>(k), sizes, g, &b.slots[k], &out).ok());
-          if (k == 0) ran0 = out.algorithm;
+          grads.emplace_back(sizes[k], static_cast<float>(i + 1));
         }
-        StepOutcome so;
-        ASSERT_TRUE(b.a.agent->EndStep(&so).ok());
+        testing::PipelineStep r = testing::RunPipelineStep(*b.pipeline, grads);
+        for (const BucketEnd& e : r.buckets) ASSERT_TRUE(e.status.ok()) << e.status;
+        ASSERT_TRUE(r.end.ok()) << r.end;
+        const std::string ran0 = r.buckets[0].outcome.algorithm;
+        const StepOutcome& so = r.out;
         b.plan_version.push_back(so.plan_version);
         b.ran.push_back(ran0);
       }

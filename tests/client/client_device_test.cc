@@ -9,13 +9,15 @@
 #include <vector>
 
 #include "services/client/client.h"
-#include "services/client/device_staging.h"
+#include "services/agent/device_staging.h"
 
-#if GRADEX_CLIENT_CUDA
+#if GRADEX_AGENT_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
 namespace gradex::client {
+using agent::DeviceStaging;
+
 namespace {
 
 ClientOptions OneRank() {
@@ -44,7 +46,7 @@ TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
     EXPECT_NE(s.message().find("CUDA"), std::string::npos) << s;
     return;
   }
-#if GRADEX_CLIENT_CUDA
+#if GRADEX_AGENT_CUDA
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     cudaGetLastError();
@@ -71,7 +73,7 @@ TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
 // and its pinned buffer belongs to device 1. Needs 2 GPUs; skips otherwise.
 TEST(ClientDeviceTest, StagingFollowsThePointersDevice) {
   if (!DeviceStaging::Available()) GTEST_SKIP() << "built without CUDA";
-#if GRADEX_CLIENT_CUDA
+#if GRADEX_AGENT_CUDA
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) {
     cudaGetLastError();

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -150,6 +151,57 @@ TEST(ClientTest, SaveLoadRoundTripAndCorruptBlobRefused) {
   // The loaded residuals are used: the next step runs from step 3.
   for (const absl::Status& st : RunStep(**b, 0, 3, kRebuilt).statuses) EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ((*b)->step(), 4u);
+}
+
+// Momentum correction lives with the residual: the velocity of each span
+// follows it through DDP's rebuild and a checkpoint. One rank, dense-ring
+// with the mean: the result is exactly what was exchanged, the velocity.
+TEST(ClientTest, MomentumVelocitySurvivesRebuildAndCheckpoint) {
+  constexpr float kM = 0.75f;
+  ClientOptions o = Options(0, 1);
+  o.algorithm = "dense-ring";
+  o.momentum_correction = kM;
+  const std::map<uint64_t, size_t> sizes = {{0, 3}, {1, 2}};
+  // One bucket (layout of spans) through the client; returns its result.
+  auto step = [](Client& c, std::vector<ParamSpan> spans, std::vector<float> g) {
+    auto p = std::make_shared<std::promise<absl::Status>>();
+    c.AllreduceAsync(spans, g, Memory::kHost, true, [p](absl::Status s) { p->set_value(s); });
+    EXPECT_TRUE(p->get_future().get().ok());
+    return g;
+  };
+  auto next = [](float u, float g) {
+    volatile float scaled = u * kM;  // two roundings, as torch's mul_ then add_
+    return scaled + g;
+  };
+  testing::MemoryStore store;
+  absl::StatusOr<std::unique_ptr<Client>> a = Client::Create(o, store.rendezvous());
+  ASSERT_TRUE(a.ok()) << a.status();
+  // Step 0: spans 0 and 1 in one bucket; a span's first step takes u = g.
+  const std::vector<float> g0 = {1.5f, -2.25f, 3.0f, 0.125f, -7.0f};
+  EXPECT_EQ(step(**a, {{0, 3}, {1, 2}}, g0), g0);
+  // Step 1, rebuilt: span 1 alone, then span 0; u = m*u + g.
+  std::vector<float> u = g0;
+  const std::vector<float> g1 = {0.3f, 0.7f, -1.1f, 2.9f, 0.01f};
+  for (size_t i = 0; i < u.size(); ++i) u[i] = next(u[i], g1[i]);
+  EXPECT_EQ(step(**a, {{1, 2}}, {g1[3], g1[4]}), (std::vector<float>{u[3], u[4]}));
+  EXPECT_EQ(step(**a, {{0, 3}}, {g1[0], g1[1], g1[2]}), (std::vector<float>{u[0], u[1], u[2]}));
+  absl::StatusOr<std::string> blob = (*a)->SaveState();
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<SavedState> saved = DecodeState(*blob);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->velocities.at(0), (std::vector<float>{u[0], u[1], u[2]}));
+  EXPECT_EQ(saved->velocities.at(1), (std::vector<float>{u[3], u[4]}));
+  ASSERT_TRUE((*a)->Close().ok());
+
+  // Restored into a new client, the next step continues from the velocity.
+  testing::MemoryStore store2;
+  absl::StatusOr<std::unique_ptr<Client>> b = Client::Create(o, store2.rendezvous());
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE((*b)->LoadState(*blob).ok());
+  EXPECT_EQ(*(*b)->SaveState(), *blob);
+  const std::vector<float> g2 = {-0.5f, 4.0f, 0.25f, 1.0f, -3.5f};
+  for (size_t i = 0; i < u.size(); ++i) u[i] = next(u[i], g2[i]);
+  EXPECT_EQ(step(**b, {{0, 3}, {1, 2}}, g2), u);
 }
 
 TEST(ClientTest, BadBucketsAreRefusedClearly) {

@@ -183,6 +183,17 @@ def momentum(args, rank, world):
     sd = state.state_dict()
     res = residuals_of(sd["client"])
     velocity_same = all(torch.equal(sd["velocity"][i].double(), ref_u[i]) for i in range(3))
+    # A checkpoint round trip keeps the velocities (they live in the C++
+    # pipeline); the dict's own velocities are the ones restored.
+    state.load_state_dict(sd)
+    sd2 = state.state_dict()
+    zeroed = dict(sd, velocity={k: torch.zeros_like(u) for k, u in sd["velocity"].items()})
+    state.load_state_dict(zeroed)
+    sd3 = state.state_dict()
+    state.load_state_dict(sd)
+    velocity_roundtrip = (sorted(sd2["velocity"]) == sorted(sd["velocity"]) and all(
+        torch.equal(sd2["velocity"][k], u) and not sd3["velocity"][k].any()
+        for k, u in sd["velocity"].items()))
     held = torch.cat([res.get(i, torch.zeros(sizes[i], dtype=torch.float64)) for i in range(3)])
     # Conservation needs every rank's side: sum them with gloo (float64, exact here).
     lhs = torch.cat(fed)
@@ -191,7 +202,8 @@ def momentum(args, rank, world):
     dist.all_reduce(diff)
     state.close()
     emit(rank=rank, bad_m=bad_m, conservation_max_abs_err=float(diff.abs().max()),
-         velocity_same=velocity_same, masked=masked, digest=digest,
+         velocity_same=velocity_same, velocity_roundtrip=velocity_roundtrip, masked=masked,
+         digest=digest,
          fed_norm=float(lhs.norm()))
 
 

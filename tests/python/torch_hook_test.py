@@ -247,6 +247,8 @@ def main():
                 check(a["conservation_max_abs_err"] == 0 and b["conservation_max_abs_err"] == 0,
                       "momentum: sum of velocities fed == sum of P*result + residuals, exactly",
                       failures)
+                check(a["velocity_roundtrip"] and b["velocity_roundtrip"],
+                      "momentum: state_dict -> load_state_dict keeps the velocities", failures)
                 check(a["velocity_same"] and b["velocity_same"],
                       "momentum: the hook's velocities equal the masked float64 reference",
                       failures)

@@ -1,8 +1,9 @@
-// ResidualStore: residuals follow their parameter spans across bucket
-// layouts (DDP's rebuild), moved and never copied, so the total per span is
-// conserved; bad layouts are refused without touching anything. And the
-// saved-state blob: round trip, every corruption refused.
-#include "services/client/residual_store.h"
+// SpanStore: residuals and velocities follow their parameter spans across
+// bucket layouts (DDP's rebuild), moved and never copied, so the total per
+// span is conserved; bad layouts are refused without touching anything. And
+// the saved-state blob: round trip (velocities included), version 1 still
+// read, every corruption refused.
+#include "services/agent/span_store.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +14,9 @@
 
 namespace gradex::client {
 namespace {
+
+using agent::ParamSpan;
+using agent::SpanStore;
 
 // Adds `per_span[key] * (i + 1)` to element i of each span in the slot and
 // records what was added, per span and element.
@@ -31,10 +35,10 @@ void AddTo(agent::BucketSlot* slot, const std::vector<ParamSpan>& spans, float s
   }
 }
 
-TEST(ResidualStoreTest, RandomLayoutsConserveEverySpan) {
+TEST(SpanStoreTest, RandomLayoutsConserveEverySpan) {
   const std::vector<size_t> sizes = {5, 1, 17, 3, 40, 8, 2};
   std::mt19937 rng(7);
-  ResidualStore store;
+  SpanStore store;
   std::map<uint64_t, std::vector<double>> added;
   for (int round = 0; round < 200; ++round) {
     // A random partition of a random subset of the spans into buckets.
@@ -59,7 +63,7 @@ TEST(ResidualStoreTest, RandomLayoutsConserveEverySpan) {
       AddTo(*slot, bucket, static_cast<float>(round % 5 + 1), &added);
     }
   }
-  const auto exported = store.Export();
+  const auto exported = store.Export().residuals;
   ASSERT_EQ(exported.size(), added.size());
   for (const auto& [key, values] : added) {
     ASSERT_EQ(exported.at(key).size(), values.size());
@@ -71,8 +75,8 @@ TEST(ResidualStoreTest, RandomLayoutsConserveEverySpan) {
   EXPECT_LE(store.layouts(), sizes.size());
 }
 
-TEST(ResidualStoreTest, RebuildMovesResidualsIntoTheNewLayout) {
-  ResidualStore store;
+TEST(SpanStoreTest, RebuildMovesResidualsIntoTheNewLayout) {
+  SpanStore store;
   std::vector<ParamSpan> a = {{1, 2}, {2, 3}}, b = {{3, 1}};
   agent::BucketSlot* sa = *store.Gather(a);
   sa->residual = {1, 2, 3, 4, 5};
@@ -87,8 +91,8 @@ TEST(ResidualStoreTest, RebuildMovesResidualsIntoTheNewLayout) {
 
 // What the client's selection thread asks before gathering a bucket while
 // another exchanges: every slot the gathering would read or write.
-TEST(ResidualStoreTest, TouchedNamesEverySlotAGatherWouldUse) {
-  ResidualStore store;
+TEST(SpanStoreTest, TouchedNamesEverySlotAGatherWouldUse) {
+  SpanStore store;
   const std::vector<ParamSpan> a = {{1, 4}, {2, 3}}, b = {{3, 5}}, ab = {{2, 3}, {3, 5}};
   agent::BucketSlot* sa = *store.Gather(a);
   agent::BucketSlot* sb = *store.Gather(b);
@@ -103,8 +107,8 @@ TEST(ResidualStoreTest, TouchedNamesEverySlotAGatherWouldUse) {
   EXPECT_EQ(store.Touched(a), (Slots{sa, sa, sab})) << "span 2 lives in ab now";
 }
 
-TEST(ResidualStoreTest, BadLayoutsAreRefusedAndChangeNothing) {
-  ResidualStore store;
+TEST(SpanStoreTest, BadLayoutsAreRefusedAndChangeNothing) {
+  SpanStore store;
   (*store.Gather(std::vector<ParamSpan>{{1, 4}}))->residual = {1, 1, 1, 1};
   EXPECT_EQ(store.Gather(std::vector<ParamSpan>{}).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -115,8 +119,35 @@ TEST(ResidualStoreTest, BadLayoutsAreRefusedAndChangeNothing) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store.Gather(std::vector<ParamSpan>{{3, 0}}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store.Export().at(1), (std::vector<float>{1, 1, 1, 1}));
+  EXPECT_EQ(store.Export().residuals.at(1), (std::vector<float>{1, 1, 1, 1}));
   EXPECT_EQ(store.spans(), 1u);
+}
+
+// A velocity moves with its span's residual, and so does whether it has
+// been set (a span's first step takes u = g); Export names only set ones.
+TEST(SpanStoreTest, VelocitiesMoveWithTheirSpans) {
+  SpanStore store;
+  agent::BucketSlot* a = *store.Gather(std::vector<ParamSpan>{{1, 2}, {2, 1}});
+  ASSERT_EQ(a->velocity.size(), 3u);
+  ASSERT_EQ(a->velocity_live, (std::vector<uint8_t>{0, 0}));
+  a->velocity = {1, 2, 3};
+  a->velocity_live = {1, 0};
+  agent::BucketSlot* b = *store.Gather(std::vector<ParamSpan>{{3, 1}, {1, 2}});
+  EXPECT_EQ(b->velocity, (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(b->velocity_live, (std::vector<uint8_t>{0, 1}));
+  agent::SpanState s = store.Export();
+  EXPECT_EQ(s.velocities.size(), 1u);
+  EXPECT_EQ(s.velocities.at(1), (std::vector<float>{1, 2}));
+  // Import restores them; a velocity without its residual is refused.
+  SpanStore other;
+  ASSERT_TRUE(other.Import(s).ok());
+  agent::BucketSlot* c = *other.Gather(std::vector<ParamSpan>{{1, 2}, {2, 1}, {3, 1}});
+  EXPECT_EQ(c->velocity, (std::vector<float>{1, 2, 0, 0}));
+  EXPECT_EQ(c->velocity_live, (std::vector<uint8_t>{1, 0, 0}));
+  agent::SpanState bad;
+  bad.velocities[9] = {1};
+  EXPECT_EQ(other.Import(bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(other.spans(), 3u) << "a refused import changes nothing";
 }
 
 TEST(SavedStateTest, RoundTripAndEveryCorruptionRefused) {
@@ -124,11 +155,13 @@ TEST(SavedStateTest, RoundTripAndEveryCorruptionRefused) {
   s.step = 1234;
   s.residuals[7] = {1.5f, -2.0f, 0.0f};
   s.residuals[1ull << 40] = {3.0f};
+  s.velocities[7] = {0.25f, -0.0f, 8.0f};
   const std::string blob = EncodeState(s);
   absl::StatusOr<SavedState> back = DecodeState(blob);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->step, 1234u);
   EXPECT_EQ(back->residuals, s.residuals);
+  EXPECT_EQ(back->velocities, s.velocities);
   // Every single-byte change and every truncation is refused, never a crash.
   for (size_t i = 0; i < blob.size(); ++i) {
     std::string bad = blob;
@@ -151,6 +184,27 @@ TEST(SavedStateTest, RoundTripAndEveryCorruptionRefused) {
   absl::Status st = DecodeState(forged).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("do not fit"), std::string::npos) << st;
+}
+
+// A version 1 blob (no velocities, written by gradex 0.1.0) is still read.
+TEST(SavedStateTest, VersionOneIsRead) {
+  std::string v1("GRDXSTAT", 8);
+  auto put = [&v1](auto v) { v1.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(uint32_t{1});
+  put(uint64_t{77});  // step
+  put(uint64_t{1});   // spans
+  put(uint64_t{5});   // key
+  put(uint64_t{2});   // elements
+  put(1.0f);
+  put(-3.0f);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : v1) h = (h ^ c) * 1099511628211ull;
+  put(h);
+  absl::StatusOr<SavedState> s = DecodeState(v1);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->step, 77u);
+  EXPECT_EQ(s->residuals.at(5), (std::vector<float>{1.0f, -3.0f}));
+  EXPECT_TRUE(s->velocities.empty());
 }
 
 }  // namespace

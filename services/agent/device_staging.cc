@@ -1,14 +1,14 @@
-#include "services/client/device_staging.h"
+#include "services/agent/device_staging.h"
 
 #include "absl/strings/str_cat.h"
 
-#if GRADEX_CLIENT_CUDA
+#if GRADEX_AGENT_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
-namespace gradex::client {
+namespace gradex::agent {
 
-#if GRADEX_CLIENT_CUDA
+#if GRADEX_AGENT_CUDA
 
 namespace {
 absl::Status CudaError(cudaError_t e, const char* what) {
@@ -97,4 +97,4 @@ absl::Status DeviceStaging::ToDevice(std::span<float>) {
 
 #endif
 
-}  // namespace gradex::client
+}  // namespace gradex::agent

@@ -2,15 +2,15 @@
 // host buffer, exchanged there, and the result copied back (the selection
 // itself runs on the host for now). Built with CUDA (GRADEX_CUDA, see
 // cmake/cuda.cmake) only; otherwise every call is UNIMPLEMENTED.
-#ifndef GRADEX_SERVICES_CLIENT_DEVICE_STAGING_H_
-#define GRADEX_SERVICES_CLIENT_DEVICE_STAGING_H_
+#ifndef GRADEX_SERVICES_AGENT_DEVICE_STAGING_H_
+#define GRADEX_SERVICES_AGENT_DEVICE_STAGING_H_
 
 #include <cstddef>
 #include <span>
 
 #include "absl/status/statusor.h"
 
-namespace gradex::client {
+namespace gradex::agent {
 
 class DeviceStaging {
  public:
@@ -35,6 +35,6 @@ class DeviceStaging {
   int device_ = -1;  // the device pinned_ was allocated on (-1: none chosen)
 };
 
-}  // namespace gradex::client
+}  // namespace gradex::agent
 
-#endif  // GRADEX_SERVICES_CLIENT_DEVICE_STAGING_H_
+#endif  // GRADEX_SERVICES_AGENT_DEVICE_STAGING_H_

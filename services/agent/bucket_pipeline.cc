@@ -1,0 +1,424 @@
+#include "services/agent/bucket_pipeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "collectives/call_frame.h"
+
+namespace gradex::agent {
+namespace {
+
+// Replaces NaN and infinite values by 0 (they are exchanged as 0) and says
+// how many there were and where the first was.
+absl::Status ZeroNonFinite(const std::vector<ParamSpan>& spans, std::span<float> data,
+                           size_t* count) {
+  size_t first = 0;
+  *count = 0;
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (std::isfinite(data[i])) continue;
+    if ((*count)++ == 0) first = i;
+    data[i] = 0.0f;
+  }
+  if (*count == 0) return absl::OkStatus();
+  size_t at = 0;
+  uint64_t key = 0;
+  for (const ParamSpan& s : spans) {
+    if (first < at + s.elements) {
+      key = s.key;
+      break;
+    }
+    at += s.elements;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "gradient has ", *count, " NaN or infinite values (first: span ", key, " element ",
+      first - at, "); they were exchanged as 0 and the result excludes them"));
+}
+
+size_t Elements(const std::vector<ParamSpan>& spans) {
+  size_t n = 0;
+  for (const ParamSpan& s : spans) n += s.elements;
+  return n;
+}
+
+}  // namespace
+
+BucketPipeline::BucketPipeline(Agent* agent, PipelineOptions options, Done observer)
+    : agent_(agent), options_(std::move(options)), observer_(std::move(observer)) {
+  worker_ = std::thread([this] { ExchangeLoop(); });
+  selector_ = std::thread([this] { SelectLoop(); });
+}
+
+BucketPipeline::~BucketPipeline() { (void)Close(); }
+
+bool BucketPipeline::OnPipelineThread() const {
+  return std::this_thread::get_id() == worker_.get_id() ||
+         std::this_thread::get_id() == selector_.get_id();
+}
+
+std::future<BucketEnd> BucketPipeline::Submit(std::vector<ParamSpan> spans, std::span<float> data,
+                                              Memory memory, bool last_in_step, Done done) {
+  Item item;
+  item.spans = std::move(spans);
+  item.data = data;
+  item.memory = memory;
+  item.last_in_step = last_in_step;
+  item.done = std::move(done);
+  return Queue(std::move(item));
+}
+
+std::future<BucketEnd> BucketPipeline::Submit(std::vector<ParamSpan> spans,
+                                              std::span<const float> grad, bool last_in_step,
+                                              Done done) {
+  Item item;
+  item.spans = std::move(spans);
+  // Never written: Select and Finish check `writable` before any write.
+  item.data = {const_cast<float*>(grad.data()), grad.size()};
+  item.writable = false;
+  item.last_in_step = last_in_step;
+  item.done = std::move(done);
+  return Queue(std::move(item));
+}
+
+std::future<BucketEnd> BucketPipeline::Queue(Item item) {
+  item.promise = std::make_shared<std::promise<BucketEnd>>();
+  std::future<BucketEnd> f = item.promise->get_future();
+  item.queued = std::chrono::system_clock::now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closing_) {
+      queue_.push_back(std::move(item));
+      return f;
+    }
+  }
+  BucketEnd end;
+  end.status = absl::FailedPreconditionError("gradex client is closed");
+  end.spans = std::move(item.spans);
+  end.elements = item.data.size();
+  if (item.done) item.done(end);
+  item.promise->set_value(std::move(end));
+  return f;
+}
+
+absl::Status BucketPipeline::AwaitIdle(const char* what) const {
+  if (OnPipelineThread()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gradex ", what, " from a bucket's done callback would wait for itself"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_ == 0; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&idle), absl::FromChrono(options_.timeout))) {
+    return absl::DeadlineExceededError(absl::StrCat("gradex ", what, ": ", queue_.size() + running_,
+                                                    " buckets still pending after ",
+                                                    options_.timeout.count(), " ms"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BucketPipeline::Flush() { return AwaitIdle("Flush"); }
+
+void BucketPipeline::AddMomentum(const Item& item, BucketSlot* slot) const {
+  // As torch's u.mul_(m).add_(g): two roundings, never a fused multiply-add,
+  // so the velocity is the bits the optimizer's momentum would hold.
+  const float m = static_cast<float>(options_.momentum);
+  size_t off = 0;
+  for (size_t s = 0; s < item.spans.size(); ++s) {
+    const size_t n = item.spans[s].elements;
+    float* g = item.host.data() + off;
+    float* u = slot->velocity.data() + off;
+    if (!slot->velocity_live[s]) {
+      std::copy(g, g + n, u);  // a span's first step: u = g
+      slot->velocity_live[s] = 1;
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        u[i] = u[i] * m + g[i];  // built with -ffp-contract=off (CMakeLists.txt)
+        g[i] = u[i];
+      }
+    }
+    off += n;
+  }
+}
+
+void BucketPipeline::KeepUnrun(Item& item) {
+  const size_t n = Elements(item.spans);
+  if (n != item.data.size() || n == 0 || n > options_.max_bucket_elements) return;
+  absl::StatusOr<std::span<float>> host = item.data;
+  if (item.memory == Memory::kDevice) host = staging_[0].ToHost(item.data);
+  if (!host.ok()) return;
+  absl::StatusOr<BucketSlot*> slot = store_.Gather(item.spans);
+  if (!slot.ok()) return;
+  item.host = *host;
+  if (options_.momentum > 0 && item.writable) AddMomentum(item, *slot);
+  (void)AccumulateIntoResidual(item.host, (*slot)->residual);
+}
+
+absl::Status BucketPipeline::Close() {
+  if (OnPipelineThread()) {
+    return absl::FailedPreconditionError(
+        "gradex Close from a bucket's done callback (the progress thread); close from the "
+        "trainer's thread");
+  }
+  std::deque<Item> left;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return absl::OkStatus();
+    closed_ = closing_ = true;
+    left.swap(queue_);
+  }
+  // The bucket being selected is handed over, the bucket exchanging ends
+  // first; a selected bucket not yet exchanging is given up (kept in its
+  // residual, CANCELLED) by the progress thread.
+  if (selector_.joinable()) selector_.join();
+  if (worker_.joinable()) worker_.join();
+  {
+    absl::MutexLock lock(&state_mu_);
+    for (Item& item : left) KeepUnrun(item);
+    if (agent_->step_open()) (void)agent_->EndStep(nullptr);
+    step_open_ = false;
+  }
+  for (Item& item : left) {
+    BucketEnd end;
+    end.status = absl::CancelledError(
+        "gradex client closed before the bucket was exchanged (kept in its residual)");
+    end.spans = item.spans;
+    end.elements = item.data.size();
+    end.queued = item.queued;
+    end.select_start = end.select_end = end.exchange_start = end.end =
+        std::chrono::system_clock::now();
+    if (item.done) item.done(end);  // never selected: the observer does not see it
+    item.promise->set_value(std::move(end));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SpanState> BucketPipeline::Export() const {
+  // The buckets issued so far end first (their residuals are being written).
+  if (absl::Status s = AwaitIdle("SaveState"); !s.ok()) return s;
+  absl::MutexLock lock(&state_mu_);
+  if (step_open_) {
+    return absl::FailedPreconditionError(
+        "SaveState inside a step (its last bucket, last_in_step, has not run yet)");
+  }
+  return store_.Export();
+}
+
+absl::Status BucketPipeline::Import(SpanState state, std::optional<uint64_t> step) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!queue_.empty()) {
+      return absl::FailedPreconditionError("LoadState while buckets are queued (Flush first)");
+    }
+  }
+  if (absl::Status s = AwaitIdle("LoadState"); !s.ok()) return s;
+  absl::MutexLock lock(&state_mu_);
+  if (step_open_) {
+    return absl::FailedPreconditionError(
+        "LoadState inside a step (its last bucket, last_in_step, has not run yet)");
+  }
+  if (absl::Status s = store_.Import(std::move(state)); !s.ok()) return s;
+  // Before the first epoch the step comes from the checkpoint; later the
+  // running step is kept (ranks agree on it in-band).
+  if (step) (void)agent_->set_next_step(*step);
+  return absl::OkStatus();
+}
+
+void BucketPipeline::SelectLoop() {
+  for (;;) {
+    Item item;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || closing_; };
+      mu_.Await(absl::Condition(&ready));
+      if (closing_) {  // Close keeps what is left in the queue
+        selector_done_ = true;
+        return;
+      }
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      ++running_;
+    }
+    {
+      absl::MutexLock lock(&state_mu_);
+      Select(item);
+    }
+    absl::MutexLock lock(&mu_);
+    ready_.push_back(std::move(item));
+  }
+}
+
+void BucketPipeline::WaitTurn(bool idle, const std::vector<const BucketSlot*>& touched) {
+  absl::MutexLock lock(&mu_);
+  auto turn = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!ready_.empty()) return false;  // the previous bucket is not exchanging yet
+    if (!exchanging_) return true;
+    return !idle && std::find(touched.begin(), touched.end(), exchanging_slot_) == touched.end();
+  };
+  // Bounded by the exchange in progress, which its deadline bounds.
+  mu_.Await(absl::Condition(&turn));
+}
+
+void BucketPipeline::Select(Item& item) {
+  const size_t n = Elements(item.spans);
+  auto refuse = [&](absl::Status s) {
+    WaitTurn(!options_.pipeline, {});
+    item.select_start = item.select_end = std::chrono::system_clock::now();
+    item.status = std::move(s);
+  };
+  if (n != item.data.size() || n == 0) {
+    refuse(absl::InvalidArgumentError(absl::StrCat(
+        "bucket: its spans cover ", n, " elements, its data holds ", item.data.size())));
+  } else if (n > options_.max_bucket_elements) {
+    refuse(absl::InvalidArgumentError(absl::StrCat("bucket of ", n, " elements: over ",
+                                                   options_.max_bucket_elements,
+                                                   " (ClientOptions.max_bucket_elements)")));
+  } else {
+    // A new step opens only when the previous one has ended (BeginStep and
+    // EndStep never overlap the other thread); a bucket whose gathering
+    // would touch the exchanging bucket's slot (DDP's rebuild moves spans
+    // between layouts) waits for that exchange; without the pipeline every
+    // bucket does.
+    WaitTurn(!options_.pipeline || !step_open_, store_.Touched(item.spans));
+    item.select_start = std::chrono::system_clock::now();
+    absl::StatusOr<std::span<float>> host = item.data;
+    if (item.memory == Memory::kDevice) {
+      item.staging = next_staging_;
+      next_staging_ ^= 1;
+      host = staging_[item.staging].ToHost(item.data);
+    }
+    absl::StatusOr<BucketSlot*> slot = host.ok() ? store_.Gather(item.spans) : host.status();
+    if (!slot.ok()) {
+      item.status = slot.status();
+    } else {
+      item.host = *host;
+      if (options_.momentum > 0 && item.writable) AddMomentum(item, *slot);
+      if (!step_open_) {
+        // A step the caller opened (Agent::Step) is used as is; one that
+        // cannot begin (no epoch within the timeout) fails its buckets in
+        // ExchangeBucket, which keeps their gradients.
+        if (!agent_->step_open()) (void)agent_->BeginStep();
+        step_sizes_.clear();
+        step_open_ = true;
+      }
+      item.step = agent_->next_step();
+      item.index = static_cast<uint32_t>(std::min<size_t>(step_sizes_.size(), kMaxStepBuckets));
+      step_sizes_.push_back(n);
+      if (item.index >= kMaxStepBuckets) {
+        (void)AccumulateIntoResidual(item.host, (*slot)->residual);
+        item.status = absl::InvalidArgumentError(
+            absl::StrCat("over ", kMaxStepBuckets,
+                         " buckets in one step (is last_in_step ever set?); kept in the residual"));
+      } else {
+        // COVAP counts parts across the step's buckets: the last step's
+        // sizes, the same on every rank, when this bucket matches them.
+        std::span<const size_t> sizes;
+        if (item.index < last_sizes_.size() && last_sizes_[item.index] == n) sizes = last_sizes_;
+        item.status = options_.refuse_nonfinite && item.writable
+                          ? ZeroNonFinite(item.spans, item.host, &item.nonfinite)
+                          : absl::OkStatus();
+        item.call = std::make_unique<BucketCall>();
+        agent_->PlanBucket(item.index, sizes, item.host, *slot, item.call.get());
+        Agent::PrepareBucket(item.call.get());
+      }
+    }
+    item.select_end = std::chrono::system_clock::now();
+  }
+  if (item.last_in_step && step_open_) {
+    last_sizes_ = std::move(step_sizes_);
+    step_sizes_.clear();
+    step_open_ = false;
+  }
+}
+
+absl::Status BucketPipeline::Finish(Item& item, BucketOutcome* out) {
+  if (item.call == nullptr) return item.status;
+  absl::Status s = agent_->ExchangeBucket(item.call.get(), out);
+  if (!s.ok()) return s;  // the device data is untouched
+  // Fails the bucket after its exchange (the peers are not held): its
+  // residual had NaN or Inf entries, now 0.
+  absl::Status residual = NonFiniteResidual(item.index, out->stats);
+  if (!item.writable) return residual;
+  out->result.ToDense(item.host);
+  if (options_.mean) {
+    const float world = static_cast<float>(agent_->plan()->world());
+    for (float& v : item.host) v /= world;
+  }
+  if (item.status.ok() && residual.ok() && options_.momentum > 0 && options_.factor_masking) {
+    // DGC's factor masking after a sparse exchange (fewer than half of the
+    // result's entries applied): a sent entry's velocity restarts from 0.
+    // Dense steps (start_iter, probes, fallbacks) keep their momentum.
+    size_t applied = 0;
+    for (float v : item.host) applied += v != 0.0f;
+    if (2 * applied < item.host.size()) {
+      std::vector<float>& u = item.call->slot->velocity;
+      for (size_t i = 0; i < item.host.size(); ++i) {
+        if (item.host[i] != 0.0f) u[i] = 0.0f;
+      }
+    }
+  }
+  if (item.staging >= 0) {
+    if (absl::Status d = staging_[item.staging].ToDevice(item.data); !d.ok()) return d;
+  }
+  if (!item.status.ok()) return item.status;  // the non-finite refusal, if any
+  return residual;
+}
+
+void BucketPipeline::ExchangeLoop() {
+  for (;;) {
+    Item item;
+    bool cancel = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !ready_.empty() || (closing_ && selector_done_);
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (ready_.empty()) return;
+      item = std::move(ready_.front());
+      ready_.pop_front();
+      exchanging_ = true;
+      exchanging_slot_ = item.call != nullptr ? item.call->slot : nullptr;
+      cancel = closing_;
+      // Under the lock: the next bucket's selection starts after this.
+      item.exchange_start = std::chrono::system_clock::now();
+    }
+    BucketEnd end;
+    if (cancel) {
+      if (item.call != nullptr) Agent::AbandonBucket(item.call.get());
+      end.status = absl::CancelledError(
+          "gradex client closed before the bucket was exchanged (kept in its residual)");
+    } else {
+      end.status = Finish(item, &end.outcome);
+    }
+    if (item.call != nullptr && item.call->slot != nullptr) {
+      double sq = 0;
+      for (float v : item.call->slot->residual) sq += static_cast<double>(v) * v;
+      end.residual_l2 = std::sqrt(sq);
+    }
+    if (item.last_in_step && agent_->step_open()) {
+      end.step_status = agent_->EndStep(&end.step_outcome);
+    }
+    end.spans = std::move(item.spans);
+    end.elements = item.data.size();
+    end.step = item.step;
+    end.index = item.index;
+    end.nonfinite = item.nonfinite;
+    end.queued = item.queued;
+    end.select_start = item.select_start;
+    end.select_end = item.select_end;
+    end.exchange_start = item.exchange_start;
+    end.end = std::chrono::system_clock::now();
+    if (observer_) observer_(end);
+    if (item.done) item.done(end);
+    item.promise->set_value(std::move(end));
+    absl::MutexLock lock(&mu_);
+    exchanging_ = false;
+    exchanging_slot_ = nullptr;
+    --running_;
+  }
+}
+
+}  // namespace gradex::agent
