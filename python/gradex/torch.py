@@ -141,7 +141,8 @@ class GradexState:
 
     Every keyword left out (None) takes the option table's default (the
     README's "Configuration" table, ``gradex._C.option_table()``) and asks
-    nothing of the plan.
+    nothing of the plan. The table's other Python keywords (``mean``,
+    ``advertise_host``, ``max_bucket_elements``, ...) are accepted too.
     """
 
     def __init__(self, algorithm=None, density=None, teams=None, start_iter=None,
