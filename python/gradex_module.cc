@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "python/binding_common.h"
 #include "services/client/client.h"
+#include "services/client/option_table.h"
 #include "services/client/saved_state.h"
 #include "version/version.h"
 
@@ -40,71 +41,117 @@ void ThrowIfError(const absl::Status& s) {
   if (!s.ok()) throw GradexCppError(StatusText(s));
 }
 
+namespace {
+
+// A keyword's value as the option's type; TypeError naming the keyword
+// when it is not one. Durations are seconds here.
+client::OptionValue FromPython(const client::OptionSpec& spec, const std::string& key,
+                               py::handle v) {
+  using client::OptionType;
+  try {
+    switch (spec.type) {
+      case OptionType::kString:
+        return py::cast<std::string>(v);
+      case OptionType::kInt:
+        return py::cast<int64_t>(v);
+      case OptionType::kUint: {
+        const int64_t x = py::cast<int64_t>(v);
+        if (x < 0) {
+          throw py::value_error("gradex: " + key + "=" + std::to_string(x) + ": expected " +
+                                client::ExpectedText(spec));
+        }
+        return static_cast<uint64_t>(x);
+      }
+      case OptionType::kDouble:
+        return py::cast<double>(v);
+      case OptionType::kBool:
+        return py::cast<bool>(v);
+      case OptionType::kDuration: {
+        const double s = py::cast<double>(v);
+        const client::OptionRange& r = *spec.range;
+        if (!(s > 0) || !(s * 1000 <= r.hi)) {
+          throw py::value_error("gradex: " + key + "=" + client::FormatNumber(s) +
+                                ": expected seconds in (0, " + client::FormatNumber(r.hi / 1000) +
+                                "]");
+        }
+        return static_cast<int64_t>(std::ceil(s * 1000));
+      }
+      case OptionType::kParams: {
+        catalog::ParamValues p;
+        for (auto item : py::cast<py::dict>(v)) {
+          if (py::isinstance<py::bool_>(item.second)) throw py::cast_error();
+          p[py::cast<std::string>(item.first)] = py::cast<double>(item.second);
+        }
+        return p;
+      }
+    }
+  } catch (py::cast_error&) {
+    throw py::type_error("gradex: option " + key + " must be " + client::ExpectedText(spec) +
+                         ", got " + std::string(py::str(py::type::handle_of(v).attr("__name__"))));
+  }
+  throw py::type_error("gradex: option " + key + ": no Python form");
+}
+
+}  // namespace
+
 // Options from a dict of keyword options on top of the environment (the
-// explicit ones win). Unknown keys are a TypeError so typos do not pass.
+// explicit ones win), by the option table. Unknown keys are a TypeError so
+// typos do not pass; a value out of its range is a ValueError naming it.
 ClientOptions ParseOptions(const py::dict& kw, bool use_environment) {
   ClientOptions o;
   if (use_environment) ThrowIfError(client::ApplyEnvironment(&o));
   for (auto item : kw) {
     const std::string key = py::cast<std::string>(item.first);
-    py::handle v = item.second;
-    if (v.is_none()) continue;
-    if (key == "job")
-      o.job = py::cast<std::string>(v);
-    else if (key == "rank")
-      o.rank = py::cast<int>(v);
-    else if (key == "world_size")
-      o.world_size = py::cast<int>(v);
-    else if (key == "local_rank")
-      o.local_rank = py::cast<int>(v);
-    else if (key == "coordinator")
-      o.coordinator = py::cast<std::string>(v);
-    else if (key == "token")
-      o.token = py::cast<std::string>(v);
-    else if (key == "advertise_host")
-      o.advertise_host = py::cast<std::string>(v);
-    else if (key == "algorithm")
-      o.algorithm = py::cast<std::string>(v);
-    else if (key == "density")
-      o.density = py::cast<double>(v);
-    else if (key == "teams")
-      o.teams = py::cast<int>(v);
-    else if (key == "start_iter")
-      o.start_iter = py::cast<uint64_t>(v);
-    else if (key == "min_compression_rate")
-      o.min_compression_rate = py::cast<double>(v);
-    else if (key == "dense_probe_period")
-      o.dense_probe_period = py::cast<uint64_t>(v);
-    else if (key == "refuse_nonfinite")
-      o.refuse_nonfinite = py::cast<bool>(v);
-    else if (key == "pipeline")
-      o.pipeline = py::cast<bool>(v);
-    else if (key == "momentum_correction")
-      o.momentum_correction = py::cast<double>(v);
-    else if (key == "factor_masking")
-      o.factor_masking = py::cast<bool>(v);
-    else if (key == "max_bucket_elements")
-      o.max_bucket_elements = py::cast<size_t>(v);
-    else if (key == "params") {
-      for (auto p : py::cast<py::dict>(v)) {
-        o.params[py::cast<std::string>(p.first)] = py::cast<double>(p.second);
-      }
-    } else if (key == "timeout_s") {
-      const double s = py::cast<double>(v);
-      if (!(s > 0) || !std::isfinite(s)) throw py::value_error("timeout_s must be > 0");
-      o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000)));
-    } else if (key == "mean")
-      o.mean = py::cast<bool>(v);
-    else if (key == "metrics_port")
-      o.metrics_port = py::cast<int>(v);
-    else if (key == "data_ip")
-      o.data_ip = py::cast<std::string>(v);
-    else if (key == "timeline_path")
-      o.timeline_path = py::cast<std::string>(v);
-    else
-      throw py::type_error("gradex: unknown client option '" + key + "'");
+    if (item.second.is_none()) continue;
+    const client::OptionSpec* spec = client::FindPyKeyword(key);
+    if (spec == nullptr) throw py::type_error("gradex: unknown client option '" + key + "'");
+    absl::Status s =
+        client::SetOption(&o, *spec, FromPython(*spec, key, item.second), "keyword " + key);
+    if (!s.ok()) throw py::value_error("gradex: " + std::string(s.message()));
   }
   return o;
+}
+
+// The option table for Python (tests, help): one dict per option.
+py::list OptionTableForPython() {
+  py::list out;
+  for (const client::OptionSpec& s : client::OptionTable()) {
+    py::list env;
+    for (const client::OptionEnv& e : s.env) {
+      env.append(py::make_tuple(std::string(e.name), e.kind != client::EnvKind::kValue));
+    }
+    static constexpr const char* kTypes[] = {"str",  "int",      "uint",  "float",
+                                             "bool", "duration", "params"};
+    py::dict d;
+    d["name"] = std::string(s.name);
+    d["type"] = kTypes[static_cast<int>(s.type)];
+    d["py_keyword"] = std::string(s.py_keyword);
+    d["c_key"] = std::string(s.c_key);
+    d["env"] = env;
+    d["default"] = client::DefaultText(s);
+    d["example"] = std::string(s.example);
+    d["expected"] = client::ExpectedText(s);
+    d["plan_decided"] = s.plan_decided;
+    if (s.range) {
+      d["range"] = py::make_tuple(s.range->lo, s.range->hi, s.range->lo_open, s.range->hi_open);
+    } else {
+      d["range"] = py::none();
+    }
+    out.append(d);
+  }
+  return out;
+}
+
+// Every option of ParseOptions(kw) in the table's text form, and which were
+// given: what a test compares with the C ABI's and the environment's.
+py::tuple ParsedOptionsText(const py::dict& kw, bool use_environment) {
+  const ClientOptions o = ParseOptions(kw, use_environment);
+  py::dict values, given;
+  for (const client::OptionSpec& s : client::OptionTable()) {
+    values[py::str(std::string(s.name))] = client::FormatValue(s, s.get(o));
+  }
+  for (const auto& [name, where] : o.given) given[py::str(name)] = where;
+  return py::make_tuple(values, given);
 }
 
 // The trainer's store as a Rendezvous: Python callables set(key, value) and
@@ -312,6 +359,13 @@ PYBIND11_MODULE(_C, m) {
       py::arg("cuda") = gradex::BuildCudaVersion(), py::arg("ucx") = gradex::BuildUcxVersion(),
       py::arg("wire_protocol") = gradex::kWireProtocol);
   gradex::python::BindPsWorker(m);
+  m.def("option_table", &gradex::python::OptionTableForPython,
+        "Every client option: name, type, Python keyword, C key, environment variables, "
+        "default, range, whether the job's plan decides it (services/client/option_table.h).");
+  m.def("_parsed_options", &gradex::python::ParsedOptionsText, py::arg("options"),
+        py::arg("use_environment") = false,
+        "The options Client.create would use, in the option table's text form, and which "
+        "were given explicitly (for tests).");
   m.def(
       "velocities_of",
       [](const py::bytes& blob) {

@@ -21,7 +21,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from gradex._C import Client, GradexError, velocities_of
+from gradex._C import Client, GradexError, option_table, velocities_of
 from gradex.dgs import DGSOptimizer
 
 __all__ = ["GradexState", "gradex_hook", "GradexError", "DGSOptimizer"]
@@ -31,6 +31,10 @@ _CONVERTED = (torch.float16, torch.bfloat16, torch.float64)
 # Each GradexState of a process takes the next rendezvous namespace; every rank
 # creates its states in the same order, so the namespaces match across ranks.
 _generation = itertools.count()
+# Every Python keyword of the client's option table (the README's table).
+# (params: GradexState's **params are they.)
+_OPTION_KEYWORDS = frozenset(r["py_keyword"] for r in option_table()
+                             if r["py_keyword"] and r["py_keyword"] != "params")
 
 
 def _store_rendezvous(prefix, timeout_s):
@@ -128,35 +132,37 @@ class GradexState:
             velocity of the entries the result applied (DGC's momentum factor
             masking: a sent entry does not keep pushing with stale momentum).
             Dense steps (start_iter, dense probes, fallbacks) keep it.
+        allow_plan_override: algorithm, density, teams and **params are the
+            job plan's (a coordinator's job config, or rank 0's options). A
+            rank that asks for other values fails here with a GradexError
+            naming each option, both values and the plan's source; True runs
+            the plan's values with a warning per option instead.
         **params: algorithm parameters by catalog name (numbers).
+
+    Every keyword left out (None) takes the option table's default (the
+    README's "Configuration" table, ``gradex._C.option_table()``) and asks
+    nothing of the plan. The table's other Python keywords (``mean``,
+    ``advertise_host``, ``max_bucket_elements``, ...) are accepted too.
     """
 
-    def __init__(self, algorithm="auto", density=0.01, teams=0, start_iter=0,
-                 min_compression_rate=2.0, timeout_s=60, coordinator=None, token=None,
+    def __init__(self, algorithm=None, density=None, teams=None, start_iter=None,
+                 min_compression_rate=None, timeout_s=60, coordinator=None, token=None,
                  *, model=None, job=None, metrics_port=None, data_ip=None, timeline_path=None,
                  dense_probe_period=None, refuse_nonfinite=True, momentum_correction=0.0,
-                 factor_masking=True, pipeline=None, **params):
-        if not (0 < density <= 1):
-            raise ValueError(f"gradex: density must be in (0, 1], got {density}")
-        if not timeout_s > 0:
-            raise ValueError(f"gradex: timeout_s must be > 0, got {timeout_s}")
-        if not (0 <= momentum_correction < 1):
-            raise ValueError(f"gradex: momentum_correction must be in [0, 1), got "
-                             f"{momentum_correction}")
-        for name, value in params.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"gradex: algorithm parameter '{name}' must be a number, "
-                                f"got {type(value).__name__}")
-        options = dict(algorithm=algorithm, density=float(density), teams=int(teams),
-                       start_iter=int(start_iter), min_compression_rate=float(min_compression_rate),
-                       timeout_s=float(timeout_s), coordinator=coordinator, token=token,
-                       job=job, metrics_port=metrics_port, data_ip=data_ip,
-                       timeline_path=timeline_path, dense_probe_period=dense_probe_period,
-                       refuse_nonfinite=bool(refuse_nonfinite),
-                       pipeline=None if pipeline is None else bool(pipeline),
-                       momentum_correction=float(momentum_correction),
-                       factor_masking=bool(factor_masking),
-                       params={k: float(v) for k, v in params.items()})
+                 factor_masking=True, pipeline=None, allow_plan_override=None, **params):
+        # None: not given (the option table's default, and nothing asked of
+        # the plan). The C++ option table checks every value and its range;
+        # its other keywords (mean, advertise_host, ...) are options here
+        # too, not algorithm parameters.
+        other = {k: params.pop(k) for k in list(params) if k in _OPTION_KEYWORDS}
+        options = dict(algorithm=algorithm, density=density, teams=teams, start_iter=start_iter,
+                       min_compression_rate=min_compression_rate, timeout_s=timeout_s,
+                       coordinator=coordinator, token=token, job=job, metrics_port=metrics_port,
+                       data_ip=data_ip, timeline_path=timeline_path,
+                       dense_probe_period=dense_probe_period, refuse_nonfinite=refuse_nonfinite,
+                       momentum_correction=momentum_correction, factor_masking=factor_masking,
+                       pipeline=pipeline, allow_plan_override=allow_plan_override,
+                       params=params or None, **other)
         if dist.is_available() and dist.is_initialized():
             options["rank"] = dist.get_rank()
             options["world_size"] = dist.get_world_size()
@@ -164,7 +170,7 @@ class GradexState:
         rdv_set, rdv_get = _store_rendezvous(prefix, timeout_s)
         self.timeout_s = float(timeout_s)
         self.algorithm = algorithm
-        self.density = float(density)
+        self.density = density
         self._keys = {}
         if model is not None:
             for i, p in enumerate(model.parameters()):

@@ -103,9 +103,22 @@ struct JoinRequest {
   bool server = false;         // joins as a parameter server (role SERVER)
 };
 
+// The job config's values every plan takes its algorithm, density, team
+// count and parameters from (JoinResponse.plan_config), known at the join:
+// a trainer compares what it asked for with them before its first step.
+struct JobPlanConfig {
+  std::string algorithm;  // "auto" or a catalog name
+  double density = 0;
+  int teams = 1;
+  bool auto_teams = false;  // the coordinator chooses the team count
+  catalog::ParamValues params;
+};
+
 struct JoinReply {
   std::string member_id;
   std::chrono::milliseconds lease{10000};
+  // Absent when the coordinator predates it.
+  std::optional<JobPlanConfig> plan_config;
 };
 
 // What one step did, for the coordinator's controllers (B-SAG k', COVAP CCR,
@@ -184,6 +197,10 @@ class ControlPlane {
   virtual absl::Status Heartbeat(Deadline deadline) = 0;
   // Leaves the job; stops the background work.
   virtual absl::Status Leave(Deadline deadline) = 0;
+
+  // The job's plan config as the last successful Join's reply gave it;
+  // absent before one, or when the coordinator does not send it.
+  virtual std::optional<JobPlanConfig> JoinedPlanConfig() const { return std::nullopt; }
 
   // Newest plan received, or null before the first. Never blocks on the
   // network (a mutex and a pointer copy).

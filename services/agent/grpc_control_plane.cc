@@ -80,6 +80,10 @@ class GrpcControlPlane final : public ControlPlane {
     return FromGrpc(stub_->Leave(&ctx, req, &resp), "leave");
   }
 
+  std::optional<JobPlanConfig> JoinedPlanConfig() const override {
+    absl::MutexLock lock(&mu_);
+    return plan_config_;
+  }
   std::shared_ptr<const Plan> LatestPlan() const override { return store_.Latest(); }
   std::shared_ptr<const Plan> PlanVersion(uint64_t v) const override { return store_.Version(v); }
   bool ReportStep(StepReport report) override {
@@ -142,8 +146,17 @@ class GrpcControlPlane final : public ControlPlane {
     }
     heartbeat_ = std::chrono::milliseconds(
         std::max<uint32_t>(resp.heartbeat_interval_ms(), resp.lease_duration_ms() / 3));
-    return JoinReply{absl::StrCat(resp.member_id()),
-                     std::chrono::milliseconds(resp.lease_duration_ms())};
+    JoinReply reply{absl::StrCat(resp.member_id()),
+                    std::chrono::milliseconds(resp.lease_duration_ms())};
+    if (resp.has_plan_config()) {
+      const pb::JobPlanConfig& c = resp.plan_config();
+      JobPlanConfig plan{c.algorithm(), c.density(), c.teams(), c.auto_teams(), {}};
+      for (const auto& [name, value] : c.params()) plan.params.emplace(name, value);
+      reply.plan_config = plan;
+      absl::MutexLock lock(&mu_);
+      plan_config_ = std::move(plan);
+    }
+    return reply;
   }
 
   // The first join retries what a coordinator coming up would fix (an agent
@@ -384,9 +397,10 @@ class GrpcControlPlane final : public ControlPlane {
   std::atomic<std::chrono::milliseconds> heartbeat_{std::chrono::milliseconds(1000)};
   std::atomic<bool> started_{false};
   absl::Mutex recover_mu_;  // held across a re-join and its backoff
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   JoinRequest join_ ABSL_GUARDED_BY(mu_);
   std::string secret_ ABSL_GUARDED_BY(mu_);
+  std::optional<JobPlanConfig> plan_config_ ABSL_GUARDED_BY(mu_);
   uint64_t version_offset_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t known_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

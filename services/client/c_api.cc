@@ -6,12 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "services/client/c_api_internal.h"
 #include "services/client/client.h"
 #include "services/client/gradex.h"
+#include "services/client/option_table.h"
 
 struct gradex_client {
   std::unique_ptr<gradex::client::Client> client;
@@ -32,75 +31,6 @@ int Report(const absl::Status& s) {
     return GRADEX_OK;
   }
   return Fail(s);
-}
-
-absl::Status Set(ClientOptions* o, const std::string& key, const std::string& v) {
-  auto number = [&](auto* out) -> absl::Status {
-    if (!absl::SimpleAtoi(v, out)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("option ", key, "='", v.substr(0, 64), "': not an integer in range"));
-    }
-    return absl::OkStatus();
-  };
-  auto real = [&](double* out) -> absl::Status {
-    if (!absl::SimpleAtod(v, out)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("option ", key, "='", v.substr(0, 64), "': not a number"));
-    }
-    return absl::OkStatus();
-  };
-  if (key == "job")
-    o->job = v;
-  else if (key == "coordinator")
-    o->coordinator = v;
-  else if (key == "token")
-    o->token = v;
-  else if (key == "advertise_host")
-    o->advertise_host = v;
-  else if (key == "algorithm")
-    o->algorithm = v;
-  else if (key == "data_ip")
-    o->data_ip = v;
-  else if (key == "timeline")
-    o->timeline_path = v;
-  else if (key == "rank")
-    return number(&o->rank);
-  else if (key == "world_size")
-    return number(&o->world_size);
-  else if (key == "local_rank")
-    return number(&o->local_rank);
-  else if (key == "teams")
-    return number(&o->teams);
-  else if (key == "start_iter")
-    return number(&o->start_iter);
-  else if (key == "dense_probe_period")
-    return number(&o->dense_probe_period);
-  else if (key == "metrics_port")
-    return number(&o->metrics_port);
-  else if (key == "max_bucket_elements")
-    return number(&o->max_bucket_elements);
-  else if (key == "density")
-    return real(&o->density);
-  else if (key == "min_compression_rate")
-    return real(&o->min_compression_rate);
-  else if (key == "timeout_ms") {
-    int64_t ms;
-    if (absl::Status s = number(&ms); !s.ok()) return s;
-    o->timeout = std::chrono::milliseconds(ms);
-  } else if (key == "mean" || key == "refuse_nonfinite" || key == "pipeline") {
-    if (v != "0" && v != "1") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("option ", key, "='", v.substr(0, 64), "': 0 or 1"));
-    }
-    (key == "mean" ? o->mean : key == "pipeline" ? o->pipeline : o->refuse_nonfinite) = v == "1";
-  } else if (absl::StartsWith(key, "param.") && key.size() > 6) {
-    double x;
-    if (absl::Status s = real(&x); !s.ok()) return s;
-    o->params[key.substr(6)] = x;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown option '", key.substr(0, 64), "'"));
-  }
-  return absl::OkStatus();
 }
 
 Rendezvous FromC(const gradex_rendezvous* r) {
@@ -170,7 +100,8 @@ int gradex_create(const char* const* keys, const char* const* values, size_t cou
       return Fail(
           absl::InvalidArgumentError(absl::StrCat("gradex_create: option ", i, " is NULL")));
     }
-    if (absl::Status s = gradex::client::Set(&o, keys[i], values[i]); !s.ok()) return Fail(s);
+    if (absl::Status s = gradex::client::SetFromCKey(&o, keys[i], values[i]); !s.ok())
+      return Fail(s);
   }
   absl::StatusOr<std::unique_ptr<Client>> c =
       Client::Create(std::move(o), gradex::client::FromC(rendezvous));

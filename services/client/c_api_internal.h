@@ -1,6 +1,6 @@
 // What the C ABI's files share (c_api.cc: the client; c_api_ps.cc: the
-// parameter-server worker): the per-thread error, options by key, the
-// trainer's rendezvous from C.
+// parameter-server worker): the per-thread error and the trainer's
+// rendezvous from C (options by key: option_table.h's SetFromCKey).
 #ifndef GRADEX_SERVICES_CLIENT_C_API_INTERNAL_H_
 #define GRADEX_SERVICES_CLIENT_C_API_INTERNAL_H_
 
@@ -17,8 +17,6 @@ extern thread_local std::string t_error;
 int Fail(const absl::Status& s);
 // GRADEX_OK (clearing the error) or Fail(s).
 int Report(const absl::Status& s);
-// One key=value client option; INVALID_ARGUMENT naming an unknown key.
-absl::Status Set(ClientOptions* o, const std::string& key, const std::string& v);
 Rendezvous FromC(const gradex_rendezvous* r);
 
 }  // namespace gradex::client

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/client/c_api_internal.h"
 #include "services/client/gradex.h"
+#include "services/client/option_table.h"
 #include "services/client/ps_worker.h"
 
 struct gradex_ps_worker {
@@ -58,7 +59,7 @@ absl::Status SetPs(PsWorkerOptions* o, const std::string& key, const std::string
     }
     return absl::OkStatus();
   }
-  return Set(&o->client, key, v);
+  return SetFromCKey(&o->client, key, v);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -95,10 +96,20 @@ struct ClientOptions {
   // result's entries non-zero) the velocity of every entry the result applied
   // restarts from 0 (DGC's momentum factor masking).
   bool factor_masking = true;
+  // algorithm, density, teams and params are the plan's (a coordinator's job
+  // config, or rank 0's options when rank 0 embeds it). A rank that asks for
+  // other values fails Create (INVALID_ARGUMENT naming each option, both
+  // values and where the plan's came from); true: it runs the plan's values
+  // and warns once per option (gradex_client_plan_overrides_total{option}).
+  bool allow_plan_override = false;
+  // The options given explicitly (keyword, C key, environment variable) and
+  // where: option name -> e.g. "keyword density". The option table's setters
+  // fill it; a C++ caller's field that differs from its default counts as
+  // given too (option_table.h, Asked).
+  std::map<std::string, std::string> given;
 };
-// When the coordinator is embedded (rank 0, none given), its job takes
-// algorithm, density, teams and params from rank 0's options; a coordinator
-// given by address has its own job config, and those options are unused.
+// Every option's name, range, environment variable, C key and Python
+// keyword: option_table.h (and the README's table).
 
 // Fills what the environment says (GRADEX_*, GRADEX_JOB, RANK, WORLD_SIZE, LOCAL_RANK,
 // MASTER_ADDR); a malformed value is INVALID_ARGUMENT naming the variable.

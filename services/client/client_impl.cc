@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "services/agent/data_interface.h"
 #include "services/agent/grpc_control_plane.h"
+#include "services/client/plan_override.h"
 
 namespace gradex::client {
 namespace {
@@ -88,6 +89,14 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
     agent_.reset();  // never joined: nothing to leave
     return absl::Status(s.code(), absl::StrCat("gradex: joining the coordinator at ",
                                                endpoint_.address, ": ", s.message()));
+  }
+  // What this rank asked for against the plan it joined (no silent override).
+  if (absl::Status s = CheckPlanOverrides(options_, control_->JoinedPlanConfig(), endpoint_.address,
+                                          *metrics_->registry());
+      !s.ok()) {
+    (void)agent_->Leave();
+    agent_.reset();
+    return s;
   }
   if (!options_.timeline_path.empty()) {
     absl::StatusOr<std::unique_ptr<Timeline>> tl = Timeline::Open(

@@ -6,8 +6,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gradex/v1/job_config.pb.h"
+#include "services/client/option_table.h"
 #include "services/coordinator/job_config.h"
 
 namespace gradex::client {
@@ -68,26 +70,49 @@ absl::StatusOr<std::string> EmbeddedJobConfig(const ClientOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("job '", o.job.substr(0, 64), "': 1..128 characters of [A-Za-z0-9._-]"));
   }
-  // "auto" goes through: the coordinator's bucket controller chooses per bucket.
-  const std::string& algorithm = o.algorithm;
-  if (!IsName(algorithm)) {
-    return absl::InvalidArgumentError(absl::StrCat("algorithm '", algorithm.substr(0, 64),
-                                                   "' unknown; known: ", catalog::NameList()));
-  }
   gradex::v1::JobConfig c;
   c.set_job_id(o.job);
   c.set_world_size(o.world_size);
-  c.set_algorithm(algorithm);
-  c.set_density(o.density);
-  c.set_teams(o.teams);
   c.set_step_deadline_ms(static_cast<uint32_t>(o.timeout.count()));
   c.set_rendezvous_timeout_ms(static_cast<uint32_t>(o.timeout.count()));
-  for (const auto& [name, value] : o.params) {
-    if (!IsName(name)) {
-      return absl::InvalidArgumentError(absl::StrCat("parameter name '", name.substr(0, 64), "'"));
+  // The plan-decided options, each into its JobConfig field (the option
+  // table's job_field), through protobuf's own JSON reader so a field name
+  // the proto lacks fails here. "auto" goes through: the coordinator's
+  // bucket controller chooses per bucket.
+  google::protobuf::Struct plan;
+  for (const OptionSpec& spec : OptionTable()) {
+    if (spec.job_field.empty()) continue;
+    const OptionValue v = spec.get(o);
+    google::protobuf::Value& field = (*plan.mutable_fields())[std::string(spec.job_field)];
+    switch (spec.type) {
+      case OptionType::kString:
+        field.set_string_value(std::get<std::string>(v));
+        break;
+      case OptionType::kDouble:
+        field.set_number_value(std::get<double>(v));
+        break;
+      case OptionType::kInt:
+        field.set_number_value(static_cast<double>(std::get<int64_t>(v)));
+        break;
+      case OptionType::kParams:
+        for (const auto& [name, value] : std::get<catalog::ParamValues>(v)) {
+          (*field.mutable_struct_value()->mutable_fields())[name].set_number_value(value);
+        }
+        if (!field.has_struct_value()) field.mutable_struct_value();
+        break;
+      default:
+        return absl::InternalError(absl::StrCat("option ", spec.name, ": no job config form"));
     }
-    (*c.mutable_params())[name] = value;
   }
+  std::string plan_json;
+  google::protobuf::util::JsonParseOptions strict;
+  gradex::v1::JobConfig from_options;
+  if (!google::protobuf::util::MessageToJsonString(plan, &plan_json).ok() ||
+      !google::protobuf::util::JsonStringToMessage(plan_json, &from_options, strict).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the options' job config is not a gradex.v1.JobConfig: ", plan_json.substr(0, 256)));
+  }
+  c.MergeFrom(from_options);
   return JobConfigJson(c);
 }
 

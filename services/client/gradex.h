@@ -60,18 +60,20 @@ typedef struct {
   long (*get)(void* user, const char* key, char* buf, size_t cap);
 } gradex_rendezvous;
 
-/* Creates a client: defaults, then the environment when use_env != 0
- * (GRADEX_COORDINATOR, GRADEX_TOKEN[_FILE], GRADEX_JOB, RANK, WORLD_SIZE,
- * LOCAL_RANK, MASTER_ADDR, GRADEX_COORDINATOR_HOST, GRADEX_METRICS_PORT,
- * GRADEX_METRICS_ADDR, GRADEX_TLS_{CA,CERT,KEY}_FILE, GRADEX_TLS_SERVER_NAME,
- * GRADEX_DATA_IP, GRADEX_TIMELINE, GRADEX_PIPELINE), then count key/value
- * options: job, rank, world_size, local_rank, coordinator, token,
- * advertise_host, algorithm, density, teams, start_iter, min_compression_rate,
- * dense_probe_period, timeout_ms, mean (0/1), refuse_nonfinite (0/1),
- * pipeline (0/1), metrics_port, data_ip, timeline, max_bucket_elements, and
- * param.NAME for an algorithm parameter. rendezvous may be NULL. A
- * metrics_port > 0 is the base of a node's ranks: the client serves on
- * metrics_port + local_rank. */
+/* Creates a client: defaults, then the environment when use_env != 0, then
+ * count key/value options (unknown keys, unparsable and out-of-range values
+ * are GRADEX_INVALID_ARGUMENT naming the key and the range). The keys and
+ * variables are the option table's (services/client/option_table.cc; the
+ * README's "Configuration" table, `gradex-options`): job, rank, world_size,
+ * local_rank, coordinator, token, advertise_host, algorithm, density, teams,
+ * param.NAME (an algorithm parameter), start_iter, min_compression_rate,
+ * dense_probe_period, max_bucket_elements, timeout_ms, mean (0/1),
+ * metrics_port, data_ip, timeline, refuse_nonfinite (0/1), pipeline (0/1),
+ * momentum_correction, factor_masking (0/1), allow_plan_override (0/1).
+ * algorithm, density, teams and param.NAME are the job's plan's: asking for
+ * other values than the plan joined is GRADEX_INVALID_ARGUMENT unless
+ * allow_plan_override=1. rendezvous may be NULL. A metrics_port > 0 is the
+ * base of a node's ranks: the client serves on metrics_port + local_rank. */
 int gradex_create(const char* const* keys, const char* const* values, size_t count, int use_env,
                   const gradex_rendezvous* rendezvous, gradex_client** out);
 

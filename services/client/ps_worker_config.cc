@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/dgs_layout.h"
 #include "services/client/embedded_coordinator.h"
+#include "services/client/option_table.h"
 
 namespace gradex::client {
 
@@ -24,7 +25,12 @@ absl::Status CheckPsWorkerOptions(const PsWorkerOptions& o) {
     return bad("timeout must be in 1 ms..24 h");
   }
   if (absl::Status s = CheckMetricsPort(c); !s.ok()) return bad(std::string(s.message()));
-  if (!(o.density > 0 && o.density <= 1)) return bad("density must be in (0, 1]");
+  // The client's density range (the option table's), on the worker's own density.
+  if (absl::Status s =
+          CheckOptionValue(*FindOption("density"), static_cast<double>(o.density), "density");
+      !s.ok()) {
+    return bad(std::string(s.message()));
+  }
   if (!(o.momentum > 0 && o.momentum <= 1)) return bad("momentum must be in (0, 1]");
   if (!(o.weight_decay >= 0) || std::isinf(o.weight_decay)) return bad("weight_decay must be >= 0");
   if (!(o.lr0 >= 0) || std::isinf(o.lr0)) return bad("lr0 must be >= 0 (0: the first step's lr)");

@@ -68,6 +68,12 @@ absl::StatusOr<gradex::v1::JoinResponse> Coordinator::Join(const gradex::v1::Joi
   resp.set_heartbeat_interval_ms(static_cast<uint32_t>(std::max<int64_t>(lease_ms / 3, 1)));
   resp.set_coordinator_incarnation(incarnation_);
   resp.set_member_secret(std::move(secret));
+  gradex::v1::JobPlanConfig* plan = resp.mutable_plan_config();
+  plan->set_algorithm(s_.auto_algorithm ? kAutoAlgorithm : s_.algorithm);
+  plan->set_density(s_.density);
+  plan->set_teams(s_.teams);
+  plan->set_auto_teams(s_.auto_teams);
+  for (const auto& [name, value] : s_.params) (*plan->mutable_params())[name] = value;
   return resp;
 }
 

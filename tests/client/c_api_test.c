@@ -37,6 +37,11 @@ int main(void) {
   const char* bad_density_vals[] = {"two"};
   CHECK(gradex_create(bad_density_keys, bad_density_vals, 1, 0, NULL, &c) ==
         GRADEX_INVALID_ARGUMENT);
+  const char* far_density_vals[] = {"2"};
+  CHECK(gradex_create(bad_density_keys, far_density_vals, 1, 0, NULL, &c) ==
+        GRADEX_INVALID_ARGUMENT);
+  CHECK(strstr(gradex_last_error(), "density") != NULL);
+  CHECK(strstr(gradex_last_error(), "(0, 1]") != NULL); /* the option table's range */
   const char* bad_flag_keys[] = {"pipeline"};
   const char* bad_flag_vals[] = {"on"};
   CHECK(gradex_create(bad_flag_keys, bad_flag_vals, 1, 0, NULL, &c) == GRADEX_INVALID_ARGUMENT);
@@ -46,10 +51,17 @@ int main(void) {
   CHECK(gradex_rank(NULL) == -1);
 
   /* dense-ring on one rank: the sum is the gradient itself. */
-  const char* keys[] = {"job",        "algorithm",        "world_size", "rank", "mean",
-                        "timeout_ms", "refuse_nonfinite", "pipeline"};
-  const char* vals[] = {"c-api", "dense-ring", "1", "0", "1", "20000", "1", "1"};
-  int rc = gradex_create(keys, vals, 8, 0, NULL, &c);
+  const char* keys[] = {"job",
+                        "algorithm",
+                        "world_size",
+                        "rank",
+                        "mean",
+                        "timeout_ms",
+                        "refuse_nonfinite",
+                        "pipeline",
+                        "allow_plan_override"};
+  const char* vals[] = {"c-api", "dense-ring", "1", "0", "1", "20000", "1", "1", "0"};
+  int rc = gradex_create(keys, vals, 9, 0, NULL, &c);
   CHECK(rc == GRADEX_OK);
   if (rc != GRADEX_OK) return 1;
 

@@ -35,6 +35,26 @@ TEST(EmbeddedConfigTest, ANamedAlgorithmIsKeptAndAnUnknownOneRefused) {
   EXPECT_FALSE(config.ok() && coordinator::ParseJobConfig(*config).ok());
 }
 
+// Every plan-decided option reaches its JobConfig field (the option table's
+// job_field), read back by the coordinator's own parser.
+TEST(EmbeddedConfigTest, ThePlanDecidedOptionsReachTheirFields) {
+  ClientOptions o;
+  o.world_size = 4;
+  o.algorithm = "spardl-bsag";
+  o.density = 0.003;
+  o.teams = 2;
+  o.params["kprime"] = 5;
+  absl::StatusOr<std::string> config = EmbeddedJobConfig(o);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<coordinator::JobSettings> job = coordinator::ParseJobConfig(*config);
+  ASSERT_TRUE(job.ok()) << job.status() << "\n" << *config;
+  EXPECT_EQ(job->algorithm, "spardl-bsag");
+  EXPECT_EQ(job->density, 0.003);
+  EXPECT_EQ(job->teams, 2);
+  EXPECT_EQ(job->params.at("kprime"), 5);
+  EXPECT_EQ(job->world_size, 4);
+}
+
 // Without a coordinator or a rendezvous (GradexState before
 // init_process_group) both rank 0 and the others say what to do.
 TEST(EmbeddedConfigTest, NoCoordinatorAndNoRendezvousNamesTheFix) {

@@ -42,6 +42,30 @@ TEST(Membership, FirstEpochWhenWorldSizeJoined) {
   EXPECT_EQ(m.latest().effective_step, 0u);
 }
 
+// The join tells the member the job config's plan-decided values at once
+// (the client compares what it asked for with them before its first step).
+TEST(Membership, JoinResponseCarriesThePlanConfig) {
+  JobSettings s = Job(2);
+  s.density = 0.002;
+  s.teams = 2;
+  s.auto_teams = true;
+  s.params["kprime"] = 7;
+  Coordinator c(s, nullptr);
+  absl::StatusOr<gradex::v1::JoinResponse> r = c.Join(Req("a"), t0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_plan_config());
+  EXPECT_EQ(r->plan_config().algorithm(), "spardl-bsag");
+  EXPECT_EQ(r->plan_config().density(), 0.002);
+  EXPECT_EQ(r->plan_config().teams(), 2);
+  EXPECT_TRUE(r->plan_config().auto_teams());
+  EXPECT_EQ(r->plan_config().params().at("kprime"), 7);
+  s.auto_algorithm = true;  // a job config's "auto": kept, not the default it runs first
+  Coordinator a(s, nullptr);
+  r = a.Join(Req("b"), t0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->plan_config().algorithm(), kAutoAlgorithm);
+}
+
 TEST(Membership, WrongJobAndMinimumAfterTimeout) {
   Membership m(Job(4, 2));
   uint64_t rep = 0;

@@ -259,6 +259,10 @@ def bad_join(args, rank, world):
     try:
         if args.target == "none":  # no coordinator, no process group: rank 1 cannot find rank 0
             gx.GradexState(algorithm="spardl", timeout_s=timeout_s).close()
+        elif args.target.startswith("plan"):  # plan[-allowed]:HOST:PORT, the job runs spardl
+            how, target = args.target.split(":", 1)
+            gx.GradexState(algorithm="oktopk", coordinator=target, token="the-token-of-this-test",
+                           timeout_s=timeout_s, allow_plan_override=how == "plan-allowed").close()
         else:
             gx.GradexState(algorithm="spardl", coordinator=args.target, token="not-the-token",
                            timeout_s=timeout_s).close()

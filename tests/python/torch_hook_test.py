@@ -25,7 +25,9 @@ README "Use it from PyTorch"). Phases, each a fresh pair of processes:
   bad-join      GradexState(...) against a gradex-coordinator with another
                 token, against a port nobody listens on, and with neither a
                 coordinator nor a process group: GradexError within
-                timeout_s (+ slack) naming the fix; a coordinator whose
+                timeout_s (+ slack) naming the fix; asking for another
+                algorithm than its job config's: GradexError naming both and
+                the coordinator (with allow_plan_override: one warning); a coordinator whose
                 --metrics-port is taken exits naming the fix.
 
 Exit 0 pass, 1 fail, 77 skip (no torch for this Python).
@@ -87,16 +89,22 @@ def run_bad_join(args, failures):
                 ("unreachable coordinator", f"127.0.0.1:{free_port()}",
                  ["no coordinator", "Fix:", "GRADEX_COORDINATOR"]),
                 ("GradexState before init_process_group", "none",
-                 ["init_process_group() before gradex.torch.GradexState", "GRADEX_COORDINATOR"])):
+                 ["init_process_group() before gradex.torch.GradexState", "GRADEX_COORDINATOR"]),
+                ("another algorithm than the job config's", f"plan:127.0.0.1:{port}",
+                 ["algorithm: this rank asks oktopk (keyword algorithm), the plan has spardl",
+                  f"the job config of the coordinator at 127.0.0.1:{port}",
+                  "allow_plan_override=True"]),
+                ("the same, allow_plan_override=True", f"plan-allowed:127.0.0.1:{port}", [])):
             env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1")
             env.pop("GRADEX_COORDINATOR", None)
             t0 = time.monotonic()
             try:
-                out = subprocess.run([sys.executable, os.path.abspath(__file__), "--phase", "bad-join",
-                                      "--target", target], env=env, capture_output=True, text=True,
-                                     timeout=60).stdout
+                done = subprocess.run([sys.executable, os.path.abspath(__file__), "--phase",
+                                       "bad-join", "--target", target], env=env,
+                                      capture_output=True, text=True, timeout=60)
+                out, err = done.stdout, done.stderr
             except subprocess.TimeoutExpired:
-                out = ""
+                out = err = ""
             took = time.monotonic() - t0
             r = next((json.loads(l[7:]) for l in out.splitlines() if l.startswith("RESULT ")), {})
             print(f"--- bad-join, {what}: {took:.1f} s, {json.dumps(r)}")
@@ -106,6 +114,10 @@ def run_bad_join(args, failures):
                   f"{r.get('error', out[-300:])[:400]!r}", failures)
             check(r.get("error_s", 1e9) <= r.get("timeout_s", 0) + 5,
                   f"bad-join: {what} within timeout_s + 5 s ({r.get('error_s')} s)", failures)
+            if not words:  # allowed: joins, warns once naming the option
+                check(r.get("error") == "" and err.count("gradex: warning: algorithm") == 1,
+                      f"bad-join: {what} joins and warns once: {r.get('error')!r}, "
+                      f"{err[-300:]!r}", failures)
         held = socket.socket()
         held.bind(("127.0.0.1", 0))
         held.listen(1)

@@ -1,0 +1,111 @@
+// Every ClientOptions field declared once, in the spirit of the catalog's
+// ParamSpec: its name, type, range, environment variables, C ABI key, Python
+// keyword, whether the job's plan decides it, and how to read and write it.
+// The default is the one ClientOptions' initialiser gives. The Python
+// keywords (python/gradex_module.cc), the C ABI keys (c_api.cc, c_api_ps.cc),
+// the environment (environment.cc), Client::Create's checks, the embedded
+// coordinator's job config and the README's table (gradex-options) all read
+// this table; none of them names an option itself.
+#ifndef GRADEX_SERVICES_CLIENT_OPTION_TABLE_H_
+#define GRADEX_SERVICES_CLIENT_OPTION_TABLE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "catalog/catalog.h"
+#include "services/client/client.h"
+
+namespace gradex::client {
+
+// kDuration holds milliseconds (C ABI: integer milliseconds; Python:
+// seconds). kParams: algorithm parameters by catalog name.
+enum class OptionType { kString, kInt, kUint, kDouble, kBool, kDuration, kParams };
+
+using OptionValue =
+    std::variant<std::string, int64_t, uint64_t, double, bool, catalog::ParamValues>;
+
+// Numbers within [lo, hi], an end excluded where said.
+struct OptionRange {
+  double lo = 0, hi = 0;
+  bool lo_open = false, hi_open = false;
+};
+
+// kFile: the variable names a file (<= 1 MiB, not empty) holding the value;
+// kTrimmedFile: the same, surrounding whitespace stripped (a token).
+enum class EnvKind { kValue, kFile, kTrimmedFile };
+struct OptionEnv {
+  absl::string_view name;
+  EnvKind kind = EnvKind::kValue;
+};
+
+struct OptionSpec {
+  absl::string_view name;  // the ClientOptions member
+  OptionType type = OptionType::kString;
+  std::optional<OptionRange> range;            // numbers (kDuration: milliseconds)
+  bool (*valid)(absl::string_view) = nullptr;  // strings; null: any
+  absl::string_view expected;                  // what `valid` accepts, in words
+  std::vector<OptionEnv> env;                  // the first one set wins
+  absl::string_view c_key;                     // "" none; kParams: the prefix "param."
+  absl::string_view py_keyword;                // "" none
+  // The job's plan decides it: with a coordinator given by address its job
+  // config, else rank 0's options (its embedded coordinator's job). A rank
+  // asking for another value is refused unless allow_plan_override.
+  bool plan_decided = false;
+  absl::string_view job_field;  // the JobConfig field the embedded coordinator's job sets
+  absl::string_view example;    // a valid value other than the default (tests)
+  absl::string_view description;
+  OptionValue (*get)(const ClientOptions&) = nullptr;
+  void (*set)(ClientOptions*, OptionValue) = nullptr;
+};
+
+// Every option, in the README's order.
+const std::vector<OptionSpec>& OptionTable();
+// Null when none.
+const OptionSpec* FindOption(absl::string_view name);
+const OptionSpec* FindCKey(absl::string_view key);  // "param.NAME" finds params
+const OptionSpec* FindPyKeyword(absl::string_view keyword);
+
+// "an integer in [0, 65535]", "a number in (0, 1]", "0 or 1", the string's
+// `expected`, or "any text".
+std::string ExpectedText(const OptionSpec& spec);
+// The value in the C ABI's text form: integers, numbers in their shortest
+// exact form, bools 0/1, durations in milliseconds, params "a=1,b=2" (by name).
+std::string FormatValue(const OptionSpec& spec, const OptionValue& value);
+// A number in its shortest form that reads back exactly.
+std::string FormatNumber(double x);
+// The default (ClientOptions' initialiser), formatted.
+std::string DefaultText(const OptionSpec& spec);
+// The C ABI's and the environment's text as a value of the spec's type
+// (kParams: one value, see SetFromCKey). Not range-checked.
+absl::StatusOr<OptionValue> ParseOptionText(const OptionSpec& spec, absl::string_view text);
+// OK when `value` is within the spec's range (or valid); else
+// INVALID_ARGUMENT "WHERE='VALUE': expected ..." naming the range.
+absl::Status CheckOptionValue(const OptionSpec& spec, const OptionValue& value,
+                              absl::string_view where);
+// Checks and sets, recording `where` in o->given (an explicit request).
+absl::Status SetOption(ClientOptions* o, const OptionSpec& spec, OptionValue value,
+                       absl::string_view where);
+// One C ABI key=value (gradex_create); unknown keys are INVALID_ARGUMENT.
+absl::Status SetFromCKey(ClientOptions* o, absl::string_view key, absl::string_view text);
+// Every option's value within its range (Client::Create, for C++ callers
+// who set the fields themselves). Cross-option rules are Create's.
+absl::Status CheckOptionValues(const ClientOptions& o);
+// The rank asks for this value: given explicitly (o.given), or, set by a
+// C++ caller, different from the default.
+bool Asked(const ClientOptions& o, const OptionSpec& spec);
+
+// The README's table (markdown), and the markers around it there.
+std::string OptionsMarkdown();
+inline constexpr absl::string_view kReadmeBegin =
+    "<!-- options: generated by gradex-options --write README.md; do not edit -->";
+inline constexpr absl::string_view kReadmeEnd = "<!-- options: end -->";
+
+}  // namespace gradex::client
+
+#endif  // GRADEX_SERVICES_CLIENT_OPTION_TABLE_H_
