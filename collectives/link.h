@@ -48,7 +48,7 @@ class Link {
     return m;
   }
 
-  // Every receive is capped (issue 12, item 8): at `expect_bytes` where the
+  // Every receive is capped: at `expect_bytes` where the
   // schedule knows the most its message can hold (its blocks and their
   // capacities: ExpectedMessageBytes), else at the call's bound
   // (CallContext::max_message_bytes); a longer message is refused at the

@@ -8,7 +8,7 @@ namespace gradex {
 // After a failure the other request is cancelled within a short budget, not
 // the call's whole deadline: a send to a dead or stopped peer cannot be
 // cancelled (UCX keeps it, the transport reclaims it later), and waiting the
-// step deadline for it undid an eviction's preemption (issue 12, item 6).
+// step deadline for it undid an eviction's preemption.
 constexpr std::chrono::milliseconds kCancelBudget(1000);
 
 absl::StatusOr<Bytes> SendRecv(Transport& t, int to, uint64_t send_tag, Bytes payload, int from,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training loss vs wall time behind emulated 1 Gbit/s links (issue 10; the DGS
+# Training loss vs wall time behind emulated 1 Gbit/s links (the DGS
 # seed's low-bandwidth figure): 4 workers, each in its own network namespace
 # behind a tc-tbf link (bench/netns_lib.sh), train Fashion-MNIST with a wide
 # MLP (784-4096-4096-1250-10: 25.1M parameters, 100 MB of gradient) for the

@@ -14,7 +14,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-AUTHORS_STEP_S = 3.0  # issue 10: their code, 25M elements, 3 workers + server, shared-memory MPI
+AUTHORS_STEP_S = 3.0  # the DGS authors' code, 25M elements, 3 workers + server, shared-memory MPI
 
 
 def load(out):

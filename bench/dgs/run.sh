@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DGS vs ASGD through gradex's parameter server (issue 10's benchmark): 4
+# DGS vs ASGD through gradex's parameter server (the paper's comparison): 4
 # workers, each in its own network namespace behind a tc-tbf-limited link
 # (bench/netns_lib.sh, default 1 Gbit/s both ways), step the 25.19M-parameter
 # MLP of bench/train_step/model.py with gradex.torch.DGSOptimizer (no DDP) on

@@ -3,7 +3,7 @@
 
 An MLP rather than a transformer: almost all of its time is three GEMMs, so a
 small batch keeps compute short on a 2-core machine while the gradient stays
-as large as issue 9 asks (>= 25M parameters)."""
+as large as a real model's (>= 25M parameters)."""
 import torch
 import torch.nn as nn
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training step time on an emulated cloud network (issue 9): 4 ranks, each in
+# Training step time on an emulated cloud network: 4 ranks, each in
 # its own network namespace behind a tc-tbf-limited link (bench/netns_lib.sh,
 # default 1 Gbit/s both ways), train the 25M-parameter MLP of model.py with
 # torch DDP on CPU (gloo): DDP's default allreduce vs gradex's comm hook, the

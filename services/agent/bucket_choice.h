@@ -1,7 +1,7 @@
 // Which algorithm one bucket of a step runs: the plan's per-bucket choice
 // (Plan::bucket_algorithms, agreed at plan barriers), else the plan's
 // algorithm, then the per-bucket rules (start_iter, min_compression_rate,
-// dense_probe_period; issue 9, "never slower than dense"). Each rank is given
+// dense_probe_period; "never slower than dense"). Each rank is given
 // its rules (the hook's arguments), but every rank of an epoch applies the
 // rules agreed in-band at its entry, the lowest rank's (epoch_sync.h), so a
 // rank given other values cannot run another algorithm for a bucket.

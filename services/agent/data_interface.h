@@ -1,4 +1,4 @@
-// Which interface the agent's data plane listens on (issue 12, item 8):
+// Which interface the agent's data plane listens on:
 // --data-ip, else $GRADEX_DATA_IP, else the local address of the route to
 // the coordinator (the interface the job's traffic already uses), so a
 // loopback job listens on loopback only and nothing listens on 0.0.0.0.

@@ -1,7 +1,7 @@
 // When an epoch can no longer finish a step: a newer epoch dropped one of its
 // members (an eviction or a leave). The agent ends the step in progress
 // (WaitTracker::SetPreemption) and an entry still wiring up (its abandon
-// check) on it, and enters the newer epoch (issue 12, items 5 and 6).
+// check) on it, and enters the newer epoch.
 #ifndef GRADEX_SERVICES_AGENT_EPOCH_PREEMPTION_H_
 #define GRADEX_SERVICES_AGENT_EPOCH_PREEMPTION_H_
 

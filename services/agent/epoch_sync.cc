@@ -28,8 +28,8 @@ constexpr size_t kNameBytes = 64;
 // the names: 4096 buckets cost 4 KiB, not 4096 names.
 constexpr size_t kFixedSize = 4 + 4 + 8 + 8 + 4 + 8 + kNameBytes + 8 + 4 * 2 + 4 + 8 * 3 + 1 + 1;
 // The longest agreement message a peer may send: the encoding above at most
-// (under 11 KiB), with room for fields to come. A receive takes no more
-// (issue 12, item 8): a member cannot make its peers allocate at entry.
+// (under 11 KiB), with room for fields to come. A receive takes no more,
+// so a member cannot make its peers allocate at entry.
 constexpr size_t kMaxMessageBytes = 64 * 1024;
 static_assert(kFixedSize + catalog::kMaxParams * (1 + catalog::kMaxParamNameBytes + 8) + 2 + 1 +
                   catalog::kMaxDistinctBucketAlgorithms * (1 + kNameBytes) +

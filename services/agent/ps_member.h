@@ -1,4 +1,4 @@
-// What every member of a parameter-server job (DGS, issue 10) shares, worker
+// What every member of a parameter-server job (DGS) shares, worker
 // or server: joining the coordinator with its role, finding the newest epoch
 // that lists it with server shards, and that epoch's communicator. There is
 // no step all members share, so a member moves to a newer epoch as soon as it

@@ -1,4 +1,4 @@
-// The server role of a parameter-server job (DGS, issue 10): `gradex-agent
+// The server role of a parameter-server job (DGS): `gradex-agent
 // --role server`, or a trainer's rank 0 hosting it in-process (client
 // PsWorker). One thread runs Run(): for each epoch that lists this member it
 // connects the epoch's communicator, keeps a DgsServerShard per shard the

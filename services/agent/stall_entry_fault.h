@@ -2,7 +2,7 @@
 // whose K-th connect never reaches the transport, as an agent whose thread
 // hangs inside an epoch's UCX wire-up: it never connects to its peers and
 // never sends its wire-up byte, while its heartbeats go on and name the epoch
-// it enters. For the hostile-member suite (issue 12, item 5: a member that
+// it enters. For the hostile-member suite (tests/hostile: a member that
 // entered an earlier epoch and stalls a later entry).
 #ifndef GRADEX_SERVICES_AGENT_STALL_ENTRY_FAULT_H_
 #define GRADEX_SERVICES_AGENT_STALL_ENTRY_FAULT_H_

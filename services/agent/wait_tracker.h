@@ -38,7 +38,7 @@ class WaitTracker final : public WaitSource, public std::enable_shared_from_this
   // The wire-up of the epoch being entered (ConnectHooks::waiting): it
   // waits on `peer` while `waiting`. Tracked as receives are, under the
   // epoch and step last set, so that a member stalling the wire-up shows in
-  // its peers' heartbeats (issue 12, item 5); ClearWireUp when the connect
+  // its peers' heartbeats; ClearWireUp when the connect
   // returns.
   void WireUpWaiting(int peer, bool waiting);
   void ClearWireUp() { Clear(kWireUpOwner); }
@@ -46,7 +46,7 @@ class WaitTracker final : public WaitSource, public std::enable_shared_from_this
   std::optional<WaitInfo> OldestWait(std::chrono::milliseconds at_least) const override;
   uint32_t running_epoch() const override { return epoch_.load(std::memory_order_relaxed); }
 
-  // An eviction preempts the step in progress (issue 12, item 6): while a
+  // An eviction preempts the step in progress: while a
   // Wait is blocked, `check` is polled (every kPreemptPoll); when it returns
   // a reason, the Wait ends ABORTED with it, so the survivors enter the new
   // epoch at once instead of at the step deadline. Empty: never.

@@ -1,4 +1,4 @@
-// Where the client's coordinator comes from (issue 9 item 2): the one the
+// Where the client's coordinator comes from: the one the
 // options name (GRADEX_COORDINATOR, with GRADEX_TOKEN[_FILE]), else, on rank
 // 0, one started in this process on an ephemeral port with a fresh random
 // token, published through the trainer's rendezvous under kCoordinatorKey and

@@ -108,7 +108,7 @@ int gradex_close(gradex_client* c);
 /* Closes if needed and frees the handle (NULL is fine). */
 void gradex_destroy(gradex_client* c);
 
-/* Asynchronous parameter-server training (DGS, issue 10; ps_worker.h):
+/* Asynchronous parameter-server training (DGS; ps_worker.h):
  * a worker pushes the top R% per layer of its SAMomentum accumulator and
  * applies the sparse model difference the server shards return; density 1
  * is plain ASGD. Without a coordinator, rank 0 embeds one and hosts the

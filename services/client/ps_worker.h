@@ -1,5 +1,5 @@
 // gradex::PsWorker: a trainer's worker in an asynchronous parameter-server
-// job (DGS, issue 10; docs/architecture.md "DGS"). Each Step pushes the top
+// job (DGS; docs/architecture.md "DGS"). Each Step pushes the top
 // R% per layer of the worker's SAMomentum accumulator to the server shards
 // and applies the sparse model difference they return (density 1: plain
 // ASGD, dense both ways), with no barrier between workers.

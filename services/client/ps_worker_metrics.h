@@ -1,5 +1,5 @@
 // A parameter-server worker's Prometheus metrics (docs/metrics.md,
-// "Parameter-server worker"; issue 10, item 4): steps, failed steps by
+// "Parameter-server worker"): steps, failed steps by
 // reason, its staleness in versions (the last step's, and a histogram over
 // steps), full syncs, bytes and entries each way, the step's wall time, the
 // epoch and the job's staleness bound. On the registry PsWorker serves on

@@ -1,5 +1,5 @@
 // A joiner whose data plane cannot talk to the members' is refused at Join
-// with a clear message (issue 12, item 1), instead of failing (or, with
+// with a clear message, instead of failing (or, with
 // packed UCX addresses, crashing) every agent at the next epoch's connect:
 // pods built with another UCX version, or restricted to transports no
 // member has.

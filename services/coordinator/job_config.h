@@ -14,7 +14,7 @@
 
 namespace gradex::coordinator {
 
-// A parameter-server job (algorithm "dgs", issue 10; JobConfig.ps).
+// A parameter-server job (algorithm "dgs"; JobConfig.ps).
 struct PsSettings {
   bool enabled = false;
   int workers = 0;                                       // the config's world_size
@@ -57,12 +57,13 @@ struct JobSettings {
   absl::Duration step_deadline = absl::Seconds(30);
   int plan_lead_steps = 64;
   // An epoch's members must show they enter it (heartbeats naming it, or a
-  // report from it) within this of its start, or are evicted (issue 12,
-  // item 5); also the agents' bound on entering (Plan.entry_timeout_ms).
+  // report from it) within this of its start, or are evicted (a member that
+  // never enters holds every peer at its entry); also the agents' bound on
+  // entering (Plan.entry_timeout_ms).
   absl::Duration entry_timeout = absl::Seconds(30);
   // After a loss the next epoch waits this long, and then also drops members
   // already silent for two heartbeat intervals, so failures close together
-  // make one epoch change (issue 12, item 6). Zero: at once (the unit tests'
+  // make one epoch change. Zero: at once (the unit tests'
   // default; job configs default to min(lease / 3, 1 s)).
   absl::Duration loss_settle = absl::ZeroDuration();
   // The algorithm's parameters by catalog name, each checked against its

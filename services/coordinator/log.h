@@ -14,7 +14,7 @@
 namespace gradex::coordinator {
 
 // A member's text as one log field: newlines and other control bytes
-// escaped (C-style), so a member cannot forge log lines (issue 12, item 10).
+// escaped (C-style), so a member cannot forge log lines.
 inline std::string Quote(absl::string_view member_text) { return absl::CEscape(member_text); }
 
 template <typename... Args>

@@ -1,4 +1,4 @@
-// The plaintext coordinator's loopback check (issue 12, item 7): a name is
+// The plaintext coordinator's loopback check: a name is
 // resolved and every address it resolves to must be loopback, and the
 // server then listens on the numeric address checked, so what is bound is
 // what was checked. A prefix test on the name let "127.attacker.example",

@@ -1,4 +1,4 @@
-// Each membership's secret (issue 12, item 3): the job token admits a
+// Each membership's secret: the job token admits a
 // member, then the secret, given only to the caller that joined, proves
 // every later call comes from that member (docs/design.md, Trust). Member ids are
 // public: plans list them.

@@ -288,7 +288,7 @@ bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
     // heartbeats go on while the rest of it stalls): the survivors' epoch
     // leaves it out, since agents abandon a superseded entry only for an
     // epoch that drops one of its members (epoch_preemption.h); it comes
-    // in at the next barrier, as any late joiner (issue 12, item 5).
+    // in at the next barrier, as any late joiner.
     std::erase_if(newcomers,
                   [&](uint64_t id) { return held_back_.count(members_.at(id).agent_id) > 0; });
   }

@@ -40,7 +40,7 @@ struct MemberRecord {
   uint64_t last_epoch = 0;
   int last_rank = -1;
   // The newest epoch it showed it enters or runs (its heartbeats' epoch, its
-  // reports'): the entry deadline's evidence (issue 12, item 5).
+  // reports'): the entry deadline's evidence.
   uint64_t entered_epoch = 0;
   uint64_t first_epoch = 0;  // the first epoch with it on the roster (0: none yet)
   // Why it was evicted (last_evicted() only).
@@ -139,13 +139,13 @@ class Membership {
              std::vector<uint64_t>* evicted);
   // The members BlameBadFrames named since the last Tick.
   void EvictBadFrameSenders(std::vector<uint64_t>* evicted);
-  // The latest epoch's entry deadline (issue 12, item 5).
+  // The latest epoch's entry deadline.
   void CheckEntry(absl::Time now, std::vector<uint64_t>* evicted);
   // At that deadline: a member that a strict majority of the others' entry
   // waits end at (membership_faults.cc).
   void EvictBlamed(const Epoch& e, absl::Time now, std::vector<uint64_t>* evicted);
   // After a loss, once the settle window passed: also drops the members
-  // silent for two heartbeat intervals (issue 12, item 6). False while the
+  // silent for two heartbeat intervals. False while the
   // window is open.
   bool LossSettled(absl::Time now, std::vector<uint64_t>* evicted);
 

@@ -1,4 +1,4 @@
-// Membership's answers to members that fail without leaving (issue 12):
+// Membership's answers to members that fail without leaving:
 // the entry deadline (a member that heartbeats but never enters the data
 // plane is evicted and named, item 5) and loss coalescing (failures close
 // together make one epoch change, item 6).

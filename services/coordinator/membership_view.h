@@ -1,5 +1,5 @@
 // The coordinator's membership view for operators (docs/metrics.md,
-// "Coordinator"; issue 10, item 5): one `gradex_coordinator_member_info`
+// "Coordinator"): one `gradex_coordinator_member_info`
 // series per member of the latest epoch, with its rank, host and role, a
 // worker's slot (its id at the servers) and, for a parameter-server job's
 // SERVER member, one series per shard it holds with the shard's parameter

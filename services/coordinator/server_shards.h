@@ -1,4 +1,4 @@
-// Server shards of a parameter-server job (DGS, issue 10): how many, and
+// Server shards of a parameter-server job (DGS): how many, and
 // which SERVER member holds each. Pure logic with the clock passed in and no
 // locks; the Coordinator serialises calls and puts the result in the plan
 // (Plan.ps) and its membership view (log, metrics).

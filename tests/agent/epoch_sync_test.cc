@@ -1,7 +1,7 @@
 // The in-band agreement (epoch entry and plan barriers) under a hostile peer:
 // its receives are posted for at most what an agreement message can hold, so
 // a peer announcing more is refused, named and counted instead of being
-// allocated (issue 12, item 8); honest peers agree as before.
+// allocated; honest peers agree as before.
 #include "services/agent/epoch_sync.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Algorithm parameters travel as data (issue 8 item 3): a parameter that
+// Algorithm parameters travel as data: a parameter that
 // exists only in this file's catalog entry goes from the job config through
 // the coordinator's plan, the agent's plan conversion and the agents'
 // barrier agreement to the algorithm's call, with no other code naming it;

@@ -159,8 +159,9 @@ class SilentPeer {
 
 // A peer whose listener accepts TCP and never answers (a member that never
 // joins the data plane) holds the wire-up until its deadline, unless the
-// agent abandons it: a newer epoch superseded this one (issue 12, items 5
-// and 6). The connect then ends ABORTED at once and the worker is free.
+// agent abandons it: a newer epoch superseded this one (an eviction at the
+// entry deadline, or losses settled into one epoch change). The connect then ends ABORTED at once
+// and the worker is free.
 TEST(UcxWorkerTest, AWireUpIsAbandonedWhenTheEpochIsSuperseded) {
   SilentPeer hole;
   ASSERT_FALSE(hole.address().empty());
@@ -268,7 +269,7 @@ std::vector<std::string> ListenersOn(int port) {
   return out;
 }
 
-// The data plane listens on one interface (issue 12, item 8): the chosen
+// The data plane listens on one interface: the chosen
 // IP, never the wildcard; an agent of a loopback job picks loopback (the
 // route to its coordinator), and a wildcard --data-ip is refused.
 TEST(UcxWorkerTest, TheDataPlaneListensOnTheChosenInterfaceOnly) {

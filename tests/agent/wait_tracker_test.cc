@@ -106,7 +106,7 @@ TEST(WaitTracker, AnOldCommunicatorsEntriesLeaveWithIt) {
 // The wire-up of an epoch being entered reports its pending peers
 // (ConnectHooks::waiting): they are waits like a step's receives, under the
 // epoch being entered, so a member that never connects shows in its peers'
-// heartbeats (issue 12, item 5); a peer that answered, or the end of the
+// heartbeats; a peer that answered, or the end of the
 // connect, removes them, and a communicator's own receives are kept apart.
 TEST(WaitTracker, WireUpWaitsShowUntilThePeerAnswersOrTheConnectEnds) {
   auto tracker = std::make_shared<WaitTracker>();

@@ -253,7 +253,7 @@ TEST(Output, JsonHasExactlyTheFields) {
 namespace gradex::bench {
 namespace {
 
-// Issue 12, item 10: max(err, NaN) is err, so a NaN in the result used to
+// max(err, NaN) is err, so a NaN in the result used to
 // pass the conservation check as conserved.
 TEST(Invariants, ANaNResultIsNotConserved) {
   std::vector<std::unique_ptr<Transport>> t = CreateLoopbackTransports(1);

@@ -162,7 +162,7 @@ TEST(FrameTest, DenseFrameWrongLength) {
 namespace gradex {
 namespace {
 
-// Issue 12, item 9: frames say who sent them, and the receiver checks it
+// Frames say who sent them, and the receiver checks it
 // against the peer it received from; a replayed frame (another step) and a
 // stale frame whose step shares the tag's low 24 bits are rejected too.
 TEST(FrameSender, WrongPeerReplayAndStaleAfterTheTagWrapsAreRejected) {

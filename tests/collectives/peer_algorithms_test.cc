@@ -290,7 +290,7 @@ TEST(GTopkTest, MatchesTheTreeDefinitionAndTwoLogPKAtTheRoot) {
 // A dense frame carries no count, so the frame layer cannot hold it to the
 // sender's capacity. Where it is longer than the schedule's message (k
 // entries as COO: density 0.01), the receive's cap refuses it at the
-// transport naming the peer (issue 12, item 8); where a dense frame is the
+// transport naming the peer; where a dense frame is the
 // shorter encoding of k entries (density 0.6), it arrives, and topka and
 // gtopk count its nonzeros themselves and reject a peer that sends more than
 // it may. P = 2, rank 1 forged by the test; the residual is kept either way.

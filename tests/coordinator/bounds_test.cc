@@ -1,4 +1,4 @@
-// Hostile numbers (issue 12, items 2 and 4): epochs, steps and world sizes a
+// Hostile numbers: epochs, steps and world sizes a
 // member sends are bounded by what the coordinator knows, with a refusal
 // naming the field; Joins are bounded by the job (RESOURCE_EXHAUSTED past
 // the members an epoch may have plus a spare) and no epoch grows past
@@ -183,7 +183,7 @@ TEST(Bounds, ElasticGrowthStopsAtMaxWorldSize) {
 namespace gradex::coordinator {
 namespace {
 
-// Issue 12, item 1: the address one member publishes reaches every peer, so
+// The address one member publishes reaches every peer, so
 // the coordinator takes only a listener's IP:port, and refuses a member
 // whose UCX cannot talk to the members'.
 TEST(DataPlane, MalformedAddressesAreRefusedNamingTheField) {
@@ -238,7 +238,7 @@ TEST(DataPlane, IncompatibleUcxIsRefusedAtJoin) {
 namespace gradex::coordinator {
 namespace {
 
-// Issue 12, item 10: a member's text cannot forge log lines, and an
+// A member's text cannot forge log lines, and an
 // eviction names the agent and its host.
 TEST(LogLines, MemberTextIsEscapedAndEvictionsNameTheAgent) {
   JobSettings s = Job(2);
@@ -276,7 +276,7 @@ TEST(LogLines, MemberTextIsEscapedAndEvictionsNameTheAgent) {
 namespace gradex::coordinator {
 namespace {
 
-// Issue 12, item 7: the plaintext loopback check resolves the name and
+// The plaintext loopback check resolves the name and
 // binds the numeric address it checked; a name that merely starts with
 // "127." is not loopback.
 TEST(Loopback, TheAddressBoundIsTheOneChecked) {

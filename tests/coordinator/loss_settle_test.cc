@@ -1,4 +1,4 @@
-// Members that fail close together, on a fake clock (issue 12, item 6):
+// Members that fail close together, on a fake clock:
 // leases lapsing up to a heartbeat interval apart make one epoch change, not
 // one per failure (the loss settle window), and the job config bounds the
 // window and the entry timeout by the lease.

@@ -1,4 +1,4 @@
-// Members that fail without leaving, on a fake clock (issue 12, item 5): the
+// Members that fail without leaving, on a fake clock: the
 // entry deadline evicts and names a member that heartbeats but never enters
 // its epoch, or that a majority of its peers' entry waits end at. (Item 6,
 // failures close together: loss_settle_test.cc.)

@@ -135,7 +135,7 @@ TEST_F(PlanTest, StaleEpochReportsAreIgnored) {
   s.algorithm = "spardl";
   Start(s);
   gradex::v1::StepReport r = Base(0, 3);
-  // An epoch never published is not stale but made up: refused (issue 12).
+  // An epoch never published is not stale but made up: refused.
   r.set_epoch(c_->plan()->epoch() + 5);
   bool accepted = true;
   EXPECT_EQ(c_->Report(r, t0, &accepted).code(), absl::StatusCode::kInvalidArgument);

@@ -1,4 +1,4 @@
-// Parameter-server jobs (issue 10) in the coordinator: the job config's `ps`
+// Parameter-server jobs in the coordinator: the job config's `ps`
 // block and its bounds, roles at join, and the plan's shard assignment and
 // worker slots across a server's loss and return.
 #include <gtest/gtest.h>

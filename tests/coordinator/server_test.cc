@@ -202,7 +202,7 @@ TEST_F(ServerTest, OversizedAndMalformedRequestsAreInvalidArgument) {
       6);
 }
 
-// Issue 12, item 3: a token holder cannot act for another member. Every call
+// A token holder cannot act for another member. Every call
 // for a member needs the secret only that member's Join returned.
 TEST_F(ServerTest, MemberSecretIsRequiredAndNeverInThePlan) {
   StartServer(2, absl::Seconds(30));

@@ -137,7 +137,7 @@ TEST_F(TlsTest, AgentControlPlaneJoinsByAddressWithServerName) {
   req.token = kToken;
   req.agent_id = "tls-agent";
   req.host = "h";
-  req.ucx_address = "127.0.0.1:10000";  // a data-plane listener (issue 12)
+  req.ucx_address = "127.0.0.1:10000";  // a data-plane listener
   req.ucx_version = "1.13";
   req.ucx_transports = "tcp";
   auto reply = (*cp)->Join(req, Clock::now() + std::chrono::seconds(10));
@@ -179,7 +179,7 @@ TEST_F(TlsTest, ListeningRules) {
 namespace gradex::coordinator {
 namespace {
 
-// Issue 12, item 10: an agent without a client certificate under mutual TLS
+// An agent without a client certificate under mutual TLS
 // is told its handshake was refused, at once, not "no coordinator within
 // the join timeout".
 TEST_F(TlsTest, AgentWithoutClientCertificateIsToldTheHandshakeWasRefused) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Parameter-server job end to end (DGS, issue 10): a gradex-coordinator, one
+# Parameter-server job end to end (DGS): a gradex-coordinator, one
 # `gradex-agent --role server` with snapshots, and three PsWorker processes
 # (tests/client/ps_worker_rank) over UCX on this machine, each minimising
 # 0.5·|w − t|² with DGS at density 0.05.

@@ -12,7 +12,7 @@ namespace {
 // A receive posted for at most C bytes (PostRecvAtMost) takes a message of
 // up to C and refuses a longer one, short or rendezvous-sized, naming the
 // peer and the sizes, counting it, and never allocating what the peer
-// announced (issue 12, item 8); the next message on the tag still arrives.
+// announced; the next message on the tag still arrives.
 TEST_P(TransportConformance, ReceivesAtMostTheirPostedCapacity) {
   constexpr size_t kCap = 100;
   const std::vector<size_t> sizes = {kCap + 1, kCap, size_t{1} << 20, 0, kCap};

@@ -122,7 +122,7 @@ TEST(UcxTransportTest, PeerDestroyedMidWaitTcp) {
   EXPECT_LT(waited, milliseconds(5000));
 }
 
-// Issue 12, item 8: a peer's announced length is not allocated past the
+// A peer's announced length is not allocated past the
 // receive cap; the receive fails naming the size and the link stays usable.
 TEST(UcxTransportTest, ReceivesOverTheCapAreRefused) {
   UcxOptions opt;
