@@ -112,10 +112,11 @@ class GradexState:
         refuse_nonfinite: NaN or Inf in a gradient. True (default): they are
             exchanged as 0 (no peer's result or residual is poisoned), the
             bucket gets every rank's finite result and its future fails with a
-            GradexError naming how many and where, so ``backward()`` raises.
-            False: summed like any value (every rank's result turns
+            GradexError naming how many and where, so ``backward()`` raises;
+            a rank that sends NaN or Inf anyway is evicted as a sender of bad
+            frames. False: summed like any value (every rank's result turns
             non-finite, as with DDP's allreduce; for loss scalers that skip
-            such steps).
+            such steps). Every rank runs rank 0's value (agreed in-band).
         pipeline: select bucket b+1 while bucket b exchanges (default: on,
             or ``GRADEX_PIPELINE``; False selects each bucket after the
             previous one's exchange, the same results bit for bit).

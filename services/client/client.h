@@ -80,8 +80,11 @@ struct ClientOptions {
   // NaN or infinite gradient values. Refuse (default): they are exchanged as
   // 0, so no peer's result and no residual is poisoned, `data` receives the
   // (finite) result like every rank's, and the bucket ends INVALID_ARGUMENT
-  // naming how many there were and where. Pass through: summed like any
-  // value (every rank's result and this rank's residual become non-finite).
+  // naming how many there were and where; a NaN or Inf a peer sends is then
+  // a bad frame, and the coordinator evicts that peer. Pass through: summed
+  // like any value (every rank's result and this rank's residual become
+  // non-finite). Every rank runs rank 0's choice (agreed in-band, as the
+  // per-bucket rules; a rank given the other warns once).
   bool refuse_nonfinite = true;
   // Selection of bucket b+1 overlaps the exchange of bucket b (on a second
   // thread), within a step (GRADEX_PIPELINE=0 turns it off: each bucket is

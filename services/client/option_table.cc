@@ -303,7 +303,8 @@ std::vector<OptionSpec> Build() {
                .py_keyword = "refuse_nonfinite",
                .example = "0",
                .description = "NaN/Inf are exchanged as 0 and that rank's bucket fails naming "
-                              "them; 0: summed as DDP would",
+                              "them (a peer that sends any is evicted); 0: summed as DDP would; "
+                              "rank 0's value holds for every rank",
                GRADEX_FIELD(refuse_nonfinite, bool)});
   t.push_back({.name = "pipeline",
                .type = T::kBool,
