@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -53,6 +54,41 @@ void ResetLeftNonFinite(std::span<float> residual, CallStats* stats) {
   if (left == 0) return;
   stats->details["residual_nonfinite"] = static_cast<double>(left);
   stats->details["residual_nonfinite_first"] = static_cast<double>(first);
+}
+
+// The first element of the result that is NaN or infinite (SIZE_MAX: none).
+size_t FirstNonFinite(const AllreduceResult& r) {
+  if (r.is_dense) {
+    for (size_t i = 0; i < r.dense.size(); ++i) {
+      if (!std::isfinite(r.dense[i])) return i;
+    }
+    return SIZE_MAX;
+  }
+  for (size_t i = 0; i < r.sparse.nnz(); ++i) {
+    if (!std::isfinite(r.sparse.val[i])) return r.sparse.idx[i];
+  }
+  return SIZE_MAX;
+}
+
+absl::Status Overflowed(size_t element) {
+  return absl::DataLossError(absl::StrCat(
+      kSumOverflowed, " at element ", element,
+      " (every value summed was finite: this epoch refuses NaN and infinite ones); every rank "
+      "fails this step and keeps its contribution in its residual"));
+}
+
+// `s` with this rank's largest contribution (|residual|, restored) named.
+absl::Status NameLargest(absl::Status s, std::span<const float> residual) {
+  size_t at = 0;
+  float largest = 0;
+  for (size_t i = 0; i < residual.size(); ++i) {
+    if (std::fabs(residual[i]) > largest) {
+      largest = std::fabs(residual[i]);
+      at = i;
+    }
+  }
+  return absl::Status(s.code(), absl::StrCat(s.message(), "; this rank's largest contribution: |",
+                                             largest, "| at element ", at));
 }
 
 // Fills the byte counters and totals of `stats` at the end of a call.
@@ -194,8 +230,20 @@ absl::Status SparseAllreduce::ExchangeCall(AllreduceResult* result, CallStats* s
   // was prepared.
   const PeerCounters before = p.ctx.transport->TotalCounters();
   absl::Status st = Exchange(p.ctx, p.options, p.residual, p.ledger, result, stats);
+  // Where the epoch refuses non-finite values every value summed was finite:
+  // a non-finite result is a sum that overflowed. Every rank gets the same
+  // result, so every rank fails here, each naming its own largest
+  // contribution (its residual, restored: grad + old residual).
+  const size_t overflow = st.ok() && p.ctx.refuse_nonfinite ? FirstNonFinite(*result) : SIZE_MAX;
+  if (overflow != SIZE_MAX) st = Overflowed(overflow);
   if (!st.ok()) {
+    std::span<float> residual = p.residual;
     Unwind();
+    // An overflow found here or before a send (CheckFramesFinite) names this
+    // rank's largest contribution.
+    if (overflow != SIZE_MAX || (p.ctx.refuse_nonfinite && IsSumOverflow(st))) {
+      st = NameLargest(std::move(st), residual);
+    }
     return st;
   }
   {

@@ -394,6 +394,34 @@ absl::Status CheckFrameSenders(const Bytes& m, uint32_t expected) {
   return s.code() == absl::StatusCode::kOutOfRange ? absl::OkStatus() : s;
 }
 
+bool IsSumOverflow(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kDataLoss &&
+         std::string_view(s.message().data(), s.message().size()).find(kSumOverflowed) !=
+             std::string_view::npos;
+}
+
+absl::Status CheckFramesFinite(const Bytes& m) {
+  absl::Status s = ForEachFrame(m, [&](size_t offset, const FrameHeader& h) {
+    if ((h.flags & kFrameQuantized) != 0) return absl::OkStatus();
+    const bool sparse = (h.flags & kFrameSparse) != 0;
+    const uint8_t* body = m.data() + offset + sizeof(FrameHeader);
+    const uint8_t* values = sparse ? body + size_t{h.count} * sizeof(uint32_t) : body;
+    for (uint32_t i = 0; i < h.count; ++i) {
+      float v;
+      std::memcpy(&v, values + size_t{i} * sizeof(float), sizeof v);
+      if (std::isfinite(v)) continue;
+      uint32_t element = h.block_begin + i;
+      if (sparse) std::memcpy(&element, body + size_t{i} * sizeof(uint32_t), sizeof element);
+      return absl::DataLossError(absl::StrCat(
+          kSumOverflowed, " at element ", element,
+          " before it was sent (every value summed was finite: this epoch refuses NaN and "
+          "infinite ones); every rank fails this step and keeps its contribution"));
+    }
+    return absl::OkStatus();
+  });
+  return s.code() == absl::StatusCode::kOutOfRange ? absl::OkStatus() : s;
+}
+
 std::string_view FrameErrorName(FrameError e) {
   switch (e) {
     case FrameError::kTruncated:

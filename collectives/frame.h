@@ -132,6 +132,16 @@ void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* valu
 absl::Status StampFrameSenders(Bytes* message, uint32_t sender);
 absl::Status CheckFrameSenders(const Bytes& message, uint32_t expected);
 
+// Before a message goes out where the epoch refuses non-finite values: a NaN
+// or infinite value in it (not a QSGD payload) can only be a sum this rank
+// computed that overflowed, since every value it received was finite. It
+// fails here, DATA_LOSS naming the element, so no honest rank forwards one
+// and gets blamed for it.
+absl::Status CheckFramesFinite(const Bytes& message);
+// How such a failure (and the call frame's own check of a result) begins.
+inline constexpr char kSumOverflowed[] = "the sum overflowed to a non-finite value";
+bool IsSumOverflow(const absl::Status& s);
+
 // Parses a message holding exactly one frame per expected block, in order.
 // Dense frames decode to their nonzeros. Indices are validated (sorted,
 // unique, inside the block), counts against capacity, lengths exactly.

@@ -34,6 +34,11 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
   PhaseTimer timer(&times_->communication_s);
   uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
   if (absl::Status s = StampFrameSenders(&out, static_cast<uint32_t>(rank())); !s.ok()) return s;
+  if (ctx_.refuse_nonfinite) {
+    if (absl::Status s = CheckFramesFinite(out); !s.ok()) {
+      return Annotate(s, phase, sub, PeerText(true, to));
+    }
+  }
   absl::StatusOr<Bytes> in = SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag,
                                       ctx_.deadline, RecvCap(expect_bytes));
   if (!in.ok()) {
@@ -41,6 +46,7 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
                     absl::StrCat(PeerText(true, to), ", ", PeerText(false, from)));
   }
   if (absl::Status s = CheckFrameSenders(*in, static_cast<uint32_t>(from)); !s.ok()) {
+    if (ctx_.blame != nullptr) ctx_.blame->Blame(from, std::string(s.message()));
     return Annotate(s, phase, sub, PeerText(false, from));
   }
   return in;
@@ -53,6 +59,11 @@ absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_
     // Every frame names the rank that put it on the link (frame.h).
     if (absl::Status s = StampFrameSenders(&out, static_cast<uint32_t>(rank())); !s.ok()) {
       return Annotate(s, phase, sub, PeerText(true, peer));
+    }
+    if (ctx_.refuse_nonfinite) {
+      if (absl::Status s = CheckFramesFinite(out); !s.ok()) {
+        return Annotate(s, phase, sub, PeerText(true, peer));
+      }
     }
   }
   const size_t cap = RecvCap(expect_bytes);

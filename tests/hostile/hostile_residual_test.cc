@@ -87,5 +87,52 @@ TEST(HostileResidual, AnInfTheSelectionSendsIsSummedAsDdpWould) {
   }
 }
 
+// Where the epoch refuses non-finite values (CallContext::refuse_nonfinite,
+// the agents' agreed rule) every value summed is finite, so a non-finite
+// result is a sum that overflowed (finite 3e38 from two ranks): the rank
+// that computes it fails before sending it (so no honest rank is blamed for a
+// bad frame), every rank fails the call and keeps grad + old residual
+// exactly, and a rank that sees the overflow in its result names its own
+// largest contribution. Before: the Inf was delivered as the result and with
+// --check-invariants every honest agent exited.
+TEST(HostileResidual, AnOverflowingSumFailsEveryRankAndKeepsItsContribution) {
+  for (const char* algorithm : {"spardl", "dense-ring", "topka"}) {
+    SCOPED_TRACE(algorithm);
+    std::vector<std::vector<float>> residual(2, std::vector<float>(kN, 0.25f));
+    std::vector<std::vector<float>> grads(2);
+    for (int rank = 0; rank < 2; ++rank) {
+      grads[rank] = MakeGradient(5, rank, 0, kN, Values::kGrid);
+      grads[rank][77] = 3e38f;
+    }
+    std::vector<std::vector<float>> before = residual;
+    std::vector<absl::Status> st = RunRanks(2, [&](int rank, Transport& t) -> absl::Status {
+      absl::StatusOr<std::unique_ptr<SparseAllreduce>> algo = CreateAllreduce(algorithm);
+      if (!algo.ok()) return algo.status();
+      CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20))};
+      ctx.refuse_nonfinite = true;
+      AllreduceResult r;
+      CallStats stats;
+      return RunOrAbort(**algo, ctx, {0.05, 1}, grads[rank], residual[rank], &r, &stats);
+    });
+    int named = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_FALSE(st[rank].ok()) << "rank " << rank;
+      // Nobody is blamed for a bad frame: the rank whose sum overflowed
+      // stops before sending it.
+      EXPECT_EQ(st[rank].message().find("bad frame"), std::string::npos) << st[rank];
+      named += st[rank].code() == absl::StatusCode::kDataLoss &&
+               st[rank].message().find("overflowed") != std::string::npos &&
+               st[rank].message().find("element 77") != std::string::npos &&
+               st[rank].message().find("largest contribution: |3e+38| at element 77") !=
+                   std::string::npos;
+      for (size_t i = 0; i < kN; ++i) {
+        ASSERT_EQ(residual[rank][i], before[rank][i] + grads[rank][i])
+            << "rank " << rank << " element " << i;
+      }
+    }
+    EXPECT_GE(named, 1) << "no rank named the overflow";
+  }
+}
+
 }  // namespace
 }  // namespace gradex::testing
