@@ -7,7 +7,7 @@
 # hostile calls naming the field.
 # usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO
 #   bad-address | bounds | flood | idle | impersonate | sigstop | sigstop-two | wireup-stall |
-#   takeover | watch-flood | fd-exhaustion | slow-scrape
+#   takeover | watch-flood | fd-exhaustion | slow-scrape | listener-fuzz
 set -euo pipefail
 
 COORDINATOR=$1
@@ -321,6 +321,25 @@ scenario_takeover() {
   for i in 0 1 2; do expect_finished "$i" "[23]"; done
 }
 
+# Nothing an outsider sends to a port of the job crashes a process: random
+# bytes (1..4096, a quarter of them zeros) on FUZZ_CONNECTIONS connections
+# to every TCP port each agent and the coordinator listen on, while the job
+# runs; every process is alive after, and every agent finishes every step
+# (before: 17 zero bytes on an agent's UCX listener port aborted it in
+# UCX 1.13's tcp_sockcm_ep.c, rc 134).
+scenario_listener_fuzz() {
+  local out i
+  start_job 3 lease_ms=3000
+  # shellcheck disable=SC2046  # one argument per process
+  out=$(hostile fuzz-ports "${FUZZ_CONNECTIONS:-1000}" "${FUZZ_SECONDS:-3}" "$COORD_PID" \
+    $(for i in 0 1 2; do echo "${AGENT_PID[$i]}"; done))
+  echo "$out"
+  (($(grep -c "connections" <<<"$out") >= 7)) || fail "expected at least 7 listening ports (coordinator 2, agents 3 x 2+), got: $out"
+  kill -0 "$COORD_PID" || fail "the coordinator died under the fuzz"
+  for i in 0 1 2; do kill -0 "${AGENT_PID[$i]}" || fail "agent $i died under the fuzz"; done
+  finish_job 3 3
+}
+
 # One WatchPlan stream per member: a member opening 20,000 streams (each held
 # open) ends with one open; the others end ABORTED naming the newer stream,
 # and the coordinator's memory stays flat (before: all 20,000 stayed open,
@@ -422,6 +441,7 @@ case "$SCENARIO" in
   watch-flood) scenario_watch_flood ;;
   fd-exhaustion) scenario_fd_exhaustion ;;
   slow-scrape) scenario_slow_scrape ;;
+  listener-fuzz) scenario_listener_fuzz ;;
   *) fail "unknown scenario $SCENARIO" ;;
 esac
 echo "PASS: $SCENARIO"
