@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "transport/buffer_pool.h"
 #include "transport/transport.h"
+#include "transport/ucx_hello.h"
 #include "transport/ucx_transport.h"
 
 namespace gradex {
@@ -88,27 +90,17 @@ class UcxWorkerImpl final : public UcxWorker {
  public:
   ~UcxWorkerImpl() override;
   absl::Status Init(const UcxOptions& options);
+  // Starts the hello listener that hands out this worker's packed address.
   absl::Status Listen(const UcxOptions& options);
   const std::string& address() const override { return address_; }
 
+  void SetJobSecret(const std::string& secret) override;
+  uint64_t refused_hellos() const override { return hello_ ? hello_->refused() : 0; }
+  uint64_t answered_hellos() const override { return hello_ ? hello_->answered() : 0; }
+  std::string job_secret() const;
+
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
-  // Endpoints peers opened to our listener (their sends arrive on them).
-  // Bounded: past kMaxAccepted live ones a connection is rejected.
-  struct Accepted {
-    UcxWorkerImpl* self = nullptr;
-    ucp_ep_h ep = nullptr;
-    bool failed = false;
-  };
-  static constexpr size_t kMaxAccepted = 2 * 4096;
-  std::vector<std::unique_ptr<Accepted>> accepted;
-  std::vector<void*> closing;  // close requests of reaped endpoints
-  ucp_listener_h listener = nullptr;
-  static void OnConnRequest(ucp_conn_request_h request, void* arg);
-  static void OnAcceptedError(void* arg, ucp_ep_h ep, ucs_status_t status);
-  // Force-closes the accepted endpoints whose peer failed or left (all of
-  // them when `all`), and frees finished close requests.
-  void ReapAccepted(bool all);
 
   // Requests a closed communicator could not reclaim (UCX may still write
   // into their buffers): freed only after the worker is destroyed.
@@ -118,6 +110,9 @@ class UcxWorkerImpl final : public UcxWorker {
 
  private:
   std::string address_;
+  std::unique_ptr<HelloServer> hello_;
+  mutable std::mutex secret_mu_;
+  std::string secret_;  // guarded by secret_mu_
 };
 
 class UcxTransport : public Transport {
@@ -131,8 +126,8 @@ class UcxTransport : public Transport {
         w_(std::move(worker)),
         worker_(w_->worker),
         counters_(size),
-        peer_status_(size),
-        pool_(kPoolMinBytes, kPoolBuffers, options.buffer_pool_bytes) {}
+        pool_(kPoolMinBytes, kPoolBuffers, options.buffer_pool_bytes),
+        peer_status_(size) {}
   ~UcxTransport() override;
 
   absl::Status Connect(const std::vector<std::string>& addresses, Deadline deadline);
@@ -169,6 +164,7 @@ class UcxTransport : public Transport {
   absl::StatusOr<RequestId> StartSend(int peer, uint64_t tag, bool internal, Bytes payload);
   RequestId StartRecv(int peer, uint64_t tag, bool internal, size_t capacity = SIZE_MAX);
   absl::Status WireUp(Deadline deadline);
+  absl::Status OpenEndpoint(int peer, const std::string& blob);
   // Receives and drops every queued message of an earlier generation: leftovers
   // of an earlier communicator on this worker (e.g. an aborted epoch).
   void DrainOtherGenerations(Deadline deadline);
@@ -217,6 +213,8 @@ class UcxTransport : public Transport {
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> eps_;
   std::vector<std::unique_ptr<PeerErrorArg>> error_args_;
+  // Per peer, its hello until it gave the peer's address (then null).
+  std::vector<std::unique_ptr<HelloClient>> hellos_;
   std::vector<PeerCounters> counters_;
   RecvProfile profile_;
   // Below this a fresh buffer is cheap; the same as direct receives. floor.
