@@ -100,8 +100,8 @@ absl::Status UcxTransport::WireUp(Deadline deadline) {
       HelloClient* h = hellos_[w.peer].get();
       if (h == nullptr || w.send != 0) continue;
       if (absl::Status s = h->Step(); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("rank ", rank_, ": peer ", w.peer, ": ",
-                                                   s.message()));
+        return absl::Status(s.code(),
+                            absl::StrCat("rank ", rank_, ": peer ", w.peer, ": ", s.message()));
       }
       if (!h->done()) continue;
       if (absl::Status s = OpenEndpoint(w.peer, h->blob()); !s.ok()) return s;

@@ -25,9 +25,9 @@ namespace {
 constexpr char kMagic[4] = {'G', 'X', 'H', '1'};
 constexpr size_t kNonceBytes = 16;
 constexpr size_t kMacBytes = 32;
-constexpr size_t kGreetingBytes = sizeof(kMagic) + kNonceBytes;             // server's first
-constexpr size_t kProofBytes = sizeof(kMagic) + kNonceBytes + kMacBytes;    // client's
-constexpr size_t kReplyHeaderBytes = 4 + kMacBytes;                         // then the address
+constexpr size_t kGreetingBytes = sizeof(kMagic) + kNonceBytes;           // server's first
+constexpr size_t kProofBytes = sizeof(kMagic) + kNonceBytes + kMacBytes;  // client's
+constexpr size_t kReplyHeaderBytes = 4 + kMacBytes;                       // then the address
 constexpr std::chrono::milliseconds kRetryAfter{50};
 
 std::string Nonce() {
@@ -94,8 +94,8 @@ bool SendAll(int fd, const std::string& data, std::chrono::milliseconds budget) 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HelloServer>> HelloServer::Start(const std::string& ip,
-                                                                 std::string blob,
-                                                                 std::string secret) {
+                                                                std::string blob,
+                                                                std::string secret) {
   const bool v6 = ip.find(':') != std::string::npos;
   absl::StatusOr<DataAddress> at =
       ParseDataAddress(v6 ? absl::StrCat("[", ip, "]:1") : absl::StrCat(ip, ":1"));
@@ -303,10 +303,10 @@ absl::Status HelloClient::Step() {
   }
   // kReply: the header, then the address it announces.
   auto closed = [&] {
-    return absl::PermissionDeniedError(absl::StrCat(
-        at, " closed the data-plane hello",
-        eof ? " after our proof: it holds another job's token (or none)" : ": ",
-        eof ? "" : std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat(at, " closed the data-plane hello",
+                     eof ? " after our proof: it holds another job's token (or none)" : ": ",
+                     eof ? "" : std::strerror(errno)));
   };
   if (!ReadUpTo(kReplyHeaderBytes, &eof)) return closed();
   if (in_.size() < kReplyHeaderBytes) return absl::OkStatus();

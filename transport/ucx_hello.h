@@ -44,8 +44,8 @@ class HelloServer {
   static constexpr std::chrono::milliseconds kHelloTimeout{2000};
 
   // Binds `ip`:0 (the kernel picks the port) and starts serving.
-  static absl::StatusOr<std::unique_ptr<HelloServer>> Start(const std::string& ip,
-                                                            std::string blob, std::string secret);
+  static absl::StatusOr<std::unique_ptr<HelloServer>> Start(const std::string& ip, std::string blob,
+                                                            std::string secret);
   ~HelloServer();
   // "IP:port" of the listener.
   const std::string& address() const { return address_; }

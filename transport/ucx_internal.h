@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>

@@ -5,15 +5,17 @@
 # asserts the job survives: every agent finishes every step with the
 # invariants checked, nobody crashes, and the coordinator refuses the
 # hostile calls naming the field.
-# usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO
+# usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO [PS_WORKER_RANK]
 #   bad-address | bounds | flood | idle | impersonate | sigstop | sigstop-two | wireup-stall |
-#   takeover | watch-flood | fd-exhaustion | slow-scrape | listener-fuzz
+#   takeover | watch-flood | fd-exhaustion | slow-scrape | listener-fuzz |
+#   listener-fuzz-dgs (needs PS_WORKER_RANK, tests/client/ps_worker_rank)
 set -euo pipefail
 
 COORDINATOR=$1
 AGENT=$2
 HOSTILE=$3
 SCENARIO=$4
+PS_WORKER=${5:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gradex-hostile.XXXXXX")
 # shellcheck source=tests/e2e/lib.sh
@@ -348,6 +350,47 @@ scenario_listener_fuzz() {
   echo "every agent reached step $after after the fuzz"
 }
 
+# The same against a parameter-server job: a DGS server (gradex-agent --role
+# server) and two PsWorker processes; every process is alive after, and each
+# worker steps on.
+scenario_listener_fuzz_dgs() {
+  local out w pids=() before
+  [[ -x "$PS_WORKER" ]] || fail "listener-fuzz-dgs needs PS_WORKER_RANK as the 5th argument"
+  cat >"$TMP/job.json" <<JSON
+{"job_id": "$JOB", "world_size": 2, "max_world_size": 2, "algorithm": "dgs", "density": 0.05,
+ "lease_ms": 3000, "entry_timeout_ms": 20000, "rendezvous_timeout_ms": 60000,
+ "ps": {"servers": 1, "layer_sizes": [3000, 1000]}}
+JSON
+  start_coordinator coordinator
+  "$AGENT" --role server --coordinator "127.0.0.1:$COORD_PORT" --job "$JOB" \
+    --token-file "$TMP/token" --agent-id ps-server --ucx-tls "$UCX_TLS_E2E" \
+    --metrics-port "$(free_port)" --join-timeout-ms 60000 > >(stamp >"$TMP/server.log") 2>&1 &
+  AGENT_PID[server]=$!
+  E2E_PIDS+=("$!")
+  for w in 0 1; do
+    UCX_TLS=$UCX_TLS_E2E "$PS_WORKER" --coordinator "127.0.0.1:$COORD_PORT" \
+      --token-file "$TMP/token" --job "$JOB" --rank "$w" --world 2 --steps 1000000 --step-ms 10 \
+      --timeout-ms 3000 > >(stamp >"$TMP/w$w.log") 2>&1 &
+    AGENT_PID[w$w]=$!
+    E2E_PIDS+=("$!")
+  done
+  for w in 0 1; do
+    wait_for "$TMP/w$w.log" '^[0-9.]+ step 20 ' 90 || fail "worker $w never reached step 20"
+  done
+  out=$(hostile fuzz-ports "${FUZZ_CONNECTIONS:-1000}" "${FUZZ_SECONDS:-3}" "$COORD_PID" \
+    "${AGENT_PID[server]}" "${AGENT_PID[w0]}" "${AGENT_PID[w1]}")
+  echo "$out"
+  kill -0 "$COORD_PID" || fail "the coordinator died under the fuzz"
+  for w in server w0 w1; do kill -0 "${AGENT_PID[$w]}" || fail "$w died under the fuzz"; done
+  (($(grep -c "connections" <<<"$out") >= 5)) || fail "expected at least 5 listening ports (coordinator 2, server 2+, workers), got: $out"
+  for w in 0 1; do
+    before=$(grep -cE '^[0-9.]+ step ' "$TMP/w$w.log")
+    wait_for "$TMP/w$w.log" "^[0-9.]+ step $((before + 20)) " 60 ||
+      fail "worker $w did not step 20 more times after the fuzz"
+  done
+  echo "both workers stepped 20 more times after the fuzz"
+}
+
 # One WatchPlan stream per member: a member opening 20,000 streams (each held
 # open) ends with one open; the others end ABORTED naming the newer stream,
 # and the coordinator's memory stays flat (before: all 20,000 stayed open,
@@ -450,6 +493,7 @@ case "$SCENARIO" in
   fd-exhaustion) scenario_fd_exhaustion ;;
   slow-scrape) scenario_slow_scrape ;;
   listener-fuzz) scenario_listener_fuzz ;;
+  listener-fuzz-dgs) scenario_listener_fuzz_dgs ;;
   *) fail "unknown scenario $SCENARIO" ;;
 esac
 echo "PASS: $SCENARIO"
