@@ -32,6 +32,12 @@ struct PeerCounters {
   // Messages longer than the receive they matched was posted for: refused,
   // never allocated (PostRecvAtMost).
   uint64_t refused_messages = 0;
+  // Messages that arrived before any receive took them, held by the
+  // transport (UCX: drained from its unexpected queue and counted against
+  // their sender), and those dropped because their sender went over its cap
+  // of such messages (UcxOptions::unexpected_*_per_peer).
+  uint64_t early_messages = 0;
+  uint64_t dropped_messages = 0;
 };
 
 // Where a transport's completed receives spent their time (the transport

@@ -185,6 +185,18 @@ UcxTransport::~UcxTransport() {
   if (worker_ != nullptr) {
     const Deadline deadline = DeadlineIn(options_.close_timeout);
     CancelAll(Clock::now() + options_.close_timeout / 4);
+    // Early messages nobody took: those still landing end with the others.
+    for (auto& [tag, q] : early_) {
+      for (auto& m : q) {
+        if (m->ucx == nullptr) continue;
+        if (m->state == State::kInFlight) {
+          zombies_.push_back(std::move(m));
+        } else {
+          ucp_request_free(m->ucx);
+        }
+      }
+    }
+    early_.clear();
     std::vector<void*> pending;
     for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
       if (eps_[p] == nullptr || !peer_status_[p].ok()) continue;  // a failed ep cannot flush

@@ -68,6 +68,7 @@ struct Request {
   bool direct = false;
   bool settled = false;      // a direct receive's end was handled (SettleDirect)
   size_t landed_length = 0;  // what UCX reported the sender sent
+  size_t announced = 0;      // an early message: the length its probe told
   // Receive timeline (RecvProfile): posted, matched by the probe, last byte in.
   Clock::time_point posted_at, matched_at, landed_at;
   double alloc_s = 0;
@@ -127,7 +128,8 @@ class UcxTransport : public Transport {
         worker_(w_->worker),
         counters_(size),
         pool_(kPoolMinBytes, kPoolBuffers, options.buffer_pool_bytes),
-        peer_status_(size) {}
+        peer_status_(size),
+        early_use_(size) {}
   ~UcxTransport() override;
 
   absl::Status Connect(const std::vector<std::string>& addresses, Deadline deadline);
@@ -172,6 +174,17 @@ class UcxTransport : public Transport {
   // UCX events seen (0 means idle).
   int Progress();
   void MatchQueued();
+  // Moves every message of this communicator no receive took from UCX's
+  // unexpected queue into early_ (at most a batch a call), counting it
+  // against its sender; blames a sender over its cap (Blame) and drops the
+  // messages of blamed senders and of ranks this communicator lacks.
+  void DrainUnexpected();
+  // Receives the probed `msg` into one byte and forgets it.
+  void Discard(ucp_tag_message_h msg);
+  void Blame(int peer);
+  // `r` (queued) takes the early message `m` of its wire tag, which landed.
+  void Adopt(Request* r, std::unique_ptr<Request> m);
+  size_t EarlyBytesCap() const;
   // Receives the probed message `msg` (`info.length` bytes) into r->buf;
   // r completes now or in RecvCallback.
   void ReceiveProbed(Request* r, ucp_tag_message_h msg, const ucp_tag_recv_info_t& info);
@@ -227,6 +240,13 @@ class UcxTransport : public Transport {
   // Receives not yet matched, per wire tag (which names the source), oldest
   // first: only the head may take the next message, which keeps FIFO order.
   std::map<uint64_t, std::deque<Request*>> queued_;
+  // Messages no receive took yet (DrainUnexpected), per wire tag, oldest
+  // first, and per sender what they hold.
+  std::map<uint64_t, std::deque<std::unique_ptr<Request>>> early_;
+  struct EarlyUse {
+    size_t bytes = 0, messages = 0;
+  };
+  std::vector<EarlyUse> early_use_;
   // Self-sends not yet received, per wire tag.
   std::map<uint64_t, std::deque<Bytes>> self_unmatched_;
   std::vector<std::unique_ptr<Request>> zombies_;

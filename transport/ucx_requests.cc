@@ -124,10 +124,12 @@ RequestId UcxTransport::StartRecv(int peer, uint64_t tag, bool internal, size_t 
   // size that comes (a sparse frame is often far below its bound). And only
   // when no probed receive on the same tag is queued before it: UCX matches
   // posted receives ahead of our probes, which would reorder a (sender, tag)
-  // pair's messages.
+  // pair's messages; nor when an early message of the tag is held (it is
+  // older than anything UCX still has).
   const size_t cap = Cap(capacity);
   if (peer != rank_ && capacity != SIZE_MAX && options_.direct_receive_bytes > 0 &&
-      cap >= options_.direct_receive_bytes && pool_.Has(cap) && !queued_.contains(raw->wire_tag)) {
+      cap >= options_.direct_receive_bytes && pool_.Has(cap) && !queued_.contains(raw->wire_tag) &&
+      !early_.contains(raw->wire_tag)) {
     PostDirect(raw, cap);
     return id;
   }
@@ -251,6 +253,15 @@ void UcxTransport::MatchQueued() {
         q.pop_front();
         continue;
       }
+      if (auto e = early_.find(r->wire_tag); e != early_.end()) {
+        if (e->second.front()->state == State::kInFlight) break;  // r takes it once it landed
+        std::unique_ptr<Request> m = std::move(e->second.front());
+        e->second.pop_front();
+        if (e->second.empty()) early_.erase(e);
+        q.pop_front();
+        Adopt(r, std::move(m));
+        continue;
+      }
       ucp_tag_recv_info_t info = {};
       ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, r->wire_tag, kFullMask, 1, &info);
       if (msg == nullptr) break;
@@ -259,6 +270,119 @@ void UcxTransport::MatchQueued() {
     }
     it = q.empty() ? queued_.erase(it) : std::next(it);
   }
+}
+
+void UcxTransport::Adopt(Request* r, std::unique_ptr<Request> m) {
+  EarlyUse& use = early_use_[m->peer];
+  use.messages -= 1;
+  if (m->refused_bytes == 0) use.bytes -= m->announced;
+  r->matched_at = m->matched_at;
+  r->landed_at = m->landed_at;
+  r->alloc_s = m->alloc_s;
+  r->pooled = m->pooled;
+  r->ucx_status = m->ucx_status;
+  r->state = m->state;
+  const size_t cap = Cap(r->capacity);
+  if (m->refused_bytes > 0 || (m->state == State::kDone && m->buf.size() > cap)) {
+    // Over the process-wide cap (counted as refused when it was drained), or
+    // over what this receive was posted for (counted now), as at a probe.
+    r->refused_bytes = m->refused_bytes > 0 ? m->refused_bytes : m->buf.size();
+    r->refused_cap = m->refused_bytes > 0 ? m->refused_cap : cap;
+    if (m->refused_bytes == 0) ++counters_[r->peer].refused_messages;
+  } else if (m->state == State::kDone) {
+    r->buf = std::move(m->buf);
+  }
+  if (m->ucx != nullptr) ucp_request_free(m->ucx);
+  m->ucx = nullptr;
+}
+
+size_t UcxTransport::EarlyBytesCap() const {
+  return std::max(options_.unexpected_bytes_per_peer, 4 * options_.max_message_bytes);
+}
+
+void UcxTransport::Discard(ucp_tag_message_h msg) {
+  auto r = std::make_unique<Request>();
+  r->buf.resize(1);
+  r->state = State::kInFlight;
+  ucp_request_param_t param = {};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.recv = &RecvCallback;
+  param.user_data = r.get();
+  param.datatype = ucp_dt_make_contig(1);
+  ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), r->buf.size(), msg, &param);
+  if (UCS_PTR_IS_PTR(p)) {
+    r->ucx = p;
+    zombies_.push_back(std::move(r));  // freed once it ends (ReapZombies)
+  }
+}
+
+void UcxTransport::DrainUnexpected() {
+  if (options_.unexpected_bytes_per_peer == 0 && options_.unexpected_messages_per_peer == 0) {
+    return;
+  }
+  const uint64_t this_generation = (uint64_t{generation_} << kGenerationShift) & kGenerationMask;
+  // Bounded per call: the caller's own matching goes on between batches.
+  for (int i = 0; i < 256; ++i) {
+    ucp_tag_recv_info_t info = {};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, this_generation, kGenerationMask, 1, &info);
+    if (msg == nullptr) return;
+    const int peer = static_cast<int>((info.sender_tag >> kTagBits) & (kMaxRanks - 1));
+    if (peer >= size_ || peer == rank_) {  // a rank this communicator lacks, or forged as ours
+      Discard(msg);
+      continue;
+    }
+    if (!peer_status_[peer].ok()) {
+      ++counters_[peer].dropped_messages;
+      Discard(msg);
+      continue;
+    }
+    auto m = std::make_unique<Request>();
+    m->peer = peer;
+    m->wire_tag = info.sender_tag;
+    m->internal = (info.sender_tag & kInternalBit) != 0;
+    m->tag = info.sender_tag & kMaxTag;
+    m->announced = info.length;
+    m->posted_at = Clock::now();
+    ReceiveProbed(m.get(), msg, info);  // capacity SIZE_MAX: the process-wide cap
+    EarlyUse& use = early_use_[peer];
+    use.messages += 1;
+    if (m->refused_bytes == 0) use.bytes += info.length;
+    ++counters_[peer].early_messages;
+    early_[m->wire_tag].push_back(std::move(m));
+    const bool over_messages = options_.unexpected_messages_per_peer > 0 &&
+                               use.messages > options_.unexpected_messages_per_peer;
+    const bool over_bytes = options_.unexpected_bytes_per_peer > 0 && use.bytes > EarlyBytesCap();
+    if (over_messages || over_bytes) Blame(peer);
+  }
+}
+
+void UcxTransport::Blame(int peer) {
+  const EarlyUse use = early_use_[peer];
+  peer_status_[peer] = absl::ResourceExhaustedError(
+      absl::StrCat("rank ", rank_, ": peer ", peer, " sent ", use.messages, " messages (",
+                   use.bytes, " bytes) that no receive took, over the cap of ",
+                   options_.unexpected_messages_per_peer, " messages or ", EarlyBytesCap(),
+                   " bytes per peer (tags no schedule receives?): peer ", peer, " is blamed"));
+  // What it sent is dropped; what is still landing ends as a zombie.
+  for (auto it = early_.begin(); it != early_.end();) {
+    std::deque<std::unique_ptr<Request>>& q = it->second;
+    for (auto m = q.begin(); m != q.end();) {
+      if ((*m)->peer != peer) {
+        ++m;
+        continue;
+      }
+      ++counters_[peer].dropped_messages;
+      if ((*m)->ucx != nullptr && (*m)->state == State::kInFlight) {
+        zombies_.push_back(std::move(*m));
+      } else if ((*m)->ucx != nullptr) {
+        ucp_request_free((*m)->ucx);
+      }
+      m = q.erase(m);
+    }
+    it = q.empty() ? early_.erase(it) : std::next(it);
+  }
+  early_use_[peer] = EarlyUse{};
 }
 
 int UcxTransport::Progress() {
@@ -271,6 +395,7 @@ int UcxTransport::Progress() {
     events += static_cast<int>(n);
   }
   MatchQueued();
+  DrainUnexpected();
   return events;
 }
 
@@ -297,6 +422,10 @@ std::optional<absl::Status> UcxTransport::Outcome(Request& r) {
                        peer_status_[r.peer].ok() ? "" : " (peer failed)"));
     case State::kQueued:
     case State::kInFlight:
+      if (absl::IsResourceExhausted(peer_status_[r.peer])) {  // blamed (Blame)
+        return absl::ResourceExhaustedError(
+            absl::StrCat(Describe(r), ": ", peer_status_[r.peer].message()));
+      }
       if (!peer_status_[r.peer].ok()) {
         return absl::UnavailableError(
             absl::StrCat(Describe(r), ": peer ", r.peer, " is dead or unreachable"));
