@@ -117,6 +117,11 @@ class Transport {
   virtual void Abort(Deadline deadline) = 0;
   virtual bool aborted() const = 0;
 
+  // Not OK once `peer` is blamed for flooding this rank with messages no
+  // receive took (UcxOptions::unexpected_*_per_peer): the error names it.
+  // Every later receive from and send to it fails with that error.
+  virtual absl::Status blame(int peer) const { return absl::OkStatus(); }
+
   // Counters since construction or the last ResetCounters(); payload bytes only.
   virtual PeerCounters counters(int peer) const = 0;
   virtual void ResetCounters() = 0;

@@ -185,16 +185,9 @@ UcxTransport::~UcxTransport() {
   if (worker_ != nullptr) {
     const Deadline deadline = DeadlineIn(options_.close_timeout);
     CancelAll(Clock::now() + options_.close_timeout / 4);
-    // Early messages nobody took: those still landing end with the others.
+    // Early messages nobody took: UCX frees them once received.
     for (auto& [tag, q] : early_) {
-      for (auto& m : q) {
-        if (m->ucx == nullptr) continue;
-        if (m->state == State::kInFlight) {
-          zombies_.push_back(std::move(m));
-        } else {
-          ucp_request_free(m->ucx);
-        }
-      }
+      for (Early& m : q) Discard(m.msg);
     }
     early_.clear();
     std::vector<void*> pending;

@@ -68,7 +68,6 @@ struct Request {
   bool direct = false;
   bool settled = false;      // a direct receive's end was handled (SettleDirect)
   size_t landed_length = 0;  // what UCX reported the sender sent
-  size_t announced = 0;      // an early message: the length its probe told
   // Receive timeline (RecvProfile): posted, matched by the probe, last byte in.
   Clock::time_point posted_at, matched_at, landed_at;
   double alloc_s = 0;
@@ -144,6 +143,11 @@ class UcxTransport : public Transport {
   void CancelAll(Deadline deadline) override;
   void Abort(Deadline deadline) override;
   bool aborted() const override { return aborted_; }
+  absl::Status blame(int peer) const override {
+    return peer >= 0 && peer < size_ && absl::IsResourceExhausted(peer_status_[peer])
+               ? peer_status_[peer]
+               : absl::OkStatus();
+  }
   PeerCounters counters(int peer) const override {
     return peer >= 0 && peer < size_ ? counters_[peer] : PeerCounters{};
   }
@@ -174,16 +178,15 @@ class UcxTransport : public Transport {
   // UCX events seen (0 means idle).
   int Progress();
   void MatchQueued();
-  // Moves every message of this communicator no receive took from UCX's
-  // unexpected queue into early_ (at most a batch a call), counting it
-  // against its sender; blames a sender over its cap (Blame) and drops the
-  // messages of blamed senders and of ranks this communicator lacks.
+  // Takes every message of this communicator no receive took off UCX's
+  // unexpected queue (at most a batch a call) and holds it, unreceived, in
+  // early_, counted against its sender; blames a sender over its cap (Blame)
+  // and discards the messages of blamed senders and of ranks this
+  // communicator lacks.
   void DrainUnexpected();
   // Receives the probed `msg` into one byte and forgets it.
   void Discard(ucp_tag_message_h msg);
   void Blame(int peer);
-  // `r` (queued) takes the early message `m` of its wire tag, which landed.
-  void Adopt(Request* r, std::unique_ptr<Request> m);
   size_t EarlyBytesCap() const;
   // Receives the probed message `msg` (`info.length` bytes) into r->buf;
   // r completes now or in RecvCallback.
@@ -241,8 +244,14 @@ class UcxTransport : public Transport {
   // first: only the head may take the next message, which keeps FIFO order.
   std::map<uint64_t, std::deque<Request*>> queued_;
   // Messages no receive took yet (DrainUnexpected), per wire tag, oldest
-  // first, and per sender what they hold.
-  std::map<uint64_t, std::deque<std::unique_ptr<Request>>> early_;
+  // first: UCX's handles, received when a receive of their tag comes (with
+  // that receive's cap, as a probed message), and per sender what they hold.
+  struct Early {
+    ucp_tag_message_h msg;
+    ucp_tag_recv_info_t info;
+    size_t counted;  // the bytes it counts for: what UCX holds at most
+  };
+  std::map<uint64_t, std::deque<Early>> early_;
   struct EarlyUse {
     size_t bytes = 0, messages = 0;
   };

@@ -254,12 +254,14 @@ void UcxTransport::MatchQueued() {
         continue;
       }
       if (auto e = early_.find(r->wire_tag); e != early_.end()) {
-        if (e->second.front()->state == State::kInFlight) break;  // r takes it once it landed
-        std::unique_ptr<Request> m = std::move(e->second.front());
+        const Early m = e->second.front();
         e->second.pop_front();
         if (e->second.empty()) early_.erase(e);
+        EarlyUse& use = early_use_[r->peer];
+        use.messages -= 1;
+        use.bytes -= m.counted;
         q.pop_front();
-        Adopt(r, std::move(m));
+        ReceiveProbed(r, m.msg, m.info);
         continue;
       }
       ucp_tag_recv_info_t info = {};
@@ -272,29 +274,9 @@ void UcxTransport::MatchQueued() {
   }
 }
 
-void UcxTransport::Adopt(Request* r, std::unique_ptr<Request> m) {
-  EarlyUse& use = early_use_[m->peer];
-  use.messages -= 1;
-  if (m->refused_bytes == 0) use.bytes -= m->announced;
-  r->matched_at = m->matched_at;
-  r->landed_at = m->landed_at;
-  r->alloc_s = m->alloc_s;
-  r->pooled = m->pooled;
-  r->ucx_status = m->ucx_status;
-  r->state = m->state;
-  const size_t cap = Cap(r->capacity);
-  if (m->refused_bytes > 0 || (m->state == State::kDone && m->buf.size() > cap)) {
-    // Over the process-wide cap (counted as refused when it was drained), or
-    // over what this receive was posted for (counted now), as at a probe.
-    r->refused_bytes = m->refused_bytes > 0 ? m->refused_bytes : m->buf.size();
-    r->refused_cap = m->refused_bytes > 0 ? m->refused_cap : cap;
-    if (m->refused_bytes == 0) ++counters_[r->peer].refused_messages;
-  } else if (m->state == State::kDone) {
-    r->buf = std::move(m->buf);
-  }
-  if (m->ucx != nullptr) ucp_request_free(m->ucx);
-  m->ucx = nullptr;
-}
+// UCX 1.13's largest eager message where this transport sets the threshold
+// (UcxOptions::rndv_thresh_bytes' default); larger ones wait as a header.
+constexpr size_t kMostHeldBytes = 256 * 1024;
 
 size_t UcxTransport::EarlyBytesCap() const {
   return std::max(options_.unexpected_bytes_per_peer, 4 * options_.max_message_bytes);
@@ -337,19 +319,14 @@ void UcxTransport::DrainUnexpected() {
       Discard(msg);
       continue;
     }
-    auto m = std::make_unique<Request>();
-    m->peer = peer;
-    m->wire_tag = info.sender_tag;
-    m->internal = (info.sender_tag & kInternalBit) != 0;
-    m->tag = info.sender_tag & kMaxTag;
-    m->announced = info.length;
-    m->posted_at = Clock::now();
-    ReceiveProbed(m.get(), msg, info);  // capacity SIZE_MAX: the process-wide cap
+    // UCX holds an eager message's payload, and only a header for a
+    // rendezvous: counted at most at the eager threshold.
+    const size_t counted = std::min<size_t>(info.length, kMostHeldBytes);
     EarlyUse& use = early_use_[peer];
     use.messages += 1;
-    if (m->refused_bytes == 0) use.bytes += info.length;
+    use.bytes += counted;
     ++counters_[peer].early_messages;
-    early_[m->wire_tag].push_back(std::move(m));
+    early_[info.sender_tag].push_back(Early{msg, info, counted});
     const bool over_messages = options_.unexpected_messages_per_peer > 0 &&
                                use.messages > options_.unexpected_messages_per_peer;
     const bool over_bytes = options_.unexpected_bytes_per_peer > 0 && use.bytes > EarlyBytesCap();
@@ -364,20 +341,16 @@ void UcxTransport::Blame(int peer) {
                    use.bytes, " bytes) that no receive took, over the cap of ",
                    options_.unexpected_messages_per_peer, " messages or ", EarlyBytesCap(),
                    " bytes per peer (tags no schedule receives?): peer ", peer, " is blamed"));
-  // What it sent is dropped; what is still landing ends as a zombie.
+  // What it sent is discarded: UCX frees it.
   for (auto it = early_.begin(); it != early_.end();) {
-    std::deque<std::unique_ptr<Request>>& q = it->second;
+    std::deque<Early>& q = it->second;
     for (auto m = q.begin(); m != q.end();) {
-      if ((*m)->peer != peer) {
+      if (static_cast<int>((m->info.sender_tag >> kTagBits) & (kMaxRanks - 1)) != peer) {
         ++m;
         continue;
       }
       ++counters_[peer].dropped_messages;
-      if ((*m)->ucx != nullptr && (*m)->state == State::kInFlight) {
-        zombies_.push_back(std::move(*m));
-      } else if ((*m)->ucx != nullptr) {
-        ucp_request_free((*m)->ucx);
-      }
+      Discard(m->msg);
       m = q.erase(m);
     }
     it = q.empty() ? early_.erase(it) : std::next(it);

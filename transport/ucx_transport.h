@@ -82,13 +82,14 @@ struct UcxOptions {
   // received after a probe, at the size the probe tells. 0: always probe.
   size_t direct_receive_bytes = 64 * 1024;
   // Messages no receive has taken yet (sent ahead of their receive, or on
-  // tags no schedule receives) are drained from UCX's unexpected queue into
-  // the transport and counted per sender; a sender holding more than these
-  // (bytes, messages) is blamed: every receive from and send to it fails
-  // RESOURCE_EXHAUSTED naming it, and its later messages are dropped. Without
-  // it UCX keeps them all (a member flooding unmatched tags grew an honest
-  // agent to 1.46 GB). The bytes cap is at least 4 x max_message_bytes. 0 and
-  // 0: no drain (UCX keeps them, unbounded).
+  // tags no schedule receives) are taken off UCX's unexpected queue as they
+  // come and held (unreceived: a later receive takes one with its own cap),
+  // counted per sender: bytes (what UCX holds: an eager payload, at most
+  // 256 KiB a message) and messages. A sender holding more than these is
+  // blamed: every receive from and send to it fails RESOURCE_EXHAUSTED naming
+  // it, and what it sent and sends is discarded. Without it UCX kept them
+  // all (a member flooding unmatched tags grew an honest agent to 1.46 GB).
+  // The bytes cap is at least 4 x max_message_bytes. 0 and 0: none of this.
   size_t unexpected_bytes_per_peer = size_t{64} << 20;
   size_t unexpected_messages_per_peer = 4096;
   // Polled while wiring up (may be empty): true ends the connect with
