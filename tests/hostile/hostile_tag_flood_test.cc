@@ -16,7 +16,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/dgs_exchange.h"
+#include "collectives/tag_space.h"
 #include "gtest/gtest.h"
+#include "tests/dgs/dgs_util.h"
 #include "tests/transport/test_util.h"
 #include "transport/ucx_transport.h"
 
@@ -195,6 +198,77 @@ TEST(HostileTagFlood, EarlyMessagesUnderTheCapAreDeliveredInOrder) {
                    : absl::InternalError("an honest peer's messages were dropped");
       });
   for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
+}
+
+// A DGS server on UCX (rank 2) with an honest worker (rank 0) and a worker
+// that floods the server with DGS-phase messages of a shard it does not have
+// (rank 1): the server blames and drops the flooder, its memory stays
+// bounded, and the honest worker steps on.
+TEST(HostileTagFlood, ADgsServerDropsAFloodingWorkerAndServesTheOthers) {
+  const DgsLayout layout = dgs_test::MakeLayout({4000});
+  constexpr DgsJob kJob{7, 3};
+  const UcxOptions options = Options();
+  std::atomic<bool> flooded{false}, stop{false};
+  DgsServerStats stats;
+  size_t rss_growth = 0;
+  absl::Status worker_after;
+  std::vector<absl::Status> st = RunWorld(
+      3,
+      [&](int r, int,
+          std::shared_ptr<InProcessExchange> ex) -> absl::StatusOr<std::unique_ptr<Transport>> {
+        InProcessBootstrap boot(ex, r);
+        return CreateUcxTransport(boot, options);
+      },
+      [&](Transport& t) -> absl::Status {
+        if (t.rank() == 2) {
+          DgsServerShard shard = *DgsServerShard::Create(layout, 0, {0, 4000}, {.workers = 2});
+          DgsServer server(t, kJob, shard, {0, 1});
+          const size_t rss_before = RssBytes();
+          while (!stop.load()) {
+            if (absl::Status s = server.ServeUntil(DeadlineIn(milliseconds(20))); !s.ok()) {
+              return s;
+            }
+            const size_t now = RssBytes();
+            rss_growth = std::max(rss_growth, now > rss_before ? now - rss_before : 0);
+          }
+          stats = server.stats();
+          return absl::OkStatus();
+        }
+        if (t.rank() == 1) {
+          absl::Status failed;
+          for (int i = 0; i < 3000 && failed.ok(); ++i) {
+            absl::StatusOr<RequestId> s =
+                t.PostSend(2, MessageTag(kTagPhaseDgs, 999, i), Bytes(64 * 1024, 1));
+            failed = s.ok() ? t.Wait(*s, DeadlineIn(milliseconds(10000)), nullptr) : s.status();
+          }
+          flooded = true;
+          return absl::OkStatus();  // its later sends may fail: it was dropped
+        }
+        DgsPushPull link(t, kJob, {{0, 2}});
+        const DgsWorkerOptions o{.momentum = 0.5f, .weight_decay = 0, .density = 0.1f};
+        DgsWorkerState w = *DgsWorkerState::Create(layout, 0, {{0, 4000}}, o);
+        std::mt19937 rng(3);
+        std::vector<float> params(4000, 0.f);
+        absl::Status s = link.Join(w, params, DeadlineIn(milliseconds(20000)));
+        while (s.ok() && !flooded.load()) {
+          s = link.Step(w, dgs_test::IntGrad(4000, rng), params, 1,
+                        DeadlineIn(milliseconds(20000)));
+        }
+        for (int i = 0; i < 5 && s.ok(); ++i) {
+          s = link.Step(w, dgs_test::IntGrad(4000, rng), params, 1,
+                        DeadlineIn(milliseconds(20000)));
+        }
+        worker_after = s;
+        stop = true;
+        return absl::OkStatus();
+      });
+  for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
+  std::printf("DGS server: RSS +%.1f MiB, workers blamed %llu: %s\n", rss_growth / 1048576.0,
+              static_cast<unsigned long long>(stats.workers_blamed), stats.last_blame.c_str());
+  EXPECT_TRUE(worker_after.ok()) << worker_after;
+  EXPECT_EQ(stats.workers_blamed, 1u);
+  EXPECT_TRUE(absl::StrContains(stats.last_blame, "peer 1 is blamed")) << stats.last_blame;
+  EXPECT_LT(rss_growth, size_t{64} << 20);
 }
 
 }  // namespace
