@@ -24,7 +24,7 @@ namespace {
 using std::chrono::milliseconds;
 
 // Drives `c` until it is done or fails, or 5 s pass.
-absl::Status Run(HelloClient& c) {
+absl::Status RunHello(HelloClient& c) {
   const Deadline end = DeadlineIn(milliseconds(5000));
   while (Clock::now() < end) {
     if (absl::Status s = c.Step(); !s.ok()) return s;
@@ -50,7 +50,7 @@ TEST(UcxHello, AHolderOfTheSecretGetsTheAddress) {
   auto server = HelloServer::Start("127.0.0.1", std::string(300, 'w'), "job-token");
   ASSERT_TRUE(server.ok()) << server.status();
   HelloClient c(At(**server), "job-token");
-  ASSERT_TRUE(Run(c).ok());
+  ASSERT_TRUE(RunHello(c).ok());
   EXPECT_EQ(c.blob(), std::string(300, 'w'));
   EXPECT_EQ((*server)->answered(), 1u);
 }
@@ -59,7 +59,7 @@ TEST(UcxHello, AnotherSecretGetsNothingAndIsToldWhy) {
   auto server = HelloServer::Start("127.0.0.1", "address", "job-token");
   ASSERT_TRUE(server.ok()) << server.status();
   HelloClient c(At(**server), "another-job's-token");
-  absl::Status s = Run(c);
+  absl::Status s = RunHello(c);
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "another job's token")) << s;
   EXPECT_EQ((*server)->answered(), 0u);
@@ -100,7 +100,7 @@ TEST(UcxHello, AReplyNotSignedWithTheSecretIsRefused) {
   std::memcpy(&at.addr, &a, sizeof(a));
   at.len = sizeof(a);
   HelloClient c(at, "job-token");
-  absl::Status s = Run(c);
+  absl::Status s = RunHello(c);
   impostor.join();
   close(lfd);
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
@@ -118,7 +118,7 @@ TEST(UcxHello, NothingListeningIsAnErrorAtOnce) {
   }
   HelloClient c(*ParseDataAddress(address), "k");
   const auto start = Clock::now();
-  absl::Status s = Run(c);
+  absl::Status s = RunHello(c);
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_LT(Clock::now() - start, milliseconds(1000));
 }
@@ -142,7 +142,7 @@ TEST(UcxHello, GarbageAndAFullHouseLeaveTheListenerServing) {
   std::this_thread::sleep_for(milliseconds(200));
   HelloClient c(At(**server), "k");
   const auto start = Clock::now();
-  ASSERT_TRUE(Run(c).ok());
+  ASSERT_TRUE(RunHello(c).ok());
   EXPECT_EQ(c.blob(), "address");
   // The silent ones held the slots until the hello timeout.
   EXPECT_LT(Clock::now() - start, HelloServer::kHelloTimeout + milliseconds(1500));
