@@ -91,7 +91,7 @@ struct UcxOptions {
   // all (a member flooding unmatched tags grew an honest agent to 1.46 GB).
   // The bytes cap is at least 4 x max_message_bytes. 0 and 0: none of this.
   size_t unexpected_bytes_per_peer = size_t{64} << 20;
-  size_t unexpected_messages_per_peer = 4096;
+  size_t unexpected_messages_per_peer = 16384;
   // Polled while wiring up (may be empty): true ends the connect with
   // ABORTED, e.g. the agent's epoch was superseded while it connected.
   std::function<bool()> abandon;
