@@ -332,6 +332,7 @@ scenario_takeover() {
 scenario_listener_fuzz() {
   local out i
   STEPS=${HOSTILE_STEPS:-100000}  # still running when the fuzz ends; stopped below
+  AGENT_EXTRA[0]="--metrics-port $(free_port)"  # its metrics port is fuzzed too
   start_job 3 lease_ms=3000
   # shellcheck disable=SC2046  # one argument per process
   out=$(hostile fuzz-ports "${FUZZ_CONNECTIONS:-1000}" "${FUZZ_SECONDS:-3}" "$COORD_PID" \
@@ -339,7 +340,7 @@ scenario_listener_fuzz() {
   echo "$out"
   kill -0 "$COORD_PID" || fail "the coordinator died under the fuzz"
   for i in 0 1 2; do kill -0 "${AGENT_PID[$i]}" || fail "agent $i died under the fuzz"; done
-  (($(grep -c "connections" <<<"$out") >= 8)) || fail "expected at least 8 listening ports (coordinator 2, agents 3 x 2), got: $out"
+  (($(grep -c "connections" <<<"$out") >= 9)) || fail "expected at least 9 listening ports (coordinator 2, agents 3 x 2, agent 0's metrics), got: $out"
   # Every agent still steps after the fuzz: 50 more steps, invariants checked.
   local after
   after=$(($(steps_of 0 | tail -n 1 | awk '{ print $2 }') + 50))
