@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -132,6 +133,10 @@ struct DgsServerStats {
   uint64_t refused = 0;  // messages answered with kRefused
   uint64_t held = 0;     // pushes held by max_staleness (counted once each)
   uint64_t workers_lost = 0;
+  // Of them, workers the transport blamed for flooding this server with
+  // messages no receive took (Transport::blame), and the last blame.
+  uint64_t workers_blamed = 0;
+  std::string last_blame;
   // Hellos from a worker that had a later version of this shard than the
   // shard has (restored from an older snapshot): counted, with the last one.
   uint64_t version_gaps = 0;

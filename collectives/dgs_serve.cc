@@ -179,6 +179,15 @@ absl::StatusOr<bool> DgsServer::Poll() {
     recvs_[k].reset();
     handled = true;
     if (!done.ok()) {
+      if (absl::Status blamed = transport_.blame(ranks_[k]); !blamed.ok()) {
+        // A flood of messages no receive took: the worker is dropped, its
+        // messages discarded by the transport; the others go on.
+        ++stats_.workers_blamed;
+        stats_.last_blame = std::string(blamed.message());
+        Lose(k);
+        ServeHeld();
+        continue;
+      }
       if (done.status().code() == absl::StatusCode::kResourceExhausted) {
         // Longer than any message of this shard can be: refused unread.
         shard_.Count(DgsRefusal::kOverCapacity);

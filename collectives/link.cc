@@ -42,6 +42,8 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
   absl::StatusOr<Bytes> in = SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag,
                                       ctx_.deadline, RecvCap(expect_bytes));
   if (!in.ok()) {
+    BlameFlooder(to);
+    BlameFlooder(from);
     return Annotate(in.status(), phase, sub,
                     absl::StrCat(PeerText(true, to), ", ", PeerText(false, from)));
   }
@@ -70,12 +72,25 @@ absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_
   absl::StatusOr<RequestId> id = send ? ctx_.transport->PostSend(peer, tag, std::move(out))
                                  : cap < SIZE_MAX ? ctx_.transport->PostRecvAtMost(peer, tag, cap)
                                                   : ctx_.transport->PostRecv(peer, tag);
-  if (!id.ok()) return Annotate(id.status(), phase, sub, PeerText(send, peer));
+  if (!id.ok()) {
+    BlameFlooder(peer);
+    return Annotate(id.status(), phase, sub, PeerText(send, peer));
+  }
   return Pending{*id, peer, phase, sub, send};
+}
+
+void Link::BlameFlooder(int peer) const {
+  if (ctx_.blame == nullptr) return;
+  // Over its cap of messages no receive took (Transport::blame): blamed like
+  // a bad frame, so the step's report names it.
+  if (absl::Status b = ctx_.transport->blame(peer); !b.ok()) {
+    ctx_.blame->Blame(peer, std::string(b.message()));
+  }
 }
 
 absl::Status Link::Complete(const Pending& p, Bytes* in) {
   absl::Status s = ctx_.transport->Wait(p.id, ctx_.deadline, p.send ? nullptr : in);
+  if (!s.ok()) BlameFlooder(p.peer);
   if (s.ok() && !p.send) {
     s = CheckFrameSenders(*in, static_cast<uint32_t>(p.peer));
     if (!s.ok() && ctx_.blame != nullptr) ctx_.blame->Blame(p.peer, std::string(s.message()));

@@ -95,6 +95,9 @@ class Link {
   // (SIZE_MAX when neither is set).
   size_t RecvCap(size_t expect_bytes) const;
   absl::Status Complete(const Pending& p, Bytes* in);
+  // Blames `peer` in the call's FrameBlame when the transport blamed it for a
+  // flood of messages no receive took.
+  void BlameFlooder(int peer) const;
   absl::Status Annotate(const absl::Status& s, uint16_t phase, uint32_t sub,
                         absl::string_view peers) const;
 

@@ -41,6 +41,7 @@ class ForwardingTransport : public Transport {
   void CancelAll(Deadline deadline) override { inner_->CancelAll(deadline); }
   void Abort(Deadline deadline) override { inner_->Abort(deadline); }
   bool aborted() const override { return inner_->aborted(); }
+  absl::Status blame(int peer) const override { return inner_->blame(peer); }
   PeerCounters counters(int peer) const override { return inner_->counters(peer); }
   void ResetCounters() override { inner_->ResetCounters(); }
   RecvProfile recv_profile() const override { return inner_->recv_profile(); }

@@ -32,6 +32,12 @@ struct PeerCounters {
   // Messages longer than the receive they matched was posted for: refused,
   // never allocated (PostRecvAtMost).
   uint64_t refused_messages = 0;
+  // Messages that arrived before any receive took them, held by the
+  // transport (UCX: drained from its unexpected queue and counted against
+  // their sender), and those dropped because their sender went over its cap
+  // of such messages (UcxOptions::unexpected_*_per_peer).
+  uint64_t early_messages = 0;
+  uint64_t dropped_messages = 0;
 };
 
 // Where a transport's completed receives spent their time (the transport
@@ -110,6 +116,11 @@ class Transport {
   // failed step ends the epoch; the next epoch builds a new transport.
   virtual void Abort(Deadline deadline) = 0;
   virtual bool aborted() const = 0;
+
+  // Not OK once `peer` is blamed for flooding this rank with messages no
+  // receive took (UcxOptions::unexpected_*_per_peer): the error names it.
+  // Every later receive from and send to it fails with that error.
+  virtual absl::Status blame(int peer) const { return absl::OkStatus(); }
 
   // Counters since construction or the last ResetCounters(); payload bytes only.
   virtual PeerCounters counters(int peer) const = 0;

@@ -41,30 +41,36 @@ absl::Status UcxTransport::Connect(const std::vector<std::string>& addresses, De
     }
     peers[p] = *a;
   }
-  w_->ReapAccepted(false);
   DrainOtherGenerations(deadline);
   eps_.assign(size_, nullptr);
   error_args_.resize(size_);
+  hellos_.clear();
+  hellos_.resize(size_);
+  const std::string secret = w_->job_secret();
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    error_args_[p] = std::make_unique<PeerErrorArg>(PeerErrorArg{this, p});
-    ucp_ep_params_t ep_params = {};
-    ep_params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep_params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep_params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&peers[p].addr);
-    ep_params.sockaddr.addrlen = peers[p].len;
-    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep_params.err_handler.cb = &UcxTransport::OnPeerError;
-    ep_params.err_handler.arg = error_args_[p].get();
-    ucs_status_t st = ucp_ep_create(worker_, &ep_params, &eps_[p]);
-    if (st != UCS_OK) {
-      eps_[p] = nullptr;
-      return absl::UnavailableError(
-          absl::StrCat("rank ", rank_, ": ucp_ep_create to peer ", p, ": ", ucs_status_string(st)));
-    }
+    if (p != rank_) hellos_[p] = std::make_unique<HelloClient>(peers[p], secret);
   }
   return WireUp(deadline);
+}
+
+// The endpoint to `peer` from the packed address its hello gave (signed with
+// the job's secret, so it comes from a member, not from whoever reached us).
+absl::Status UcxTransport::OpenEndpoint(int p, const std::string& blob) {
+  error_args_[p] = std::make_unique<PeerErrorArg>(PeerErrorArg{this, p});
+  ucp_ep_params_t ep_params = {};
+  ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep_params.address = reinterpret_cast<const ucp_address_t*>(blob.data());
+  ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep_params.err_handler.cb = &UcxTransport::OnPeerError;
+  ep_params.err_handler.arg = error_args_[p].get();
+  ucs_status_t st = ucp_ep_create(worker_, &ep_params, &eps_[p]);
+  if (st != UCS_OK) {
+    eps_[p] = nullptr;
+    return absl::UnavailableError(
+        absl::StrCat("rank ", rank_, ": ucp_ep_create to peer ", p, ": ", ucs_status_string(st)));
+  }
+  return absl::OkStatus();
 }
 
 constexpr std::chrono::milliseconds kAbandonPoll{50};
@@ -84,15 +90,29 @@ absl::Status UcxTransport::WireUp(Deadline deadline) {
     if (p == rank_) continue;
     Pair w{p};
     w.recv = StartRecv(p, kWireUpTag, /*internal=*/true);
-    absl::StatusOr<RequestId> send = StartSend(p, kWireUpTag, /*internal=*/true, Bytes{1});
-    if (!send.ok()) {
-      CancelAll(DeadlineIn(options_.close_timeout));
-      return absl::Status(send.status().code(),
-                          absl::StrCat("UCX wire-up: ", send.status().message()));
-    }
-    w.send = *send;
     pairs.push_back(w);
   }
+  // A peer's endpoint (and our byte to it) waits for its hello; the hellos
+  // are driven in the loop below with the other waits.
+  size_t hellos_left = pairs.size();
+  auto drive_hellos = [&]() -> absl::Status {
+    for (Pair& w : pairs) {
+      HelloClient* h = hellos_[w.peer].get();
+      if (h == nullptr || w.send != 0) continue;
+      if (absl::Status s = h->Step(); !s.ok()) {
+        return absl::Status(s.code(),
+                            absl::StrCat("rank ", rank_, ": peer ", w.peer, ": ", s.message()));
+      }
+      if (!h->done()) continue;
+      if (absl::Status s = OpenEndpoint(w.peer, h->blob()); !s.ok()) return s;
+      absl::StatusOr<RequestId> send = StartSend(w.peer, kWireUpTag, /*internal=*/true, Bytes{1});
+      if (!send.ok()) return send.status();
+      w.send = *send;
+      hellos_[w.peer].reset();
+      --hellos_left;
+    }
+    return absl::OkStatus();
+  };
   const std::function<void(int, bool)>& tell = options_.on_wire_up_wait;
   if (tell) {
     for (const Pair& w : pairs) tell(w.peer, true);
@@ -103,9 +123,13 @@ absl::Status UcxTransport::WireUp(Deadline deadline) {
   Clock::time_point next_abandon_check = Clock::now() + kAbandonPoll;
   int idle = 0;
   while (left > 0 && failed.ok()) {
+    if (hellos_left > 0) {
+      failed = drive_hellos();
+      if (!failed.ok()) break;
+    }
     const int events = Progress();
     for (Pair& w : pairs) {
-      if (!w.waiting) continue;
+      if (!w.waiting || (w.send == 0 && hellos_[w.peer] != nullptr)) continue;
       for (RequestId* id : {&w.recv, &w.send}) {
         if (*id == 0 || !failed.ok()) continue;
         std::optional<absl::Status> done = Outcome(*requests_.at(*id));
@@ -161,6 +185,11 @@ UcxTransport::~UcxTransport() {
   if (worker_ != nullptr) {
     const Deadline deadline = DeadlineIn(options_.close_timeout);
     CancelAll(Clock::now() + options_.close_timeout / 4);
+    // Early messages nobody took: UCX frees them once received.
+    for (auto& [tag, q] : early_) {
+      for (Early& m : q) Discard(m.msg);
+    }
+    early_.clear();
     std::vector<void*> pending;
     for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
       if (eps_[p] == nullptr || !peer_status_[p].ok()) continue;  // a failed ep cannot flush

@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "transport/buffer_pool.h"
 #include "transport/transport.h"
+#include "transport/ucx_hello.h"
 #include "transport/ucx_transport.h"
 
 namespace gradex {
@@ -88,27 +90,17 @@ class UcxWorkerImpl final : public UcxWorker {
  public:
   ~UcxWorkerImpl() override;
   absl::Status Init(const UcxOptions& options);
+  // Starts the hello listener that hands out this worker's packed address.
   absl::Status Listen(const UcxOptions& options);
   const std::string& address() const override { return address_; }
 
+  void SetJobSecret(const std::string& secret) override;
+  uint64_t refused_hellos() const override { return hello_ ? hello_->refused() : 0; }
+  uint64_t answered_hellos() const override { return hello_ ? hello_->answered() : 0; }
+  std::string job_secret() const;
+
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
-  // Endpoints peers opened to our listener (their sends arrive on them).
-  // Bounded: past kMaxAccepted live ones a connection is rejected.
-  struct Accepted {
-    UcxWorkerImpl* self = nullptr;
-    ucp_ep_h ep = nullptr;
-    bool failed = false;
-  };
-  static constexpr size_t kMaxAccepted = 2 * 4096;
-  std::vector<std::unique_ptr<Accepted>> accepted;
-  std::vector<void*> closing;  // close requests of reaped endpoints
-  ucp_listener_h listener = nullptr;
-  static void OnConnRequest(ucp_conn_request_h request, void* arg);
-  static void OnAcceptedError(void* arg, ucp_ep_h ep, ucs_status_t status);
-  // Force-closes the accepted endpoints whose peer failed or left (all of
-  // them when `all`), and frees finished close requests.
-  void ReapAccepted(bool all);
 
   // Requests a closed communicator could not reclaim (UCX may still write
   // into their buffers): freed only after the worker is destroyed.
@@ -118,6 +110,9 @@ class UcxWorkerImpl final : public UcxWorker {
 
  private:
   std::string address_;
+  std::unique_ptr<HelloServer> hello_;
+  mutable std::mutex secret_mu_;
+  std::string secret_;  // guarded by secret_mu_
 };
 
 class UcxTransport : public Transport {
@@ -131,8 +126,9 @@ class UcxTransport : public Transport {
         w_(std::move(worker)),
         worker_(w_->worker),
         counters_(size),
+        pool_(kPoolMinBytes, kPoolBuffers, options.buffer_pool_bytes),
         peer_status_(size),
-        pool_(kPoolMinBytes, kPoolBuffers, options.buffer_pool_bytes) {}
+        early_use_(size) {}
   ~UcxTransport() override;
 
   absl::Status Connect(const std::vector<std::string>& addresses, Deadline deadline);
@@ -147,6 +143,11 @@ class UcxTransport : public Transport {
   void CancelAll(Deadline deadline) override;
   void Abort(Deadline deadline) override;
   bool aborted() const override { return aborted_; }
+  absl::Status blame(int peer) const override {
+    return peer >= 0 && peer < size_ && absl::IsResourceExhausted(peer_status_[peer])
+               ? peer_status_[peer]
+               : absl::OkStatus();
+  }
   PeerCounters counters(int peer) const override {
     return peer >= 0 && peer < size_ ? counters_[peer] : PeerCounters{};
   }
@@ -169,6 +170,7 @@ class UcxTransport : public Transport {
   absl::StatusOr<RequestId> StartSend(int peer, uint64_t tag, bool internal, Bytes payload);
   RequestId StartRecv(int peer, uint64_t tag, bool internal, size_t capacity = SIZE_MAX);
   absl::Status WireUp(Deadline deadline);
+  absl::Status OpenEndpoint(int peer, const std::string& blob);
   // Receives and drops every queued message of an earlier generation: leftovers
   // of an earlier communicator on this worker (e.g. an aborted epoch).
   void DrainOtherGenerations(Deadline deadline);
@@ -176,6 +178,16 @@ class UcxTransport : public Transport {
   // UCX events seen (0 means idle).
   int Progress();
   void MatchQueued();
+  // Takes every message of this communicator no receive took off UCX's
+  // unexpected queue (at most a batch a call) and holds it, unreceived, in
+  // early_, counted against its sender; blames a sender over its cap (Blame)
+  // and discards the messages of blamed senders and of ranks this
+  // communicator lacks.
+  void DrainUnexpected();
+  // Receives the probed `msg` into one byte and forgets it.
+  void Discard(ucp_tag_message_h msg);
+  void Blame(int peer);
+  size_t EarlyBytesCap() const;
   // Receives the probed message `msg` (`info.length` bytes) into r->buf;
   // r completes now or in RecvCallback.
   void ReceiveProbed(Request* r, ucp_tag_message_h msg, const ucp_tag_recv_info_t& info);
@@ -217,6 +229,8 @@ class UcxTransport : public Transport {
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> eps_;
   std::vector<std::unique_ptr<PeerErrorArg>> error_args_;
+  // Per peer, its hello until it gave the peer's address (then null).
+  std::vector<std::unique_ptr<HelloClient>> hellos_;
   std::vector<PeerCounters> counters_;
   RecvProfile profile_;
   // Below this a fresh buffer is cheap; the same as direct receives. floor.
@@ -229,6 +243,19 @@ class UcxTransport : public Transport {
   // Receives not yet matched, per wire tag (which names the source), oldest
   // first: only the head may take the next message, which keeps FIFO order.
   std::map<uint64_t, std::deque<Request*>> queued_;
+  // Messages no receive took yet (DrainUnexpected), per wire tag, oldest
+  // first: UCX's handles, received when a receive of their tag comes (with
+  // that receive's cap, as a probed message), and per sender what they hold.
+  struct Early {
+    ucp_tag_message_h msg;
+    ucp_tag_recv_info_t info;
+    size_t counted;  // the bytes it counts for: what UCX holds at most
+  };
+  std::map<uint64_t, std::deque<Early>> early_;
+  struct EarlyUse {
+    size_t bytes = 0, messages = 0;
+  };
+  std::vector<EarlyUse> early_use_;
   // Self-sends not yet received, per wire tag.
   std::map<uint64_t, std::deque<Bytes>> self_unmatched_;
   std::vector<std::unique_ptr<Request>> zombies_;

@@ -1,10 +1,9 @@
-// The data plane's addresses: "IPv4:port" or "[IPv6]:port" of a UCX listener,
-// parsed by us, never UCX's packed worker addresses. A peer's address comes
-// from another member (through the coordinator's plan); handing raw packed
-// bytes to ucp_ep_create let one member's 64 bytes of 0x07 abort every other
-// agent inside ucp_address_unpack (issue 12, item 1). A sockaddr is checked
-// here in full, and a peer that does not answer at it is a connection error
-// on that peer's endpoint, reported like any dead peer.
+// The data plane's addresses: "IPv4:port" or "[IPv6]:port" of a worker's
+// hello listener (ucx_hello.h), parsed by us. A peer's address comes from
+// another member (through the coordinator's plan); publishing raw packed UCX
+// bytes there let one member's 64 bytes of 0x07 abort every other agent
+// inside ucp_address_unpack. A sockaddr is checked here in full, and a peer
+// that does not answer at it is a connection error naming that peer.
 #ifndef GRADEX_TRANSPORT_UCX_SOCKADDR_H_
 #define GRADEX_TRANSPORT_UCX_SOCKADDR_H_
 

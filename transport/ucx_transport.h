@@ -3,9 +3,10 @@
 // Honours UCX_TLS and the other UCX_* environment variables; the options
 // below override them for this transport only.
 //
-// Endpoints are opened to each peer's listener by IP and port, never from a
-// packed UCX worker address, which UCX unpacks without checking (see
-// ucx_sockaddr.h).
+// Each worker's address is "IP:port" of a TCP listener of ours (ucx_hello.h):
+// a peer that proves it holds the job's secret gets the worker's packed UCX
+// address there, signed, and opens its endpoint from it. UCX's own sockaddr
+// listener, which aborts on a few garbage bytes, is never opened.
 //
 // Wire tag layout: UCP tag matching carries no source, so bit 63 marks the
 // transport's own control messages, bits 60..62 the communicator's generation
@@ -46,6 +47,10 @@ struct UcxOptions {
   // $GRADEX_DATA_IP, else 127.0.0.1. Never the wildcard: the data plane
   // listens on one interface only (issue 12, item 8).
   std::string listen_ip;
+  // The job's secret (its token): the data-plane hello proves it both ways
+  // (ucx_hello.h). Members that hold another one cannot connect. Empty is a
+  // secret like any other (tests); UcxWorker::SetJobSecret sets it later.
+  std::string job_secret;
   // The largest message a receive accepts; a peer announcing more gets its
   // message discarded (UCX truncates it into a 1-byte buffer) and the
   // receive fails naming the size, instead of this process allocating what
@@ -76,6 +81,17 @@ struct UcxOptions {
   // starts as soon as the sender's request arrives. Other receives are
   // received after a probe, at the size the probe tells. 0: always probe.
   size_t direct_receive_bytes = 64 * 1024;
+  // Messages no receive has taken yet (sent ahead of their receive, or on
+  // tags no schedule receives) are taken off UCX's unexpected queue as they
+  // come and held (unreceived: a later receive takes one with its own cap),
+  // counted per sender: bytes (what UCX holds: an eager payload, at most
+  // 256 KiB a message) and messages. A sender holding more than these is
+  // blamed: every receive from and send to it fails RESOURCE_EXHAUSTED naming
+  // it, and what it sent and sends is discarded. Without it UCX kept them
+  // all (a member flooding unmatched tags grew an honest agent to 1.46 GB).
+  // The bytes cap is at least 4 x max_message_bytes. 0 and 0: none of this.
+  size_t unexpected_bytes_per_peer = size_t{64} << 20;
+  size_t unexpected_messages_per_peer = 16384;
   // Polled while wiring up (may be empty): true ends the connect with
   // ABORTED, e.g. the agent's epoch was superseded while it connected.
   std::function<bool()> abandon;
@@ -103,9 +119,18 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(Bootstrap& bootstr
 class UcxWorker {
  public:
   virtual ~UcxWorker() = default;
-  // The worker's listener, "IPv4:port" or "[IPv6]:port" (ucx_sockaddr.h):
-  // peers connect to it; no packed UCX address ever leaves the process.
+  // The worker's hello listener, "IPv4:port" or "[IPv6]:port"
+  // (ucx_sockaddr.h, ucx_hello.h): peers holding the job's secret get the
+  // worker's packed UCX address there.
   virtual const std::string& address() const = 0;
+  // The secret hellos prove from now on (both the ones served and the ones
+  // this worker's communicators send): the job's token, known once the
+  // member joins.
+  virtual void SetJobSecret(const std::string& secret) = 0;
+  // Hellos refused (bad bytes, a failed proof, silence, over the cap) and
+  // answered by this worker's listener.
+  virtual uint64_t refused_hellos() const = 0;
+  virtual uint64_t answered_hellos() const = 0;
 };
 
 absl::StatusOr<std::shared_ptr<UcxWorker>> CreateUcxWorker(const UcxOptions& options);

@@ -37,10 +37,10 @@ bool MayUseSharedMemory(const std::string& tls_option) {
   return false;
 }
 
-// The TLS list to set, or "" to keep UCX's: endpoints are opened through
-// listeners (ucx_sockaddr.h), whose connection manager wires up over tcp, so
-// an explicit list without tcp gets it added; UCX still puts the data on the
-// best lanes (shared memory on one host).
+// The TLS list to set, or "" to keep UCX's: an explicit list without tcp gets
+// it added (endpoints used to be opened through UCX's connection manager,
+// which wires up over tcp; the tests' transport lists were tuned with it), and
+// UCX still puts the data on the best lanes (shared memory on one host).
 std::string WithConnectionManager(const std::string& tls_option) {
   std::string tls = tls_option;
   if (tls.empty()) {
@@ -107,15 +107,7 @@ std::string InterfaceOf(const std::string& ip) {
 }  // namespace
 
 UcxWorkerImpl::~UcxWorkerImpl() {
-  if (listener != nullptr) ucp_listener_destroy(listener);
-  if (worker != nullptr) {
-    ReapAccepted(true);
-    // Bounded: a force close completes locally.
-    for (int i = 0; i < 100000 && !closing.empty(); ++i) {
-      ucp_worker_progress(worker);
-      ReapAccepted(false);
-    }
-  }
+  hello_.reset();  // its thread reads nothing of UCX's, but stops first
   for (auto& r : orphans) {
     if (r->ucx != nullptr) ucp_request_free(r->ucx);
     r->ucx = nullptr;
@@ -196,86 +188,37 @@ absl::Status UcxWorkerImpl::Init(const UcxOptions& options) {
 }
 
 absl::Status UcxWorkerImpl::Listen(const UcxOptions& options) {
-  const std::string ip = ListenIp(options);
-  const bool v6 = ip.find(':') != std::string::npos;
-  absl::StatusOr<DataAddress> bind_to =
-      ParseDataAddress(v6 ? absl::StrCat("[", ip, "]:1") : absl::StrCat(ip, ":1"));
-  if (!bind_to.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("data-plane IP '", ip, "': not an IP address"));
-  }
-  // Port 0: the kernel picks a free one, read back below.
-  if (v6) {
-    reinterpret_cast<sockaddr_in6*>(&bind_to->addr)->sin6_port = 0;
-  } else {
-    reinterpret_cast<sockaddr_in*>(&bind_to->addr)->sin_port = 0;
-  }
-  ucp_listener_params_t lp = {};
-  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&bind_to->addr);
-  lp.sockaddr.addrlen = bind_to->len;
-  lp.conn_handler.cb = &UcxWorkerImpl::OnConnRequest;
-  lp.conn_handler.arg = this;
-  ucs_status_t st = ucp_listener_create(worker, &lp, &listener);
+  ucp_address_t* packed = nullptr;
+  size_t length = 0;
+  ucs_status_t st = ucp_worker_get_address(worker, &packed, &length);
   if (st != UCS_OK) {
-    listener = nullptr;
-    return absl::UnavailableError(
-        absl::StrCat("UCX listener on ", ip, ": ", ucs_status_string(st)));
+    return absl::InternalError(absl::StrCat("ucp_worker_get_address: ", ucs_status_string(st)));
   }
-  ucp_listener_attr_t attr = {};
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  st = ucp_listener_query(listener, &attr);
-  if (st != UCS_OK) {
-    return absl::InternalError(absl::StrCat("ucp_listener_query: ", ucs_status_string(st)));
+  std::string blob(reinterpret_cast<const char*>(packed), length);
+  ucp_worker_release_address(worker, packed);
+  {
+    std::lock_guard<std::mutex> lock(secret_mu_);
+    secret_ = options.job_secret;
   }
-  address_ = FormatDataAddress(reinterpret_cast<const sockaddr*>(&attr.sockaddr));
+  absl::StatusOr<std::unique_ptr<HelloServer>> hello =
+      HelloServer::Start(ListenIp(options), std::move(blob), options.job_secret);
+  if (!hello.ok()) return hello.status();
+  hello_ = *std::move(hello);
+  address_ = hello_->address();
   return absl::OkStatus();
 }
 
-void UcxWorkerImpl::OnConnRequest(ucp_conn_request_h request, void* arg) {
-  auto* self = static_cast<UcxWorkerImpl*>(arg);
-  self->ReapAccepted(false);
-  if (self->accepted.size() >= kMaxAccepted) {
-    ucp_listener_reject(self->listener, request);
-    return;
+void UcxWorkerImpl::SetJobSecret(const std::string& secret) {
+  {
+    std::lock_guard<std::mutex> lock(secret_mu_);
+    secret_ = secret;
   }
-  auto a = std::make_unique<Accepted>();
-  a->self = self;
-  ucp_ep_params_t p = {};
-  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  p.conn_request = request;
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  p.err_handler.cb = &UcxWorkerImpl::OnAcceptedError;
-  p.err_handler.arg = a.get();
-  if (ucp_ep_create(self->worker, &p, &a->ep) != UCS_OK) return;
-  self->accepted.push_back(std::move(a));
+  if (hello_ != nullptr) hello_->SetSecret(secret);
 }
 
-void UcxWorkerImpl::OnAcceptedError(void* arg, ucp_ep_h /*ep*/, ucs_status_t /*status*/) {
-  static_cast<Accepted*>(arg)->failed = true;  // closed at the next reap, outside UCX's callback
-}
-
-void UcxWorkerImpl::ReapAccepted(bool all) {
-  for (auto it = accepted.begin(); it != accepted.end();) {
-    if (!all && !(*it)->failed) {
-      ++it;
-      continue;
-    }
-    ucp_request_param_t param = {};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t r = ucp_ep_close_nbx((*it)->ep, &param);
-    if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
-    it = accepted.erase(it);
-  }
-  for (auto it = closing.begin(); it != closing.end();) {
-    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-      ucp_request_free(*it);
-      it = closing.erase(it);
-    } else {
-      ++it;
-    }
-  }
+std::string UcxWorkerImpl::job_secret() const {
+  std::lock_guard<std::mutex> lock(secret_mu_);
+  return secret_;
 }
 
 }  // namespace ucx_internal

@@ -21,6 +21,7 @@
 #include "services/agent/server_role.h"
 #include "services/agent/stall_entry_fault.h"
 #include "services/agent/step_invariants.h"
+#include "services/agent/tag_flood_fault.h"
 #include "version/version.h"
 
 namespace gradex::agent {
@@ -68,6 +69,9 @@ constexpr char kUsage[] =
                            UCX wire-up (never connect, never send the wire-up byte) for
                            --debug-stall-ms ms or until a newer epoch supersedes it, while
                            heartbeats go on: the peers' entry waits name this rank
+  --debug-tag-flood MIB     (fault injection) with every message also send 64 KiB messages
+                           on tags no schedule receives, up to MIB MiB to each peer per
+                           epoch: the peers blame this rank and fail the step naming it
   --quiet                  no progress line per step
   --help                   this text
   --version                print the version and exit
@@ -88,6 +92,7 @@ struct Flags {
   uint64_t stall_step = ~uint64_t{0};
   int64_t stall_ms = 0;
   int stall_entry = 0;
+  int64_t tag_flood_mib = 0;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
@@ -171,6 +176,8 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       s = number(&f->stall_ms);
     else if (a == "--debug-stall-entry")
       s = number(&f->stall_entry);
+    else if (a == "--debug-tag-flood")
+      s = number(&f->tag_flood_mib);
     else if (a == "--join-timeout-ms")
       s = number(&f->join_timeout_ms);
     else if (a == "--join-timeout-s")
@@ -202,6 +209,9 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
   }
   if (f->stall_entry < 0 || f->stall_entry > 1000000) {
     return absl::InvalidArgumentError("--debug-stall-entry must be in 0..1000000");
+  }
+  if (f->tag_flood_mib < 0 || f->tag_flood_mib > 65536) {
+    return absl::InvalidArgumentError("--debug-tag-flood must be in 0..65536 (MiB)");
   }
   if (f->metrics_port > 65535) return absl::InvalidArgumentError("--metrics-port out of range");
   if (f->join_timeout_s < 0 || f->join_timeout_s > 86400) {
@@ -292,6 +302,9 @@ int Run(const Flags& f) {
   if (f.stall_entry > 0) {
     *transports = StallEntryFault(*std::move(transports), f.stall_entry,
                                   std::chrono::milliseconds(f.stall_ms));
+  }
+  if (f.tag_flood_mib > 0) {
+    *transports = TagFloodFault(*std::move(transports), static_cast<size_t>(f.tag_flood_mib));
   }
   AgentMetrics metrics;
   if (f.metrics_port >= 0) {

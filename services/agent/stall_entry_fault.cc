@@ -17,6 +17,7 @@ class StallingProvider final : public TransportProvider {
   std::string address() const override { return inner_->address(); }
   std::string version() const override { return inner_->version(); }
   std::string transports() const override { return inner_->transports(); }
+  void UseJobSecret(const std::string& token) override { inner_->UseJobSecret(token); }
   absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
                                                      const ConnectHooks& hooks) override {
     if (++connects_ != entry_) return inner_->Connect(plan, rank, hooks);

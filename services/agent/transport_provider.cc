@@ -14,6 +14,7 @@ class UcxProvider final : public TransportProvider {
   UcxProvider(std::shared_ptr<UcxWorker> worker, const UcxOptions& options)
       : worker_(std::move(worker)), options_(options) {}
   std::string address() const override { return worker_->address(); }
+  void UseJobSecret(const std::string& token) override { worker_->SetJobSecret(token); }
   std::string version() const override { return UcxVersion(); }
   std::string transports() const override {
     if (!options_.tls.empty()) return options_.tls;

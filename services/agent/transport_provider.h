@@ -43,6 +43,9 @@ class TransportProvider {
   // not UCX).
   virtual std::string version() const { return ""; }
   virtual std::string transports() const { return ""; }
+  // The job's token: UCX workers prove it to each other before any byte
+  // reaches UCX (transport/ucx_hello.h). Set as the member joins.
+  virtual void UseJobSecret(const std::string& token) {}
   // The communicator of `plan`'s epoch as `rank`, wired up by
   // hooks.deadline. The previous one is destroyed before this is called.
   virtual absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
@@ -52,9 +55,12 @@ class TransportProvider {
 // The fields of a Join every member sends alike (agents and parameter-server
 // members): who it is, from its options (AgentOptions, PsMemberOptions: the
 // same field names), and its data-plane address, UCX version and transports,
-// which the coordinator checks and hands to its peers.
+// which the coordinator checks and hands to its peers. The token also keys the
+// data plane's hellos from now on (TransportProvider::UseJobSecret): every
+// member joins through here.
 template <typename Options>
-JoinRequest MemberJoin(const Options& o, const TransportProvider& t) {
+JoinRequest MemberJoin(const Options& o, TransportProvider& t) {
+  t.UseJobSecret(o.token);
   JoinRequest req;
   req.job = o.job;
   req.token = o.token;

@@ -5,15 +5,17 @@
 # asserts the job survives: every agent finishes every step with the
 # invariants checked, nobody crashes, and the coordinator refuses the
 # hostile calls naming the field.
-# usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO
+# usage: hostile_test.sh COORDINATOR AGENT HOSTILE SCENARIO [PS_WORKER_RANK]
 #   bad-address | bounds | flood | idle | impersonate | sigstop | sigstop-two | wireup-stall |
-#   takeover | watch-flood | fd-exhaustion | slow-scrape
+#   takeover | watch-flood | fd-exhaustion | slow-scrape | listener-fuzz |
+#   listener-fuzz-dgs (needs PS_WORKER_RANK, tests/client/ps_worker_rank) | tag-flood
 set -euo pipefail
 
 COORDINATOR=$1
 AGENT=$2
 HOSTILE=$3
 SCENARIO=$4
+PS_WORKER=${5:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gradex-hostile.XXXXXX")
 # shellcheck source=tests/e2e/lib.sh
@@ -321,6 +323,120 @@ scenario_takeover() {
   for i in 0 1 2; do expect_finished "$i" "[23]"; done
 }
 
+# Nothing an outsider sends to a port of the job crashes a process: random
+# bytes (1..4096, a quarter of them zeros) on FUZZ_CONNECTIONS connections
+# to every TCP port each agent and the coordinator listen on, while the job
+# runs; every process is alive after, and every agent finishes every step
+# (before: 17 zero bytes on an agent's UCX listener port aborted it in
+# UCX 1.13's tcp_sockcm_ep.c, rc 134).
+scenario_listener_fuzz() {
+  local out i
+  STEPS=${HOSTILE_STEPS:-100000}  # still running when the fuzz ends; stopped below
+  AGENT_EXTRA[0]="--metrics-port $(free_port)"  # its metrics port is fuzzed too
+  start_job 3 lease_ms=3000
+  # shellcheck disable=SC2046  # one argument per process
+  out=$(hostile fuzz-ports "${FUZZ_CONNECTIONS:-1000}" "${FUZZ_SECONDS:-3}" "$COORD_PID" \
+    $(for i in 0 1 2; do echo "${AGENT_PID[$i]}"; done))
+  echo "$out"
+  kill -0 "$COORD_PID" || fail "the coordinator died under the fuzz"
+  for i in 0 1 2; do kill -0 "${AGENT_PID[$i]}" || fail "agent $i died under the fuzz"; done
+  (($(grep -c "connections" <<<"$out") >= 9)) || fail "expected at least 9 listening ports (coordinator 2, agents 3 x 2, agent 0's metrics), got: $out"
+  # Every agent still steps after the fuzz: 50 more steps, invariants checked.
+  local after
+  after=$(($(steps_of 0 | tail -n 1 | awk '{ print $2 }') + 50))
+  for i in 0 1 2; do
+    wait_for "$TMP/agent$i.out" "^[0-9.]+ step $after .*invariants ok$" 60 ||
+      fail "agent $i did not reach step $after after the fuzz"
+  done
+  echo "every agent reached step $after after the fuzz"
+}
+
+# The same against a parameter-server job: a DGS server (gradex-agent --role
+# server) and two PsWorker processes; every process is alive after, and each
+# worker steps on.
+scenario_listener_fuzz_dgs() {
+  local out w pids=() before
+  [[ -x "$PS_WORKER" ]] || fail "listener-fuzz-dgs needs PS_WORKER_RANK as the 5th argument"
+  cat >"$TMP/job.json" <<JSON
+{"job_id": "$JOB", "world_size": 2, "max_world_size": 2, "algorithm": "dgs", "density": 0.05,
+ "lease_ms": 3000, "entry_timeout_ms": 20000, "rendezvous_timeout_ms": 60000,
+ "ps": {"servers": 1, "layer_sizes": [3000, 1000]}}
+JSON
+  start_coordinator coordinator
+  "$AGENT" --role server --coordinator "127.0.0.1:$COORD_PORT" --job "$JOB" \
+    --token-file "$TMP/token" --agent-id ps-server --ucx-tls "$UCX_TLS_E2E" \
+    --metrics-port "$(free_port)" --join-timeout-ms 60000 > >(stamp >"$TMP/server.log") 2>&1 &
+  AGENT_PID[server]=$!
+  E2E_PIDS+=("$!")
+  for w in 0 1; do
+    UCX_TLS=$UCX_TLS_E2E "$PS_WORKER" --coordinator "127.0.0.1:$COORD_PORT" \
+      --token-file "$TMP/token" --job "$JOB" --rank "$w" --world 2 --steps 1000000 --step-ms 10 \
+      --timeout-ms 3000 > >(stamp >"$TMP/w$w.log") 2>&1 &
+    AGENT_PID[w$w]=$!
+    E2E_PIDS+=("$!")
+  done
+  for w in 0 1; do
+    wait_for "$TMP/w$w.log" '^[0-9.]+ step 20 ' 90 || fail "worker $w never reached step 20"
+  done
+  out=$(hostile fuzz-ports "${FUZZ_CONNECTIONS:-1000}" "${FUZZ_SECONDS:-3}" "$COORD_PID" \
+    "${AGENT_PID[server]}" "${AGENT_PID[w0]}" "${AGENT_PID[w1]}")
+  echo "$out"
+  kill -0 "$COORD_PID" || fail "the coordinator died under the fuzz"
+  for w in server w0 w1; do kill -0 "${AGENT_PID[$w]}" || fail "$w died under the fuzz"; done
+  (($(grep -c "connections" <<<"$out") >= 5)) || fail "expected at least 5 listening ports (coordinator 2, server 2+, workers), got: $out"
+  for w in 0 1; do
+    before=$(grep -cE '^[0-9.]+ step ' "$TMP/w$w.log")
+    wait_for "$TMP/w$w.log" "^[0-9.]+ step $((before + 20)) " 60 ||
+      fail "worker $w did not step 20 more times after the fuzz"
+  done
+  echo "both workers stepped 20 more times after the fuzz"
+}
+
+# A member flooding tags no schedule receives (agent 2, --debug-tag-flood:
+# 64 KiB messages, 256 MiB to each peer per epoch): an honest agent blames it
+# past its cap (64 MiB) and fails the step naming it, the coordinator evicts
+# it as for a bad frame, the honest agents' memory stays bounded and they
+# finish every step. Before: UCX kept every message (an honest agent grew to
+# 1.46 GB).
+scenario_tag_flood() {
+  local i a line epoch blamed flooder rss max=0 n
+  AGENT_EXTRA[2]="--debug-tag-flood 256"
+  write_config "$TMP/job.json" job_id="$JOB" algorithm=spardl-bsag density=0.01 \
+    barrier_period=16 plan_lead_steps=16 step_deadline_ms=5000 world_size=3 max_world_size=3 \
+    teams=1 lease_ms=2000
+  start_coordinator coordinator
+  for i in 0 1 2; do start_agent "$i" ${AGENT_EXTRA[$i]:-}; done
+  # The honest agents' RSS, sampled until the flooder is blamed and evicted
+  # (the one it sends most to blames it first).
+  for ((i = 0; i < 600; ++i)); do
+    for a in 0 1; do
+      rss=$(awk '/^VmRSS/ { print $2 }' "/proc/${AGENT_PID[$a]}/status" 2>/dev/null || echo 0)
+      ((rss > max)) && max=$rss
+    done
+    grep -q "evicted member [0-9]* (agent 'e2e-a2'" "$TMP/coordinator.log" && break
+    sleep 0.1
+  done
+  ((i < 600)) || fail "the flooder was not evicted within 60 s"
+  grep -qh "is blamed" "$TMP/agent0.err" "$TMP/agent1.err" || fail "no honest agent blamed the flooder"
+  # Every blame names agent 2's rank in that epoch.
+  n=0
+  while IFS= read -r line; do
+    epoch=$(sed -E 's/.* epoch ([0-9]+) .*/\1/' <<<"$line")
+    blamed=$(sed -E 's/.*: peer ([0-9]+) is blamed.*/\1/' <<<"$line")
+    flooder=$(grep -hoE "epoch $epoch rank [0-9]+" "$TMP/agent2.out" "$TMP/agent2.err" | head -1 | awk '{ print $4 }')
+    [[ -n "$flooder" ]] || continue  # agent 2 logged nothing of that epoch
+    [[ "$blamed" == "$flooder" ]] || fail "epoch $epoch: blamed peer $blamed, the flooder was rank $flooder: $line"
+    n=$((n + 1))
+  done < <(grep -h "is blamed" "$TMP/agent0.err" "$TMP/agent1.err")
+  ((n >= 1)) || fail "no blame could be checked against agent 2's rank"
+  grep -m1 -h "is blamed" "$TMP/agent0.err" "$TMP/agent1.err"
+  grep -m1 "evicted member [0-9]* (agent 'e2e-a2'" "$TMP/coordinator.log"
+  echo "honest agents' largest RSS until the eviction: ${max} kB"
+  ((max < 300 * 1024)) || fail "an honest agent grew to $max kB under the flood"
+  expect_all_exit_zero 180 0 1
+  for i in 0 1; do expect_finished "$i" "[23]"; done
+}
+
 # One WatchPlan stream per member: a member opening 20,000 streams (each held
 # open) ends with one open; the others end ABORTED naming the newer stream,
 # and the coordinator's memory stays flat (before: all 20,000 stayed open,
@@ -422,6 +538,9 @@ case "$SCENARIO" in
   watch-flood) scenario_watch_flood ;;
   fd-exhaustion) scenario_fd_exhaustion ;;
   slow-scrape) scenario_slow_scrape ;;
+  listener-fuzz) scenario_listener_fuzz ;;
+  listener-fuzz-dgs) scenario_listener_fuzz_dgs ;;
+  tag-flood) scenario_tag_flood ;;
   *) fail "unknown scenario $SCENARIO" ;;
 esac
 echo "PASS: $SCENARIO"
