@@ -95,7 +95,7 @@ class Transport {
   // expects there: a longer one is refused, never allocated at the size the
   // peer announced. The receive fails RESOURCE_EXHAUSTED naming the peer,
   // its size and the capacity, and the peer's refused_messages counts it
-  // (issue 12, item 8; docs/security.md).
+  // (docs/security.md).
   virtual absl::StatusOr<RequestId> PostRecvAtMost(int peer, uint64_t tag, size_t capacity) = 0;
 
   // Drives progress until the request completes, fails, or `deadline` passes

@@ -45,7 +45,7 @@ struct UcxOptions {
   std::chrono::milliseconds close_timeout{2000};
   // The IP the worker's listener binds (the data-plane interface); empty:
   // $GRADEX_DATA_IP, else 127.0.0.1. Never the wildcard: the data plane
-  // listens on one interface only (issue 12, item 8).
+  // listens on one interface only.
   std::string listen_ip;
   // The job's secret (its token): the data-plane hello proves it both ways
   // (ucx_hello.h). Members that hold another one cannot connect. Empty is a
@@ -54,8 +54,7 @@ struct UcxOptions {
   // The largest message a receive accepts; a peer announcing more gets its
   // message discarded (UCX truncates it into a 1-byte buffer) and the
   // receive fails naming the size, instead of this process allocating what
-  // the peer asked for. 0: unlimited. The agent sets it from its bucket size
-  // (issue 12, item 8).
+  // the peer asked for. 0: unlimited. The agent sets it from its bucket size.
   size_t max_message_bytes = 0;
   // UCX's TCP transport is limited to the interface that holds listen_ip
   // (UCX_NET_DEVICES), unless that variable is set or the machine has an
@@ -98,13 +97,13 @@ struct UcxOptions {
   // Told which peers the wire-up waits on (may be empty): (peer, true) for
   // every peer as it starts, (peer, false) once that peer's wire-up byte came
   // and ours was sent, or as the wire-up ends. The agent keeps them as waits,
-  // so its heartbeats name a peer that stalls its entry (issue 12, item 5).
+  // so its heartbeats name a peer that stalls its entry.
   std::function<void(int peer, bool waiting)> on_wire_up_wait;
   // When non-zero: once a peer has answered the wire-up, it also ends
   // DEADLINE_EXCEEDED when no other peer answered for this long (the clock
   // restarts at each answer). A member that waits for peers still finishing
   // an older epoch (a late joiner before the barrier) is then timed out from
-  // when they arrive, not from when it started (issue 12, item 5).
+  // when they arrive, not from when it started.
   std::chrono::milliseconds wire_up_quiet{0};
 };
 

@@ -1,6 +1,6 @@
 // A hostile (or broken) member for tests/hostile/hostile_test.sh: a gRPC
 // client that holds the job token and plays a member the way an attacker or
-// a misconfigured pod would (issue 12). Every call has a deadline; each
+// a misconfigured pod would. Every call has a deadline; each
 // action prints one line per call, "ACTION: CODE: message", and exits 0
 // (the script judges), 2 on bad usage.
 #include <arpa/inet.h>

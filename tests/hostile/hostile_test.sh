@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hostile-member suite (issue 12): a coordinator, real agents checking
+# The hostile-member suite: a coordinator, real agents checking
 # every step's invariants in-band, and hostile_member, a client holding the
 # job token that sends what a hostile or broken member would. Each scenario
 # asserts the job survives: every agent finishes every step with the
