@@ -307,6 +307,14 @@ absl::Status Agent::NameWait(absl::Status s, Clock::time_point since) const {
 
 absl::Status Agent::Fail(absl::Status status) {
   if (transport_ != nullptr) {
+    // A peer the transport blamed (a flood of messages nobody received)
+    // outside any call's frames (the epoch agreement, the in-band checks)
+    // is reported as a call's refused frame would be.
+    for (int p = 0; p < transport_->size() && step_blame_.peer() < 0; ++p) {
+      if (absl::Status b = transport_->blame(p); !b.ok()) {
+        step_blame_.Blame(p, std::string(b.message()));
+      }
+    }
     // Peers waiting on this rank fail now instead of at their deadline.
     transport_->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
     // Kept (aborted) until the step ends: a bucket of it may still be being
