@@ -9,18 +9,14 @@
 namespace gradex::agent {
 namespace {
 
-class StallingProvider final : public TransportProvider {
+class StallingProvider final : public ForwardingProvider {
  public:
   StallingProvider(std::unique_ptr<TransportProvider> inner, int entry,
                    std::chrono::milliseconds at_most)
-      : inner_(std::move(inner)), entry_(entry), at_most_(at_most) {}
-  std::string address() const override { return inner_->address(); }
-  std::string version() const override { return inner_->version(); }
-  std::string transports() const override { return inner_->transports(); }
-  void UseJobSecret(const std::string& token) override { inner_->UseJobSecret(token); }
+      : ForwardingProvider(std::move(inner)), entry_(entry), at_most_(at_most) {}
   absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
                                                      const ConnectHooks& hooks) override {
-    if (++connects_ != entry_) return inner_->Connect(plan, rank, hooks);
+    if (++connects_ != entry_) return inner().Connect(plan, rank, hooks);
     std::cerr << "gradex-agent: --debug-stall-entry: staying out of epoch " << plan.epoch
               << "'s wire-up (rank " << rank << ") for up to " << at_most_.count() << " ms"
               << std::endl;
@@ -39,7 +35,6 @@ class StallingProvider final : public TransportProvider {
   }
 
  private:
-  std::unique_ptr<TransportProvider> inner_;
   const int entry_;
   const std::chrono::milliseconds at_most_;
   int connects_ = 0;

@@ -42,23 +42,18 @@ class FloodingTransport final : public ForwardingTransport {
   uint64_t sequence_ = 0;
 };
 
-class FloodingProvider final : public TransportProvider {
+class FloodingProvider final : public ForwardingProvider {
  public:
   FloodingProvider(std::unique_ptr<TransportProvider> inner, size_t bytes_per_peer)
-      : inner_(std::move(inner)), bytes_(bytes_per_peer) {}
-  std::string address() const override { return inner_->address(); }
-  std::string version() const override { return inner_->version(); }
-  std::string transports() const override { return inner_->transports(); }
-  void UseJobSecret(const std::string& token) override { inner_->UseJobSecret(token); }
+      : ForwardingProvider(std::move(inner)), bytes_(bytes_per_peer) {}
   absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
                                                      const ConnectHooks& hooks) override {
-    absl::StatusOr<std::unique_ptr<Transport>> t = inner_->Connect(plan, rank, hooks);
+    absl::StatusOr<std::unique_ptr<Transport>> t = inner().Connect(plan, rank, hooks);
     if (!t.ok()) return t;
     return std::unique_ptr<Transport>(new FloodingTransport(*std::move(t), bytes_));
   }
 
  private:
-  std::unique_ptr<TransportProvider> inner_;
   const size_t bytes_;
 };
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,6 +51,29 @@ class TransportProvider {
   // hooks.deadline. The previous one is destroyed before this is called.
   virtual absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
                                                              const ConnectHooks& hooks) = 0;
+};
+
+// A provider that hands everything to `inner` (which it owns): the base of
+// the fault injectors (gradex-agent's --debug-* flags), which override
+// Connect only.
+class ForwardingProvider : public TransportProvider {
+ public:
+  explicit ForwardingProvider(std::unique_ptr<TransportProvider> inner)
+      : inner_(std::move(inner)) {}
+  std::string address() const override { return inner_->address(); }
+  std::string version() const override { return inner_->version(); }
+  std::string transports() const override { return inner_->transports(); }
+  void UseJobSecret(const std::string& token) override { inner_->UseJobSecret(token); }
+  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
+                                                     const ConnectHooks& hooks) override {
+    return inner_->Connect(plan, rank, hooks);
+  }
+
+ protected:
+  TransportProvider& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<TransportProvider> inner_;
 };
 
 // The fields of a Join every member sends alike (agents and parameter-server

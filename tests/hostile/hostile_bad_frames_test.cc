@@ -77,20 +77,20 @@ class CorruptingTransport final : public ForwardingTransport {
   const Corruption how_;
 };
 
-class CorruptingProvider final : public TransportProvider {
+class CorruptingProvider final : public ForwardingProvider {
  public:
   CorruptingProvider(testing::LoopbackPool* pool, const std::atomic<bool>* armed, Corruption how)
-      : inner_(pool, "addr-bad"), armed_(armed), how_(how) {}
-  std::string address() const override { return inner_.address(); }
+      : ForwardingProvider(std::make_unique<testing::LoopbackProvider>(pool, "addr-bad")),
+        armed_(armed),
+        how_(how) {}
   absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
                                                      const ConnectHooks& hooks) override {
-    absl::StatusOr<std::unique_ptr<Transport>> t = inner_.Connect(plan, rank, hooks);
+    absl::StatusOr<std::unique_ptr<Transport>> t = inner().Connect(plan, rank, hooks);
     if (!t.ok()) return t.status();
     return std::make_unique<CorruptingTransport>(*std::move(t), armed_, how_);
   }
 
  private:
-  testing::LoopbackProvider inner_;
   const std::atomic<bool>* armed_;
   const Corruption how_;
 };
