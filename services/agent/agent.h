@@ -279,7 +279,7 @@ class Agent {
   absl::Status begin_status_;  // BeginStep's result, fixed for the step
   // The first frame refused in the open step and its sender (CallContext::
   // blame); a failed step reports it.
-  FrameBlame step_blame_;
+  mutable FrameBlame step_blame_;  // thread-safe; PlanBucket (const) hands it to calls
   // The open step (BeginStep .. EndStep).
   bool step_open_ = false;
   bool step_ran_ = false;     // a bucket ran (or failed) in it: EndStep spends the number

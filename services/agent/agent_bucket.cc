@@ -125,7 +125,7 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
   ctx.deadline = DeadlineIn(plan_->step_deadline);  // renewed when the exchange starts
   ctx.bucket_index = bucket;
   ctx.step_buckets = call->step_buckets;
-  ctx.blame = const_cast<FrameBlame*>(&step_blame_);  // thread-safe; the step's record
+  ctx.blame = &step_blame_;
   ctx.refuse_nonfinite = rules_.refuse_nonfinite;
   call->options = Options(static_cast<int>(bucket));
 }
