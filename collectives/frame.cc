@@ -314,7 +314,9 @@ absl::Status DecodeDenseBlockImpl(const Bytes& message, const FrameMeta& meta, B
   if (absl::Status f = CheckFinite(meta, v, h.count, range.begin); !f.ok()) return f;
   if (accumulate) {
     for (uint32_t i = 0; i < h.count; ++i) out[i] += v[i];
-  } else {
+  } else if (payload > 0) {
+    // An empty block may come with no buffer to write (memcpy from or to
+    // null is undefined even for 0 bytes; found by tests/fuzz/frame_fuzzer).
     std::memcpy(out, v, payload);
   }
   return absl::OkStatus();
