@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "services/client/client.h"
 #include "services/agent/device_staging.h"
+#include "services/client/client.h"
 
 #if GRADEX_AGENT_CUDA
 #include <cuda_runtime_api.h>
