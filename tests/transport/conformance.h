@@ -19,7 +19,7 @@
 #include "transport/sim_transport.h"
 #include "transport/transport.h"
 #ifdef GRADEX_TEST_UCX
-#include "transport/ucx_transport.h"
+#include "tests/transport/ucx_world.h"
 #endif
 
 namespace gradex::testing {
@@ -74,14 +74,7 @@ class TransportConformance : public ::testing::TestWithParam<BackendParam> {
     UcxOptions opt;
     opt.tls = p.tls;
     opt.connect_timeout = milliseconds(20000);
-    return RunWorld(
-        p.size,
-        [opt](int r, int,
-              std::shared_ptr<InProcessExchange> ex) -> absl::StatusOr<std::unique_ptr<Transport>> {
-          InProcessBootstrap boot(ex, r);
-          return CreateUcxTransport(boot, opt);
-        },
-        body);
+    return RunUcxWorld(p.size, opt, body);
 #else
     return std::vector<absl::Status>(p.size, absl::UnimplementedError(p.backend));
 #endif

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/transport/test_util.h"
+#include "tests/transport/ucx_world.h"
 #include "transport/buffer_pool.h"
 #include "transport/ucx_transport.h"
 
@@ -17,17 +18,6 @@ using std::chrono::milliseconds;
 
 constexpr size_t kBig = size_t{1} << 20;
 constexpr uint64_t kTag = 9;
-
-std::vector<absl::Status> RunPair(const UcxOptions& opt, const RankBody& body) {
-  return RunWorld(
-      2,
-      [&](int r, int,
-          std::shared_ptr<InProcessExchange> ex) -> absl::StatusOr<std::unique_ptr<Transport>> {
-        InProcessBootstrap boot(ex, r);
-        return CreateUcxTransport(boot, opt);
-      },
-      body);
-}
 
 // Sends Pattern(t.rank(), to, index, bytes) on `tag` and waits for it.
 absl::Status SendPattern(Transport& t, int to, uint64_t tag, int index, size_t bytes, Deadline d) {
@@ -71,7 +61,7 @@ TEST(UcxDirectReceiveTest, LargeReceivesAfterTheFirstLandInAKeptBufferWithNoProb
     UcxOptions opt = NoDrain(tls);
     RecvProfile prof[2];
     std::vector<absl::Status> st =
-        RunPair(opt, [&](Transport& t) { return Exchanges(t, 6, &prof[t.rank()]); });
+        RunUcxWorld(2, opt, [&](Transport& t) { return Exchanges(t, 6, &prof[t.rank()]); });
     for (int r = 0; r < 2; ++r) {
       ASSERT_TRUE(st[r].ok()) << st[r];
       EXPECT_EQ(prof[r].receives, 6u);
@@ -89,7 +79,7 @@ TEST(UcxDirectReceiveTest, WithoutThePoolEveryReceiveIsProbed) {
   opt.buffer_pool_bytes = 0;
   RecvProfile prof[2];
   std::vector<absl::Status> st =
-      RunPair(opt, [&](Transport& t) { return Exchanges(t, 3, &prof[t.rank()]); });
+      RunUcxWorld(2, opt, [&](Transport& t) { return Exchanges(t, 3, &prof[t.rank()]); });
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(st[r].ok()) << st[r];
     EXPECT_EQ(prof[r].posted_direct, 0u);
@@ -102,7 +92,7 @@ TEST(UcxDirectReceiveTest, WithoutThePoolEveryReceiveIsProbed) {
 TEST(UcxDirectReceiveTest, ADirectReceiveNeverOvertakesAQueuedProbe) {
   UcxOptions opt;
   opt.tls = "tcp";
-  std::vector<absl::Status> st = RunPair(opt, [&](Transport& t) -> absl::Status {
+  std::vector<absl::Status> st = RunUcxWorld(2, opt, [&](Transport& t) -> absl::Status {
     RecvProfile unused;
     if (absl::Status s = Exchanges(t, 1, &unused); !s.ok()) return s;  // fills the pool
     const Deadline d = DeadlineIn(milliseconds(10000));
@@ -136,7 +126,7 @@ TEST(UcxDirectReceiveTest, AMessageAlreadyHereCompletesADirectReceive) {
   for (const char* tls : {"tcp", "posix"}) {
     SCOPED_TRACE(tls);
     UcxOptions opt = NoDrain(tls);
-    std::vector<absl::Status> st = RunPair(opt, [&](Transport& t) -> absl::Status {
+    std::vector<absl::Status> st = RunUcxWorld(2, opt, [&](Transport& t) -> absl::Status {
       RecvProfile unused;
       if (absl::Status s = Exchanges(t, 1, &unused); !s.ok()) return s;  // fills the pool
       const Deadline d = DeadlineIn(milliseconds(10000));
@@ -172,7 +162,7 @@ TEST(UcxDirectReceiveTest, ADirectReceiveOverItsCapIsRefusedAndTheLinkGoesOn) {
   for (const char* tls : {"tcp", "posix"}) {
     SCOPED_TRACE(tls);
     UcxOptions opt = NoDrain(tls);
-    std::vector<absl::Status> st = RunPair(opt, [&](Transport& t) -> absl::Status {
+    std::vector<absl::Status> st = RunUcxWorld(2, opt, [&](Transport& t) -> absl::Status {
       RecvProfile unused;
       if (absl::Status s = Exchanges(t, 1, &unused); !s.ok()) return s;
       const Deadline d = DeadlineIn(milliseconds(10000));

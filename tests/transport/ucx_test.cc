@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/transport/test_util.h"
+#include "tests/transport/ucx_world.h"
 #include "transport/ucx_transport.h"
 
 namespace gradex::testing {
@@ -63,28 +64,21 @@ TEST(UcxTransportTest, TeardownWithPendingRequestsIsBounded) {
     opt.tls = tls;
     opt.close_timeout = milliseconds(500);
     const auto start = Clock::now();
-    std::vector<absl::Status> st = RunWorld(
-        2,
-        [&](int r, int,
-            std::shared_ptr<InProcessExchange> ex) -> absl::StatusOr<std::unique_ptr<Transport>> {
-          InProcessBootstrap boot(ex, r);
-          return CreateUcxTransport(boot, opt);
-        },
-        [&](Transport& t) -> absl::Status {
-          const int other = 1 - t.rank();
-          auto r = t.PostRecv(other, 5);
-          if (!r.ok()) return r.status();
-          auto s = t.PostSend(other, 6, Bytes(8u << 20, 3));  // never received
-          if (!s.ok()) return s.status();
-          absl::Status w = t.Wait(*s, DeadlineIn(milliseconds(200)), nullptr);
-          if (!absl::IsDeadlineExceeded(w)) {
-            return absl::InternalError(absl::StrCat("want DEADLINE_EXCEEDED: ", w.ToString()));
-          }
-          if (!absl::StrContains(w.message(), "send to peer")) {
-            return absl::InternalError(w.ToString());
-          }
-          return absl::OkStatus();
-        });
+    std::vector<absl::Status> st = RunUcxWorld(2, opt, [&](Transport& t) -> absl::Status {
+      const int other = 1 - t.rank();
+      auto r = t.PostRecv(other, 5);
+      if (!r.ok()) return r.status();
+      auto s = t.PostSend(other, 6, Bytes(8u << 20, 3));  // never received
+      if (!s.ok()) return s.status();
+      absl::Status w = t.Wait(*s, DeadlineIn(milliseconds(200)), nullptr);
+      if (!absl::IsDeadlineExceeded(w)) {
+        return absl::InternalError(absl::StrCat("want DEADLINE_EXCEEDED: ", w.ToString()));
+      }
+      if (!absl::StrContains(w.message(), "send to peer")) {
+        return absl::InternalError(w.ToString());
+      }
+      return absl::OkStatus();
+    });
     for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
     // Connect + 200 ms wait + teardown (close_timeout) with generous slack.
     EXPECT_LT(Clock::now() - start, milliseconds(3000));
@@ -128,35 +122,28 @@ TEST(UcxTransportTest, ReceivesOverTheCapAreRefused) {
   UcxOptions opt;
   opt.tls = "tcp";
   opt.max_message_bytes = 4096;
-  std::vector<absl::Status> st = RunWorld(
-      2,
-      [&](int r, int,
-          std::shared_ptr<InProcessExchange> ex) -> absl::StatusOr<std::unique_ptr<Transport>> {
-        InProcessBootstrap boot(ex, r);
-        return CreateUcxTransport(boot, opt);
-      },
-      [&](Transport& t) -> absl::Status {
-        const Deadline d = DeadlineIn(milliseconds(5000));
-        if (t.rank() == 1) {
-          for (size_t n : {size_t{1} << 20, size_t{100}}) {
-            auto s = t.PostSend(0, 7, Bytes(n, 1));
-            if (!s.ok()) return s.status();
-            if (absl::Status w = t.Wait(*s, d, nullptr); !w.ok()) return w;
-          }
-          return absl::OkStatus();
-        }
-        auto big = t.PostRecv(1, 7);
-        if (!big.ok()) return big.status();
-        Bytes in;
-        absl::Status w = t.Wait(*big, d, &in);
-        if (!absl::IsResourceExhausted(w) || !absl::StrContains(w.message(), "1048576 bytes")) {
-          return absl::InternalError(absl::StrCat("want RESOURCE_EXHAUSTED: ", w.ToString()));
-        }
-        auto small = t.PostRecv(1, 7);
-        if (!small.ok()) return small.status();
-        if (absl::Status s = t.Wait(*small, d, &in); !s.ok()) return s;
-        return in.size() == 100 ? absl::OkStatus() : absl::InternalError("short message");
-      });
+  std::vector<absl::Status> st = RunUcxWorld(2, opt, [&](Transport& t) -> absl::Status {
+    const Deadline d = DeadlineIn(milliseconds(5000));
+    if (t.rank() == 1) {
+      for (size_t n : {size_t{1} << 20, size_t{100}}) {
+        auto s = t.PostSend(0, 7, Bytes(n, 1));
+        if (!s.ok()) return s.status();
+        if (absl::Status w = t.Wait(*s, d, nullptr); !w.ok()) return w;
+      }
+      return absl::OkStatus();
+    }
+    auto big = t.PostRecv(1, 7);
+    if (!big.ok()) return big.status();
+    Bytes in;
+    absl::Status w = t.Wait(*big, d, &in);
+    if (!absl::IsResourceExhausted(w) || !absl::StrContains(w.message(), "1048576 bytes")) {
+      return absl::InternalError(absl::StrCat("want RESOURCE_EXHAUSTED: ", w.ToString()));
+    }
+    auto small = t.PostRecv(1, 7);
+    if (!small.ok()) return small.status();
+    if (absl::Status s = t.Wait(*small, d, &in); !s.ok()) return s;
+    return in.size() == 100 ? absl::OkStatus() : absl::InternalError("short message");
+  });
   for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
 }
 
