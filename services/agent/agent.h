@@ -101,7 +101,13 @@ struct BucketOutcome {
   std::string algorithm;  // what ran
   bool dense_probe = false;
   double seconds = 0;  // the exchange, wall
+  // L2 of the bucket's residual after a successful exchange: one pass, for
+  // the agent's metrics and the caller's stats.
+  double residual_l2 = 0;
 };
+
+// The L2 norm of a residual (accumulated in double).
+double ResidualL2(std::span<const float> residual);
 
 // One bucket of the open step split in three (the client's pipeline selects
 // bucket b+1 on another thread while bucket b exchanges): PlanBucket (the

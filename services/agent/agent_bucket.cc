@@ -2,6 +2,7 @@
 // PrepareBucket / ExchangeBucket, that the bucket pipeline runs on two
 // threads (selection of bucket b+1 while bucket b exchanges).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -25,6 +26,12 @@ absl::Status NonFiniteResidual(uint32_t bucket, const CallStats& stats) {
       " NaN or infinite entries (first: element ",
       static_cast<uint64_t>(stats.Detail("residual_nonfinite_first")),
       "); they were reset to 0 and exchanged as 0 (gradex_agent_residual_nonfinite_total)"));
+}
+
+double ResidualL2(std::span<const float> residual) {
+  double sq = 0;
+  for (float v : residual) sq += static_cast<double>(v) * v;
+  return std::sqrt(sq);
 }
 
 absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, uint32_t epoch,
@@ -205,8 +212,9 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
                  std::string(NonFiniteResidual(bucket, out->stats).message()).c_str());
   }
   const int q = std::max(plan_->world() / std::max(plan_->teams, 1), 1);
+  out->residual_l2 = ResidualL2(call->slot->residual);
   if (metrics_ != nullptr) {
-    metrics_->ObserveCall(call->algorithm, out->stats, call->grad.size(), call->slot->residual,
+    metrics_->ObserveCall(call->algorithm, out->stats, call->grad.size(), out->residual_l2,
                           out->result, rank_ % q);
   }
   StepReport::Bucket b;

@@ -135,7 +135,7 @@ int AgentMetrics::port() const {
 }
 
 void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& stats, size_t n,
-                               std::span<const float> residual, const AllreduceResult& result,
+                               double residual_l2, const AllreduceResult& result,
                                int team_position) {
   if (const double bad = stats.Detail("residual_nonfinite"); bad > 0) {
     residual_nonfinite_->Increment(bad);
@@ -151,9 +151,7 @@ void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& st
   recv_bytes_->Increment(static_cast<double>(stats.recv_bytes));
   result_nnz_->Set(static_cast<double>(stats.result_nnz));
   result_density_->Set(n == 0 ? 0 : static_cast<double>(stats.result_nnz) / n);
-  double sq = 0;
-  for (float v : residual) sq += static_cast<double>(v) * v;
-  residual_l2_->Set(std::sqrt(sq));
+  residual_l2_->Set(residual_l2);
   if (!result.is_dense) {
     float t = 0;
     for (float v : result.sparse.val) {

@@ -40,8 +40,7 @@ class AgentMetrics {
 
   // One successful call (one bucket of one step).
   void ObserveCall(const std::string& algorithm, const CallStats& stats, size_t n,
-                   std::span<const float> residual, const AllreduceResult& result,
-                   int team_position);
+                   double residual_l2, const AllreduceResult& result, int team_position);
   void StepOk();
   void StepFailed();
   void Membership(uint32_t epoch, int members, int rank);

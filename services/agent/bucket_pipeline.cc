@@ -61,7 +61,7 @@ bool BucketPipeline::OnPipelineThread() const {
 std::future<BucketEnd> BucketPipeline::Submit(std::vector<ParamSpan> spans, std::span<float> data,
                                               Memory memory, bool last_in_step, Done done) {
   Item item;
-  item.spans = std::move(spans);
+  item.end.spans = std::move(spans);
   item.data = data;
   item.memory = memory;
   item.last_in_step = last_in_step;
@@ -73,7 +73,7 @@ std::future<BucketEnd> BucketPipeline::Submit(std::vector<ParamSpan> spans,
                                               std::span<const float> grad, bool last_in_step,
                                               Done done) {
   Item item;
-  item.spans = std::move(spans);
+  item.end.spans = std::move(spans);
   // Never written: Select and Finish check `writable` before any write.
   item.data = {const_cast<float*>(grad.data()), grad.size()};
   item.writable = false;
@@ -85,7 +85,8 @@ std::future<BucketEnd> BucketPipeline::Submit(std::vector<ParamSpan> spans,
 std::future<BucketEnd> BucketPipeline::Queue(Item item) {
   item.promise = std::make_shared<std::promise<BucketEnd>>();
   std::future<BucketEnd> f = item.promise->get_future();
-  item.queued = std::chrono::system_clock::now();
+  item.end.elements = item.data.size();
+  item.end.queued = std::chrono::system_clock::now();
   {
     absl::MutexLock lock(&mu_);
     if (!closing_) {
@@ -93,10 +94,8 @@ std::future<BucketEnd> BucketPipeline::Queue(Item item) {
       return f;
     }
   }
-  BucketEnd end;
+  BucketEnd& end = item.end;
   end.status = absl::FailedPreconditionError("gradex client is closed");
-  end.spans = std::move(item.spans);
-  end.elements = item.data.size();
   if (item.done) item.done(end);
   item.promise->set_value(std::move(end));
   return f;
@@ -125,8 +124,8 @@ void BucketPipeline::AddMomentum(const Item& item, BucketSlot* slot) const {
   // so the velocity is the bits the optimizer's momentum would hold.
   const float m = static_cast<float>(options_.momentum);
   size_t off = 0;
-  for (size_t s = 0; s < item.spans.size(); ++s) {
-    const size_t n = item.spans[s].elements;
+  for (size_t s = 0; s < item.end.spans.size(); ++s) {
+    const size_t n = item.end.spans[s].elements;
     float* g = item.host.data() + off;
     float* u = slot->velocity.data() + off;
     if (!slot->velocity_live[s]) {
@@ -143,12 +142,12 @@ void BucketPipeline::AddMomentum(const Item& item, BucketSlot* slot) const {
 }
 
 void BucketPipeline::KeepUnrun(Item& item) {
-  const size_t n = Elements(item.spans);
+  const size_t n = Elements(item.end.spans);
   if (n != item.data.size() || n == 0 || n > options_.max_bucket_elements) return;
   absl::StatusOr<std::span<float>> host = item.data;
   if (item.memory == Memory::kDevice) host = staging_[0].ToHost(item.data);
   if (!host.ok()) return;
-  absl::StatusOr<BucketSlot*> slot = store_.Gather(item.spans);
+  absl::StatusOr<BucketSlot*> slot = store_.Gather(item.end.spans);
   if (!slot.ok()) return;
   item.host = *host;
   if (options_.momentum > 0 && item.writable) AddMomentum(item, *slot);
@@ -180,12 +179,9 @@ absl::Status BucketPipeline::Close() {
     step_open_ = false;
   }
   for (Item& item : left) {
-    BucketEnd end;
+    BucketEnd& end = item.end;
     end.status = absl::CancelledError(
         "gradex client closed before the bucket was exchanged (kept in its residual)");
-    end.spans = item.spans;
-    end.elements = item.data.size();
-    end.queued = item.queued;
     end.select_start = end.select_end = end.exchange_start = end.end =
         std::chrono::system_clock::now();
     if (item.done) item.done(end);  // never selected: the observer does not see it
@@ -262,10 +258,10 @@ void BucketPipeline::WaitTurn(bool idle, const std::vector<const BucketSlot*>& t
 }
 
 void BucketPipeline::Select(Item& item) {
-  const size_t n = Elements(item.spans);
+  const size_t n = Elements(item.end.spans);
   auto refuse = [&](absl::Status s) {
     WaitTurn(!options_.pipeline, {});
-    item.select_start = item.select_end = std::chrono::system_clock::now();
+    item.end.select_start = item.end.select_end = std::chrono::system_clock::now();
     item.status = std::move(s);
   };
   if (n != item.data.size() || n == 0) {
@@ -281,15 +277,15 @@ void BucketPipeline::Select(Item& item) {
     // would touch the exchanging bucket's slot (DDP's rebuild moves spans
     // between layouts) waits for that exchange; without the pipeline every
     // bucket does.
-    WaitTurn(!options_.pipeline || !step_open_, store_.Touched(item.spans));
-    item.select_start = std::chrono::system_clock::now();
+    WaitTurn(!options_.pipeline || !step_open_, store_.Touched(item.end.spans));
+    item.end.select_start = std::chrono::system_clock::now();
     absl::StatusOr<std::span<float>> host = item.data;
     if (item.memory == Memory::kDevice) {
       item.staging = next_staging_;
       next_staging_ ^= 1;
       host = staging_[item.staging].ToHost(item.data);
     }
-    absl::StatusOr<BucketSlot*> slot = host.ok() ? store_.Gather(item.spans) : host.status();
+    absl::StatusOr<BucketSlot*> slot = host.ok() ? store_.Gather(item.end.spans) : host.status();
     if (!slot.ok()) {
       item.status = slot.status();
     } else {
@@ -303,10 +299,10 @@ void BucketPipeline::Select(Item& item) {
         step_sizes_.clear();
         step_open_ = true;
       }
-      item.step = agent_->next_step();
-      item.index = static_cast<uint32_t>(std::min<size_t>(step_sizes_.size(), kMaxStepBuckets));
+      item.end.step = agent_->next_step();
+      item.end.index = static_cast<uint32_t>(std::min<size_t>(step_sizes_.size(), kMaxStepBuckets));
       step_sizes_.push_back(n);
-      if (item.index >= kMaxStepBuckets) {
+      if (item.end.index >= kMaxStepBuckets) {
         (void)AccumulateIntoResidual(item.host, (*slot)->residual);
         item.status = absl::InvalidArgumentError(
             absl::StrCat("over ", kMaxStepBuckets,
@@ -315,16 +311,17 @@ void BucketPipeline::Select(Item& item) {
         // COVAP counts parts across the step's buckets: the last step's
         // sizes, the same on every rank, when this bucket matches them.
         std::span<const size_t> sizes;
-        if (item.index < last_sizes_.size() && last_sizes_[item.index] == n) sizes = last_sizes_;
+        if (item.end.index < last_sizes_.size() && last_sizes_[item.end.index] == n)
+          sizes = last_sizes_;
         item.status = agent_->rules().refuse_nonfinite && item.writable
-                          ? ZeroNonFinite(item.spans, item.host, &item.nonfinite)
+                          ? ZeroNonFinite(item.end.spans, item.host, &item.end.nonfinite)
                           : absl::OkStatus();
         item.call = std::make_unique<BucketCall>();
-        agent_->PlanBucket(item.index, sizes, item.host, *slot, item.call.get());
+        agent_->PlanBucket(item.end.index, sizes, item.host, *slot, item.call.get());
         Agent::PrepareBucket(item.call.get());
       }
     }
-    item.select_end = std::chrono::system_clock::now();
+    item.end.select_end = std::chrono::system_clock::now();
   }
   if (item.last_in_step && step_open_) {
     last_sizes_ = std::move(step_sizes_);
@@ -339,7 +336,7 @@ absl::Status BucketPipeline::Finish(Item& item, BucketOutcome* out) {
   if (!s.ok()) return s;  // the device data is untouched
   // Fails the bucket after its exchange (the peers are not held): its
   // residual had NaN or Inf entries, now 0.
-  absl::Status residual = NonFiniteResidual(item.index, out->stats);
+  absl::Status residual = NonFiniteResidual(item.end.index, out->stats);
   if (!item.writable) return residual;
   out->result.ToDense(item.host);
   if (options_.mean) {
@@ -383,9 +380,9 @@ void BucketPipeline::ExchangeLoop() {
       exchanging_slot_ = item.call != nullptr ? item.call->slot : nullptr;
       cancel = closing_;
       // Under the lock: the next bucket's selection starts after this.
-      item.exchange_start = std::chrono::system_clock::now();
+      item.end.exchange_start = std::chrono::system_clock::now();
     }
-    BucketEnd end;
+    BucketEnd& end = item.end;
     if (cancel) {
       if (item.call != nullptr) Agent::AbandonBucket(item.call.get());
       end.status = absl::CancelledError(
@@ -394,22 +391,14 @@ void BucketPipeline::ExchangeLoop() {
       end.status = Finish(item, &end.outcome);
     }
     if (item.call != nullptr && item.call->slot != nullptr) {
-      double sq = 0;
-      for (float v : item.call->slot->residual) sq += static_cast<double>(v) * v;
-      end.residual_l2 = std::sqrt(sq);
+      // An exchanged bucket's norm was taken by the agent (one pass).
+      end.residual_l2 = item.call->state == BucketCall::State::kDone
+                            ? end.outcome.residual_l2
+                            : ResidualL2(item.call->slot->residual);
     }
     if (item.last_in_step && agent_->step_open()) {
       end.step_status = agent_->EndStep(&end.step_outcome);
     }
-    end.spans = std::move(item.spans);
-    end.elements = item.data.size();
-    end.step = item.step;
-    end.index = item.index;
-    end.nonfinite = item.nonfinite;
-    end.queued = item.queued;
-    end.select_start = item.select_start;
-    end.select_end = item.select_end;
-    end.exchange_start = item.exchange_start;
     end.end = std::chrono::system_clock::now();
     if (observer_) observer_(end);
     if (item.done) item.done(end);

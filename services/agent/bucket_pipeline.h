@@ -114,24 +114,21 @@ class BucketPipeline {
   absl::Status Import(SpanState state, std::optional<uint64_t> step);
 
  private:
+  // A queued bucket: what it was given, what the selection thread made of
+  // it, and its end as it fills in (spans, step, index, timings, outcome).
   struct Item {
-    std::vector<ParamSpan> spans;
+    BucketEnd end;
     std::span<float> data;
     bool writable = true;  // the result is written into data
     Memory memory = Memory::kHost;
     bool last_in_step = false;
     Done done;
     std::shared_ptr<std::promise<BucketEnd>> promise;
-    BucketEnd::TimePoint queued;
     // Filled by the selection thread.
     std::unique_ptr<BucketCall> call;  // null: it never reached the agent (see status)
     absl::Status status;               // why not (call null), or the non-finite refusal
     std::span<float> host;             // what is exchanged: data, or a staging buffer
     int staging = -1;                  // which staging buffer (device buckets)
-    size_t nonfinite = 0;
-    uint64_t step = 0;
-    uint32_t index = 0;
-    BucketEnd::TimePoint select_start, select_end, exchange_start;
   };
 
   std::future<BucketEnd> Queue(Item item);
