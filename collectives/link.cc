@@ -33,12 +33,7 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
                                      size_t expect_bytes) {
   PhaseTimer timer(&times_->communication_s);
   uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
-  if (absl::Status s = StampFrameSenders(&out, static_cast<uint32_t>(rank())); !s.ok()) return s;
-  if (ctx_.refuse_nonfinite) {
-    if (absl::Status s = CheckFramesFinite(out); !s.ok()) {
-      return Annotate(s, phase, sub, PeerText(true, to));
-    }
-  }
+  if (absl::Status s = Outgoing(&out); !s.ok()) return Annotate(s, phase, sub, PeerText(true, to));
   absl::StatusOr<Bytes> in = SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag,
                                       ctx_.deadline, RecvCap(expect_bytes));
   if (!in.ok()) {
@@ -47,8 +42,7 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
     return Annotate(in.status(), phase, sub,
                     absl::StrCat(PeerText(true, to), ", ", PeerText(false, from)));
   }
-  if (absl::Status s = CheckFrameSenders(*in, static_cast<uint32_t>(from)); !s.ok()) {
-    if (ctx_.blame != nullptr) ctx_.blame->Blame(from, std::string(s.message()));
+  if (absl::Status s = Incoming(*in, from); !s.ok()) {
     return Annotate(s, phase, sub, PeerText(false, from));
   }
   return in;
@@ -57,16 +51,8 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
 absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_t phase,
                                          uint32_t sub, size_t expect_bytes) {
   const uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
-  if (send) {
-    // Every frame names the rank that put it on the link (frame.h).
-    if (absl::Status s = StampFrameSenders(&out, static_cast<uint32_t>(rank())); !s.ok()) {
-      return Annotate(s, phase, sub, PeerText(true, peer));
-    }
-    if (ctx_.refuse_nonfinite) {
-      if (absl::Status s = CheckFramesFinite(out); !s.ok()) {
-        return Annotate(s, phase, sub, PeerText(true, peer));
-      }
-    }
+  if (absl::Status s = send ? Outgoing(&out) : absl::OkStatus(); !s.ok()) {
+    return Annotate(s, phase, sub, PeerText(true, peer));
   }
   const size_t cap = RecvCap(expect_bytes);
   absl::StatusOr<RequestId> id = send ? ctx_.transport->PostSend(peer, tag, std::move(out))
@@ -77,6 +63,18 @@ absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_
     return Annotate(id.status(), phase, sub, PeerText(send, peer));
   }
   return Pending{*id, peer, phase, sub, send};
+}
+
+absl::Status Link::Outgoing(Bytes* out) const {
+  // Every frame names the rank that put it on the link (frame.h).
+  if (absl::Status s = StampFrameSenders(out, static_cast<uint32_t>(rank())); !s.ok()) return s;
+  return ctx_.refuse_nonfinite ? CheckFramesFinite(*out) : absl::OkStatus();
+}
+
+absl::Status Link::Incoming(const Bytes& in, int from) const {
+  absl::Status s = CheckFrameSenders(in, static_cast<uint32_t>(from));
+  if (!s.ok() && ctx_.blame != nullptr) ctx_.blame->Blame(from, std::string(s.message()));
+  return s;
 }
 
 void Link::BlameFlooder(int peer) const {
@@ -91,10 +89,7 @@ void Link::BlameFlooder(int peer) const {
 absl::Status Link::Complete(const Pending& p, Bytes* in) {
   absl::Status s = ctx_.transport->Wait(p.id, ctx_.deadline, p.send ? nullptr : in);
   if (!s.ok()) BlameFlooder(p.peer);
-  if (s.ok() && !p.send) {
-    s = CheckFrameSenders(*in, static_cast<uint32_t>(p.peer));
-    if (!s.ok() && ctx_.blame != nullptr) ctx_.blame->Blame(p.peer, std::string(s.message()));
-  }
+  if (s.ok() && !p.send) s = Incoming(*in, p.peer);
   if (!s.ok()) return Annotate(s, p.phase, p.sub, PeerText(p.send, p.peer));
   return absl::OkStatus();
 }

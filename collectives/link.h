@@ -95,6 +95,13 @@ class Link {
   // (SIZE_MAX when neither is set).
   size_t RecvCap(size_t expect_bytes) const;
   absl::Status Complete(const Pending& p, Bytes* in);
+  // What every message goes through before it is sent: its frames stamped
+  // with this rank, and (where the epoch refuses non-finite values) checked
+  // for a sum that overflowed (CheckFramesFinite).
+  absl::Status Outgoing(Bytes* out) const;
+  // What every received message goes through first: its frames' sender
+  // checked against `from`, a mismatch blaming `from`.
+  absl::Status Incoming(const Bytes& in, int from) const;
   // Blames `peer` in the call's FrameBlame when the transport blamed it for a
   // flood of messages no receive took.
   void BlameFlooder(int peer) const;
