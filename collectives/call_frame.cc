@@ -59,15 +59,11 @@ void ResetLeftNonFinite(std::span<float> residual, CallStats* stats) {
 // The first element of the result that is NaN or infinite (SIZE_MAX: none).
 size_t FirstNonFinite(const AllreduceResult& r) {
   if (r.is_dense) {
-    for (size_t i = 0; i < r.dense.size(); ++i) {
-      if (!std::isfinite(r.dense[i])) return i;
-    }
-    return SIZE_MAX;
+    const size_t i = kernels::FirstNonFinite(r.dense.data(), r.dense.size());
+    return i < r.dense.size() ? i : SIZE_MAX;
   }
-  for (size_t i = 0; i < r.sparse.nnz(); ++i) {
-    if (!std::isfinite(r.sparse.val[i])) return r.sparse.idx[i];
-  }
-  return SIZE_MAX;
+  const size_t i = kernels::FirstNonFinite(r.sparse.val.data(), r.sparse.nnz());
+  return i < r.sparse.nnz() ? r.sparse.idx[i] : SIZE_MAX;
 }
 
 absl::Status Overflowed(size_t element) {

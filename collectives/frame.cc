@@ -194,29 +194,10 @@ void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* valu
 
 namespace {
 
-// The first NaN or infinite value among n floats at `p` (any alignment), or
-// n: a branch-free pass over the exponent bits first (it vectorises), the
-// search only when one is there.
-size_t FirstNonFiniteAt(const uint8_t* p, size_t n) {
-  uint32_t any = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t b;
-    std::memcpy(&b, p + i * sizeof b, sizeof b);
-    any |= static_cast<uint32_t>((b & 0x7f800000u) == 0x7f800000u);
-  }
-  if (any == 0) return n;
-  for (size_t i = 0; i < n; ++i) {
-    float v;
-    std::memcpy(&v, p + i * sizeof v, sizeof v);
-    if (!std::isfinite(v)) return i;
-  }
-  return n;
-}
-
 // NaN or infinite values, where the epoch refuses them.
 absl::Status CheckFinite(const FrameMeta& meta, const float* v, size_t n, uint32_t block_begin) {
   if (!meta.refuse_nonfinite) return absl::OkStatus();
-  if (const size_t i = FirstNonFiniteAt(reinterpret_cast<const uint8_t*>(v), n); i < n) {
+  if (const size_t i = kernels::FirstNonFinite(v, n); i < n) {
     return Reject(FrameError::kNonFinite,
                   absl::StrCat("value ", v[i], " in the block from ", block_begin,
                                " (this epoch refuses NaN and infinite values)"));
@@ -425,7 +406,8 @@ absl::Status CheckFramesFinite(const Bytes& m) {
     const bool sparse = (h.flags & kFrameSparse) != 0;
     const uint8_t* body = m.data() + offset + sizeof(FrameHeader);
     const uint8_t* values = sparse ? body + size_t{h.count} * sizeof(uint32_t) : body;
-    if (const size_t i = FirstNonFiniteAt(values, h.count); i < h.count) {
+    if (const size_t i = kernels::FirstNonFinite(reinterpret_cast<const float*>(values), h.count);
+        i < h.count) {
       uint32_t element = h.block_begin + i;
       if (sparse) std::memcpy(&element, body + size_t{i} * sizeof(uint32_t), sizeof element);
       return absl::DataLossError(absl::StrCat(

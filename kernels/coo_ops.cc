@@ -161,6 +161,20 @@ void SparseToDense(SparseView s, uint32_t index_base, float* dense, size_t n) {
   }
 }
 
+size_t FirstNonFinite(const float* x, size_t n) {
+  uint32_t any = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, x + i, sizeof b);
+    any |= static_cast<uint32_t>((b & 0x7f800000u) == 0x7f800000u);
+  }
+  if (any == 0) return n;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return i;
+  }
+  return n;
+}
+
 bool IsSortedUniqueInRange(const uint32_t* idx, size_t nnz, uint32_t lo, uint32_t hi) {
   if (nnz == 0) return true;
   if (idx[0] < lo || idx[nnz - 1] >= hi) return false;

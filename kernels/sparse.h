@@ -100,6 +100,11 @@ void SparseToDense(SparseView s, uint32_t index_base, float* dense, size_t n);
 // [lo, hi). Returns false on the first violation.
 bool IsSortedUniqueInRange(const uint32_t* idx, size_t nnz, uint32_t lo, uint32_t hi);
 
+// The index of the first NaN or infinite value of x[0, n), or n when all are
+// finite: a branch-free pass over the exponent bits first (it vectorises),
+// the search only when one is there.
+size_t FirstNonFinite(const float* x, size_t n);
+
 }  // namespace gradex::kernels
 
 #endif  // GRADEX_KERNELS_SPARSE_H_

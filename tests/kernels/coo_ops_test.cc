@@ -220,4 +220,24 @@ TEST(IsSortedUniqueInRange, RejectsViolations) {
 }
 
 }  // namespace
+// The frames' and results' non-finite check: the first NaN or +-Inf, or n.
+TEST(FirstNonFinite, FindsTheFirstNaNOrInfOnly) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x(1000, 1.0f);
+  x[3] = std::numeric_limits<float>::max();
+  x[4] = std::numeric_limits<float>::denorm_min();
+  x[5] = -0.0f;
+  EXPECT_EQ(FirstNonFinite(x.data(), x.size()), x.size());
+  EXPECT_EQ(FirstNonFinite(nullptr, 0), 0u);
+  for (float bad : {nan, inf, -inf}) {
+    std::vector<float> y = x;
+    y[700] = bad;
+    y[900] = nan;
+    EXPECT_EQ(FirstNonFinite(y.data(), y.size()), 700u) << bad;
+  }
+  x[0] = -inf;
+  EXPECT_EQ(FirstNonFinite(x.data(), x.size()), 0u);
+}
+
 }  // namespace gradex::kernels
