@@ -189,8 +189,8 @@ class Agent {
   // Fields of this rank's own rules found different from the agreed ones,
   // counted once per warning.
   uint64_t rules_disagreements() const { return rules_disagreements_; }
-  // Step()'s bucket `bucket`'s residual (a copy, read between steps).
-  std::vector<float> residual(int bucket) const;
+  // Step()'s buckets' residuals in bucket order (a copy, read between steps).
+  std::vector<std::vector<float>> residuals() const;
   // The communicator of the current epoch (tests kill it to simulate a crash),
   // under the wait tracker's decorator.
   Transport* transport() const { return WaitTracker::Inner(transport_.get()); }

@@ -134,12 +134,16 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
   return status;
 }
 
-std::vector<float> Agent::residual(int bucket) const {
-  if (stepper_ == nullptr) return std::vector<float>(options_.elements, 0.0f);
-  absl::StatusOr<SpanState> s = stepper_->Export();
+std::vector<std::vector<float>> Agent::residuals() const {
+  const size_t buckets = static_cast<size_t>(std::max(options_.buckets, 1));
+  std::vector<std::vector<float>> out(buckets, std::vector<float>(options_.elements, 0.0f));
+  absl::StatusOr<SpanState> s =
+      stepper_ != nullptr ? stepper_->Export() : absl::StatusOr<SpanState>(SpanState{});
   if (!s.ok()) return {};
-  auto it = s->residuals.find(static_cast<uint64_t>(bucket));
-  return it == s->residuals.end() ? std::vector<float>(options_.elements, 0.0f) : it->second;
+  for (auto& [key, r] : s->residuals) {
+    if (key < buckets) out[key] = std::move(r);
+  }
+  return out;
 }
 
 void Agent::Report(uint64_t step) {

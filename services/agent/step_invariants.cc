@@ -1,6 +1,7 @@
 #include "services/agent/step_invariants.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/invariants.h"
@@ -29,9 +30,8 @@ StepInvariants::StepInvariants(const std::string& job, int buckets, size_t eleme
       scratch_(elements) {}
 
 void StepInvariants::Before(const Agent& agent) {
-  for (size_t b = 0; b < residual_in_.size(); ++b) {
-    const std::vector<float> r = agent.residual(static_cast<int>(b));
-    std::copy(r.begin(), r.end(), residual_in_[b].begin());
+  if (std::vector<std::vector<float>> r = agent.residuals(); r.size() == residual_in_.size()) {
+    residual_in_ = std::move(r);
   }
 }
 
@@ -49,6 +49,10 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
   }
   const Deadline deadline = DeadlineIn(plan->step_deadline);
   const size_t buckets = grads.size();
+  const std::vector<std::vector<float>> residual_out = agent.residuals();
+  if (residual_out.size() != buckets) {
+    return absl::FailedPreconditionError("invariants: the step's residuals are not readable");
+  }
   uint64_t hash = 0xcbf29ce484222325ULL;
   std::string bad;
   for (size_t b = 0; b < buckets; ++b) {
@@ -69,9 +73,8 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
     ctx.call_id = CallId(out.step, static_cast<uint32_t>(b)) + kCheckStepOffset;
     ctx.training_step = out.step;
     ctx.deadline = deadline;
-    auto cons =
-        CheckConservation(ctx, grads[b], residual_in_[b], agent.residual(static_cast<int>(b)),
-                          result_dense_, contribution_, scratch_, out.results[b].decayed);
+    auto cons = CheckConservation(ctx, grads[b], residual_in_[b], residual_out[b], result_dense_,
+                                  contribution_, scratch_, out.results[b].decayed);
     if (!cons.ok()) return cons.status();
     const double limit = kRelativeTolerance * std::max(cons->scale(), 1e-30);
     if (!(cons->max_abs_err <= limit) && bad.empty()) {  // NaN-safe

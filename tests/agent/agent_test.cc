@@ -103,12 +103,12 @@ void Drive(Box& box, int seed_rank, uint64_t last, Recorder& rec, std::vector<Fa
     if (before && !before(a.next_step())) return;
     RankCall call;
     call.grad = MakeGradient(7, seed_rank, attempt, kN, Values::kGrid);
-    call.residual_in = a.residual(0);
+    call.residual_in = a.residuals()[0];
     std::span<const float> g(call.grad);
     StepOutcome out;
     const auto t0 = Clock::now();
     absl::Status s = a.Step({&g, 1}, &out);
-    call.residual_out = a.residual(0);
+    call.residual_out = a.residuals()[0];
     if (!s.ok()) {
       ASSERT_NE(failures, nullptr) << s;
       failures->push_back({s, std::chrono::duration<double>(Clock::now() - t0).count(), call.grad,

@@ -147,13 +147,13 @@ std::map<uint64_t, std::map<int, Record>> RunAll(std::vector<Box>& boxes, uint64
         RankCall call;
         call.grad =
             MakeGradient(11, static_cast<int>(i), static_cast<int>(step), kN, Values::kGrid);
-        call.residual_in = a.residual(0);
+        call.residual_in = a.residuals()[0];
         std::span<const float> g(call.grad);
         StepOutcome out;
         absl::Status s = a.Step({&g, 1}, &out);
         ASSERT_TRUE(s.ok()) << s;
         ASSERT_EQ(out.step, step);
-        call.residual_out = a.residual(0);
+        call.residual_out = a.residuals()[0];
         call.result.assign(kN, 0.0f);
         out.results[0].ToDense(call.result);
         call.stats = out.stats[0];
