@@ -56,9 +56,12 @@ inline void AccumulateSpan(float* x, size_t i, size_t len, const Accumulate& a) 
 // Accumulates `a` into all of x (a may be null: none), and in the same pass
 // compacts the entries with lo <= key <= hi as CompactKeyRange does, writing
 // at most max_out (+ kCompactSlack of room) but counting all. Returns the
-// full count; only when it is <= max_out are oi/ov complete.
+// full count; only when it is <= max_out are oi/ov complete. `nonfinite`
+// (may be null) gets the number of NaN and infinite entries of x after the
+// pass added to it.
 size_t AccumulateCompactKeyRange(float* x, size_t n, const Accumulate* a, uint32_t lo, uint32_t hi,
-                                 uint32_t index_base, size_t max_out, uint32_t* oi, float* ov);
+                                 uint32_t index_base, size_t max_out, uint32_t* oi, float* ov,
+                                 size_t* nonfinite = nullptr);
 
 }  // namespace gradex::kernels::internal
 

@@ -14,6 +14,8 @@ namespace gradex::kernels::internal {
 // Pass-1 buckets: b(key) = (key + 2^20 - 1) >> 20 (0 holds the zeros, NaN
 // lands above +Inf's 2040).
 inline constexpr size_t kBuckets1 = 2049;
+// The bucket of +Inf (shared with finite magnitudes above 3.19e38).
+inline constexpr size_t kInfBucket1 = 2040;
 
 // Where pass 1 puts the k-th largest nonzero, non-NaN entry.
 struct Pass1 {

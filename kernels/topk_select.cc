@@ -21,6 +21,7 @@ namespace {
 constexpr int kShift1 = 20;
 constexpr uint32_t kBias1 = (1u << kShift1) - 1;
 static_assert(kBuckets1 == ((0x7fffffffu + kBias1) >> kShift1) + 1, "2049 buckets");
+static_assert(kInfBucket1 == (0x7f800000u + kBias1) >> kShift1, "+Inf's bucket");
 constexpr size_t kTopReal = (kInfKey + kBias1) >> kShift1;  // 2040
 
 inline uint32_t BucketLo(size_t b) { return ((static_cast<uint32_t>(b) - 1) << kShift1) + 1; }

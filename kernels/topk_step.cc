@@ -109,10 +109,13 @@ void UpdateReuse(ThresholdReuse* r, uint32_t threshold_key, bool tried, size_t c
 }
 
 size_t SelectTopKStep(float* x, size_t n, size_t k, uint32_t index_base, const Accumulate* acc,
-                      ThresholdReuse* reuse, bool zero_selected, SparseVec* out) {
+                      ThresholdReuse* reuse, bool zero_selected, SparseVec* out,
+                      size_t* nonfinite) {
   if (n == 0) return 0;
+  size_t* count_bad = acc != nullptr ? nonfinite : nullptr;
   if (k == 0) {
     if (acc != nullptr) AccumulateInto(x, n, *acc);
+    if (count_bad != nullptr) *count_bad += internal::CountKeyRange(x, n, kInfKey, 0x7fffffffu);
     return 0;
   }
   const size_t old = out->idx.size();
@@ -125,9 +128,11 @@ size_t SelectTopKStep(float* x, size_t n, size_t k, uint32_t index_base, const A
       const size_t cap = ReuseCandidateCap(k, n);
       Candidates& c = ThreadCandidates();
       c.Reserve(cap + kCompactSlack);
-      gathered = internal::AccumulateCompactKeyRange(x, n, acc, ReuseFloor(*reuse), kInfKey,
-                                                     index_base, cap, c.idx.data(), c.val.data());
-      acc = nullptr;  // x holds the sum now
+      gathered =
+          internal::AccumulateCompactKeyRange(x, n, acc, ReuseFloor(*reuse), kInfKey, index_base,
+                                              cap, c.idx.data(), c.val.data(), count_bad);
+      acc = nullptr;  // x holds the sum now, and its non-finite entries are counted
+      count_bad = nullptr;
       if (gathered >= k && gathered <= cap) {
         const uint32_t thr = FinishAmongCandidates(c.idx.data(), c.val.data(), gathered, k, out);
         ++reuse->hits;
@@ -142,6 +147,14 @@ size_t SelectTopKStep(float* x, size_t n, size_t k, uint32_t index_base, const A
   }
   size_t h[internal::kBuckets1];
   internal::Histogram1(x, n, acc, h);
+  if (count_bad != nullptr) {
+    // NaN keys fill the buckets above +Inf's; +Inf shares the top finite
+    // bucket with magnitudes above 3.19e38. Empty there (the usual case):
+    // nothing to count; otherwise an exact count, before the zeroing.
+    size_t maybe = 0;
+    for (size_t b = internal::kInfBucket1; b < internal::kBuckets1; ++b) maybe += h[b];
+    if (maybe > 0) *count_bad += internal::CountKeyRange(x, n, kInfKey, 0x7fffffffu);
+  }
   const size_t got = internal::SelectFromPass1(x, n, internal::LocateInHistogram(h, k), index_base,
                                                out, zero_selected);
   if (reuse != nullptr) UpdateReuse(reuse, MinKeySince(*out, old), tried, gathered, k);
@@ -150,7 +163,7 @@ size_t SelectTopKStep(float* x, size_t n, size_t k, uint32_t index_base, const A
 
 void BlockTopKStep(float* x, const std::vector<size_t>& bounds, const std::vector<size_t>& k,
                    uint32_t index_base, const Accumulate* acc, std::vector<ThresholdReuse>* reuse,
-                   bool zero_selected, std::vector<SparseVec>* out) {
+                   bool zero_selected, std::vector<SparseVec>* out, size_t* nonfinite) {
   const size_t blocks = bounds.empty() ? 0 : std::min(k.size(), bounds.size() - 1);
   assert(bounds.size() == k.size() + 1);
   out->resize(blocks);
@@ -168,7 +181,7 @@ void BlockTopKStep(float* x, const std::vector<size_t>& bounds, const std::vecto
     }
     SelectTopKStep(x + off, bounds[b + 1] - off, k[b], index_base + static_cast<uint32_t>(off),
                    acc != nullptr ? &a : nullptr, reuse != nullptr ? &(*reuse)[b] : nullptr,
-                   zero_selected, &o);
+                   zero_selected, &o, nonfinite);
   }
 }
 

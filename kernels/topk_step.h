@@ -77,18 +77,23 @@ void UpdateReuse(ThresholdReuse* r, uint32_t threshold_key, bool tried, size_t c
 // Optionally accumulates `acc` into x (acc may be null), then appends the
 // top-k of x to out exactly as SelectTopK does and, when zero_selected, zeroes
 // the selected entries of x. `reuse` (may be null) turns threshold reuse on.
-// Returns the count appended.
+// When it accumulates and `nonfinite` is non-null, adds to it the number of
+// NaN and infinite entries of x after the accumulation (before the zeroing):
+// the call frame's residual rule needs it, and the fused pass finds it
+// without a pass of its own. Returns the count appended.
 size_t SelectTopKStep(float* x, size_t n, size_t k, uint32_t index_base, const Accumulate* acc,
-                      ThresholdReuse* reuse, bool zero_selected, SparseVec* out);
+                      ThresholdReuse* reuse, bool zero_selected, SparseVec* out,
+                      size_t* nonfinite = nullptr);
 
 // BlockTopK (kernels/sparse.h) as steps: block b = x[bounds[b], bounds[b+1])
 // accumulates its span of `acc` (indexed like x; may be null) and keeps k[b]
 // into (*out)[b], through SelectTopKStep. `reuse` (may be null) holds one
 // state per block and is resized to the block count. Entries outside the
-// blocks are not accumulated.
+// blocks are not accumulated. `nonfinite` as SelectTopKStep's, summed over
+// the blocks.
 void BlockTopKStep(float* x, const std::vector<size_t>& bounds, const std::vector<size_t>& k,
                    uint32_t index_base, const Accumulate* acc, std::vector<ThresholdReuse>* reuse,
-                   bool zero_selected, std::vector<SparseVec>* out);
+                   bool zero_selected, std::vector<SparseVec>* out, size_t* nonfinite = nullptr);
 
 }  // namespace gradex::kernels
 

@@ -41,6 +41,7 @@ bool SameFloats(const std::vector<float>& a, const std::vector<float>& b) {
 // rounding per operation), then SelectTopK / SelectTopKAndZero.
 struct Unfused {
   std::vector<float> x, u;
+  size_t nonfinite = 0;  // NaN and Inf entries of x after the last accumulation
   SparseVec Step(const std::vector<float>& g, bool momentum, float m, size_t k, uint32_t base,
                  bool zero) {
     for (size_t i = 0; i < x.size(); ++i) {
@@ -52,6 +53,8 @@ struct Unfused {
       }
       x[i] = x[i] + add;
     }
+    nonfinite = 0;
+    for (float v : x) nonfinite += std::isfinite(v) ? 0 : 1;
     SparseVec out;
     if (zero) {
       SelectTopKAndZero(x.data(), x.size(), k, base, &out);
@@ -110,9 +113,11 @@ TEST(SelectTopKStep, FusedMatchesAccumulateThenSelect) {
           std::vector<float> x = x0, u = u0;
           Accumulate a{g.data(), momentum ? u.data() : nullptr, 0.9f};
           SparseVec got;
-          const size_t c = SelectTopKStep(x.data(), n, k, 3, &a, nullptr, zero, &got);
+          size_t bad = 0;
+          const size_t c = SelectTopKStep(x.data(), n, k, 3, &a, nullptr, zero, &got, &bad);
           const std::string w = Where(Name(d), n, k) + " mode=" + std::to_string(mode);
           ASSERT_EQ(c, want.nnz()) << w;
+          ASSERT_EQ(bad, ref.nonfinite) << w;
           ASSERT_TRUE(SameBits(got, want)) << w;
           ASSERT_TRUE(SameFloats(x, ref.x)) << w;
           ASSERT_TRUE(SameFloats(u, ref.u)) << w;
@@ -134,8 +139,10 @@ void RunSteps(const std::vector<std::vector<float>>& grads, size_t k, bool momen
     const SparseVec want = ref.Step(grads[s], momentum, 0.5f, k, 11, true);
     Accumulate a{grads[s].data(), momentum ? u.data() : nullptr, 0.5f};
     SparseVec got;
-    const size_t c = SelectTopKStep(x.data(), n, k, 11, &a, reuse, true, &got);
+    size_t bad = 0;
+    const size_t c = SelectTopKStep(x.data(), n, k, 11, &a, reuse, true, &got, &bad);
     ASSERT_EQ(c, want.nnz()) << Where(what, n, k, static_cast<int>(s));
+    ASSERT_EQ(bad, ref.nonfinite) << Where(what, n, k, static_cast<int>(s));
     ASSERT_TRUE(SameBits(got, want)) << Where(what, n, k, static_cast<int>(s));
     ASSERT_TRUE(SameFloats(x, ref.x)) << Where(what, n, k, static_cast<int>(s));
     ASSERT_TRUE(SameFloats(u, ref.u)) << Where(what, n, k, static_cast<int>(s));
@@ -265,6 +272,22 @@ TEST(SelectTopKStep, NaNNeverSelectedInfIs) {
   }
 }
 
+// The non-finite count (the call frame's residual rule) on the full, reuse
+// and k = 0 paths: magnitudes above 3.19e38 share +Inf's pass-1 bucket but
+// are finite, and two of them can sum to Inf.
+TEST(SelectTopKStep, CountsNonFiniteExactly) {
+  const size_t n = 5003;
+  std::vector<float> big = Make(Dist::kGauss, n, 31), plain = Make(Dist::kGauss, n, 32);
+  for (size_t i = 0; i < n; i += 211) big[i] = (i % 2 ? 1.0f : -1.0f) * 3.3e38f;
+  big[7] = std::numeric_limits<float>::quiet_NaN();
+  for (size_t k : {size_t{0}, size_t{1}, size_t{40}, n}) {
+    ThresholdReuse r;
+    // Steady steps for reuse hits, then the huge ones (finite, then Inf once
+    // they add up), then steady again.
+    RunSteps({plain, plain, plain, big, big, plain, plain}, k, false, &r, "huge");
+  }
+}
+
 TEST(SelectTopKStep, KZeroOneAndN) {
   const size_t n = 20000;
   for (size_t k : {size_t{0}, size_t{1}, n}) {
@@ -315,19 +338,24 @@ TEST(BlockTopKStep, MatchesAccumulateThenBlockTopK) {
         }
         ref.x[i] = ref.x[i] + add;
       }
+      size_t want_bad = 0;  // before the selection zeroes any
+      for (float v : ref.x) want_bad += std::isfinite(v) ? 0 : 1;
       std::vector<SparseVec> want;
       BlockTopK(ref.x.data(), bounds, k, 7, true, &want);
       rx = ref.x;
       ru = ref.u;
       Accumulate a{g.data(), momentum ? u.data() : nullptr, 0.9f};
       std::vector<SparseVec> got;
-      BlockTopKStep(x.data(), bounds, k, 7, &a, &reuse, true, &got);
+      size_t bad = 0;
+      BlockTopKStep(x.data(), bounds, k, 7, &a, &reuse, true, &got, &bad);
+
       ASSERT_EQ(got.size(), want.size());
       for (size_t b = 0; b < k.size(); ++b) {
         ASSERT_TRUE(SameBits(got[b], want[b])) << "block " << b << " step " << step;
       }
       ASSERT_TRUE(SameFloats(x, rx)) << step;
       ASSERT_TRUE(SameFloats(u, ru)) << step;
+      ASSERT_EQ(bad, want_bad) << step;
     }
     ASSERT_EQ(reuse.size(), k.size());
   }
