@@ -113,9 +113,12 @@ struct SparseAllreduce::Pending {
   ResidualLedger ledger;
   bool decays = false;
   float coefficient = 1.0f;
-  CallStats stats;       // the first half's phases and details
-  size_t nonfinite = 0;  // non-finite entries the accumulation pass counted
-  explicit Pending(std::span<float> acc) : ledger(acc) {}
+  CallStats stats;  // the first half's phases and details
+  // The residual with this call's gradient, added by the local part or
+  // after it; it counts the non-finite entries the accumulation left.
+  LocalInput input;
+  Pending(std::span<const float> grad, std::span<float> acc)
+      : ledger(acc), input(grad, acc, /*accumulated=*/false, &stats.phases) {}
 };
 
 SparseAllreduce::SparseAllreduce() = default;
@@ -140,7 +143,7 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   AllreduceResult unused;
   absl::Status st = ValidateCall(caller, options, grad, residual, &unused, &scratch);
   if (!st.ok()) return st;
-  auto p = std::make_unique<Pending>(residual);
+  auto p = std::make_unique<Pending>(grad, residual);
   p->ctx = caller;
   if (p->ctx.max_message_bytes == 0) {
     p->ctx.max_message_bytes = MessageBound(grad.size(), p->ctx.transport->size());
@@ -157,36 +160,36 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   // checkable. One pass; the buffers live with the algorithm across calls.
   p->coefficient = ResidualCoefficient(p->ctx, options);
   p->decays = p->coefficient != 1.0f;
-  // The accumulation pass also counts non-finite entries (a compare per
-  // element). A NaN or Inf the call sends is summed like any value (as DDP's
-  // allreduce does: loss scalers skip such steps); one it leaves in the
-  // residual (a NaN, which no top-k picks, from a gradient or a value
-  // received in an earlier call) would stay there for every later step and
-  // silently drop its coordinates: after the exchange those are reset to 0
-  // and reported in the call's details ("residual_nonfinite",
-  // "residual_nonfinite_first"), and the owner fails the bucket naming them.
-  size_t nonfinite = 0;
-  {
+  // The accumulation also counts non-finite entries. A NaN or Inf the call
+  // sends is summed like any value (as DDP's allreduce does: loss scalers
+  // skip such steps); one it leaves in the residual (a NaN, which no top-k
+  // picks, from a gradient or a value received in an earlier call) would
+  // stay there for every later step and silently drop its coordinates: after
+  // the exchange those are reset to 0 and reported in the call's details
+  // ("residual_nonfinite", "residual_nonfinite_first"), and the owner fails
+  // the bucket naming them. Without decay the accumulation is the local
+  // part's (LocalInput: fused into a selection's first pass where it can).
+  if (p->decays) {
     PhaseTimer t(&p->stats.phases.reduction_s);
-    if (!p->decays) {
-      nonfinite = AccumulateIntoResidual(grad, residual);
-    } else {
-      const float c = p->coefficient;
-      ef_prior_.resize(grad.size());
-      ef_decayed_.resize(grad.size());
-      for (size_t i = 0; i < grad.size(); ++i) {
-        const float old = residual[i], kept = c * old;
-        ef_prior_[i] = old;
-        ef_decayed_[i] = old - kept;
-        residual[i] = kept + grad[i];
-        nonfinite += !std::isfinite(residual[i]);
-      }
+    const float c = p->coefficient;
+    ef_prior_.resize(grad.size());
+    ef_decayed_.resize(grad.size());
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < grad.size(); ++i) {
+      const float old = residual[i], kept = c * old;
+      ef_prior_[i] = old;
+      ef_decayed_[i] = old - kept;
+      residual[i] = kept + grad[i];
+      nonfinite += !std::isfinite(residual[i]);
     }
+    p->input.Fused(nonfinite);
   }
-  p->nonfinite = nonfinite;
   pending_ = std::move(p);
-  st = LocalSelection(pending_->ctx, pending_->options, residual, pending_->ledger,
+  st = LocalSelection(pending_->ctx, pending_->options, pending_->input, pending_->ledger,
                       &pending_->stats);
+  // What the local part left (all of it: the default, or one that failed
+  // before it added the gradient, which Unwind then keeps whole).
+  pending_->input.Accumulated();
   pending_->stats.total_s = std::chrono::duration<double>(Clock::now() - start).count();
   if (!st.ok()) {
     Unwind();
@@ -247,7 +250,7 @@ absl::Status SparseAllreduce::ExchangeCall(AllreduceResult* result, CallStats* s
     p.ledger.Commit();
     // What the call sent was summed; a non-finite entry it left in the
     // residual would stay there for good (see PrepareCall).
-    if (p.nonfinite > 0) ResetLeftNonFinite(p.residual, stats);
+    if (p.input.nonfinite() > 0) ResetLeftNonFinite(p.residual, stats);
     if (p.decays) {
       result->decayed.swap(ef_decayed_);  // the caller's old buffer is reused next call
       stats->details["ef_coefficient"] = p.coefficient;

@@ -31,12 +31,10 @@ void SumInFixedOrder(std::vector<kernels::SparseVec>& parts, kernels::SparseVec*
 }  // namespace
 
 absl::Status GatherSumAlgorithm::LocalSelection(const CallContext&, const AllreduceOptions& options,
-                                                std::span<float> acc, ResidualLedger& ledger,
+                                                LocalInput& in, ResidualLedger& ledger,
                                                 CallStats* stats) {
-  PhaseTimer t(&stats->phases.selection_s);
   mine_.clear();
-  Select(acc, options, stats, &mine_);
-  ledger.Selected(mine_);
+  Select(in, options, ledger, stats, &mine_);
   stats->details["local_selected"] = static_cast<double>(mine_.nnz());
   return absl::OkStatus();
 }

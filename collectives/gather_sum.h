@@ -23,7 +23,7 @@ class GatherSumAlgorithm : public SparseAllreduce {
  public:
   // The selection is the call's local part: it runs in PrepareCall.
   absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
-                              std::span<float> acc, ResidualLedger& ledger, CallStats* stats) final;
+                              LocalInput& in, ResidualLedger& ledger, CallStats* stats) final;
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                         CallStats* stats) final;
@@ -31,10 +31,11 @@ class GatherSumAlgorithm : public SparseAllreduce {
  protected:
   // The most entries one rank selects from n elements at `options`.
   virtual size_t Capacity(size_t n, const AllreduceOptions& options) const = 0;
-  // Selects this rank's entries out of `acc` (gradient + residual): appends
-  // them to *out (sorted) and zeroes them in acc. At most Capacity() entries.
-  virtual void Select(std::span<float> acc, const AllreduceOptions& options, CallStats* stats,
-                      kernels::SparseVec* out) = 0;
+  // Selects this rank's entries out of gradient + residual (`in`): appends
+  // them to *out (sorted), zeroes them in the residual and records them in
+  // the ledger, timing the selection. At most Capacity() entries.
+  virtual void Select(LocalInput& in, const AllreduceOptions& options, ResidualLedger& ledger,
+                      CallStats* stats, kernels::SparseVec* out) = 0;
 
   // Bytes of the Bruck all-gather for rank `rank` when member j's selection
   // has count(j) entries.

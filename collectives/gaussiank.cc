@@ -14,6 +14,7 @@
 
 #include "collectives/block_layout.h"
 #include "collectives/gather_sum.h"
+#include "collectives/phase_timer.h"
 
 namespace gradex {
 namespace {
@@ -98,8 +99,16 @@ class GaussianK final : public GatherSumAlgorithm {
     return std::min(n, 2 * KeepCount(options.density, n));
   }
 
-  void Select(std::span<float> acc, const AllreduceOptions& options, CallStats*,
-              kernels::SparseVec* out) override {
+  void Select(LocalInput& in, const AllreduceOptions& options, ResidualLedger& ledger,
+              CallStats* stats, kernels::SparseVec* out) override {
+    const std::span<float> acc = in.Accumulated();  // the fit reads all of it first
+    PhaseTimer t(&stats->phases.selection_s);
+    SelectAbove(acc, options, out);
+    ledger.Selected(*out);
+  }
+
+ private:
+  void SelectAbove(std::span<float> acc, const AllreduceOptions& options, kernels::SparseVec* out) {
     const size_t n = acc.size(), k = KeepCount(options.density, n);
     const size_t cap = Capacity(n, options), want = (3 * k + 3) / 4;
     if (k >= n) {  // the quantile is 0: every nonzero

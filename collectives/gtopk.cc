@@ -13,6 +13,7 @@
 #include "collectives/block_layout.h"
 #include "collectives/call_frame.h"
 #include "collectives/link.h"
+#include "collectives/local_topk.h"
 #include "collectives/phase_timer.h"
 #include "collectives/power_of_two_fold.h"
 #include "collectives/residual_ledger.h"
@@ -78,14 +79,10 @@ class GTopk final : public SparseAllreduce {
   }
 
   // The local top-k is the call's local part (PrepareCall).
-  absl::Status LocalSelection(const CallContext&, const AllreduceOptions& options,
-                              std::span<float> acc, ResidualLedger& ledger,
-                              CallStats* stats) override {
-    PhaseTimer t(&stats->phases.selection_s);
-    selected_.clear();
-    kernels::SelectTopKAndZero(acc.data(), acc.size(), KeepCount(options.density, acc.size()), 0,
-                               &selected_);
-    ledger.Selected(selected_);
+  absl::Status LocalSelection(const CallContext&, const AllreduceOptions& options, LocalInput& in,
+                              ResidualLedger& ledger, CallStats* stats) override {
+    local_.Select(in, KeepCount(options.density, in.size()), options.threshold_reuse, ledger, stats,
+                  &selected_);
     stats->details["local_selected"] = static_cast<double>(selected_.nnz());
     return absl::OkStatus();
   }
@@ -165,6 +162,7 @@ class GTopk final : public SparseAllreduce {
   }
 
   kernels::SparseVec selected_;  // LocalSelection's top-k, handed to Exchange
+  LocalTopK local_;
 };
 
 }  // namespace

@@ -36,14 +36,6 @@ struct Gathered {
 
 }  // namespace
 
-void SelectLocalTopK(std::span<float> acc, size_t k, ResidualLedger& ledger, PhaseTimes* times,
-                     kernels::SparseVec* mine) {
-  PhaseTimer t(&times->selection_s);
-  mine->clear();
-  kernels::SelectTopKAndZero(acc.data(), acc.size(), k, 0, mine);
-  ledger.Selected(*mine);
-}
-
 size_t SumOfSelectionsCapacity(int world, size_t n, double density) {
   return std::min(n, static_cast<size_t>(world) * KeepCount(density, n));
 }
@@ -84,10 +76,10 @@ absl::Status SparcmlSplit::CheckOptions(const CallContext&, const AllreduceOptio
 }
 
 absl::Status SparcmlSplit::LocalSelection(const CallContext&, const AllreduceOptions& options,
-                                          std::span<float> acc, ResidualLedger& ledger,
+                                          LocalInput& in, ResidualLedger& ledger,
                                           CallStats* stats) {
-  mine_.clear();
-  SelectLocalTopK(acc, KeepCount(options.density, acc.size()), ledger, &stats->phases, &mine_);
+  local_.Select(in, KeepCount(options.density, in.size()), options.threshold_reuse, ledger, stats,
+                &mine_);
   return absl::OkStatus();
 }
 

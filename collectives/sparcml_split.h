@@ -8,6 +8,7 @@
 #define GRADEX_COLLECTIVES_SPARCML_SPLIT_H_
 
 #include "collectives/frame.h"
+#include "collectives/local_topk.h"
 #include "collectives/residual_ledger.h"
 #include "collectives/sparse_allreduce.h"
 #include "collectives/sparse_stream.h"
@@ -29,11 +30,6 @@ enum class GatherForm {
   kDense,     // dense always (DSAR's dense second phase)
 };
 
-// Local selection shared by the family: acc (= grad + residual) keeps the top
-// k entries selected out (zeroed there, recorded in the ledger) into `mine`.
-void SelectLocalTopK(std::span<float> acc, size_t k, ResidualLedger& ledger, PhaseTimes* times,
-                     kernels::SparseVec* mine);
-
 // min(P·k, n): the most non-zeros a sum of P top-k selections can have.
 size_t SumOfSelectionsCapacity(int world, size_t n, double density);
 
@@ -43,7 +39,7 @@ class SparcmlSplit : public SparseAllreduce {
                                      const CallStats& observed) const final;
   // The local top-k is the call's local part (PrepareCall).
   absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
-                              std::span<float> acc, ResidualLedger& ledger, CallStats* stats) final;
+                              LocalInput& in, ResidualLedger& ledger, CallStats* stats) final;
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                         CallStats* stats) final;
@@ -55,6 +51,7 @@ class SparcmlSplit : public SparseAllreduce {
 
  private:
   kernels::SparseVec mine_;  // LocalSelection's top-k, handed to Exchange
+  LocalTopK local_;
 };
 
 }  // namespace gradex

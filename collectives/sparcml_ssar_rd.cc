@@ -61,11 +61,10 @@ class SparcmlSsarRd final : public SparseAllreduce {
   }
 
   // The local top-k is the call's local part (PrepareCall).
-  absl::Status LocalSelection(const CallContext&, const AllreduceOptions& options,
-                              std::span<float> acc, ResidualLedger& ledger,
-                              CallStats* stats) override {
-    mine_.clear();
-    SelectLocalTopK(acc, KeepCount(options.density, acc.size()), ledger, &stats->phases, &mine_);
+  absl::Status LocalSelection(const CallContext&, const AllreduceOptions& options, LocalInput& in,
+                              ResidualLedger& ledger, CallStats* stats) override {
+    local_.Select(in, KeepCount(options.density, in.size()), options.threshold_reuse, ledger, stats,
+                  &mine_);
     return absl::OkStatus();
   }
 
@@ -155,6 +154,7 @@ class SparcmlSsarRd final : public SparseAllreduce {
 
  private:
   kernels::SparseVec mine_;  // LocalSelection's top-k, handed to Exchange
+  LocalTopK local_;
 };
 
 }  // namespace

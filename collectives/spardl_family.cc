@@ -27,14 +27,16 @@ absl::Status SparDLFamily::CheckOptions(const CallContext& ctx,
 }
 
 absl::Status SparDLFamily::LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
-                                          std::span<float> acc, ResidualLedger& ledger,
+                                          LocalInput& in, ResidualLedger& ledger,
                                           CallStats* stats) {
   const int world = ctx.transport->size();
   absl::StatusOr<int> teams = Teams(options, world);
   if (!teams.ok()) return teams.status();
-  const BlockLayout layout(acc.size(), world / *teams, options.density);
+  const BlockLayout layout(in.size(), world / *teams, options.density);
   held_.clear();
-  SrsSelect(layout, acc, ledger, &stats->phases, &held_);
+  // Spar-Reduce-Scatter's first selection: every block's top-k.
+  local_.SelectBlocks(in, layout.bounds(), layout.keeps(), options.threshold_reuse, ledger, stats,
+                      &held_);
   return absl::OkStatus();
 }
 

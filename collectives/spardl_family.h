@@ -6,6 +6,7 @@
 
 #include "collectives/block_layout.h"
 #include "collectives/link.h"
+#include "collectives/local_topk.h"
 #include "collectives/residual_ledger.h"
 #include "collectives/sparse_allreduce.h"
 
@@ -26,7 +27,7 @@ class SparDLFamily : public SparseAllreduce {
   // Spar-Reduce-Scatter's first selection (per block of the team layout)
   // is the call's local part: it runs in PrepareCall.
   absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
-                              std::span<float> acc, ResidualLedger& ledger, CallStats* stats) final;
+                              LocalInput& in, ResidualLedger& ledger, CallStats* stats) final;
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                         CallStats* stats) final;
@@ -50,6 +51,7 @@ class SparDLFamily : public SparseAllreduce {
  private:
   // LocalSelection's blocks, handed to Exchange.
   std::vector<kernels::SparseVec> held_;
+  LocalTopK local_;
 };
 
 }  // namespace gradex

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
 #include "collectives/frame.h"
+#include "collectives/local_input.h"
 #include "kernels/sparse.h"
 #include "transport/transport.h"
 
@@ -70,6 +71,10 @@ struct AllreduceOptions {
   double density = 0.01;  // k = ceil(density * block size), per block
   int teams = 1;          // SparDL SAG team count; must divide P
   catalog::ParamValues params;
+  // The top-k local parts predict this call's threshold from the bucket's
+  // last one (kernels::ThresholdReuse): the same selection, fewer passes. A
+  // rank's own choice: the results do not depend on it.
+  bool threshold_reuse = true;
 };
 
 // Wall time of the call split by what it was doing.
@@ -204,13 +209,15 @@ class SparseAllreduce {
     return absl::OkStatus();
   }
   // The local part of a call, before its first message (PrepareCall): it
-  // may take values out of `acc` (recording them in `ledger`) and keep what
-  // it selected in the object for Exchange. It must not send or receive.
-  // Default: nothing (the whole schedule is in Exchange: the algorithms whose
-  // selection is interleaved with their messages).
+  // adds the gradient into the residual (in.Accumulated(), or fused into its
+  // first pass over it: LocalInput), may take values out of it (recording
+  // them in `ledger`) and keeps what it selected in the object for Exchange.
+  // It must not send or receive. Default: nothing (the whole schedule is in
+  // Exchange: the algorithms whose selection is interleaved with their
+  // messages); whatever the local part leaves unaccumulated, the frame
+  // accumulates after it.
   virtual absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
-                                      std::span<float> acc, ResidualLedger& ledger,
-                                      CallStats* stats) {
+                                      LocalInput& in, ResidualLedger& ledger, CallStats* stats) {
     return absl::OkStatus();
   }
   // The schedule. `acc` (the residual) holds grad + old residual (times

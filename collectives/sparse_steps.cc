@@ -43,13 +43,6 @@ void ConcatBlocks(std::vector<kernels::SparseVec>& blocks, kernels::SparseVec* o
   }
 }
 
-void SrsSelect(const BlockLayout& layout, std::span<float> acc, ResidualLedger& ledger,
-               PhaseTimes* times, std::vector<kernels::SparseVec>* held) {
-  PhaseTimer t(&times->selection_s);
-  kernels::BlockTopK(acc.data(), layout.bounds(), layout.keeps(), 0, /*zero_selected=*/true, held);
-  for (const auto& b : *held) ledger.Selected(b);
-}
-
 absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout& layout,
                                std::vector<kernels::SparseVec> held, uint16_t phase,
                                ResidualLedger& ledger, PhaseTimes* times,

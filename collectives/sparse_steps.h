@@ -14,15 +14,10 @@
 
 namespace gradex {
 
-// Spar-Reduce-Scatter's first selection, before any message (so the call
-// frame's PrepareCall runs it): `acc` (the whole gradient + residual) gives
-// up the top-keep of every block of `layout` into held[j] (zeroed in acc,
-// recorded in `ledger`); the rest stays in acc as residual.
-void SrsSelect(const BlockLayout& layout, std::span<float> acc, ResidualLedger& ledger,
-               PhaseTimes* times, std::vector<kernels::SparseVec>* held);
-
 // Spar-Reduce-Scatter (SparDL section 3.1) over `group`, whose member j owns
-// block j of `layout`, from SrsSelect's `held` blocks. Bags go out largest
+// block j of `layout`, from `held`: the top-keep of every block of the
+// whole gradient + residual, selected before any message (LocalTopK's
+// SelectBlocks, in the call's local part) and recorded in the ledger. Bags go out largest
 // first (distance 2^(S-s) at step s); after each receive only the blocks of
 // the next bag are re-selected. On return `owned` is this member's block
 // reduced over the group and cut to its keep count; every discard is in

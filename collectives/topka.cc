@@ -5,6 +5,7 @@
 // allgather-based baseline of Table 1 of the Ok-Topk paper.
 #include "collectives/block_layout.h"
 #include "collectives/gather_sum.h"
+#include "collectives/local_topk.h"
 
 namespace gradex {
 namespace {
@@ -25,11 +26,14 @@ class TopkA final : public GatherSumAlgorithm {
   size_t Capacity(size_t n, const AllreduceOptions& options) const override {
     return KeepCount(options.density, n);
   }
-  void Select(std::span<float> acc, const AllreduceOptions& options, CallStats*,
-              kernels::SparseVec* out) override {
-    kernels::SelectTopKAndZero(acc.data(), acc.size(), KeepCount(options.density, acc.size()), 0,
-                               out);
+  void Select(LocalInput& in, const AllreduceOptions& options, ResidualLedger& ledger,
+              CallStats* stats, kernels::SparseVec* out) override {
+    local_.Select(in, KeepCount(options.density, in.size()), options.threshold_reuse, ledger, stats,
+                  out);
   }
+
+ private:
+  LocalTopK local_;
 };
 
 }  // namespace

@@ -36,6 +36,8 @@ constexpr char kFailing[] = "test-failing-selection";
 // The call whose local part fails, and on which epoch rank (-1: none).
 std::atomic<uint64_t> g_fail_call{0};
 std::atomic<int> g_fail_rank{-1};
+// Fail before the gradient is added: the frame must add it when unwinding.
+std::atomic<bool> g_fail_early{false};
 
 GRADEX_CATALOG_ENTRY({.id = 60021,
                       .name = kFailing,
@@ -50,11 +52,13 @@ class FailingSelection final : public gradex::testing::TestDenseGather {
   FailingSelection() : TestDenseGather(kFailing) {}
 
  protected:
-  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions&, std::span<float> acc,
+  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions&, LocalInput& in,
                               ResidualLedger& ledger, CallStats*) override {
     if (ctx.call_id != g_fail_call.load() || ctx.transport->rank() != g_fail_rank.load()) {
       return absl::OkStatus();
     }
+    if (g_fail_early.load()) return absl::InternalError("test: the local selection failed early");
+    const std::span<float> acc = in.Accumulated();
     kernels::SparseVec taken;
     kernels::SelectTopKAndZero(acc.data(), acc.size(), acc.size() / 2, 0, &taken);
     ledger.Selected(taken);
@@ -122,7 +126,8 @@ TEST(AgentPipelineTest, PeerDyingWhileTheNextBucketIsPreparedKeepsEveryLaterBuck
   }
 }
 
-TEST(AgentPipelineTest, AFailedPreparationKeepsItsBucketAndEveryLaterOne) {
+void RunFailedPreparation(bool early) {
+  g_fail_early = early;
   // Bucket 1 runs the failing test gather; the others SparDL.
   FakeCoordinator coordinator(Job(3, {"", kFailing, ""}));
   testing::LoopbackPool pool;
@@ -168,10 +173,21 @@ TEST(AgentPipelineTest, AFailedPreparationKeepsItsBucketAndEveryLaterOne) {
     }
     if (failing[i]) {
       EXPECT_NE(r.end.message().find("the local selection failed"), std::string::npos) << r.end;
+      EXPECT_EQ(r.end.message().find("failed early") != std::string::npos, early) << r.end;
       EXPECT_NE(r.end.message().find("before its exchange"), std::string::npos) << r.end;
     }
   }
   EXPECT_EQ(failing[0] + failing[1] + failing[2], 1);
+}
+
+TEST(AgentPipelineTest, AFailedPreparationKeepsItsBucketAndEveryLaterOne) {
+  RunFailedPreparation(/*early=*/false);
+}
+
+// The local part fails before it added the gradient (LocalInput): the frame
+// adds it while unwinding, so the bucket is still kept whole.
+TEST(AgentPipelineTest, APreparationFailingBeforeItsAccumulationKeepsItsBucket) {
+  RunFailedPreparation(/*early=*/true);
 }
 
 }  // namespace

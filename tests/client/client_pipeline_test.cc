@@ -47,7 +47,7 @@ class OverlapProbe final : public gradex::testing::TestDenseGather {
   OverlapProbe() : TestDenseGather(kOverlap) {}
 
  protected:
-  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions&, std::span<float>,
+  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions&, LocalInput&,
                               ResidualLedger&, CallStats*) override {
     std::lock_guard<std::mutex> lock(g_mu);
     g_started.insert({ctx.transport->rank(), ctx.call_id});

@@ -1,0 +1,60 @@
+// What an algorithm's local part (SparseAllreduce::LocalSelection) works on:
+// the residual and, until something adds it, this call's gradient. The call
+// frame leaves the accumulation `residual += grad` to the local part so that
+// a selection kernel can do it inside its own first pass over the residual
+// (kernels::SelectTopKStep): one O(n) read and write less per call. A local
+// part that selects some other way asks for Accumulated() first.
+#ifndef GRADEX_COLLECTIVES_LOCAL_INPUT_H_
+#define GRADEX_COLLECTIVES_LOCAL_INPUT_H_
+
+#include <cstddef>
+#include <span>
+
+#include "kernels/topk_step.h"
+
+namespace gradex {
+
+struct PhaseTimes;
+
+class LocalInput {
+ public:
+  // `accumulated`: acc already holds grad + residual (COVAP's decaying frame
+  // adds it itself). `times` gets the unfused accumulation as reduction.
+  LocalInput(std::span<const float> grad, std::span<float> acc, bool accumulated, PhaseTimes* times)
+      : grad_(grad), acc_(acc), accumulated_(accumulated), times_(times) {
+    pending_.grad = grad.data();
+  }
+
+  size_t size() const { return acc_.size(); }
+  bool accumulated() const { return accumulated_; }
+  // Non-finite entries of acc right after the accumulation (the call frame's
+  // residual rule); 0 until accumulated.
+  size_t nonfinite() const { return nonfinite_; }
+
+  // grad + residual: accumulated now (one counting pass) if nothing has yet.
+  std::span<float> Accumulated();
+
+  // For a kernel that fuses the accumulation into its first pass: the span to
+  // work on and what to add into it first (null once added). The kernel
+  // must add it and count the non-finite entries it leaves, then call
+  // Fused() with that count.
+  std::span<float> target() const { return acc_; }
+  const kernels::Accumulate* pending() const { return accumulated_ ? nullptr : &pending_; }
+  void Fused(size_t nonfinite) {
+    if (accumulated_) return;
+    accumulated_ = true;
+    nonfinite_ = nonfinite;
+  }
+
+ private:
+  std::span<const float> grad_;
+  std::span<float> acc_;
+  bool accumulated_;
+  PhaseTimes* times_;
+  kernels::Accumulate pending_;
+  size_t nonfinite_ = 0;
+};
+
+}  // namespace gradex
+
+#endif  // GRADEX_COLLECTIVES_LOCAL_INPUT_H_
