@@ -84,6 +84,9 @@ Usage: gradex-bench [flags]
   --seed S              gradient seed; gradients depend on (seed, rank,
                         iteration) only, so runs are reproducible. Default: 1
   --integer             integer-valued gradients (conservation is then exact)
+  --no-threshold-reuse  the top-k local parts select from scratch every call
+                        instead of from the bucket's last threshold (the same
+                        results; for timing the difference)
   --quantize-bits B     QSGD stochastic quantization of the dense phases (SparCML
                         dsar-split's all-gather, topkdsa's dense slices) at B bits
                         per value: 0 (off), 2, 4 or 8; the error stays in the
@@ -153,12 +156,14 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
       name = name.substr(0, eq);
       has_value = true;
     }
-    static const std::set<absl::string_view> kBool = {"json", "integer", "quiet"};
+    static const std::set<absl::string_view> kBool = {"json", "integer", "quiet",
+                                                      "no-threshold-reuse"};
     if (kBool.count(name)) {
       if (has_value) return Bad(name, value, "this flag takes no value");
       if (name == "json") f.json = true;
       if (name == "integer") f.integer = true;
       if (name == "quiet") f.quiet = true;
+      if (name == "no-threshold-reuse") f.threshold_reuse = false;
       continue;
     }
     static const std::set<absl::string_view> kValued = {"algo",

@@ -22,10 +22,11 @@ struct BenchFlags {
   std::string transport = "ucx";  // ucx | loopback
   uint64_t seed = 1;
   bool json = false;
-  std::string json_out;   // also append the JSON lines to this file
-  std::string dump_dir;   // empty: no dump
-  bool integer = false;   // integer-valued gradients: conservation must be exact
-  int quantize_bits = 0;  // QSGD bits on dense phases (0 = off, 2, 4, 8)
+  std::string json_out;         // also append the JSON lines to this file
+  std::string dump_dir;         // empty: no dump
+  bool threshold_reuse = true;  // off: every selection from scratch (same results)
+  bool integer = false;         // integer-valued gradients: conservation must be exact
+  int quantize_bits = 0;        // QSGD bits on dense phases (0 = off, 2, 4, 8)
   // --param NAME=VALUE (repeatable) and --quantize-bits: algorithm parameters
   // by catalog name; each algorithm gets those of its own catalog entry.
   catalog::ParamValues params;

@@ -100,6 +100,7 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
 
     AllreduceOptions opts;
     opts.density = flags.density;
+    opts.threshold_reuse = flags.threshold_reuse;
     opts.teams = rep.teams;
     if (const catalog::AlgorithmSpec* spec = catalog::Find(algo)) {
       for (const auto& [name, value] : flags.params) {

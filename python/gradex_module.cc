@@ -272,6 +272,8 @@ class PyClient {
       d["sparse_s"] = b.sparse_s;
       d["dense_s"] = b.dense_s;
       d["residual_norm"] = b.residual_norm;
+      d["threshold_reuse_hits"] = b.threshold_reuse_hits;
+      d["threshold_reuse_misses"] = b.threshold_reuse_misses;
       out.append(d);
     }
     return out;

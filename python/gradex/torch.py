@@ -221,7 +221,9 @@ class GradexState:
     def stats(self):
         """Per bucket layout: spans, elements, algorithm, density, calls,
         dense_calls, fallback_switches, sent/recv bytes, last/sparse/dense
-        seconds, residual_norm."""
+        seconds, residual_norm, threshold_reuse_hits/misses (local top-k
+        selections that did / did not finish among the candidates of the last
+        threshold: the same selection either way)."""
         return self.client.stats()
 
     def flush(self):

@@ -72,6 +72,15 @@ AgentMetrics::AgentMetrics() : registry_(std::make_shared<prometheus::Registry>(
                                    "Residual entries found NaN or infinite by a bucket's "
                                    "accumulation pass and reset to 0 (the bucket fails naming "
                                    "them)");
+  auto& reuse = BuildCounter()
+                    .Name("gradex_agent_topk_threshold_reuse_total")
+                    .Help(
+                        "Local top-k selections that reused the bucket's last threshold, by "
+                        "outcome: hit (finished among the candidates of one pass) or miss (a "
+                        "full select followed); either way the same selection")
+                    .Register(r);
+  reuse_hits_ = &reuse.Add({{"outcome", "hit"}});
+  reuse_misses_ = &reuse.Add({{"outcome", "miss"}});
   report_drops_ = NewCounter(r, "gradex_agent_report_drops_total",
                              "Step reports dropped because the queue to the coordinator was full");
   result_nnz_ = NewGauge(r, "gradex_agent_result_nonzeros", "Non-zeros of the last call's result");
@@ -140,6 +149,8 @@ void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& st
   if (const double bad = stats.Detail("residual_nonfinite"); bad > 0) {
     residual_nonfinite_->Increment(bad);
   }
+  reuse_hits_->Increment(stats.Detail("topk_reuse_hits"));
+  reuse_misses_->Increment(stats.Detail("topk_reuse_misses"));
   auto observe = [&](const char* phase, double s) {
     call_seconds_->Add({{"algorithm", algorithm}, {"phase", phase}}, LatencyBuckets()).Observe(s);
   };

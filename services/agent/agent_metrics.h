@@ -57,7 +57,7 @@ class AgentMetrics {
   std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Histogram>* call_seconds_;
   prometheus::Counter *sent_bytes_, *recv_bytes_, *steps_ok_, *steps_failed_, *epoch_changes_,
-      *report_drops_, *residual_nonfinite_;
+      *report_drops_, *residual_nonfinite_, *reuse_hits_, *reuse_misses_;
   prometheus::Gauge *result_nnz_, *result_density_, *residual_l2_, *threshold_, *epoch_, *members_,
       *rank_;
   prometheus::Family<prometheus::Gauge>* details_;

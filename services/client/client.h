@@ -150,6 +150,9 @@ struct BucketStats {
   double sparse_s = 0;                      // median of recent sparse exchanges (0: none yet)
   double dense_s = 0;                       // median of recent dense exchanges (0: none yet)
   double residual_norm = 0;                 // L2 of the bucket's residual after the last call
+  // Local top-k selections that reused the bucket's last threshold: finished
+  // among one pass's candidates (hits) or not (misses: a full select ran).
+  uint64_t threshold_reuse_hits = 0, threshold_reuse_misses = 0;
 };
 
 class Client {

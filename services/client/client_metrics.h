@@ -1,8 +1,8 @@
 // The client's own Prometheus metrics, on the agent's registry (served on
 // GRADEX_METRICS_PORT with the agent's): buckets by outcome, the dense
-// probes, the switches between sparse and dense exchanges of a bucket (issue
-// 9, "never slower than dense": each is also logged), and the non-finite
-// gradient values refused.
+// probes, the switches between sparse and dense exchanges of a bucket (never
+// slower than dense: each is also logged), and the non-finite gradient
+// values refused.
 #ifndef GRADEX_SERVICES_CLIENT_CLIENT_METRICS_H_
 #define GRADEX_SERVICES_CLIENT_CLIENT_METRICS_H_
 

@@ -103,6 +103,8 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   b.sparse_s = Median(h.sparse_s);
   b.dense_s = Median(h.dense_s);
   b.residual_norm = end.residual_l2;
+  b.threshold_reuse_hits += static_cast<uint64_t>(out.stats.Detail("topk_reuse_hits"));
+  b.threshold_reuse_misses += static_cast<uint64_t>(out.stats.Detail("topk_reuse_misses"));
 }
 
 std::vector<BucketStats> ClientImpl::Stats() const {

@@ -270,6 +270,12 @@ TEST(ClientTest, StartIterRunsDenseThenSwitchesOnceCountedAndLogged) {
   EXPECT_GT(b.dense_s, 0.0);
   EXPECT_GT(b.sparse_s, 0.0);
   EXPECT_GT(b.residual_norm, 0.0);
+  // One rank, one block: spardl's first call has no threshold to reuse, its
+  // second tries once.
+  EXPECT_EQ(b.threshold_reuse_hits + b.threshold_reuse_misses, 1u);
+  EXPECT_EQ(Counter(**c, "gradex_agent_topk_threshold_reuse_total", "outcome", "hit") +
+                Counter(**c, "gradex_agent_topk_threshold_reuse_total", "outcome", "miss"),
+            1.0);
   EXPECT_EQ(Counter(**c, "gradex_client_algorithm_switches_total", "to", "sparse"), 1.0);
   EXPECT_EQ(Counter(**c, "gradex_client_algorithm_switches_total", "to", "dense"), 0.0);
 }

@@ -1,5 +1,6 @@
-// Conformance of per-receive capacities (Transport::PostRecvAtMost, issue
-// 12, item 8) on every Transport of the suite (conformance.h).
+// Conformance of per-receive capacities (Transport::PostRecvAtMost: a receive
+// bounded by what the schedule expects) on every Transport of the suite
+// (conformance.h).
 #include <vector>
 
 #include "absl/strings/match.h"
