@@ -272,6 +272,9 @@ class PyClient {
       d["sparse_s"] = b.sparse_s;
       d["dense_s"] = b.dense_s;
       d["residual_norm"] = b.residual_norm;
+      d["device_path"] = b.device_path;
+      d["device_to_host_bytes"] = b.device_to_host_bytes;
+      d["host_to_device_bytes"] = b.host_to_device_bytes;
       out.append(d);
     }
     return out;

@@ -221,7 +221,9 @@ class GradexState:
     def stats(self):
         """Per bucket layout: spans, elements, algorithm, density, calls,
         dense_calls, fallback_switches, sent/recv bytes, last/sparse/dense
-        seconds, residual_norm."""
+        seconds, residual_norm, and for CUDA buckets device_path ("host", or
+        "whole-bucket staging": copied whole to the host and back) with the
+        last call's device_to_host_bytes / host_to_device_bytes over PCIe."""
         return self.client.stats()
 
     def flush(self):

@@ -150,6 +150,11 @@ struct BucketStats {
   double sparse_s = 0;                      // median of recent sparse exchanges (0: none yet)
   double dense_s = 0;                       // median of recent dense exchanges (0: none yet)
   double residual_norm = 0;                 // L2 of the bucket's residual after the last call
+  // How the last call's data reached the exchange ("host"; "whole-bucket
+  // staging": a Memory::kDevice bucket copied whole to pinned host memory
+  // and back) and the bytes it copied each way over PCIe.
+  std::string device_path = "host";
+  uint64_t device_to_host_bytes = 0, host_to_device_bytes = 0;
 };
 
 class Client {
