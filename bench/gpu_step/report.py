@@ -38,6 +38,16 @@ def rate_of(tag):
     return tag.split("-", 1)[0]
 
 
+def rate_bits(rate):
+    """Bits per second of a rate name (unlimited: infinite), to sort fastest first."""
+    if rate == "unlimited":
+        return float("inf")
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6)):
+        if rate.endswith(unit):
+            return float(rate[:-len(unit)]) * scale
+    return 0.0
+
+
 def pcie(ranks):
     """(device_to_host, host_to_device) bytes per step and the device paths, rank 0's."""
     r0 = min(ranks, key=lambda r: r["rank"])
@@ -102,7 +112,7 @@ def report(out):
             e["largest"] += largest
 
     results = []
-    for (rate, mode) in sorted(steps, key=lambda k: (k[0] != "unlimited", k[0], k[1] != "ddp", k[1])):
+    for (rate, mode) in sorted(steps, key=lambda k: (-rate_bits(k[0]), k[1] != "ddp", k[1])):
         v = sorted(steps[(rate, mode)])
         e = extra[(rate, mode)]
         ddp = round_med.get((rate, "ddp"), {})

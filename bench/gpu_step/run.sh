@@ -57,7 +57,9 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 case $device in
-  cuda) : "${rates:=unlimited,10gbit,1gbit}" "${steps:=8}" "${warmup:=3}" "${batch:=64}" "${width:=4096}" ;;
+  cuda)
+    : "${rates:=unlimited,10gbit,1gbit}" "${steps:=8}" "${warmup:=3}" "${batch:=64}"
+    : "${width:=4096}" ;;
   cpu) : "${rates:=unlimited}" "${steps:=3}" "${warmup:=2}" "${batch:=8}" "${width:=256}" ;;
   *) die "--device must be cuda or cpu, got '$device'" ;;
 esac
@@ -72,7 +74,8 @@ done
 IFS=, read -r -a RATES <<<"$rates"
 limited=0
 for r in "${RATES[@]}"; do
-  [[ $r == unlimited || $r =~ ^[0-9.]+(gbit|mbit)$ ]] || die "bad rate '$r' (unlimited, 10gbit, 500mbit)"
+  [[ $r == unlimited || $r =~ ^[0-9.]+(gbit|mbit)$ ]] ||
+    die "bad rate '$r' (unlimited, 10gbit, 500mbit)"
   [[ $r == unlimited ]] || limited=1
 done
 if [[ $limited == 1 && $use_tc == 0 ]]; then
@@ -81,27 +84,33 @@ if [[ $limited == 1 && $use_tc == 0 ]]; then
   limited=0
 fi
 
-# gradex: the GPU bundle's package (CPython 3.12) when there is one, else the build's.
 cd "$root"
-if [[ -f $root/.gpu/env.sh && -d $root/.gpu/py/gradex ]]; then
-  # shellcheck disable=SC1091
-  source "$root/.gpu/env.sh"  # PYTHONPATH, LD_LIBRARY_PATH, UCX_MODULE_DIR, PATH (tc)
-  gradex_from=.gpu
-elif [[ -f $build/python/gradex/__init__.py ]]; then
-  export PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH}
-  gradex_from=$build/python
-else
-  die "no gradex package: neither .gpu/py (../shared/gpu/bundle.sh) nor $build/python (scripts/build)"
-fi
 if [[ -z $py ]]; then  # the first Python with torch: the GPU machine's python3, Debian's here
   for c in python3 /usr/bin/python3; do
-    if command -v "$c" >/dev/null && "$c" -c 'import torch' 2>/dev/null; then py=$(command -v "$c"); break; fi
+    if command -v "$c" >/dev/null && "$c" -c 'import torch' 2>/dev/null; then
+      py=$(command -v "$c")
+      break
+    fi
   done
   [[ -n $py ]] || die "no python3 with torch found (--python PY)"
 fi
 "$py" -c 'import torch' 2>/dev/null || die "$py has no torch"
-if [[ " ${MODES[*]} " == *" gradex:"* ]]; then
-  "$py" -c 'import gradex.torch' || die "$py cannot import gradex.torch from $gradex_from (a bundle for another Python? rebuild it)"
+# gradex: the GPU bundle's package (.gpu/, built for the GPU machine's CPython 3.12) when this
+# Python can load it, else the build's.
+gradex_from=
+if [[ -f .gpu/env.sh && -d .gpu/py/gradex ]] &&
+  (source .gpu/env.sh && "$py" -c 'import gradex.torch') 2>/dev/null; then
+  # shellcheck disable=SC1091
+  source .gpu/env.sh  # PYTHONPATH, LD_LIBRARY_PATH, UCX_MODULE_DIR, PATH (tc)
+  gradex_from=.gpu
+elif [[ -f $build/python/gradex/__init__.py ]] &&
+  PYTHONPATH=$build/python "$py" -c 'import gradex.torch' 2>/dev/null; then
+  export PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH}
+  gradex_from=$build/python
+elif [[ " ${MODES[*]} " == *" gradex:"* ]]; then
+  die "$py cannot import gradex.torch from .gpu/py (../shared/gpu/bundle.sh, then copy .gpu/" \
+    "beside the tree) nor from $build/python (scripts/build): $(PYTHONPATH=$build/python \
+    "$py" -c 'import gradex.torch' 2>&1 | tail -1)"
 fi
 if [[ $device == cuda ]]; then
   "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
@@ -113,9 +122,15 @@ if [[ $limited == 1 ]]; then
   [[ $(id -u) -eq 0 ]] || die "limited rates need root (tc on lo); run as root or pass --no-tc"
   command -v tc >/dev/null || die "no tc (iproute2; the GPU bundle carries it in .gpu/bin)"
   existing=$(tc qdisc show dev lo | grep -v 'noqueue' || true)
-  [[ -z $existing ]] || die "lo already has a qdisc ($existing); remove it first (tc qdisc del dev lo root)"
+  [[ -z $existing ]] ||
+    die "lo already has a qdisc ($existing); remove it first (tc qdisc del dev lo root)"
 fi
+child=  # the running job's `timeout`, which passes a signal on to torchrun and its ranks
 cleanup() {
+  if [[ -n $child ]]; then
+    kill -TERM "$child" 2>/dev/null || true
+    wait "$child" 2>/dev/null || true
+  fi
   if [[ $tc_set == 1 ]]; then tc qdisc del dev lo root 2>/dev/null || true; fi
 }
 trap cleanup EXIT
@@ -159,7 +174,9 @@ env GXMETA_DEVICE="$device" GXMETA_GPU="$gpu" GXMETA_DRIVER="$driver" GXMETA_CUD
 m = {k[7:].lower(): v for k, v in os.environ.items() if k.startswith("GXMETA_")}
 m.update(torch=torch.__version__, torch_cuda=torch.version.cuda, cores=os.cpu_count())
 json.dump(m, open(sys.argv[1], "w"), indent=1, sort_keys=True)' "$raw/meta.json"
-say "$device, $ranks ranks on one device; $gpu (driver $driver, CUDA $cuda_v); torch $("$py" -c 'import torch; print(torch.__version__)'); gradex from $gradex_from; rates ${RATES[*]}; modes ${MODES[*]}"
+say "$device, $ranks ranks on one device; $gpu (driver $driver, CUDA $cuda_v);" \
+  "torch $("$py" -c 'import torch; print(torch.__version__)'); gradex from" \
+  "${gradex_from:-nowhere (no gradex mode)}; rates ${RATES[*]}; modes ${MODES[*]}"
 
 port=$((29500 + RANDOM % 1000))
 failed=0
@@ -170,12 +187,19 @@ run_mode() {  # run_mode MODE TAG: one torchrun job, $ranks ranks
   # --no_python and --redirects/--tee: Debian's torch 1.13 under Python 3.11 needs them; torch
   # 2.x takes them as well.
   env GRADEX_TIMELINE="$raw/$tag.timeline.json" UCX_TLS="$ucx_tls" UCX_WARN_UNUSED_ENV_VARS=n \
+    GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-lo}" \
     OMP_NUM_THREADS=1 timeout "$run_timeout" "$py" -m torch.distributed.run --no_python \
     --redirects 1 --tee 1 --log_dir "$raw/torchrun-$tag" --nnodes 1 --nproc_per_node "$ranks" \
     --master_addr 127.0.0.1 --master_port "$port" \
     "$py" "$rank_script" --mode "$mode" --device "$device" --width "$width" --steps "$steps" \
     --warmup "$warmup" --batch "$batch" --density "$density" --dense-probe-period "$probe" \
-    --timeout-s 120 --out "$raw" --tag "$tag" >"$raw/$tag.log" 2>&1
+    --timeout-s 120 --out "$raw" --tag "$tag" >"$raw/$tag.log" 2>&1 &
+  child=$!
+  # In the background, so that a signal's trap runs now, not when the job ends.
+  local rc=0
+  wait "$child" || rc=$?
+  child=
+  return "$rc"
 }
 
 t_start=$SECONDS
@@ -187,7 +211,8 @@ for rate in "${RATES[@]}"; do
       machine_load >"$raw/$tag.load"
       t0=$SECONDS
       if run_mode "$m" "$tag"; then
-        say "$rate round $rnd/$rounds $m: $((SECONDS - t0)) s, $(grep -ho 'median step [0-9]* ms' "$raw/$tag.log" | sort -t' ' -k3 -n | tail -1) (slowest rank)"
+        slowest=$(grep -ho 'median step [0-9]* ms' "$raw/$tag.log" | sort -t' ' -k3 -n | tail -1)
+        say "$rate round $rnd/$rounds $m: $((SECONDS - t0)) s, $slowest (slowest rank's)"
       else
         failed=$((failed + 1))
         say "$rate round $rnd/$rounds $m: FAILED after $((SECONDS - t0)) s; see $raw/$tag.log"
