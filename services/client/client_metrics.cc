@@ -29,6 +29,10 @@ ClientMetrics::ClientMetrics(prometheus::Registry& r)
       nonfinite_values(Family(r, "gradex_client_nonfinite_values_total",
                               "NaN or infinite gradient values refused (exchanged as 0)")
                            .Add({})),
+      device_buckets_staged(Family(r, "gradex_client_device_buckets_total",
+                                   "Memory::kDevice buckets, by the path their data took to the "
+                                   "exchange")
+                                .Add({{"path", "whole_bucket_staging"}})),
       device_to_host_bytes(Family(r, "gradex_client_device_copy_bytes_total",
                                   "Bytes Memory::kDevice buckets copied over PCIe, by direction")
                                .Add({{"direction", "device_to_host"}})),

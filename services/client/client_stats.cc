@@ -40,6 +40,9 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   if (end.nonfinite > 0) {
     client_metrics_->nonfinite_values.Increment(static_cast<double>(end.nonfinite));
   }
+  if (end.device_path == agent::DevicePath::kWholeBucketStaging) {
+    client_metrics_->device_buckets_staged.Increment();
+  }
   if (end.device_to_host_bytes > 0) {
     client_metrics_->device_to_host_bytes.Increment(static_cast<double>(end.device_to_host_bytes));
   }

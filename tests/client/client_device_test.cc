@@ -138,6 +138,9 @@ TEST(ClientDeviceTest, StagedBucketsCountTheirBytesEachWay) {
             static_cast<double>(kSteps * staged_bytes));
   EXPECT_EQ(Counter(*clients[1], name, "direction", "device_to_host"), 0.0);
   EXPECT_EQ(Counter(*clients[1], name, "direction", "host_to_device"), 0.0);
+  const std::string buckets = "gradex_client_device_buckets_total";
+  EXPECT_EQ(Counter(*clients[0], buckets, "path", "whole_bucket_staging"), 2.0 * kSteps);
+  EXPECT_EQ(Counter(*clients[1], buckets, "path", "whole_bucket_staging"), 0.0);
   size_t logged = 0;
   for (size_t at = log.find("whole-bucket staging"); at != std::string::npos;
        at = log.find("whole-bucket staging", at + 1)) {
@@ -181,6 +184,8 @@ TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
   EXPECT_EQ(stats[0].host_to_device_bytes, host.size() * sizeof(float));
   EXPECT_EQ(Counter(**c, "gradex_client_device_copy_bytes_total", "direction", "host_to_device"),
             static_cast<double>(host.size() * sizeof(float)));
+  EXPECT_EQ(Counter(**c, "gradex_client_device_buckets_total", "path", "whole_bucket_staging"),
+            1.0);
   // Host memory declared as device memory is refused, not read as such.
   EXPECT_EQ(Exchange(**c, host, Memory::kDevice).code(), absl::StatusCode::kInvalidArgument);
   cudaFree(d);
