@@ -30,8 +30,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 rank_script=$root/bench/train_step/train_step.py
 device=cuda modes=ddp,gradex:spardl,gradex:oktopk,gradex:topka,gradex:auto
-rates= rounds=1 steps= warmup= batch= width= density=0.01 ranks=4 use_tc=1
-ucx_tls=tcp,self run_timeout=300 py= build=$root/build out=$root/bench/results/gpu_step
+rates='' rounds=1 steps='' warmup='' batch='' width='' density=0.01 ranks=4 use_tc=1
+ucx_tls=tcp,self run_timeout=300 py='' build=$root/build out=$root/bench/results/gpu_step
 die() { echo "gpu_step: $*" >&2; exit 2; }
 say() { echo "[gpu_step $(date -u +%T)] $*"; }
 while [[ $# -gt 0 ]]; do
@@ -98,9 +98,9 @@ fi
 # gradex: the GPU bundle's package (.gpu/, built for the GPU machine's CPython 3.12) when this
 # Python can load it, else the build's.
 gradex_from=
+# shellcheck disable=SC1091
 if [[ -f .gpu/env.sh && -d .gpu/py/gradex ]] &&
   (source .gpu/env.sh && "$py" -c 'import gradex.torch') 2>/dev/null; then
-  # shellcheck disable=SC1091
   source .gpu/env.sh  # PYTHONPATH, LD_LIBRARY_PATH, UCX_MODULE_DIR, PATH (tc)
   gradex_from=.gpu
 elif [[ -f $build/python/gradex/__init__.py ]] &&
