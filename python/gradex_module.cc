@@ -274,6 +274,9 @@ class PyClient {
       d["residual_norm"] = b.residual_norm;
       d["threshold_reuse_hits"] = b.threshold_reuse_hits;
       d["threshold_reuse_misses"] = b.threshold_reuse_misses;
+      d["device_path"] = b.device_path;
+      d["device_to_host_bytes"] = b.device_to_host_bytes;
+      d["host_to_device_bytes"] = b.host_to_device_bytes;
       out.append(d);
     }
     return out;

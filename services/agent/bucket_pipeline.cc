@@ -283,7 +283,11 @@ void BucketPipeline::Select(Item& item) {
     if (item.memory == Memory::kDevice) {
       item.staging = next_staging_;
       next_staging_ ^= 1;
-      host = staging_[item.staging].ToHost(item.data);
+      DeviceStaging& staging = staging_[item.staging];
+      const uint64_t before = staging.to_host_bytes();
+      host = staging.ToHost(item.data);
+      item.end.device_path = DevicePath::kWholeBucketStaging;
+      item.end.device_to_host_bytes = staging.to_host_bytes() - before;
     }
     absl::StatusOr<BucketSlot*> slot = host.ok() ? store_.Gather(item.end.spans) : host.status();
     if (!slot.ok()) {
@@ -357,7 +361,11 @@ absl::Status BucketPipeline::Finish(Item& item, BucketOutcome* out) {
     }
   }
   if (item.staging >= 0) {
-    if (absl::Status d = staging_[item.staging].ToDevice(item.data); !d.ok()) return d;
+    DeviceStaging& staging = staging_[item.staging];
+    const uint64_t before = staging.to_device_bytes();
+    absl::Status d = staging.ToDevice(item.data);
+    item.end.host_to_device_bytes = staging.to_device_bytes() - before;
+    if (!d.ok()) return d;
   }
   if (!item.status.ok()) return item.status;  // the non-finite refusal, if any
   return residual;

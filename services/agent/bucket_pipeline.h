@@ -69,6 +69,10 @@ struct BucketEnd {
   BucketOutcome outcome;   // outcome.algorithm empty: it never reached the agent
   size_t nonfinite = 0;    // gradient values refused (exchanged as 0)
   double residual_l2 = 0;  // of its residual afterwards
+  // Its data's way to the exchange, and the bytes its staging copied device
+  // to host and back (0 for host buckets).
+  DevicePath device_path = DevicePath::kHost;
+  uint64_t device_to_host_bytes = 0, host_to_device_bytes = 0;
   // Set for a step's last bucket: the step's end (EndStep's status and
   // outcome; its results and stats are in the buckets' ends).
   std::optional<absl::Status> step_status;

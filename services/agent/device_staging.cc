@@ -1,5 +1,8 @@
 #include "services/agent/device_staging.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 
 #if GRADEX_AGENT_CUDA
@@ -7,6 +10,46 @@
 #endif
 
 namespace gradex::agent {
+namespace {
+std::atomic<bool> host_copies_for_testing{false};
+}  // namespace
+
+const char* DevicePathName(DevicePath path) {
+  switch (path) {
+    case DevicePath::kHost:
+      return "host";
+    case DevicePath::kWholeBucketStaging:
+      return "whole-bucket staging";
+  }
+  return "unknown";
+}
+
+void DeviceStaging::UseHostCopiesForTesting(bool on) { host_copies_for_testing.store(on); }
+
+absl::StatusOr<std::span<float>> DeviceStaging::ToHost(std::span<const float> device) {
+  absl::StatusOr<std::span<float>> host;
+  fake_used_ = host_copies_for_testing.load();
+  if (fake_used_) {
+    fake_.assign(device.begin(), device.end());
+    host = std::span<float>(fake_);
+  } else {
+    host = CudaToHost(device);
+  }
+  if (host.ok()) to_host_bytes_ += device.size_bytes();
+  return host;
+}
+
+absl::Status DeviceStaging::ToDevice(std::span<float> device) {
+  absl::Status s;
+  if (fake_used_) {
+    if (device.size() > fake_.size()) return absl::InternalError("ToDevice before ToHost");
+    std::copy_n(fake_.begin(), device.size(), device.begin());
+  } else {
+    s = CudaToDevice(device);
+  }
+  if (s.ok()) to_device_bytes_ += device.size_bytes();
+  return s;
+}
 
 #if GRADEX_AGENT_CUDA
 
@@ -22,7 +65,7 @@ DeviceStaging::~DeviceStaging() {
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
 }
 
-absl::StatusOr<std::span<float>> DeviceStaging::ToHost(std::span<const float> device) {
+absl::StatusOr<std::span<float>> DeviceStaging::CudaToHost(std::span<const float> device) {
   cudaPointerAttributes attr{};
   if (cudaError_t e = cudaPointerGetAttributes(&attr, device.data()); e != cudaSuccess) {
     cudaGetLastError();  // clear it
@@ -66,7 +109,7 @@ absl::StatusOr<std::span<float>> DeviceStaging::ToHost(std::span<const float> de
   return std::span<float>(pinned_, device.size());
 }
 
-absl::Status DeviceStaging::ToDevice(std::span<float> device) {
+absl::Status DeviceStaging::CudaToDevice(std::span<float> device) {
   if (device.size() > capacity_) return absl::InternalError("ToDevice before ToHost");
   if (device_ >= 0) {
     if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
@@ -86,12 +129,12 @@ absl::Status DeviceStaging::ToDevice(std::span<float> device) {
 bool DeviceStaging::Available() { return false; }
 DeviceStaging::~DeviceStaging() = default;
 
-absl::StatusOr<std::span<float>> DeviceStaging::ToHost(std::span<const float>) {
+absl::StatusOr<std::span<float>> DeviceStaging::CudaToHost(std::span<const float>) {
   return absl::UnimplementedError(
       "Memory::kDevice: this gradex was built without CUDA (GRADEX_CUDA=OFF or no nvcc); pass "
       "host memory");
 }
-absl::Status DeviceStaging::ToDevice(std::span<float>) {
+absl::Status DeviceStaging::CudaToDevice(std::span<float>) {
   return absl::UnimplementedError("Memory::kDevice: this gradex was built without CUDA");
 }
 

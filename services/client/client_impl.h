@@ -59,6 +59,7 @@ class ClientImpl final : public Client {
     std::deque<double> sparse_s, dense_s;
     bool last_dense = false;
     bool any = false;
+    bool staging_logged = false;  // whole-bucket staging was logged for this layout
   };
 
   // Stats, metrics and timeline of a bucket that ended (the pipeline's

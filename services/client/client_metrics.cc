@@ -28,6 +28,16 @@ ClientMetrics::ClientMetrics(prometheus::Registry& r)
                              .Add({{"to", "sparse"}})),
       nonfinite_values(Family(r, "gradex_client_nonfinite_values_total",
                               "NaN or infinite gradient values refused (exchanged as 0)")
-                           .Add({})) {}
+                           .Add({})),
+      device_buckets_staged(Family(r, "gradex_client_device_buckets_total",
+                                   "Memory::kDevice buckets, by the path their data took to the "
+                                   "exchange")
+                                .Add({{"path", "whole_bucket_staging"}})),
+      device_to_host_bytes(Family(r, "gradex_client_device_copy_bytes_total",
+                                  "Bytes Memory::kDevice buckets copied over PCIe, by direction")
+                               .Add({{"direction", "device_to_host"}})),
+      host_to_device_bytes(Family(r, "gradex_client_device_copy_bytes_total",
+                                  "Bytes Memory::kDevice buckets copied over PCIe, by direction")
+                               .Add({{"direction", "host_to_device"}})) {}
 
 }  // namespace gradex::client

@@ -1,8 +1,8 @@
 // The client's own Prometheus metrics, on the agent's registry (served on
 // GRADEX_METRICS_PORT with the agent's): buckets by outcome, the dense
 // probes, the switches between sparse and dense exchanges of a bucket (never
-// slower than dense: each is also logged), and the non-finite gradient
-// values refused.
+// slower than dense: each is also logged), the non-finite gradient values
+// refused, and the device buckets' path and the bytes they copied over PCIe.
 #ifndef GRADEX_SERVICES_CLIENT_CLIENT_METRICS_H_
 #define GRADEX_SERVICES_CLIENT_CLIENT_METRICS_H_
 
@@ -23,6 +23,9 @@ class ClientMetrics {
   prometheus::Counter& switches_to_dense;
   prometheus::Counter& switches_to_sparse;
   prometheus::Counter& nonfinite_values;
+  prometheus::Counter& device_buckets_staged;  // path: whole-bucket staging
+  prometheus::Counter& device_to_host_bytes;
+  prometheus::Counter& host_to_device_bytes;
 };
 
 }  // namespace gradex::client

@@ -26,6 +26,11 @@ void Push(std::deque<double>& d, double v) {
   if (d.size() > kWindow) d.pop_front();
 }
 
+std::string SpanKeys(const std::vector<ParamSpan>& spans) {
+  return absl::StrJoin(spans, ",",
+                       [](std::string* o, const ParamSpan& s) { absl::StrAppend(o, s.key); });
+}
+
 }  // namespace
 
 void ClientImpl::Record(const agent::BucketEnd& end) {
@@ -34,6 +39,15 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   step_.store(agent_->next_step());
   if (end.nonfinite > 0) {
     client_metrics_->nonfinite_values.Increment(static_cast<double>(end.nonfinite));
+  }
+  if (end.device_path == agent::DevicePath::kWholeBucketStaging) {
+    client_metrics_->device_buckets_staged.Increment();
+  }
+  if (end.device_to_host_bytes > 0) {
+    client_metrics_->device_to_host_bytes.Increment(static_cast<double>(end.device_to_host_bytes));
+  }
+  if (end.host_to_device_bytes > 0) {
+    client_metrics_->host_to_device_bytes.Increment(static_cast<double>(end.host_to_device_bytes));
   }
   const absl::Status& status = end.status;
   const agent::BucketOutcome& out = end.outcome;
@@ -72,6 +86,15 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   absl::MutexLock lock(&stats_mu_);
   BucketStats& b = stats_[key];
   History& h = history_[key];
+  if (end.device_path == agent::DevicePath::kWholeBucketStaging && !h.staging_logged) {
+    // Once per bucket layout: no device local part yet, so the whole bucket
+    // crosses PCIe twice a step and is selected on the host.
+    h.staging_logged = true;
+    std::fprintf(stderr,
+                 "gradex: device bucket of spans [%s] (%zu elements): whole-bucket staging, "
+                 "%zu bytes to the host and back each step, selected on the host\n",
+                 SpanKeys(end.spans).c_str(), end.elements, end.elements * sizeof(float));
+  }
   b.spans = end.spans;
   b.elements = end.elements;
   b.algorithm = out.algorithm;
@@ -86,12 +109,9 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
       ++b.fallback_switches;
       (dense ? client_metrics_->switches_to_dense : client_metrics_->switches_to_sparse)
           .Increment();
-      std::fprintf(
-          stderr, "gradex: bucket of spans [%s] switched to %s at step %llu\n",
-          absl::StrJoin(end.spans, ",",
-                        [](std::string* o, const ParamSpan& s) { absl::StrAppend(o, s.key); })
-              .c_str(),
-          out.algorithm.c_str(), static_cast<unsigned long long>(step));
+      std::fprintf(stderr, "gradex: bucket of spans [%s] switched to %s at step %llu\n",
+                   SpanKeys(end.spans).c_str(), out.algorithm.c_str(),
+                   static_cast<unsigned long long>(step));
     }
     h.last_dense = dense;
     h.any = true;
@@ -105,6 +125,9 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   b.residual_norm = end.residual_l2;
   b.threshold_reuse_hits += static_cast<uint64_t>(out.stats.Detail("topk_reuse_hits"));
   b.threshold_reuse_misses += static_cast<uint64_t>(out.stats.Detail("topk_reuse_misses"));
+  b.device_path = agent::DevicePathName(end.device_path);
+  b.device_to_host_bytes = end.device_to_host_bytes;
+  b.host_to_device_bytes = end.host_to_device_bytes;
 }
 
 std::vector<BucketStats> ClientImpl::Stats() const {

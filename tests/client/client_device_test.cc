@@ -1,15 +1,20 @@
 // Memory::kDevice: with CUDA and a GPU, a bucket in device memory is staged
 // through pinned host memory and its result copied back (one rank,
 // dense-ring: the result is the gradient). Without a GPU the test skips;
-// without CUDA in the build, device buckets are UNIMPLEMENTED.
+// without CUDA in the build, device buckets are UNIMPLEMENTED. The staging's
+// byte counters, stats() and the metric run everywhere through the staging's
+// host copies (DeviceStaging::UseHostCopiesForTesting).
 #include <gtest/gtest.h>
 
 #include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "services/agent/device_staging.h"
 #include "services/client/client.h"
+#include "tests/client/client_harness.h"
+#include "tests/client/client_steps.h"
 
 #if GRADEX_AGENT_CUDA
 #include <cuda_runtime_api.h>
@@ -33,6 +38,116 @@ absl::Status Exchange(Client& c, std::span<float> data, Memory m) {
   auto p = std::make_shared<std::promise<absl::Status>>();
   c.AllreduceAsync({{0, data.size()}}, data, m, true, [p](absl::Status s) { p->set_value(s); });
   return p->get_future().get();
+}
+
+const BucketStats* StatsOf(const std::vector<BucketStats>& stats, size_t elements) {
+  for (const BucketStats& b : stats) {
+    if (b.elements == elements) return &b;
+  }
+  return nullptr;
+}
+
+struct HostCopies {
+  HostCopies() { DeviceStaging::UseHostCopiesForTesting(true); }
+  ~HostCopies() { DeviceStaging::UseHostCopiesForTesting(false); }
+};
+
+// Two ranks, spardl: rank 0 passes two of its three buckets as device
+// memory (staged whole, by the host copies), rank 1 all as host memory.
+// The results are bitwise the same on both ranks; each staged bucket copied
+// exactly its bytes each way per step (stats() per call, the metric in
+// total: 2 x the bucket's bytes a step), host buckets none; the staging is
+// logged once per bucket, not per step.
+TEST(ClientDeviceTest, StagedBucketsCountTheirBytesEachWay) {
+  constexpr int kWorld = 2, kSteps = 3;
+  HostCopies host_copies;
+  testing::MemoryStore store;
+  auto clients = MakeClients(kWorld, store);
+  for (auto& c : clients) ASSERT_NE(c, nullptr);
+  const std::vector<std::vector<uint64_t>>& layout = kFirstLayout;
+  std::vector<std::vector<std::map<uint64_t, std::vector<float>>>> results(kWorld);
+  ::testing::internal::CaptureStderr();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      for (int step = 0; step < kSteps; ++step) {
+        std::vector<std::vector<float>> data(layout.size());
+        std::vector<std::future<absl::Status>> done;
+        for (size_t b = 0; b < layout.size(); ++b) {
+          std::vector<ParamSpan> spans;
+          for (uint64_t key : layout[b]) {
+            std::vector<float> g = Grad(key, r, step);
+            data[b].insert(data[b].end(), g.begin(), g.end());
+            spans.push_back({key, kSpanSizes[key]});
+          }
+          const Memory m = r == 0 && b < 2 ? Memory::kDevice : Memory::kHost;
+          auto p = std::make_shared<std::promise<absl::Status>>();
+          done.push_back(p->get_future());
+          clients[r]->AllreduceAsync(spans, data[b], m, b + 1 == layout.size(),
+                                     [p](absl::Status s) { p->set_value(s); });
+        }
+        std::map<uint64_t, std::vector<float>> spans;
+        for (size_t b = 0; b < layout.size(); ++b) {
+          absl::Status s = done[b].get();
+          EXPECT_TRUE(s.ok()) << "rank " << r << " step " << step << " bucket " << b << ": " << s;
+          size_t at = 0;
+          for (uint64_t key : layout[b]) {
+            spans[key].assign(data[b].begin() + at, data[b].begin() + at + kSpanSizes[key]);
+            at += kSpanSizes[key];
+          }
+        }
+        results[r].push_back(std::move(spans));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(results[0][step], results[1][step]) << "step " << step;
+    // The result came back from the staging: it is not rank 0's gradient.
+    EXPECT_NE(results[0][step].at(5), Grad(5, 0, step)) << "step " << step;
+  }
+  uint64_t staged_bytes = 0;
+  const std::vector<BucketStats> stats0 = clients[0]->Stats(), stats1 = clients[1]->Stats();
+  for (size_t b = 0; b < layout.size(); ++b) {
+    size_t n = 0;
+    for (uint64_t key : layout[b]) n += kSpanSizes[key];
+    const BucketStats* s0 = StatsOf(stats0, n);
+    const BucketStats* s1 = StatsOf(stats1, n);
+    ASSERT_NE(s0, nullptr) << "bucket " << b;
+    ASSERT_NE(s1, nullptr) << "bucket " << b;
+    EXPECT_EQ(s0->calls, uint64_t{kSteps});
+    EXPECT_EQ(s1->device_path, "host");
+    EXPECT_EQ(s1->device_to_host_bytes, 0u);
+    EXPECT_EQ(s1->host_to_device_bytes, 0u);
+    if (b < 2) {
+      EXPECT_EQ(s0->device_path, "whole-bucket staging") << "bucket " << b;
+      EXPECT_EQ(s0->device_to_host_bytes, n * sizeof(float)) << "bucket " << b;
+      EXPECT_EQ(s0->host_to_device_bytes, n * sizeof(float)) << "bucket " << b;
+      staged_bytes += n * sizeof(float);
+    } else {
+      EXPECT_EQ(s0->device_path, "host");
+      EXPECT_EQ(s0->device_to_host_bytes, 0u);
+      EXPECT_EQ(s0->host_to_device_bytes, 0u);
+    }
+  }
+  const std::string name = "gradex_client_device_copy_bytes_total";
+  EXPECT_EQ(Counter(*clients[0], name, "direction", "device_to_host"),
+            static_cast<double>(kSteps * staged_bytes));
+  EXPECT_EQ(Counter(*clients[0], name, "direction", "host_to_device"),
+            static_cast<double>(kSteps * staged_bytes));
+  EXPECT_EQ(Counter(*clients[1], name, "direction", "device_to_host"), 0.0);
+  EXPECT_EQ(Counter(*clients[1], name, "direction", "host_to_device"), 0.0);
+  const std::string buckets = "gradex_client_device_buckets_total";
+  EXPECT_EQ(Counter(*clients[0], buckets, "path", "whole_bucket_staging"), 2.0 * kSteps);
+  EXPECT_EQ(Counter(*clients[1], buckets, "path", "whole_bucket_staging"), 0.0);
+  size_t logged = 0;
+  for (size_t at = log.find("whole-bucket staging"); at != std::string::npos;
+       at = log.find("whole-bucket staging", at + 1)) {
+    ++logged;
+  }
+  EXPECT_EQ(logged, 2u) << "once per staged bucket, not per step:\n" << log;
+  for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
 }
 
 TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
@@ -62,6 +177,15 @@ TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
   ASSERT_EQ(cudaMemcpy(back.data(), d, back.size() * sizeof(float), cudaMemcpyDeviceToHost),
             cudaSuccess);
   EXPECT_EQ(back, host) << "one rank, dense: the mean is the gradient";
+  const std::vector<BucketStats> stats = (*c)->Stats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].device_path, "whole-bucket staging");
+  EXPECT_EQ(stats[0].device_to_host_bytes, host.size() * sizeof(float));
+  EXPECT_EQ(stats[0].host_to_device_bytes, host.size() * sizeof(float));
+  EXPECT_EQ(Counter(**c, "gradex_client_device_copy_bytes_total", "direction", "host_to_device"),
+            static_cast<double>(host.size() * sizeof(float)));
+  EXPECT_EQ(Counter(**c, "gradex_client_device_buckets_total", "path", "whole_bucket_staging"),
+            1.0);
   // Host memory declared as device memory is refused, not read as such.
   EXPECT_EQ(Exchange(**c, host, Memory::kDevice).code(), absl::StatusCode::kInvalidArgument);
   cudaFree(d);
