@@ -54,6 +54,8 @@
 namespace gradex::client {
 namespace {
 
+#if GRADEX_AGENT_CUDA
+
 // What a child reports, one line each: F (a failure), S (skip, why), N (a
 // note), V (a number).
 class Report {
@@ -149,8 +151,6 @@ bool Check(const ChildResult& r) {
   for (const std::string& f : r.failures) ADD_FAILURE() << f;
   return !r.skip && r.error.empty();
 }
-
-#if GRADEX_AGENT_CUDA
 
 // The driver's view: which devices this process has a primary context on.
 class Contexts {
