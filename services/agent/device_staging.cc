@@ -20,19 +20,6 @@ absl::Status CudaError(cudaError_t e, const char* what) {
   return absl::InternalError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorString(e)));
 }
 
-// The device a pointer's memory belongs to, asked of the driver API.
-// cudaPointerGetAttributes would be the runtime's way, but on a thread that
-// has not called cudaSetDevice it initialises the thread's current device,
-// 0 (its devicePointer field is relative to the current device, and the
-// runtime makes that device's primary context for it): every rank of an
-// 8-GPU node would open a context on GPU 0 from our threads. Asking on the
-// trainer's thread instead would rely on that thread's current device being
-// the memory's, which torch does not promise (it may leave the nominal
-// device 0 current without a context). The driver API creates no context
-// implicitly, and cuPointerGetAttributes needs no current one for the
-// memory type and the device ordinal, so this is safe on any thread. libcuda
-// is opened with dlopen (it is already loaded when the memory exists) so
-// that a CUDA build still loads where no NVIDIA driver is installed.
 // libcuda's few entry points used here, opened once.
 struct Driver {
   CUresult (*get_attributes)(unsigned int, CUpointer_attribute*, void**, CUdeviceptr) = nullptr;
@@ -55,7 +42,8 @@ const Driver* OpenDriver(std::string* why) {
     Driver d;
     d.get_attributes =
         reinterpret_cast<decltype(d.get_attributes)>(dlsym(lib, "cuPointerGetAttributes"));
-    // Unversioned in cuda.h since CUDA 4; the plain names are the ABI.
+    // cuda.h maps none of these names to a _v2 symbol: the plain names are
+    // the ABI.
     d.get_current = reinterpret_cast<decltype(d.get_current)>(dlsym(lib, "cuCtxGetCurrent"));
     d.set_current = reinterpret_cast<decltype(d.set_current)>(dlsym(lib, "cuCtxSetCurrent"));
     if (init == nullptr || d.get_attributes == nullptr || d.get_current == nullptr ||
@@ -83,6 +71,19 @@ struct PointerInfo {
   int ordinal = -1;
 };
 
+// The device a pointer's memory belongs to, asked of the driver API.
+// cudaPointerGetAttributes would be the runtime's way, but on a thread that
+// has not called cudaSetDevice it may initialise the thread's current
+// device, 0 (its devicePointer field is relative to the current device, so
+// the runtime needs that device's primary context): every rank of an 8-GPU
+// node would open a context on GPU 0 from our threads. Asking on the
+// trainer's thread instead would rely on that thread's current device being
+// the memory's, which torch does not promise (it may leave the nominal
+// device 0 current without a context). The driver API creates no context
+// implicitly, and cuPointerGetAttributes needs no current one for the
+// memory type and the device ordinal, so this is safe on any thread. libcuda
+// is opened with dlopen (it is already loaded when the memory exists) so
+// that a CUDA build still loads where no NVIDIA driver is installed.
 absl::StatusOr<PointerInfo> QueryPointer(const Driver& driver, const void* p) {
   unsigned int type = 0;
   unsigned int managed = 0;  // the driver writes a bool into its low byte
