@@ -33,8 +33,10 @@ class DeviceStaging {
   static bool Available();
   // Copies `device` (a CUDA device pointer) into the pinned buffer and
   // returns it; INVALID_ARGUMENT when the pointer is not device memory.
-  // Makes the pointer's device (cudaPointerGetAttributes) the calling
-  // thread's current device, and keeps the pinned buffer on it.
+  // Works on the pointer's device (asked of the driver, which opens no
+  // context, then cudaSetDevice) and keeps the pinned buffer on it: a rank
+  // opens a context on its memory's GPU only. Every call (and the
+  // destructor) leaves the calling thread's current context as it was.
   absl::StatusOr<std::span<float>> ToHost(std::span<const float> device);
   // Copies the pinned buffer's first device.size() values back.
   absl::Status ToDevice(std::span<float> device);

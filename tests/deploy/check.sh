@@ -14,8 +14,10 @@
 #      their PodMonitor, the parameter-server dashboard, snapshots at SIGTERM;
 #      live_ranks_check.py: one pod of 4 ranks (torchrun), its 4 metrics
 #      ports scraped through the PodMonitor's 4 endpoints
-#   6. (--images) scripts/images (the trainer's Python package from a CPU build,
-#      $GRADEX_CPU_BUILD, default build-cpu, configured here when missing), then
+#   6. (--images) scripts/images from a CPU build (-DGRADEX_CUDA=OFF: the
+#      images carry Debian's libraries only; $GRADEX_CPU_BUILD, default
+#      build-cpu, configured here when missing): its coordinator, agent and
+#      health probe binaries and the trainer's Python package, then
 #      kube_play.sh: podman kube play of the rendered coordinator and trainers
 #      (4 pods; then one pod of 4 ranks, its 4 metrics ports scraped);
 #      kube_play_two.py: two releases in one namespace, one Prometheus,
@@ -120,14 +122,17 @@ if ((LIVE)); then
 fi
 if ((IMAGES)); then
   step "6. images and podman kube play"
-  # The trainer image's Python package: a CPU build (Debian's torch has no CUDA).
+  # A CPU build for the images (Debian's torch has no CUDA; the agent image
+  # has no CUDA runtime): $BUILD may be a CUDA build (GRADEX_CUDA=AUTO finds
+  # nvcc). Inside the repository, where .containerignore lets its binaries in.
   CPU=${GRADEX_CPU_BUILD:-$ROOT/build-cpu}
   if [[ ! -f "$CPU/CMakeCache.txt" ]]; then
     CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache cmake -S "$ROOT" -B "$CPU" \
       -DCMAKE_BUILD_TYPE=Release -DGRADEX_CUDA=OFF >/dev/null
   fi
-  nice -n 5 cmake --build "$CPU" -j2 --target gradex_python >/dev/null || fail "the CPU build of the Python module"
-  nice -n 10 "$ROOT/scripts/images" --prebuilt "${BUILD#"$ROOT"/}/bin" --python-build "$CPU"
+  nice -n 5 cmake --build "$CPU" -j2 --target gradex_python gradex-coordinator gradex-agent \
+    gradex-health-probe >/dev/null || fail "the CPU build ($CPU) of the images' binaries and Python module"
+  nice -n 10 "$ROOT/scripts/images" --prebuilt "$CPU/bin" --python-build "$CPU"
   "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube"
   "$HERE/kube_play.sh" "$R" "$ROOT/helm/gradex" "$OUT/kube-ranks" --nproc 4
   CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/containers.conf} \

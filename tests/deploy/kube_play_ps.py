@@ -10,39 +10,27 @@ server's metrics (at its pod address, the rendered port) count exactly one
 push per worker step, and SIGTERM (podman stop) leaves the shard's snapshot
 in the server's volume.
 
-The same podman 4.3 adaptations as kube_play.py (its helpers: Secret volumes
-as ConfigMaps, the Service's and pod 0's DNS names as host aliases, fieldRef
-and $(VAR) expansion, no containerPorts), and the server pod without its
+The podman 4.3 adaptations are kube_pods.py's (Secret volumes as
+ConfigMaps, the Service's and pod 0's DNS names as host aliases, fieldRef
+and $(VAR) expansion, no containerPorts), and the server pod goes without its
 checksum/job annotation (4.3 refuses a Pod's annotation values over 63
 characters).
 
 usage: kube_play_ps.py HELMRENDER CHART WORKDIR  (root; CONTAINERS_CONF set)
 """
-import copy, json, os, subprocess, sys, time, urllib.request
+import copy, json, os, sys, urllib.request
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kube_play as kp  # noqa: E402  (sh, adapt, play, as_configmap; argv as ours)
+import kube_pods as kp  # noqa: E402  (playing the rendered pods)
 import live_check as lc  # noqa: E402
 
 RENDER, CHART, WORK = sys.argv[1:4]
 STEPS = 40
 
 
-def resolve(c, meta, index):
-    """fieldRefs and $(VAR)s as the kubelet resolves them (podman 4.3 does not)."""
-    env = {}
-    for e in c.get("env", []):
-        if "valueFrom" in e:
-            path = e.pop("valueFrom")["fieldRef"]["fieldPath"]
-            e["value"] = meta["name"] if path == "metadata.name" else str(index)
-        e["value"] = lc.expand(e["value"], env)
-        env[e["name"]] = e["value"]
-    c["args"] = [lc.expand(a, env) for a in c.get("args", [])]
-
-
 def main():
-    os.makedirs(WORK, exist_ok=True)
+    kp.init(WORK)
     version = yaml.safe_load(open(f"{CHART}/Chart.yaml"))["appVersion"]
     values = {"image": {"registry": "localhost"},
               "job": {"algorithm": "dgs", "worldSize": 2, "ps": {"snapshotIntervalMs": 1000}},
@@ -63,19 +51,9 @@ def main():
             lc.fail(f"rendered image {img} is not tagged {version}")
         kp.sh("podman", "image", "exists", img)
 
-    d = copy.deepcopy(dep)
-    kp.adapt(d["spec"]["template"]["spec"])
-    d["metadata"]["name"] = "gx-gradex-coordinator-ps"  # not kube_play.py's pod
-    kp.play("ps-coordinator", [d, objs[("ConfigMap", "gx-gradex-job")], token])
-    cpod = "gx-gradex-coordinator-ps-pod-0"
-    lc.wait_until("coordinator serving", lambda: "serving on" in subprocess.run(
-        ["podman", "logs", f"{cpod}-coordinator"], capture_output=True, text=True).stderr, 60)
-
-    def pod_ip(pod):
-        infra = json.loads(kp.sh("podman", "pod", "inspect", pod))["InfraContainerID"]
-        return list(json.loads(kp.sh("podman", "inspect", infra))[0]["NetworkSettings"]["Networks"].values())[0]["IPAddress"]
-
-    svc_alias = {"ip": pod_ip(cpod), "hostnames": ["gx-gradex-coordinator.gradex.svc"]}
+    cpod = kp.play_coordinator("ps-coordinator", dep, [objs[("ConfigMap", "gx-gradex-job")], token],
+                               "coordinator serving", deployment_name="gx-gradex-coordinator-ps")  # not kube_play.py's pod
+    svc_alias = {"ip": kp.pod_ip(cpod), "hostnames": ["gx-gradex-coordinator.gradex.svc"]}
 
     # The server: the StatefulSet's pod 0.
     meta = copy.deepcopy(sts["spec"]["template"]["metadata"])
@@ -88,32 +66,17 @@ def main():
     sport = spec["containers"][0]["ports"][0]["containerPort"]
     kp.adapt(spec)
     spec["hostname"], spec["hostAliases"] = meta["name"], [svc_alias]
-    resolve(spec["containers"][0], meta, 0)
+    kp.resolve(spec["containers"][0], meta, 0)
     kp.play("ps-server", [{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}, token])
-    server_ctr, server_ip = f"{meta['name']}-ps-server", pod_ip(meta["name"])
+    server_ctr, server_ip = f"{meta['name']}-ps-server", kp.pod_ip(meta["name"])
 
     # The trainers.
-    tpl = job["spec"]["template"]
-    names = []
-    for i in range(job["spec"]["completions"]):
-        m = copy.deepcopy(tpl["metadata"])
-        m["name"] = f"gx-gradex-trainer-ps-{i}"
-        m["annotations"] = {"batch.kubernetes.io/job-completion-index": str(i)}
-        s = copy.deepcopy(tpl["spec"])
-        kp.adapt(s)
-        s["hostname"] = m["name"]
-        c = s["containers"][0]
-        master = [e["value"] for e in c["env"] if e["name"] == "MASTER_ADDR"][0]
-        s["hostAliases"] = [svc_alias, {"ip": "127.0.0.1" if i == 0 else pod_ip(names[0]), "hostnames": [master]}]
-        c["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(i)})
-        resolve(c, m, i)
-        kp.play(f"ps-trainer{i}", [{"apiVersion": "v1", "kind": "Pod", "metadata": m, "spec": s}, token])
-        names.append(m["name"])
+    names = kp.play_trainers("ps-", job, token, svc_alias, pod_name=lambda i: f"gx-gradex-trainer-ps-{i}")
     for i, p in enumerate(names):
         rc = kp.sh("podman", "wait", f"{p}-trainer", timeout=600)
-        logs = subprocess.run(["podman", "logs", f"{p}-trainer"], capture_output=True, text=True)
+        logs = kp.logs(f"{p}-trainer")
         if rc != "0":
-            slog = subprocess.run(["podman", "logs", "--tail", "8", server_ctr], capture_output=True, text=True)
+            slog = kp.logs(server_ctr, tail=8)
             lc.fail(f"DGS trainer pod {p} exited {rc}: {logs.stderr[-800:]}\nserver: {slog.stderr[-800:]}")
         line = [l for l in (logs.stdout + logs.stderr).splitlines() if "[dgs] epoch " in l][-1:]
         print(f"DGS trainer pod {i}: exit 0{', ' + line[0][-110:] if line else ''}")
@@ -129,7 +92,7 @@ def main():
            if m["Destination"] == "/var/lib/gradex/snapshots"]
     snaps = sorted(os.listdir(vol[0])) if vol else []
     if state["ExitCode"] != 0 or snaps != ["shard-0-of-1.dgss"]:
-        slog = subprocess.run(["podman", "logs", "--tail", "8", server_ctr], capture_output=True, text=True)
+        slog = kp.logs(server_ctr, tail=8)
         lc.fail(f"server after SIGTERM: exit {state['ExitCode']}, snapshots {snaps}: {slog.stderr[-800:]}")
     print("server pod: exit 0 on SIGTERM, snapshot shard-0-of-1.dgss in its emptyDir")
     print("PASS kube play (DGS)")
@@ -139,5 +102,4 @@ if __name__ == "__main__":
     try:
         main()
     finally:
-        for path in reversed(kp.PODS):
-            subprocess.run(["podman", "kube", "down", path], capture_output=True)
+        kp.down()
