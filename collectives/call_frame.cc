@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/phase_timer.h"
 #include "collectives/residual_ledger.h"
+#include "kernels/topk_step.h"
 
 namespace gradex {
 
@@ -36,6 +37,18 @@ size_t AccumulateIntoResidual(std::span<const float> grad, std::span<float> resi
     residual[i] += grad[i];
     nonfinite += !std::isfinite(residual[i]);
   }
+  return nonfinite;
+}
+
+size_t AccumulateIntoResidual(std::span<const float> grad, std::span<float> residual,
+                              std::span<float> velocity, float momentum) {
+  if (velocity.empty()) return AccumulateIntoResidual(grad, residual);
+  // The kernels' loop (built with -ffp-contract=off), so that the unfused
+  // and the fused forms give the same bits.
+  kernels::AccumulateInto(residual.data(), residual.size(),
+                          kernels::Accumulate{grad.data(), velocity.data(), momentum});
+  size_t nonfinite = 0;
+  for (float v : residual) nonfinite += !std::isfinite(v);
   return nonfinite;
 }
 
@@ -117,8 +130,9 @@ struct SparseAllreduce::Pending {
   // The residual with this call's gradient, added by the local part or
   // after it; it counts the non-finite entries the accumulation left.
   LocalInput input;
-  Pending(std::span<const float> grad, std::span<float> acc)
-      : ledger(acc), input(grad, acc, /*accumulated=*/false, &stats.phases) {}
+  Pending(std::span<const float> grad, std::span<float> acc, std::span<float> velocity,
+          float momentum)
+      : ledger(acc), input(grad, acc, /*accumulated=*/false, &stats.phases, velocity, momentum) {}
 };
 
 SparseAllreduce::SparseAllreduce() = default;
@@ -135,7 +149,8 @@ absl::Status SparseAllreduce::Run(const CallContext& caller, const AllreduceOpti
 
 absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
                                           const AllreduceOptions& options,
-                                          std::span<const float> grad, std::span<float> residual) {
+                                          std::span<const float> grad, std::span<float> residual,
+                                          std::span<float> velocity, float momentum) {
   if (pending_ != nullptr) {
     return absl::FailedPreconditionError("a prepared call of this algorithm is still pending");
   }
@@ -143,7 +158,15 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   AllreduceResult unused;
   absl::Status st = ValidateCall(caller, options, grad, residual, &unused, &scratch);
   if (!st.ok()) return st;
-  auto p = std::make_unique<Pending>(grad, residual);
+  if (!velocity.empty() && velocity.size() != grad.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient has ", grad.size(), " elements, velocity ", velocity.size()));
+  }
+  if (!(momentum >= 0.0f && momentum < 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("momentum ", momentum, " not in [0, 1)"));
+  }
+  if (velocity.empty()) momentum = 0.0f;
+  auto p = std::make_unique<Pending>(grad, residual, velocity, momentum);
   p->ctx = caller;
   if (p->ctx.max_message_bytes == 0) {
     p->ctx.max_message_bytes = MessageBound(grad.size(), p->ctx.transport->size());
@@ -171,6 +194,13 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   // part's (LocalInput: fused into a selection's first pass where it can).
   if (p->decays) {
     PhaseTimer t(&p->stats.phases.reduction_s);
+    if (!velocity.empty()) {
+      // The velocity first; from here it is the gradient this call adds
+      // (and a failure puts back).
+      for (size_t i = 0; i < grad.size(); ++i) velocity[i] = velocity[i] * momentum + grad[i];
+      grad = velocity;
+      p->grad = grad;
+    }
     const float c = p->coefficient;
     ef_prior_.resize(grad.size());
     ef_decayed_.resize(grad.size());

@@ -19,6 +19,12 @@ absl::Status ValidateCall(const CallContext& ctx, const AllreduceOptions& option
 // that is kept instead of exchanged (a failed step, a closing client).
 // Returns how many residual entries are NaN or infinite afterwards.
 size_t AccumulateIntoResidual(std::span<const float> grad, std::span<float> residual);
+// The same with DGC's momentum correction first: velocity = velocity * m +
+// grad, then residual += velocity, each operation rounded to float32 (no
+// fused multiply-add: the bits torch's u.mul_(m).add_(g) holds), as the
+// fused selection kernels do it. An empty velocity: the plain form.
+size_t AccumulateIntoResidual(std::span<const float> grad, std::span<float> residual,
+                              std::span<float> velocity, float momentum);
 
 }  // namespace gradex
 

@@ -9,7 +9,7 @@ namespace gradex {
 std::span<float> LocalInput::Accumulated() {
   if (!accumulated_) {
     PhaseTimer t(&times_->reduction_s);
-    nonfinite_ = AccumulateIntoResidual(grad_, acc_);
+    nonfinite_ = AccumulateIntoResidual(grad_, acc_, velocity_, pending_.momentum);
     accumulated_ = true;
   }
   return acc_;

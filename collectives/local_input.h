@@ -20,9 +20,14 @@ class LocalInput {
  public:
   // `accumulated`: acc already holds grad + residual (COVAP's decaying frame
   // adds it itself). `times` gets the unfused accumulation as reduction.
-  LocalInput(std::span<const float> grad, std::span<float> acc, bool accumulated, PhaseTimes* times)
-      : grad_(grad), acc_(acc), accumulated_(accumulated), times_(times) {
+  // `velocity` (may be empty) and `momentum`: DGC's momentum correction,
+  // velocity = velocity * momentum + grad, then acc += velocity.
+  LocalInput(std::span<const float> grad, std::span<float> acc, bool accumulated, PhaseTimes* times,
+             std::span<float> velocity = {}, float momentum = 0)
+      : grad_(grad), acc_(acc), velocity_(velocity), accumulated_(accumulated), times_(times) {
     pending_.grad = grad.data();
+    pending_.velocity = velocity.empty() ? nullptr : velocity.data();
+    pending_.momentum = momentum;
   }
 
   size_t size() const { return acc_.size(); }
@@ -49,6 +54,7 @@ class LocalInput {
  private:
   std::span<const float> grad_;
   std::span<float> acc_;
+  std::span<float> velocity_;
   bool accumulated_;
   PhaseTimes* times_;
   kernels::Accumulate pending_;

@@ -188,8 +188,13 @@ class SparseAllreduce {
   // another call on the same transport. On error the residual holds grad +
   // old residual and nothing is pending. `ctx` (and what its spans point
   // at), `grad` and `residual` must stay valid until the call ends.
+  // `velocity` (may be empty; else as long as grad, valid as long) with
+  // `momentum` in [0, 1): DGC's momentum correction, fused into the same
+  // pass: velocity = velocity * momentum + grad, and the velocity, not grad,
+  // joins the residual (what a failed call keeps too).
   absl::Status PrepareCall(const CallContext& ctx, const AllreduceOptions& options,
-                           std::span<const float> grad, std::span<float> residual);
+                           std::span<const float> grad, std::span<float> residual,
+                           std::span<float> velocity = {}, float momentum = 0);
   // The prepared call's schedule (its messages), then the ledger's commit or
   // restore, as Run. `stats` gets the whole call's: phases of both halves,
   // bytes of the exchange, total_s the two halves' sum (not the time the

@@ -122,6 +122,11 @@ struct BucketCall {
   uint32_t bucket = 0;
   BucketSlot* slot = nullptr;
   std::span<const float> grad;
+  // DGC's momentum correction left to the call (fused into its first pass
+  // over the residual): velocity = velocity * momentum + grad, and the
+  // velocity joins the residual. Empty: grad joins it as is.
+  std::span<float> velocity;
+  float momentum = 0;
   std::vector<size_t> step_buckets;  // ctx.step_buckets points here
   std::string algorithm;             // what runs
   bool dense_probe = false;
@@ -254,6 +259,8 @@ class Agent {
   // `s` with the peer this rank timed out waiting for (since `since`) named.
   absl::Status NameWait(absl::Status s, Clock::time_point since) const;
   void Report(uint64_t step);
+  // The step's error, named for a bucket kept in its residual.
+  absl::Status KeptError(uint32_t bucket) const;
   // A bucket of a failed step: its gradient joins its residual.
   absl::Status Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const;
   // A planned bucket of a failed step: its gradient joins its residual

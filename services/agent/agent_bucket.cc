@@ -52,31 +52,31 @@ absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, u
   return held.get();
 }
 
-absl::Status Agent::Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const {
-  (void)AccumulateIntoResidual(grad, slot->residual);
+absl::Status Agent::KeptError(uint32_t bucket) const {
   return absl::Status(
       step_status_.code(),
       absl::StrCat("step ", next_step_, " bucket ", bucket,
                    " not exchanged (kept in its residual) after: ", step_status_.message()));
 }
 
+absl::Status Agent::Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const {
+  (void)AccumulateIntoResidual(grad, slot->residual);
+  return KeptError(bucket);
+}
+
 absl::Status Agent::KeepCall(BucketCall* call) const {
   switch (call->state) {
     case BucketCall::State::kPrepared:
       AbandonBucket(call);  // grad + old residual again
-      return absl::Status(
-          step_status_.code(),
-          absl::StrCat("step ", next_step_, " bucket ", call->bucket,
-                       " not exchanged (kept in its residual) after: ", step_status_.message()));
+      return KeptError(call->bucket);
     case BucketCall::State::kKept:
     case BucketCall::State::kDone:
-      return absl::Status(
-          step_status_.code(),
-          absl::StrCat("step ", next_step_, " bucket ", call->bucket,
-                       " not exchanged (kept in its residual) after: ", step_status_.message()));
+      return KeptError(call->bucket);
     case BucketCall::State::kFresh:
       call->state = BucketCall::State::kKept;
-      return Keep(call->bucket, call->grad, call->slot);
+      (void)AccumulateIntoResidual(call->grad, call->slot->residual, call->velocity,
+                                   call->momentum);
+      return KeptError(call->bucket);
   }
   return step_status_;
 }
@@ -86,6 +86,8 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
   call->bucket = bucket;
   call->slot = slot;
   call->grad = grad;
+  call->velocity = {};
+  call->momentum = 0;
   call->step_buckets.assign(step_buckets.begin(), step_buckets.end());
   call->schedule = nullptr;
   call->state = BucketCall::State::kFresh;
@@ -143,8 +145,8 @@ void Agent::PrepareBucket(BucketCall* call) {
     return;
   }
   const Clock::time_point start = Clock::now();
-  absl::Status s =
-      call->schedule->PrepareCall(call->ctx, call->options, call->grad, call->slot->residual);
+  absl::Status s = call->schedule->PrepareCall(
+      call->ctx, call->options, call->grad, call->slot->residual, call->velocity, call->momentum);
   call->prepare_s = Seconds(Clock::now() - start);
   if (s.ok()) {
     call->state = BucketCall::State::kPrepared;
@@ -159,7 +161,7 @@ void Agent::AbandonBucket(BucketCall* call) {
   if (call->state == BucketCall::State::kPrepared) {
     call->schedule->AbandonCall();
   } else if (call->state == BucketCall::State::kFresh) {
-    (void)AccumulateIntoResidual(call->grad, call->slot->residual);
+    (void)AccumulateIntoResidual(call->grad, call->slot->residual, call->velocity, call->momentum);
   }
   call->state = BucketCall::State::kKept;
 }

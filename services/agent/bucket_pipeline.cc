@@ -294,7 +294,7 @@ void BucketPipeline::Select(Item& item) {
       item.status = slot.status();
     } else {
       item.host = *host;
-      if (options_.momentum > 0 && item.writable) AddMomentum(item, *slot);
+      const bool momentum = options_.momentum > 0 && item.writable;
       if (!step_open_) {
         // A step the caller opened (Agent::Step) is used as is; one that
         // cannot begin (no epoch within the timeout) fails its buckets in
@@ -307,6 +307,7 @@ void BucketPipeline::Select(Item& item) {
       item.end.index = static_cast<uint32_t>(std::min<size_t>(step_sizes_.size(), kMaxStepBuckets));
       step_sizes_.push_back(n);
       if (item.end.index >= kMaxStepBuckets) {
+        if (momentum) AddMomentum(item, *slot);
         (void)AccumulateIntoResidual(item.host, (*slot)->residual);
         item.status = absl::InvalidArgumentError(
             absl::StrCat("over ", kMaxStepBuckets,
@@ -317,12 +318,30 @@ void BucketPipeline::Select(Item& item) {
         std::span<const size_t> sizes;
         if (item.end.index < last_sizes_.size() && last_sizes_[item.end.index] == n)
           sizes = last_sizes_;
+        // Refused values are zeroed in the gradient, before the momentum
+        // correction: one never reaches the velocity.
         item.status = agent_->rules().refuse_nonfinite && item.writable
                           ? ZeroNonFinite(item.end.spans, item.host, &item.end.nonfinite)
                           : absl::OkStatus();
         item.call = std::make_unique<BucketCall>();
-        agent_->PlanBucket(item.end.index, sizes, item.host, *slot, item.call.get());
-        Agent::PrepareBucket(item.call.get());
+        BucketCall* call = item.call.get();
+        agent_->PlanBucket(item.end.index, sizes, item.host, *slot, call);
+        if (momentum) {
+          // The call fuses the correction into its first pass over the
+          // residual where its local part will run and every span has a
+          // velocity; otherwise (a span's first step: u = g) it is written
+          // over the gradient here.
+          const bool runs = !call->refused && call->status.ok() && call->schedule != nullptr;
+          const auto& live = (*slot)->velocity_live;
+          const bool all_live = std::all_of(live.begin(), live.end(), [](uint8_t v) { return v; });
+          if (runs && all_live && (*slot)->velocity.size() == n) {
+            call->velocity = (*slot)->velocity;
+            call->momentum = static_cast<float>(options_.momentum);
+          } else {
+            AddMomentum(item, *slot);
+          }
+        }
+        Agent::PrepareBucket(call);
       }
     }
     item.end.select_end = std::chrono::system_clock::now();

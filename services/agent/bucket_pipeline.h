@@ -95,8 +95,9 @@ class BucketPipeline {
   // `spans`) receives the mean (or sum) over ranks; on failure the bucket's
   // gradient is kept in its residual and `data` is unchanged, but for the
   // momentum correction, which writes the velocity over a host bucket's
-  // gradient before the exchange. `data` stays valid until `done`, which
-  // runs on the progress thread. `last_in_step` ends the training step.
+  // gradient before the exchange at a span's first step (u = g) or when the
+  // call cannot run (elsewhere the call fuses it into its own pass). `data` stays valid until
+  // `done`, which runs on the progress thread. `last_in_step` ends the training step.
   std::future<BucketEnd> Submit(std::vector<ParamSpan> spans, std::span<float> data, Memory memory,
                                 bool last_in_step, Done done = {});
   // A host bucket whose result is not written back (read only: its end's

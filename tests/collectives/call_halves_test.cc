@@ -5,6 +5,7 @@
 // (results and residuals, over calls that carry algorithm state).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,6 +100,83 @@ TEST_P(CallHalvesTest, PreparedThenExchangedGivesRunsBits) {
     EXPECT_EQ(results[1][rank], results[0][rank]) << "rank " << rank;
     EXPECT_EQ(residuals[1][rank], residuals[0][rank]) << "rank " << rank;
   }
+}
+
+// DGC's momentum correction handed to the call (fused into its first pass
+// over the residual where the local part can) gives the bits of the same
+// correction done first and its velocity passed as the gradient: results,
+// residuals and velocities, over calls, at a momentum that rounds.
+TEST_P(CallHalvesTest, MomentumInTheCallGivesTheBitsOfTheVelocityAsGradient) {
+  constexpr float kM = 0.9f;
+  std::vector<std::vector<float>> got[2][kWorld];  // [fused?][rank]: result, residual, velocity
+  for (int fused = 0; fused < 2; ++fused) {
+    std::vector<absl::Status> st = RunRanks(kWorld, [&](int rank, Transport& t) -> absl::Status {
+      auto algo = CreateAllreduce(GetParam());
+      if (!algo.ok()) return algo.status();
+      std::vector<float> residual(kN, 0.0f);
+      std::vector<float> velocity = MakeGradient(4, rank, 0, kN, Values::kGrid);
+      for (int call = 0; call < kCalls; ++call) {
+        const std::vector<float> grad = MakeGradient(10, rank, call, kN, Values::kGrid);
+        AllreduceResult result;
+        CallStats stats;
+        absl::Status s;
+        if (fused == 1) {
+          s = (*algo)->PrepareCall(Ctx(t, call), Opts(), grad, residual, velocity, kM);
+        } else {
+          for (size_t i = 0; i < kN; ++i) {
+            const float mu = velocity[i] * kM;  // two roundings, as torch's mul_ then add_
+            velocity[i] = mu + grad[i];
+          }
+          s = (*algo)->PrepareCall(Ctx(t, call), Opts(), velocity, residual);
+        }
+        if (s.ok()) s = (*algo)->ExchangeCall(&result, &stats);
+        if (!s.ok()) {
+          t.Abort(DeadlineIn(std::chrono::milliseconds(1000)));
+          return s;
+        }
+        std::vector<float> dense(kN, 0.0f);
+        result.ToDense(dense);
+        got[fused][rank].push_back(std::move(dense));
+        got[fused][rank].push_back(residual);
+        got[fused][rank].push_back(velocity);
+      }
+      return absl::OkStatus();
+    });
+    for (const absl::Status& s : st) ASSERT_TRUE(s.ok()) << s;
+  }
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ASSERT_EQ(got[0][rank].size(), got[1][rank].size());
+    for (size_t v = 0; v < got[0][rank].size(); ++v) {
+      const std::vector<float>& a = got[0][rank][v];
+      const std::vector<float>& b = got[1][rank][v];
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << "rank " << rank << " call " << v / 3 << " "
+          << (v % 3 == 0   ? "result"
+              : v % 3 == 1 ? "residual"
+                           : "velocity");
+    }
+  }
+}
+
+// A velocity that does not match the gradient, or a momentum outside [0, 1),
+// is refused before anything is touched.
+TEST_P(CallHalvesTest, AMismatchedVelocityOrMomentumIsRefused) {
+  std::vector<absl::Status> st = RunRanks(1, [&](int rank, Transport& t) -> absl::Status {
+    auto algo = CreateAllreduce(GetParam());
+    if (!algo.ok()) return algo.status();
+    const std::vector<float> grad(kN, 1.0f);
+    std::vector<float> residual(kN, 0.0f), short_velocity(kN - 1, 0.0f), velocity(kN, 0.0f);
+    EXPECT_EQ((*algo)->PrepareCall(Ctx(t, 0), Opts(), grad, residual, short_velocity, 0.5f).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ((*algo)->PrepareCall(Ctx(t, 0), Opts(), grad, residual, velocity, 1.0f).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_FALSE((*algo)->call_pending());
+    EXPECT_EQ(residual, std::vector<float>(kN, 0.0f));
+    EXPECT_EQ(velocity, std::vector<float>(kN, 0.0f));
+    return absl::OkStatus();
+  });
+  for (const absl::Status& s : st) ASSERT_TRUE(s.ok()) << s;
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, CallHalvesTest, ::testing::ValuesIn(AllreduceNames()),
