@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <future>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -156,6 +157,40 @@ TEST(ClientTest, SaveLoadRoundTripAndCorruptBlobRefused) {
 // Momentum correction lives with the residual: the velocity of each span
 // follows it through DDP's rebuild and a checkpoint. One rank, dense-ring
 // with the mean: the result is exactly what was exchanged, the velocity.
+// A refused non-finite gradient value is zeroed before the momentum
+// correction: the velocity takes m*u + 0 there, never the NaN or Inf.
+TEST(ClientTest, ARefusedNonFiniteGradientNeverReachesTheVelocity) {
+  constexpr float kM = 0.5f;
+  ClientOptions o = Options(0, 1);
+  o.algorithm = "spardl";
+  o.momentum_correction = kM;
+  o.refuse_nonfinite = true;
+  o.dense_probe_period = 0;
+  testing::MemoryStore store;
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(o, store.rendezvous());
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto step = [&](std::vector<float> g) {
+    auto p = std::make_shared<std::promise<absl::Status>>();
+    (*c)->AllreduceAsync({{0, g.size()}}, g, Memory::kHost, true,
+                         [p](absl::Status s) { p->set_value(s); });
+    return p->get_future().get();
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> g(400, 0.25f);
+  EXPECT_TRUE(step(g).ok());  // a span's first step: u = g
+  g[7] = nan;
+  g[9] = -inf;
+  (void)step(g);  // the refused values are counted; the step's status is not the point
+  (void)step(std::vector<float>(400, 0.25f));  // the fused form afterwards
+  absl::StatusOr<std::string> blob = (*c)->SaveState();
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  absl::StatusOr<SavedState> saved = DecodeState(*blob);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  for (float v : saved->velocities.at(0)) ASSERT_TRUE(std::isfinite(v)) << v;
+  for (float r : saved->residuals.at(0)) ASSERT_TRUE(std::isfinite(r)) << r;
+}
+
 TEST(ClientTest, MomentumVelocitySurvivesRebuildAndCheckpoint) {
   constexpr float kM = 0.75f;
   ClientOptions o = Options(0, 1);
