@@ -1,9 +1,12 @@
 // Internal to the UCX transport: what its pieces share (wire tags, the
 // request record, the worker and the communicator classes). Not a public API.
-//   ucx_worker.cc     UCP context/worker and its address
-//   ucx_endpoints.cc  wire-up, endpoints, peer errors, abort and teardown
-//   ucx_requests.cc   post, match, progress, wait, test, cancel
-//   ucx_transport.cc  the public factories
+//   ucx_worker.cc      UCP context/worker and its address
+//   ucx_endpoints.cc   wire-up, endpoints, peer errors, abort and teardown
+//   ucx_post.cc        post sends and receives; buffers to send from
+//   ucx_receive.cc     match a receive to its message; direct receives, caps
+//   ucx_unexpected.cc  messages no receive took yet; blame over the cap
+//   ucx_completion.cc  callbacks, progress, outcome, wait, test, cancel
+//   ucx_transport.cc   the public factories
 #ifndef GRADEX_TRANSPORT_UCX_INTERNAL_H_
 #define GRADEX_TRANSPORT_UCX_INTERNAL_H_
 
