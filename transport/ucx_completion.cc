@@ -1,5 +1,6 @@
-// UcxTransport: how a request ends: the UCX completion callbacks, progress,
-// its outcome, release or abandonment, and wait, test and cancel.
+// UcxTransport: how a request ends: the UCX completion callbacks (and the
+// request parameters that name them), progress, its outcome, release or
+// abandonment, and wait, test and cancel.
 #include <sched.h>
 
 #include <chrono>
@@ -15,6 +16,7 @@
 
 namespace gradex {
 namespace ucx_internal {
+namespace {
 
 void SendCallback(void* /*request*/, ucs_status_t status, void* user_data) {
   static_cast<Request*>(user_data)->Finish(status);
@@ -26,6 +28,28 @@ void RecvCallback(void* /*request*/, ucs_status_t status, const ucp_tag_recv_inf
   r->landed_at = Clock::now();
   r->landed_length = info != nullptr ? info->length : 0;
   r->Finish(status);
+}
+
+}  // namespace
+
+ucp_request_param_t SendParam(Request* r) {
+  ucp_request_param_t param = {};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.send = &SendCallback;
+  param.user_data = r;
+  param.datatype = ucp_dt_make_contig(1);
+  return param;
+}
+
+ucp_request_param_t RecvParam(Request* r) {
+  ucp_request_param_t param = {};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.recv = &RecvCallback;
+  param.user_data = r;
+  param.datatype = ucp_dt_make_contig(1);
+  return param;
 }
 
 int UcxTransport::Progress() {

@@ -82,10 +82,10 @@ struct Request {
   }
 };
 
-// UCX completion callbacks; user_data is the Request.
-void SendCallback(void* request, ucs_status_t status, void* user_data);
-void RecvCallback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
-                  void* user_data);
+// The parameters of a send or receive of r's contiguous bytes: UCX's
+// completion callback, given r as its user_data, finishes r.
+ucp_request_param_t SendParam(Request* r);
+ucp_request_param_t RecvParam(Request* r);
 
 // The UCP context and worker; shared by the communicators built on it one
 // after another (one per epoch in the agent).

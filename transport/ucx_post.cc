@@ -61,12 +61,7 @@ absl::StatusOr<RequestId> UcxTransport::StartSend(int peer, uint64_t tag, bool i
     if (!peer_status_[peer].ok()) return peer_status_[peer];
     r->buf = std::move(payload);
     r->state = State::kInFlight;
-    ucp_request_param_t param = {};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-    param.cb.send = &SendCallback;
-    param.user_data = r.get();
-    param.datatype = ucp_dt_make_contig(1);
+    const ucp_request_param_t param = SendParam(r.get());
     ucs_status_ptr_t p =
         ucp_tag_send_nbx(eps_[peer], r->buf.data(), r->buf.size(), r->wire_tag, &param);
     if (UCS_PTR_IS_ERR(p)) {

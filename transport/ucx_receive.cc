@@ -19,15 +19,11 @@ void UcxTransport::PostDirect(Request* r, size_t cap) {
   r->matched_at = r->posted_at;
   TakeFromPool(r, cap);
   r->state = State::kInFlight;
-  ucp_request_param_t param = {};
+  ucp_request_param_t param = RecvParam(r);
   // No immediate completion: a receive of a message already here still gets
   // a request and the callback, which reports the message's length (UCX 1.13
   // leaves recv_info unfilled when it completes a tag receive at once).
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                       UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  param.cb.recv = &RecvCallback;
-  param.user_data = r;
-  param.datatype = ucp_dt_make_contig(1);
+  param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   ucs_status_ptr_t p =
       ucp_tag_recv_nbx(worker_, r->buf.data(), r->buf.size(), r->wire_tag, kFullMask, &param);
   if (UCS_PTR_IS_PTR(p)) {
@@ -86,12 +82,7 @@ void UcxTransport::ReceiveProbed(Request* r, ucp_tag_message_h msg,
     TakeFromPool(r, info.length);
   }
   r->state = State::kInFlight;
-  ucp_request_param_t param = {};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-  param.cb.recv = &RecvCallback;
-  param.user_data = r;
-  param.datatype = ucp_dt_make_contig(1);
+  const ucp_request_param_t param = RecvParam(r);
   ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), r->buf.size(), msg, &param);
   if (UCS_PTR_IS_ERR(p)) {
     r->landed_at = Clock::now();

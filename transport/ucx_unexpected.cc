@@ -24,12 +24,7 @@ void UcxTransport::Discard(ucp_tag_message_h msg) {
   auto r = std::make_unique<Request>();
   r->buf.resize(1);
   r->state = State::kInFlight;
-  ucp_request_param_t param = {};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-  param.cb.recv = &RecvCallback;
-  param.user_data = r.get();
-  param.datatype = ucp_dt_make_contig(1);
+  const ucp_request_param_t param = RecvParam(r.get());
   ucs_status_ptr_t p = ucp_tag_msg_recv_nbx(worker_, r->buf.data(), r->buf.size(), msg, &param);
   if (UCS_PTR_IS_PTR(p)) {
     r->ucx = p;
