@@ -1,20 +1,23 @@
 // Data-plane wire frames: a fixed little-endian header and a payload, several
 // frames per message. Every received frame is validated before use; a bad
 // frame is an error Status and a counter, never a crash or a wrong sum.
+//   frame.cc          the header, sizes and encoders
+//   frame_decode.cc   the validating decoders
+//   frame_message.cc  passes over a whole message: senders, finiteness
+//   frame_errors.h    why a frame was refused, counted by reason
+//   frame_blame.h     the peer that sent the first refused frame
 #ifndef GRADEX_COLLECTIVES_FRAME_H_
 #define GRADEX_COLLECTIVES_FRAME_H_
 
-#include <array>
 #include <bit>
 #include <cstdint>
 #include <span>
-#include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "collectives/frame_blame.h"
+#include "collectives/frame_errors.h"
 #include "kernels/sparse.h"
 #include "transport/transport.h"
 
@@ -56,24 +59,6 @@ struct FrameHeader {
 };
 #pragma pack(pop)
 static_assert(sizeof(FrameHeader) == 48);
-
-// The first frame a rank refused in a call and the peer that sent it: a
-// receiver validates every frame and knows whom it received from, so the
-// call's owner can name the culprit (the agent reports it; the coordinator
-// evicts it). Thread-safe; the first blame wins.
-class FrameBlame {
- public:
-  void Blame(int peer, std::string why);
-  // The blamed peer (-1: none) and why.
-  int peer() const;
-  std::string why() const;
-  void Clear();
-
- private:
-  mutable absl::Mutex mu_;
-  int peer_ ABSL_GUARDED_BY(mu_) = -1;
-  std::string why_ ABSL_GUARDED_BY(mu_);
-};
 
 // What the sender stamps and the receiver expects.
 struct FrameMeta {
@@ -153,32 +138,6 @@ absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
 // copies its values into out[0 .. range.size()).
 absl::Status DecodeDenseBlock(const Bytes& message, const FrameMeta& meta, BlockRange range,
                               bool accumulate, float* out);
-
-enum class FrameError : int {
-  kTruncated = 0,
-  kBadMagic,
-  kBadVersion,
-  kWrongJob,
-  kWrongEpoch,
-  kWrongStep,
-  kWrongAlgorithm,
-  kWrongPhase,
-  kWrongBlock,
-  kBadFlags,
-  kOverCapacity,
-  kBadLength,
-  kIndexOutOfRange,
-  kUnsortedIndices,
-  kBadQuantized,  // a QSGD payload with a bad scale, code or padding
-  kWrongSender,   // the header names another rank than the peer received from
-  kNonFinite,     // a NaN or infinite value where the epoch refuses them
-  kCount,
-};
-std::string_view FrameErrorName(FrameError e);
-
-// Process-wide counts of rejected frames by reason (exported as metrics).
-std::array<uint64_t, static_cast<int>(FrameError::kCount)> FrameErrorCounts();
-uint64_t TotalFrameErrors();
 
 }  // namespace gradex
 

@@ -1,9 +1,12 @@
 // Internal to the UCX transport: what its pieces share (wire tags, the
 // request record, the worker and the communicator classes). Not a public API.
-//   ucx_worker.cc     UCP context/worker and its address
-//   ucx_endpoints.cc  wire-up, endpoints, peer errors, abort and teardown
-//   ucx_requests.cc   post, match, progress, wait, test, cancel
-//   ucx_transport.cc  the public factories
+//   ucx_worker.cc      UCP context/worker and its address
+//   ucx_endpoints.cc   wire-up, endpoints, peer errors, abort and teardown
+//   ucx_post.cc        post sends and receives; buffers to send from
+//   ucx_receive.cc     match a receive to its message; direct receives, caps
+//   ucx_unexpected.cc  messages no receive took yet; blame over the cap
+//   ucx_completion.cc  callbacks, progress, outcome, wait, test, cancel
+//   ucx_transport.cc   the public factories
 #ifndef GRADEX_TRANSPORT_UCX_INTERNAL_H_
 #define GRADEX_TRANSPORT_UCX_INTERNAL_H_
 
@@ -79,10 +82,10 @@ struct Request {
   }
 };
 
-// UCX completion callbacks; user_data is the Request.
-void SendCallback(void* request, ucs_status_t status, void* user_data);
-void RecvCallback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
-                  void* user_data);
+// The parameters of a send or receive of r's contiguous bytes: UCX's
+// completion callback, given r as its user_data, finishes r.
+ucp_request_param_t SendParam(Request* r);
+ucp_request_param_t RecvParam(Request* r);
 
 // The UCP context and worker; shared by the communicators built on it one
 // after another (one per epoch in the agent).

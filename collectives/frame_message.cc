@@ -1,0 +1,94 @@
+// Passes over every frame of a whole message (collectives/frame.h), at the
+// link: the sender's rank stamped as it goes out and checked as it arrives,
+// and no non-finite value sent.
+#include <cstddef>
+#include <cstring>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/frame.h"
+#include "kernels/qsgd.h"
+
+namespace gradex {
+namespace {
+
+// Walks the frames of a message, handing each header and its offset to
+// `fn`. A message that does not parse (magic, version, flags, lengths) ends
+// the walk with OUT_OF_RANGE, uncounted: the decoder rejects it with the
+// precise reason.
+template <typename Fn>
+absl::Status ForEachFrame(const Bytes& m, Fn&& fn) {
+  const absl::Status malformed = absl::OutOfRangeError("malformed message");
+  size_t offset = 0;
+  while (offset < m.size()) {
+    FrameHeader h;
+    if (m.size() - offset < sizeof(FrameHeader)) return malformed;
+    std::memcpy(&h, m.data() + offset, sizeof(FrameHeader));
+    if (h.magic != kFrameMagic || h.version != kFrameVersion) return malformed;
+    if (absl::Status s = fn(offset, h); !s.ok()) return s;
+    size_t payload = 0;
+    const size_t body = m.size() - offset - sizeof(FrameHeader);
+    if ((h.flags & kFrameSparse) != 0) {
+      payload = size_t{h.count} * (sizeof(uint32_t) + sizeof(float));
+    } else if ((h.flags & kFrameQuantized) != 0) {
+      uint32_t bits = 0;
+      if (body < sizeof bits) return malformed;
+      std::memcpy(&bits, m.data() + offset + sizeof(FrameHeader), sizeof bits);
+      if (bits > 8 || !kernels::QsgdBitsValid(static_cast<int>(bits))) return malformed;
+      payload = kernels::QsgdPayloadBytes(h.count, static_cast<int>(bits));
+    } else {
+      payload = size_t{h.count} * sizeof(float);
+    }
+    if (body < payload) return malformed;
+    offset += sizeof(FrameHeader) + payload;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status StampFrameSenders(Bytes* m, uint32_t sender) {
+  absl::Status s = ForEachFrame(*m, [&](size_t offset, const FrameHeader&) {
+    std::memcpy(m->data() + offset + offsetof(FrameHeader, sender), &sender, sizeof sender);
+    return absl::OkStatus();
+  });
+  if (s.ok()) return s;
+  return absl::InternalError("sending a message that is not frames");
+}
+
+absl::Status CheckFrameSenders(const Bytes& m, uint32_t expected) {
+  absl::Status s = ForEachFrame(m, [&](size_t, const FrameHeader& h) {
+    if (h.sender == expected) return absl::OkStatus();
+    return RejectFrame(FrameError::kWrongSender, absl::StrCat("frame from rank ", h.sender,
+                                                              ", received from rank ", expected));
+  });
+  return s.code() == absl::StatusCode::kOutOfRange ? absl::OkStatus() : s;
+}
+
+bool IsSumOverflow(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kDataLoss &&
+         std::string_view(s.message().data(), s.message().size()).find(kSumOverflowed) !=
+             std::string_view::npos;
+}
+
+absl::Status CheckFramesFinite(const Bytes& m) {
+  absl::Status s = ForEachFrame(m, [&](size_t offset, const FrameHeader& h) {
+    if ((h.flags & kFrameQuantized) != 0) return absl::OkStatus();
+    const bool sparse = (h.flags & kFrameSparse) != 0;
+    const uint8_t* body = m.data() + offset + sizeof(FrameHeader);
+    const uint8_t* values = sparse ? body + size_t{h.count} * sizeof(uint32_t) : body;
+    if (const size_t i = kernels::FirstNonFinite(reinterpret_cast<const float*>(values), h.count);
+        i < h.count) {
+      uint32_t element = h.block_begin + i;
+      if (sparse) std::memcpy(&element, body + size_t{i} * sizeof(uint32_t), sizeof element);
+      return absl::DataLossError(absl::StrCat(
+          kSumOverflowed, " at element ", element,
+          " before it was sent (every value summed was finite: this epoch refuses NaN and "
+          "infinite ones); every rank fails this step and keeps its contribution"));
+    }
+    return absl::OkStatus();
+  });
+  return s.code() == absl::StatusCode::kOutOfRange ? absl::OkStatus() : s;
+}
+
+}  // namespace gradex
