@@ -147,17 +147,7 @@ set_rate() {
 raw=$out/raw
 rm -rf "$raw"
 mkdir -p "$raw"
-# 1-minute load average and the busy share of all cores over one second.
-machine_load() {
-  local a b
-  read -r -a a </proc/stat
-  sleep 1
-  read -r -a b </proc/stat
-  awk -v l="$(cut -d' ' -f1 /proc/loadavg)" \
-    -v busy=$(((b[1] - a[1]) + (b[2] - a[2]) + (b[3] - a[3]) + (b[6] - a[6]) + (b[7] - a[7]))) \
-    -v idle=$(((b[4] - a[4]) + (b[5] - a[5]))) \
-    'BEGIN{printf "%s %.2f\n", l, (busy+idle>0 ? busy/(busy+idle) : 0)}'
-}
+source "$root/bench/machine_load.sh"
 gpu="none" driver="-" cuda_v="-"
 if command -v nvidia-smi >/dev/null; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)

@@ -59,17 +59,7 @@ bench=$build/bin/gradex-bench
 source "$root/bench/netns_lib.sh"
 gx_bench_begin "$PREFIX" "$RANKS" "$out" train_step
 
-# 1-minute load average and the busy share of all cores over one second.
-machine_load() {
-  local a b
-  read -r -a a </proc/stat
-  sleep 1
-  read -r -a b </proc/stat
-  awk -v l="$(cut -d' ' -f1 /proc/loadavg)" \
-    -v busy=$(((b[1] - a[1]) + (b[2] - a[2]) + (b[3] - a[3]) + (b[6] - a[6]) + (b[7] - a[7]))) \
-    -v idle=$(((b[4] - a[4]) + (b[5] - a[5]))) \
-    'BEGIN{printf "%s %.2f\n", l, (busy+idle>0 ? busy/(busy+idle) : 0)}'
-}
+source "$root/bench/machine_load.sh"
 
 gx_netns_up "$PREFIX" "$RANKS" "$rate" "$NET"
 echo "$RANKS ranks, tc tbf $rate both ways per rank; $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')); $(. /etc/os-release && echo "$PRETTY_NAME"); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown); batch $batch, $warmup warm-up + $steps timed steps per run, $rounds rounds of: ${MODES[*]}" >"$out/raw/meta.txt"
