@@ -161,6 +161,29 @@ size_t SelectTopKStep(float* x, size_t n, size_t k, uint32_t index_base, const A
   return got;
 }
 
+size_t CompactAboveStep(float* x, size_t n, const Accumulate* acc, float threshold,
+                        uint32_t index_base, size_t cap, SparseVec* out, size_t* nonfinite) {
+  size_t* count_bad = acc != nullptr ? nonfinite : nullptr;
+  if (n == 0) return 0;
+  if (threshold != threshold) {  // NaN: nothing passes
+    if (acc != nullptr) AccumulateInto(x, n, *acc);
+    if (count_bad != nullptr) *count_bad += internal::CountKeyRange(x, n, kInfKey, 0x7fffffffu);
+    return 0;
+  }
+  // |x| >= t is key(x) >= key(t) for every non-NaN x; zeros have key 0.
+  const uint32_t lo = threshold > 0.0f ? std::max<uint32_t>(1, MagnitudeKey(threshold)) : 1u;
+  const size_t old = out->idx.size();
+  out->idx.resize(old + cap + kCompactSlack);
+  out->val.resize(old + cap + kCompactSlack);
+  const size_t count =
+      internal::AccumulateCompactKeyRange(x, n, acc, lo, kInfKey, index_base, cap,
+                                          out->idx.data() + old, out->val.data() + old, count_bad);
+  const size_t kept = count <= cap ? count : 0;
+  out->idx.resize(old + kept);
+  out->val.resize(old + kept);
+  return count;
+}
+
 void BlockTopKStep(float* x, const std::vector<size_t>& bounds, const std::vector<size_t>& k,
                    uint32_t index_base, const Accumulate* acc, std::vector<ThresholdReuse>* reuse,
                    bool zero_selected, std::vector<SparseVec>* out, size_t* nonfinite) {

@@ -85,6 +85,17 @@ size_t SelectTopKStep(float* x, size_t n, size_t k, uint32_t index_base, const A
                       ThresholdReuse* reuse, bool zero_selected, SparseVec* out,
                       size_t* nonfinite = nullptr);
 
+// CompactAbove (kernels/sparse.h: |x| >= threshold and x != 0; threshold
+// <= 0: every nonzero; NaN threshold: none; NaN entries never) with `acc`
+// (may be null) accumulated into x in the same pass: Ok-Topk's local
+// selection at its reused threshold. Appends the entries to out when there
+// are at most `cap` of them and returns their count; a larger count leaves
+// out as it was (x is accumulated all the same, so the caller compacts the
+// plain way). `nonfinite` as SelectTopKStep's.
+size_t CompactAboveStep(float* x, size_t n, const Accumulate* acc, float threshold,
+                        uint32_t index_base, size_t cap, SparseVec* out,
+                        size_t* nonfinite = nullptr);
+
 // BlockTopK (kernels/sparse.h) as steps: block b = x[bounds[b], bounds[b+1])
 // accumulates its span of `acc` (indexed like x; may be null) and keeps k[b]
 // into (*out)[b], through SelectTopKStep. `reuse` (may be null) holds one

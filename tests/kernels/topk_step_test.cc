@@ -363,3 +363,57 @@ TEST(BlockTopKStep, MatchesAccumulateThenBlockTopK) {
 
 }  // namespace
 }  // namespace gradex::kernels
+
+namespace gradex::kernels {
+namespace {
+
+// CompactAboveStep against AccumulateInto then CompactAbove, bit for bit:
+// thresholds below zero, zero, NaN, ordinary, +Inf; caps that hold the
+// entries and caps that do not (then nothing is appended, x is accumulated).
+TEST(CompactAboveStep, MatchesAccumulateThenCompactAbove) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (Dist d : AllDists()) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{5003}}) {
+      const std::vector<float> x0 = Make(d, n, static_cast<uint32_t>(n + 7));
+      const std::vector<float> g = Make(d, n, static_cast<uint32_t>(n + 8));
+      const std::vector<float> u0 = Make(Dist::kGauss, n, static_cast<uint32_t>(n + 9));
+      for (float t : {-1.0f, 0.0f, nan, 0.5f, 2.0f, inf}) {
+        for (bool momentum : {false, true}) {
+          std::vector<float> rx = x0, ru = u0;
+          const Accumulate ra{g.data(), momentum ? ru.data() : nullptr, 0.9f};
+          AccumulateInto(rx.data(), n, ra);
+          size_t want_bad = 0;
+          for (float v : rx) want_bad += std::isfinite(v) ? 0 : 1;
+          SparseVec want;
+          CompactAbove(rx.data(), n, t, 5, &want);
+          for (size_t cap : {want.nnz(), want.nnz() + 3, want.nnz() > 0 ? want.nnz() - 1 : 0}) {
+            std::vector<float> x = x0, u = u0;
+            const Accumulate a{g.data(), momentum ? u.data() : nullptr, 0.9f};
+            SparseVec got;
+            got.idx = {99};
+            got.val = {1.5f};  // appended after what is there
+            size_t bad = 0;
+            const size_t c = CompactAboveStep(x.data(), n, &a, t, 5, cap, &got, &bad);
+            const std::string w = Where(Name(d), n, cap) + " t=" + std::to_string(t);
+            ASSERT_EQ(c, want.nnz()) << w;
+            ASSERT_EQ(bad, want_bad) << w;
+            ASSERT_TRUE(SameFloats(x, rx)) << w;
+            ASSERT_TRUE(SameFloats(u, ru)) << w;
+            SparseVec expect;
+            expect.idx = {99};
+            expect.val = {1.5f};
+            if (want.nnz() <= cap) {
+              expect.idx.insert(expect.idx.end(), want.idx.begin(), want.idx.end());
+              expect.val.insert(expect.val.end(), want.val.begin(), want.val.end());
+            }
+            ASSERT_TRUE(SameBits(got, expect)) << w;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradex::kernels
