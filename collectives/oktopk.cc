@@ -61,6 +61,10 @@ class OkTopk final : public SparseAllreduce {
 
  protected:
   absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions& options) const override;
+  // Step 1, the local selection (before any message): the gradient is added
+  // inside its pass.
+  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
+                              LocalInput& in, ResidualLedger& ledger, CallStats* stats) override;
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                         CallStats* stats) override;
@@ -77,7 +81,8 @@ class OkTopk final : public SparseAllreduce {
   ThresholdRule rule_;
   std::unique_ptr<BoundaryAgreement> agreement_;
   ThresholdController local_ctl_, global_ctl_;
-  Boundaries bounds_;  // empty until agreed
+  Boundaries bounds_;         // empty until agreed
+  kernels::SparseVec local_;  // LocalSelection's, handed to Exchange
   size_t n_ = 0;
   int world_ = 0;
   uint32_t epoch_ = 0;
@@ -91,17 +96,32 @@ absl::Status OkTopk::CheckOptions(const CallContext&, const AllreduceOptions& op
   return absl::OkStatus();
 }
 
-absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& options,
-                              std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
-                              CallStats* stats) {
+absl::Status OkTopk::LocalSelection(const CallContext& ctx, const AllreduceOptions& options,
+                                    LocalInput& in, ResidualLedger& ledger, CallStats* stats) {
   last_ = {};
   // Boundaries and thresholds belong to one communicator and one bucket size.
-  if (acc.size() != n_ || ctx.transport->size() != world_ || ctx.epoch != epoch_) {
+  if (in.size() != n_ || ctx.transport->size() != world_ || ctx.epoch != epoch_) {
     Reset();
-    n_ = acc.size();
+    n_ = in.size();
     world_ = ctx.transport->size();
     epoch_ = ctx.epoch;
   }
+  const size_t k = KeepCount(options.density, in.size());
+  const bool refresh =
+      ctx.training_step % static_cast<uint64_t>(Param(options, "oktopk_tau_prime")) == 0;
+  // The selected values leave the residual (the ledger puts back those the
+  // global selection does not deliver).
+  PhaseTimer t(&stats->phases.selection_s);
+  SelectLocal(in, k, k >= in.size(), refresh, local_ctl_, &local_, &last_.local);
+  const std::span<float> acc = in.Accumulated();  // done by now: a no-op
+  for (uint32_t i : local_.idx) acc[i] = 0.0f;
+  ledger.Selected(local_);
+  return absl::OkStatus();
+}
+
+absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& options,
+                              std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
+                              CallStats* stats) {
   const int p = ctx.transport->size(), me = ctx.transport->rank();
   const size_t n = acc.size();
   const size_t k = KeepCount(options.density, n);
@@ -114,15 +134,9 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   Link link(ctx, id(), times);
   WireCount wire;
 
-  // 1. Local selection; the selected values leave the residual (the ledger
-  // puts back those the global selection does not deliver).
-  kernels::SparseVec local;
-  {
-    PhaseTimer t(&times->selection_s);
-    SelectLocal(acc, k, keep_all, refresh, local_ctl_, &local, &last_.local);
-    for (uint32_t i : local.idx) acc[i] = 0.0f;
-    ledger.Selected(local);
-  }
+  // 1. The local selection ran in LocalSelection.
+  kernels::SparseVec local = std::move(local_);
+  local_ = {};
   // 2. Region boundaries, at the first call and every τ calls.
   if (bounds_.empty() ||
       ctx.training_step % static_cast<uint64_t>(Param(options, "oktopk_tau")) == 0) {

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/topk_step.h"
 
 namespace gradex {
 namespace {
@@ -109,28 +110,45 @@ absl::Status ExactGlobalTopK(Link& link, const kernels::SparseVec& reduced, size
 
 }  // namespace
 
-void SelectLocal(std::span<const float> acc, size_t k, bool keep_all, bool exact_due,
-                 ThresholdController& ctl, kernels::SparseVec* out, SelectInfo* info) {
-  const size_t n = acc.size();
+void SelectLocal(LocalInput& in, size_t k, bool keep_all, bool exact_due, ThresholdController& ctl,
+                 kernels::SparseVec* out, SelectInfo* info) {
+  const size_t n = in.size();
   out->clear();
   *info = {};
   if (keep_all) {
+    const std::span<float> acc = in.Accumulated();
     kernels::CompactAbove(acc.data(), n, 0.0f, 0, out);
     info->exact = true;
     return;
   }
+  // The kernels add the gradient inside their first pass when it is still
+  // due (LocalInput) and report the non-finite entries they leave.
+  const std::span<float> x = in.target();
   auto exact = [&](float used, size_t count) {
     out->clear();
-    kernels::TopKThreshold t = kernels::FindTopKThreshold(acc.data(), n, k);
-    kernels::CompactSelected(acc.data(), n, t, 0, out);
+    size_t nonfinite = 0;
+    kernels::SelectTopKStep(x.data(), n, k, 0, in.pending(), nullptr, /*zero_selected=*/false, out,
+                            &nonfinite);
+    in.Fused(nonfinite);
+    // The k-th magnitude is the smallest selected one.
+    uint32_t kth = ~0u;
+    for (float v : out->val) kth = std::min(kth, kernels::MagnitudeKey(v));
     info->exact = true;
-    info->threshold = t.selected() > 0 ? KeyToFloat(t.threshold_key) : 0.0f;
+    info->threshold = out->nnz() > 0 ? KeyToFloat(kth) : 0.0f;
     ctl.Observe(used, count, k, info->threshold);
   };
   if (exact_due || !ctl.valid()) return exact(0, 0);
   const float used = ctl.threshold();
-  kernels::CompactAbove(acc.data(), n, used, 0, out);
-  const size_t c = out->nnz();
+  // The compaction's buffer stays O(k): a threshold that lets far more
+  // through (a miss the band below handles anyway) compacts a second time.
+  const size_t cap = std::min(n, 4 * BandHigh(k) + 4096);
+  size_t nonfinite = 0;
+  size_t c = kernels::CompactAboveStep(x.data(), n, in.pending(), used, 0, cap, out, &nonfinite);
+  in.Fused(nonfinite);
+  if (c > cap) {
+    out->clear();
+    c = kernels::CompactAbove(x.data(), n, used, 0, out);
+  }
   info->reuse_count = c;
   info->threshold = used;
   if (ctl.rule() == ThresholdRule::kAuthors) return ctl.Observe(used, c, k, 0);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "collectives/local_input.h"
 #include "collectives/oktopk_exchange.h"
 #include "collectives/oktopk_threshold.h"
 #include "kernels/sparse.h"
@@ -26,10 +27,12 @@ struct SelectInfo {
   float threshold = 0;
 };
 
-// Local top-k of `acc` (not modified) into `out` (sorted COO). `keep_all`
+// Local top-k of gradient + residual (`in`, accumulated here: fused into the
+// selection's pass where the kernels can) into `out` (sorted COO); the
+// values stay in the residual (the caller takes them out). `keep_all`
 // (k >= n): every nonzero. NaN is never selected.
-void SelectLocal(std::span<const float> acc, size_t k, bool keep_all, bool exact_due,
-                 ThresholdController& ctl, kernels::SparseVec* out, SelectInfo* info);
+void SelectLocal(LocalInput& in, size_t k, bool keep_all, bool exact_due, ThresholdController& ctl,
+                 kernels::SparseVec* out, SelectInfo* info);
 
 // The global selection over the ranks' reduced regions (disjoint, ascending by
 // rank). `reduced` holds this rank's nonzero reduced sums; `zeros` how many
