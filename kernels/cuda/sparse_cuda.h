@@ -78,6 +78,16 @@ cudaError_t SelectTopKStep(float* d_x, size_t n, size_t k, uint32_t index_base,
                            uint32_t* d_idx, float* d_val, uint64_t* d_count, size_t* h_count,
                            Workspace* ws, cudaStream_t stream);
 
+// The GPU twin of kernels::CompactAboveStep (Ok-Topk's local selection at a
+// reused threshold): accumulates *acc (device pointers; may be null) into
+// d_x and compacts CompactAbove's entries in the same pass (a count pass
+// that accumulates, then the ordered scatter). As every compaction here,
+// writes up to `capacity` and reports the full count.
+cudaError_t CompactAboveStep(float* d_x, size_t n, const Accumulate* acc, float threshold,
+                             uint32_t index_base, uint32_t* d_idx, float* d_val, size_t capacity,
+                             uint64_t* d_count, size_t* h_count, Workspace* ws,
+                             cudaStream_t stream);
+
 // Per-block top-k: block b is d_x[bounds[b], bounds[b+1]) (host arrays,
 // blocks + 1 bounds), keeps k[b] entries into d_idx[b]/d_val[b] (host arrays
 // of device pointers, room for min(k[b], block length) each), with global

@@ -12,6 +12,7 @@
 // floor, a second writes them in index order; the exact select then runs on
 // those candidates alone. It reads the candidate count on the host (one
 // synchronisation) to choose between that and the full select.
+#include <cstring>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -584,6 +585,50 @@ cudaError_t SelectTopKStep(float* d_x, size_t n, size_t k, uint32_t index_base,
     GRADEX_CUDA_RETURN_IF_ERROR(e);
     UpdateReuse(reuse, key, tried, gathered, k);
   }
+  return detail::FinishCount(reinterpret_cast<uint64_t*>(count), h_count, stream);
+}
+
+cudaError_t CompactAboveStep(float* d_x, size_t n, const Accumulate* acc, float threshold,
+                             uint32_t index_base, uint32_t* d_idx, float* d_val, size_t capacity,
+                             uint64_t* d_count, size_t* h_count, Workspace* ws,
+                             cudaStream_t stream) {
+  if (acc == nullptr) {
+    return CompactAbove(d_x, n, threshold, index_base, d_idx, d_val, capacity, d_count, h_count, ws,
+                        stream);
+  }
+  // CompactAbove's keys: [lo, +Inf]; a NaN threshold keeps nothing.
+  uint32_t lo = 1u;
+  if (threshold != threshold) {
+    lo = detail::kInfKey + 1;
+  } else if (threshold > 0.0f) {
+    uint32_t b;
+    std::memcpy(&b, &threshold, sizeof b);
+    lo = b & 0x7fffffffu;
+  }
+  const size_t tiles = detail::NumTiles(n);
+  if (tiles > 0x7fffffffu) return cudaErrorInvalidValue;
+  detail::Carver sizing(nullptr);
+  detail::TakeCompactScratch(sizing, n);
+  sizing.Take<ull>(1);
+  GRADEX_CUDA_RETURN_IF_ERROR(ws->Reserve(sizing.bytes()));
+  detail::Carver c(static_cast<char*>(ws->data()));
+  const detail::CompactScratch cs = detail::TakeCompactScratch(c, n);
+  ull* own = c.Take<ull>(1);
+  ull* count = d_count ? reinterpret_cast<ull*>(d_count) : own;
+  if (n == 0) {
+    GRADEX_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(count, 0, sizeof(ull), stream));
+    return detail::FinishCount(reinterpret_cast<uint64_t*>(count), h_count, stream);
+  }
+  const detail::DevAcc dacc{acc->grad, acc->velocity, acc->momentum};
+  const unsigned grid = static_cast<unsigned>(tiles);
+  detail::AccumulateCountKernel<true>
+      <<<grid, detail::kThreads, 0, stream>>>(d_x, n, dacc, lo, cs.tile_counts);
+  detail::ScanTilesKernel<<<1, detail::kScanThreads, 0, stream>>>(cs.tile_counts, cs.tile_offsets,
+                                                                  tiles, nullptr, count);
+  detail::ScatterTilesKernel<<<grid, detail::kThreads, 0, stream>>>(
+      detail::RangeClassify{d_x, lo, detail::kInfKey},
+      detail::PairWriter{d_x, index_base, d_idx, d_val}, n, cs.tile_offsets, nullptr, capacity);
+  GRADEX_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return detail::FinishCount(reinterpret_cast<uint64_t*>(count), h_count, stream);
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -290,6 +291,45 @@ SparseVec RandomRun(size_t universe, uint32_t every, uint32_t seed) {
     }
   }
   return s;
+}
+
+// Ok-Topk's fused local compaction: the GPU's accumulated x, velocity,
+// entries and full count equal the CPU twin's for every distribution and
+// kind of threshold; a capacity below the count writes a prefix.
+TEST(CudaCompactAboveStep, MatchesCpuBitwise) {
+  SKIP_WITHOUT_DEVICE();
+  cuda::Workspace ws;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (Dist d : AllDists()) {
+    for (size_t n : {size_t{1}, size_t{4097}, size_t{300007}}) {
+      const std::vector<float> x0 = Make(d, n, 70), g = Make(d, n, 71), u0 = Make(d, n, 72);
+      for (float t : {-1.0f, 0.0f, nan, 0.5f, 3.0f, inf}) {
+        for (bool momentum : {false, true}) {
+          const std::string w =
+              Where(d, n, 0) + " t=" + std::to_string(t) + (momentum ? " momentum" : "");
+          std::vector<float> x = x0, u = u0;
+          Accumulate ca{g.data(), momentum ? u.data() : nullptr, 0.9f};
+          SparseVec want;
+          const size_t want_count = CompactAboveStep(x.data(), n, &ca, t, 2, n, &want);
+          DeviceVec<float> dx(x0), du(u0), dg(g);
+          DeviceVec<uint32_t> di(std::max<size_t>(1, n));
+          DeviceVec<float> dv(std::max<size_t>(1, n));
+          ASSERT_CUDA(dx.error());
+          Accumulate ga{dg.get(), momentum ? du.get() : nullptr, 0.9f};
+          size_t count = 0;
+          ASSERT_CUDA(cuda::CompactAboveStep(dx.get(), n, &ga, t, 2, di.get(), dv.get(), n, nullptr,
+                                             &count, &ws, 0));
+          ASSERT_EQ(count, want_count) << w;
+          ASSERT_TRUE(SameBits(Coo(di.Host(count), dv.Host(count)), want)) << w;
+          ASSERT_TRUE(SameFloats(dx.Host(n), x)) << w;
+          if (momentum) {
+            ASSERT_TRUE(SameFloats(du.Host(n), u)) << w;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(CudaCoo, MergeAddMatchesCpuBitwise) {
