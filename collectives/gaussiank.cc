@@ -50,6 +50,16 @@ struct Fit {
   double mean = 0, sd = 0;
 };
 
+// Mean and sample standard deviation from the sums of the values and their
+// squares over m values.
+Fit FitFromSums(double s, double q, size_t m) {
+  Fit f;
+  if (m == 0) return f;
+  f.mean = s / m;
+  if (m > 1) f.sd = std::sqrt(std::max(0.0, (q - s * f.mean) / (m - 1)));
+  return f;
+}
+
 // Mean and sample standard deviation of the finite values in one pass with
 // independent accumulators; the non-finite test only runs when the sums say
 // there is something to skip.
@@ -72,11 +82,44 @@ Fit FitNormal(std::span<const float> x) {
   size_t m = 0;
   sums(false, &s, &q, &m);
   if (!std::isfinite(s) || !std::isfinite(q)) sums(true, &s, &q, &m);
-  Fit f;
-  if (m == 0) return f;
-  f.mean = s / m;
-  if (m > 1) f.sd = std::sqrt(std::max(0.0, (q - s * f.mean) / (m - 1)));
-  return f;
+  return FitFromSums(s, q, m);
+}
+
+// FitNormal of gradient + residual, with the gradient (and the momentum
+// correction) added in the same pass when it is still due: the same sums in
+// the same order, so the same fit. Sums that are finite mean every value is
+// (a square of a float stays far below the double range), so the non-finite
+// count the frame needs is 0 then, and counted exactly otherwise.
+Fit FitAccumulating(LocalInput& in) {
+  const kernels::Accumulate* a = in.pending();
+  const std::span<float> x = in.target();
+  if (a == nullptr) return FitNormal(x);
+  const float* g = a->grad;
+  float* u = a->velocity;
+  const float mo = a->momentum;
+  double s4[4] = {0, 0, 0, 0}, q4[4] = {0, 0, 0, 0};
+  for (size_t i = 0; i < x.size(); ++i) {
+    float add = g[i];
+    if (u != nullptr) {
+      add = u[i] * mo + add;  // built with -ffp-contract=off, as the kernels
+      u[i] = add;
+    }
+    const float f = x[i] + add;
+    x[i] = f;
+    const double v = f;
+    s4[i & 3] += v;
+    q4[i & 3] += v * v;
+  }
+  const double s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+  const double q = (q4[0] + q4[1]) + (q4[2] + q4[3]);
+  if (std::isfinite(s) && std::isfinite(q)) {
+    in.Fused(0);
+    return FitFromSums(s, q, x.size());
+  }
+  size_t nonfinite = 0;
+  for (float v : x) nonfinite += std::isfinite(v) ? 0 : 1;
+  in.Fused(nonfinite);
+  return FitNormal(x);
 }
 
 class GaussianK final : public GatherSumAlgorithm {
@@ -101,22 +144,25 @@ class GaussianK final : public GatherSumAlgorithm {
 
   void Select(LocalInput& in, const AllreduceOptions& options, ResidualLedger& ledger,
               CallStats* stats, kernels::SparseVec* out) override {
-    const std::span<float> acc = in.Accumulated();  // the fit reads all of it first
     PhaseTimer t(&stats->phases.selection_s);
-    SelectAbove(acc, options, out);
+    SelectAbove(in, options, out);
     ledger.Selected(*out);
   }
 
  private:
-  void SelectAbove(std::span<float> acc, const AllreduceOptions& options, kernels::SparseVec* out) {
-    const size_t n = acc.size(), k = KeepCount(options.density, n);
+  void SelectAbove(LocalInput& in, const AllreduceOptions& options, kernels::SparseVec* out) {
+    const size_t n = in.size(), k = KeepCount(options.density, n);
     const size_t cap = Capacity(n, options), want = (3 * k + 3) / 4;
     if (k >= n) {  // the quantile is 0: every nonzero
+      const std::span<float> acc = in.Accumulated();
       kernels::CompactAbove(acc.data(), n, 0.0f, 0, out);
       for (uint32_t i : out->idx) acc[i] = 0.0f;
       return;
     }
-    const Fit fit = FitNormal(acc);
+    // The fit's pass adds the gradient (one read and write of the bucket
+    // fewer); every later pass reads the sum.
+    const Fit fit = FitAccumulating(in);
+    const std::span<float> acc = in.Accumulated();  // done by now: a no-op
     float threshold =
         static_cast<float>(std::fabs(fit.mean) + fit.sd * TwoSidedNormalQuantile(options.density));
     size_t count = CountAbove(acc.data(), n, threshold);
