@@ -50,7 +50,8 @@ struct StepResult {
 };
 
 inline StepResult RunStep(Client& c, int rank, int step,
-                          const std::vector<std::vector<uint64_t>>& layout) {
+                          const std::vector<std::vector<uint64_t>>& layout,
+                          Memory memory = Memory::kHost) {
   std::vector<std::vector<float>> data(layout.size());
   std::vector<std::future<absl::Status>> done;
   for (size_t b = 0; b < layout.size(); ++b) {
@@ -62,7 +63,7 @@ inline StepResult RunStep(Client& c, int rank, int step,
     }
     auto p = std::make_shared<std::promise<absl::Status>>();
     done.push_back(p->get_future());
-    c.AllreduceAsync(spans, data[b], Memory::kHost, b + 1 == layout.size(),
+    c.AllreduceAsync(spans, data[b], memory, b + 1 == layout.size(),
                      [p](absl::Status s) { p->set_value(s); });
   }
   StepResult r;
