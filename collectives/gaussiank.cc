@@ -36,7 +36,7 @@ double TwoSidedNormalQuantile(double q) {
 // Entries CompactAbove(x, n, threshold) would keep: |x| >= threshold, x != 0,
 // not NaN (the same magnitude-key comparison).
 size_t CountAbove(const float* x, size_t n, float threshold) {
-  const uint32_t lo = threshold > 0.0f ? kernels::MagnitudeKey(threshold) : 1u;
+  const uint32_t lo = kernels::CompactAboveKey(threshold);
   constexpr uint32_t kInfKey = 0x7f800000u;
   size_t c = 0;
   for (size_t i = 0; i < n; ++i) {

@@ -94,10 +94,8 @@ bool Overlaps(const void* p, size_t bytes, const void* q, size_t qbytes) {
 
 size_t CompactAbove(const float* x, size_t n, float threshold, uint32_t index_base,
                     SparseVec* out) {
-  if (std::isnan(threshold)) return 0;
-  // |x| >= threshold over keys; threshold <= 0 means every nonzero.
-  const uint32_t lo = threshold > 0.0f ? MagnitudeKey(threshold) : 1u;
-  if (lo > kInfKey) return 0;
+  const uint32_t lo = CompactAboveKey(threshold);
+  if (lo > kInfKey) return 0;  // a NaN threshold
   return AppendKeyRange(x, n, lo, kInfKey, index_base, out);
 }
 

@@ -35,6 +35,16 @@ inline uint32_t MagnitudeKey(float x) {
   return b & 0x7fffffffu;
 }
 
+// The smallest magnitude key CompactAbove(x, n, threshold) keeps, for the
+// CPU and CUDA compactions alike: |x| >= threshold is key(x) >= key(threshold)
+// for every non-NaN x; a threshold <= 0 keeps every nonzero (key >= 1); a
+// NaN threshold keeps nothing (the first NaN key, above +Inf's, which no kept
+// key reaches: NaN entries are never kept).
+inline uint32_t CompactAboveKey(float threshold) {
+  if (threshold != threshold) return 0x7f800001u;
+  return threshold > 0.0f ? MagnitudeKey(threshold) : 1u;
+}
+
 // The selection rule every top-k in gradex follows, so that CPU and CUDA and
 // every rank agree bit for bit: keep the min(k, nonzeros) entries of largest
 // magnitude; zeros are never selected; among equal magnitudes the lower index

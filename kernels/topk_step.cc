@@ -165,13 +165,9 @@ size_t CompactAboveStep(float* x, size_t n, const Accumulate* acc, float thresho
                         uint32_t index_base, size_t cap, SparseVec* out, size_t* nonfinite) {
   size_t* count_bad = acc != nullptr ? nonfinite : nullptr;
   if (n == 0) return 0;
-  if (threshold != threshold) {  // NaN: nothing passes
-    if (acc != nullptr) AccumulateInto(x, n, *acc);
-    if (count_bad != nullptr) *count_bad += internal::CountKeyRange(x, n, kInfKey, 0x7fffffffu);
-    return 0;
-  }
-  // |x| >= t is key(x) >= key(t) for every non-NaN x; zeros have key 0.
-  const uint32_t lo = threshold > 0.0f ? std::max<uint32_t>(1, MagnitudeKey(threshold)) : 1u;
+  // A NaN threshold's key is above kInfKey: the range is empty, and the pass
+  // still accumulates and counts.
+  const uint32_t lo = CompactAboveKey(threshold);
   const size_t old = out->idx.size();
   out->idx.resize(old + cap + kCompactSlack);
   out->val.resize(old + cap + kCompactSlack);

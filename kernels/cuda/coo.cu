@@ -1,7 +1,5 @@
 // COO operations on the GPU: merge-add of sorted runs, scatter-add,
 // dense <-> sparse, compaction above a threshold.
-#include <cmath>
-#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/sparse_cuda.h"
@@ -162,16 +160,8 @@ cudaError_t SparseToDense(const uint32_t* d_idx, const float* d_val, size_t nnz,
 cudaError_t CompactAbove(const float* d_x, size_t n, float threshold, uint32_t index_base,
                          uint32_t* d_idx, float* d_val, size_t capacity, uint64_t* d_count,
                          size_t* h_count, Workspace* ws, cudaStream_t stream) {
-  uint32_t lo = 1u;  // threshold <= 0: every nonzero
-  if (std::isnan(threshold)) {
-    lo = detail::kInfKey + 1;  // nothing: keys above +Inf are NaNs, excluded by hi
-  } else if (threshold > 0.0f) {
-    uint32_t b;
-    std::memcpy(&b, &threshold, sizeof b);
-    lo = b & 0x7fffffffu;
-  }
-  return detail::CompactRange(d_x, n, lo, detail::kInfKey, index_base, d_idx, d_val, capacity,
-                              d_count, h_count, ws, stream);
+  return detail::CompactRange(d_x, n, CompactAboveKey(threshold), detail::kInfKey, index_base,
+                              d_idx, d_val, capacity, d_count, h_count, ws, stream);
 }
 
 }  // namespace gradex::kernels::cuda

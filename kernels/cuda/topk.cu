@@ -12,7 +12,6 @@
 // floor, a second writes them in index order; the exact select then runs on
 // those candidates alone. It reads the candidate count on the host (one
 // synchronisation) to choose between that and the full select.
-#include <cstring>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -398,6 +397,29 @@ ReuseScratch TakeReuseScratch(Carver& c, size_t n, size_t cap) {
   return r;
 }
 
+// The ordered compaction of the keys in [lo, +Inf] of x into idx/val (up to
+// capacity; the full count to *count), with `acc` (may be null) accumulated
+// into x by its count pass: the reuse gather of SelectTopKStep and
+// CompactAboveStep.
+cudaError_t AccumulateCompactRange(float* x, size_t n, const DevAcc* acc, uint32_t lo,
+                                   uint32_t index_base, uint32_t* idx, float* val, size_t capacity,
+                                   const CompactScratch& cs, ull* count, cudaStream_t stream) {
+  const size_t tiles = NumTiles(n);
+  if (tiles > 0x7fffffffu) return cudaErrorInvalidValue;
+  const unsigned grid = static_cast<unsigned>(tiles);
+  if (acc != nullptr) {
+    AccumulateCountKernel<true><<<grid, kThreads, 0, stream>>>(x, n, *acc, lo, cs.tile_counts);
+  } else {
+    AccumulateCountKernel<false><<<grid, kThreads, 0, stream>>>(x, n, DevAcc{}, lo, cs.tile_counts);
+  }
+  ScanTilesKernel<<<1, kScanThreads, 0, stream>>>(cs.tile_counts, cs.tile_offsets, tiles, nullptr,
+                                                  count);
+  ScatterTilesKernel<<<grid, kThreads, 0, stream>>>(RangeClassify{x, lo, kInfKey},
+                                                    PairWriter{x, index_base, idx, val}, n,
+                                                    cs.tile_offsets, nullptr, capacity);
+  return cudaGetLastError();
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -522,29 +544,15 @@ cudaError_t SelectTopKStep(float* d_x, size_t n, size_t k, uint32_t index_base,
     if (reuse->last_key != 0 && k < n) {
       tried = true;
       const size_t cap = ReuseCandidateCap(k, n);
-      const size_t tiles = detail::NumTiles(n);
-      if (tiles > 0x7fffffffu) return cudaErrorInvalidValue;
       detail::Carver sizing(nullptr);
       detail::TakeReuseScratch(sizing, n, cap);
       GRADEX_CUDA_RETURN_IF_ERROR(ws->Reserve(sizing.bytes()));
       detail::Carver c(static_cast<char*>(ws->data()));
       const detail::ReuseScratch r = detail::TakeReuseScratch(c, n, cap);
-      const uint32_t floor = ReuseFloor(*reuse);
-      const unsigned grid = static_cast<unsigned>(tiles);
-      if (pacc != nullptr) {
-        detail::AccumulateCountKernel<true>
-            <<<grid, detail::kThreads, 0, stream>>>(d_x, n, dacc, floor, r.tiles.tile_counts);
-      } else {
-        detail::AccumulateCountKernel<false>
-            <<<grid, detail::kThreads, 0, stream>>>(d_x, n, DevAcc{}, floor, r.tiles.tile_counts);
-      }
+      GRADEX_CUDA_RETURN_IF_ERROR(detail::AccumulateCompactRange(d_x, n, pacc, ReuseFloor(*reuse),
+                                                                 index_base, r.ci, r.cv, cap,
+                                                                 r.tiles, r.gathered, stream));
       pacc = nullptr;  // x holds the sum now
-      detail::ScanTilesKernel<<<1, detail::kScanThreads, 0, stream>>>(
-          r.tiles.tile_counts, r.tiles.tile_offsets, tiles, nullptr, r.gathered);
-      detail::ScatterTilesKernel<<<grid, detail::kThreads, 0, stream>>>(
-          detail::RangeClassify{d_x, floor, detail::kInfKey},
-          detail::PairWriter{d_x, index_base, r.ci, r.cv}, n, r.tiles.tile_offsets, nullptr, cap);
-      GRADEX_CUDA_RETURN_IF_ERROR(cudaGetLastError());
       uint64_t m = 0;
       GRADEX_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(&m, r.gathered, sizeof m, cudaMemcpyDeviceToHost, stream));
@@ -596,17 +604,6 @@ cudaError_t CompactAboveStep(float* d_x, size_t n, const Accumulate* acc, float 
     return CompactAbove(d_x, n, threshold, index_base, d_idx, d_val, capacity, d_count, h_count, ws,
                         stream);
   }
-  // CompactAbove's keys: [lo, +Inf]; a NaN threshold keeps nothing.
-  uint32_t lo = 1u;
-  if (threshold != threshold) {
-    lo = detail::kInfKey + 1;
-  } else if (threshold > 0.0f) {
-    uint32_t b;
-    std::memcpy(&b, &threshold, sizeof b);
-    lo = b & 0x7fffffffu;
-  }
-  const size_t tiles = detail::NumTiles(n);
-  if (tiles > 0x7fffffffu) return cudaErrorInvalidValue;
   detail::Carver sizing(nullptr);
   detail::TakeCompactScratch(sizing, n);
   sizing.Take<ull>(1);
@@ -617,18 +614,12 @@ cudaError_t CompactAboveStep(float* d_x, size_t n, const Accumulate* acc, float 
   ull* count = d_count ? reinterpret_cast<ull*>(d_count) : own;
   if (n == 0) {
     GRADEX_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(count, 0, sizeof(ull), stream));
-    return detail::FinishCount(reinterpret_cast<uint64_t*>(count), h_count, stream);
+  } else {
+    const detail::DevAcc dacc{acc->grad, acc->velocity, acc->momentum};
+    GRADEX_CUDA_RETURN_IF_ERROR(
+        detail::AccumulateCompactRange(d_x, n, &dacc, CompactAboveKey(threshold), index_base, d_idx,
+                                       d_val, capacity, cs, count, stream));
   }
-  const detail::DevAcc dacc{acc->grad, acc->velocity, acc->momentum};
-  const unsigned grid = static_cast<unsigned>(tiles);
-  detail::AccumulateCountKernel<true>
-      <<<grid, detail::kThreads, 0, stream>>>(d_x, n, dacc, lo, cs.tile_counts);
-  detail::ScanTilesKernel<<<1, detail::kScanThreads, 0, stream>>>(cs.tile_counts, cs.tile_offsets,
-                                                                  tiles, nullptr, count);
-  detail::ScatterTilesKernel<<<grid, detail::kThreads, 0, stream>>>(
-      detail::RangeClassify{d_x, lo, detail::kInfKey},
-      detail::PairWriter{d_x, index_base, d_idx, d_val}, n, cs.tile_offsets, nullptr, capacity);
-  GRADEX_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return detail::FinishCount(reinterpret_cast<uint64_t*>(count), h_count, stream);
 }
 
