@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/phase_timer.h"
 #include "collectives/residual_ledger.h"
-#include "kernels/topk_step.h"
 
 namespace gradex {
 
@@ -43,12 +42,15 @@ size_t AccumulateIntoResidual(std::span<const float> grad, std::span<float> resi
 size_t AccumulateIntoResidual(std::span<const float> grad, std::span<float> residual,
                               std::span<float> velocity, float momentum) {
   if (velocity.empty()) return AccumulateIntoResidual(grad, residual);
-  // The kernels' loop (built with -ffp-contract=off), so that the unfused
-  // and the fused forms give the same bits.
-  kernels::AccumulateInto(residual.data(), residual.size(),
-                          kernels::Accumulate{grad.data(), velocity.data(), momentum});
+  // Each operation rounded as the fused kernels round it (this file is built
+  // with -ffp-contract=off), counting in the same pass.
   size_t nonfinite = 0;
-  for (float v : residual) nonfinite += !std::isfinite(v);
+  for (size_t i = 0; i < grad.size(); ++i) {
+    const float u = velocity[i] * momentum + grad[i];
+    velocity[i] = u;
+    residual[i] += u;
+    nonfinite += !std::isfinite(residual[i]);
+  }
   return nonfinite;
 }
 
@@ -132,7 +134,7 @@ struct SparseAllreduce::Pending {
   LocalInput input;
   Pending(std::span<const float> grad, std::span<float> acc, std::span<float> velocity,
           float momentum)
-      : ledger(acc), input(grad, acc, /*accumulated=*/false, &stats.phases, velocity, momentum) {}
+      : ledger(acc), input(grad, acc, &stats.phases, velocity, momentum) {}
 };
 
 SparseAllreduce::SparseAllreduce() = default;

@@ -18,20 +18,19 @@ struct PhaseTimes;
 
 class LocalInput {
  public:
-  // `accumulated`: acc already holds grad + residual (COVAP's decaying frame
-  // adds it itself). `times` gets the unfused accumulation as reduction.
-  // `velocity` (may be empty) and `momentum`: DGC's momentum correction,
-  // velocity = velocity * momentum + grad, then acc += velocity.
-  LocalInput(std::span<const float> grad, std::span<float> acc, bool accumulated, PhaseTimes* times,
+  // `times` gets the unfused accumulation as reduction. `velocity` (may be
+  // empty) and `momentum`: DGC's momentum correction, velocity = velocity *
+  // momentum + grad, then acc += velocity. A frame that adds the gradient
+  // itself (COVAP's decaying one) reports it with Fused().
+  LocalInput(std::span<const float> grad, std::span<float> acc, PhaseTimes* times,
              std::span<float> velocity = {}, float momentum = 0)
-      : grad_(grad), acc_(acc), velocity_(velocity), accumulated_(accumulated), times_(times) {
+      : grad_(grad), acc_(acc), velocity_(velocity), times_(times) {
     pending_.grad = grad.data();
     pending_.velocity = velocity.empty() ? nullptr : velocity.data();
     pending_.momentum = momentum;
   }
 
   size_t size() const { return acc_.size(); }
-  bool accumulated() const { return accumulated_; }
   // Non-finite entries of acc right after the accumulation (the call frame's
   // residual rule); 0 until accumulated.
   size_t nonfinite() const { return nonfinite_; }
@@ -55,7 +54,7 @@ class LocalInput {
   std::span<const float> grad_;
   std::span<float> acc_;
   std::span<float> velocity_;
-  bool accumulated_;
+  bool accumulated_ = false;
   PhaseTimes* times_;
   kernels::Accumulate pending_;
   size_t nonfinite_ = 0;

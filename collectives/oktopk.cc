@@ -72,6 +72,10 @@ class OkTopk final : public SparseAllreduce {
   void AfterFailure() override { Reset(); }
 
  private:
+  // Both selections are exact every τ' steps (and reuse thresholds between).
+  bool ExactDue(const CallContext& ctx, const AllreduceOptions& options) const {
+    return ctx.training_step % static_cast<uint64_t>(Param(options, "oktopk_tau_prime")) == 0;
+  }
   void Reset() {
     bounds_.clear();
     local_ctl_.Reset();
@@ -107,8 +111,7 @@ absl::Status OkTopk::LocalSelection(const CallContext& ctx, const AllreduceOptio
     epoch_ = ctx.epoch;
   }
   const size_t k = KeepCount(options.density, in.size());
-  const bool refresh =
-      ctx.training_step % static_cast<uint64_t>(Param(options, "oktopk_tau_prime")) == 0;
+  const bool refresh = ExactDue(ctx, options);
   // The selected values leave the residual (the ledger puts back those the
   // global selection does not deliver).
   PhaseTimer t(&stats->phases.selection_s);
@@ -126,8 +129,7 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   const size_t n = acc.size();
   const size_t k = KeepCount(options.density, n);
   const bool keep_all = k >= n;
-  const bool refresh =
-      ctx.training_step % static_cast<uint64_t>(Param(options, "oktopk_tau_prime")) == 0;
+  const bool refresh = ExactDue(ctx, options);
   const size_t local_cap =
       keep_all || rule_ == ThresholdRule::kAuthors ? n : std::min(n, BandHigh(k));
   PhaseTimes* times = &stats->phases;

@@ -259,10 +259,6 @@ class Agent {
   // `s` with the peer this rank timed out waiting for (since `since`) named.
   absl::Status NameWait(absl::Status s, Clock::time_point since) const;
   void Report(uint64_t step);
-  // The step's error, named for a bucket kept in its residual.
-  absl::Status KeptError(uint32_t bucket) const;
-  // A bucket of a failed step: its gradient joins its residual.
-  absl::Status Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const;
   // A planned bucket of a failed step: its gradient joins its residual
   // (however far it got), and the step's error, named for it, is returned.
   absl::Status KeepCall(BucketCall* call) const;

@@ -52,33 +52,16 @@ absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, u
   return held.get();
 }
 
-absl::Status Agent::KeptError(uint32_t bucket) const {
+absl::Status Agent::KeepCall(BucketCall* call) const {
+  // A fresh call's gradient joins its residual, a prepared one's comes back
+  // (grad + old residual again); a kept or done one holds already.
+  if (call->state == BucketCall::State::kFresh || call->state == BucketCall::State::kPrepared) {
+    AbandonBucket(call);
+  }
   return absl::Status(
       step_status_.code(),
-      absl::StrCat("step ", next_step_, " bucket ", bucket,
+      absl::StrCat("step ", next_step_, " bucket ", call->bucket,
                    " not exchanged (kept in its residual) after: ", step_status_.message()));
-}
-
-absl::Status Agent::Keep(uint32_t bucket, std::span<const float> grad, BucketSlot* slot) const {
-  (void)AccumulateIntoResidual(grad, slot->residual);
-  return KeptError(bucket);
-}
-
-absl::Status Agent::KeepCall(BucketCall* call) const {
-  switch (call->state) {
-    case BucketCall::State::kPrepared:
-      AbandonBucket(call);  // grad + old residual again
-      return KeptError(call->bucket);
-    case BucketCall::State::kKept:
-    case BucketCall::State::kDone:
-      return KeptError(call->bucket);
-    case BucketCall::State::kFresh:
-      call->state = BucketCall::State::kKept;
-      (void)AccumulateIntoResidual(call->grad, call->slot->residual, call->velocity,
-                                   call->momentum);
-      return KeptError(call->bucket);
-  }
-  return step_status_;
 }
 
 void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
