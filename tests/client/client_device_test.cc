@@ -201,13 +201,7 @@ TEST_P(DeviceBucketsTest, GiveTheBitsOfHostBuckets) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, DeviceBucketsTest, ::testing::ValuesIn(AllreduceNames()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) {
-                             if (c == '-') c = '_';
-                           }
-                           return n;
-                         });
+                         gradex::testing::AlgorithmTestName);
 
 TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
   absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(OneRank());

@@ -224,13 +224,7 @@ TEST_P(CallHalvesTest, AMismatchedVelocityOrMomentumIsRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, CallHalvesTest, ::testing::ValuesIn(AllreduceNames()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) {
-                             if (c == '-') c = '_';
-                           }
-                           return n;
-                         });
+                         AlgorithmTestName);
 
 }  // namespace
 }  // namespace gradex::testing

@@ -138,12 +138,6 @@ TEST_P(AbsentPeerTest, TimesOutAtDeadline) {
   EXPECT_LT(Seconds(start), 2.0);
 }
 
-std::string Name(const std::string& algo) {
-  std::string s = algo;
-  for (char& ch : s) ch = ch == '-' ? '_' : ch;
-  return s;
-}
-
 std::vector<Param> Params() {
   std::vector<Param> out;
   for (Fabric f : kAllFabrics) {
@@ -153,10 +147,10 @@ std::vector<Param> Params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, DeadPeerTest, ::testing::ValuesIn(Params()), [](const auto& info) {
-  return FabricName(info.param.fabric) + "_" + Name(info.param.algo);
+  return FabricName(info.param.fabric) + "_" + TestName(info.param.algo);
 });
 INSTANTIATE_TEST_SUITE_P(Loopback, AbsentPeerTest, ::testing::ValuesIn(AllreduceNames()),
-                         [](const auto& info) { return Name(info.param); });
+                         AlgorithmTestName);
 
 }  // namespace
 }  // namespace gradex::testing

@@ -5,6 +5,8 @@
 #ifndef GRADEX_TESTS_COLLECTIVES_HARNESS_H_
 #define GRADEX_TESTS_COLLECTIVES_HARNESS_H_
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,6 +37,17 @@ inline constexpr Fabric kAllFabrics[] = {Fabric::kLoopback, Fabric::kSim, Fabric
 // Runs fn(rank, transport) on P threads of one world of `fabric`. Every rank's
 // transport exists (UCX: is wired up) before any fn starts, and lives until
 // every fn has returned.
+// An algorithm's catalog name as a test name ('-' as '_': gtest names take
+// letters, digits and '_' only), and the same for a test parameter that is
+// the name itself.
+inline std::string TestName(std::string algorithm) {
+  for (char& c : algorithm) c = c == '-' ? '_' : c;
+  return algorithm;
+}
+inline std::string AlgorithmTestName(const ::testing::TestParamInfo<std::string>& info) {
+  return TestName(info.param);
+}
+
 std::vector<absl::Status> RunRanks(int world,
                                    const std::function<absl::Status(int, Transport&)>& fn,
                                    Fabric fabric = Fabric::kLoopback);

@@ -243,11 +243,7 @@ std::vector<Param> Params(Fabric fabric) {
   return out;
 }
 
-std::string Name(const ::testing::TestParamInfo<Param>& info) {
-  std::string s = info.param.algo;
-  for (char& ch : s) ch = ch == '-' ? '_' : ch;
-  return s;
-}
+std::string Name(const ::testing::TestParamInfo<Param>& info) { return TestName(info.param.algo); }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, InvariantsTest, ::testing::ValuesIn(Params(Fabric::kLoopback)),
                          Name);

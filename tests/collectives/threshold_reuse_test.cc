@@ -66,13 +66,7 @@ TEST_P(ThresholdReuseTest, SameBitsWithAndWithoutReuse) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, ThresholdReuseTest, ::testing::ValuesIn(AllreduceNames()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) {
-                             if (c == '-') c = '_';
-                           }
-                           return n;
-                         });
+                         AlgorithmTestName);
 
 }  // namespace
 }  // namespace gradex::testing
