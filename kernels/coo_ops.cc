@@ -173,6 +173,28 @@ size_t FirstNonFinite(const float* x, size_t n) {
   return n;
 }
 
+size_t ZeroNonFinite(float* x, size_t n, size_t* first) {
+  const size_t at = FirstNonFinite(x, n);
+  if (first != nullptr) *first = at;
+  size_t count = 0;
+  for (size_t i = at; i < n; ++i) {
+    if (std::isfinite(x[i])) continue;
+    x[i] = 0.0f;
+    ++count;
+  }
+  return count;
+}
+
+void ZeroAt(const uint32_t* idx, size_t nnz, uint32_t index_base, float* x) {
+  for (size_t i = 0; i < nnz; ++i) x[idx[i] - index_base] = 0.0f;
+}
+
+double SumOfSquares(const float* x, size_t n) {
+  double sq = 0;
+  for (size_t i = 0; i < n; ++i) sq += static_cast<double>(x[i]) * x[i];
+  return sq;
+}
+
 bool IsSortedUniqueInRange(const uint32_t* idx, size_t nnz, uint32_t lo, uint32_t hi) {
   if (nnz == 0) return true;
   if (idx[0] < lo || idx[nnz - 1] >= hi) return false;

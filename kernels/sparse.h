@@ -115,6 +115,17 @@ bool IsSortedUniqueInRange(const uint32_t* idx, size_t nnz, uint32_t lo, uint32_
 // the search only when one is there.
 size_t FirstNonFinite(const float* x, size_t n);
 
+// Sets x's NaN and infinite entries to 0 and returns their count; *first
+// (may be null) gets the first one's index, n when there is none.
+size_t ZeroNonFinite(float* x, size_t n, size_t* first);
+
+// x[idx[i] - index_base] = 0 for every i < nnz (DGC's factor masking of the
+// entries a result applied).
+void ZeroAt(const uint32_t* idx, size_t nnz, uint32_t index_base, float* x);
+
+// The sum of x's squares, accumulated in double in index order.
+double SumOfSquares(const float* x, size_t n);
+
 }  // namespace gradex::kernels
 
 #endif  // GRADEX_KERNELS_SPARSE_H_
