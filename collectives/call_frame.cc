@@ -59,16 +59,20 @@ namespace {
 // After a successful exchange: resets the residual's non-finite entries
 // (what the call left unsent) to 0 and reports how many and the first in
 // `stats`' details.
-void ResetLeftNonFinite(std::span<float> residual, CallStats* stats) {
+absl::Status ResetLeftNonFinite(std::span<float> residual, ResidualMemory* memory,
+                                CallStats* stats) {
   size_t left = 0, first = residual.size();
-  for (size_t i = 0; i < residual.size(); ++i) {
-    if (std::isfinite(residual[i])) continue;
-    if (left++ == 0) first = i;
-    residual[i] = 0.0f;
+  if (memory == nullptr) {
+    left = kernels::ZeroNonFinite(residual.data(), residual.size(), &first);
+  } else {
+    absl::StatusOr<size_t> n = memory->ZeroNonFinite(residual, &first);
+    if (!n.ok()) return n.status();
+    left = *n;
   }
-  if (left == 0) return;
+  if (left == 0) return absl::OkStatus();
   stats->details["residual_nonfinite"] = static_cast<double>(left);
   stats->details["residual_nonfinite_first"] = static_cast<double>(first);
+  return absl::OkStatus();
 }
 
 // The first element of the result that is NaN or infinite (SIZE_MAX: none).
@@ -89,7 +93,14 @@ absl::Status Overflowed(size_t element) {
 }
 
 // `s` with this rank's largest contribution (|residual|, restored) named.
-absl::Status NameLargest(absl::Status s, std::span<const float> residual) {
+absl::Status NameLargest(absl::Status s, std::span<const float> residual, ResidualMemory* memory) {
+  std::vector<float> copy;
+  if (memory != nullptr) {
+    // An error path: the whole residual comes to the host once.
+    copy.resize(residual.size());
+    if (!memory->CopyToHost(residual, copy).ok()) return s;
+    residual = copy;
+  }
   size_t at = 0;
   float largest = 0;
   for (size_t i = 0; i < residual.size(); ++i) {
@@ -126,6 +137,7 @@ struct SparseAllreduce::Pending {
   std::span<const float> grad;
   std::span<float> residual;
   ResidualLedger ledger;
+  ResidualMemory* memory = nullptr;  // where grad, residual and velocity live (null: host)
   bool decays = false;
   float coefficient = 1.0f;
   CallStats stats;  // the first half's phases and details
@@ -133,8 +145,10 @@ struct SparseAllreduce::Pending {
   // after it; it counts the non-finite entries the accumulation left.
   LocalInput input;
   Pending(std::span<const float> grad, std::span<float> acc, std::span<float> velocity,
-          float momentum)
-      : ledger(acc), input(grad, acc, &stats.phases, velocity, momentum) {}
+          float momentum, ResidualMemory* memory)
+      : ledger(acc, memory),
+        memory(memory),
+        input(grad, acc, &stats.phases, velocity, momentum, memory) {}
 };
 
 SparseAllreduce::SparseAllreduce() = default;
@@ -152,7 +166,8 @@ absl::Status SparseAllreduce::Run(const CallContext& caller, const AllreduceOpti
 absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
                                           const AllreduceOptions& options,
                                           std::span<const float> grad, std::span<float> residual,
-                                          std::span<float> velocity, float momentum) {
+                                          std::span<float> velocity, float momentum,
+                                          ResidualMemory* memory) {
   if (pending_ != nullptr) {
     return absl::FailedPreconditionError("a prepared call of this algorithm is still pending");
   }
@@ -168,7 +183,7 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
     return absl::InvalidArgumentError(absl::StrCat("momentum ", momentum, " not in [0, 1)"));
   }
   if (velocity.empty()) momentum = 0.0f;
-  auto p = std::make_unique<Pending>(grad, residual, velocity, momentum);
+  auto p = std::make_unique<Pending>(grad, residual, velocity, momentum, memory);
   p->ctx = caller;
   if (p->ctx.max_message_bytes == 0) {
     p->ctx.max_message_bytes = MessageBound(grad.size(), p->ctx.transport->size());
@@ -185,6 +200,12 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   // checkable. One pass; the buffers live with the algorithm across calls.
   p->coefficient = ResidualCoefficient(p->ctx, options);
   p->decays = p->coefficient != 1.0f;
+  if (memory != nullptr && !DeviceResidual(p->ctx, options)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(std::string(name()),
+                     " cannot keep its residual outside host memory (its exchange reads "
+                     "the residual's values, or the residual decays)"));
+  }
   // The accumulation also counts non-finite entries. A NaN or Inf the call
   // sends is summed like any value (as DDP's allreduce does: loss scalers
   // skip such steps); one it leaves in the residual (a NaN, which no top-k
@@ -222,6 +243,7 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   // What the local part left (all of it: the default, or one that failed
   // before it added the gradient, which Unwind then keeps whole).
   pending_->input.Accumulated();
+  if (st.ok()) st = pending_->input.status();
   pending_->stats.total_s = std::chrono::duration<double>(Clock::now() - start).count();
   if (!st.ok()) {
     Unwind();
@@ -231,7 +253,9 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
 }
 
 void SparseAllreduce::Unwind() {
-  pending_->ledger.Restore();  // the residual holds grad + old residual again
+  // The residual holds grad + old residual again (a residual in memory that
+  // fails the scatter is lost with its device).
+  (void)pending_->ledger.Restore();
   if (pending_->decays) {
     for (size_t i = 0; i < pending_->grad.size(); ++i) {
       pending_->residual[i] = ef_prior_[i] + pending_->grad[i];
@@ -269,20 +293,30 @@ absl::Status SparseAllreduce::ExchangeCall(AllreduceResult* result, CallStats* s
   if (overflow != SIZE_MAX) st = Overflowed(overflow);
   if (!st.ok()) {
     std::span<float> residual = p.residual;
+    ResidualMemory* memory = p.memory;
     Unwind();
     // An overflow found here or before a send (CheckFramesFinite) names this
     // rank's largest contribution.
     if (overflow != SIZE_MAX || (p.ctx.refuse_nonfinite && IsSumOverflow(st))) {
-      st = NameLargest(std::move(st), residual);
+      st = NameLargest(std::move(st), residual, memory);
     }
     return st;
   }
   {
     PhaseTimer t(&stats->phases.reduction_s);
-    p.ledger.Commit();
+    absl::Status committed = p.ledger.Commit();
     // What the call sent was summed; a non-finite entry it left in the
     // residual would stay there for good (see PrepareCall).
-    if (p.input.nonfinite() > 0) ResetLeftNonFinite(p.residual, stats);
+    if (committed.ok() && p.input.nonfinite() > 0) {
+      committed = ResetLeftNonFinite(p.residual, p.memory, stats);
+    }
+    if (!committed.ok()) {
+      // Every rank has the result; this rank's residual could not take what
+      // it owes: the device memory failed.
+      pending_.reset();
+      return absl::DataLossError(
+          absl::StrCat("the call's residual update failed: ", committed.message()));
+    }
     if (p.decays) {
       result->decayed.swap(ef_decayed_);  // the caller's old buffer is reused next call
       stats->details["ef_coefficient"] = p.coefficient;

@@ -114,6 +114,11 @@ class GTopk final : public SparseAllreduce {
     return absl::OkStatus();
   }
 
+ protected:
+  // The local top-k (LocalTopK) and an exchange that reads the residual
+  // for its size: the residual may live on a device.
+  bool DeviceLocalPart() const override { return true; }
+
  private:
   static absl::Status SendTopK(Link& link, const Move& m, BlockRange range,
                                const kernels::SparseVec& v) {

@@ -9,8 +9,16 @@ namespace gradex {
 std::span<float> LocalInput::Accumulated() {
   if (!accumulated_) {
     PhaseTimer t(&times_->reduction_s);
-    nonfinite_ = AccumulateIntoResidual(grad_, acc_, velocity_, pending_.momentum);
     accumulated_ = true;
+    if (memory_ == nullptr) {
+      nonfinite_ = AccumulateIntoResidual(grad_, acc_, velocity_, pending_.momentum);
+    } else if (absl::StatusOr<size_t> n =
+                   memory_->Accumulate(grad_, acc_, velocity_, pending_.momentum);
+               n.ok()) {
+      nonfinite_ = *n;
+    } else {
+      Failed(n.status());
+    }
   }
   return acc_;
 }

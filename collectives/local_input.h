@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <span>
 
+#include "absl/status/status.h"
+#include "collectives/residual_memory.h"
 #include "kernels/topk_step.h"
 
 namespace gradex {
@@ -22,9 +24,11 @@ class LocalInput {
   // empty) and `momentum`: DGC's momentum correction, velocity = velocity *
   // momentum + grad, then acc += velocity. A frame that adds the gradient
   // itself (COVAP's decaying one) reports it with Fused().
+  // `memory` (may be null: host memory) holds grad, acc and velocity; a
+  // local part then works through it (memory()) and never reads them.
   LocalInput(std::span<const float> grad, std::span<float> acc, PhaseTimes* times,
-             std::span<float> velocity = {}, float momentum = 0)
-      : grad_(grad), acc_(acc), velocity_(velocity), times_(times) {
+             std::span<float> velocity = {}, float momentum = 0, ResidualMemory* memory = nullptr)
+      : grad_(grad), acc_(acc), velocity_(velocity), times_(times), memory_(memory) {
     pending_.grad = grad.data();
     pending_.velocity = velocity.empty() ? nullptr : velocity.data();
     pending_.momentum = momentum;
@@ -37,6 +41,14 @@ class LocalInput {
 
   // grad + residual: accumulated now (one counting pass) if nothing has yet.
   std::span<float> Accumulated();
+
+  // Where the spans live (null: host memory), and the first error an
+  // operation there met (the call fails with it).
+  ResidualMemory* memory() const { return memory_; }
+  const absl::Status& status() const { return status_; }
+  void Failed(absl::Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
 
   // For a kernel that fuses the accumulation into its first pass: the span to
   // work on and what to add into it first (null once added). The kernel
@@ -58,6 +70,8 @@ class LocalInput {
   PhaseTimes* times_;
   kernels::Accumulate pending_;
   size_t nonfinite_ = 0;
+  ResidualMemory* memory_;
+  absl::Status status_;
 };
 
 }  // namespace gradex

@@ -1,5 +1,7 @@
 #include "collectives/local_topk.h"
 
+#include <algorithm>
+
 #include "collectives/phase_timer.h"
 
 namespace gradex {
@@ -31,6 +33,18 @@ void LocalTopK::Select(LocalInput& in, size_t k, bool reuse, ResidualLedger& led
     PhaseTimer t(&stats->phases.selection_s);
     out->clear();
     if (reuse_.size() != 1) reuse_.assign(1, kernels::ThresholdReuse{});
+    if (ResidualMemory* memory = in.memory(); memory != nullptr) {
+      // Not host memory: accumulated there first (one counting pass), then
+      // selected with the same rule; only the k entries come back.
+      const std::span<float> x = in.Accumulated();
+      if (absl::Status s = memory->SelectTopK(x, k, 0, reuse ? &reuse_[0] : nullptr, out);
+          !s.ok()) {
+        in.Failed(std::move(s));
+      }
+      ledger.Selected(*out);
+      if (reuse) Report(h0, m0, stats);
+      return;
+    }
     const std::span<float> x = in.target();
     size_t nonfinite = 0;
     kernels::SelectTopKStep(x.data(), x.size(), k, 0, in.pending(), reuse ? &reuse_[0] : nullptr,
@@ -47,7 +61,24 @@ void LocalTopK::SelectBlocks(LocalInput& in, const std::vector<size_t>& bounds,
   // The fused kernel accumulates only inside the blocks.
   if (bounds.empty() || bounds.front() != 0 || bounds.back() != in.size()) in.Accumulated();
   const uint64_t h0 = hits(), m0 = misses();
-  {
+  if (ResidualMemory* memory = in.memory(); memory != nullptr) {
+    // BlockTopKStep's blocks, one selection each where the bucket lives.
+    const std::span<float> x = in.Accumulated();
+    PhaseTimer t(&stats->phases.selection_s);
+    const size_t blocks = bounds.empty() ? 0 : std::min(keeps.size(), bounds.size() - 1);
+    out->resize(blocks);
+    if (reuse) reuse_.resize(blocks);
+    for (size_t b = 0; b < blocks && in.status().ok(); ++b) {
+      kernels::SparseVec& o = (*out)[b];
+      o.clear();
+      if (bounds[b + 1] <= bounds[b]) continue;
+      absl::Status s =
+          memory->SelectTopK(x.subspan(bounds[b], bounds[b + 1] - bounds[b]), keeps[b],
+                             static_cast<uint32_t>(bounds[b]), reuse ? &reuse_[b] : nullptr, &o);
+      if (!s.ok()) in.Failed(std::move(s));
+      ledger.Selected(o);
+    }
+  } else {
     PhaseTimer t(&stats->phases.selection_s);
     const std::span<float> x = in.target();
     size_t nonfinite = 0;

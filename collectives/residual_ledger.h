@@ -9,14 +9,18 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "collectives/residual_memory.h"
 #include "kernels/sparse.h"
 
 namespace gradex {
 
 class ResidualLedger {
  public:
-  // `acc` is the residual span, which the caller has set to grad + residual.
-  explicit ResidualLedger(std::span<float> acc) : acc_(acc) {}
+  // `acc` is the residual span, which the caller has set to grad + residual;
+  // `memory` (may be null: host memory) holds it.
+  explicit ResidualLedger(std::span<float> acc, ResidualMemory* memory = nullptr)
+      : acc_(acc), memory_(memory) {}
 
   // Records (a copy of) values this rank selected out of acc and zeroed there.
   void Selected(const kernels::SparseVec& s) { selected_.push_back(s); }
@@ -24,13 +28,15 @@ class ResidualLedger {
   void Discarded(kernels::SparseVec d, float scale) {
     if (d.nnz() > 0) discarded_.emplace_back(std::move(d), scale);
   }
-  // The call succeeded: add every discard to the residual.
-  void Commit();
+  // The call succeeded: add every discard to the residual. Fails only on a
+  // residual in memory that failed the scatter.
+  absl::Status Commit();
   // The call failed: put the selected values back (acc = grad + old residual).
-  void Restore();
+  absl::Status Restore();
 
  private:
   std::span<float> acc_;
+  ResidualMemory* memory_;
   std::vector<kernels::SparseVec> selected_;
   std::vector<std::pair<kernels::SparseVec, float>> discarded_;
 };

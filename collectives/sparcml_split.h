@@ -49,6 +49,11 @@ class SparcmlSplit : public SparseAllreduce {
   virtual StreamPolicy policy() const = 0;  // of the reduce-scatter streams
   virtual GatherForm gather_form() const = 0;
 
+ protected:
+  // The local top-k (LocalTopK) and an exchange that reads the residual
+  // for its size: the residual may live on a device.
+  bool DeviceLocalPart() const override { return true; }
+
  private:
   kernels::SparseVec mine_;  // LocalSelection's top-k, handed to Exchange
   LocalTopK local_;

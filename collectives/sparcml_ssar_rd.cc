@@ -152,6 +152,11 @@ class SparcmlSsarRd final : public SparseAllreduce {
     return absl::OkStatus();
   }
 
+ protected:
+  // The local top-k (LocalTopK) and an exchange that reads the residual
+  // for its size: the residual may live on a device.
+  bool DeviceLocalPart() const override { return true; }
+
  private:
   kernels::SparseVec mine_;  // LocalSelection's top-k, handed to Exchange
   LocalTopK local_;

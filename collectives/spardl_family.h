@@ -48,6 +48,11 @@ class SparDLFamily : public SparseAllreduce {
   virtual void SyncVolume(int teams, uint32_t size, size_t keep, size_t kprime,
                           Volume* v) const = 0;
 
+ protected:
+  // The local top-k (LocalTopK) and an exchange that reads the residual
+  // for its size: the residual may live on a device.
+  bool DeviceLocalPart() const override { return true; }
+
  private:
   // LocalSelection's blocks, handed to Exchange.
   std::vector<kernels::SparseVec> held_;

@@ -19,6 +19,7 @@
 #include "catalog/catalog.h"
 #include "collectives/frame.h"
 #include "collectives/local_input.h"
+#include "collectives/residual_memory.h"
 #include "kernels/sparse.h"
 #include "transport/transport.h"
 
@@ -192,9 +193,23 @@ class SparseAllreduce {
   // `momentum` in [0, 1): DGC's momentum correction, fused into the same
   // pass: velocity = velocity * momentum + grad, and the velocity, not grad,
   // joins the residual (what a failed call keeps too).
+  // `memory` (null: host memory) holds grad, residual and velocity, which
+  // the call then never reads but through it; only for a call where
+  // DeviceResidual(ctx, options) holds (FAILED_PRECONDITION otherwise).
   absl::Status PrepareCall(const CallContext& ctx, const AllreduceOptions& options,
                            std::span<const float> grad, std::span<float> residual,
-                           std::span<float> velocity = {}, float momentum = 0);
+                           std::span<float> velocity = {}, float momentum = 0,
+                           ResidualMemory* memory = nullptr);
+  // True for an algorithm whose LocalSelection works only through LocalTopK
+  // (or LocalInput's memory) and whose Exchange reads its `acc` for the size
+  // alone, taking values out or owing them back only through the ledger.
+  virtual bool DeviceLocalPart() const { return false; }
+  // Whether a call at `options` may keep its residual in a ResidualMemory:
+  // the algorithm's local part selects through LocalTopK, its exchange reads
+  // the residual for its size alone, and the residual does not decay.
+  bool DeviceResidual(const CallContext& ctx, const AllreduceOptions& options) const {
+    return DeviceLocalPart() && ResidualCoefficient(ctx, options) == 1.0f;
+  }
   // The prepared call's schedule (its messages), then the ledger's commit or
   // restore, as Run. `stats` gets the whole call's: phases of both halves,
   // bytes of the exchange, total_s the two halves' sum (not the time the

@@ -32,6 +32,11 @@ class TopkA final : public GatherSumAlgorithm {
                   out);
   }
 
+ protected:
+  // The local top-k (LocalTopK) and an exchange that reads the residual
+  // for its size: the residual may live on a device.
+  bool DeviceLocalPart() const override { return true; }
+
  private:
   LocalTopK local_;
 };

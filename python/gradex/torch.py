@@ -224,8 +224,10 @@ class GradexState:
         seconds, residual_norm, threshold_reuse_hits/misses (local top-k
         selections that did / did not finish among the candidates of the last
         threshold: the same selection either way), and for CUDA buckets
-        device_path ("host", or "whole-bucket staging": copied whole to the
-        host and back) with the last call's device_to_host_bytes /
+        device_path ("host"; "device selection": residual on the GPU, only
+        the selected entries and the result cross PCIe; "whole-bucket
+        staging": copied whole to the host and back) with the last call's
+        device_to_host_bytes /
         host_to_device_bytes over PCIe."""
         return self.client.stats()
 

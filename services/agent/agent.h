@@ -82,6 +82,8 @@ struct StepOutcome {
 // when the epoch or the bucket's algorithm changes (their state, such as
 // B-SAG's controller or Ok-Topk's thresholds, was learnt for another P or
 // belongs to another schedule).
+struct DeviceResiduals;  // device_memory.h
+
 struct BucketSlot {
   std::vector<float> residual;  // empty: zeros of the bucket's size
   // Momentum correction's velocity u (the bucket pipeline's), laid out like
@@ -89,6 +91,10 @@ struct BucketSlot {
   // span's first step takes u = g).
   std::vector<float> velocity;
   std::vector<uint8_t> velocity_live;
+  // A device bucket's residual and velocity on its GPU (the pipeline's
+  // device path): while set they are the slot's state, and the two vectors
+  // above are stale until the pipeline copies them back.
+  std::shared_ptr<DeviceResiduals> device;
   std::unique_ptr<SparseAllreduce> algorithm;
   std::unique_ptr<SparseAllreduce> dense;  // start_iter, small buckets, probes
   uint32_t epoch = 0;                      // the epoch the objects were made for
@@ -108,6 +114,10 @@ struct BucketOutcome {
 
 // The L2 norm of a residual (accumulated in double).
 double ResidualL2(std::span<const float> residual);
+struct BucketCall;
+// The L2 norm of a planned call's residual, wherever it lives (NaN when its
+// memory failed to say).
+double CallResidualL2(const BucketCall& call);
 
 // One bucket of the open step split in three (the client's pipeline selects
 // bucket b+1 on another thread while bucket b exchanges): PlanBucket (the
@@ -122,6 +132,10 @@ struct BucketCall {
   uint32_t bucket = 0;
   BucketSlot* slot = nullptr;
   std::span<const float> grad;
+  // The residual the call works on (slot->residual, or the slot's device
+  // copy) and where grad, residual and velocity live (null: host memory).
+  std::span<float> residual;
+  ResidualMemory* memory = nullptr;
   // DGC's momentum correction left to the call (fused into its first pass
   // over the residual): velocity = velocity * momentum + grad, and the
   // velocity joins the residual. Empty: grad joins it as is.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/call_frame.h"
+#include "kernels/sparse.h"
 #include "services/agent/agent.h"
 
 namespace gradex::agent {
@@ -29,9 +30,13 @@ absl::Status NonFiniteResidual(uint32_t bucket, const CallStats& stats) {
 }
 
 double ResidualL2(std::span<const float> residual) {
-  double sq = 0;
-  for (float v : residual) sq += static_cast<double>(v) * v;
-  return std::sqrt(sq);
+  return std::sqrt(kernels::SumOfSquares(residual.data(), residual.size()));
+}
+
+double CallResidualL2(const BucketCall& call) {
+  if (call.memory == nullptr) return ResidualL2(call.residual);
+  absl::StatusOr<double> sq = call.memory->SumOfSquares(call.residual);
+  return sq.ok() ? std::sqrt(*sq) : std::nan("");
 }
 
 absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, uint32_t epoch,
@@ -69,6 +74,8 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
   call->bucket = bucket;
   call->slot = slot;
   call->grad = grad;
+  call->residual = {};
+  call->memory = nullptr;
   call->velocity = {};
   call->momentum = 0;
   call->step_buckets.assign(step_buckets.begin(), step_buckets.end());
@@ -89,6 +96,7 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
                                                           " elements, its residual holds ",
                                                           slot->residual.size())));
   }
+  call->residual = slot->residual;
   if (bucket >= kMaxStepBuckets) {
     return refuse(absl::InvalidArgumentError(
         absl::StrCat("bucket ", bucket, ": at most ", kMaxStepBuckets, " buckets a step")));
@@ -128,8 +136,8 @@ void Agent::PrepareBucket(BucketCall* call) {
     return;
   }
   const Clock::time_point start = Clock::now();
-  absl::Status s = call->schedule->PrepareCall(
-      call->ctx, call->options, call->grad, call->slot->residual, call->velocity, call->momentum);
+  absl::Status s = call->schedule->PrepareCall(call->ctx, call->options, call->grad, call->residual,
+                                               call->velocity, call->momentum, call->memory);
   call->prepare_s = Seconds(Clock::now() - start);
   if (s.ok()) {
     call->state = BucketCall::State::kPrepared;
@@ -144,7 +152,11 @@ void Agent::AbandonBucket(BucketCall* call) {
   if (call->state == BucketCall::State::kPrepared) {
     call->schedule->AbandonCall();
   } else if (call->state == BucketCall::State::kFresh) {
-    (void)AccumulateIntoResidual(call->grad, call->slot->residual, call->velocity, call->momentum);
+    if (call->memory != nullptr) {
+      (void)call->memory->Accumulate(call->grad, call->residual, call->velocity, call->momentum);
+    } else {
+      (void)AccumulateIntoResidual(call->grad, call->residual, call->velocity, call->momentum);
+    }
   }
   call->state = BucketCall::State::kKept;
 }
@@ -197,7 +209,7 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
                  std::string(NonFiniteResidual(bucket, out->stats).message()).c_str());
   }
   const int q = std::max(plan_->world() / std::max(plan_->teams, 1), 1);
-  out->residual_l2 = ResidualL2(call->slot->residual);
+  out->residual_l2 = CallResidualL2(*call);
   if (metrics_ != nullptr) {
     metrics_->ObserveCall(call->algorithm, out->stats, call->grad.size(), out->residual_l2,
                           out->result, rank_ % q);

@@ -7,22 +7,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "collectives/call_frame.h"
+#include "kernels/sparse.h"
 
 namespace gradex::agent {
 namespace {
 
 // Replaces NaN and infinite values by 0 (they are exchanged as 0) and says
 // how many there were and where the first was.
-absl::Status ZeroNonFinite(const std::vector<ParamSpan>& spans, std::span<float> data,
-                           size_t* count) {
-  size_t first = 0;
-  *count = 0;
-  for (size_t i = 0; i < data.size(); ++i) {
-    if (std::isfinite(data[i])) continue;
-    if ((*count)++ == 0) first = i;
-    data[i] = 0.0f;
-  }
-  if (*count == 0) return absl::OkStatus();
+absl::Status RefusedNonFinite(const std::vector<ParamSpan>& spans, size_t count, size_t first) {
+  if (count == 0) return absl::OkStatus();
   size_t at = 0;
   uint64_t key = 0;
   for (const ParamSpan& s : spans) {
@@ -33,8 +26,17 @@ absl::Status ZeroNonFinite(const std::vector<ParamSpan>& spans, std::span<float>
     at += s.elements;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "gradient has ", *count, " NaN or infinite values (first: span ", key, " element ",
-      first - at, "); they were exchanged as 0 and the result excludes them"));
+      "gradient has ", count, " NaN or infinite values (first: span ", key, " element ", first - at,
+      "); they were exchanged as 0 and the result excludes them"));
+}
+
+// Replaces NaN and infinite values by 0 (they are exchanged as 0) and says
+// how many there were and where the first was.
+absl::Status ZeroNonFinite(const std::vector<ParamSpan>& spans, std::span<float> data,
+                           size_t* count) {
+  size_t first = 0;
+  *count = kernels::ZeroNonFinite(data.data(), data.size(), &first);
+  return RefusedNonFinite(spans, *count, first);
 }
 
 size_t Elements(const std::vector<ParamSpan>& spans) {
@@ -144,12 +146,13 @@ void BucketPipeline::AddMomentum(const Item& item, BucketSlot* slot) const {
 void BucketPipeline::KeepUnrun(Item& item) {
   const size_t n = Elements(item.end.spans);
   if (n != item.data.size() || n == 0 || n > options_.max_bucket_elements) return;
-  absl::StatusOr<std::span<float>> host = item.data;
-  if (item.memory == Memory::kDevice) host = staging_[0].ToHost(item.data);
-  if (!host.ok()) return;
+  for (BucketSlot* moving : store_.Moves(item.end.spans)) {
+    if (!SlotToHost(moving, &device_[0]).ok()) return;
+  }
   absl::StatusOr<BucketSlot*> slot = store_.Gather(item.end.spans);
   if (!slot.ok()) return;
-  item.host = *host;
+  item.staging = 0;
+  if (!ToHostPath(item, *slot, &device_[0]).ok()) return;
   if (options_.momentum > 0 && item.writable) AddMomentum(item, *slot);
   (void)AccumulateIntoResidual(item.host, (*slot)->residual);
 }
@@ -190,13 +193,18 @@ absl::Status BucketPipeline::Close() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SpanState> BucketPipeline::Export() const {
+absl::StatusOr<SpanState> BucketPipeline::Export() {
   // The buckets issued so far end first (their residuals are being written).
   if (absl::Status s = AwaitIdle("SaveState"); !s.ok()) return s;
   absl::MutexLock lock(&state_mu_);
   if (step_open_) {
     return absl::FailedPreconditionError(
         "SaveState inside a step (its last bucket, last_in_step, has not run yet)");
+  }
+  // Device-held state comes back to the host (and stays there until its
+  // bucket's next step uploads it).
+  for (BucketSlot* slot : store_.Slots()) {
+    if (absl::Status s = SlotToHost(slot, &device_[0]); !s.ok()) return s;
   }
   return store_.Export();
 }
@@ -257,6 +265,101 @@ void BucketPipeline::WaitTurn(bool idle, const std::vector<const BucketSlot*>& t
   mu_.Await(absl::Condition(&turn));
 }
 
+absl::Status BucketPipeline::SlotToHost(BucketSlot* slot, DeviceMemory* memory) {
+  if (slot->device == nullptr) return absl::OkStatus();
+  DeviceResiduals& d = *slot->device;
+  absl::Status s = memory->Bind(d.residual.span());
+  if (s.ok()) s = memory->CopyToHost(d.residual.span(), slot->residual);
+  if (s.ok()) s = memory->CopyToHost(d.velocity.span(), slot->velocity);
+  if (!s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("copying a bucket's residual back from its GPU: ", s.message()));
+  }
+  slot->device.reset();
+  return absl::OkStatus();
+}
+
+absl::Status BucketPipeline::ToHostPath(Item& item, BucketSlot* slot, DeviceMemory* memory) {
+  if (absl::Status s = SlotToHost(slot, memory); !s.ok()) return s;
+  item.device = nullptr;
+  item.host = item.data;
+  if (item.memory != Memory::kDevice) return absl::OkStatus();
+  absl::StatusOr<std::span<float>> host = staging_[item.staging].ToHost(item.data);
+  if (!host.ok()) return host.status();
+  item.host = *host;
+  item.end.device_path = DevicePath::kWholeBucketStaging;
+  if (item.call != nullptr) item.call->grad = item.host;
+  return absl::OkStatus();
+}
+
+absl::Status BucketPipeline::ToDevicePath(Item& item, BucketSlot* slot, DeviceMemory* memory) {
+  if (absl::Status s = memory->Bind(item.data); !s.ok()) return s;
+  const size_t n = item.data.size();
+  if (slot->device == nullptr) {
+    // The slot's first device step (or its first after a host one): its
+    // state moves up once.
+    auto d = std::make_shared<DeviceResiduals>();
+    absl::Status s = memory->Allocate(n, &d->residual);
+    if (s.ok()) s = memory->Allocate(n, &d->velocity);
+    if (s.ok()) s = memory->Upload(slot->residual, d->residual.span());
+    if (s.ok()) s = memory->Upload(slot->velocity, d->velocity.span());
+    if (!s.ok()) return s;
+    slot->device = std::move(d);
+  }
+  if (slot->device->residual.size() != n) {
+    return absl::InternalError(absl::StrCat("a device residual of ", slot->device->residual.size(),
+                                            " elements for a bucket of ", n));
+  }
+  item.device = memory;
+  item.host = {};
+  item.end.device_path = DevicePath::kDeviceSelection;
+  item.call->grad = item.data;
+  item.call->residual = slot->device->residual.span();
+  item.call->memory = memory;
+  return absl::OkStatus();
+}
+
+absl::Status BucketPipeline::FinishOnDevice(Item& item, const BucketOutcome& out,
+                                            bool residual_ok) {
+  DeviceMemory& memory = *item.device;
+  const float world = static_cast<float>(agent_->plan()->world());
+  // The host path's arithmetic: the result's values (divided by the world
+  // for the mean), written over a zeroed bucket; the entries it applied
+  // (nonzero after the division) are the ones factor masking restarts.
+  std::vector<uint32_t> idx;
+  std::vector<float> val;
+  absl::Status s;
+  if (out.result.is_dense) {
+    std::vector<float> dense(item.data.size(), 0.0f);
+    out.result.ToDense(dense);
+    if (options_.mean) {
+      for (float& v : dense) v /= world;
+    }
+    for (size_t i = 0; i < dense.size(); ++i) {
+      if (dense[i] != 0.0f) idx.push_back(static_cast<uint32_t>(i));
+    }
+    s = memory.Upload(dense, item.data);
+  } else {
+    idx = out.result.sparse.idx;
+    val = out.result.sparse.val;
+    if (options_.mean) {
+      for (float& v : val) v /= world;
+    }
+    s = memory.SparseToDense(idx, val, item.data);
+    size_t applied = 0;
+    for (size_t i = 0; i < val.size(); ++i) {
+      if (val[i] != 0.0f) idx[applied++] = idx[i];
+    }
+    idx.resize(applied);
+  }
+  if (s.ok() && item.status.ok() && residual_ok && options_.momentum > 0 &&
+      options_.factor_masking && 2 * idx.size() < item.data.size()) {
+    s = memory.ZeroAt(idx, item.call->slot->device->velocity.span());
+  }
+  if (s.ok()) s = memory.Synchronize();
+  return s;
+}
+
 void BucketPipeline::Select(Item& item) {
   const size_t n = Elements(item.end.spans);
   auto refuse = [&](absl::Status s) {
@@ -279,21 +382,26 @@ void BucketPipeline::Select(Item& item) {
     // bucket does.
     WaitTurn(!options_.pipeline || !step_open_, store_.Touched(item.end.spans));
     item.end.select_start = std::chrono::system_clock::now();
-    absl::StatusOr<std::span<float>> host = item.data;
+    // The memory (and staging buffer) neither thread uses now: the bucket
+    // exchanging, if any, took the other.
+    DeviceMemory* memory = &device_[next_staging_];
+    const DeviceStaging& staged = staging_[next_staging_];
+    const uint64_t down = memory->to_host_bytes() + staged.to_host_bytes();
+    const uint64_t up = memory->to_device_bytes();
     if (item.memory == Memory::kDevice) {
       item.staging = next_staging_;
       next_staging_ ^= 1;
-      DeviceStaging& staging = staging_[item.staging];
-      const uint64_t before = staging.to_host_bytes();
-      host = staging.ToHost(item.data);
-      item.end.device_path = DevicePath::kWholeBucketStaging;
-      item.end.device_to_host_bytes = staging.to_host_bytes() - before;
     }
-    absl::StatusOr<BucketSlot*> slot = host.ok() ? store_.Gather(item.end.spans) : host.status();
+    // Gather moves state in host memory: device-held state of the slots it
+    // moves comes back first.
+    absl::Status moved;
+    for (BucketSlot* moving : store_.Moves(item.end.spans)) {
+      if (moved.ok()) moved = SlotToHost(moving, memory);
+    }
+    absl::StatusOr<BucketSlot*> slot = moved.ok() ? store_.Gather(item.end.spans) : moved;
     if (!slot.ok()) {
       item.status = slot.status();
     } else {
-      item.host = *host;
       const bool momentum = options_.momentum > 0 && item.writable;
       if (!step_open_) {
         // A step the caller opened (Agent::Step) is used as is; one that
@@ -305,45 +413,79 @@ void BucketPipeline::Select(Item& item) {
       }
       item.end.step = agent_->next_step();
       item.end.index = static_cast<uint32_t>(std::min<size_t>(step_sizes_.size(), kMaxStepBuckets));
-      step_sizes_.push_back(n);
       if (item.end.index >= kMaxStepBuckets) {
-        if (momentum) AddMomentum(item, *slot);
-        (void)AccumulateIntoResidual(item.host, (*slot)->residual);
-        item.status = absl::InvalidArgumentError(
-            absl::StrCat("over ", kMaxStepBuckets,
-                         " buckets in one step (is last_in_step ever set?); kept in the residual"));
+        step_sizes_.push_back(n);
+        item.status = ToHostPath(item, *slot, memory);
+        if (item.status.ok()) {
+          if (momentum) AddMomentum(item, *slot);
+          (void)AccumulateIntoResidual(item.host, (*slot)->residual);
+          item.status = absl::InvalidArgumentError(absl::StrCat(
+              "over ", kMaxStepBuckets,
+              " buckets in one step (is last_in_step ever set?); kept in the residual"));
+        }
       } else {
         // COVAP counts parts across the step's buckets: the last step's
         // sizes, the same on every rank, when this bucket matches them.
         std::span<const size_t> sizes;
         if (item.end.index < last_sizes_.size() && last_sizes_[item.end.index] == n)
           sizes = last_sizes_;
-        // Refused values are zeroed in the gradient, before the momentum
-        // correction: one never reaches the velocity.
-        item.status = agent_->rules().refuse_nonfinite && item.writable
-                          ? ZeroNonFinite(item.end.spans, item.host, &item.end.nonfinite)
-                          : absl::OkStatus();
         item.call = std::make_unique<BucketCall>();
         BucketCall* call = item.call.get();
-        agent_->PlanBucket(item.end.index, sizes, item.host, *slot, call);
-        if (momentum) {
-          // The call fuses the correction into its first pass over the
-          // residual where its local part will run and every span has a
-          // velocity; otherwise (a span's first step: u = g) it is written
-          // over the gradient here.
-          const bool runs = !call->refused && call->status.ok() && call->schedule != nullptr;
-          const auto& live = (*slot)->velocity_live;
-          const bool all_live = std::all_of(live.begin(), live.end(), [](uint8_t v) { return v; });
-          if (runs && all_live && (*slot)->velocity.size() == n) {
-            call->velocity = (*slot)->velocity;
-            call->momentum = static_cast<float>(options_.momentum);
-          } else {
-            AddMomentum(item, *slot);
-          }
+        agent_->PlanBucket(item.end.index, sizes, item.data, *slot, call);
+        const bool runs = !call->refused && call->status.ok() && call->schedule != nullptr;
+        const auto& live = (*slot)->velocity_live;
+        const bool all_live = std::all_of(live.begin(), live.end(), [](uint8_t v) { return v; });
+        // The device path where the call runs on an algorithm whose local
+        // part has a device form and the momentum (if any) needs no u = g
+        // seeding; otherwise whole-bucket staging, as a host bucket.
+        absl::Status path = absl::FailedPreconditionError("host");
+        if (item.memory == Memory::kDevice && DeviceMemory::Available() && runs &&
+            call->schedule->DeviceResidual(call->ctx, call->options) && (!momentum || all_live)) {
+          path = ToDevicePath(item, *slot, memory);
         }
-        Agent::PrepareBucket(call);
+        if (!path.ok()) path = ToHostPath(item, *slot, memory);
+        if (!path.ok()) {
+          // Nothing of the bucket reached its residual: it fails alone, its
+          // index unused (as a bucket refused before the step).
+          item.call.reset();
+          item.status = std::move(path);
+        } else {
+          step_sizes_.push_back(n);
+          const bool device = item.device != nullptr;
+          // Refused values are zeroed in the gradient, before the momentum
+          // correction: one never reaches the velocity.
+          if (agent_->rules().refuse_nonfinite && item.writable) {
+            if (device) {
+              size_t first = 0;
+              absl::StatusOr<size_t> count = item.device->ZeroNonFinite(item.data, &first);
+              item.status =
+                  count.ok() ? RefusedNonFinite(item.end.spans, *count, first) : count.status();
+              if (count.ok()) item.end.nonfinite = *count;
+            } else {
+              item.status = ZeroNonFinite(item.end.spans, item.host, &item.end.nonfinite);
+            }
+          }
+          if (momentum) {
+            // The call fuses the correction into its first pass over the
+            // residual where its local part will run and every span has a
+            // velocity; otherwise (a span's first step: u = g) it is written
+            // over the gradient here.
+            if (device) {
+              call->velocity = (*slot)->device->velocity.span();
+              call->momentum = static_cast<float>(options_.momentum);
+            } else if (runs && all_live && (*slot)->velocity.size() == n) {
+              call->velocity = (*slot)->velocity;
+              call->momentum = static_cast<float>(options_.momentum);
+            } else {
+              AddMomentum(item, *slot);
+            }
+          }
+          Agent::PrepareBucket(call);
+        }
       }
     }
+    item.end.device_to_host_bytes = memory->to_host_bytes() + staged.to_host_bytes() - down;
+    item.end.host_to_device_bytes = memory->to_device_bytes() - up;
     item.end.select_end = std::chrono::system_clock::now();
   }
   if (item.last_in_step && step_open_) {
@@ -355,6 +497,20 @@ void BucketPipeline::Select(Item& item) {
 
 absl::Status BucketPipeline::Finish(Item& item, BucketOutcome* out) {
   if (item.call == nullptr) return item.status;
+  if (item.device != nullptr) {
+    // The device path: the exchange's residual updates and the result's COO
+    // go up, counted with the selection's.
+    DeviceMemory& memory = *item.device;
+    const uint64_t down = memory.to_host_bytes(), up = memory.to_device_bytes();
+    absl::Status s = agent_->ExchangeBucket(item.call.get(), out);
+    absl::Status residual = s.ok() ? NonFiniteResidual(item.end.index, out->stats) : s;
+    if (s.ok()) s = FinishOnDevice(item, *out, residual.ok());
+    item.end.device_to_host_bytes += memory.to_host_bytes() - down;
+    item.end.host_to_device_bytes += memory.to_device_bytes() - up;
+    if (!s.ok()) return s;
+    if (!item.status.ok()) return item.status;
+    return residual;
+  }
   absl::Status s = agent_->ExchangeBucket(item.call.get(), out);
   if (!s.ok()) return s;  // the device data is untouched
   // Fails the bucket after its exchange (the peers are not held): its
@@ -383,7 +539,7 @@ absl::Status BucketPipeline::Finish(Item& item, BucketOutcome* out) {
     DeviceStaging& staging = staging_[item.staging];
     const uint64_t before = staging.to_device_bytes();
     absl::Status d = staging.ToDevice(item.data);
-    item.end.host_to_device_bytes = staging.to_device_bytes() - before;
+    item.end.host_to_device_bytes += staging.to_device_bytes() - before;
     if (!d.ok()) return d;
   }
   if (!item.status.ok()) return item.status;  // the non-finite refusal, if any
@@ -419,9 +575,9 @@ void BucketPipeline::ExchangeLoop() {
     }
     if (item.call != nullptr && item.call->slot != nullptr) {
       // An exchanged bucket's norm was taken by the agent (one pass).
-      end.residual_l2 = item.call->state == BucketCall::State::kDone
-                            ? end.outcome.residual_l2
-                            : ResidualL2(item.call->slot->residual);
+      end.residual_l2 = item.call->state == BucketCall::State::kDone ? end.outcome.residual_l2
+                        : item.call->memory != nullptr               ? CallResidualL2(*item.call)
+                                                       : ResidualL2(item.call->slot->residual);
     }
     if (item.last_in_step && agent_->step_open()) {
       end.step_status = agent_->EndStep(&end.step_outcome);

@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "services/agent/agent.h"
+#include "services/agent/device_memory.h"
 #include "services/agent/device_staging.h"
 #include "services/agent/span_store.h"
 
@@ -113,7 +114,7 @@ class BucketPipeline {
 
   // Every span's residual and velocity, between steps (FAILED_PRECONDITION
   // inside a step, or from a callback).
-  absl::StatusOr<SpanState> Export() const;
+  absl::StatusOr<SpanState> Export();
   // Replaces every span's state, between steps (nothing queued); before the
   // first epoch `step` also sets the agent's step counter.
   absl::Status Import(SpanState state, std::optional<uint64_t> step);
@@ -134,6 +135,7 @@ class BucketPipeline {
     absl::Status status;               // why not (call null), or the non-finite refusal
     std::span<float> host;             // what is exchanged: data, or a staging buffer
     int staging = -1;                  // which staging buffer (device buckets)
+    DeviceMemory* device = nullptr;    // the device path's memory (the residual is on the GPU)
   };
 
   std::future<BucketEnd> Queue(Item item);
@@ -152,6 +154,16 @@ class BucketPipeline {
   void AddMomentum(const Item& item, BucketSlot* slot) const;
   // Keeps a bucket that never ran in its residual (Close's queue).
   void KeepUnrun(Item& item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // The bucket's data on the host (itself, or staged whole) with its slot's
+  // state there too (copied back from the device when it was held there).
+  absl::Status ToHostPath(Item& item, BucketSlot* slot, DeviceMemory* memory);
+  // The device path: the slot's state on the data's GPU (uploaded once when
+  // it was on the host), the call working there through `memory`.
+  absl::Status ToDevicePath(Item& item, BucketSlot* slot, DeviceMemory* memory);
+  // The result into a device path bucket's data, with factor masking.
+  absl::Status FinishOnDevice(Item& item, const BucketOutcome& out, bool residual_ok);
+  // A slot's device-held state back into its host vectors (then dropped).
+  static absl::Status SlotToHost(BucketSlot* slot, DeviceMemory* memory);
   bool OnPipelineThread() const;
   absl::Status AwaitIdle(const char* what) const;
 
@@ -161,6 +173,9 @@ class BucketPipeline {
   // Two: the bucket being prepared and the one exchanging may both be on a
   // device.
   DeviceStaging staging_[2];
+  // The device path's memory, one per staging index likewise: each is used
+  // by one thread at a time (a bucket's selection, then its exchange).
+  DeviceMemory device_[2];
 
   // The selection thread's state; Export/Import take it between buckets.
   mutable absl::Mutex state_mu_;

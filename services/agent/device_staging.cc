@@ -25,11 +25,14 @@ const char* DevicePathName(DevicePath path) {
       return "host";
     case DevicePath::kWholeBucketStaging:
       return "whole-bucket staging";
+    case DevicePath::kDeviceSelection:
+      return "device selection";
   }
   return "unknown";
 }
 
 void DeviceStaging::UseHostCopiesForTesting(bool on) { host_copies_for_testing.store(on); }
+bool DeviceStaging::HostCopiesForTesting() { return host_copies_for_testing.load(); }
 
 absl::StatusOr<std::span<float>> DeviceStaging::ToHost(std::span<const float> device) {
   absl::StatusOr<std::span<float>> host;

@@ -18,8 +18,11 @@ namespace gradex::agent {
 
 // How a bucket's data reached the exchange: host memory as given, or a
 // device bucket copied whole to the host and back.
-enum class DevicePath { kHost, kWholeBucketStaging };
-// "host", "whole-bucket staging" (stats() and the log).
+// kDeviceSelection: the bucket's residual and velocity live on its GPU, the
+// local part runs there and only the selected entries and the result's COO
+// cross PCIe (device_memory.h).
+enum class DevicePath { kHost, kWholeBucketStaging, kDeviceSelection };
+// "host", "whole-bucket staging", "device selection" (stats() and the log).
 const char* DevicePathName(DevicePath path);
 
 class DeviceStaging {
@@ -52,6 +55,7 @@ class DeviceStaging {
   // ordinary buffer, so the pipeline's device path, its counters and what
   // the client reports run everywhere. Never set outside tests.
   static void UseHostCopiesForTesting(bool on);
+  static bool HostCopiesForTesting();
 
  private:
   absl::StatusOr<std::span<float>> CudaToHost(std::span<const float> device);

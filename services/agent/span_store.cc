@@ -87,6 +87,29 @@ std::vector<const BucketSlot*> SpanStore::Touched(std::span<const ParamSpan> spa
   return out;
 }
 
+std::vector<BucketSlot*> SpanStore::Moves(std::span<const ParamSpan> spans) {
+  LayoutKey key;
+  for (const ParamSpan& s : spans) key.emplace_back(s.key, s.elements);
+  auto own = layouts_.find(key);
+  std::vector<BucketSlot*> out;
+  for (const ParamSpan& s : spans) {
+    auto it = homes_.find(s.key);
+    if (it == homes_.end()) continue;  // a new span: zeros, nothing moves
+    if (own != layouts_.end() && it->second.layout == own->second.get()) continue;
+    out.push_back(&it->second.layout->slot);
+  }
+  if (!out.empty() && own != layouts_.end()) out.push_back(&own->second->slot);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<BucketSlot*> SpanStore::Slots() {
+  std::vector<BucketSlot*> out;
+  for (auto& [key, layout] : layouts_) out.push_back(&layout->slot);
+  return out;
+}
+
 SpanState SpanStore::Export() const {
   SpanState out;
   for (const auto& [key, home] : homes_) {

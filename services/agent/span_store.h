@@ -47,6 +47,13 @@ class SpanStore {
   // pipeline's selection thread gathers a bucket while another exchanges
   // only when this does not name the exchanging bucket's slot.
   std::vector<const BucketSlot*> Touched(std::span<const ParamSpan> spans) const;
+  // The slots whose state Gather(spans) would move (a span's old home and
+  // its new one), none when every span already lives in the layout: the
+  // pipeline brings a device-held slot's state back first, as Gather moves
+  // host memory.
+  std::vector<BucketSlot*> Moves(std::span<const ParamSpan> spans);
+  // Every slot held.
+  std::vector<BucketSlot*> Slots();
 
   // Every span's residual and velocity, by key.
   SpanState Export() const;

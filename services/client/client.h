@@ -153,9 +153,11 @@ struct BucketStats {
   // Local top-k selections that reused the bucket's last threshold: finished
   // among one pass's candidates (hits) or not (misses: a full select ran).
   uint64_t threshold_reuse_hits = 0, threshold_reuse_misses = 0;
-  // How the last call's data reached the exchange ("host"; "whole-bucket
-  // staging": a Memory::kDevice bucket copied whole to pinned host memory
-  // and back) and the bytes it copied each way over PCIe.
+  // How the last call's data reached the exchange ("host"; "device
+  // selection": a Memory::kDevice bucket selected on its GPU, where its
+  // residual lives, only O(k) entries crossing PCIe; "whole-bucket staging":
+  // copied whole to pinned host memory and back) and the bytes it copied
+  // each way over PCIe.
   std::string device_path = "host";
   uint64_t device_to_host_bytes = 0, host_to_device_bytes = 0;
 };

@@ -33,6 +33,10 @@ ClientMetrics::ClientMetrics(prometheus::Registry& r)
                                    "Memory::kDevice buckets, by the path their data took to the "
                                    "exchange")
                                 .Add({{"path", "whole_bucket_staging"}})),
+      device_buckets_selected(Family(r, "gradex_client_device_buckets_total",
+                                     "Memory::kDevice buckets, by the path their data took to the "
+                                     "exchange")
+                                  .Add({{"path", "device_selection"}})),
       device_to_host_bytes(Family(r, "gradex_client_device_copy_bytes_total",
                                   "Bytes Memory::kDevice buckets copied over PCIe, by direction")
                                .Add({{"direction", "device_to_host"}})),

@@ -23,7 +23,8 @@ class ClientMetrics {
   prometheus::Counter& switches_to_dense;
   prometheus::Counter& switches_to_sparse;
   prometheus::Counter& nonfinite_values;
-  prometheus::Counter& device_buckets_staged;  // path: whole-bucket staging
+  prometheus::Counter& device_buckets_staged;    // path: whole-bucket staging
+  prometheus::Counter& device_buckets_selected;  // path: device selection
   prometheus::Counter& device_to_host_bytes;
   prometheus::Counter& host_to_device_bytes;
 };

@@ -42,6 +42,8 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   }
   if (end.device_path == agent::DevicePath::kWholeBucketStaging) {
     client_metrics_->device_buckets_staged.Increment();
+  } else if (end.device_path == agent::DevicePath::kDeviceSelection) {
+    client_metrics_->device_buckets_selected.Increment();
   }
   if (end.device_to_host_bytes > 0) {
     client_metrics_->device_to_host_bytes.Increment(static_cast<double>(end.device_to_host_bytes));

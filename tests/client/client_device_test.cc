@@ -6,6 +6,7 @@
 // host copies (DeviceStaging::UseHostCopiesForTesting).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <future>
 #include <string>
 #include <thread>
@@ -53,8 +54,9 @@ struct HostCopies {
   ~HostCopies() { DeviceStaging::UseHostCopiesForTesting(false); }
 };
 
-// Two ranks, spardl: rank 0 passes two of its three buckets as device
-// memory (staged whole, by the host copies), rank 1 all as host memory.
+// Two ranks, oktopk (whose exchange reads the residual's values: no device
+// local part): rank 0 passes two of its three buckets as device memory
+// (staged whole, by the host copies), rank 1 all as host memory.
 // The results are bitwise the same on both ranks; each staged bucket copied
 // exactly its bytes each way per step (stats() per call, the metric in
 // total: 2 x the bucket's bytes a step), host buckets none; the staging is
@@ -63,7 +65,7 @@ TEST(ClientDeviceTest, StagedBucketsCountTheirBytesEachWay) {
   constexpr int kWorld = 2, kSteps = 3;
   HostCopies host_copies;
   testing::MemoryStore store;
-  auto clients = MakeClients(kWorld, store);
+  auto clients = MakeClients(kWorld, store, [](ClientOptions& o) { o.algorithm = "oktopk"; });
   for (auto& c : clients) ASSERT_NE(c, nullptr);
   const std::vector<std::vector<uint64_t>>& layout = kFirstLayout;
   std::vector<std::vector<std::map<uint64_t, std::vector<float>>>> results(kWorld);
@@ -184,6 +186,17 @@ TEST_P(DeviceBucketsTest, GiveTheBitsOfHostBuckets) {
       });
     }
     for (auto& t : threads) t.join();
+    if (device) {
+      // The last step (3) is sparse: an algorithm with a device local part
+      // ran it on the device, any other staged the bucket whole.
+      std::unique_ptr<SparseAllreduce> a = *CreateAllreduce(GetParam());
+      const std::string want = a->DeviceLocalPart() ? "device selection" : "whole-bucket staging";
+      for (int r = 0; r < kWorld; ++r) {
+        for (const BucketStats& b : clients[r]->Stats()) {
+          EXPECT_EQ(b.device_path, want) << "rank " << r << ", bucket of " << b.elements;
+        }
+      }
+    }
     for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
   }
   for (int r = 0; r < kWorld; ++r) {
@@ -202,6 +215,77 @@ TEST_P(DeviceBucketsTest, GiveTheBitsOfHostBuckets) {
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, DeviceBucketsTest, ::testing::ValuesIn(AllreduceNames()),
                          gradex::testing::AlgorithmTestName);
+
+// Two ranks, spardl, the mean, momentum correction: rank 0 passes every
+// bucket as device memory (the host copies), rank 1 as host memory. Step 0
+// (u = g seeds the velocity) and the dense probe (step 2) stage the bucket
+// whole (the probe brings the residual and velocity back down: 2 x 4n);
+// steps 1, 3 and 4 select where the residual lives. The results are
+// rank 1's bits at every step, and on the device steps only O(k) crosses
+// PCIe per bucket: down exactly 8 bytes per selected entry (at most k plus
+// one per block), up the result's COO and the discards (at most 4 x 8k),
+// plus the residual and velocity once where the bucket moves up (steps 1
+// and 3: 2 x 4n).
+TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
+  constexpr int kWorld = 2, kSteps = 5;
+  HostCopies host_copies;
+  testing::MemoryStore store;
+  auto clients = MakeClients(kWorld, store, [](ClientOptions& o) {
+    o.mean = true;
+    o.momentum_correction = 0.5;
+  });
+  for (auto& c : clients) ASSERT_NE(c, nullptr);
+  std::vector<StepResult> runs[kWorld];
+  std::vector<std::vector<BucketStats>> seen(kSteps);  // rank 0's, after each step
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      for (int step = 0; step < kSteps; ++step) {
+        runs[r].push_back(
+            RunStep(*clients[r], r, step, kFirstLayout, r == 0 ? Memory::kDevice : Memory::kHost));
+        if (r == 0) seen[step] = clients[r]->Stats();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double density = Options(0, kWorld).density;
+  for (int step = 0; step < kSteps; ++step) {
+    for (int r = 0; r < kWorld; ++r) {
+      for (const absl::Status& s : runs[r][step].statuses) {
+        ASSERT_TRUE(s.ok()) << "rank " << r << " step " << step << ": " << s;
+      }
+    }
+    EXPECT_EQ(runs[0][step].spans, runs[1][step].spans) << "step " << step;
+    const bool device = step == 1 || step >= 3;
+    ASSERT_EQ(seen[step].size(), kFirstLayout.size());
+    for (const BucketStats& b : seen[step]) {
+      const size_t n = b.elements;
+      const uint64_t k = static_cast<uint64_t>(std::ceil(density * n));
+      SCOPED_TRACE(::testing::Message() << "step " << step << ", bucket of " << n);
+      if (!device) {
+        // The probe also brings the residual and velocity back down.
+        const uint64_t moved_down = step == 2 ? 2 * n * sizeof(float) : 0;
+        EXPECT_EQ(b.device_path, "whole-bucket staging");
+        EXPECT_EQ(b.device_to_host_bytes, moved_down + n * sizeof(float));
+        EXPECT_EQ(b.host_to_device_bytes, n * sizeof(float));
+        continue;
+      }
+      EXPECT_EQ(b.device_path, "device selection");
+      EXPECT_GT(b.device_to_host_bytes, 0u);
+      EXPECT_EQ(b.device_to_host_bytes % 8, 0u);
+      EXPECT_LE(b.device_to_host_bytes, 8 * (k + kWorld));
+      const uint64_t moved_up = step == 1 || step == 3 ? 2 * n * sizeof(float) : 0;
+      EXPECT_GT(b.host_to_device_bytes, moved_up);
+      EXPECT_LE(b.host_to_device_bytes, moved_up + 4 * 8 * k);
+    }
+  }
+  const std::string buckets = "gradex_client_device_buckets_total";
+  EXPECT_EQ(Counter(*clients[0], buckets, "path", "device_selection"), 3.0 * kFirstLayout.size());
+  EXPECT_EQ(Counter(*clients[0], buckets, "path", "whole_bucket_staging"),
+            2.0 * kFirstLayout.size());
+  EXPECT_EQ(Counter(*clients[1], buckets, "path", "device_selection"), 0.0);
+  for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
+}
 
 TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
   absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(OneRank());
