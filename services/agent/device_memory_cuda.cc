@@ -47,6 +47,8 @@ struct DeviceMemory::Cuda::State {
 };
 
 void DeviceMemory::Cuda::State::Release() {
+  // Nothing may still use the memory freed here.
+  if (stream != nullptr) cudaStreamSynchronize(stream);
   ws.reset();  // its destructor frees on the current device
   if (d_scalars != nullptr) cudaFree(d_scalars);
   if (d_idx != nullptr) cudaFree(d_idx);
@@ -78,7 +80,10 @@ absl::Status DeviceMemory::Cuda::State::Enter() const {
 
 absl::Status DeviceMemory::Cuda::State::GrowDevice(size_t n) {
   if (n <= d_room) return absl::OkStatus();
-  // cudaFree waits for the device, so work still reading the old buffers ends first.
+  // Work on the stream may still read or write the old buffers.
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+    return CudaError(e, "stream synchronisation");
+  }
   if (d_idx != nullptr) cudaFree(d_idx);
   if (d_val != nullptr) cudaFree(d_val);
   d_idx = nullptr;
