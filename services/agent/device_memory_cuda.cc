@@ -20,7 +20,7 @@ namespace gradex::agent {
 // Everything here lives on `device` and is freed there (Release). The COO
 // buffers grow and never shrink; the pinned ones bounce the O(k) entries
 // that cross PCIe, and are written by the host only once the stream has
-// finished with them (Stage, Download).
+// finished with them (Stage, SelectTopK).
 struct DeviceMemory::Cuda::State {
   int device = -1;
   cudaStream_t stream = nullptr;
@@ -44,6 +44,11 @@ struct DeviceMemory::Cuda::State {
   // empty) through the pinned buffers into d_idx / d_val, on the stream.
   absl::Status Stage(std::span<const uint32_t> idx, std::span<const float> val, uint32_t index_base,
                      size_t bound);
+  // Waits for the stream: every operation ends with its work done, so that
+  // the pipeline's two objects (two streams, not ordered with each other)
+  // may take turns on a slot's buffers, and so that an error is reported by
+  // the call that caused it.
+  absl::Status Finish(const char* what);
 };
 
 void DeviceMemory::Cuda::State::Release() {
@@ -168,6 +173,11 @@ absl::Status DeviceMemory::Cuda::State::Stage(std::span<const uint32_t> idx,
       return CudaError(e, "COO copy to device");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceMemory::Cuda::State::Finish(const char* what) {
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) return CudaError(e, what);
   return absl::OkStatus();
 }
 
@@ -306,7 +316,7 @@ absl::Status DeviceMemory::Cuda::SparseToDense(std::span<const uint32_t> idx,
       e != cudaSuccess) {
     return CudaError(e, "SparseToDense");
   }
-  return absl::OkStatus();
+  return state->Finish("SparseToDense");
 }
 
 absl::Status DeviceMemory::Cuda::ZeroAt(std::span<const uint32_t> idx, std::span<float> x) {
@@ -317,7 +327,7 @@ absl::Status DeviceMemory::Cuda::ZeroAt(std::span<const uint32_t> idx, std::span
       e != cudaSuccess) {
     return CudaError(e, "ZeroAt");
   }
-  return absl::OkStatus();
+  return state->Finish("ZeroAt");
 }
 
 absl::Status DeviceMemory::Cuda::Synchronize() {
@@ -401,7 +411,7 @@ absl::Status DeviceMemory::Cuda::ScatterAdd(const kernels::SparseVec& v, uint32_
       e != cudaSuccess) {
     return CudaError(e, "ScatterAdd");
   }
-  return absl::OkStatus();
+  return state->Finish("ScatterAdd");
 }
 
 absl::StatusOr<size_t> DeviceMemory::Cuda::ZeroNonFinite(std::span<float> x, size_t* first) {
