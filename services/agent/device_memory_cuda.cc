@@ -202,7 +202,13 @@ DeviceMemory::Cuda::~Cuda() {
   if (state == nullptr || state->device < 0) return;
   Scope scope;
   // On its own device: a thread without one would make device 0's context.
-  if (cudaSetDevice(state->device) == cudaSuccess) state->Release();
+  if (cudaSetDevice(state->device) == cudaSuccess) {
+    state->Release();
+  } else {
+    // The runtime is going away (process exit): leave the scratch to it
+    // rather than free it on whatever device is current.
+    (void)state->ws.release();
+  }
 }
 
 absl::Status DeviceMemory::Cuda::Bind(const void* data) {
