@@ -1,4 +1,4 @@
-// Internal to kernels/cuda: key helpers, scratch carving and the ordered
+// Internal to kernels/cuda: key helpers, the accumulation, scratch carving and the ordered
 // compaction (count per tile, scan the tile counts, scatter) that every
 // CUDA kernel producing COO shares.
 #ifndef GRADEX_KERNELS_CUDA_COMMON_CUH_
@@ -27,6 +27,22 @@ constexpr uint32_t kInfKey = 0x7f800000u;  // keys above are NaN
   } while (0)
 
 __device__ __forceinline__ uint32_t KeyOf(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+// The accumulation of kernels::Accumulate, rounded the same way (no FMA).
+struct DevAcc {
+  const float* g;
+  float* u;
+  float m;
+};
+
+__device__ __forceinline__ float Accumulated(float x, const DevAcc& a, size_t i) {
+  float add = a.g[i];
+  if (a.u != nullptr) {
+    add = __fadd_rn(__fmul_rn(a.u[i], a.m), add);
+    a.u[i] = add;
+  }
+  return __fadd_rn(x, add);
+}
 
 // Bump allocation of one Workspace: a sizing pass (base == nullptr) then a
 // carving pass with the same calls.

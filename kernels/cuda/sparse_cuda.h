@@ -123,6 +123,31 @@ cudaError_t CompactAbove(const float* d_x, size_t n, float threshold, uint32_t i
                          uint32_t* d_idx, float* d_val, size_t capacity, uint64_t* d_count,
                          size_t* h_count, Workspace* ws, cudaStream_t stream);
 
+// ---- A device residual's own operations (kernels/sparse.h's and
+// kernels/topk_step.h's twins, bit for bit but for SumOfSquares' order).
+
+// kernels::AccumulateInto's arithmetic (acc.grad and acc.velocity, which may
+// be null, are device pointers), then *d_count (required, device) = the
+// number of NaN and infinite entries of d_x afterwards.
+cudaError_t AccumulateCount(float* d_x, size_t n, const Accumulate& acc, uint64_t* d_count,
+                            size_t* h_count, cudaStream_t stream);
+
+// kernels::ZeroNonFinite: d_count_first (required, device, two entries) gets
+// the count of NaN and infinite entries zeroed and the first one's index (n
+// when there is none); h_count and h_first (each may be null) copy them to
+// the host.
+cudaError_t ZeroNonFinite(float* d_x, size_t n, uint64_t* d_count_first, size_t* h_count,
+                          size_t* h_first, cudaStream_t stream);
+
+// kernels::ZeroAt: d_x[d_idx[i] - index_base] = 0 for every i < nnz.
+cudaError_t ZeroAt(const uint32_t* d_idx, size_t nnz, uint32_t index_base, float* d_x,
+                   cudaStream_t stream);
+
+// The sum of d_x's squares in double, in a fixed order for a given n (not
+// the host's index order). d_out (device) and h_out may each be null.
+cudaError_t SumOfSquares(const float* d_x, size_t n, double* d_out, double* h_out, Workspace* ws,
+                         cudaStream_t stream);
+
 }  // namespace gradex::kernels::cuda
 
 #endif  // GRADEX_KERNELS_CUDA_SPARSE_CUDA_H_

@@ -34,22 +34,6 @@ constexpr int kHistThreads = 512;
 constexpr int kSelectThreads = 1024;
 constexpr int kSelectItems = 2;  // kSelectThreads * kSelectItems >= every bucket count
 
-// The accumulation of kernels::Accumulate, rounded the same way (no FMA).
-struct DevAcc {
-  const float* g;
-  float* u;
-  float m;
-};
-
-__device__ __forceinline__ float Accumulated(float x, const DevAcc& a, size_t i) {
-  float add = a.g[i];
-  if (a.u != nullptr) {
-    add = __fadd_rn(__fmul_rn(a.u[i], a.m), add);
-    a.u[i] = add;
-  }
-  return __fadd_rn(x, add);
-}
-
 // Keys of the pass-1 bucket gathered by pass 2 for pass 3: room for this
 // many (a bucket holding more, e.g. all-equal data, makes pass 3 read x).
 size_t CandidateCap(size_t n) {

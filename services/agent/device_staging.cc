@@ -6,12 +6,11 @@
 #include "absl/strings/str_cat.h"
 
 #if GRADEX_AGENT_CUDA
-#include <cuda.h>  // the driver API's types only: libcuda is opened at run time
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
-#include <mutex>
 #include <string>
+
+#include "services/agent/cuda_driver.h"
 #endif
 
 namespace gradex::agent {
@@ -60,116 +59,6 @@ absl::Status DeviceStaging::ToDevice(std::span<float> device) {
 }
 
 #if GRADEX_AGENT_CUDA
-
-namespace {
-absl::Status CudaError(cudaError_t e, const char* what) {
-  return absl::InternalError(absl::StrCat("CUDA ", what, ": ", cudaGetErrorString(e)));
-}
-
-// libcuda's few entry points used here, opened once.
-struct Driver {
-  CUresult (*get_attributes)(unsigned int, CUpointer_attribute*, void**, CUdeviceptr) = nullptr;
-  CUresult (*get_current)(CUcontext*) = nullptr;
-  CUresult (*set_current)(CUcontext) = nullptr;
-};
-
-// The driver, or null with `why` set.
-const Driver* OpenDriver(std::string* why) {
-  static Driver driver;
-  static std::string failure;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      failure = absl::StrCat("no CUDA driver (", dlerror(), ")");
-      return;
-    }
-    auto init = reinterpret_cast<CUresult (*)(unsigned int)>(dlsym(lib, "cuInit"));
-    Driver d;
-    d.get_attributes =
-        reinterpret_cast<decltype(d.get_attributes)>(dlsym(lib, "cuPointerGetAttributes"));
-    // cuda.h maps none of these names to a _v2 symbol: the plain names are
-    // the ABI.
-    d.get_current = reinterpret_cast<decltype(d.get_current)>(dlsym(lib, "cuCtxGetCurrent"));
-    d.set_current = reinterpret_cast<decltype(d.set_current)>(dlsym(lib, "cuCtxSetCurrent"));
-    if (init == nullptr || d.get_attributes == nullptr || d.get_current == nullptr ||
-        d.set_current == nullptr) {
-      failure = "the CUDA driver lacks cuInit, cuPointerGetAttributes or cuCtx{Get,Set}Current";
-      return;
-    }
-    // Idempotent and makes no context; fails where there is no GPU.
-    if (CUresult e = init(0); e != CUDA_SUCCESS) {
-      failure = absl::StrCat("the CUDA driver did not initialise (cuInit: error ", e, ")");
-      return;
-    }
-    driver = d;
-  });
-  if (driver.get_attributes == nullptr) {
-    *why = failure;
-    return nullptr;
-  }
-  return &driver;
-}
-
-struct PointerInfo {
-  bool device = false;  // device or managed memory
-  bool managed = false;
-  int ordinal = -1;
-};
-
-// The device a pointer's memory belongs to, asked of the driver API.
-// cudaPointerGetAttributes would be the runtime's way, but on a thread that
-// has not called cudaSetDevice it may initialise the thread's current
-// device, 0 (its devicePointer field is relative to the current device, so
-// the runtime needs that device's primary context): every rank of an 8-GPU
-// node would open a context on GPU 0 from our threads. Asking on the
-// trainer's thread instead would rely on that thread's current device being
-// the memory's, which torch does not promise (it may leave the nominal
-// device 0 current without a context). The driver API creates no context
-// implicitly, and cuPointerGetAttributes needs no current one for the
-// memory type and the device ordinal, so this is safe on any thread. libcuda
-// is opened with dlopen (it is already loaded when the memory exists) so
-// that a CUDA build still loads where no NVIDIA driver is installed.
-absl::StatusOr<PointerInfo> QueryPointer(const Driver& driver, const void* p) {
-  unsigned int type = 0;
-  unsigned int managed = 0;  // the driver writes a bool into its low byte
-  int ordinal = -1;
-  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
-  void* data[] = {&type, &managed, &ordinal};
-  // A pointer CUDA does not know gets the attributes' zero values, not an
-  // error (cuPointerGetAttributes, unlike cuPointerGetAttribute).
-  if (CUresult e = driver.get_attributes(3, which, data, reinterpret_cast<CUdeviceptr>(p));
-      e != CUDA_SUCCESS) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Memory::kDevice: not CUDA memory (cuPointerGetAttributes: error ", e, ")"));
-  }
-  PointerInfo info;
-  info.managed = (managed & 0xff) != 0;
-  info.device = type == CU_MEMORYTYPE_DEVICE || info.managed;
-  info.ordinal = ordinal;
-  return info;
-}
-
-// Leaves the calling thread's current context as it found it (none
-// included): the trainer's thread (Close stages the buckets it never ran,
-// the pipeline's destruction frees the pinned buffers) keeps its device.
-class KeepCurrentContext {
- public:
-  explicit KeepCurrentContext(const Driver* driver) : driver_(driver) {
-    if (driver_ != nullptr && driver_->get_current(&saved_) != CUDA_SUCCESS) driver_ = nullptr;
-  }
-  ~KeepCurrentContext() {
-    if (driver_ != nullptr) driver_->set_current(saved_);
-  }
-  KeepCurrentContext(const KeepCurrentContext&) = delete;
-  KeepCurrentContext& operator=(const KeepCurrentContext&) = delete;
-
- private:
-  const Driver* driver_;
-  CUcontext saved_ = nullptr;
-};
-}  // namespace
 
 bool DeviceStaging::Available() { return true; }
 

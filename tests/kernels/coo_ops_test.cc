@@ -240,4 +240,93 @@ TEST(FirstNonFinite, FindsTheFirstNaNOrInfOnly) {
   EXPECT_EQ(FirstNonFinite(x.data(), x.size()), 0u);
 }
 
+// The device residual's host twins (kernels/sparse.h).
+TEST(ZeroNonFinite, ZeroesNaNAndInfOnlyAndReportsTheFirst) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float den = std::numeric_limits<float>::denorm_min();
+  const float big = std::numeric_limits<float>::max();
+  const std::vector<float> x = {1.5f, -0.0f, den,  -den, big, -big,
+                                0.0f, nan,   2.0f, -inf, inf, -nan};
+  std::vector<float> y = x;
+  size_t first = 12345;
+  EXPECT_EQ(ZeroNonFinite(y.data(), y.size(), &first), 4u);
+  EXPECT_EQ(first, 7u);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool bad = i == 7 || i == 9 || i == 10 || i == 11;
+    // Zeroed entries are +0; the rest keep their bits (-0 and denormals too).
+    EXPECT_EQ(Bits(y[i]), bad ? 0u : Bits(x[i])) << i;
+  }
+  // All finite: nothing changes, first is n; a null first is allowed.
+  std::vector<float> z(x.begin(), x.begin() + 7);
+  const std::vector<float> z0 = z;
+  EXPECT_EQ(ZeroNonFinite(z.data(), z.size(), &first), 0u);
+  EXPECT_EQ(first, 7u);
+  for (size_t i = 0; i < z.size(); ++i) EXPECT_EQ(Bits(z[i]), Bits(z0[i])) << i;
+  EXPECT_EQ(ZeroNonFinite(y.data(), y.size(), nullptr), 0u);
+  EXPECT_EQ(ZeroNonFinite(nullptr, 0, &first), 0u);
+  EXPECT_EQ(first, 0u);
+  // The very first entry.
+  std::vector<float> w = {-inf, 1.0f, nan};
+  EXPECT_EQ(ZeroNonFinite(w.data(), w.size(), &first), 2u);
+  EXPECT_EQ(first, 0u);
+}
+
+TEST(ZeroNonFinite, MatchesANaiveLoopOnMixedSpecials) {
+  for (size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{100003}}) {
+    const std::vector<float> x = Make(Dist::kMixedSpecial, n, static_cast<uint32_t>(n));
+    std::vector<float> want = x;
+    size_t want_count = 0, want_first = n;
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isnan(want[i]) || std::isinf(want[i])) {
+        if (want_first == n) want_first = i;
+        want[i] = 0.0f;
+        ++want_count;
+      }
+    }
+    std::vector<float> y = x;
+    size_t first = 0;
+    EXPECT_EQ(ZeroNonFinite(y.data(), n, &first), want_count) << n;
+    EXPECT_EQ(first, want_first) << n;
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(Bits(y[i]), Bits(want[i])) << n << " " << i;
+  }
+}
+
+TEST(ZeroAt, ZeroesTheIndicesLessTheBaseOnly) {
+  std::vector<float> x = {1.0f, -2.0f, 3.0f, std::numeric_limits<float>::quiet_NaN(), 5.0f, -0.0f};
+  const std::vector<float> x0 = x;
+  const std::vector<uint32_t> idx = {103, 100, 103, 105};  // a repeat is harmless
+  ZeroAt(idx.data(), idx.size(), 100, x.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool hit = i == 0 || i == 3 || i == 5;
+    EXPECT_EQ(Bits(x[i]), hit ? 0u : Bits(x0[i])) << i;
+  }
+  ZeroAt(nullptr, 0, 0, x.data());
+  EXPECT_EQ(x[1], -2.0f);
+  EXPECT_EQ(x[2], 3.0f);
+  EXPECT_EQ(x[4], 5.0f);
+}
+
+TEST(SumOfSquares, AccumulatesInDoubleInIndexOrder) {
+  EXPECT_EQ(SumOfSquares(nullptr, 0), 0.0);
+  const std::vector<float> small = {1.0f, -2.0f, 3.0f, -0.0f};
+  EXPECT_EQ(SumOfSquares(small.data(), small.size()), 14.0);
+  // 1e30^2 overflows a float but not a double.
+  const std::vector<float> huge = {1e30f, -1e30f};
+  const double h = static_cast<double>(1e30f);
+  EXPECT_EQ(SumOfSquares(huge.data(), huge.size()), h * h + h * h);
+  EXPECT_TRUE(std::isfinite(SumOfSquares(huge.data(), huge.size())));
+  // The index order's rounding, bit for bit.
+  const std::vector<float> g = Make(Dist::kGauss, 100003, 9);
+  double want = 0;
+  for (float v : g) want += static_cast<double>(v) * static_cast<double>(v);
+  EXPECT_EQ(SumOfSquares(g.data(), g.size()), want);
+  // Non-finite entries: Inf gives Inf, NaN gives NaN.
+  const std::vector<float> with_inf = {1.0f, -std::numeric_limits<float>::infinity()};
+  EXPECT_EQ(SumOfSquares(with_inf.data(), with_inf.size()),
+            std::numeric_limits<double>::infinity());
+  const std::vector<float> with_nan = {std::numeric_limits<float>::quiet_NaN(), 1.0f};
+  EXPECT_TRUE(std::isnan(SumOfSquares(with_nan.data(), with_nan.size())));
+}
+
 }  // namespace gradex::kernels

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -405,6 +406,144 @@ TEST(CudaCoo, DenseToSparseReportsOverflow) {
   EXPECT_EQ(count, 1000u);
   const std::vector<uint32_t> idx = di.Host(10);
   for (uint32_t i = 0; i < 10; ++i) EXPECT_EQ(idx[i], i);
+}
+
+// ---- A device residual's operations against their CPU twins.
+
+size_t CountNonFinite(const std::vector<float>& x) {
+  size_t c = 0;
+  for (float v : x) c += std::isfinite(v) ? 0 : 1;
+  return c;
+}
+
+std::vector<size_t> ResidualSizes() {
+  return {size_t{0}, size_t{1}, size_t{255}, size_t{4097}, size_t{300007}};
+}
+
+TEST(CudaResidualOps, AccumulateCountMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  for (Dist d : AllDists()) {
+    for (size_t n : ResidualSizes()) {
+      const std::vector<float> x0 = Make(d, n, 80), g = Make(d, n, 81), u0 = Make(d, n, 82);
+      for (bool momentum : {false, true}) {
+        const std::string w = Where(d, n, 0) + (momentum ? " momentum" : "");
+        std::vector<float> x = x0, u = u0;
+        AccumulateInto(x.data(), n, Accumulate{g.data(), momentum ? u.data() : nullptr, 0.9f});
+        DeviceVec<float> dx(x0), du(u0), dg(g);
+        DeviceVec<uint64_t> dc(1);
+        ASSERT_CUDA(dx.error());
+        ASSERT_CUDA(dc.error());
+        size_t count = 12345;
+        ASSERT_CUDA(cuda::AccumulateCount(dx.get(), n,
+                                          Accumulate{dg.get(), momentum ? du.get() : nullptr, 0.9f},
+                                          dc.get(), &count, 0));
+        EXPECT_EQ(count, CountNonFinite(x)) << w;
+        EXPECT_EQ(dc.Host(1)[0], count) << w;
+        ASSERT_TRUE(SameFloats(dx.Host(n), x)) << w;
+        if (momentum) {
+          ASSERT_TRUE(SameFloats(du.Host(n), u)) << w;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaResidualOps, AccumulateCountResetsTheCount) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t n = 10000;
+  std::vector<float> g(n, 1.0f);
+  g[17] = std::numeric_limits<float>::infinity();
+  g[9000] = std::numeric_limits<float>::quiet_NaN();
+  DeviceVec<float> dx(std::vector<float>(n, 0.0f)), dg(g);
+  DeviceVec<uint64_t> dc(1);
+  for (int round = 0; round < 3; ++round) {
+    size_t count = 0;
+    ASSERT_CUDA(cuda::AccumulateCount(dx.get(), n, Accumulate{dg.get()}, dc.get(), &count, 0));
+    EXPECT_EQ(count, 2u) << round;  // not 2 * (round + 1)
+  }
+  EXPECT_EQ(dx.Host(n)[5], 3.0f);
+}
+
+TEST(CudaResidualOps, ZeroNonFiniteMatchesCpuBitwise) {
+  SKIP_WITHOUT_DEVICE();
+  for (Dist d : AllDists()) {
+    for (size_t n : ResidualSizes()) {
+      const std::string w = Where(d, n, 0);
+      std::vector<float> x = Make(d, n, 90);
+      if (n > 300) x[n - 1] = -std::numeric_limits<float>::infinity();  // the last entry too
+      DeviceVec<float> dx(x);
+      DeviceVec<uint64_t> dcf(2);
+      ASSERT_CUDA(dx.error());
+      size_t want_first = 0;
+      const size_t want = ZeroNonFinite(x.data(), n, &want_first);
+      size_t count = 12345, first = 12345;
+      ASSERT_CUDA(cuda::ZeroNonFinite(dx.get(), n, dcf.get(), &count, &first, 0));
+      EXPECT_EQ(count, want) << w;
+      EXPECT_EQ(first, want_first) << w;
+      const std::vector<uint64_t> cf = dcf.Host(2);
+      EXPECT_EQ(cf[0], want) << w;
+      EXPECT_EQ(cf[1], want_first) << w;
+      const std::vector<float> y = dx.Host(n);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(Bits(y[i]), Bits(x[i])) << w << " " << i;
+      // A second pass finds nothing; only the count is asked for.
+      ASSERT_CUDA(cuda::ZeroNonFinite(dx.get(), n, dcf.get(), &count, nullptr, 0));
+      EXPECT_EQ(count, 0u) << w;
+      EXPECT_EQ(dcf.Host(2)[1], n) << w;
+    }
+  }
+}
+
+TEST(CudaResidualOps, ZeroAtMatchesCpuBitwise) {
+  SKIP_WITHOUT_DEVICE();
+  for (Dist d : AllDists()) {
+    const size_t n = 100003;
+    std::vector<float> x = Make(d, n, 91);
+    std::vector<uint32_t> idx;
+    for (size_t i = 0; i < n; i += 1 + (i * 2654435761u) % 13) {
+      idx.push_back(static_cast<uint32_t>(i + 7));
+    }
+    idx.push_back(7);  // a repeat
+    idx.push_back(static_cast<uint32_t>(n - 1 + 7));
+    DeviceVec<float> dx(x);
+    DeviceVec<uint32_t> di(idx);
+    ASSERT_CUDA(dx.error());
+    ASSERT_CUDA(di.error());
+    ZeroAt(idx.data(), idx.size(), 7, x.data());
+    ASSERT_CUDA(cuda::ZeroAt(di.get(), idx.size(), 7, dx.get(), 0));
+    ASSERT_CUDA(cuda::ZeroAt(nullptr, 0, 7, dx.get(), 0));
+    const std::vector<float> y = dx.Host(n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(Bits(y[i]), Bits(x[i])) << testing::Name(d) << i;
+  }
+}
+
+TEST(CudaResidualOps, SumOfSquaresMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  cuda::Workspace ws;
+  for (Dist d : AllDists()) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{300007}, size_t{3000017}}) {
+      const std::string w = Where(d, n, 0);
+      const std::vector<float> x = Make(d, n, 92);
+      DeviceVec<float> dx(x);
+      DeviceVec<double> dout(1);
+      ASSERT_CUDA(dx.error());
+      const double want = SumOfSquares(x.data(), n);
+      double got = -1.0;
+      ASSERT_CUDA(cuda::SumOfSquares(dx.get(), n, dout.get(), &got, &ws, 0));
+      const double on_device = dout.Host(1)[0];
+      EXPECT_EQ(std::memcmp(&on_device, &got, sizeof got), 0) << w;  // NaN included
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << w << " " << got;
+      } else if (std::isinf(want) || want == 0.0) {
+        EXPECT_EQ(got, want) << w;
+      } else {
+        EXPECT_LE(std::fabs(got - want), 1e-12 * want) << w << " " << got << " " << want;
+      }
+      // The same order every time: a second call gives the same bits.
+      double again = -1.0;
+      ASSERT_CUDA(cuda::SumOfSquares(dx.get(), n, nullptr, &again, &ws, 0));
+      EXPECT_EQ(std::memcmp(&again, &got, sizeof got), 0) << w;
+    }
+  }
 }
 
 }  // namespace
