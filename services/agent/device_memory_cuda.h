@@ -36,7 +36,7 @@ struct DeviceMemory::Cuda {
   absl::Status Synchronize();
   absl::StatusOr<size_t> Accumulate(std::span<const float> grad, std::span<float> residual,
                                     std::span<float> velocity, float momentum);
-  // Appends the selection to *out (host), which the caller has sized before.
+  // Appends the selection to *out (host memory).
   absl::Status SelectTopK(std::span<float> x, size_t k, uint32_t index_base,
                           kernels::ThresholdReuse* reuse, kernels::SparseVec* out);
   absl::Status ScatterAdd(const kernels::SparseVec& v, uint32_t index_base, float scale,
