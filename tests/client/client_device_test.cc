@@ -290,6 +290,65 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
   for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
 }
 
+// A refused NaN on the device path is zeroed where the bucket lives: with
+// the same NaN in both ranks' bucket {5, 4} at step 1, the device rank's
+// bucket fails with the host rank's error (the same span and element), and
+// both get the same result, the NaN exchanged as 0.
+TEST(ClientDeviceTest, ARefusedNonFiniteGradientIsZeroedOnTheDevice) {
+  constexpr int kWorld = 2, kSteps = 2;
+  HostCopies host_copies;
+  testing::MemoryStore store;
+  auto clients = MakeClients(kWorld, store, [](ClientOptions& o) { o.momentum_correction = 0.5; });
+  for (auto& c : clients) ASSERT_NE(c, nullptr);
+  std::vector<std::vector<float>> result[kWorld];
+  std::vector<absl::Status> status[kWorld];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      for (int step = 0; step < kSteps; ++step) {
+        std::vector<std::vector<float>> data(kFirstLayout.size());
+        std::vector<std::future<absl::Status>> done;
+        for (size_t b = 0; b < kFirstLayout.size(); ++b) {
+          std::vector<ParamSpan> spans;
+          for (uint64_t key : kFirstLayout[b]) {
+            std::vector<float> g = Grad(key, r, step);
+            data[b].insert(data[b].end(), g.begin(), g.end());
+            spans.push_back({key, kSpanSizes[key]});
+          }
+          if (step == 1 && b == 0) data[b][7] = std::nanf("");  // span 5, element 7
+          auto p = std::make_shared<std::promise<absl::Status>>();
+          done.push_back(p->get_future());
+          clients[r]->AllreduceAsync(spans, data[b], r == 0 ? Memory::kDevice : Memory::kHost,
+                                     b + 1 == kFirstLayout.size(),
+                                     [p](absl::Status s) { p->set_value(s); });
+        }
+        for (size_t b = 0; b < kFirstLayout.size(); ++b) {
+          absl::Status s = done[b].get();
+          if (step == 1 && b == 0) {
+            status[r].push_back(s);
+            result[r].push_back(data[b]);
+          } else {
+            EXPECT_TRUE(s.ok()) << "rank " << r << " step " << step << " bucket " << b << ": " << s;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(status[0].size(), 1u);
+  ASSERT_EQ(status[1].size(), 1u);
+  EXPECT_EQ(status[0][0].code(), absl::StatusCode::kInvalidArgument) << status[0][0];
+  EXPECT_EQ(status[0][0], status[1][0]);
+  EXPECT_NE(status[0][0].message().find("span 5 element 7"), std::string::npos) << status[0][0];
+  EXPECT_EQ(result[0][0], result[1][0]);
+  for (float v : result[0][0]) EXPECT_TRUE(std::isfinite(v));
+  const std::vector<BucketStats> stats = clients[0]->Stats();
+  const BucketStats* s0 = StatsOf(stats, kSpanSizes[5] + kSpanSizes[4]);
+  ASSERT_NE(s0, nullptr);
+  EXPECT_EQ(s0->device_path, "device selection");
+  for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
+}
+
 TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
   absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(OneRank());
   ASSERT_TRUE(c.ok()) << c.status();
