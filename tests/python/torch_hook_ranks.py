@@ -314,17 +314,31 @@ def _standin_run(gx, args, rank, dev, values, steps=12):
                            momentum_correction=0.5, dense_probe_period=_PROBE_PERIOD)
     gen = torch.Generator().manual_seed(700 + rank)  # the same values on both devices
     results, paths, on_device, dense_seen = [], [], True, {}
+    # "side-stream": each CUDA bucket is written on a stream of its own,
+    # behind a kernel that sleeps ~10 ms, and handed over from that stream
+    # (gradex_hook must wait for it: gradex's stream follows the default one).
+    side = torch.cuda.Stream(dev) if values == "side-stream" and dev.type == "cuda" else None
     for step in range(steps):
         layout = layouts[0] if step < steps // 2 else layouts[1]
         futs = []
         for b, members in enumerate(layout):
             n = sum(sizes[i] for i in members)
-            if values == "integers":  # every sum and halving exact (momentum phase)
+            if values != "gaussian":  # every sum and halving exact (momentum phase)
                 g = torch.randint(-8, 9, (n,), generator=gen).float() * 1024
             else:  # rounding everywhere: fused or reordered arithmetic would show
                 g = torch.randn(n, generator=gen)
-            futs.append(gx.gradex_hook(state, Bucket(b, g.to(dev), [params[i] for i in members],
-                                                     b == len(layout) - 1)))
+            bucket = Bucket(b, g.to(dev), [params[i] for i in members], b == len(layout) - 1)
+            if side is None:
+                futs.append(gx.gradex_hook(state, bucket))
+                continue
+            torch.cuda.synchronize(dev)
+            with torch.cuda.stream(side):
+                src = bucket._buffer
+                src.record_stream(side)
+                bucket._buffer = torch.zeros(n, device=dev)
+                torch.cuda._sleep(20_000_000)
+                bucket._buffer.copy_(src)
+                futs.append(gx.gradex_hook(state, bucket))
         outs = [f.wait() for f in futs]
         on_device = on_device and all(o.device == dev for o in outs)
         results.append([o.cpu().clone() for o in outs])
@@ -479,7 +493,7 @@ def cuda(args, rank, world):
         out["gpu"] = torch.cuda.get_device_name(dev)
     out["torch"] = torch.__version__
     host = torch.device("cpu")
-    for values in ("integers", "gaussian"):
+    for values in ("integers", "gaussian") + (("side-stream",) if dev.type == "cuda" else ()):
         r_host, p_host, b_host, _ = _standin_run(gx, args, rank, host, values)
         r_dev, p_dev, b_dev, on_dev = _standin_run(gx, args, rank, dev, values)
         differ = [f"step {s} bucket {b}: {int((_bits(x) != _bits(y)).sum())} of {x.numel()}"

@@ -22,7 +22,9 @@ README "Use it from PyTorch"). Phases, each a fresh pair of processes:
                 change half way, momentum_correction=0.5, a dense probe every
                 5 steps) runs with CPU tensors and then with CUDA tensors,
                 each with a fresh GradexState, for integer-valued and for
-                Gaussian gradients: every step's results, and the final
+                Gaussian gradients (on a GPU also integers written on a
+                side stream behind a sleeping kernel, handed over from that
+                stream: the hook waits for it): every step's results, and the final
                 residuals and velocities (state_dict()), bitwise equal;
                 stats()'s device_path "host" on CPU, and on CUDA "device
                 selection" for the SparDL family's sparse steps ("whole-bucket
@@ -217,7 +219,7 @@ def check_cuda(args, results, failures):
     gpu = args.cuda_device == "cuda"
     print(f"--- cuda: {a.get('device')} ({a.get('gpu', 'no GPU')}), torch {a.get('torch')}, "
           f"algorithm {a.get('algorithm')}")
-    for values in ("integers", "gaussian"):
+    for values in [v for v in ("integers", "gaussian", "side-stream") if v in a]:
         for r in (a, b):
             v = r[values]
             print(f"--- cuda, {values}, rank {r['rank']}: device paths {v['device_paths']}; "
