@@ -276,7 +276,8 @@ def gradex_hook(state, bucket):
 
     float32 buckets are exchanged in place; float16, bfloat16 and float64 ones
     through a float32 copy (warned once); other dtypes raise TypeError. CUDA
-    buckets are passed as device memory. With ``momentum_correction`` the
+    buckets are passed as device memory; one issued on a stream other than the
+    device's default stream is waited for first. With ``momentum_correction`` the
     client replaces the bucket's gradient by the rank's velocity before the
     exchange (GradexState). A failed exchange (dead rank, timeout) sets the
     future's exception: DDP raises it from ``backward()`` as a
@@ -295,6 +296,13 @@ def gradex_hook(state, bucket):
         work = buf.to(torch.float32)
     if not work.is_contiguous():
         work = work.contiguous()
+    # gradex's CUDA stream is ordered after the legacy default stream only
+    # (a blocking stream): a bucket written on another stream (the trainer's
+    # own) is waited for here, and so is the copy back of a converted one.
+    side = work.is_cuda and (torch.cuda.current_stream(work.device)
+                             != torch.cuda.default_stream(work.device))
+    if side:
+        torch.cuda.current_stream(work.device).synchronize()
     spans = state._spans(bucket)
     fut = torch.futures.Future()
     index = bucket.index()
@@ -305,6 +313,8 @@ def gradex_hook(state, bucket):
             return
         if work is not buf:
             buf.copy_(work)
+            if side:
+                torch.cuda.current_stream(buf.device).synchronize()
         fut.set_result(buf)
 
     state.client.allreduce_async(spans, work.data_ptr(), work.numel(), work.is_cuda,

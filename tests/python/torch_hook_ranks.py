@@ -270,3 +270,265 @@ def bad_join(args, rank, world):
     except gradex.GradexError as e:
         error = str(e)
     emit(rank=rank, error=error, error_s=time.monotonic() - t0, timeout_s=timeout_s)
+
+
+# ---- cuda: the device path against the host path, bit for bit -------------
+
+# The SparDL family's local part runs on the GPU (DeviceLocalPart() in
+# collectives/, and its residual does not decay): its CUDA buckets' sparse
+# steps must report "device selection". Another algorithm's may report that
+# or "whole-bucket staging" (which ones have a device local part is the
+# catalog's business), never "host".
+_DEVICE_SELECTING = ("spardl", "spardl-rsag", "spardl-bsag")
+# Dense probes at steps 4 and 9 of 12: two dense samples, under the bucket
+# controller's three, so no run switches a bucket to dense on its timings
+# (both runs must choose the same algorithms to be comparable).
+_PROBE_PERIOD = 5
+
+
+def _bits(t):
+    import torch
+    return t.detach().cpu().contiguous().view(torch.int32)
+
+
+def _device(args, rank):
+    import torch
+    if args.cuda_device == "cpu":
+        return torch.device("cpu")
+    index = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def _layout_stats(state):
+    return {tuple(tuple(s) for s in e["spans"]): e for e in state.stats()}
+
+
+def _elements(key):
+    return sum(n for _, n in key)
+
+
+def _standin_run(gx, args, rank, dev, values, steps=12):
+    """One sequence of bucket-stand-in steps on `dev` with a fresh state:
+    per step the results (CPU copies) and per bucket (device_path, dense,
+    algorithm, bytes down, bytes up); then the state blob."""
+    import torch
+    sizes = [700, 1300, 500, 1500]
+    params = [torch.zeros(n) for n in sizes]
+    layouts = [[[0, 1], [2, 3]], [[3, 0], [2], [1]]]  # DDP's first layout, then a rebuild
+    state = gx.GradexState(algorithm=args.algorithm, density=0.05, timeout_s=30,
+                           momentum_correction=0.5, dense_probe_period=_PROBE_PERIOD)
+    gen = torch.Generator().manual_seed(700 + rank)  # the same values on both devices
+    results, paths, on_device, dense_seen = [], [], True, {}
+    # "side-stream": each CUDA bucket is written on a stream of its own,
+    # behind a kernel that sleeps ~10 ms, and handed over from that stream
+    # (gradex_hook must wait for it: gradex's stream follows the default one).
+    side = torch.cuda.Stream(dev) if values == "side-stream" and dev.type == "cuda" else None
+    for step in range(steps):
+        layout = layouts[0] if step < steps // 2 else layouts[1]
+        futs = []
+        for b, members in enumerate(layout):
+            n = sum(sizes[i] for i in members)
+            if values != "gaussian":  # every sum and halving exact (momentum phase)
+                g = torch.randint(-8, 9, (n,), generator=gen).float() * 1024
+            else:  # rounding everywhere: fused or reordered arithmetic would show
+                g = torch.randn(n, generator=gen)
+            bucket = Bucket(b, g.to(dev), [params[i] for i in members], b == len(layout) - 1)
+            if side is None:
+                futs.append(gx.gradex_hook(state, bucket))
+                continue
+            torch.cuda.synchronize(dev)
+            with torch.cuda.stream(side):
+                src = bucket._buffer
+                src.record_stream(side)
+                bucket._buffer = torch.zeros(n, device=dev)
+                torch.cuda._sleep(20_000_000)
+                bucket._buffer.copy_(src)
+                futs.append(gx.gradex_hook(state, bucket))
+        outs = [f.wait() for f in futs]
+        on_device = on_device and all(o.device == dev for o in outs)
+        results.append([o.cpu().clone() for o in outs])
+        stats = _layout_stats(state)
+        row = []
+        for members in layout:
+            key = tuple((i, sizes[i]) for i in members)
+            e = stats[key]
+            dense = e["dense_calls"] > dense_seen.get(key, 0)
+            dense_seen[key] = e["dense_calls"]
+            row.append([e["device_path"], dense, e["algorithm"], e["device_to_host_bytes"],
+                        e["host_to_device_bytes"], _elements(key)])
+        paths.append(row)
+    state.flush()
+    blob = state.state_dict()["client"]
+    state.close()
+    return results, paths, blob, on_device
+
+
+def _state_maps(blob):
+    """(residuals, velocities) of a version-2 state blob, {key: float32 tensor}."""
+    import struct
+    import torch
+    off, maps = 8 + 4 + 8, []
+    for _ in range(2):
+        (count,) = struct.unpack_from("<Q", blob, off)
+        off += 8
+        m = {}
+        for _ in range(count):
+            key, elements = struct.unpack_from("<QQ", blob, off)
+            off += 16
+            m[key] = torch.frombuffer(bytearray(blob[off:off + 4 * elements]), dtype=torch.float32)
+            off += 4 * elements
+        maps.append(m)
+    return maps
+
+
+def _compare_blobs(a, b):
+    """'' when the blobs are equal byte for byte, else where they differ."""
+    if a == b:
+        return ""
+    out = []
+    for what, ma, mb in zip(("residual", "velocity"), _state_maps(a), _state_maps(b)):
+        if sorted(ma) != sorted(mb):
+            out.append(f"{what} keys {sorted(ma)} vs {sorted(mb)}")
+            continue
+        for k in ma:
+            d = int((_bits(ma[k]) != _bits(mb[k])).sum())
+            if d:
+                out.append(f"{what} of span {k}: {d} of {ma[k].numel()} entries differ")
+    return "; ".join(out) or "the blobs' headers differ"
+
+
+def _expected_paths(args, paths, device_run, momentum=True):
+    """Per step and bucket, the device_path the bucket pipeline's Select must
+    report: 'host' for CPU buckets; for CUDA buckets of a device-selecting
+    algorithm 'device selection', except a span's first step with momentum
+    (u = g is seeded on the host) and dense steps (probes), which stage the
+    bucket whole; other algorithms' sparse steps either device path."""
+    exp = []
+    for step, row in enumerate(paths):
+        r = []
+        for path, dense, *_ in row:
+            if not device_run:
+                r.append(("host",))
+            elif dense or (momentum and step == 0):
+                r.append(("whole-bucket staging",))
+            elif args.algorithm in _DEVICE_SELECTING:
+                r.append(("device selection",))
+            else:
+                r.append(("device selection", "whole-bucket staging"))
+        exp.append(r)
+    return exp
+
+
+def _path_report(args, paths, device_run, momentum=True):
+    """(mismatches as text, count of device selections)."""
+    exp = _expected_paths(args, paths, device_run, momentum)
+    bad = []
+    for step, (row, erow) in enumerate(zip(paths, exp)):
+        for b, (got, want) in enumerate(zip(row, erow)):
+            if got[0] not in want:
+                bad.append(f"step {step} bucket {b} ({got[2]}{', dense' if got[1] else ''}): "
+                           f"{got[0]!r}, expected {' or '.join(map(repr, want))}")
+    selected = sum(1 for row in paths for p in row if p[0] == "device selection")
+    return bad, selected
+
+
+def _ddp_run(gx, args, rank, dev, dtype, steps=8):
+    """A real DDP run of one Linear layer on `dev` in `dtype` with a fresh
+    state: loss = sum(model(x) * c) over integer x and c, so each step's
+    gradients (c^T x, sum c) are integers, the same on any device; with
+    momentum 0.5, lr 2^-4 and a few steps every velocity, result and update
+    stays exact in float32 (the float64 run checks that). Returns the final
+    parameters (CPU copies), per-step paths and the state blob."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    g0 = torch.Generator().manual_seed(900)  # the same start on every rank and device
+    model = torch.nn.Linear(48, 24)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randint(-4, 5, p.shape, generator=g0).float())
+    start = [p.detach().clone() for p in model.parameters()]
+    model = model.to(device=dev, dtype=dtype)
+    # A tiny bucket cap: after DDP's rebuild the weight and the bias travel
+    # in buckets of their own (a layout change through the real reducer).
+    ddp = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None,
+              bucket_cap_mb=0.001)
+    state = gx.GradexState(algorithm=args.algorithm, density=0.05, timeout_s=30,
+                           momentum_correction=0.5, dense_probe_period=_PROBE_PERIOD,
+                           model=model)
+    ddp.register_comm_hook(state, gx.gradex_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=2.0 ** -4)
+    gen = torch.Generator().manual_seed(1000 + rank)
+    paths, dense_seen = [], {}
+    for step in range(steps):
+        x = torch.randint(-3, 4, (16, 48), generator=gen).to(device=dev, dtype=dtype)
+        c = torch.randint(-3, 4, (16, 24), generator=gen).to(device=dev, dtype=dtype)
+        opt.zero_grad()
+        (ddp(x) * c).sum().backward()
+        opt.step()
+        state.flush()
+        row = []
+        for key, e in _layout_stats(state).items():
+            if e["calls"] > dense_seen.get(("calls", key), 0):  # its bucket ran this step
+                dense = e["dense_calls"] > dense_seen.get(key, 0)
+                row.append([e["device_path"], dense, e["algorithm"], e["device_to_host_bytes"],
+                            e["host_to_device_bytes"], _elements(key)])
+            dense_seen[("calls", key)] = e["calls"]
+            dense_seen[key] = e["dense_calls"]
+        paths.append(row)
+    blob = state.state_dict()["client"]
+    layouts = len(state.stats())
+    state.close()
+    params = [p.detach().cpu().clone() for p in model.parameters()]
+    moved = any(not torch.equal(a.double(), b.double()) for a, b in zip(start, params))
+    return params, paths, blob, layouts, moved
+
+
+def cuda(args, rank, world):
+    import torch
+    import torch.distributed as dist
+    import gradex.torch as gx
+    dist.init_process_group("gloo")
+    dev = _device(args, rank)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    out = dict(rank=rank, device=str(dev), algorithm=args.algorithm)
+    if dev.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(dev)
+    out["torch"] = torch.__version__
+    host = torch.device("cpu")
+    for values in ("integers", "gaussian") + (("side-stream",) if dev.type == "cuda" else ()):
+        r_host, p_host, b_host, _ = _standin_run(gx, args, rank, host, values)
+        r_dev, p_dev, b_dev, on_dev = _standin_run(gx, args, rank, dev, values)
+        differ = [f"step {s} bucket {b}: {int((_bits(x) != _bits(y)).sum())} of {x.numel()}"
+                  for s, (hs, ds) in enumerate(zip(r_host, r_dev))
+                  for b, (x, y) in enumerate(zip(hs, ds)) if not torch.equal(_bits(x), _bits(y))]
+        bad_host, _ = _path_report(args, p_host, False)
+        bad_dev, selected = _path_report(args, p_dev, dev.type == "cuda")
+        digest = float(sum(float((x.double() * (1 + torch.arange(x.numel()) % 7)).sum())
+                           for row in r_dev for x in row))
+        _, velocities = _state_maps(b_dev)
+        out[values] = dict(
+            steps=len(r_host), results_differ=differ[:5], n_results_differ=len(differ),
+            state_differ=_compare_blobs(b_host, b_dev), host_paths_bad=bad_host[:5],
+            device_paths_bad=bad_dev[:5], n_device_paths_bad=len(bad_dev),
+            device_selected=selected, on_device=on_dev, digest=digest,
+            velocity_nonzero=sum(int((u != 0).sum()) for u in velocities.values()),
+            dense_steps=sum(1 for row in p_dev if any(p[1] for p in row)),
+            device_paths=[[p[0] for p in row] for row in p_dev],
+            bytes_down_up=[[p[3:6] for p in row] for row in p_dev])
+    # Real DDP: CPU float32, the device float32, and CPU float64 (exactness).
+    p32, q_host, b32, layouts, moved = _ddp_run(gx, args, rank, host, torch.float32)
+    pdev, q_dev, bdev, _, _ = _ddp_run(gx, args, rank, dev, torch.float32)
+    p64, _, _, _, _ = _ddp_run(gx, args, rank, host, torch.float64)
+    bad_dev, selected = _path_report(args, q_dev, dev.type == "cuda")
+    bad_host, _ = _path_report(args, q_host, False)
+    out["ddp"] = dict(
+        params_equal=all(torch.equal(_bits(a), _bits(b)) for a, b in zip(p32, pdev)),
+        exact=all(torch.equal(a.double(), b) for a, b in zip(p32, p64)),
+        moved=moved,
+        state_differ=_compare_blobs(b32, bdev), layouts=layouts,
+        host_paths_bad=bad_host[:5], device_paths_bad=bad_dev[:5], device_selected=selected,
+        digest=float(sum(float(p.double().sum()) for p in pdev)),
+        device_paths=[[p[0] for p in row] for row in q_dev])
+    emit(**out)

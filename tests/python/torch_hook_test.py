@@ -17,6 +17,25 @@ README "Use it from PyTorch"). Phases, each a fresh pair of processes:
                 applied an entry) == sum of P * result + every rank's final
                 residual (from state_dict()), exactly; the hook's velocities
                 equal the reference bitwise; results identical on both ranks.
+  cuda          the device path against the host path, bit for bit: on each
+                rank the same bucket-stand-in sequence (12 steps, a layout
+                change half way, momentum_correction=0.5, a dense probe every
+                5 steps) runs with CPU tensors and then with CUDA tensors,
+                each with a fresh GradexState, for integer-valued and for
+                Gaussian gradients (on a GPU also integers written on a
+                side stream behind a sleeping kernel, handed over from that
+                stream: the hook waits for it): every step's results, and the final
+                residuals and velocities (state_dict()), bitwise equal;
+                stats()'s device_path "host" on CPU, and on CUDA "device
+                selection" for the SparDL family's sparse steps ("whole-bucket
+                staging" for a span's first momentum step, dense probes and
+                other algorithms). Then real DDP of one Linear layer (integer
+                inputs, a linear loss: integer gradients on any device; TF32
+                off) on CPU and on CUDA through gradex_hook: final parameters
+                and gradex states bitwise equal, and a float64 run equal to
+                the float32 one (every step was exact). Skipped, and passed
+                inside --phase all, where torch sees no GPU; --cuda-device cpu
+                runs it CPU against CPU (the plumbing, on any machine).
   train         Fashion-MNIST MLP under DDP + gradex_hook for --steps steps:
                 rank 0's test accuracy above --min-accuracy, parameters bitwise
                 identical on both ranks.
@@ -30,7 +49,7 @@ README "Use it from PyTorch"). Phases, each a fresh pair of processes:
                 the coordinator (with allow_plan_override: one warning); a coordinator whose
                 --metrics-port is taken exits naming the fix.
 
-Exit 0 pass, 1 fail, 77 skip (no torch for this Python).
+Exit 0 pass, 1 fail, 77 skip (no torch for this Python; --phase cuda without a GPU).
 """
 import argparse
 import json
@@ -46,7 +65,8 @@ SKIP = 77
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--phase", default="all",
-                   choices=["all", "conservation", "momentum", "train", "dead-rank", "bad-join"])
+                   choices=["all", "conservation", "momentum", "cuda", "train", "dead-rank",
+                            "bad-join"])
     p.add_argument("--coordinator-bin", default="", help="gradex-coordinator, for bad-join")
     p.add_argument("--target", default="", help="(bad-join rank process) host:port")
     p.add_argument("--algorithm", default="spardl")
@@ -54,6 +74,8 @@ def parse_args():
     p.add_argument("--min-accuracy", type=float, default=0.0)
     p.add_argument("--expect-module", default="ON", help="OFF: a missing gradex module is a skip")
     p.add_argument("--phase-timeout-s", type=float, default=100)
+    p.add_argument("--cuda-device", default="cuda", choices=["cuda", "cpu"],
+                   help="cuda phase: the device run's device (cpu: CPU against CPU, no GPU needed)")
     return p.parse_args()
 
 
@@ -154,7 +176,8 @@ def run_phase(args, phase, world=2):
     env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), LOCAL_WORLD_SIZE=str(world))
     cmd = [sys.executable, os.path.abspath(__file__), "--phase", phase,
-           "--algorithm", args.algorithm, "--steps", str(args.steps)]
+           "--algorithm", args.algorithm, "--steps", str(args.steps),
+           "--cuda-device", args.cuda_device]
     procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(world)]
@@ -176,6 +199,78 @@ def run_phase(args, phase, world=2):
     return results, outs, [p.returncode for p in procs], hung, time.monotonic() - t0
 
 
+def no_cuda(args):
+    """Why the cuda phase cannot run here ('' when it can)."""
+    if args.cuda_device == "cpu":
+        return ""
+    import torch
+    if not torch.backends.cuda.is_built():
+        return f"torch {torch.__version__} is built without CUDA"
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU"
+    return ""
+
+
+def check_cuda(args, results, failures):
+    check(len(results) == 2, "cuda: both ranks finished", failures)
+    if len(results) != 2:
+        return
+    a, b = results[0], results[1]
+    gpu = args.cuda_device == "cuda"
+    print(f"--- cuda: {a.get('device')} ({a.get('gpu', 'no GPU')}), torch {a.get('torch')}, "
+          f"algorithm {a.get('algorithm')}")
+    for values in [v for v in ("integers", "gaussian", "side-stream") if v in a]:
+        for r in (a, b):
+            v = r[values]
+            print(f"--- cuda, {values}, rank {r['rank']}: device paths {v['device_paths']}; "
+                  f"bytes down/up/elements {v['bytes_down_up']}")
+        va, vb = a[values], b[values]
+        check(va["n_results_differ"] == 0 and vb["n_results_differ"] == 0,
+              f"cuda, {values}: every step's results bitwise equal to the CPU run's "
+              f"({va['steps']} steps; differ: {va['results_differ'] or vb['results_differ']})",
+              failures)
+        check(not va["state_differ"] and not vb["state_differ"],
+              f"cuda, {values}: residuals and velocities (state_dict) bitwise equal to the CPU "
+              f"run's ({va['state_differ'] or vb['state_differ'] or 'equal'})", failures)
+        check(va["velocity_nonzero"] > 0 and va["dense_steps"] > 0,
+              f"cuda, {values}: velocities exercised ({va['velocity_nonzero']} non-zero) and "
+              f"dense probes ran ({va['dense_steps']} steps)", failures)
+        check(va["on_device"] and vb["on_device"],
+              f"cuda, {values}: the hook's results stay on the bucket's device", failures)
+        check(not va["host_paths_bad"] and not vb["host_paths_bad"],
+              f"cuda, {values}: stats() device_path 'host' for CPU buckets "
+              f"{va['host_paths_bad'] or vb['host_paths_bad']}", failures)
+        check(not va["device_paths_bad"] and not vb["device_paths_bad"],
+              f"cuda, {values}: stats() device_path as Select decides for CUDA buckets "
+              f"({va['device_selected']} device selections; wrong: "
+              f"{va['device_paths_bad'] or vb['device_paths_bad'] or 'none'}; "
+              "'whole-bucket staging' everywhere: gradex built without CUDA?)", failures)
+        if gpu and args.algorithm in ("spardl", "spardl-rsag", "spardl-bsag"):
+            check(va["device_selected"] > 0,
+                  f"cuda, {values}: the device path ran ({va['device_selected']} buckets)",
+                  failures)
+        check(va["digest"] == vb["digest"], f"cuda, {values}: results identical on both ranks",
+              failures)
+    da, db = a["ddp"], b["ddp"]
+    print(f"--- cuda, DDP: {da['layouts']} bucket layouts, device paths {da['device_paths']}")
+    check(da["exact"] and db["exact"],
+          "cuda, DDP: the float64 run ends with the float32 run's parameters (every step exact)",
+          failures)
+    check(da["moved"], "cuda, DDP: the parameters moved", failures)
+    check(da["params_equal"] and db["params_equal"],
+          "cuda, DDP: final parameters bitwise equal to the CPU run's", failures)
+    check(not da["state_differ"] and not db["state_differ"],
+          f"cuda, DDP: residuals and velocities bitwise equal to the CPU run's "
+          f"({da['state_differ'] or db['state_differ'] or 'equal'})", failures)
+    check(da["layouts"] >= 2, f"cuda, DDP: the reducer's rebuild changed the bucket layout "
+          f"({da['layouts']} layouts)", failures)
+    check(not da["host_paths_bad"] and not da["device_paths_bad"] and not db["device_paths_bad"],
+          f"cuda, DDP: stats() device_path as expected ({da['device_selected']} device "
+          f"selections; wrong: {da['host_paths_bad'] or da['device_paths_bad'] or 'none'})",
+          failures)
+    check(da["digest"] == db["digest"], "cuda, DDP: parameters identical on both ranks", failures)
+
+
 def check(cond, what, failures):
     print(("ok   " if cond else "FAIL ") + what, flush=True)
     if not cond:
@@ -187,7 +282,8 @@ def main():
     if "RANK" in os.environ:  # a rank process
         import torch_hook_ranks as ranks
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        {"conservation": ranks.conservation, "momentum": ranks.momentum, "train": ranks.train,
+        {"conservation": ranks.conservation, "momentum": ranks.momentum, "cuda": ranks.cuda,
+         "train": ranks.train,
          "dead-rank": ranks.dead_rank, "bad-join": ranks.bad_join}[args.phase](args, rank, world)
         return 0
     try:
@@ -204,12 +300,19 @@ def main():
         print(f"torch_hook_test: cannot import gradex.torch: {e}")
         return 1
     failures = []
-    phases = (["bad-join", "conservation", "momentum", "train", "dead-rank"] if args.phase == "all"
-              else [args.phase])
+    phases = (["bad-join", "conservation", "momentum", "cuda", "train", "dead-rank"]
+              if args.phase == "all" else [args.phase])
     for phase in phases:
         if phase == "bad-join":
             run_bad_join(args, failures)
             continue
+        if phase == "cuda":
+            why = no_cuda(args)
+            if why:
+                print(f"cuda: SKIP ({why}); passes inside --phase all", flush=True)
+                if args.phase == "cuda":
+                    return SKIP
+                continue
         results, outs, rcs, hung, took = run_phase(args, phase)
         print(f"--- {phase}: {took:.1f} s, exit codes {rcs}, results {json.dumps(results)}", flush=True)
         ok_procs = not hung and (phase == "dead-rank" or rcs == [0, 0])
@@ -256,6 +359,8 @@ def main():
                       f"momentum: factor masking applied ({a['masked']} entries)", failures)
                 check(a["digest"] == b["digest"], "momentum: results identical on both ranks",
                       failures)
+        elif phase == "cuda":
+            check_cuda(args, results, failures)
         elif phase == "train":
             check(len(results) == 2, "train: both ranks finished", failures)
             if len(results) == 2:
