@@ -204,8 +204,11 @@ class PyClient {
 
   // spans: [(key, elements)], data: address of `numel` contiguous float32.
   // callback(code, message) runs on the progress thread; code 0 is success.
+  // stream: the cudaStream_t a device bucket was written on (0: the legacy
+  // default stream, which gradex follows anyway).
   void AllreduceAsync(const std::vector<std::pair<uint64_t, size_t>>& spans, uintptr_t data,
-                      size_t numel, bool device, bool last_in_step, py::object callback) {
+                      size_t numel, bool device, bool last_in_step, py::object callback,
+                      uintptr_t stream) {
     std::vector<ParamSpan> ps;
     ps.reserve(spans.size());
     size_t total = 0;
@@ -234,7 +237,8 @@ class PyClient {
     Client& c = get();
     py::gil_scoped_release nogil;
     c.AllreduceAsync(std::move(ps), std::span<float>(reinterpret_cast<float*>(data), numel),
-                     device ? Memory::kDevice : Memory::kHost, last_in_step, std::move(done));
+                     device ? Memory::kDevice : Memory::kHost, last_in_step, std::move(done),
+                     device ? stream : 0);
   }
 
   void Flush() {
@@ -391,7 +395,8 @@ PYBIND11_MODULE(_C, m) {
                   py::arg("rendezvous_get") = py::none(),
                   "Joins (or, on rank 0 without a coordinator, starts) the job's coordinator.")
       .def("allreduce_async", &PyClient::AllreduceAsync, py::arg("spans"), py::arg("data"),
-           py::arg("numel"), py::arg("device"), py::arg("last_in_step"), py::arg("callback"))
+           py::arg("numel"), py::arg("device"), py::arg("last_in_step"), py::arg("callback"),
+           py::arg("stream") = 0)
       .def("flush", &PyClient::Flush)
       .def("stats", &PyClient::Stats)
       .def("save_state", &PyClient::SaveState)

@@ -277,7 +277,9 @@ def gradex_hook(state, bucket):
     float32 buckets are exchanged in place; float16, bfloat16 and float64 ones
     through a float32 copy (warned once); other dtypes raise TypeError. CUDA
     buckets are passed as device memory; one issued on a stream other than the
-    device's default stream is waited for first. With ``momentum_correction`` the
+    device's default stream is handed over with that stream (gradex reads it
+    once the stream has passed the hook, without blocking the caller). With
+    ``momentum_correction`` the
     client replaces the bucket's gradient by the rank's velocity before the
     exchange (GradexState). A failed exchange (dead rank, timeout) sets the
     future's exception: DDP raises it from ``backward()`` as a
@@ -296,13 +298,15 @@ def gradex_hook(state, bucket):
         work = buf.to(torch.float32)
     if not work.is_contiguous():
         work = work.contiguous()
-    # gradex's CUDA stream is ordered after the legacy default stream only
-    # (a blocking stream): a bucket written on another stream (the trainer's
-    # own) is waited for here, and so is the copy back of a converted one.
+    # gradex's CUDA work follows the legacy default stream (its streams are
+    # blocking ones). A bucket written on another stream (the trainer's own)
+    # is handed over with that stream: gradex records an event on it and its
+    # selection thread waits for the event, so this thread is not blocked. The
+    # copy back of a converted bucket runs on the callback thread's default
+    # stream and is waited for before the future completes.
     side = work.is_cuda and (torch.cuda.current_stream(work.device)
                              != torch.cuda.default_stream(work.device))
-    if side:
-        torch.cuda.current_stream(work.device).synchronize()
+    stream = torch.cuda.current_stream(work.device).cuda_stream if side else 0
     spans = state._spans(bucket)
     fut = torch.futures.Future()
     index = bucket.index()
@@ -318,7 +322,7 @@ def gradex_hook(state, bucket):
         fut.set_result(buf)
 
     state.client.allreduce_async(spans, work.data_ptr(), work.numel(), work.is_cuda,
-                                 bucket.is_last(), done)
+                                 bucket.is_last(), done, stream)
     # Chained so that a failure marks the returned future as failed in C++
     # (DDP's reducer then raises it) rather than holding an exception object
     # where DDP expects a tensor.

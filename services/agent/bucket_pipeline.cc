@@ -61,11 +61,20 @@ bool BucketPipeline::OnPipelineThread() const {
 }
 
 std::future<BucketEnd> BucketPipeline::Submit(std::vector<ParamSpan> spans, std::span<float> data,
-                                              Memory memory, bool last_in_step, Done done) {
+                                              Memory memory, bool last_in_step, Done done,
+                                              uintptr_t stream) {
   Item item;
   item.end.spans = std::move(spans);
   item.data = data;
   item.memory = memory;
+  if (memory == Memory::kDevice && stream != 0) {
+    absl::StatusOr<std::unique_ptr<StreamHandover>> h = StreamHandover::Record(stream, data.data());
+    if (h.ok()) {
+      item.handover = *std::move(h);
+    } else {
+      item.handover_status = h.status();
+    }
+  }
   item.last_in_step = last_in_step;
   item.done = std::move(done);
   return Queue(std::move(item));
@@ -146,6 +155,8 @@ void BucketPipeline::AddMomentum(const Item& item, BucketSlot* slot) const {
 void BucketPipeline::KeepUnrun(Item& item) {
   const size_t n = Elements(item.end.spans);
   if (n != item.data.size() || n == 0 || n > options_.max_bucket_elements) return;
+  if (!item.handover_status.ok()) return;
+  if (item.handover != nullptr && !item.handover->Wait().ok()) return;
   for (BucketSlot* moving : store_.Moves(item.end.spans)) {
     if (!SlotToHost(moving, &device_[0]).ok()) return;
   }
@@ -279,6 +290,11 @@ void BucketPipeline::Select(Item& item) {
     refuse(absl::InvalidArgumentError(absl::StrCat("bucket of ", n, " elements: over ",
                                                    options_.max_bucket_elements,
                                                    " (ClientOptions.max_bucket_elements)")));
+  } else if (absl::Status h = item.handover_status.ok() && item.handover != nullptr
+                                  ? item.handover->Wait()
+                                  : item.handover_status;
+             !h.ok()) {
+    refuse(std::move(h));
   } else {
     // A new step opens only when the previous one has ended (BeginStep and
     // EndStep never overlap the other thread); a bucket whose gathering

@@ -38,6 +38,7 @@
 #include "services/agent/device_memory.h"
 #include "services/agent/device_staging.h"
 #include "services/agent/span_store.h"
+#include "services/agent/stream_handover.h"
 
 namespace gradex::agent {
 
@@ -99,8 +100,11 @@ class BucketPipeline {
   // gradient before the exchange at a span's first step (u = g) or when the
   // call cannot run (elsewhere the call fuses it into its own pass). `data` stays valid until
   // `done`, which runs on the progress thread. `last_in_step` ends the training step.
+  // `stream` (a cudaStream_t; 0: none) is the stream a device bucket was
+  // written on, when not the legacy default stream: gradex reads the bucket
+  // after that stream has passed this call (StreamHandover).
   std::future<BucketEnd> Submit(std::vector<ParamSpan> spans, std::span<float> data, Memory memory,
-                                bool last_in_step, Done done = {});
+                                bool last_in_step, Done done = {}, uintptr_t stream = 0);
   // A host bucket whose result is not written back (read only: its end's
   // outcome holds the result; gradex-agent's synthetic steps).
   std::future<BucketEnd> Submit(std::vector<ParamSpan> spans, std::span<const float> grad,
@@ -129,6 +133,10 @@ class BucketPipeline {
     Memory memory = Memory::kHost;
     bool last_in_step = false;
     Done done;
+    // The trainer's stream at Submit (device buckets given one), or why it
+    // could not be recorded.
+    std::unique_ptr<StreamHandover> handover;
+    absl::Status handover_status;
     std::shared_ptr<std::promise<BucketEnd>> promise;
     // Filled by the selection thread.
     std::unique_ptr<BucketCall> call;  // null: it never reached the agent (see status)

@@ -178,9 +178,13 @@ class Client {
   // step (plan barriers, reports and COVAP count steps). Buckets run in the
   // order issued; a step's buckets after a failed one fail too (their
   // gradients also go to the residuals). Non-finite gradient values: see
-  // ClientOptions::refuse_nonfinite.
+  // ClientOptions::refuse_nonfinite. `stream` (a cudaStream_t; 0: none):
+  // the CUDA stream a device bucket was written on when it is not the
+  // legacy default stream (which gradex's own work follows anyway): gradex
+  // reads the bucket once that stream has passed this call, and the caller
+  // is not blocked.
   virtual void AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> data, Memory memory,
-                              bool last_in_step, Done done) = 0;
+                              bool last_in_step, Done done, uintptr_t stream = 0) = 0;
   // Convenience: one span keyed `bucket`, host memory.
   std::future<absl::Status> AllreduceAsync(uint64_t bucket, std::span<float> data,
                                            bool last_in_step = true);

@@ -118,7 +118,7 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
 }
 
 void ClientImpl::AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> data, Memory memory,
-                                bool last_in_step, Done done) {
+                                bool last_in_step, Done done, uintptr_t stream) {
   if (!done) done = [](absl::Status) {};
   if (pipeline_ == nullptr) {
     done(absl::FailedPreconditionError("gradex client is closed"));
@@ -126,7 +126,7 @@ void ClientImpl::AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> d
   }
   (void)pipeline_->Submit(
       std::move(spans), data, memory, last_in_step,
-      [done = std::move(done)](const agent::BucketEnd& end) { done(end.status); });
+      [done = std::move(done)](const agent::BucketEnd& end) { done(end.status); }, stream);
 }
 
 absl::Status ClientImpl::Flush() {

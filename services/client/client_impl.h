@@ -37,7 +37,7 @@ class ClientImpl final : public Client {
   absl::Status Start(const Rendezvous& rendezvous);
 
   void AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> data, Memory memory,
-                      bool last_in_step, Done done) override;
+                      bool last_in_step, Done done, uintptr_t stream = 0) override;
   using Client::AllreduceAsync;
   absl::Status Flush() override;
   std::vector<BucketStats> Stats() const override;
