@@ -22,6 +22,8 @@
 
 #if GRADEX_AGENT_CUDA
 #include <cuda_runtime_api.h>
+
+#include "tests/cuda_device.h"
 #endif
 
 namespace gradex::agent {
@@ -85,16 +87,6 @@ std::vector<float> Gauss(size_t n, uint32_t seed, float scale = 1.0f) {
   for (float& v : x) v = g(rng) * scale;
   return x;
 }
-
-#define SKIP_WITHOUT_DEVICE()                                                           \
-  do {                                                                                  \
-    int count = 0;                                                                      \
-    const cudaError_t e = cudaGetDeviceCount(&count);                                   \
-    if (e != cudaSuccess || count == 0) {                                               \
-      GTEST_SKIP() << "no CUDA device: "                                                \
-                   << (e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0"); \
-    }                                                                                   \
-  } while (0)
 
 // A trainer's bucket: device memory of the test's own, freed at exit.
 class Bucket {

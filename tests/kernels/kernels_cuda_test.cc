@@ -13,6 +13,7 @@
 #include "kernels/cuda/sparse_cuda.h"
 #include "kernels/sparse.h"
 #include "kernels/topk_step.h"
+#include "tests/cuda_device.h"
 #include "tests/kernels/reference.h"
 
 namespace gradex::kernels {
@@ -23,16 +24,6 @@ using testing::Bits;
 using testing::Dist;
 using testing::Make;
 using testing::SameBits;
-
-#define SKIP_WITHOUT_DEVICE()                                                           \
-  do {                                                                                  \
-    int count = 0;                                                                      \
-    const cudaError_t e = cudaGetDeviceCount(&count);                                   \
-    if (e != cudaSuccess || count == 0) {                                               \
-      GTEST_SKIP() << "no CUDA device: "                                                \
-                   << (e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0"); \
-    }                                                                                   \
-  } while (0)
 
 #define ASSERT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(expr)
 
