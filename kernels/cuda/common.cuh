@@ -178,6 +178,21 @@ inline CompactScratch TakeCompactScratch(Carver& c, size_t n) {
   return {c.Take<ulonglong2>(tiles), c.Take<ulonglong2>(tiles)};
 }
 
+// A compaction of n entries' scratch from ws, and where its count goes: the
+// caller's d_count, else a slot of the scratch.
+inline cudaError_t ReserveCompact(Workspace* ws, size_t n, uint64_t* d_count, CompactScratch* cs,
+                                  ull** count) {
+  Carver sizing(nullptr);
+  TakeCompactScratch(sizing, n);
+  sizing.Take<ull>(1);
+  GRADEX_CUDA_RETURN_IF_ERROR(ws->Reserve(sizing.bytes()));
+  Carver c(static_cast<char*>(ws->data()));
+  *cs = TakeCompactScratch(c, n);
+  ull* own = c.Take<ull>(1);
+  *count = d_count ? reinterpret_cast<ull*>(d_count) : own;
+  return cudaSuccess;
+}
+
 // Runs the three phases; *d_count gets the full count.
 template <typename Classify, typename Writer>
 cudaError_t Compact(Classify cls, Writer w, size_t n, const ull* take, size_t capacity,

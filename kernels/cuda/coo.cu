@@ -84,14 +84,9 @@ __global__ void ScatterSetKernel(const uint32_t* __restrict__ idx, const float* 
 cudaError_t CompactRange(const float* x, size_t n, uint32_t lo, uint32_t hi, uint32_t index_base,
                          uint32_t* idx, float* val, size_t capacity, uint64_t* d_count,
                          size_t* h_count, Workspace* ws, cudaStream_t stream) {
-  Carver sizing(nullptr);
-  TakeCompactScratch(sizing, n);
-  sizing.Take<ull>(1);
-  GRADEX_CUDA_RETURN_IF_ERROR(ws->Reserve(sizing.bytes()));
-  Carver c(static_cast<char*>(ws->data()));
-  const CompactScratch cs = TakeCompactScratch(c, n);
-  ull* own = c.Take<ull>(1);
-  ull* count = d_count ? reinterpret_cast<ull*>(d_count) : own;
+  CompactScratch cs;
+  ull* count = nullptr;
+  GRADEX_CUDA_RETURN_IF_ERROR(ReserveCompact(ws, n, d_count, &cs, &count));
   GRADEX_CUDA_RETURN_IF_ERROR(Compact(RangeClassify{x, lo, hi}, PairWriter{x, index_base, idx, val},
                                       n, nullptr, capacity, cs, count, stream));
   return FinishCount(reinterpret_cast<uint64_t*>(count), h_count, stream);

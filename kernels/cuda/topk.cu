@@ -424,14 +424,9 @@ cudaError_t CompactSelected(const float* d_x, size_t n, const DeviceThreshold* d
                             uint32_t index_base, uint32_t* d_idx, float* d_val, size_t capacity,
                             uint64_t* d_count, size_t* h_count, Workspace* ws,
                             cudaStream_t stream) {
-  detail::Carver sizing(nullptr);
-  detail::TakeCompactScratch(sizing, n);
-  sizing.Take<ull>(1);
-  GRADEX_CUDA_RETURN_IF_ERROR(ws->Reserve(sizing.bytes()));
-  detail::Carver c(static_cast<char*>(ws->data()));
-  const detail::CompactScratch cs = detail::TakeCompactScratch(c, n);
-  ull* own = c.Take<ull>(1);
-  ull* count = d_count ? reinterpret_cast<ull*>(d_count) : own;
+  detail::CompactScratch cs;
+  ull* count = nullptr;
+  GRADEX_CUDA_RETURN_IF_ERROR(detail::ReserveCompact(ws, n, d_count, &cs, &count));
   GRADEX_CUDA_RETURN_IF_ERROR(detail::CompactSelectedImpl(d_x, n, d_threshold, index_base, d_idx,
                                                           d_val, capacity, cs, count, stream));
   return detail::FinishCount(reinterpret_cast<uint64_t*>(count), h_count, stream);
@@ -588,14 +583,9 @@ cudaError_t CompactAboveStep(float* d_x, size_t n, const Accumulate* acc, float 
     return CompactAbove(d_x, n, threshold, index_base, d_idx, d_val, capacity, d_count, h_count, ws,
                         stream);
   }
-  detail::Carver sizing(nullptr);
-  detail::TakeCompactScratch(sizing, n);
-  sizing.Take<ull>(1);
-  GRADEX_CUDA_RETURN_IF_ERROR(ws->Reserve(sizing.bytes()));
-  detail::Carver c(static_cast<char*>(ws->data()));
-  const detail::CompactScratch cs = detail::TakeCompactScratch(c, n);
-  ull* own = c.Take<ull>(1);
-  ull* count = d_count ? reinterpret_cast<ull*>(d_count) : own;
+  detail::CompactScratch cs;
+  ull* count = nullptr;
+  GRADEX_CUDA_RETURN_IF_ERROR(detail::ReserveCompact(ws, n, d_count, &cs, &count));
   if (n == 0) {
     GRADEX_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(count, 0, sizeof(ull), stream));
   } else {
