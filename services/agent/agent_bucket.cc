@@ -34,7 +34,8 @@ double ResidualL2(std::span<const float> residual) {
 }
 
 double CallResidualL2(const BucketCall& call) {
-  if (call.memory == nullptr) return ResidualL2(call.residual);
+  // A refused call may have no residual span: the slot's is the one.
+  if (call.memory == nullptr) return ResidualL2(call.slot->residual);
   absl::StatusOr<double> sq = call.memory->SumOfSquares(call.residual);
   return sq.ok() ? std::sqrt(*sq) : std::nan("");
 }

@@ -152,11 +152,15 @@ void BucketPipeline::AddMomentum(const Item& item, BucketSlot* slot) const {
   }
 }
 
+absl::Status BucketPipeline::AwaitHandover(const Item& item) {
+  if (!item.handover_status.ok()) return item.handover_status;
+  return item.handover != nullptr ? item.handover->Wait() : absl::OkStatus();
+}
+
 void BucketPipeline::KeepUnrun(Item& item) {
   const size_t n = Elements(item.end.spans);
   if (n != item.data.size() || n == 0 || n > options_.max_bucket_elements) return;
-  if (!item.handover_status.ok()) return;
-  if (item.handover != nullptr && !item.handover->Wait().ok()) return;
+  if (!AwaitHandover(item).ok()) return;
   for (BucketSlot* moving : store_.Moves(item.end.spans)) {
     if (!SlotToHost(moving, &device_[0]).ok()) return;
   }
@@ -290,10 +294,7 @@ void BucketPipeline::Select(Item& item) {
     refuse(absl::InvalidArgumentError(absl::StrCat("bucket of ", n, " elements: over ",
                                                    options_.max_bucket_elements,
                                                    " (ClientOptions.max_bucket_elements)")));
-  } else if (absl::Status h = item.handover_status.ok() && item.handover != nullptr
-                                  ? item.handover->Wait()
-                                  : item.handover_status;
-             !h.ok()) {
+  } else if (absl::Status h = AwaitHandover(item); !h.ok()) {
     refuse(std::move(h));
   } else {
     // A new step opens only when the previous one has ended (BeginStep and
@@ -497,8 +498,7 @@ void BucketPipeline::ExchangeLoop() {
     if (item.call != nullptr && item.call->slot != nullptr) {
       // An exchanged bucket's norm was taken by the agent (one pass).
       end.residual_l2 = item.call->state == BucketCall::State::kDone ? end.outcome.residual_l2
-                        : item.call->memory != nullptr               ? CallResidualL2(*item.call)
-                                                       : ResidualL2(item.call->slot->residual);
+                                                                     : CallResidualL2(*item.call);
     }
     if (item.last_in_step && agent_->step_open()) {
       end.step_status = agent_->EndStep(&end.step_outcome);

@@ -160,6 +160,8 @@ class BucketPipeline {
   absl::Status Finish(Item& item, BucketOutcome* out);
   // u <- m*u + g per span of the slot, written over the gradient.
   void AddMomentum(const Item& item, BucketSlot* slot) const;
+  // The trainer's stream has passed the bucket's handover (or why not).
+  static absl::Status AwaitHandover(const Item& item);
   // Keeps a bucket that never ran in its residual (Close's queue).
   void KeepUnrun(Item& item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // The bucket's data on the host (itself, or staged whole) with its slot's

@@ -18,7 +18,7 @@ absl::Status SizeMismatch(const char* what, size_t a, size_t b) {
 }  // namespace
 
 DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr && host_.empty()) FreeDeviceFloats(data_, device_);
+  if (data_ != nullptr && device_ >= 0) FreeDeviceFloats(data_, device_);
 }
 
 DeviceMemory::DeviceMemory() : cuda_(std::make_unique<Cuda>()) {}
@@ -35,14 +35,13 @@ absl::Status DeviceMemory::Bind(std::span<const float> data) {
 }
 
 absl::Status DeviceMemory::Allocate(size_t n, DeviceBuffer* out) {
-  if (out->data_ != nullptr && out->host_.empty()) FreeDeviceFloats(out->data_, out->device_);
+  if (out->data_ != nullptr && out->device_ >= 0) FreeDeviceFloats(out->data_, out->device_);
   out->data_ = nullptr;
   out->size_ = 0;
+  out->device_ = -1;
   out->host_.clear();
   if (fake_) {
-    // One extra element, so that an empty buffer is never mistaken for a
-    // device allocation by the destructor.
-    out->host_.assign(n + 1, 0.0f);
+    out->host_.assign(n, 0.0f);
     out->data_ = out->host_.data();
     out->size_ = n;
     return absl::OkStatus();

@@ -45,7 +45,7 @@ class DeviceBuffer {
   friend class DeviceMemory;
   float* data_ = nullptr;
   size_t size_ = 0;
-  int device_ = -1;          // the CUDA device it lives on
+  int device_ = -1;          // the CUDA device it lives on (-1: none, nothing to free)
   std::vector<float> host_;  // UseHostCopiesForTesting's "device" memory
 };
 
