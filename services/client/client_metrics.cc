@@ -8,40 +8,39 @@ prometheus::Family<prometheus::Counter>& Family(prometheus::Registry& r, const c
   return prometheus::BuildCounter().Name(name).Help(help).Register(r);
 }
 
+// The families with several label values: each registered once per value,
+// always with the same help (prometheus-cpp returns the one family).
+constexpr char kBuckets[] = "Buckets exchanged, by outcome";
+constexpr char kSwitches[] =
+    "A bucket's exchange switched between sparse and dense (outside the probes), by the kind it "
+    "switched to";
+constexpr char kDeviceBuckets[] =
+    "Memory::kDevice buckets, by the path their data took to the exchange";
+constexpr char kDeviceBytes[] = "Bytes Memory::kDevice buckets copied over PCIe, by direction";
+
 }  // namespace
 
 ClientMetrics::ClientMetrics(prometheus::Registry& r)
-    : buckets_ok(Family(r, "gradex_client_buckets_total", "Buckets exchanged, by outcome")
-                     .Add({{"outcome", "ok"}})),
-      buckets_failed(Family(r, "gradex_client_buckets_total", "Buckets exchanged, by outcome")
-                         .Add({{"outcome", "failed"}})),
+    : buckets_ok(Family(r, "gradex_client_buckets_total", kBuckets).Add({{"outcome", "ok"}})),
+      buckets_failed(
+          Family(r, "gradex_client_buckets_total", kBuckets).Add({{"outcome", "failed"}})),
       dense_probes(Family(r, "gradex_client_dense_probes_total",
                           "Buckets run dense to time them against their sparse exchange")
                        .Add({})),
-      switches_to_dense(Family(r, "gradex_client_algorithm_switches_total",
-                               "A bucket's exchange switched between sparse and dense (outside "
-                               "the probes), by the kind it switched to")
-                            .Add({{"to", "dense"}})),
-      switches_to_sparse(Family(r, "gradex_client_algorithm_switches_total",
-                                "A bucket's exchange switched between sparse and dense (outside "
-                                "the probes), by the kind it switched to")
-                             .Add({{"to", "sparse"}})),
+      switches_to_dense(
+          Family(r, "gradex_client_algorithm_switches_total", kSwitches).Add({{"to", "dense"}})),
+      switches_to_sparse(
+          Family(r, "gradex_client_algorithm_switches_total", kSwitches).Add({{"to", "sparse"}})),
       nonfinite_values(Family(r, "gradex_client_nonfinite_values_total",
                               "NaN or infinite gradient values refused (exchanged as 0)")
                            .Add({})),
-      device_buckets_staged(Family(r, "gradex_client_device_buckets_total",
-                                   "Memory::kDevice buckets, by the path their data took to the "
-                                   "exchange")
+      device_buckets_staged(Family(r, "gradex_client_device_buckets_total", kDeviceBuckets)
                                 .Add({{"path", "whole_bucket_staging"}})),
-      device_buckets_selected(Family(r, "gradex_client_device_buckets_total",
-                                     "Memory::kDevice buckets, by the path their data took to the "
-                                     "exchange")
+      device_buckets_selected(Family(r, "gradex_client_device_buckets_total", kDeviceBuckets)
                                   .Add({{"path", "device_selection"}})),
-      device_to_host_bytes(Family(r, "gradex_client_device_copy_bytes_total",
-                                  "Bytes Memory::kDevice buckets copied over PCIe, by direction")
+      device_to_host_bytes(Family(r, "gradex_client_device_copy_bytes_total", kDeviceBytes)
                                .Add({{"direction", "device_to_host"}})),
-      host_to_device_bytes(Family(r, "gradex_client_device_copy_bytes_total",
-                                  "Bytes Memory::kDevice buckets copied over PCIe, by direction")
+      host_to_device_bytes(Family(r, "gradex_client_device_copy_bytes_total", kDeviceBytes)
                                .Add({{"direction", "host_to_device"}})) {}
 
 }  // namespace gradex::client
