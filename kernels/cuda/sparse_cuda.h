@@ -71,12 +71,24 @@ cudaError_t SelectTopKAndZero(float* d_x, size_t n, size_t k, uint32_t index_bas
 // SelectTopK, zeroes the selection when zero_selected, and with `reuse`
 // (host state, the same policy as the CPU's, so both count the same hits and
 // misses) gathers the candidates above the predicted threshold first. d_idx /
-// d_val have room for min(k, n). With reuse it synchronises the stream (the
-// candidate count and the new threshold are read on the host).
+// d_val have room for min(k, n).
+//
+// *d_nonfinite (device; null: not counted, no extra work) is set to the
+// number of NaN and infinite entries of d_x after the accumulation, before
+// the zeroing: what the host form adds to its `nonfinite`. Without acc it is
+// the count of d_x as it is (the host form counts nothing then). It is found
+// by a pass that reads x anyway, except for k == 0 without acc (one pass).
+//
+// Synchronisation: with h_count null and reuse null (or n == 0 or k == 0)
+// nothing synchronises the stream (a Workspace that grows aside), so the
+// caller may read both counts with one copy: pass d_nonfinite = d_count + 1
+// and copy the two (16 bytes) in one cudaMemcpyAsync. With reuse (n > 0,
+// k > 0) it synchronises the stream itself, whatever h_count is: the
+// candidate count and the new threshold are read on the host.
 cudaError_t SelectTopKStep(float* d_x, size_t n, size_t k, uint32_t index_base,
                            const Accumulate* acc, ThresholdReuse* reuse, bool zero_selected,
                            uint32_t* d_idx, float* d_val, uint64_t* d_count, size_t* h_count,
-                           Workspace* ws, cudaStream_t stream);
+                           Workspace* ws, cudaStream_t stream, uint64_t* d_nonfinite = nullptr);
 
 // The GPU twin of kernels::CompactAboveStep (Ok-Topk's local selection at a
 // reused threshold): accumulates *acc (device pointers; may be null) into

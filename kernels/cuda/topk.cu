@@ -12,6 +12,10 @@
 // floor, a second writes them in index order; the exact select then runs on
 // those candidates alone. It reads the candidate count on the host (one
 // synchronisation) to choose between that and the full select.
+//
+// The step's count of NaN and infinite entries comes from the pass that reads
+// all of x after the accumulation: pass 1, or the reuse gather. The pass-1
+// histogram cannot give it: +Inf shares bucket 2040 with finite magnitudes.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -41,6 +45,16 @@ size_t CandidateCap(size_t n) {
   return cap < n ? cap : n;
 }
 
+// Adds the block's sum of c to *total (null: nothing). Every thread of the
+// block calls it.
+template <int kBlock>
+__device__ __forceinline__ void AddBlockCount(ull c, ull* total) {
+  using Reduce = cub::BlockReduce<ull, kBlock>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const ull sum = Reduce(tmp).Sum(c);
+  if (threadIdx.x == 0 && sum != 0) atomicAdd(total, sum);
+}
+
 struct SelectState {
   uint32_t lo, hi;  // key range of the candidates for the next pass
   int active;       // 0: nothing to select
@@ -49,12 +63,15 @@ struct SelectState {
 };
 
 // kAcc: x[i] is accumulated (and written back) before it is counted.
+// nonfinite (may be null) gets the count of NaN and infinite entries added.
 template <bool kAcc>
 __global__ void __launch_bounds__(kHistThreads)
-    Hist1Kernel(float* __restrict__ x, size_t n, DevAcc acc, ull* __restrict__ hist) {
+    Hist1Kernel(float* __restrict__ x, size_t n, DevAcc acc, ull* __restrict__ hist,
+                ull* nonfinite) {
   __shared__ uint32_t h[kBuckets1];
   for (int b = threadIdx.x; b < kBuckets1; b += blockDim.x) h[b] = 0;
   __syncthreads();
+  ull bad = 0;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
     float v = x[i];
@@ -62,12 +79,15 @@ __global__ void __launch_bounds__(kHistThreads)
       v = Accumulated(v, acc, i);
       x[i] = v;
     }
-    atomicAdd(&h[(KeyOf(v) + kBias1) >> kShift1], 1u);
+    const uint32_t key = KeyOf(v);
+    bad += key >= kInfKey ? 1 : 0;
+    atomicAdd(&h[(key + kBias1) >> kShift1], 1u);
   }
   __syncthreads();
   for (int b = threadIdx.x; b < kBuckets1; b += blockDim.x) {
     if (h[b] != 0) atomicAdd(&hist[b], static_cast<ull>(h[b]));
   }
+  if (nonfinite != nullptr) AddBlockCount<kHistThreads>(bad, nonfinite);
 }
 
 // Pass 2: histograms bits 19..9 of the keys in the pass-1 bucket [lo, hi]
@@ -241,17 +261,20 @@ ThresholdScratch TakeThresholdScratch(Carver& c, size_t n) {
   return s;
 }
 
-// acc (may be null) is accumulated into x by pass 1, which then writes x.
+// acc (may be null) is accumulated into x by pass 1, which then writes x and
+// adds the count of NaN and infinite entries (after the accumulation) to
+// *nonfinite (may be null).
 cudaError_t ThresholdImpl(float* x, size_t n, size_t k, const DevAcc* acc, DeviceThreshold* out,
-                          const ThresholdScratch& s, cudaStream_t stream) {
+                          const ThresholdScratch& s, cudaStream_t stream,
+                          ull* nonfinite = nullptr) {
   if (n == 0 || k == 0) return cudaMemsetAsync(out, 0, sizeof *out, stream);
   GRADEX_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(s.hist1, 0, sizeof(ull) * (kBuckets1 + kBuckets2 + kBuckets3 + 1), stream));
   const unsigned blocks = HistBlocks(n);
   if (acc != nullptr) {
-    Hist1Kernel<true><<<blocks, kHistThreads, 0, stream>>>(x, n, *acc, s.hist1);
+    Hist1Kernel<true><<<blocks, kHistThreads, 0, stream>>>(x, n, *acc, s.hist1, nonfinite);
   } else {
-    Hist1Kernel<false><<<blocks, kHistThreads, 0, stream>>>(x, n, DevAcc{}, s.hist1);
+    Hist1Kernel<false><<<blocks, kHistThreads, 0, stream>>>(x, n, DevAcc{}, s.hist1, nonfinite);
   }
   SelectBinKernel<<<1, kSelectThreads, 0, stream>>>(s.hist1, 1, k, s.state, out);
   Hist2GatherKernel<<<blocks, kHistThreads, 0, stream>>>(x, n, s.state, s.hist2, s.cand, s.cap,
@@ -274,11 +297,12 @@ cudaError_t CompactSelectedImpl(const float* x, size_t n, const DeviceThreshold*
 
 // One top-k: threshold, compaction, optional zeroing, all scratch from `ws`.
 // The count goes to d_count, or to the workspace when d_count is null;
-// *used_count says where.
+// *used_count says where. nonfinite as ThresholdImpl's (counted before the
+// zeroing).
 cudaError_t SelectImpl(float* x, size_t n, size_t k, uint32_t index_base, uint32_t* idx, float* val,
                        ull* d_count, bool zero, Workspace* ws, cudaStream_t stream,
                        ull** used_count, const DevAcc* acc = nullptr,
-                       DeviceThreshold** used_thr = nullptr) {
+                       DeviceThreshold** used_thr = nullptr, ull* nonfinite = nullptr) {
   auto carve = [&](Carver& c, ThresholdScratch* ts, DeviceThreshold** thr, CompactScratch* cs,
                    ull** count) {
     *ts = TakeThresholdScratch(c, n);
@@ -299,7 +323,7 @@ cudaError_t SelectImpl(float* x, size_t n, size_t k, uint32_t index_base, uint32
   *used_count = count;
   if (used_thr != nullptr) *used_thr = thr;
   const size_t capacity = k < n ? k : n;
-  GRADEX_CUDA_RETURN_IF_ERROR(ThresholdImpl(x, n, k, acc, thr, ts, stream));
+  GRADEX_CUDA_RETURN_IF_ERROR(ThresholdImpl(x, n, k, acc, thr, ts, stream, nonfinite));
   GRADEX_CUDA_RETURN_IF_ERROR(
       CompactSelectedImpl(x, n, thr, index_base, idx, val, capacity, cs, count, stream));
   if (zero && capacity > 0) {
@@ -311,22 +335,35 @@ cudaError_t SelectImpl(float* x, size_t n, size_t k, uint32_t index_base, uint32
 
 // ---- Step kernels ------------------------------------------------------------
 
-__global__ void AccumulateKernel(float* __restrict__ x, size_t n, DevAcc acc) {
+// kAcc: x += acc; nonfinite (may be null) gets the count of NaN and
+// infinite entries of x afterwards added (of x as it is without kAcc).
+template <bool kAcc>
+__global__ void __launch_bounds__(kHistThreads)
+    AccumulateKernel(float* __restrict__ x, size_t n, DevAcc acc, ull* nonfinite) {
+  ull bad = 0;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-    x[i] = Accumulated(x[i], acc, i);
+    float v = x[i];
+    if (kAcc) {
+      v = Accumulated(v, acc, i);
+      x[i] = v;
+    }
+    bad += KeyOf(v) >= kInfKey ? 1 : 0;
   }
+  if (nonfinite != nullptr) AddBlockCount<kHistThreads>(bad, nonfinite);
 }
 
 // The count phase of the ordered compaction of keys in [floor, kInfKey], with
 // the accumulation (kAcc) done as each entry is read: per tile, the count of
-// candidates (the scatter phase reads the accumulated x).
+// candidates (the scatter phase reads the accumulated x). nonfinite (may be
+// null) gets the count of NaN and infinite entries after the accumulation
+// added.
 template <bool kAcc>
 __global__ void __launch_bounds__(kThreads)
     AccumulateCountKernel(float* __restrict__ x, size_t n, DevAcc acc, uint32_t floor,
-                          ulonglong2* tile_counts) {
+                          ulonglong2* tile_counts, ull* nonfinite) {
   const size_t base = blockIdx.x * kTile + size_t{threadIdx.x} * kItems;
-  uint32_t c = 0;
+  uint32_t packed = 0;  // non-finite << 16 | candidates; a tile holds 4096 < 2^16
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
     if (base + j < n) {
@@ -336,13 +373,17 @@ __global__ void __launch_bounds__(kThreads)
         x[base + j] = v;
       }
       const uint32_t key = KeyOf(v);
-      c += static_cast<uint32_t>(key >= floor && key <= kInfKey);
+      packed += (static_cast<uint32_t>(key >= kInfKey) << 16) |
+                static_cast<uint32_t>(key >= floor && key <= kInfKey);
     }
   }
   using Reduce = cub::BlockReduce<uint32_t, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
-  const uint32_t sum = Reduce(tmp).Sum(c);
-  if (threadIdx.x == 0) tile_counts[blockIdx.x] = make_ulonglong2(sum, 0);
+  const uint32_t sum = Reduce(tmp).Sum(packed);
+  if (threadIdx.x == 0) {
+    tile_counts[blockIdx.x] = make_ulonglong2(sum & 0xffffu, 0);
+    if (nonfinite != nullptr && (sum >> 16) != 0) atomicAdd(nonfinite, static_cast<ull>(sum >> 16));
+  }
 }
 
 // Writes a selected candidate: its (global) index and value.
@@ -384,17 +425,21 @@ ReuseScratch TakeReuseScratch(Carver& c, size_t n, size_t cap) {
 // The ordered compaction of the keys in [lo, +Inf] of x into idx/val (up to
 // capacity; the full count to *count), with `acc` (may be null) accumulated
 // into x by its count pass: the reuse gather of SelectTopKStep and
-// CompactAboveStep.
+// CompactAboveStep. That pass adds the count of NaN and infinite entries of
+// x after the accumulation to *nonfinite (may be null).
 cudaError_t AccumulateCompactRange(float* x, size_t n, const DevAcc* acc, uint32_t lo,
                                    uint32_t index_base, uint32_t* idx, float* val, size_t capacity,
-                                   const CompactScratch& cs, ull* count, cudaStream_t stream) {
+                                   const CompactScratch& cs, ull* count, cudaStream_t stream,
+                                   ull* nonfinite = nullptr) {
   const size_t tiles = NumTiles(n);
   if (tiles > 0x7fffffffu) return cudaErrorInvalidValue;
   const unsigned grid = static_cast<unsigned>(tiles);
   if (acc != nullptr) {
-    AccumulateCountKernel<true><<<grid, kThreads, 0, stream>>>(x, n, *acc, lo, cs.tile_counts);
+    AccumulateCountKernel<true>
+        <<<grid, kThreads, 0, stream>>>(x, n, *acc, lo, cs.tile_counts, nonfinite);
   } else {
-    AccumulateCountKernel<false><<<grid, kThreads, 0, stream>>>(x, n, DevAcc{}, lo, cs.tile_counts);
+    AccumulateCountKernel<false>
+        <<<grid, kThreads, 0, stream>>>(x, n, DevAcc{}, lo, cs.tile_counts, nonfinite);
   }
   ScanTilesKernel<<<1, kScanThreads, 0, stream>>>(cs.tile_counts, cs.tile_offsets, tiles, nullptr,
                                                   count);
@@ -498,14 +543,26 @@ uint32_t HostThresholdKey(const DeviceThreshold* d_thr, cudaStream_t stream, cud
 cudaError_t SelectTopKStep(float* d_x, size_t n, size_t k, uint32_t index_base,
                            const Accumulate* acc, ThresholdReuse* reuse, bool zero_selected,
                            uint32_t* d_idx, float* d_val, uint64_t* d_count, size_t* h_count,
-                           Workspace* ws, cudaStream_t stream) {
+                           Workspace* ws, cudaStream_t stream, uint64_t* d_nonfinite) {
   using detail::DevAcc;
   const DevAcc dacc = acc ? DevAcc{acc->grad, acc->velocity, acc->momentum} : DevAcc{};
   const DevAcc* pacc = acc ? &dacc : nullptr;
+  // Counted by whichever pass first reads all of x after the accumulation;
+  // null once counted.
+  ull* nonfinite = reinterpret_cast<ull*>(d_nonfinite);
+  if (nonfinite != nullptr) {
+    GRADEX_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(nonfinite, 0, sizeof(ull), stream));
+  }
   if (n == 0 || k == 0) {
-    if (pacc != nullptr && n > 0) {
-      detail::AccumulateKernel<<<detail::HistBlocks(n), detail::kHistThreads, 0, stream>>>(d_x, n,
-                                                                                           dacc);
+    if (n > 0 && (pacc != nullptr || nonfinite != nullptr)) {
+      const unsigned blocks = detail::HistBlocks(n);
+      if (pacc != nullptr) {
+        detail::AccumulateKernel<true>
+            <<<blocks, detail::kHistThreads, 0, stream>>>(d_x, n, dacc, nonfinite);
+      } else {
+        detail::AccumulateKernel<false>
+            <<<blocks, detail::kHistThreads, 0, stream>>>(d_x, n, DevAcc{}, nonfinite);
+      }
     }
     if (d_count != nullptr) {
       GRADEX_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_count, 0, sizeof(uint64_t), stream));
@@ -528,10 +585,11 @@ cudaError_t SelectTopKStep(float* d_x, size_t n, size_t k, uint32_t index_base,
       GRADEX_CUDA_RETURN_IF_ERROR(ws->Reserve(sizing.bytes()));
       detail::Carver c(static_cast<char*>(ws->data()));
       const detail::ReuseScratch r = detail::TakeReuseScratch(c, n, cap);
-      GRADEX_CUDA_RETURN_IF_ERROR(detail::AccumulateCompactRange(d_x, n, pacc, ReuseFloor(*reuse),
-                                                                 index_base, r.ci, r.cv, cap,
-                                                                 r.tiles, r.gathered, stream));
-      pacc = nullptr;  // x holds the sum now
+      GRADEX_CUDA_RETURN_IF_ERROR(
+          detail::AccumulateCompactRange(d_x, n, pacc, ReuseFloor(*reuse), index_base, r.ci, r.cv,
+                                         cap, r.tiles, r.gathered, stream, nonfinite));
+      pacc = nullptr;  // x holds the sum now, and its non-finite entries are counted
+      nonfinite = nullptr;
       uint64_t m = 0;
       GRADEX_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(&m, r.gathered, sizeof m, cudaMemcpyDeviceToHost, stream));
@@ -565,7 +623,7 @@ cudaError_t SelectTopKStep(float* d_x, size_t n, size_t k, uint32_t index_base,
   DeviceThreshold* thr = nullptr;
   GRADEX_CUDA_RETURN_IF_ERROR(detail::SelectImpl(d_x, n, k, index_base, d_idx, d_val,
                                                  reinterpret_cast<ull*>(d_count), zero_selected, ws,
-                                                 stream, &count, pacc, &thr));
+                                                 stream, &count, pacc, &thr, nonfinite));
   if (reuse != nullptr) {
     cudaError_t e = cudaSuccess;
     const uint32_t key = HostThresholdKey(thr, stream, &e);

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -273,6 +274,129 @@ TEST(CudaTopKStep, BucketLengthChangesBetweenSteps) {
   }
 }
 
+// Every kind of entry the non-finite count must tell apart, about one in
+// `every`: NaN, +-Inf, and finite magnitudes above 3.19e38, which share +Inf's
+// pass-1 bucket and sum to Inf when two meet.
+std::vector<float> WithSpecials(std::vector<float> v, size_t every, uint32_t seed) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t i = seed % every; i < v.size(); i += every) {
+    const float pick[6] = {nan, inf, -inf, 3.3e38f, -3.3e38f, std::numeric_limits<float>::max()};
+    v[i] = pick[(i / every + seed) % 6];
+  }
+  return v;
+}
+
+size_t CountNonFinite(const std::vector<float>& v) {
+  size_t c = 0;
+  for (float f : v) c += std::isfinite(f) ? 0 : 1;
+  return c;
+}
+
+// The GPU's d_nonfinite equals what the host SelectTopKStep adds to its
+// `nonfinite` (and a plain count), on the k = 0, full-select and reuse
+// (hit and miss) paths, with and without the accumulation. Without acc the
+// host form counts nothing, so its reference there is the step with a zero
+// gradient (x + 0 keeps every NaN and Inf). The two counts come back in one
+// copy (d_nonfinite = d_count + 1), starting from garbage: the count is set,
+// not added to.
+TEST(CudaTopKStep, NonFiniteCountMatchesHostForm) {
+  SKIP_WITHOUT_DEVICE();
+  cuda::Workspace ws;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4097}, size_t{300007}}) {
+    for (size_t k : {size_t{0}, size_t{1}, n / 100 + 1, n}) {
+      for (int mode = 0; mode < 4; ++mode) {
+        const bool acc = mode & 1, reuse = mode & 2;
+        const std::vector<float> zeros(n, 0.0f);
+        std::vector<float> x = WithSpecials(Make(Dist::kGauss, n, 5), 89, 1);
+        DeviceVec<float> dx(x);
+        ASSERT_CUDA(dx.error());
+        ThresholdReuse cpu_r, gpu_r;
+        const size_t cap = std::max<size_t>(1, std::min(k, n));
+        DeviceVec<uint32_t> di(cap);
+        DeviceVec<float> dv(cap);
+        DeviceVec<uint64_t> counts(2);
+        ASSERT_CUDA(counts.error());
+        for (uint32_t s = 0; s < 6; ++s) {
+          const std::string w = "n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                " acc=" + std::to_string(acc) + " reuse=" + std::to_string(reuse) +
+                                " step=" + std::to_string(s);
+          // Steady steps (reuse hits), then a 1000x jump (misses) and specials
+          // that overflow into Inf.
+          std::vector<float> g = Make(Dist::kGauss, n, 60 + s);
+          if (s == 3) g = Scaled(g, 1000.0f);
+          if (s == 3 || s == 4) g = WithSpecials(g, 997, s);
+          if (!acc) {  // a fresh x each step, so that reuse still predicts
+            x = s == 3 || s == 4 ? WithSpecials(g, 89, s) : g;
+            if (n > 0) {
+              ASSERT_CUDA(
+                  cudaMemcpy(dx.get(), x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+            }
+          }
+          std::vector<float> after = x;
+          if (acc) {
+            for (size_t i = 0; i < n; ++i) after[i] += g[i];
+          }
+          const size_t plain = CountNonFinite(after);
+          DeviceVec<float> dg(g);
+          ASSERT_CUDA(dg.error());
+          Accumulate ca{acc ? g.data() : zeros.data(), nullptr, 0.0f};
+          SparseVec want;
+          size_t host_bad = 0;
+          SelectTopKStep(x.data(), n, k, 2, &ca, reuse ? &cpu_r : nullptr, true, &want, &host_bad);
+          ASSERT_EQ(host_bad, plain) << w;
+          Accumulate ga{dg.get(), nullptr, 0.0f};
+          ASSERT_CUDA(cudaMemset(counts.get(), 0xff, 2 * sizeof(uint64_t)));
+          ASSERT_CUDA(cuda::SelectTopKStep(dx.get(), n, k, 2, acc ? &ga : nullptr,
+                                           reuse ? &gpu_r : nullptr, true, di.get(), dv.get(),
+                                           counts.get(), nullptr, &ws, 0, counts.get() + 1));
+          uint64_t got[2] = {0, 0};
+          ASSERT_CUDA(cudaMemcpyAsync(got, counts.get(), sizeof got, cudaMemcpyDeviceToHost, 0));
+          ASSERT_CUDA(cudaStreamSynchronize(0));
+          EXPECT_EQ(got[1], host_bad) << w;
+          ASSERT_EQ(got[0], want.nnz()) << w;
+          ASSERT_TRUE(SameBits(Coo(di.Host(want.nnz()), dv.Host(want.nnz())), want)) << w;
+          if (acc) {
+            ASSERT_TRUE(SameFloats(dx.Host(n), x)) << w;
+          }
+          ASSERT_EQ(gpu_r.hits, cpu_r.hits) << w;
+          ASSERT_EQ(gpu_r.misses(), cpu_r.misses()) << w;
+        }
+        // Both reuse paths ran (for k = 1 an Inf is always the pick: no miss).
+        if (reuse && k > 0 && k < n && n > 1000) {
+          EXPECT_GT(cpu_r.hits, 0u) << n << " " << k;
+          if (k > 1) {
+            EXPECT_GT(cpu_r.misses(), 0u) << n << " " << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+// With a null d_count the non-finite count still lands in d_nonfinite, on
+// the k = 0 pass (x as it is) and the full select's pass 1.
+TEST(CudaTopKStep, NonFiniteCountWithoutDeviceCount) {
+  SKIP_WITHOUT_DEVICE();
+  cuda::Workspace ws;
+  const size_t n = 4097, k = 40;
+  const std::vector<float> x = WithSpecials(Make(Dist::kGauss, n, 9), 89, 2);
+  const size_t want = CountNonFinite(x);
+  ASSERT_GT(want, 0u);
+  for (size_t kk : {size_t{0}, k}) {
+    DeviceVec<float> dx(x);
+    DeviceVec<uint32_t> di(k);
+    DeviceVec<float> dv(k);
+    DeviceVec<uint64_t> bad(1);
+    ASSERT_CUDA(cudaMemset(bad.get(), 0xff, sizeof(uint64_t)));
+    size_t count = 0;
+    ASSERT_CUDA(cuda::SelectTopKStep(dx.get(), n, kk, 0, nullptr, nullptr, false, di.get(),
+                                     dv.get(), nullptr, &count, &ws, 0, bad.get()));
+    EXPECT_EQ(count, kk) << kk;
+    EXPECT_EQ(bad.Host(1)[0], want) << kk;
+  }
+}
+
 SparseVec RandomRun(size_t universe, uint32_t every, uint32_t seed) {
   SparseVec s;
   std::vector<float> v = Make(Dist::kTies, universe, seed);
@@ -400,12 +524,6 @@ TEST(CudaCoo, DenseToSparseReportsOverflow) {
 }
 
 // ---- A device residual's operations against their CPU twins.
-
-size_t CountNonFinite(const std::vector<float>& x) {
-  size_t c = 0;
-  for (float v : x) c += std::isfinite(v) ? 0 : 1;
-  return c;
-}
 
 std::vector<size_t> ResidualSizes() {
   return {size_t{0}, size_t{1}, size_t{255}, size_t{4097}, size_t{300007}};
