@@ -14,6 +14,10 @@ if(NOT GRADEX_CUDA STREQUAL "OFF")
     set(GRADEX_CUDA_ARCHITECTURES "90-real;80-virtual" CACHE STRING
         "CUDA architectures for the gradex kernels (e.g. 100-real for Blackwell SASS)")
     set(CMAKE_CUDA_ARCHITECTURES ${GRADEX_CUDA_ARCHITECTURES})
+    # One CUDA runtime in a process: every target links the shared libcudart
+    # (CUDA::cudart), as torch does. A static copy next to torch's shared one
+    # would keep its own device state, and a bundle would carry it twice.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(GRADEX_HAVE_CUDA ON)
