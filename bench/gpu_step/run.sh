@@ -21,7 +21,7 @@
 # burst 8mb latency 200ms` (root) and remove it at exit; --no-tc skips them.
 # gradex's UCX runs with UCX_TLS=tcp,self at every rate, so that its traffic
 # crosses loopback as DDP's gloo does. gradex is imported from .gpu/ when a
-# bundle is there (../shared/gpu/bundle.sh; its env.sh is sourced), else from
+# bundle is there (scripts/gpu-bundle; its env.sh is sourced), else from
 # the build's python/ directory. `auto` runs with gradex's default dense
 # probe period; the other modes with none (a short run never reaches one).
 set -euo pipefail
@@ -101,14 +101,14 @@ gradex_from=
 # shellcheck disable=SC1091
 if [[ -f .gpu/env.sh && -d .gpu/py/gradex ]] &&
   (source .gpu/env.sh && "$py" -c 'import gradex.torch') 2>/dev/null; then
-  source .gpu/env.sh  # PYTHONPATH, LD_LIBRARY_PATH, UCX_MODULE_DIR, PATH (tc)
+  source .gpu/env.sh  # PYTHONPATH, UCX_MODULE_DIR, PATH (tc)
   gradex_from=.gpu
 elif [[ -f $build/python/gradex/__init__.py ]] &&
   PYTHONPATH=$build/python "$py" -c 'import gradex.torch' 2>/dev/null; then
   export PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH}
   gradex_from=$build/python
 elif [[ " ${MODES[*]} " == *" gradex:"* ]]; then
-  die "$py cannot import gradex.torch from .gpu/py (../shared/gpu/bundle.sh, then copy .gpu/" \
+  die "$py cannot import gradex.torch from .gpu/py (scripts/gpu-bundle, then copy .gpu/" \
     "beside the tree) nor from $build/python (scripts/build): $(PYTHONPATH=$build/python \
     "$py" -c 'import gradex.torch' 2>&1 | tail -1)"
 fi
