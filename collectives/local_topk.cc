@@ -34,13 +34,16 @@ void LocalTopK::Select(LocalInput& in, size_t k, bool reuse, ResidualLedger& led
     out->clear();
     if (reuse_.size() != 1) reuse_.assign(1, kernels::ThresholdReuse{});
     if (ResidualMemory* memory = in.memory(); memory != nullptr) {
-      // Not host memory: accumulated there first (one counting pass), then
-      // selected with the same rule; only the k entries come back.
-      const std::span<float> x = in.Accumulated();
-      if (absl::Status s = memory->SelectTopK(x, k, 0, reuse ? &reuse_[0] : nullptr, out);
+      // Not host memory: the same fused step where x lives; only the k
+      // entries come back.
+      const std::span<float> x = in.target();
+      size_t nonfinite = 0;
+      if (absl::Status s = memory->SelectTopK(x, k, 0, in.pending(), reuse ? &reuse_[0] : nullptr,
+                                              out, &nonfinite);
           !s.ok()) {
         in.Failed(std::move(s));
       }
+      in.Fused(nonfinite);
       ledger.Selected(*out);
       if (reuse) Report(h0, m0, stats);
       return;
@@ -62,22 +65,35 @@ void LocalTopK::SelectBlocks(LocalInput& in, const std::vector<size_t>& bounds,
   if (bounds.empty() || bounds.front() != 0 || bounds.back() != in.size()) in.Accumulated();
   const uint64_t h0 = hits(), m0 = misses();
   if (ResidualMemory* memory = in.memory(); memory != nullptr) {
-    // BlockTopKStep's blocks, one selection each where the bucket lives.
-    const std::span<float> x = in.Accumulated();
+    // BlockTopKStep's blocks, one fused step each where the bucket lives
+    // (the blocks cover x, so every entry is accumulated once).
+    const std::span<float> x = in.target();
+    const kernels::Accumulate* pending = in.pending();
     PhaseTimer t(&stats->phases.selection_s);
     const size_t blocks = bounds.empty() ? 0 : std::min(keeps.size(), bounds.size() - 1);
     out->resize(blocks);
     if (reuse) reuse_.resize(blocks);
+    size_t nonfinite = 0;
     for (size_t b = 0; b < blocks && in.status().ok(); ++b) {
       kernels::SparseVec& o = (*out)[b];
       o.clear();
       if (bounds[b + 1] <= bounds[b]) continue;
+      kernels::Accumulate part;
+      if (pending != nullptr) {
+        part = *pending;
+        part.grad += bounds[b];
+        if (part.velocity != nullptr) part.velocity += bounds[b];
+      }
+      size_t block_nonfinite = 0;
       absl::Status s =
           memory->SelectTopK(x.subspan(bounds[b], bounds[b + 1] - bounds[b]), keeps[b],
-                             static_cast<uint32_t>(bounds[b]), reuse ? &reuse_[b] : nullptr, &o);
+                             static_cast<uint32_t>(bounds[b]), pending != nullptr ? &part : nullptr,
+                             reuse ? &reuse_[b] : nullptr, &o, &block_nonfinite);
       if (!s.ok()) in.Failed(std::move(s));
+      nonfinite += block_nonfinite;
       ledger.Selected(o);
     }
+    in.Fused(nonfinite);
   } else {
     PhaseTimer t(&stats->phases.selection_s);
     const std::span<float> x = in.target();

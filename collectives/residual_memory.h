@@ -1,8 +1,8 @@
 // Where a call's gradient, residual and velocity live when they are not host
 // memory: the few operations the call frame, its ledger and LocalTopK apply
 // to them there. The agent's bucket pipeline keeps a device bucket's residual
-// and velocity on the GPU (services/agent/device_memory.h) and hands the call
-// such an object, so that only the k selected entries and the result's COO
+// and velocity on the GPU and hands the call such an object (a device::Queue,
+// device/device.h), so that only the k selected entries and the result's COO
 // cross PCIe. A null ResidualMemory* everywhere means host memory, worked on
 // in place by the fused kernels as before.
 //
@@ -37,11 +37,15 @@ class ResidualMemory {
   // are NaN or infinite afterwards.
   virtual absl::StatusOr<size_t> Accumulate(std::span<const float> grad, std::span<float> residual,
                                             std::span<float> velocity, float momentum) = 0;
-  // The top-k of x exactly as kernels::SelectTopKStep selects it (no
-  // accumulation; `reuse` may be null), zeroed in x and appended to *out
-  // (host memory) with index_base added to the indices.
+  // The top-k of x exactly as kernels::SelectTopKStep selects it, zeroed in
+  // x and appended to *out (host memory) with index_base added to the
+  // indices. `acc` (may be null; its pointers live where x does) is added
+  // into x in the selection's first pass, as the host kernel fuses it;
+  // *nonfinite (may be null) gets the count of NaN and infinite entries of x
+  // after that accumulation. `reuse` may be null.
   virtual absl::Status SelectTopK(std::span<float> x, size_t k, uint32_t index_base,
-                                  kernels::ThresholdReuse* reuse, kernels::SparseVec* out) = 0;
+                                  const kernels::Accumulate* acc, kernels::ThresholdReuse* reuse,
+                                  kernels::SparseVec* out, size_t* nonfinite) = 0;
   // x[idx - index_base] += scale * val for every entry of `v` (host memory),
   // as kernels::ScatterAdd.
   virtual absl::Status ScatterAdd(const kernels::SparseVec& v, uint32_t index_base, float scale,

@@ -17,7 +17,7 @@ absl::Status BucketPipeline::SlotToHost(BucketSlot* slot, DeviceMemory* memory) 
   DeviceResiduals& d = *slot->device;
   absl::Status s = memory->Bind(d.residual.span());
   if (s.ok()) s = memory->CopyToHost(d.residual.span(), slot->residual);
-  if (s.ok()) s = memory->CopyToHost(d.velocity.span(), slot->velocity);
+  if (s.ok() && d.velocity.size() > 0) s = memory->CopyToHost(d.velocity.span(), slot->velocity);
   if (!s.ok()) {
     return absl::Status(
         s.code(), absl::StrCat("copying a bucket's residual back from its GPU: ", s.message()));
@@ -45,11 +45,14 @@ absl::Status BucketPipeline::ToDevicePath(Item& item, BucketSlot* slot, DeviceMe
   if (slot->device == nullptr) {
     // The slot's first device step (or its first after a host one): its
     // state moves up once.
+    // The velocity exists only with momentum: 4n bytes of device memory
+    // less per bucket otherwise.
+    const bool momentum = options_.momentum > 0;
     auto d = std::make_shared<DeviceResiduals>();
     absl::Status s = memory->Allocate(n, &d->residual);
-    if (s.ok()) s = memory->Allocate(n, &d->velocity);
+    if (s.ok() && momentum) s = memory->Allocate(n, &d->velocity);
     if (s.ok()) s = memory->Upload(slot->residual, d->residual.span());
-    if (s.ok()) s = memory->Upload(slot->velocity, d->velocity.span());
+    if (s.ok() && momentum) s = memory->Upload(slot->velocity, d->velocity.span());
     if (!s.ok()) return s;
     slot->device = std::move(d);
   }

@@ -129,14 +129,19 @@ absl::StatusOr<size_t> DeviceMemory::Accumulate(std::span<const float> grad,
 }
 
 absl::Status DeviceMemory::SelectTopK(std::span<float> x, size_t k, uint32_t index_base,
-                                      kernels::ThresholdReuse* reuse, kernels::SparseVec* out) {
+                                      const kernels::Accumulate* acc,
+                                      kernels::ThresholdReuse* reuse, kernels::SparseVec* out,
+                                      size_t* nonfinite) {
   const size_t before = out->nnz();
+  size_t count = 0;
   if (fake_) {
-    kernels::SelectTopKStep(x.data(), x.size(), k, index_base, nullptr, reuse,
-                            /*zero_selected=*/true, out);
-  } else if (absl::Status s = cuda_->SelectTopK(x, k, index_base, reuse, out); !s.ok()) {
+    kernels::SelectTopKStep(x.data(), x.size(), k, index_base, acc, reuse,
+                            /*zero_selected=*/true, out, &count);
+  } else if (absl::Status s = cuda_->SelectTopK(x, k, index_base, acc, reuse, out, &count);
+             !s.ok()) {
     return s;
   }
+  if (nonfinite != nullptr && acc != nullptr) *nonfinite = count;
   to_host_bytes_ += (out->nnz() - before) * (sizeof(uint32_t) + sizeof(float));
   return absl::OkStatus();
 }

@@ -89,7 +89,8 @@ class DeviceMemory : public ResidualMemory {
   absl::StatusOr<size_t> Accumulate(std::span<const float> grad, std::span<float> residual,
                                     std::span<float> velocity, float momentum) override;
   absl::Status SelectTopK(std::span<float> x, size_t k, uint32_t index_base,
-                          kernels::ThresholdReuse* reuse, kernels::SparseVec* out) override;
+                          const kernels::Accumulate* acc, kernels::ThresholdReuse* reuse,
+                          kernels::SparseVec* out, size_t* nonfinite) override;
   absl::Status ScatterAdd(const kernels::SparseVec& v, uint32_t index_base, float scale,
                           std::span<float> x) override;
   absl::StatusOr<size_t> ZeroNonFinite(std::span<float> x, size_t* first) override;

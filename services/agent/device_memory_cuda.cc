@@ -25,7 +25,8 @@ struct DeviceMemory::Cuda::State {
   int device = -1;
   cudaStream_t stream = nullptr;
   std::unique_ptr<kernels::cuda::Workspace> ws;
-  uint64_t* d_scalars = nullptr;  // counts (two: ZeroNonFinite's count and first)
+  uint64_t* d_scalars = nullptr;  // counts: ZeroNonFinite's count and first, then SelectTopK's
+                                  // selection and non-finite counts
   uint32_t* d_idx = nullptr;
   float* d_val = nullptr;
   size_t d_room = 0;  // entries of d_idx and d_val
@@ -367,39 +368,53 @@ absl::StatusOr<size_t> DeviceMemory::Cuda::Accumulate(std::span<const float> gra
 }
 
 absl::Status DeviceMemory::Cuda::SelectTopK(std::span<float> x, size_t k, uint32_t index_base,
-                                            kernels::ThresholdReuse* reuse,
-                                            kernels::SparseVec* out) {
+                                            const kernels::Accumulate* acc,
+                                            kernels::ThresholdReuse* reuse, kernels::SparseVec* out,
+                                            size_t* nonfinite) {
   Scope scope;
   if (absl::Status s = state->Enter(); !s.ok()) return s;
   const size_t n = x.size();
-  // kernels::SelectTopKStep selects nothing and leaves `reuse` alone here.
-  if (n == 0 || k == 0) return absl::OkStatus();
+  *nonfinite = 0;
+  if (n == 0) return absl::OkStatus();
   const size_t room = std::min(k, n);
-  if (absl::Status s = state->GrowDevice(room); !s.ok()) return s;
-  if (absl::Status s = state->GrowPinned(room); !s.ok()) return s;
-  size_t count = 0;
+  if (absl::Status s = state->GrowDevice(std::max<size_t>(room, 1)); !s.ok()) return s;
+  if (absl::Status s = state->GrowPinned(std::max<size_t>(room, 1)); !s.ok()) return s;
+  // The selection count and the non-finite count side by side (the kernel
+  // writes d_nonfinite = d_count + 1), so one copy reads both.
+  uint64_t* d_counts = state->d_scalars + 2;
   if (cudaError_t e = kernels::cuda::SelectTopKStep(
-          x.data(), n, k, index_base, /*acc=*/nullptr, reuse, /*zero_selected=*/true, state->d_idx,
-          state->d_val, /*d_count=*/nullptr, &count, state->ws.get(), state->stream);
+          x.data(), n, k, index_base, acc, reuse, /*zero_selected=*/true, state->d_idx,
+          state->d_val, d_counts, /*h_count=*/nullptr, state->ws.get(), state->stream,
+          /*d_nonfinite=*/d_counts + 1);
       e != cudaSuccess) {
     return CudaError(e, "SelectTopK");
   }
-  if (count > room) {
-    return absl::InternalError(
-        absl::StrCat("DeviceMemory::SelectTopK: ", count, " entries selected of room ", room));
-  }
-  if (count == 0) return absl::OkStatus();
-  // The stream has finished (the count was read), so the pinned buffers are free.
-  cudaError_t e = cudaMemcpyAsync(state->h_idx, state->d_idx, count * sizeof(uint32_t),
-                                  cudaMemcpyDeviceToHost, state->stream);
-  if (e == cudaSuccess) {
-    e = cudaMemcpyAsync(state->h_val, state->d_val, count * sizeof(float), cudaMemcpyDeviceToHost,
+  // The room's entries go down into the pinned buffers first (all of them:
+  // the count is not known yet, and it is min(k, selectable), almost always
+  // the room); the counts' copy into pageable memory returns once the
+  // stream has done everything before it, so the host waits once.
+  cudaError_t e = cudaSuccess;
+  if (room > 0) {
+    e = cudaMemcpyAsync(state->h_idx, state->d_idx, room * sizeof(uint32_t), cudaMemcpyDeviceToHost,
                         state->stream);
+    if (e == cudaSuccess) {
+      e = cudaMemcpyAsync(state->h_val, state->d_val, room * sizeof(float), cudaMemcpyDeviceToHost,
+                          state->stream);
+    }
+  }
+  uint64_t counts[2] = {0, 0};
+  if (e == cudaSuccess) {
+    e = cudaMemcpyAsync(counts, d_counts, sizeof(counts), cudaMemcpyDeviceToHost, state->stream);
   }
   if (e == cudaSuccess) e = cudaStreamSynchronize(state->stream);
   if (e != cudaSuccess) return CudaError(e, "selection copy to host");
-  out->idx.insert(out->idx.end(), state->h_idx, state->h_idx + count);
-  out->val.insert(out->val.end(), state->h_val, state->h_val + count);
+  if (counts[0] > room) {
+    return absl::InternalError(
+        absl::StrCat("DeviceMemory::SelectTopK: ", counts[0], " entries selected of room ", room));
+  }
+  *nonfinite = static_cast<size_t>(counts[1]);
+  out->idx.insert(out->idx.end(), state->h_idx, state->h_idx + counts[0]);
+  out->val.insert(out->val.end(), state->h_val, state->h_val + counts[0]);
   return absl::OkStatus();
 }
 
@@ -489,7 +504,8 @@ absl::StatusOr<size_t> DeviceMemory::Cuda::Accumulate(std::span<const float>, st
   return NoCuda();
 }
 absl::Status DeviceMemory::Cuda::SelectTopK(std::span<float>, size_t, uint32_t,
-                                            kernels::ThresholdReuse*, kernels::SparseVec*) {
+                                            const kernels::Accumulate*, kernels::ThresholdReuse*,
+                                            kernels::SparseVec*, size_t*) {
   return NoCuda();
 }
 absl::Status DeviceMemory::Cuda::ScatterAdd(const kernels::SparseVec&, uint32_t, float,

@@ -38,7 +38,8 @@ struct DeviceMemory::Cuda {
                                     std::span<float> velocity, float momentum);
   // Appends the selection to *out (host memory).
   absl::Status SelectTopK(std::span<float> x, size_t k, uint32_t index_base,
-                          kernels::ThresholdReuse* reuse, kernels::SparseVec* out);
+                          const kernels::Accumulate* acc, kernels::ThresholdReuse* reuse,
+                          kernels::SparseVec* out, size_t* nonfinite);
   absl::Status ScatterAdd(const kernels::SparseVec& v, uint32_t index_base, float scale,
                           std::span<float> x);
   absl::StatusOr<size_t> ZeroNonFinite(std::span<float> x, size_t* first);

@@ -180,6 +180,51 @@ TEST(DeviceMemoryCuda, AccumulateMatchesTheHostRule) {
   }
 }
 
+// The device path's fused step: the gradient (and the momentum) added into
+// the residual inside the selection's first pass, with the non-finite count
+// the call frame's residual rule needs, bit for bit as the host step.
+TEST(DeviceMemoryCuda, FusedSelectTopKMatchesTheHostStep) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t n = 200003, k = 2001;
+  for (bool reuse : {false, true}) {
+    for (bool momentum : {false, true}) {
+      Fixture f(n, 21);
+      std::vector<float> grad = f.grad_host;
+      grad[11] = std::numeric_limits<float>::infinity();
+      grad[12] = std::numeric_limits<float>::quiet_NaN();
+      Bucket g(grad);
+      ASSERT_EQ(g.error(), cudaSuccess);
+      ASSERT_TRUE(f.m.Bind(g.span()).ok());
+      DeviceBuffer r, u;
+      ASSERT_TRUE(f.m.Allocate(n, &r).ok());
+      ASSERT_TRUE(f.m.Allocate(n, &u).ok());
+      std::vector<float> x = Gauss(n, 22), v = Gauss(n, 23, 0.1f);
+      ASSERT_TRUE(f.m.Upload(x, r.span()).ok());
+      ASSERT_TRUE(f.m.Upload(v, u.span()).ok());
+      kernels::ThresholdReuse host_reuse, dev_reuse;
+      for (int step = 0; step < 3; ++step) {
+        SCOPED_TRACE(::testing::Message()
+                     << "reuse " << reuse << " momentum " << momentum << " step " << step);
+        const kernels::Accumulate host_acc{grad.data(), momentum ? v.data() : nullptr, 0.9f};
+        const kernels::Accumulate dev_acc{g.span().data(), momentum ? u.span().data() : nullptr,
+                                          0.9f};
+        kernels::SparseVec want, got;
+        size_t want_nonfinite = 0, got_nonfinite = 7;
+        kernels::SelectTopKStep(x.data(), n, k, 3, &host_acc, reuse ? &host_reuse : nullptr, true,
+                                &want, &want_nonfinite);
+        ASSERT_TRUE(f.m.SelectTopK(r.span(), k, 3, &dev_acc, reuse ? &dev_reuse : nullptr, &got,
+                                   &got_nonfinite)
+                        .ok());
+        EXPECT_EQ(got_nonfinite, want_nonfinite);
+        EXPECT_EQ(got.idx, want.idx);
+        EXPECT_SAME_FLOATS(got.val, want.val);
+        EXPECT_SAME_FLOATS(Host(f.m, r.span()), x);
+        if (momentum) EXPECT_SAME_FLOATS(Host(f.m, u.span()), v);
+      }
+    }
+  }
+}
+
 TEST(DeviceMemoryCuda, SelectTopKMatchesTheHostStepWithReuse) {
   SKIP_WITHOUT_DEVICE();
   const size_t n = 500009, k = 5000;
@@ -203,7 +248,7 @@ TEST(DeviceMemoryCuda, SelectTopKMatchesTheHostStepWithReuse) {
     got = want;
     kernels::SelectTopKStep(x.data(), n, k, 40, nullptr, &host_reuse, true, &want);
     const uint64_t before = f.m.to_host_bytes();
-    ASSERT_TRUE(f.m.SelectTopK(r.span(), k, 40, &dev_reuse, &got).ok());
+    ASSERT_TRUE(f.m.SelectTopK(r.span(), k, 40, nullptr, &dev_reuse, &got, nullptr).ok());
     ASSERT_EQ(got.nnz(), want.nnz()) << step;
     EXPECT_EQ(got.idx, want.idx) << step;
     EXPECT_SAME_FLOATS(got.val, want.val);
@@ -219,9 +264,9 @@ TEST(DeviceMemoryCuda, SelectTopKMatchesTheHostStepWithReuse) {
   ASSERT_TRUE(f.m.Allocate(10, &small).ok());
   const std::vector<float> s = Gauss(10, 30);
   ASSERT_TRUE(f.m.Upload(s, small.span()).ok());
-  ASSERT_TRUE(f.m.SelectTopK(small.span(), 0, 0, nullptr, &none).ok());
+  ASSERT_TRUE(f.m.SelectTopK(small.span(), 0, 0, nullptr, nullptr, &none, nullptr).ok());
   EXPECT_EQ(none.nnz(), 0u);
-  ASSERT_TRUE(f.m.SelectTopK(small.span(), 50, 0, nullptr, &all).ok());
+  ASSERT_TRUE(f.m.SelectTopK(small.span(), 50, 0, nullptr, nullptr, &all, nullptr).ok());
   kernels::SparseVec want;
   std::vector<float> hs = s;
   kernels::SelectTopKStep(hs.data(), 10, 50, 0, nullptr, nullptr, true, &want);
@@ -331,7 +376,7 @@ TEST(DeviceMemoryCuda, LeavesTheCallersDeviceAlone) {
   ASSERT_TRUE(f.m.Allocate(1000, &r).ok());
   ASSERT_TRUE(f.m.Accumulate(f.bucket.span(), r.span(), {}, 0.0f).ok());
   kernels::SparseVec out;
-  ASSERT_TRUE(f.m.SelectTopK(r.span(), 10, 0, nullptr, &out).ok());
+  ASSERT_TRUE(f.m.SelectTopK(r.span(), 10, 0, nullptr, nullptr, &out, nullptr).ok());
   EXPECT_EQ(out.nnz(), 10u);
   int current = -1;
   ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);

@@ -290,6 +290,45 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
   for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
 }
 
+// Without momentum a device-held bucket keeps no velocity on its GPU: its
+// first device step uploads the residual alone (4n bytes, not 2 x 4n), and
+// every step after that only O(k). Two ranks, spardl, rank 0 on the device.
+TEST(ClientDeviceTest, AMomentumFreeBucketKeepsNoVelocityOnTheDevice) {
+  constexpr int kWorld = 2, kSteps = 2;
+  HostCopies host_copies;
+  testing::MemoryStore store;
+  auto clients = MakeClients(kWorld, store, [](ClientOptions& o) { o.dense_probe_period = 0; });
+  for (auto& c : clients) ASSERT_NE(c, nullptr);
+  std::vector<StepResult> runs[kWorld];
+  std::vector<std::vector<BucketStats>> seen(kSteps);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      for (int step = 0; step < kSteps; ++step) {
+        runs[r].push_back(
+            RunStep(*clients[r], r, step, kFirstLayout, r == 0 ? Memory::kDevice : Memory::kHost));
+        if (r == 0) seen[step] = clients[r]->Stats();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double density = Options(0, kWorld).density;
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(runs[0][step].spans, runs[1][step].spans) << "step " << step;
+    ASSERT_EQ(seen[step].size(), kFirstLayout.size());
+    for (const BucketStats& b : seen[step]) {
+      const size_t n = b.elements;
+      const uint64_t k = static_cast<uint64_t>(std::ceil(density * n));
+      SCOPED_TRACE(::testing::Message() << "step " << step << ", bucket of " << n);
+      EXPECT_EQ(b.device_path, "device selection");
+      const uint64_t moved_up = step == 0 ? n * sizeof(float) : 0;
+      EXPECT_GT(b.host_to_device_bytes, moved_up);
+      EXPECT_LE(b.host_to_device_bytes, moved_up + 4 * 8 * k);
+    }
+  }
+  for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
+}
+
 // A refused NaN on the device path is zeroed where the bucket lives: with
 // the same NaN in both ranks' bucket {5, 4} at step 1, the device rank's
 // bucket fails with the host rank's error (the same span and element), and
