@@ -16,6 +16,7 @@ environment).
 import atexit
 import datetime
 import itertools
+import os
 import sys
 import warnings
 import weakref
@@ -76,19 +77,21 @@ class _Handover:
         self.optimizer = optimizer
         self.momentum = 0.0        # moved into the hook's momentum correction
         self.decay = {}            # data_ptr -> weight decay the hook adds
-        self.changes = []          # (param group, key, value before, value while handed over)
+        # (param group index, key, value before, value while handed over): by
+        # index, since optimizer.load_state_dict() replaces the group dicts.
+        self.changes = []
         self.start_iter = None     # a warm-up chosen for this optimizer (None: none)
         self.note = ""
         self.cost = False          # True: accuracy below dense is expected (warned)
         self.record = {"optimizer": type(optimizer).__name__}
 
     def apply(self):
-        for group, key, _, new in self.changes:
-            group[key] = new
+        for i, key, _, new in self.changes:
+            self.optimizer.param_groups[i][key] = new
 
     def restore(self):
-        for group, key, old, _ in self.changes:
-            group[key] = old
+        for i, key, old, _ in self.changes:
+            self.optimizer.param_groups[i][key] = old
         self.changes = []
 
 
@@ -113,8 +116,8 @@ def _plan_handover(optimizer):
             h.momentum = m
             nesterov = any(g.get("nesterov", False) for g in groups)
             decays = sorted({float(g["weight_decay"]) for g in groups if g["weight_decay"]})
-            for g in groups:
-                h.changes.append((g, "momentum", g["momentum"], 0))
+            for i, g in enumerate(groups):
+                h.changes.append((i, "momentum", g["momentum"], 0))
                 # torch's SGD adds weight_decay * w before its momentum: the
                 # hook adds it before the velocity, so the decay keeps its
                 # momentum as in dense SGD (left in the optimizer it would act
@@ -122,7 +125,7 @@ def _plan_handover(optimizer):
                 if g["weight_decay"]:
                     for p in g["params"]:
                         h.decay[p.data_ptr()] = float(g["weight_decay"])
-                    h.changes.append((g, "weight_decay", g["weight_decay"], 0))
+                    h.changes.append((i, "weight_decay", g["weight_decay"], 0))
             h.record.update(momentum=m, nesterov=nesterov, weight_decay=decays)
             h.note = (f"SGD momentum {m:g} moved into the hook (momentum_correction={m:g}, "
                       "the optimizer's momentum 0 until close())"
@@ -306,7 +309,9 @@ class GradexState:
             if dense_probe_period == 0:
                 extras.append("no dense probes")
             self.handover = "; ".join([handover.note] + extras)
-            if self._client.rank == 0:
+            # (The client learns its rank from the coordinator later.)
+            rank = options.get("rank", int(os.environ.get("RANK", "0") or 0))
+            if rank == 0:
                 if handover.cost:
                     warnings.warn("gradex: " + self.handover, stacklevel=2)
                 else:
