@@ -5,14 +5,14 @@
 # run (not in this build's catalog, or failing) is reported and skipped.
 #
 #   examples/compare_algorithms.sh [--nproc 4] [--epochs 3] [--density 0.01]
-#       [--start-iter 0] [--out DIR] [--algorithms "dense spardl ..."] [--keep]
+#       [--start-iter N] [--out DIR] [--algorithms "dense spardl ..."] [--keep]
 #       [-- extra training flags]
 # --keep appends to DIR/fashion_mnist.csv instead of starting it afresh. The
 # SAG variants (spardl-rsag, spardl-bsag) run with 2 teams when --nproc is even
 # (with 1 team they are spardl).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-nproc=4 epochs=3 density=0.01 start_iter=0 out="$root/examples/results" keep=0
+nproc=4 epochs=3 density=0.01 start_iter="" out="$root/examples/results" keep=0
 algorithms="dense spardl spardl-bsag oktopk topka gaussiank covap auto"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -35,13 +35,13 @@ csv="$out/fashion_mnist.csv"
 [[ $keep == 1 ]] || : > "$csv"
 failed=()
 for algo in $algorithms; do
-  echo "=== $algo (ranks $nproc, epochs $epochs, density $density, start_iter $start_iter)"
+  echo "=== $algo (ranks $nproc, epochs $epochs, density $density, start_iter ${start_iter:-gradex's})"
   log="$out/$algo.log"
   teams=0
   [[ "$algo" == spardl-?sag && $((nproc % 2)) == 0 ]] && teams=2
   if "$root/scripts/launch" -n "$nproc" --timeout-s $((epochs * 1200 + 300)) -- \
       "$py" "$root/examples/train_fashion_mnist.py" --algorithm "$algo" --density "$density" \
-      --start-iter "$start_iter" --teams "$teams" --epochs "$epochs" --csv "$csv" --check-identical "$@" \
+      ${start_iter:+--start-iter "$start_iter"} --teams "$teams" --epochs "$epochs" --csv "$csv" --check-identical "$@" \
       >"$log" 2>&1; then
     grep -E "^\[rank 0\] (\[$algo\]|parameters)" "$log"
   else

@@ -89,12 +89,14 @@ def parse_args(argv=None):
                    help="'dense' (plain DDP, gloo allreduce) or a gradex algorithm or 'auto'")
     p.add_argument("--density", type=float, default=0.01)
     p.add_argument("--teams", type=int, default=0)
-    p.add_argument("--start-iter", type=int, default=0, help="dense steps before sparsifying")
+    p.add_argument("--start-iter", type=int, default=None,
+                   help="dense steps before sparsifying (default: gradex's choice)")
     p.add_argument("--min-compression-rate", type=float, default=2.0)
     p.add_argument("--timeout-s", type=float, default=60.0)
-    p.add_argument("--dense-probe-period", type=int, default=50,
+    p.add_argument("--dense-probe-period", type=int, default=None,
                    help="GradexState(dense_probe_period=...): 0 never times a dense step, so "
-                        "no bucket falls back to dense on this machine's load (runs repeatable)")
+                        "no bucket falls back to dense on this machine's load (runs repeatable); "
+                        "default: gradex's (50 for auto, else 0)")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
     p.add_argument("--time-budget-s", type=float, default=0.0,
@@ -102,12 +104,18 @@ def parse_args(argv=None):
                         "agree every 4 steps, so every rank stops at the same step")
     add_log_args(p)
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), default="sgd")
+    p.add_argument("--lr", type=float, default=None, help="default: 0.05 (sgd), 0.001 (adam, adamw)")
+    p.add_argument("--momentum", type=float, default=0.9, help="sgd's")
+    p.add_argument("--nesterov", action="store_true", help="sgd's")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--hand-over", action="store_true",
+                   help="gradex runs: GradexState(optimizer=opt), the optimizer as built (gradex "
+                        "takes over SGD's momentum); dense runs ignore it")
     p.add_argument("--momentum-correction", action="store_true",
                    help="gradex runs: apply --momentum in the hook (DGC's momentum correction, "
-                        "GradexState(momentum_correction=...)) and run SGD without momentum; "
-                        "dense runs ignore it")
+                        "GradexState(momentum_correction=...)) and run SGD without momentum, "
+                        "written by hand; dense runs ignore it")
     p.add_argument("--no-factor-masking", action="store_true",
                    help="with --momentum-correction: keep the velocity of entries just sent")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -129,6 +137,10 @@ def parse_args(argv=None):
     p.add_argument("--check-identical", action="store_true",
                    help="at the end, compare every rank's parameters bitwise (exit 3 if they differ)")
     args = p.parse_args(argv)
+    if args.lr is None:
+        args.lr = 0.05 if args.optimizer == "sgd" else 0.001
+    if args.hand_over and args.momentum_correction:
+        p.error("--hand-over and --momentum-correction: one or the other")
     args.params = {}
     for kv in args.param:
         name, sep, value = kv.partition("=")
@@ -190,6 +202,14 @@ def pick_device(choice):
     return torch.device("cuda", local)
 
 
+def make_optimizer(args, params, momentum):
+    if args.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=args.lr, momentum=momentum, nesterov=args.nesterov,
+                               weight_decay=args.weight_decay)
+    cls = torch.optim.Adam if args.optimizer == "adam" else torch.optim.AdamW
+    return cls(params, lr=args.lr, weight_decay=args.weight_decay)
+
+
 def train(args, rank, world, on_epoch=None):
     """Trains; returns (ddp_model, gradex_state_or_None, rows)."""
     torch.set_num_threads(1)  # one core's share per rank: ranks share the machine
@@ -198,21 +218,25 @@ def train(args, rank, world, on_epoch=None):
     x_test, y_test = (t.to(device) for t in load_test(args))
     model = DDP(make_model(args).to(device),
                 device_ids=[device.index] if device.type == "cuda" else None)
+    sparse = args.algorithm != "dense"
+    # With momentum correction written by hand the hook's result is already
+    # the momentum update direction (the velocity lives in GradexState):
+    # plain SGD. With --hand-over gradex makes that change itself.
+    by_hand = sparse and args.momentum_correction and args.momentum > 0
+    opt = make_optimizer(args, model.parameters(), momentum=0 if by_hand else args.momentum)
     state = None
-    if args.algorithm != "dense":
+    if sparse:
         import gradex.torch as gx
+        extra = dict(optimizer=opt) if args.hand_over else dict(
+            momentum_correction=args.momentum if by_hand else 0)
         state = gx.GradexState(algorithm=args.algorithm, density=args.density, teams=args.teams,
                                start_iter=args.start_iter,
                                min_compression_rate=args.min_compression_rate,
                                timeout_s=args.timeout_s, model=model,
                                dense_probe_period=args.dense_probe_period,
-                               momentum_correction=args.momentum if args.momentum_correction else 0,
-                               factor_masking=not args.no_factor_masking, **args.params)
+                               factor_masking=not args.no_factor_masking, **extra, **args.params)
         model.register_comm_hook(state, gx.gradex_hook)
-    # With momentum correction the hook's result is already the momentum
-    # update direction (the velocity lives in GradexState): plain SGD.
-    in_hook = state is not None and args.momentum_correction and args.momentum > 0
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0 if in_hook else args.momentum)
+    in_hook = by_hand or (state is not None and state.momentum_correction > 0)
     label = args.label or args.algorithm
     rows, wall, step = [], 0.0, 0
     n = len(x_train) - len(x_train) % (world * args.batch_size)
@@ -241,8 +265,9 @@ def train(args, rank, world, on_epoch=None):
                 break
         wall += time.perf_counter() - t0
         acc = evaluate(model, x_test, y_test) if rank == 0 else float("nan")
-        row = dict(algorithm=label, density=args.density if state else 1.0,
-                   start_iter=args.start_iter,
+        row = dict(algorithm=label, optimizer=args.optimizer,
+                   density=args.density if state else 1.0,
+                   start_iter=state.start_iter if state else 0,
                    momentum_in_hook=("masked" if not args.no_factor_masking else "unmasked")
                    if in_hook else "no", ranks=world, epoch=epoch, steps=step,
                    wall_s=round(wall, 3), train_loss=round(float(np.mean(losses)), 5),

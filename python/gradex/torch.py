@@ -2,7 +2,8 @@
 training through gradex's parameter server: gradex.dgs).
 
     import gradex.torch as gx
-    state = gx.GradexState(algorithm="spardl", density=0.01, start_iter=10)
+    opt = torch.optim.SGD(ddp_model.parameters(), lr=0.05, momentum=0.9)
+    state = gx.GradexState(algorithm="spardl", optimizer=opt)
     ddp_model.register_comm_hook(state, gx.gradex_hook)
 
 Shaped like PyTorch's ``powerSGD_hook``: ``gradex_hook(state, bucket)`` returns,
@@ -15,6 +16,8 @@ environment).
 import atexit
 import datetime
 import itertools
+import os
+import sys
 import warnings
 import weakref
 
@@ -58,6 +61,91 @@ def _store_rendezvous(prefix, timeout_s):
         return store.get(prefix + key)
 
     return set_, get
+
+
+# What GradexState(optimizer=...) does for optimizers whose momentum it cannot
+# move into the hook (Adam, AdamW, unknown ones; docs/measurements.md,
+# "Handing the optimizer over"): dense steps before sparsifying.
+_ADAPTIVE_START_ITER = 0
+
+
+class _Handover:
+    """What GradexState(optimizer=...) changed in the optimizer (close() gives
+    it back) and what it decided, in one line (``note``)."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.momentum = 0.0        # moved into the hook's momentum correction
+        self.decay = {}            # data_ptr -> weight decay the hook adds
+        # (param group index, key, value before, value while handed over): by
+        # index, since optimizer.load_state_dict() replaces the group dicts.
+        self.changes = []
+        self.start_iter = None     # a warm-up chosen for this optimizer (None: none)
+        self.note = ""
+        self.cost = False          # True: accuracy below dense is expected (warned)
+        self.record = {"optimizer": type(optimizer).__name__}
+
+    def apply(self):
+        for i, key, _, new in self.changes:
+            self.optimizer.param_groups[i][key] = new
+
+    def restore(self):
+        for i, key, old, _ in self.changes:
+            self.optimizer.param_groups[i][key] = old
+        self.changes = []
+
+
+def _plan_handover(optimizer):
+    """Decides, without changing anything yet, what GradexState takes over."""
+    h = _Handover(optimizer)
+    name = type(optimizer).__name__
+    groups = optimizer.param_groups
+    why_not = ""
+    if isinstance(optimizer, torch.optim.SGD):
+        momenta = sorted({float(g["momentum"]) for g in groups})
+        if len(momenta) > 1:
+            why_not = f"its parameter groups have momenta {momenta}; the hook keeps one"
+        elif any(g.get("dampening", 0) for g in groups):
+            why_not = "dampening != 0"
+        elif any(g.get("maximize", False) for g in groups):
+            why_not = "maximize=True"
+        elif momenta and momenta[0] >= 1:
+            why_not = f"momentum {momenta[0]} >= 1"
+        if not why_not and momenta and momenta[0] > 0:
+            m = momenta[0]
+            h.momentum = m
+            nesterov = any(g.get("nesterov", False) for g in groups)
+            decays = sorted({float(g["weight_decay"]) for g in groups if g["weight_decay"]})
+            for i, g in enumerate(groups):
+                h.changes.append((i, "momentum", g["momentum"], 0))
+                # torch's SGD adds weight_decay * w before its momentum: the
+                # hook adds it before the velocity, so the decay keeps its
+                # momentum as in dense SGD (left in the optimizer it would act
+                # about 1/(1-m) times weaker).
+                if g["weight_decay"]:
+                    for p in g["params"]:
+                        h.decay[p.data_ptr()] = float(g["weight_decay"])
+                    h.changes.append((i, "weight_decay", g["weight_decay"], 0))
+            h.record.update(momentum=m, nesterov=nesterov, weight_decay=decays)
+            h.note = (f"SGD momentum {m:g} moved into the hook (momentum_correction={m:g}, "
+                      "the optimizer's momentum 0 until close())"
+                      + (f", weight decay {', '.join(f'{d:g}' for d in decays)} with it"
+                         if decays else "")
+                      + (", nesterov=True run as plain (heavy-ball) momentum correction"
+                         if nesterov else ""))
+            return h
+        if not why_not:
+            h.note = "SGD without momentum: error feedback only, the optimizer unchanged"
+            return h
+    h.start_iter = _ADAPTIVE_START_ITER or None
+    h.cost = True
+    what = (f"{name}'s momentum stays in the optimizer ({why_not})" if why_not
+            else f"{name}: no momentum to move into the hook, the optimizer unchanged")
+    # Measured, not promised: docs/measurements.md, "Handing the optimizer over".
+    h.note = (what + ", error feedback only: expect accuracy below dense (Adam on the "
+              "Fashion-MNIST MLP at density 0.01, 2 epochs: 1.7-5.1 points below dense Adam; "
+              "SGD with momentum, handed over, 0.6-1.4)")
+    return h
 
 
 def _close_ref(ref):
@@ -106,7 +194,10 @@ class GradexState:
             ``GRADEX_TLS_KEY_FILE``).
         dense_probe_period: every this many steps each bucket runs dense once
             to be timed against its sparse exchange ("never slower than
-            dense"; default 50, 0 never). start_iter, min_compression_rate
+            dense"; 0 never). Default: 50 with ``algorithm="auto"`` (or left
+            to the plan), which needs the timings; 0 otherwise, since a dense
+            step flushes every residual at once and moves the run away from
+            dense's trajectory. start_iter, min_compression_rate
             and dense_probe_period: every rank runs rank 0's values (agreed
             in-band); a rank given others warns once per field.
         refuse_nonfinite: NaN or Inf in a gradient. True (default): they are
@@ -120,6 +211,16 @@ class GradexState:
         pipeline: select bucket b+1 while bucket b exchanges (default: on,
             or ``GRADEX_PIPELINE``; False selects each bucket after the
             previous one's exchange, the same results bit for bit).
+        optimizer: the job's torch optimizer, as built. SGD with momentum m
+            (plain or Nesterov): m moves into the hook as
+            ``momentum_correction=m`` and the optimizer's momentum is set to 0,
+            its weight decay moves with it (added to the gradient before the
+            velocity, as torch's SGD does); ``close()`` gives both back.
+            Nesterov runs as plain (heavy-ball) momentum correction. Other
+            optimizers (Adam, AdamW, unknown) are left unchanged and run with
+            error feedback only. One line (``handover``, printed by rank 0)
+            says what was done; a warning where accuracy below dense is
+            expected. Build the state before ``optimizer.load_state_dict()``.
         momentum_correction: 0 (default, off) or the optimizer's momentum m
             in [0, 1), moved into the hook as DGC's momentum correction (Lin
             et al., ICLR 2018, Alg. 1): each rank keeps a velocity u <- m*u + g
@@ -149,13 +250,26 @@ class GradexState:
     def __init__(self, algorithm=None, density=None, teams=None, start_iter=None,
                  min_compression_rate=None, timeout_s=60, coordinator=None, token=None,
                  *, model=None, job=None, metrics_port=None, data_ip=None, timeline_path=None,
-                 dense_probe_period=None, refuse_nonfinite=True, momentum_correction=0.0,
-                 factor_masking=True, pipeline=None, allow_plan_override=None, **params):
+                 dense_probe_period=None, refuse_nonfinite=True, momentum_correction=None,
+                 factor_masking=True, pipeline=None, allow_plan_override=None, optimizer=None,
+                 **params):
         # None: not given (the option table's default, and nothing asked of
         # the plan). The C++ option table checks every value and its range;
         # its other keywords (mean, advertise_host, ...) are options here
         # too, not algorithm parameters.
         other = {k: params.pop(k) for k in list(params) if k in _OPTION_KEYWORDS}
+        handover = None
+        if optimizer is not None:
+            if momentum_correction:
+                raise ValueError("gradex: give optimizer= or momentum_correction=, not both "
+                                 "(optimizer= moves its momentum into the hook itself)")
+            handover = _plan_handover(optimizer)
+            momentum_correction = handover.momentum
+            if start_iter is None and handover.start_iter:
+                start_iter = handover.start_iter
+        momentum_correction = 0.0 if momentum_correction is None else momentum_correction
+        if dense_probe_period is None and algorithm not in (None, "auto"):
+            dense_probe_period = 0
         options = dict(algorithm=algorithm, density=density, teams=teams, start_iter=start_iter,
                        min_compression_rate=min_compression_rate, timeout_s=timeout_s,
                        coordinator=coordinator, token=token, job=job, metrics_port=metrics_port,
@@ -172,6 +286,7 @@ class GradexState:
         self.timeout_s = float(timeout_s)
         self.algorithm = algorithm
         self.density = density
+        self.start_iter = start_iter or 0  # as asked (rank 0's runs)
         self._keys = {}
         if model is not None:
             for i, p in enumerate(model.parameters()):
@@ -183,6 +298,27 @@ class GradexState:
         self.factor_masking = bool(factor_masking)
         self._client = Client.create(options, True, rdv_set, rdv_get)
         atexit.register(_close_ref, weakref.ref(self))
+        # The optimizer changes only once the client has joined (a failed
+        # join leaves it as it was).
+        self._handover = handover
+        self._decay = {}
+        self.handover = ""
+        if handover is not None:
+            handover.apply()
+            self._decay = handover.decay
+            extras = []
+            if start_iter:
+                extras.append(f"start_iter {start_iter}")
+            if dense_probe_period == 0:
+                extras.append("no dense probes")
+            self.handover = "; ".join([handover.note] + extras)
+            # (The client learns its rank from the coordinator later.)
+            rank = options.get("rank", int(os.environ.get("RANK", "0") or 0))
+            if rank == 0:
+                if handover.cost:
+                    warnings.warn("gradex: " + self.handover, stacklevel=2)
+                else:
+                    print("gradex: " + self.handover, file=sys.stderr, flush=True)
 
     # The parameters of a bucket as (key, elements) spans, in bucket order.
     def _spans(self, bucket):
@@ -239,9 +375,15 @@ class GradexState:
         """Residuals, the step counter and (momentum_correction) the velocities,
         for a checkpoint (call between steps)."""
         blob = self.client.save_state()
-        return {"version": 1, "client": blob,
-                "velocity": {k: torch.frombuffer(bytearray(u), dtype=torch.float32)
-                             for k, u in velocities_of(blob).items()}}
+        state = {"version": 1, "client": blob,
+                 "velocity": {k: torch.frombuffer(bytearray(u), dtype=torch.float32)
+                              for k, u in velocities_of(blob).items()}}
+        if self._handover is not None:
+            # What was taken from the optimizer: the optimizer's own
+            # state_dict() holds it with momentum 0, so a resumed run must
+            # build its state from the optimizer as built, not as saved.
+            state["handover"] = dict(self._handover.record)
+        return state
 
     def load_state_dict(self, state):
         if state.get("version") != 1 or not isinstance(state.get("client"), (bytes, bytearray)):
@@ -251,6 +393,13 @@ class GradexState:
                 isinstance(u, torch.Tensor) and u.dtype == torch.float32 and u.dim() == 1
                 for u in velocity.values()):
             raise ValueError("gradex: state_dict()['velocity'] must map keys to 1-D float32 tensors")
+        saved = state.get("handover")
+        mine = self._handover.record if self._handover is not None else None
+        if saved != mine:
+            raise ValueError(
+                f"gradex: the checkpoint's optimizer hand-over {saved} is not this state's "
+                f"{mine}; build GradexState(optimizer=opt) from the optimizer as built, "
+                "before opt.load_state_dict()")
         # The dict's velocities are the ones restored (a checkpoint written
         # before they moved into the blob has them only there).
         self.client.load_state(bytes(state["client"]), {
@@ -259,8 +408,13 @@ class GradexState:
     def close(self):
         """Leaves the job; buckets still queued fail. Idempotent. The rank
         hosting the embedded coordinator waits (up to min(timeout_s, 10) s)
-        for the others to leave first."""
+        for the others to leave first. An optimizer handed over gets its
+        momentum and weight decay back (its momentum buffer starts from 0:
+        the velocities were each rank's, in the hook)."""
         client, self._client = self._client, None
+        if self._handover is not None:
+            self._handover.restore()
+            self._decay = {}
         if client is not None:
             client.close()
 
@@ -298,6 +452,16 @@ def gradex_hook(state, bucket):
         work = buf.to(torch.float32)
     if not work.is_contiguous():
         work = work.contiguous()
+    if state._decay:
+        # The weight decay of a handed-over SGD: before the velocity, as in
+        # torch's SGD (g + wd * w; the parameters are the same on every rank).
+        off = 0
+        for p in bucket.parameters():
+            n = p.numel()
+            wd = state._decay.get(p.data_ptr())
+            if wd:
+                work[off:off + n].add_(p.detach().reshape(-1).to(work.dtype), alpha=wd)
+            off += n
     # gradex's CUDA work follows the legacy default stream (its streams are
     # blocking ones). A bucket written on another stream (the trainer's own)
     # is handed over with that stream: gradex records an event on it and its

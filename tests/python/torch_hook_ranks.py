@@ -223,6 +223,169 @@ def train(args, rank, world):
     os._exit(0)  # torch 1.13's DDP+gloo teardown can deadlock (train_fashion_mnist.py)
 
 
+
+def handover(args, rank, world):
+    """GradexState(optimizer=...) against the hand-written momentum
+    correction, bit for bit; close() gives the optimizer back; a checkpoint
+    (both state_dicts) resumes a run exactly; Adam and Nesterov say what
+    they get."""
+    import copy
+    import warnings
+    import torch
+    import torch.distributed as dist
+    import gradex.torch as gx
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    steps, lr, m, wd = 12, 0.05, 0.9, 0.01
+    gen = torch.Generator().manual_seed(700 + rank)
+    data = [(torch.randn(16, 32, generator=gen), torch.randint(0, 10, (16,), generator=gen))
+            for _ in range(steps)]
+    common = dict(algorithm=args.algorithm, density=0.05, timeout_s=30)
+
+    def net(start=None):
+        torch.manual_seed(5)  # the same start on every rank and in every run
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 10))
+        if start is not None:
+            with torch.no_grad():
+                for p, q in zip(model.parameters(), start):
+                    p.copy_(q)
+        return model
+
+    def one_param(start=None):
+        torch.manual_seed(6)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 10, bias=False))
+        if start is not None:
+            with torch.no_grad():
+                model[0].weight.copy_(start[0])
+        return model
+
+    def train(ddp, opt, batches):
+        for x, y in batches:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+            opt.step()
+
+    def params(model):
+        return [p.detach().clone() for p in model.parameters()]
+
+    def bits_equal(a, b):
+        return len(a) == len(b) and all(torch.equal(_bits(x), _bits(y)) for x, y in zip(a, b))
+
+    def run(make_opt, state_kw, batches=data, decay_by_hand=0.0):
+        """(final parameters, state_dict, handover line, optimizer, momentum
+        of the optimizer while handed over) of a fresh model and state."""
+        model = net()
+        if decay_by_hand:  # what the hand-over's weight decay must equal
+            for p in model.parameters():
+                p.register_hook(lambda g, p=p: g.add(p.detach(), alpha=decay_by_hand))
+        ddp = DDP(model)
+        opt = make_opt(ddp.parameters())
+        state = gx.GradexState(model=model, **common, **state_kw(opt))
+        ddp.register_comm_hook(state, gx.gradex_hook)
+        during = [(g["momentum"], g["weight_decay"]) for g in opt.param_groups]
+        train(ddp, opt, batches)
+        state.flush()
+        sd = state.state_dict()
+        line = state.handover
+        state.close()
+        return params(model), sd, line, opt, during
+
+    sgd = lambda mom, decay=0.0, nesterov=False: (  # noqa: E731
+        lambda ps: torch.optim.SGD(ps, lr=lr, momentum=mom, weight_decay=decay, nesterov=nesterov))
+    out = {"rank": rank}
+    # 1. Handed over vs. the README's hand-written form (momentum 0 in the
+    # optimizer, momentum_correction=m, no dense probes).
+    a, sda, line, opt_a, during = run(sgd(m), lambda o: dict(optimizer=o))
+    b, sdb, _, _, _ = run(sgd(0), lambda o: dict(momentum_correction=m, dense_probe_period=0))
+    out["line"] = line
+    out["exact"] = bits_equal(a, b)
+    out["velocity_exact"] = (sorted(sda["velocity"]) == sorted(sdb["velocity"]) and all(
+        torch.equal(_bits(u), _bits(sdb["velocity"][k])) for k, u in sda["velocity"].items()))
+    out["moved"] = not bits_equal(a, params(net()))
+    out["during"] = during
+    out["restored"] = [(g["momentum"], g["weight_decay"]) for g in opt_a.param_groups]
+    # 2. Weight decay moves with the momentum: the same as adding wd * w to
+    # each gradient by hand before the hook.
+    a, _, line_wd, opt_a, during = run(sgd(m, wd), lambda o: dict(optimizer=o))
+    b, _, _, _, _ = run(sgd(0), lambda o: dict(momentum_correction=m, dense_probe_period=0),
+                        decay_by_hand=wd)
+    out["decay_exact"] = bits_equal(a, b)
+    out["decay_line"] = line_wd
+    out["decay_during"] = during
+    out["decay_restored"] = [(g["momentum"], g["weight_decay"]) for g in opt_a.param_groups]
+    # 3. Checkpoint: half the run, both state_dicts saved, the other half;
+    # then a fresh model, optimizer (as built) and state resume from them.
+    # One parameter: a fresh DDP's first step uses DDP's initial bucket
+    # layout, not the rebuilt one the saved run had reached, and a bucket of
+    # several parameters in another order is another sparse selection.
+    half = steps // 2
+    net = lambda start=None: one_param(start)  # noqa: E731
+    model = net()
+    ddp = DDP(model)
+    opt = sgd(m)(ddp.parameters())
+    state = gx.GradexState(model=model, optimizer=opt, **common)
+    ddp.register_comm_hook(state, gx.gradex_hook)
+    train(ddp, opt, data[:half])
+    state.flush()
+    saved = (params(model), copy.deepcopy(opt.state_dict()), state.state_dict())
+    train(ddp, opt, data[half:])
+    whole = params(model)
+    state.close()
+    model = net(saved[0])
+    ddp = DDP(model)
+    opt = sgd(m)(ddp.parameters())
+    state = gx.GradexState(model=model, optimizer=opt, **common)
+    ddp.register_comm_hook(state, gx.gradex_hook)
+    opt.load_state_dict(saved[1])
+    state.load_state_dict(saved[2])
+    train(ddp, opt, data[half:])
+    out["resumed_exact"] = bits_equal(params(model), whole)
+    out["resumed_momentum"] = opt.param_groups[0]["momentum"]
+    state.close()
+    out["closed_momentum"] = opt.param_groups[0]["momentum"]
+    # Without the hand-over the checkpoint is refused, naming the fix.
+    state = gx.GradexState(momentum_correction=m, **common)
+    try:
+        state.load_state_dict(saved[2])
+        out["mismatch_error"] = ""
+    except ValueError as e:
+        out["mismatch_error"] = str(e)
+    state.close()
+    # 4. Adam keeps its settings and says (a warning on rank 0) what it gets.
+    model = net()
+    ddp = DDP(model)
+    adam = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    before = copy.deepcopy([{k: v for k, v in g.items() if k != "params"}
+                            for g in adam.param_groups])
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        state = gx.GradexState(optimizer=adam, **common)
+    out["adam_warnings"] = [str(x.message) for x in w if "gradex" in str(x.message)]
+    out["adam_line"] = state.handover
+    out["adam_mc"] = state.momentum_correction
+    ddp.register_comm_hook(state, gx.gradex_hook)
+    train(ddp, adam, data[:3])
+    out["adam_unchanged"] = before == [{k: v for k, v in g.items() if k != "params"}
+                                       for g in adam.param_groups]
+    state.close()
+    # 5. Nesterov: handed over as plain momentum correction, and says so.
+    opt = sgd(m, nesterov=True)(net().parameters())
+    state = gx.GradexState(optimizer=opt, **common)
+    out["nesterov_line"] = state.handover
+    out["nesterov_mc"] = state.momentum_correction
+    state.close()
+    try:
+        gx.GradexState(optimizer=sgd(m)(net().parameters()), momentum_correction=m, **common)
+        out["both_error"] = ""
+    except ValueError as e:
+        out["both_error"] = str(e)
+    emit(**out)
+    sys.stdout.flush()
+    os._exit(0)  # torch 1.13's DDP+gloo teardown can deadlock (train_fashion_mnist.py)
+
+
 def dead_rank(args, rank, world):
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     import torch

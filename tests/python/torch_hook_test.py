@@ -39,6 +39,17 @@ README "Use it from PyTorch"). Phases, each a fresh pair of processes:
   train         Fashion-MNIST MLP under DDP + gradex_hook for --steps steps:
                 rank 0's test accuracy above --min-accuracy, parameters bitwise
                 identical on both ranks.
+  handover      GradexState(optimizer=SGD(momentum=0.9)) and the hand-written
+                momentum_correction=0.9 (SGD with momentum 0, no dense probes)
+                through real DDP for 12 steps: parameters and velocities
+                bitwise equal; with weight_decay, equal to wd * w added to
+                each gradient by hand; the optimizer's momentum is 0 while
+                handed over and close() gives it back; both state_dicts
+                saved half way resume the second half bitwise, and a state
+                built without the hand-over refuses that checkpoint; Adam is
+                left unchanged with one warning saying what it gets; Nesterov
+                says it runs as plain momentum correction. (Not in --phase
+                all: ctest torch_handover runs it.)
   dead-rank     rank 1 exits mid-training; rank 0's backward raises a gradex
                 error within timeout_s (+ slack), nothing hangs.
   bad-join      GradexState(...) against a gradex-coordinator with another
@@ -66,7 +77,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--phase", default="all",
                    choices=["all", "conservation", "momentum", "cuda", "train", "dead-rank",
-                            "bad-join"])
+                            "bad-join", "handover"])
     p.add_argument("--coordinator-bin", default="", help="gradex-coordinator, for bad-join")
     p.add_argument("--target", default="", help="(bad-join rank process) host:port")
     p.add_argument("--algorithm", default="spardl")
@@ -271,6 +282,49 @@ def check_cuda(args, results, failures):
     check(da["digest"] == db["digest"], "cuda, DDP: parameters identical on both ranks", failures)
 
 
+def check_handover(results, failures):
+    check(len(results) == 2, "handover: both ranks finished", failures)
+    if len(results) != 2:
+        return
+    a, b = results[0], results[1]
+    print(f"--- handover: {a['line']!r}; weight decay: {a['decay_line']!r}; "
+          f"Adam: {a['adam_line']!r}; Nesterov: {a['nesterov_line']!r}")
+    for r in (a, b):
+        check(r["exact"] and r["velocity_exact"] and r["moved"],
+              f"handover, rank {r['rank']}: parameters and velocities bitwise equal to the "
+              f"hand-written momentum_correction=0.9 (moved: {r['moved']})", failures)
+        check(r["decay_exact"],
+              f"handover, rank {r['rank']}: weight decay moved with it, bitwise equal to "
+              "wd * w added by hand before the hook", failures)
+        check(r["resumed_exact"],
+              f"handover, rank {r['rank']}: both state_dicts resume the run bitwise", failures)
+    check(a["during"] == [[0, 0]] and a["restored"] == [[0.9, 0]],
+          f"handover: the optimizer's momentum is 0 while handed over ({a['during']}) and 0.9 "
+          f"after close() ({a['restored']})", failures)
+    check(a["decay_during"] == [[0, 0]] and a["decay_restored"] == [[0.9, 0.01]],
+          f"handover: weight decay 0 while handed over ({a['decay_during']}), back after "
+          f"close() ({a['decay_restored']})", failures)
+    check("momentum 0.9 moved into the hook" in a["line"] and "no dense probes" in a["line"],
+          f"handover: the line says what moved: {a['line']!r}", failures)
+    check("weight decay 0.01" in a["decay_line"], f"handover: {a['decay_line']!r}", failures)
+    check(a["resumed_momentum"] == 0 and a["closed_momentum"] == 0.9,
+          "handover: a resumed run's optimizer is handed over too, and given back", failures)
+    check("build GradexState(optimizer=opt)" in a["mismatch_error"],
+          f"handover: a checkpoint of a handed-over run refused without the hand-over: "
+          f"{a['mismatch_error'][:200]!r}", failures)
+    check(a["adam_unchanged"] and b["adam_unchanged"] and a["adam_mc"] == 0,
+          "handover: Adam's settings unchanged, no momentum correction", failures)
+    check(len(a["adam_warnings"]) == 1 and "Adam" in a["adam_warnings"][0]
+          and a["adam_warnings"][0] == "gradex: " + a["adam_line"] and not b["adam_warnings"],
+          f"handover: Adam warned once, on rank 0, saying what it gets: {a['adam_warnings']}",
+          failures)
+    check("nesterov=True run as plain (heavy-ball) momentum correction" in a["nesterov_line"]
+          and a["nesterov_mc"] == 0.9, f"handover: Nesterov says so: {a['nesterov_line']!r}",
+          failures)
+    check("not both" in a["both_error"], f"handover: optimizer= with momentum_correction= "
+          f"refused: {a['both_error']!r}", failures)
+
+
 def check(cond, what, failures):
     print(("ok   " if cond else "FAIL ") + what, flush=True)
     if not cond:
@@ -283,7 +337,7 @@ def main():
         import torch_hook_ranks as ranks
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         {"conservation": ranks.conservation, "momentum": ranks.momentum, "cuda": ranks.cuda,
-         "train": ranks.train,
+         "train": ranks.train, "handover": ranks.handover,
          "dead-rank": ranks.dead_rank, "bad-join": ranks.bad_join}[args.phase](args, rank, world)
         return 0
     try:
@@ -361,6 +415,8 @@ def main():
                       failures)
         elif phase == "cuda":
             check_cuda(args, results, failures)
+        elif phase == "handover":
+            check_handover(results, failures)
         elif phase == "train":
             check(len(results) == 2, "train: both ranks finished", failures)
             if len(results) == 2:
