@@ -352,6 +352,9 @@ def handover(args, rank, world):
         out["mismatch_error"] = ""
     except ValueError as e:
         out["mismatch_error"] = str(e)
+    # Every rank has joined before rank 0 (the embedded coordinator) leaves:
+    # a state that never trains otherwise races the other rank's join.
+    dist.barrier()
     state.close()
     # 4. Adam keeps its settings and says (a warning on rank 0) what it gets.
     model = net()
@@ -375,6 +378,7 @@ def handover(args, rank, world):
     state = gx.GradexState(optimizer=opt, **common)
     out["nesterov_line"] = state.handover
     out["nesterov_mc"] = state.momentum_correction
+    dist.barrier()  # as above
     state.close()
     try:
         gx.GradexState(optimizer=sgd(m)(net().parameters()), momentum_correction=m, **common)
