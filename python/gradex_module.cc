@@ -31,6 +31,15 @@ namespace py = pybind11;
 
 namespace gradex::python {
 
+// CPython 3.13 made _Py_IsFinalizing public as Py_IsFinalizing (and dropped the old name).
+inline bool PythonFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 using client::BucketStats;
 using client::Client;
 using client::ClientOptions;
@@ -228,7 +237,7 @@ class PyClient {
     if (numel > 0 && data == 0) throw py::value_error("gradex: null data pointer");
     auto cb = std::make_shared<PyRef>(std::move(callback));
     Client::Done done = [cb](absl::Status s) {
-      if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // the trainer has exited
+      if (!Py_IsInitialized() || PythonFinalizing()) return;  // the trainer has exited
       py::gil_scoped_acquire gil;
       py::object f = cb->Take();
       if (!f) return;
