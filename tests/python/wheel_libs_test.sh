@@ -48,7 +48,7 @@ for whl in "$tmp"/dist/*.whl; do
   floor=0
   while read -r f; do
     v=$(objdump -T "$f" | grep -o 'GLIBC_2\.[0-9]*' | sed 's/GLIBC_2\.//' | sort -n | tail -n1)
-    [[ -n $v && $v -gt $floor ]] && floor=$v
+    if [[ -n $v && $v -gt $floor ]]; then floor=$v; fi
   done < <(find "$x" -type f -exec sh -c 'head -c4 "$1" | grep -q ELF' _ {} \; -print)
   [[ $name == *-manylinux_2_${floor}_x86_64.whl ]] || fail "$name: the highest GLIBC_2.N needed is 2.$floor"
   ls "$x"/gradex.libs/ucx/libuct_cma.so.0 >/dev/null || fail "$name has no UCX plugins"
