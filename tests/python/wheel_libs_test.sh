@@ -21,7 +21,8 @@ command -v patchelf >/dev/null || skip "no patchelf (apt-get install patchelf)"
 "$py" -c 'import build, wheel, setuptools' 2>/dev/null || skip "$py lacks python3-build/python3-wheel"
 ls "$build"/python/gradex/_C.*.so >/dev/null 2>&1 || skip "no gradex._C in $build"
 variant=cpu
-ldd "$build"/python/gradex/_C.*.so | grep -q libcudart && variant=cu13
+# grep without -q: under pipefail an early exit would SIGPIPE ldd and hide the match.
+if ldd "$build"/python/gradex/_C.*.so | grep libcudart >/dev/null; then variant=cu13; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 start=$SECONDS
