@@ -2,16 +2,16 @@
 // for the Python package `gradex` (python/gradex). The GIL is released while C++
 // runs; the per-bucket callback runs on the client's progress thread and takes
 // the GIL only to call into Python.
+#include <dlfcn.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <dlfcn.h>
 #include <ucp/api/ucp.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -366,7 +366,6 @@ std::unique_ptr<PyClient> Create(py::dict options, bool use_environment, py::obj
   ThrowIfError(c.status());
   return std::make_unique<PyClient>(std::move(*c));
 }
-
 
 // Which UCX this process runs and what it offers, in brief what `ucx_info -d`
 // tells: a wheel carries its own UCX (its plugins in gradex.libs/ucx), and
