@@ -54,6 +54,29 @@ struct HostCopies {
   ~HostCopies() { DeviceStaging::UseHostCopiesForTesting(false); }
 };
 
+// kSteps steps of kFirstLayout on every client at once, rank 0's buckets in
+// device memory, the others' in host memory: each rank's results into
+// runs[rank], and rank 0's stats() after each step.
+template <size_t kWorld>
+std::vector<std::vector<BucketStats>> RunRank0OnDevice(
+    std::vector<std::unique_ptr<Client>>& clients, int steps,
+    std::vector<StepResult> (&runs)[kWorld]) {
+  std::vector<std::vector<BucketStats>> seen(steps);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      const int rank = static_cast<int>(r);
+      for (int step = 0; step < steps; ++step) {
+        runs[r].push_back(RunStep(*clients[r], rank, step, kFirstLayout,
+                                  r == 0 ? Memory::kDevice : Memory::kHost));
+        if (r == 0) seen[step] = clients[r]->Stats();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return seen;
+}
+
 // Two ranks, oktopk (whose exchange reads the residual's values: no device
 // local part): rank 0 passes two of its three buckets as device memory
 // (staged whole, by the host copies), rank 1 all as host memory.
@@ -239,18 +262,7 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
   });
   for (auto& c : clients) ASSERT_NE(c, nullptr);
   std::vector<StepResult> runs[kWorld];
-  std::vector<std::vector<BucketStats>> seen(kSteps);  // rank 0's, after each step
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r) {
-    threads.emplace_back([&, r] {
-      for (int step = 0; step < kSteps; ++step) {
-        runs[r].push_back(
-            RunStep(*clients[r], r, step, kFirstLayout, r == 0 ? Memory::kDevice : Memory::kHost));
-        if (r == 0) seen[step] = clients[r]->Stats();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::vector<BucketStats>> seen = RunRank0OnDevice(clients, kSteps, runs);
   const double density = Options(0, kWorld).density;
   for (int step = 0; step < kSteps; ++step) {
     for (int r = 0; r < kWorld; ++r) {
@@ -300,20 +312,14 @@ TEST(ClientDeviceTest, AMomentumFreeBucketKeepsNoVelocityOnTheDevice) {
   auto clients = MakeClients(kWorld, store, [](ClientOptions& o) { o.dense_probe_period = 0; });
   for (auto& c : clients) ASSERT_NE(c, nullptr);
   std::vector<StepResult> runs[kWorld];
-  std::vector<std::vector<BucketStats>> seen(kSteps);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r) {
-    threads.emplace_back([&, r] {
-      for (int step = 0; step < kSteps; ++step) {
-        runs[r].push_back(
-            RunStep(*clients[r], r, step, kFirstLayout, r == 0 ? Memory::kDevice : Memory::kHost));
-        if (r == 0) seen[step] = clients[r]->Stats();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::vector<BucketStats>> seen = RunRank0OnDevice(clients, kSteps, runs);
   const double density = Options(0, kWorld).density;
   for (int step = 0; step < kSteps; ++step) {
+    for (int r = 0; r < kWorld; ++r) {
+      for (const absl::Status& s : runs[r][step].statuses) {
+        ASSERT_TRUE(s.ok()) << "rank " << r << " step " << step << ": " << s;
+      }
+    }
     EXPECT_EQ(runs[0][step].spans, runs[1][step].spans) << "step " << step;
     ASSERT_EQ(seen[step].size(), kFirstLayout.size());
     for (const BucketStats& b : seen[step]) {
