@@ -140,8 +140,8 @@ class Queue : public ResidualMemory {
   virtual absl::Status DoStageToDevice(std::span<float> x) = 0;
   virtual absl::Status DoSynchronize() = 0;
   virtual absl::StatusOr<size_t> DoAccumulate(std::span<const float> grad,
-                                              std::span<float> residual,
-                                              std::span<float> velocity, float momentum) = 0;
+                                              std::span<float> residual, std::span<float> velocity,
+                                              float momentum) = 0;
   // Appends to *out; *nonfinite gets the non-finite count after the
   // accumulation of `acc` (may be null: x as it is).
   virtual absl::Status DoSelectTopK(std::span<float> x, size_t k, uint32_t index_base,

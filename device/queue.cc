@@ -17,9 +17,9 @@ absl::Status CheckIndices(const char* what, std::span<const uint32_t> idx, uint3
                           size_t bound) {
   for (uint32_t i : idx) {
     if (i < index_base || i - index_base >= bound) {
-      return absl::OutOfRangeError(absl::StrCat("device queue ", what, ": index ", i,
-                                                " outside [", index_base, ", ",
-                                                uint64_t{index_base} + bound, ")"));
+      return absl::OutOfRangeError(absl::StrCat("device queue ", what, ": index ", i, " outside [",
+                                                index_base, ", ", uint64_t{index_base} + bound,
+                                                ")"));
     }
   }
   return absl::OkStatus();

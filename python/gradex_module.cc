@@ -295,6 +295,7 @@ class PyClient {
       d["device_path"] = b.device_path;
       d["device_to_host_bytes"] = b.device_to_host_bytes;
       d["host_to_device_bytes"] = b.host_to_device_bytes;
+      d["device_waits"] = b.device_waits;
       out.append(d);
     }
     return out;

@@ -82,7 +82,7 @@ struct StepOutcome {
 // when the epoch or the bucket's algorithm changes (their state, such as
 // B-SAG's controller or Ok-Topk's thresholds, was learnt for another P or
 // belongs to another schedule).
-struct DeviceResiduals;  // device_memory.h
+struct DeviceResiduals;  // device_path.h
 
 struct BucketSlot {
   std::vector<float> residual;  // empty: zeros of the bucket's size

@@ -48,7 +48,10 @@ size_t Elements(const std::vector<ParamSpan>& spans) {
 }  // namespace
 
 BucketPipeline::BucketPipeline(Agent* agent, PipelineOptions options, Done observer)
-    : agent_(agent), options_(std::move(options)), observer_(std::move(observer)) {
+    : agent_(agent),
+      options_(std::move(options)),
+      observer_(std::move(observer)),
+      backend_(options_.device != nullptr ? options_.device : device::DefaultBackend()) {
   worker_ = std::thread([this] { ExchangeLoop(); });
   selector_ = std::thread([this] { SelectLoop(); });
 }
@@ -67,8 +70,11 @@ std::future<BucketEnd> BucketPipeline::Submit(std::vector<ParamSpan> spans, std:
   item.end.spans = std::move(spans);
   item.data = data;
   item.memory = memory;
-  if (memory == Memory::kDevice && stream != 0) {
-    absl::StatusOr<std::unique_ptr<StreamHandover>> h = StreamHandover::Record(stream, data.data());
+  item.stream = stream;
+  if (memory == Memory::kDevice) {
+    // On the trainer's thread, the default stream included: gradex's queue
+    // waits for this point, the trainer never does.
+    absl::StatusOr<std::shared_ptr<device::Event>> h = backend_->RecordCaller(stream, data.data());
     if (h.ok()) {
       item.handover = *std::move(h);
     } else {
@@ -152,22 +158,22 @@ void BucketPipeline::AddMomentum(const Item& item, BucketSlot* slot) const {
   }
 }
 
-absl::Status BucketPipeline::AwaitHandover(const Item& item) {
-  if (!item.handover_status.ok()) return item.handover_status;
-  return item.handover != nullptr ? item.handover->Wait() : absl::OkStatus();
-}
-
 void BucketPipeline::KeepUnrun(Item& item) {
   const size_t n = Elements(item.end.spans);
   if (n != item.data.size() || n == 0 || n > options_.max_bucket_elements) return;
-  if (!AwaitHandover(item).ok()) return;
+  device::Queue* queue = nullptr;
+  if (item.memory == Memory::kDevice) {
+    absl::StatusOr<device::Queue*> q = QueueFor(0, item);
+    if (!q.ok()) return;
+    queue = *q;
+    item.staging = 0;
+  }
   for (BucketSlot* moving : store_.Moves(item.end.spans)) {
-    if (!SlotToHost(moving, &device_[0]).ok()) return;
+    if (!SlotToHost(moving, queue != nullptr ? queue : AnyQueue(), /*drop=*/true).ok()) return;
   }
   absl::StatusOr<BucketSlot*> slot = store_.Gather(item.end.spans);
   if (!slot.ok()) return;
-  item.staging = 0;
-  if (!ToHostPath(item, *slot, &device_[0]).ok()) return;
+  if (!ToHostPath(item, *slot, queue).ok()) return;
   if (options_.momentum > 0 && item.writable) AddMomentum(item, *slot);
   (void)AccumulateIntoResidual(item.host, (*slot)->residual);
 }
@@ -216,10 +222,10 @@ absl::StatusOr<SpanState> BucketPipeline::Export() {
     return absl::FailedPreconditionError(
         "SaveState inside a step (its last bucket, last_in_step, has not run yet)");
   }
-  // Device-held state comes back to the host (and stays there until its
-  // bucket's next step uploads it).
+  // Device-held state is read into the host vectors and stays on the
+  // device.
   for (BucketSlot* slot : store_.Slots()) {
-    if (absl::Status s = SlotToHost(slot, &device_[0]); !s.ok()) return s;
+    if (absl::Status s = SlotToHost(slot, AnyQueue(), /*drop=*/false); !s.ok()) return s;
   }
   return store_.Export();
 }
@@ -294,8 +300,8 @@ void BucketPipeline::Select(Item& item) {
     refuse(absl::InvalidArgumentError(absl::StrCat("bucket of ", n, " elements: over ",
                                                    options_.max_bucket_elements,
                                                    " (ClientOptions.max_bucket_elements)")));
-  } else if (absl::Status h = AwaitHandover(item); !h.ok()) {
-    refuse(std::move(h));
+  } else if (!item.handover_status.ok()) {
+    refuse(item.handover_status);
   } else {
     // A new step opens only when the previous one has ended (BeginStep and
     // EndStep never overlap the other thread); a bucket whose gathering
@@ -304,21 +310,29 @@ void BucketPipeline::Select(Item& item) {
     // bucket does.
     WaitTurn(!options_.pipeline || !step_open_, store_.Touched(item.end.spans));
     item.end.select_start = std::chrono::system_clock::now();
-    // The memory (and staging buffer) neither thread uses now: the bucket
-    // exchanging, if any, took the other.
-    DeviceMemory* memory = &device_[next_staging_];
-    const DeviceStaging& staged = staging_[next_staging_];
-    const uint64_t down = memory->to_host_bytes() + staged.to_host_bytes();
-    const uint64_t up = memory->to_device_bytes();
+    // The queue neither thread uses now: the bucket exchanging, if any,
+    // took the other.
+    device::Queue* queue = nullptr;
+    absl::Status moved;
     if (item.memory == Memory::kDevice) {
-      item.staging = next_staging_;
-      next_staging_ ^= 1;
+      absl::StatusOr<device::Queue*> q = QueueFor(next_staging_, item);
+      if (q.ok()) {
+        queue = *q;
+        item.queue = queue;
+        item.staging = next_staging_;
+        next_staging_ ^= 1;
+      } else {
+        moved = q.status();
+      }
     }
+    const device::QueueCounters before =
+        queue != nullptr ? queue->counters() : device::QueueCounters{};
     // Gather moves state in host memory: device-held state of the slots it
     // moves comes back first.
-    absl::Status moved;
     for (BucketSlot* moving : store_.Moves(item.end.spans)) {
-      if (moved.ok()) moved = SlotToHost(moving, memory);
+      if (moved.ok()) {
+        moved = SlotToHost(moving, queue != nullptr ? queue : AnyQueue(), /*drop=*/true);
+      }
     }
     absl::StatusOr<BucketSlot*> slot = moved.ok() ? store_.Gather(item.end.spans) : moved;
     if (!slot.ok()) {
@@ -337,7 +351,7 @@ void BucketPipeline::Select(Item& item) {
       item.end.index = static_cast<uint32_t>(std::min<size_t>(step_sizes_.size(), kMaxStepBuckets));
       if (item.end.index >= kMaxStepBuckets) {
         step_sizes_.push_back(n);
-        item.status = ToHostPath(item, *slot, memory);
+        item.status = ToHostPath(item, *slot, queue);
         if (item.status.ok()) {
           if (momentum) AddMomentum(item, *slot);
           (void)AccumulateIntoResidual(item.host, (*slot)->residual);
@@ -359,13 +373,20 @@ void BucketPipeline::Select(Item& item) {
         const bool all_live = std::all_of(live.begin(), live.end(), [](uint8_t v) { return v; });
         // The device path where the call runs on an algorithm whose local
         // part has a device form and the momentum (if any) needs no u = g
-        // seeding; otherwise whole-bucket staging, as a host bucket.
+        // seeding; otherwise whole-bucket staging, as a host bucket, with a
+        // device-resident slot left on the device (a dense probe, a
+        // fallback).
+        const bool refuse = agent_->rules().refuse_nonfinite && item.writable;
+        size_t first = 0;
         absl::Status path = absl::FailedPreconditionError("host");
-        if (item.memory == Memory::kDevice && DeviceMemory::Available() && runs &&
-            call->schedule->DeviceResidual(call->ctx, call->options) && (!momentum || all_live)) {
-          path = ToDevicePath(item, *slot, memory);
+        if (queue != nullptr && runs && call->schedule->DeviceResidual(call->ctx, call->options) &&
+            (!momentum || all_live)) {
+          path = ToDevicePath(item, *slot, queue);
+        } else if (queue != nullptr && (*slot)->device != nullptr && item.writable &&
+                   (!momentum || all_live)) {
+          path = ToStagedPath(item, *slot, queue, momentum, refuse, &first);
         }
-        if (!path.ok()) path = ToHostPath(item, *slot, memory);
+        if (!path.ok() && !item.staged) path = ToHostPath(item, *slot, queue);
         if (!path.ok()) {
           // Nothing of the bucket reached its residual: it fails alone, its
           // index unused (as a bucket refused before the step).
@@ -373,13 +394,15 @@ void BucketPipeline::Select(Item& item) {
           item.status = std::move(path);
         } else {
           step_sizes_.push_back(n);
-          const bool device = item.device != nullptr;
+          const bool device = item.device_residual && !item.staged;
           // Refused values are zeroed in the gradient, before the momentum
           // correction: one never reaches the velocity.
-          if (agent_->rules().refuse_nonfinite && item.writable) {
+          if (item.staged) {
+            // Zeroed on the device before the accumulation (ToStagedPath).
+            if (refuse) item.status = RefusedNonFinite(item.end.spans, item.end.nonfinite, first);
+          } else if (refuse) {
             if (device) {
-              size_t first = 0;
-              absl::StatusOr<size_t> count = item.device->ZeroNonFinite(item.data, &first);
+              absl::StatusOr<size_t> count = queue->ZeroNonFinite(item.data, &first);
               item.status =
                   count.ok() ? RefusedNonFinite(item.end.spans, *count, first) : count.status();
               if (count.ok()) item.end.nonfinite = *count;
@@ -387,13 +410,13 @@ void BucketPipeline::Select(Item& item) {
               item.status = ZeroNonFinite(item.end.spans, item.host, &item.end.nonfinite);
             }
           }
-          if (momentum) {
+          if (momentum && !item.staged) {
             // The call fuses the correction into its first pass over the
             // residual where its local part will run and every span has a
             // velocity; otherwise (a span's first step: u = g) it is written
             // over the gradient here.
             if (device) {
-              call->velocity = (*slot)->device->velocity.span();
+              call->velocity = (*slot)->device->velocity->span();
               call->momentum = static_cast<float>(options_.momentum);
             } else if (runs && all_live && (*slot)->velocity.size() == n) {
               call->velocity = (*slot)->velocity;
@@ -406,8 +429,12 @@ void BucketPipeline::Select(Item& item) {
         }
       }
     }
-    item.end.device_to_host_bytes = memory->to_host_bytes() + staged.to_host_bytes() - down;
-    item.end.host_to_device_bytes = memory->to_device_bytes() - up;
+    if (queue != nullptr) {
+      const device::QueueCounters& now = queue->counters();
+      item.end.device_to_host_bytes = now.to_host_bytes - before.to_host_bytes;
+      item.end.host_to_device_bytes = now.to_device_bytes - before.to_device_bytes;
+      item.end.device_waits = now.host_waits - before.host_waits;
+    }
     item.end.select_end = std::chrono::system_clock::now();
   }
   if (item.last_in_step && step_open_) {
@@ -418,23 +445,42 @@ void BucketPipeline::Select(Item& item) {
 }
 
 absl::Status BucketPipeline::Finish(Item& item, BucketOutcome* out) {
+  device::Queue* queue = item.queue;
+  const device::QueueCounters before =
+      queue != nullptr ? queue->counters() : device::QueueCounters{};
+  absl::Status s = FinishCall(item, out);
+  if (queue != nullptr) {
+    // The result goes to the trainer's stream by an event (also when nothing
+    // was written: its reads of the bucket are then ordered too).
+    absl::Status back = HandBack(item);
+    if (s.ok()) s = std::move(back);
+    const device::QueueCounters& now = queue->counters();
+    item.end.device_to_host_bytes += now.to_host_bytes - before.to_host_bytes;
+    item.end.host_to_device_bytes += now.to_device_bytes - before.to_device_bytes;
+    item.end.device_waits += now.host_waits - before.host_waits;
+  }
+  return s;
+}
+
+absl::Status BucketPipeline::FinishCall(Item& item, BucketOutcome* out) {
   if (item.call == nullptr) return item.status;
-  if (item.device != nullptr) {
+  if (item.device_residual && !item.staged) {
     // The device path: the exchange's residual updates and the result's COO
-    // go up, counted with the selection's.
-    DeviceMemory& memory = *item.device;
-    const uint64_t down = memory.to_host_bytes(), up = memory.to_device_bytes();
+    // go up.
     absl::Status s = agent_->ExchangeBucket(item.call.get(), out);
     absl::Status residual = s.ok() ? NonFiniteResidual(item.end.index, out->stats) : s;
     if (s.ok()) s = FinishOnDevice(item, *out, residual.ok());
-    item.end.device_to_host_bytes += memory.to_host_bytes() - down;
-    item.end.host_to_device_bytes += memory.to_device_bytes() - up;
     if (!s.ok()) return s;
     if (!item.status.ok()) return item.status;
     return residual;
   }
   absl::Status s = agent_->ExchangeBucket(item.call.get(), out);
-  if (!s.ok()) return s;  // the device data is untouched
+  if (!s.ok()) {
+    // The device data is untouched; what the call kept goes back to a
+    // resident slot.
+    if (item.staged) (void)FinishStaged(item, /*mask=*/false);
+    return s;
+  }
   // Fails the bucket after its exchange (the peers are not held): its
   // residual had NaN or Inf entries, now 0.
   absl::Status residual = NonFiniteResidual(item.end.index, out->stats);
@@ -444,25 +490,25 @@ absl::Status BucketPipeline::Finish(Item& item, BucketOutcome* out) {
     const float world = static_cast<float>(agent_->plan()->world());
     for (float& v : item.host) v /= world;
   }
-  if (item.status.ok() && residual.ok() && options_.momentum > 0 && options_.factor_masking) {
-    // DGC's factor masking after a sparse exchange (fewer than half of the
-    // result's entries applied): a sent entry's velocity restarts from 0.
-    // Dense steps (start_iter, probes, fallbacks) keep their momentum.
+  // DGC's factor masking after a sparse exchange (fewer than half of the
+  // result's entries applied): a sent entry's velocity restarts from 0.
+  // Dense steps (start_iter, probes, fallbacks) keep their momentum.
+  bool mask = item.status.ok() && residual.ok() && options_.momentum > 0 && options_.factor_masking;
+  if (mask) {
     size_t applied = 0;
     for (float v : item.host) applied += v != 0.0f;
-    if (2 * applied < item.host.size()) {
-      std::vector<float>& u = item.call->slot->velocity;
-      for (size_t i = 0; i < item.host.size(); ++i) {
-        if (item.host[i] != 0.0f) u[i] = 0.0f;
-      }
+    mask = 2 * applied < item.host.size();
+  }
+  if (item.staged) {
+    if (absl::Status f = FinishStaged(item, mask); !f.ok()) return f;
+  } else if (mask) {
+    std::vector<float>& u = item.call->slot->velocity;
+    for (size_t i = 0; i < item.host.size(); ++i) {
+      if (item.host[i] != 0.0f) u[i] = 0.0f;
     }
   }
-  if (item.staging >= 0) {
-    DeviceStaging& staging = staging_[item.staging];
-    const uint64_t before = staging.to_device_bytes();
-    absl::Status d = staging.ToDevice(item.data);
-    item.end.host_to_device_bytes += staging.to_device_bytes() - before;
-    if (!d.ok()) return d;
+  if (item.queue != nullptr) {
+    if (absl::Status d = item.queue->StageToDevice(item.data); !d.ok()) return d;
   }
   if (!item.status.ok()) return item.status;  // the non-finite refusal, if any
   return residual;
@@ -490,6 +536,8 @@ void BucketPipeline::ExchangeLoop() {
     BucketEnd& end = item.end;
     if (cancel) {
       if (item.call != nullptr) Agent::AbandonBucket(item.call.get());
+      if (item.call != nullptr && item.staged) (void)FinishStaged(item, /*mask=*/false);
+      if (item.queue != nullptr) (void)HandBack(item);
       end.status = absl::CancelledError(
           "gradex client closed before the bucket was exchanged (kept in its residual)");
     } else {

@@ -34,11 +34,10 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "device/device.h"
 #include "services/agent/agent.h"
-#include "services/agent/device_memory.h"
-#include "services/agent/device_staging.h"
+#include "services/agent/device_path.h"
 #include "services/agent/span_store.h"
-#include "services/agent/stream_handover.h"
 
 namespace gradex::agent {
 
@@ -58,6 +57,9 @@ struct PipelineOptions {
   // (ClientOptions::momentum_correction, factor_masking).
   double momentum = 0;
   bool factor_masking = true;
+  // Where Memory::kDevice buckets are worked on (outlives the pipeline);
+  // null: device::DefaultBackend(). Tests pass a device::HostBackend.
+  device::Backend* device = nullptr;
 };
 
 // How one bucket ended: its callback's argument and its future's value.
@@ -75,6 +77,9 @@ struct BucketEnd {
   // to host and back (0 for host buckets).
   DevicePath device_path = DevicePath::kHost;
   uint64_t device_to_host_bytes = 0, host_to_device_bytes = 0;
+  // Times the host waited for the device for this bucket (counts, the
+  // selected entries, staging; device::QueueCounters).
+  uint64_t device_waits = 0;
   // Set for a step's last bucket: the step's end (EndStep's status and
   // outcome; its results and stats are in the buckets' ends).
   std::optional<absl::Status> step_status;
@@ -100,9 +105,10 @@ class BucketPipeline {
   // gradient before the exchange at a span's first step (u = g) or when the
   // call cannot run (elsewhere the call fuses it into its own pass). `data` stays valid until
   // `done`, which runs on the progress thread. `last_in_step` ends the training step.
-  // `stream` (a cudaStream_t; 0: none) is the stream a device bucket was
-  // written on, when not the legacy default stream: gradex reads the bucket
-  // after that stream has passed this call (StreamHandover).
+  // `stream` (a cudaStream_t; 0: the default stream) is the stream a device
+  // bucket was written on: gradex's work on the bucket follows the point that
+  // stream had reached at this call, and the stream's later work follows the
+  // result (events both ways; the trainer's thread never waits).
   std::future<BucketEnd> Submit(std::vector<ParamSpan> spans, std::span<float> data, Memory memory,
                                 bool last_in_step, Done done = {}, uintptr_t stream = 0);
   // A host bucket whose result is not written back (read only: its end's
@@ -133,17 +139,23 @@ class BucketPipeline {
     Memory memory = Memory::kHost;
     bool last_in_step = false;
     Done done;
-    // The trainer's stream at Submit (device buckets given one), or why it
-    // could not be recorded.
-    std::unique_ptr<StreamHandover> handover;
+    // The trainer's stream and the point it had reached at Submit (device
+    // buckets), or why that could not be recorded.
+    uintptr_t stream = 0;
+    std::shared_ptr<device::Event> handover;
     absl::Status handover_status;
     std::shared_ptr<std::promise<BucketEnd>> promise;
     // Filled by the selection thread.
     std::unique_ptr<BucketCall> call;  // null: it never reached the agent (see status)
     absl::Status status;               // why not (call null), or the non-finite refusal
     std::span<float> host;             // what is exchanged: data, or a staging buffer
-    int staging = -1;                  // which staging buffer (device buckets)
-    DeviceMemory* device = nullptr;    // the device path's memory (the residual is on the GPU)
+    int staging = -1;                  // which queue (device buckets)
+    device::Queue* queue = nullptr;    // its queue (device buckets that reached one)
+    // The residual lives on the device: the whole call runs there (the device
+    // path), or `staged`: the slot's accumulated residual was staged down for
+    // a host call (a probe, a fallback) and what the call keeps goes back up.
+    bool device_residual = false;
+    bool staged = false;
   };
 
   std::future<BucketEnd> Queue(Item item);
@@ -158,34 +170,52 @@ class BucketPipeline {
   void WaitTurn(bool idle, const std::vector<const BucketSlot*>& touched);
   // One bucket's second half (progress thread): the exchange and its result.
   absl::Status Finish(Item& item, BucketOutcome* out);
+  // Finish less the device hand-back and counting.
+  absl::Status FinishCall(Item& item, BucketOutcome* out);
   // u <- m*u + g per span of the slot, written over the gradient.
   void AddMomentum(const Item& item, BucketSlot* slot) const;
-  // The trainer's stream has passed the bucket's handover (or why not).
-  static absl::Status AwaitHandover(const Item& item);
+  // The queue `i` on the bucket's device (made, or remade for another
+  // device), ordered after the trainer's stream at Submit.
+  absl::StatusOr<device::Queue*> QueueFor(int i, const Item& item);
   // Keeps a bucket that never ran in its residual (Close's queue).
   void KeepUnrun(Item& item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // The bucket's data on the host (itself, or staged whole) with its slot's
   // state there too (copied back from the device when it was held there).
-  absl::Status ToHostPath(Item& item, BucketSlot* slot, DeviceMemory* memory);
+  absl::Status ToHostPath(Item& item, BucketSlot* slot, device::Queue* queue);
   // The device path: the slot's state on the data's GPU (uploaded once when
-  // it was on the host), the call working there through `memory`.
-  absl::Status ToDevicePath(Item& item, BucketSlot* slot, DeviceMemory* memory);
+  // it was on the host), the call working there through `queue`.
+  absl::Status ToDevicePath(Item& item, BucketSlot* slot, device::Queue* queue);
+  // A host call for a slot resident on the device, which stays there: the
+  // gradient's non-finite values zeroed and the momentum and gradient
+  // accumulated on the device, the residual staged down once and zeroed
+  // there; the call starts from a zero host residual.
+  // `refuse`: the non-finite gradient values are zeroed first (their count
+  // in item.end.nonfinite, the first's index in *first).
+  absl::Status ToStagedPath(Item& item, BucketSlot* slot, device::Queue* queue, bool momentum,
+                            bool refuse, size_t* first);
   // The result into a device path bucket's data, with factor masking.
   absl::Status FinishOnDevice(Item& item, const BucketOutcome& out, bool residual_ok);
-  // A slot's device-held state back into its host vectors (then dropped).
-  static absl::Status SlotToHost(BucketSlot* slot, DeviceMemory* memory);
+  // A staged call's end: what it kept goes back up (only when nonzero), the
+  // factor mask onto the device velocity.
+  absl::Status FinishStaged(Item& item, bool mask);
+  // A device bucket's end: the slot's last use and the result handed to the
+  // trainer's stream by events.
+  absl::Status HandBack(Item& item);
+  // A slot's device-held state into its host vectors; `drop` lets it go.
+  static absl::Status SlotToHost(BucketSlot* slot, device::Queue* queue, bool drop);
+  // A queue on the device of a slot's state (any made so far), for moving it.
+  device::Queue* AnyQueue() const;
   bool OnPipelineThread() const;
   absl::Status AwaitIdle(const char* what) const;
 
   Agent* const agent_;
   const PipelineOptions options_;
   const Done observer_;
+  device::Backend* const backend_;
   // Two: the bucket being prepared and the one exchanging may both be on a
-  // device.
-  DeviceStaging staging_[2];
-  // The device path's memory, one per staging index likewise: each is used
-  // by one thread at a time (a bucket's selection, then its exchange).
-  DeviceMemory device_[2];
+  // device. Each is used by one thread at a time (a bucket's selection, then
+  // its exchange); made at a device bucket's first step.
+  std::unique_ptr<device::Queue> queues_[2];
 
   // The selection thread's state; Export/Import take it between buckets.
   mutable absl::Mutex state_mu_;

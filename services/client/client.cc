@@ -37,10 +37,10 @@ absl::Status Check(const ClientOptions& o) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options,
-                                                       Rendezvous rendezvous) {
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options, Rendezvous rendezvous,
+                                                       device::Backend* device) {
   if (absl::Status s = Check(options); !s.ok()) return s;
-  auto client = std::make_unique<ClientImpl>(std::move(options));
+  auto client = std::make_unique<ClientImpl>(std::move(options), device);
   if (absl::Status s = client->Start(rendezvous); !s.ok()) return s;
   return client;
 }

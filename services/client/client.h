@@ -160,14 +160,19 @@ struct BucketStats {
   // each way over PCIe.
   std::string device_path = "host";
   uint64_t device_to_host_bytes = 0, host_to_device_bytes = 0;
+  uint64_t device_waits = 0;  // last call: times the host waited for the device
 };
 
 class Client {
  public:
   // Joins (or starts and joins) the coordinator within options.timeout; a
-  // wrong token or an unreachable coordinator is a clear error.
+  // wrong token or an unreachable coordinator is a clear error. `device`
+  // (outlives the client; null: device::DefaultBackend(), CUDA where built
+  // with it) works on Memory::kDevice buckets; tests pass a
+  // device::HostBackend.
   static absl::StatusOr<std::unique_ptr<Client>> Create(ClientOptions options,
-                                                        Rendezvous rendezvous = {});
+                                                        Rendezvous rendezvous = {},
+                                                        device::Backend* device = nullptr);
   virtual ~Client() = default;
 
   using Done = std::function<void(absl::Status)>;

@@ -20,7 +20,8 @@ std::atomic<uint64_t> g_clients{0};  // agent ids stay unique across clients of 
 
 }  // namespace
 
-ClientImpl::ClientImpl(ClientOptions options) : options_(std::move(options)) {
+ClientImpl::ClientImpl(ClientOptions options, device::Backend* device)
+    : options_(std::move(options)), device_(device) {
   world_.store(options_.world_size);
 }
 
@@ -112,6 +113,7 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   p.pipeline = options_.pipeline;
   p.momentum = options_.momentum_correction;
   p.factor_masking = options_.factor_masking;
+  p.device = device_;
   pipeline_ = std::make_unique<agent::BucketPipeline>(
       agent_.get(), p, [this](const agent::BucketEnd& end) { Record(end); });
   return absl::OkStatus();

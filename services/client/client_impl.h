@@ -30,7 +30,7 @@ namespace gradex::client {
 
 class ClientImpl final : public Client {
  public:
-  explicit ClientImpl(ClientOptions options);
+  explicit ClientImpl(ClientOptions options, device::Backend* device = nullptr);
   ~ClientImpl() override;
 
   // Finds or starts the coordinator, joins it, starts the progress thread.
@@ -67,7 +67,8 @@ class ClientImpl final : public Client {
   void Record(const agent::BucketEnd& end);
 
   const ClientOptions options_;
-  CoordinatorEndpoint endpoint_;  // owns the embedded coordinator, if any
+  device::Backend* const device_;  // null: the default backend
+  CoordinatorEndpoint endpoint_;   // owns the embedded coordinator, if any
   std::unique_ptr<agent::ControlPlane> control_;
   std::unique_ptr<agent::TransportProvider> transports_;
   std::unique_ptr<agent::AgentMetrics> metrics_;

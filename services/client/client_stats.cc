@@ -130,6 +130,7 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   b.device_path = agent::DevicePathName(end.device_path);
   b.device_to_host_bytes = end.device_to_host_bytes;
   b.host_to_device_bytes = end.host_to_device_bytes;
+  b.device_waits = end.device_waits;
 }
 
 std::vector<BucketStats> ClientImpl::Stats() const {

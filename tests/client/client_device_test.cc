@@ -2,8 +2,8 @@
 // through pinned host memory and its result copied back (one rank,
 // dense-ring: the result is the gradient). Without a GPU the test skips;
 // without CUDA in the build, device buckets are UNIMPLEMENTED. The staging's
-// byte counters, stats() and the metric run everywhere through the staging's
-// host copies (DeviceStaging::UseHostCopiesForTesting).
+// byte counters, stats() and the metric run everywhere through the host
+// backend (device/host_backend.h), which CI uses as a device backend.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,18 +12,21 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "collectives/sparse_allreduce.h"
-#include "services/agent/device_staging.h"
+#include "device/device.h"
+#include "device/host_backend.h"
 #include "services/client/client.h"
 #include "tests/client/client_harness.h"
 #include "tests/client/client_steps.h"
 
 #if GRADEX_AGENT_CUDA
 #include <cuda_runtime_api.h>
+
+#include "tests/cuda_device.h"
 #endif
 
 namespace gradex::client {
-using agent::DeviceStaging;
 
 namespace {
 
@@ -48,11 +51,6 @@ const BucketStats* StatsOf(const std::vector<BucketStats>& stats, size_t element
   }
   return nullptr;
 }
-
-struct HostCopies {
-  HostCopies() { DeviceStaging::UseHostCopiesForTesting(true); }
-  ~HostCopies() { DeviceStaging::UseHostCopiesForTesting(false); }
-};
 
 // kSteps steps of kFirstLayout on every client at once, rank 0's buckets in
 // device memory, the others' in host memory: each rank's results into
@@ -86,9 +84,10 @@ std::vector<std::vector<BucketStats>> RunRank0OnDevice(
 // logged once per bucket, not per step.
 TEST(ClientDeviceTest, StagedBucketsCountTheirBytesEachWay) {
   constexpr int kWorld = 2, kSteps = 3;
-  HostCopies host_copies;
+  device::HostBackend host_copies;
   testing::MemoryStore store;
-  auto clients = MakeClients(kWorld, store, [](ClientOptions& o) { o.algorithm = "oktopk"; });
+  auto clients = MakeClients(
+      kWorld, store, [](ClientOptions& o) { o.algorithm = "oktopk"; }, &host_copies);
   for (auto& c : clients) ASSERT_NE(c, nullptr);
   const std::vector<std::vector<uint64_t>>& layout = kFirstLayout;
   std::vector<std::vector<std::map<uint64_t, std::vector<float>>>> results(kWorld);
@@ -185,16 +184,19 @@ class DeviceBucketsTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeviceBucketsTest, GiveTheBitsOfHostBuckets) {
   constexpr int kWorld = 4, kSteps = 4;
-  HostCopies host_copies;
+  device::HostBackend host_copies;
   std::vector<StepResult> runs[2][kWorld];  // [device?][rank]
   std::string state[2][kWorld];
   for (int device = 0; device < 2; ++device) {
     testing::MemoryStore store;
-    auto clients = MakeClients(kWorld, store, [&](ClientOptions& o) {
-      o.algorithm = GetParam();
-      o.momentum_correction = 0.5;
-      if (GetParam() == "spardl-rsag" || GetParam() == "spardl-bsag") o.teams = 2;
-    });
+    auto clients = MakeClients(
+        kWorld, store,
+        [&](ClientOptions& o) {
+          o.algorithm = GetParam();
+          o.momentum_correction = 0.5;
+          if (GetParam() == "spardl-rsag" || GetParam() == "spardl-bsag") o.teams = 2;
+        },
+        &host_copies);
     for (auto& c : clients) ASSERT_NE(c, nullptr);
     std::vector<std::thread> threads;
     for (int r = 0; r < kWorld; ++r) {
@@ -243,23 +245,28 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, DeviceBucketsTest, ::testing::ValuesIn(Allr
                          gradex::testing::AlgorithmTestName);
 
 // Two ranks, spardl, the mean, momentum correction: rank 0 passes every
-// bucket as device memory (the host copies), rank 1 as host memory. Step 0
-// (u = g seeds the velocity) and the dense probe (step 2) stage the bucket
-// whole (the probe brings the residual and velocity back down: 2 x 4n);
-// steps 1, 3 and 4 select where the residual lives. The results are
-// rank 1's bits at every step, and on the device steps only O(k) crosses
-// PCIe per bucket: down exactly 8 bytes per selected entry (at most k plus
-// one per block), up the result's COO and the discards (at most 4 x 8k),
-// plus the residual and velocity once where the bucket moves up (steps 1
-// and 3: 2 x 4n).
+// bucket as device memory (the host backend), rank 1 as host memory. Step 0
+// (u = g seeds the velocity) stages the bucket whole; steps 1, 3 and 4
+// select where the residual lives; the dense probe (step 2) stages the
+// device-resident residual down once (4n, the momentum and gradient
+// accumulated on the device) and leaves the slot there: nothing of it comes
+// back up (a dense exchange keeps no residual) and nothing is reallocated.
+// The results are rank 1's bits at every step, and on the device steps only
+// O(k) crosses PCIe per bucket: down exactly 8 bytes per selected entry (at
+// most k plus one per block), up the result's COO and the discards (at most
+// 4 x 8k), plus the residual and velocity once where the bucket moves up
+// (step 1: 2 x 4n). The host waits a bounded number of times per bucket.
 TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
   constexpr int kWorld = 2, kSteps = 5;
-  HostCopies host_copies;
+  device::HostBackend host_copies;
   testing::MemoryStore store;
-  auto clients = MakeClients(kWorld, store, [](ClientOptions& o) {
-    o.mean = true;
-    o.momentum_correction = 0.5;
-  });
+  auto clients = MakeClients(
+      kWorld, store,
+      [](ClientOptions& o) {
+        o.mean = true;
+        o.momentum_correction = 0.5;
+      },
+      &host_copies);
   for (auto& c : clients) ASSERT_NE(c, nullptr);
   std::vector<StepResult> runs[kWorld];
   const std::vector<std::vector<BucketStats>> seen = RunRank0OnDevice(clients, kSteps, runs);
@@ -278,22 +285,29 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
       const uint64_t k = static_cast<uint64_t>(std::ceil(density * n));
       SCOPED_TRACE(::testing::Message() << "step " << step << ", bucket of " << n);
       if (!device) {
-        // The probe also brings the residual and velocity back down.
-        const uint64_t moved_down = step == 2 ? 2 * n * sizeof(float) : 0;
+        // Step 0 stages the gradient, the probe the accumulated residual.
         EXPECT_EQ(b.device_path, "whole-bucket staging");
-        EXPECT_EQ(b.device_to_host_bytes, moved_down + n * sizeof(float));
+        EXPECT_EQ(b.device_to_host_bytes, n * sizeof(float));
         EXPECT_EQ(b.host_to_device_bytes, n * sizeof(float));
+        EXPECT_LE(b.device_waits, 3u);
         continue;
       }
       EXPECT_EQ(b.device_path, "device selection");
       EXPECT_GT(b.device_to_host_bytes, 0u);
       EXPECT_EQ(b.device_to_host_bytes % 8, 0u);
       EXPECT_LE(b.device_to_host_bytes, 8 * (k + kWorld));
-      const uint64_t moved_up = step == 1 || step == 3 ? 2 * n * sizeof(float) : 0;
+      const uint64_t moved_up = step == 1 ? 2 * n * sizeof(float) : 0;
       EXPECT_GT(b.host_to_device_bytes, moved_up);
       EXPECT_LE(b.host_to_device_bytes, moved_up + 4 * 8 * k);
+      // The non-finite count, one selection per block (two waits with
+      // threshold reuse) and the residual's norm; the step's upload, if any.
+      EXPECT_GT(b.device_waits, 0u);
+      EXPECT_LE(b.device_waits, 2u + 2 * kWorld + (step == 1 ? 2u : 0u));
     }
   }
+  // The residual and velocity of each bucket, allocated once (step 1): the
+  // probe kept them.
+  EXPECT_EQ(host_copies.allocations(), 2 * kFirstLayout.size());
   const std::string buckets = "gradex_client_device_buckets_total";
   EXPECT_EQ(Counter(*clients[0], buckets, "path", "device_selection"), 3.0 * kFirstLayout.size());
   EXPECT_EQ(Counter(*clients[0], buckets, "path", "whole_bucket_staging"),
@@ -302,14 +316,94 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
   for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
 }
 
+// The trainer's stream and gradex's queues are ordered by events only: for
+// each device bucket (given stream 7) the host backend's log holds the point
+// recorded on the trainer's stream at Submit, a queue waiting for it before
+// anything else of the bucket, and the trainer's stream waiting for a point
+// that queue recorded after the result was written, all before the
+// bucket's callback. One rank on the device, one on the host, three steps of
+// one bucket (the device path and the dense probe's staged path).
+TEST(ClientDeviceTest, EventsOrderTheTrainersStreamBothWays) {
+  constexpr int kWorld = 2, kSteps = 3;
+  constexpr uintptr_t kStream = 7;
+  device::HostBackend host_copies;
+  testing::MemoryStore store;
+  auto clients = MakeClients(
+      kWorld, store, [](ClientOptions& o) { o.momentum_correction = 0.5; }, &host_copies);
+  for (auto& c : clients) ASSERT_NE(c, nullptr);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      for (int step = 0; step < kSteps; ++step) {
+        std::vector<float> data = Grad(0, r, step);
+        auto p = std::make_shared<std::promise<absl::Status>>();
+        clients[r]->AllreduceAsync(
+            {{0, data.size()}}, data, r == 0 ? Memory::kDevice : Memory::kHost, true,
+            [&, p](absl::Status s) {
+              host_copies.Append("done");
+              p->set_value(s);
+            },
+            r == 0 ? kStream : 0);
+        absl::Status s = p->get_future().get();
+        EXPECT_TRUE(s.ok()) << "rank " << r << " step " << step << ": " << s;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::vector<std::string> log = host_copies.Log();
+  std::string all;
+  for (const std::string& line : log) all += line + "\n";
+  SCOPED_TRACE(all);
+  // Rank 1's callbacks are in the log too: walk rank 0's buckets by their
+  // caller records.
+  int buckets = 0;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (log[i].rfind("caller-record e", 0) != 0) continue;
+    ++buckets;
+    ASSERT_NE(log[i].find(absl::StrCat(" stream ", kStream)), std::string::npos) << log[i];
+    const std::string event =
+        log[i].substr(std::string("caller-record ").size(), log[i].find(' ', 14) - 14);
+    // The queue's wait for it, then a queue record, then the caller's wait
+    // for that record, then a callback.
+    size_t j = i + 1;
+    while (j < log.size() && !(log[j].find(" wait " + event) != std::string::npos &&
+                               log[j].rfind("queue q", 0) == 0)) {
+      ++j;
+    }
+    ASSERT_LT(j, log.size()) << "no queue waited for " << event;
+    size_t k = j + 1;
+    std::string back;
+    for (; k < log.size(); ++k) {
+      if (log[k].rfind("caller-wait e", 0) != 0) continue;
+      back = log[k].substr(std::string("caller-wait ").size());
+      back = back.substr(0, back.find(' '));
+      break;
+    }
+    ASSERT_LT(k, log.size()) << "the trainer's stream never waited for " << event << "'s bucket";
+    EXPECT_NE(log[k].find(absl::StrCat(" stream ", kStream)), std::string::npos) << log[k];
+    bool recorded = false;
+    for (size_t m = j; m < k; ++m)
+      recorded |=
+          log[m].rfind("queue q", 0) == 0 && log[m].find(" record " + back) != std::string::npos;
+    EXPECT_TRUE(recorded) << back
+                          << " was not recorded by a queue between the wait and the hand-back";
+    bool done = false;
+    for (size_t m = k; m < log.size() && !done; ++m) done = log[m] == "done";
+    EXPECT_TRUE(done) << "no callback after the hand-back of " << event << "'s bucket";
+  }
+  EXPECT_EQ(buckets, kSteps);
+  for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
+}
+
 // Without momentum a device-held bucket keeps no velocity on its GPU: its
 // first device step uploads the residual alone (4n bytes, not 2 x 4n), and
 // every step after that only O(k). Two ranks, spardl, rank 0 on the device.
 TEST(ClientDeviceTest, AMomentumFreeBucketKeepsNoVelocityOnTheDevice) {
   constexpr int kWorld = 2, kSteps = 2;
-  HostCopies host_copies;
+  device::HostBackend host_copies;
   testing::MemoryStore store;
-  auto clients = MakeClients(kWorld, store, [](ClientOptions& o) { o.dense_probe_period = 0; });
+  auto clients = MakeClients(
+      kWorld, store, [](ClientOptions& o) { o.dense_probe_period = 0; }, &host_copies);
   for (auto& c : clients) ASSERT_NE(c, nullptr);
   std::vector<StepResult> runs[kWorld];
   const std::vector<std::vector<BucketStats>> seen = RunRank0OnDevice(clients, kSteps, runs);
@@ -332,6 +426,11 @@ TEST(ClientDeviceTest, AMomentumFreeBucketKeepsNoVelocityOnTheDevice) {
       EXPECT_LE(b.host_to_device_bytes, moved_up + 4 * 8 * k);
     }
   }
+  // One buffer per bucket, the residual; none for a velocity.
+  size_t floats = 0;
+  for (const BucketStats& b : seen[0]) floats += b.elements;
+  EXPECT_EQ(host_copies.allocations(), kFirstLayout.size());
+  EXPECT_EQ(host_copies.allocated_floats(), floats);
   for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
 }
 
@@ -341,9 +440,10 @@ TEST(ClientDeviceTest, AMomentumFreeBucketKeepsNoVelocityOnTheDevice) {
 // both get the same result, the NaN exchanged as 0.
 TEST(ClientDeviceTest, ARefusedNonFiniteGradientIsZeroedOnTheDevice) {
   constexpr int kWorld = 2, kSteps = 2;
-  HostCopies host_copies;
+  device::HostBackend host_copies;
   testing::MemoryStore store;
-  auto clients = MakeClients(kWorld, store, [](ClientOptions& o) { o.momentum_correction = 0.5; });
+  auto clients = MakeClients(
+      kWorld, store, [](ClientOptions& o) { o.momentum_correction = 0.5; }, &host_copies);
   for (auto& c : clients) ASSERT_NE(c, nullptr);
   std::vector<std::vector<float>> result[kWorld];
   std::vector<absl::Status> status[kWorld];
@@ -399,18 +499,14 @@ TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
   ASSERT_TRUE(c.ok()) << c.status();
   std::vector<float> host(1000);
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i % 13) - 6.0f;
-  if (!DeviceStaging::Available()) {
+  if (std::string(device::DefaultBackend()->name()) == "none") {
     absl::Status s = Exchange(**c, host, Memory::kDevice);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
     EXPECT_NE(s.message().find("CUDA"), std::string::npos) << s;
     return;
   }
 #if GRADEX_AGENT_CUDA
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    cudaGetLastError();
-    GTEST_SKIP() << "no GPU";
-  }
+  SKIP_WITHOUT_DEVICE();
   float* d = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), host.size() * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
@@ -437,12 +533,13 @@ TEST(ClientDeviceTest, DeviceBucketRoundTrip) {
 }
 
 // A rank's buffer on device 1, staged by a thread whose current device is
-// 0: the staging works on device 1 (the memory's; its pinned buffer belongs
+// 0: the queue works on device 1 (the memory's; its pinned buffer belongs
 // to device 1) and leaves the thread on device 0 (the caller's device is
 // the caller's). Needs 2 GPUs; skips otherwise.
 TEST(ClientDeviceTest, StagingFollowsThePointersDevice) {
-  if (!DeviceStaging::Available()) GTEST_SKIP() << "built without CUDA";
+  if (std::string(device::DefaultBackend()->name()) == "none") GTEST_SKIP() << "built without CUDA";
 #if GRADEX_AGENT_CUDA
+  SKIP_WITHOUT_DEVICE();
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) {
     cudaGetLastError();
@@ -461,8 +558,12 @@ TEST(ClientDeviceTest, StagingFollowsThePointersDevice) {
   absl::Status to_device;
   std::thread([&] {
     if (cudaSetDevice(0) != cudaSuccess) return;
-    DeviceStaging staging;
-    absl::StatusOr<std::span<float>> h = staging.ToHost(std::span<const float>(d, host.size()));
+    absl::StatusOr<std::unique_ptr<device::Queue>> q = device::DefaultBackend()->NewQueue(d);
+    if (!q.ok()) {
+      to_device = q.status();
+      return;
+    }
+    absl::StatusOr<std::span<float>> h = (*q)->StageToHost(std::span<const float>(d, host.size()));
     if (!h.ok()) {
       to_device = h.status();
       return;
@@ -471,7 +572,8 @@ TEST(ClientDeviceTest, StagingFollowsThePointersDevice) {
     cudaPointerGetAttributes(&pinned_attr, h->data());
     staged.assign(h->begin(), h->end());
     for (float& x : *h) x *= 2;
-    to_device = staging.ToDevice(std::span<float>(d, host.size()));
+    to_device = (*q)->StageToDevice(std::span<float>(d, host.size()));
+    if (to_device.ok()) to_device = (*q)->Synchronize();
   }).join();
   ASSERT_TRUE(to_device.ok()) << to_device;
   EXPECT_EQ(current, 0) << "the staging left the calling thread on another device";

@@ -22,14 +22,14 @@ namespace gradex::client {
 
 inline std::vector<std::unique_ptr<Client>> MakeClients(
     int world, testing::MemoryStore& store,
-    const std::function<void(ClientOptions&)>& edit = nullptr) {
+    const std::function<void(ClientOptions&)>& edit = nullptr, device::Backend* device = nullptr) {
   std::vector<std::unique_ptr<Client>> clients(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       ClientOptions o = Options(r, world);
       if (edit) edit(o);
-      absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(o, store.rendezvous());
+      absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(o, store.rendezvous(), device);
       ASSERT_TRUE(c.ok()) << "rank " << r << ": " << c.status();
       clients[r] = *std::move(c);
     });

@@ -43,7 +43,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "services/agent/device_staging.h"
+#include "device/device.h"
 #include "services/client/client.h"
 
 #if GRADEX_AGENT_CUDA
@@ -405,7 +405,7 @@ void OneRankOnDevice(int d, Report& r) {
 #endif  // GRADEX_AGENT_CUDA
 
 TEST(CudaContextsTest, ARankOnDevice0OpensNoOtherContext) {
-  if (!agent::DeviceStaging::Available()) GTEST_SKIP() << "built without CUDA";
+  if (std::string(device::DefaultBackend()->name()) == "none") GTEST_SKIP() << "built without CUDA";
 #if GRADEX_AGENT_CUDA
   ChildResult r = RunChild([](Report& report) { OneRankOnDevice(0, report); });
   if (!Check(r) && r.skip) GTEST_SKIP() << *r.skip;
@@ -415,7 +415,7 @@ TEST(CudaContextsTest, ARankOnDevice0OpensNoOtherContext) {
 // Each device but 0, each in a process of its own: the case where a thread
 // that has not chosen its device would open a context on device 0.
 TEST(CudaContextsTest, ARankOnAnotherDeviceLeavesDevice0Alone) {
-  if (!agent::DeviceStaging::Available()) GTEST_SKIP() << "built without CUDA";
+  if (std::string(device::DefaultBackend()->name()) == "none") GTEST_SKIP() << "built without CUDA";
 #if GRADEX_AGENT_CUDA
   // The device count comes from a child too: this process stays CUDA-free.
   ChildResult count = RunChild([](Report& report) {
