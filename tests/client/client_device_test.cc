@@ -434,6 +434,47 @@ TEST(ClientDeviceTest, AMomentumFreeBucketKeepsNoVelocityOnTheDevice) {
   for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
 }
 
+// A checkpoint reads a device-resident slot and leaves it there: after
+// SaveState the next steps select on the device with no upload of the
+// residual or velocity (only O(k) goes up) and nothing is reallocated.
+TEST(ClientDeviceTest, ACheckpointLeavesTheSlotsOnTheDevice) {
+  constexpr int kWorld = 2, kSteps = 2;
+  device::HostBackend host_copies;
+  testing::MemoryStore store;
+  auto clients = MakeClients(
+      kWorld, store,
+      [](ClientOptions& o) {
+        o.momentum_correction = 0.5;
+        o.dense_probe_period = 0;
+      },
+      &host_copies);
+  for (auto& c : clients) ASSERT_NE(c, nullptr);
+  std::vector<StepResult> before[kWorld], after[kWorld];
+  RunRank0OnDevice(clients, kSteps, before);
+  const size_t allocations = host_copies.allocations();
+  EXPECT_EQ(allocations, 2 * kFirstLayout.size()) << "residual and velocity, once per bucket";
+  absl::StatusOr<std::string> saved = clients[0]->SaveState();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  const std::vector<std::vector<BucketStats>> seen = RunRank0OnDevice(clients, kSteps, after);
+  const double density = Options(0, kWorld).density;
+  for (int step = 0; step < kSteps; ++step) {
+    for (int r = 0; r < kWorld; ++r) {
+      for (const absl::Status& s : after[r][step].statuses) {
+        ASSERT_TRUE(s.ok()) << "rank " << r << " step " << step << ": " << s;
+      }
+    }
+    for (const BucketStats& b : seen[step]) {
+      SCOPED_TRACE(::testing::Message() << "step " << step << ", bucket of " << b.elements);
+      EXPECT_EQ(b.device_path, "device selection");
+      EXPECT_LE(b.host_to_device_bytes, 4 * 8 * std::ceil(density * b.elements));
+    }
+  }
+  EXPECT_EQ(host_copies.allocations(), allocations);
+  // The checkpoint holds the device state: loading it back is accepted.
+  EXPECT_TRUE(clients[0]->LoadState(*saved).ok());
+  for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
+}
+
 // A refused NaN on the device path is zeroed where the bucket lives: with
 // the same NaN in both ranks' bucket {5, 4} at step 1, the device rank's
 // bucket fails with the host rank's error (the same span and element), and
