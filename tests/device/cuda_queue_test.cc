@@ -565,6 +565,7 @@ TEST(CudaQueue, CallersStreamOfAnotherDeviceIsWaitedFor) {
   ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
   EXPECT_EQ(current, 0);
   ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);  // the bucket's memory is freed there
 }
 
 // The calling thread's current device is left as it was by every call, and
@@ -617,6 +618,7 @@ TEST(CudaQueue, LeavesTheCallersDeviceAlone) {
   thread.join();
   EXPECT_EQ(before, nullptr);
   EXPECT_EQ(after, nullptr);
+  ASSERT_EQ(cudaSetDevice(other), cudaSuccess);  // the bucket's memory is freed there
 }
 
 // Buffers and queues made by a backend outlive it (the pool is theirs too).
