@@ -83,7 +83,8 @@ class Queue : public ResidualMemory {
   int device() const { return device_; }
   const QueueCounters& counters() const { return counters_; }
 
-  // n zeros on the queue's device.
+  // n zeros on the queue's device, in this queue's order: another queue
+  // must Wait for a Record() of this one, taken after, before touching it.
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t n);
   // host -> x (as long as x).
   absl::Status Upload(std::span<const float> host, std::span<float> x);
@@ -97,7 +98,8 @@ class Queue : public ResidualMemory {
   // Whole-bucket staging: x into the queue's pinned buffer, returned once
   // there (the host waits); then the buffer's first x.size() values back into
   // x, ordered on the queue (no wait). A staged buffer is the queue's until
-  // its next StageToHost.
+  // its next StageToHost; StageToDevice only queues the copy up, so the host
+  // must not write the staged span after it.
   absl::StatusOr<std::span<float>> StageToHost(std::span<const float> x);
   absl::Status StageToDevice(std::span<float> x);
 
@@ -175,7 +177,8 @@ class Backend {
   // A queue on the device of `data`, which must be this backend's device
   // memory (INVALID_ARGUMENT otherwise).
   virtual absl::StatusOr<std::unique_ptr<Queue>> NewQueue(const void* data) = 0;
-  // The point the caller's stream (0: the default stream) has reached,
+  // The point the caller's stream (0: the legacy default stream, torch's,
+  // also for a caller built with per-thread default streams) has reached,
   // recorded on the caller's thread; `data` names the device.
   virtual absl::StatusOr<std::shared_ptr<Event>> RecordCaller(uintptr_t stream,
                                                               const void* data) = 0;
