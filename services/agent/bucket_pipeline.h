@@ -164,6 +164,15 @@ class BucketPipeline {
   // One bucket's first half (selection thread, state_mu_ held): checks,
   // staging, slot, momentum, step opening, PlanBucket and PrepareBucket.
   void Select(Item& item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Select's parts (bucket_select.cc): the bucket's slot, gathered (slots
+  // it moves come off the device first); the step opened when none is; a
+  // bucket over kMaxStepBuckets kept in its residual; the plan, the path to
+  // the exchange, the non-finite refusal, the momentum and the local part.
+  absl::StatusOr<BucketSlot*> GatherSlot(Item& item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  void OpenStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  void KeepOverflow(Item& item, BucketSlot* slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  void PlanAndPrepare(Item& item, BucketSlot* slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  static size_t Elements(const std::vector<ParamSpan>& spans);
   // Waits until the progress thread has taken the previous bucket and, when
   // `idle`, finished it too; the bucket it is exchanging must not use any
   // of `touched` (the slots the next bucket's gathering would touch).
