@@ -4,16 +4,16 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/fnv1a.h"
 
 namespace gradex {
 namespace {
 
-uint64_t Fnv1a(uint64_t h, uint64_t word) {
-  for (int b = 0; b < 8; ++b) {
-    h ^= (word >> (8 * b)) & 0xff;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+// FNV-1a over the word's 8 bytes, least significant first (whatever the host's order).
+uint64_t MixWord(uint64_t h, uint64_t word) {
+  uint8_t bytes[8];
+  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<uint8_t>(word >> (8 * b));
+  return catalog::Fnv1a(bytes, h);
 }
 
 }  // namespace
@@ -26,7 +26,7 @@ absl::StatusOr<DgsLayout> DgsLayout::Create(std::vector<uint32_t> layer_sizes) {
   }
   DgsLayout l;
   l.offsets_.reserve(layer_sizes.size() + 1);
-  uint64_t h = Fnv1a(0xcbf29ce484222325ull, layer_sizes.size());
+  uint64_t h = MixWord(catalog::kFnv1aOffsetBasis, layer_sizes.size());
   for (size_t j = 0; j < layer_sizes.size(); ++j) {
     if (layer_sizes[j] == 0) {
       return absl::InvalidArgumentError(absl::StrCat("DGS layout: layer ", j, " is empty"));
@@ -37,7 +37,7 @@ absl::StatusOr<DgsLayout> DgsLayout::Create(std::vector<uint32_t> layer_sizes) {
           absl::StrCat("DGS layout: layer ", j, " ends at element ", end, " > ", kDgsMaxElements));
     }
     l.offsets_.push_back(end);
-    h = Fnv1a(h, layer_sizes[j]);
+    h = MixWord(h, layer_sizes[j]);
   }
   l.sizes_ = std::move(layer_sizes);
   l.fingerprint_ = h;

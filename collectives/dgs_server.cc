@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/fnv1a.h"
 #include "collectives/dgs_dense.h"
 #include "kernels/sparse.h"
 
@@ -30,17 +31,6 @@ struct SnapshotHeader {
 };
 #pragma pack(pop)
 static_assert(sizeof(SnapshotHeader) == 40);
-
-// FNV-1a 64: any change of one byte changes the sum (each step is a
-// bijection of the state), which is what a torn or bit-flipped file needs.
-uint64_t Fnv1a(const uint8_t* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 // The bound after adding values of at most `largest` in magnitude: float
 // rounding may put a sum up to 2^-24 above the exact one, hence the margin.
@@ -380,7 +370,9 @@ absl::StatusOr<Bytes> DgsServerShard::Snapshot() const {
   Bytes out(sizeof h + values + sizeof(uint64_t));
   std::memcpy(out.data(), &h, sizeof h);
   std::memcpy(out.data() + sizeof h, m_.data(), values);
-  const uint64_t sum = Fnv1a(out.data(), sizeof h + values);
+  // FNV-1a 64: any change of one byte changes the sum (each step is a
+  // bijection of the state), which is what a torn or bit-flipped file needs.
+  const uint64_t sum = catalog::Fnv1a(std::span<const uint8_t>(out).first(sizeof h + values));
   std::memcpy(out.data() + sizeof h + values, &sum, sizeof sum);
   return out;
 }
@@ -406,7 +398,7 @@ absl::Status DgsServerShard::Restore(std::span<const uint8_t> snap) {
   }
   uint64_t sum;
   std::memcpy(&sum, snap.data() + sizeof h + values, sizeof sum);
-  if (sum != Fnv1a(snap.data(), sizeof h + values)) return bad("checksum");
+  if (sum != catalog::Fnv1a(snap.first(sizeof h + values))) return bad("checksum");
   std::vector<float> m(range_.size());
   std::memcpy(m.data(), snap.data() + sizeof h, values);
   if (!std::all_of(m.begin(), m.end(), [](float x) { return std::isfinite(x); })) {

@@ -9,16 +9,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
+#include "catalog/fnv1a.h"
 
 namespace gradex {
 
 uint64_t HashFloats(std::span<const float> x) {
   // FNV-1a over 32-bit words, finished with a mixer: fast enough for 25M floats.
-  uint64_t h = 0xcbf29ce484222325ULL;
+  uint64_t h = catalog::kFnv1aOffsetBasis;
   for (float f : x) {
     uint32_t b;
     std::memcpy(&b, &f, sizeof b);
-    h = (h ^ b) * 0x100000001b3ULL;
+    h = catalog::Fnv1aMix(h, b);
   }
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdULL;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/gradient_gen.h"
+#include "catalog/fnv1a.h"
 #include "version/version.h"
 
 namespace {
@@ -109,11 +110,11 @@ double Percentile(std::vector<double> v, double q) {
 }
 
 uint64_t HashFloats(const std::vector<float>& x) {
-  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the bits
+  uint64_t h = gradex::catalog::kFnv1aOffsetBasis;  // FNV-1a over the bits
   for (float f : x) {
     uint32_t b;
     std::memcpy(&b, &f, 4);
-    h = (h ^ b) * 0x100000001b3ULL;
+    h = gradex::catalog::Fnv1aMix(h, b);
   }
   return h;
 }

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/gradient_gen.h"
+#include "catalog/fnv1a.h"
 #include "collectives/sparse_allreduce.h"
 
 namespace gradex::sim {
@@ -22,13 +23,12 @@ namespace {
 // Hash of the result's non-zero-bit entries in index order: the same for a
 // dense and a sparse form of one vector, different iff some entry's bits differ.
 uint64_t HashResult(const AllreduceResult& r) {
-  uint64_t h = 0xcbf29ce484222325ULL;
+  uint64_t h = catalog::kFnv1aOffsetBasis;
   auto mix = [&h](uint64_t i, float v) {
     uint32_t bits;
     std::memcpy(&bits, &v, 4);
     if (bits == 0) return;
-    h = (h ^ i) * 0x100000001b3ULL;
-    h = (h ^ bits) * 0x100000001b3ULL;
+    h = catalog::Fnv1aMix(catalog::Fnv1aMix(h, i), bits);
   };
   if (r.is_dense) {
     for (size_t i = 0; i < r.dense.size(); ++i) mix(i, r.dense[i]);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/fnv1a.h"
 #include "services/agent/bucket_pipeline.h"
 #include "services/agent/epoch_preemption.h"
 #include "services/agent/epoch_sync.h"
@@ -21,12 +22,7 @@ constexpr uint64_t kEntrySequence = 0xffffff;
 }  // namespace
 
 uint64_t JobId(const std::string& job) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : job) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+  return catalog::Fnv1a(job, catalog::kFnv1aTruncatedBasis);
 }
 
 Agent::Agent(AgentOptions options, ControlPlane* control, TransportProvider* transports,

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/fnv1a.h"
 
 namespace gradex::agent {
 
@@ -18,12 +19,7 @@ class PsMember::Running final : public WaitSource {
 };
 
 uint64_t PsJobId(const std::string& job) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : job) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+  return catalog::Fnv1a(job, catalog::kFnv1aTruncatedBasis);
 }
 
 PsMember::PsMember(PsMemberOptions options, ControlPlane* control, TransportProvider* transports)

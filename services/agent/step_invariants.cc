@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/fnv1a.h"
 #include "collectives/invariants.h"
 
 namespace gradex::agent {
@@ -53,7 +54,7 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
   if (residual_out.size() != buckets) {
     return absl::FailedPreconditionError("invariants: the step's residuals are not readable");
   }
-  uint64_t hash = 0xcbf29ce484222325ULL;
+  uint64_t hash = catalog::kFnv1aOffsetBasis;
   std::string bad;
   for (size_t b = 0; b < buckets; ++b) {
     const AllreduceResult& r = out.results[b];
@@ -64,7 +65,7 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
       bad = absl::StrCat("bounds: bucket ", b, " has ", entries, " entries, capacity ",
                          out.stats[b].result_capacity);
     }
-    hash = (hash ^ HashFloats(result_dense_)) * 0x100000001b3ULL;
+    hash = catalog::Fnv1aMix(hash, HashFloats(result_dense_));
 
     CallContext ctx;
     ctx.transport = t;

@@ -3,19 +3,15 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/fnv1a.h"
 
 namespace gradex::client {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'R', 'D', 'X', 'S', 'T', 'A', 'T'};
 
-uint64_t Fnv1a(std::string_view bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+uint64_t Checksum(std::string_view bytes) {
+  return catalog::Fnv1a(bytes, catalog::kFnv1aTruncatedBasis);
 }
 
 template <typename T>
@@ -44,7 +40,7 @@ std::string EncodeState(const SavedState& state) {
   Put(&out, state.step);
   PutMap(&out, state.residuals);
   PutMap(&out, state.velocities);
-  Put(&out, Fnv1a(out));
+  Put(&out, Checksum(out));
   return out;
 }
 
@@ -65,7 +61,7 @@ absl::StatusOr<SavedState> DecodeState(std::string_view blob) {
   if (version != 1 && version != kSavedStateVersion) {
     return Bad(absl::StrCat("version ", version, ", this build reads 1 and ", kSavedStateVersion));
   }
-  if (sum != Fnv1a(body)) return Bad("checksum mismatch (truncated or corrupted)");
+  if (sum != Checksum(body)) return Bad("checksum mismatch (truncated or corrupted)");
   SavedState s;
   get(&s.step);
   auto get_map = [&](const char* what, std::map<uint64_t, std::vector<float>>* m) -> absl::Status {

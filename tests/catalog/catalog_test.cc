@@ -6,6 +6,7 @@
 #include <set>
 
 #include "catalog/bucket_algorithms.h"
+#include "catalog/fnv1a.h"
 #include "catalog/models.h"
 #include "collectives/sparse_allreduce.h"
 #include "gtest/gtest.h"
@@ -138,6 +139,18 @@ TEST(Catalog, Table1RowsAtKnownPoints) {
   EXPECT_EQ(catalog::CeilLog2(5), 3);
   EXPECT_EQ(catalog::FloorLog2(5), 2);
   EXPECT_EQ(catalog::KeepCount(0.01, 6250000), 62500u);
+}
+
+// The published FNV-1a 64 vectors, and the truncated basis's job id pinned:
+// frames and saved states carry these bits.
+TEST(Fnv1a, MatchesTheReferenceAndTheWire) {
+  static_assert(catalog::Fnv1a(std::string_view()) == 0xcbf29ce484222325ull);
+  EXPECT_EQ(catalog::Fnv1a("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(catalog::Fnv1a("foobar"), 0x85944171f73967e8ull);
+  EXPECT_EQ(catalog::Fnv1a("bar", catalog::Fnv1a("foo")), catalog::Fnv1a("foobar"));
+  const uint8_t bytes[] = {'f', 'o', 'o', 'b', 'a', 'r'};
+  EXPECT_EQ(catalog::Fnv1a(bytes), catalog::Fnv1a("foobar"));
+  EXPECT_EQ(catalog::Fnv1a("job-1", catalog::kFnv1aTruncatedBasis), 0x1fe51457700a1b3cull);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 
+#include "catalog/fnv1a.h"
 #include "services/client/saved_state.h"
 
 namespace gradex::client {
@@ -178,8 +179,7 @@ TEST(SavedStateTest, RoundTripAndEveryCorruptionRefused) {
   forged.resize(forged.size() - 8);
   const uint64_t spans = ~uint64_t{0};
   std::memcpy(forged.data() + 20, &spans, 8);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : forged) h = (h ^ c) * 1099511628211ull;
+  const uint64_t h = catalog::Fnv1a(forged, catalog::kFnv1aTruncatedBasis);
   forged.append(reinterpret_cast<const char*>(&h), 8);
   absl::Status st = DecodeState(forged).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
@@ -197,9 +197,7 @@ TEST(SavedStateTest, VersionOneIsRead) {
   put(uint64_t{2});   // elements
   put(1.0f);
   put(-3.0f);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : v1) h = (h ^ c) * 1099511628211ull;
-  put(h);
+  put(catalog::Fnv1a(v1, catalog::kFnv1aTruncatedBasis));
   absl::StatusOr<SavedState> s = DecodeState(v1);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->step, 77u);
