@@ -1,10 +1,12 @@
-// Internal to kernels/: the stages of the CPU radix select (topk_select.cc),
-// so that the step kernels (topk_step.cc) can fuse work into its first pass.
+// Internal to kernels/: the stages of the CPU radix select (the threshold in
+// topk_threshold.cc, the selection in topk_select.cc), so that the step
+// kernels (topk_step.cc) can fuse work into its first pass.
 #ifndef GRADEX_KERNELS_TOPK_RADIX_H_
 #define GRADEX_KERNELS_TOPK_RADIX_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/sparse.h"
 #include "kernels/topk_step.h"
@@ -16,6 +18,23 @@ namespace gradex::kernels::internal {
 inline constexpr size_t kBuckets1 = 2049;
 // The bucket of +Inf (shared with finite magnitudes above 3.19e38).
 inline constexpr size_t kInfBucket1 = 2040;
+inline constexpr int kShift1 = 20;
+
+// The keys of pass-1 bucket b >= 1: [BucketLo(b), BucketHi(b)].
+inline uint32_t BucketLo(size_t b) { return ((static_cast<uint32_t>(b) - 1) << kShift1) + 1; }
+inline uint32_t BucketHi(size_t b) { return static_cast<uint32_t>(b) << kShift1; }
+
+inline uint32_t KeyAt(const float* x, size_t i) {
+  uint32_t b;
+  std::memcpy(&b, x + i, sizeof b);
+  return b & 0x7fffffffu;
+}
+
+// Candidates beyond this share of n (and this count) are not gathered or
+// compacted as a superset, but selected by passes straight over x.
+inline bool GatherCandidates(size_t candidates, size_t n) {
+  return candidates <= (size_t{1} << 16) || candidates <= n / 8;
+}
 
 // Where pass 1 puts the k-th largest nonzero, non-NaN entry.
 struct Pass1 {
@@ -24,6 +43,18 @@ struct Pass1 {
   size_t need = 0;    // entries still to take from `bucket`, 1..h[bucket]
   size_t in_bucket = 0;
 };
+
+// Pass 1 over all of x (no accumulation): where the k-th entry falls.
+Pass1 LocateBucket(const float* x, size_t n, size_t k);
+
+// Passes 2 and 3 over the m candidate keys of one pass-1 bucket (all in
+// [lo, lo + 2^20)): the key of the need-th largest, reordering keys; *take
+// ties at it are kept, *above candidates are larger.
+uint32_t SelectAmongCandidates(uint32_t* keys, size_t m, uint32_t lo, size_t need, size_t* take,
+                               size_t* above);
+
+// Completes a pass-1 result into a threshold (passes 2 and 3).
+TopKThreshold Refine(const float* x, size_t n, const Pass1& p);
 
 // The pass-1 histogram of x (kBuckets1 counts into h); when `a` is non-null,
 // accumulates it into x in the same pass, before counting.
