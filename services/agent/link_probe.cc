@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "catalog/median.h"
 #include "collectives/link.h"
 
 namespace gradex::agent {
@@ -63,12 +64,6 @@ absl::StatusOr<double> Exchange(Transport& t, uint32_t epoch, size_t size, uint3
   return seconds;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 }  // namespace
 
 absl::StatusOr<LinkEstimate> ProbeLinks(Transport& transport, uint32_t epoch, Deadline deadline,
@@ -89,7 +84,7 @@ absl::StatusOr<LinkEstimate> ProbeLinks(Transport& transport, uint32_t epoch, De
       if (!s.ok()) return s.status();
       if (rep > 0) times.push_back(*s);
     }
-    median[index] = Median(std::move(times));
+    median[index] = catalog::Median(times);
   }
   LinkEstimate e;
   // The proto's ranges: 0 < α < 10 s, 0 <= β < 1e-3 s/B (a clock tick of 0

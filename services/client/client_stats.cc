@@ -7,19 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "catalog/catalog.h"
+#include "catalog/median.h"
 #include "services/client/client_impl.h"
 
 namespace gradex::client {
 namespace {
 
 constexpr size_t kWindow = 16;  // recent exchanges behind each median
-
-double Median(const std::deque<double>& d) {
-  if (d.empty()) return 0;
-  std::vector<double> v(d.begin(), d.end());
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
 
 void Push(std::deque<double>& d, double v) {
   d.push_back(v);
@@ -122,8 +116,8 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   b.recv_bytes = out.stats.recv_bytes;
   b.last_s = out.seconds;
   if (status.ok()) Push(dense ? h.dense_s : h.sparse_s, out.seconds);
-  b.sparse_s = Median(h.sparse_s);
-  b.dense_s = Median(h.dense_s);
+  b.sparse_s = catalog::UpperMedian(h.sparse_s);
+  b.dense_s = catalog::UpperMedian(h.dense_s);
   b.residual_norm = end.residual_l2;
   b.threshold_reuse_hits += static_cast<uint64_t>(out.stats.Detail("topk_reuse_hits"));
   b.threshold_reuse_misses += static_cast<uint64_t>(out.stats.Detail("topk_reuse_misses"));

@@ -5,6 +5,7 @@
 
 #include "catalog/bucket_algorithms.h"
 #include "catalog/catalog.h"
+#include "catalog/median.h"
 #include "catalog/models.h"
 
 namespace gradex::coordinator {
@@ -13,12 +14,6 @@ namespace {
 // Open steps kept while their reports arrive: a rank whose reports are
 // dropped must not grow them without limit (its steps are never counted).
 constexpr size_t kMaxOpenSteps = 64;
-
-double Median(std::deque<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 bool RunsOn(const catalog::AlgorithmSpec& spec, int world, int teams) {
   if (!spec.traits.uses_teams) return true;
@@ -164,7 +159,7 @@ void BucketController::Close(const Open& step) {
 void BucketController::Decide(uint32_t index, Bucket& b) {
   const int need = std::max(o_.min_samples, 1);
   if (static_cast<int>(b.sparse.size()) < need || static_cast<int>(b.dense.size()) < need) return;
-  const double sparse = Median(b.sparse), dense = Median(b.dense);
+  const double sparse = catalog::Median(b.sparse), dense = catalog::Median(b.dense);
   // While dense runs, the sparse window holds the last sparse runs: sparse
   // comes back when dense, measured every step, slows past it by the margin.
   const bool flip =

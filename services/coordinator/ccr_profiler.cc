@@ -3,18 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "catalog/median.h"
+
 namespace gradex::coordinator {
 namespace {
 
 // Open (incomplete) steps kept: a rank whose reports are dropped must not
 // grow them without limit.
 constexpr size_t kMaxOpen = 64;
-
-double Median(std::deque<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 }  // namespace
 
@@ -52,9 +48,9 @@ bool CcrProfiler::Feed(int rank, uint64_t step, double exchange_seconds, double 
     compute_.pop_front();
   }
   if (static_cast<int>(comm_.size()) < min_steps_) return false;
-  const double comp = Median(compute_);
+  const double comp = catalog::Median(compute_);
   // No computation measured: communication is all there is.
-  ccr_ = comp > 0 ? Median(comm_) / comp : static_cast<double>(max_interval_);
+  ccr_ = comp > 0 ? catalog::Median(comm_) / comp : static_cast<double>(max_interval_);
   const int want =
       static_cast<int>(std::clamp(std::ceil(ccr_ - 1e-9), 1.0, static_cast<double>(max_interval_)));
   if (want == interval_) {

@@ -7,6 +7,7 @@
 
 #include "catalog/bucket_algorithms.h"
 #include "catalog/fnv1a.h"
+#include "catalog/median.h"
 #include "catalog/models.h"
 #include "collectives/sparse_allreduce.h"
 #include "gtest/gtest.h"
@@ -151,6 +152,15 @@ TEST(Fnv1a, MatchesTheReferenceAndTheWire) {
   const uint8_t bytes[] = {'f', 'o', 'o', 'b', 'a', 'r'};
   EXPECT_EQ(catalog::Fnv1a(bytes), catalog::Fnv1a("foobar"));
   EXPECT_EQ(catalog::Fnv1a("job-1", catalog::kFnv1aTruncatedBasis), 0x1fe51457700a1b3cull);
+}
+
+TEST(Median, MeanOfTheMiddleTwoOrTheUpperOne) {
+  EXPECT_EQ(catalog::Median(std::vector<double>{3, 1, 2}), 2);
+  EXPECT_EQ(catalog::Median(std::vector<double>{4, 1, 2, 3}), 2.5);
+  EXPECT_EQ(catalog::Median(std::vector<double>{}), 0);
+  EXPECT_EQ(catalog::UpperMedian(std::vector<double>{3, 1, 2}), 2);
+  EXPECT_EQ(catalog::UpperMedian(std::vector<double>{4, 1, 2, 3}), 3);
+  EXPECT_EQ(catalog::UpperMedian(std::vector<double>{}), 0);
 }
 
 }  // namespace
