@@ -157,7 +157,9 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        // Dense frames of the sent part: the ring's model is exact. Exact on
        // integers while the error-feedback coefficient is dyadic (0.5 below
        // step 50, 1 from step 250): 0.6..0.9 round like any float scaling.
-       .traits = {.dense_params = {{"covap_interval", 1}}, .volume_slack = 0.0},
+       .traits = {.dense_params = {{"covap_interval", 1}},
+                  .volume_slack = 0.0,
+                  .ccr_profiled = true},
        .params = {{.name = "covap_interval",
                    .type = ParamType::kInt,
                    .default_value = 3,

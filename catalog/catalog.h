@@ -51,6 +51,11 @@ struct Traits {
   bool kprime_controlled = false;
   // Its region boundaries may be agreed by the coordinator (Ok-Topk).
   bool coordinated_regions = false;
+  // Sends each bucket in parts over an interval of steps that the
+  // coordinator's CCR profiler sets (COVAP's covap_interval): the profiler
+  // runs while it is in play and counts its steps, their time scaled by the
+  // interval, as the uncompressed exchange.
+  bool ccr_profiled = false;
   // Not an allreduce: workers push to and pull from server shards
   // (collectives/dgs_*.h, DGS). It has no schedule in the allreduce
   // registry, no Table 1 row, is never a bucket's algorithm and is never

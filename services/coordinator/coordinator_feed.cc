@@ -12,6 +12,15 @@
 #include "services/coordinator/log.h"
 
 namespace gradex::coordinator {
+namespace {
+
+// Whether the CCR profiler measures `name`'s steps (the catalog's trait; false when unknown).
+bool CcrProfiled(std::string_view name) {
+  const catalog::AlgorithmSpec* spec = catalog::Find(name);
+  return spec != nullptr && spec->traits.ccr_profiled;
+}
+
+}  // namespace
 
 void Coordinator::FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world) {
   if (s_.auto_teams) FeedAutoTeamsLocked(r, rank, world);
@@ -77,9 +86,14 @@ void Coordinator::FeedBucketsLocked(const gradex::v1::StepReport& r, int rank) {
 }
 
 bool Coordinator::CovapInPlayLocked() const {
-  if (agreed_.teams.algorithm == kCovapAlgorithm) return true;
-  return std::find(agreed_.bucket_algorithms.begin(), agreed_.bucket_algorithms.end(),
-                   kCovapAlgorithm) != agreed_.bucket_algorithms.end();
+  if (CcrProfiled(agreed_.teams.algorithm)) return true;
+  const std::string* last = nullptr;  // buckets repeat names: each run is looked up once
+  for (const std::string& name : agreed_.bucket_algorithms) {
+    if (last != nullptr && name == *last) continue;
+    if (CcrProfiled(name)) return true;
+    last = &name;
+  }
+  return false;
 }
 
 int Coordinator::CovapIntervalAtLocked(uint64_t step) const {
@@ -94,11 +108,11 @@ void Coordinator::FeedProfilerLocked(const gradex::v1::StepReport& r, int rank) 
   // COVAP's CCR is against the uncompressed exchange: a step counts when its
   // buckets ran dense (warm-up steps, dense probes) or COVAP, whose time is
   // scaled by its interval; another sparse algorithm's time says nothing.
-  bool covap = r.buckets_size() == 0 && agreed_.teams.algorithm == kCovapAlgorithm;
+  bool covap = r.buckets_size() == 0 && CcrProfiled(agreed_.teams.algorithm);
   for (const gradex::v1::BucketReport& b : r.buckets()) {
     const std::string& name = b.algorithm().empty() ? agreed_.teams.algorithm : b.algorithm();
     if (b.dense_probe() || catalog::TraitsOf(name).dense) continue;
-    if (name != kCovapAlgorithm) return;
+    if (!CcrProfiled(name)) return;
     covap = true;
   }
   const double exchange = r.comm_end_unix_ns() > r.comm_start_unix_ns()

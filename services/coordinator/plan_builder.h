@@ -19,7 +19,6 @@ namespace gradex::coordinator {
 
 // COVAP's filter interval I, the catalog parameter the CCR profiler sets.
 inline constexpr char kCovapInterval[] = "covap_interval";
-inline constexpr char kCovapAlgorithm[] = "covap";
 
 // What all ranks must agree on, beyond membership; changes at barriers.
 struct AgreedParams {

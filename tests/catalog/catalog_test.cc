@@ -163,5 +163,11 @@ TEST(Median, MeanOfTheMiddleTwoOrTheUpperOne) {
   EXPECT_EQ(catalog::UpperMedian(std::vector<double>{}), 0);
 }
 
+TEST(Catalog, OnlyCovapIsCcrProfiled) {
+  for (const catalog::AlgorithmSpec* spec : catalog::All()) {
+    EXPECT_EQ(spec->traits.ccr_profiled, spec->name == "covap") << spec->name;
+  }
+}
+
 }  // namespace
 }  // namespace gradex
