@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/fault_transport.h"
 #include "bench/rank_runner.h"
+#include "services/agent/data_interface.h"
 #include "transport/file_bootstrap.h"
 #include "transport/loopback_transport.h"
 #include "transport/ucx_transport.h"
@@ -294,6 +295,7 @@ int RankProcessMain(const BenchFlags& flags, const std::vector<std::string>& alg
   };
   FileBootstrap bootstrap(flags.bootstrap_dir, rank, flags.ranks);
   UcxOptions options;
+  options.listen_ip = agent::DataIpFromEnvironment();  // bench/in_netns sets it per rank
   options.connect_timeout = std::chrono::milliseconds(flags.connect_timeout_ms);
   auto transport = CreateUcxTransport(bootstrap, options);
   if (!transport.ok()) {

@@ -44,8 +44,9 @@ struct UcxOptions {
   // Teardown budget for flushing and closing endpoints in the destructor.
   std::chrono::milliseconds close_timeout{2000};
   // The IP the worker's listener binds (the data-plane interface); empty:
-  // $GRADEX_DATA_IP, else 127.0.0.1. Never the wildcard: the data plane
-  // listens on one interface only.
+  // 127.0.0.1. Never the wildcard: the data plane listens on one interface
+  // only. Whoever fills the options picks it (the services: --data-ip or
+  // $GRADEX_DATA_IP, services/agent/data_interface.h).
   std::string listen_ip;
   // The job's secret (its token): the data-plane hello proves it both ways
   // (ucx_hello.h). Members that hold another one cannot connect. Empty is a

@@ -70,12 +70,9 @@ bool HasRdmaDevice() {
   return !ec && it != std::filesystem::directory_iterator();
 }
 
-// The data-plane IP: UcxOptions::listen_ip, else $GRADEX_DATA_IP, else
-// 127.0.0.1.
+// The data-plane IP: UcxOptions::listen_ip, else 127.0.0.1.
 std::string ListenIp(const UcxOptions& options) {
-  if (!options.listen_ip.empty()) return options.listen_ip;
-  const char* env = std::getenv("GRADEX_DATA_IP");
-  return env != nullptr && *env != '\0' ? env : "127.0.0.1";
+  return options.listen_ip.empty() ? "127.0.0.1" : options.listen_ip;
 }
 
 // The name of the network interface that holds `ip` ("lo" for any of

@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
 #include "services/agent/agent.h"
+#include "services/agent/data_interface.h"
 #include "services/agent/grpc_control_plane.h"
 #include "services/agent/transport_provider.h"
 #include "services/coordinator/server.h"
@@ -143,7 +144,9 @@ ArmResult RunArm(const Config& c, bool grpc) {
       } else {
         control = std::make_unique<FakeControlPlane>(fake.get());
       }
-      auto transports = CreateUcxProvider(UcxOptions{});
+      UcxOptions ucx;
+      ucx.listen_ip = DataIpFromEnvironment();
+      auto transports = CreateUcxProvider(ucx);
       if (!transports.ok()) return (void)failures.fetch_add(1);
       AgentMetrics metrics;
       AgentOptions o;

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/cli.h"
 #include "collectives/dgs_exchange.h"
+#include "services/agent/data_interface.h"
 #include "transport/file_bootstrap.h"
 #include "transport/loopback_transport.h"
 #include "transport/ucx_transport.h"
@@ -226,6 +227,7 @@ int RunUcx(const Flags& f) {
     if (pid == 0) {
       FileBootstrap boot(tmpl, r, size);
       UcxOptions o;
+      o.listen_ip = agent::DataIpFromEnvironment();
       o.tls = f.tls;
       const DgsLayout layout = Layout(f);
       uint64_t cap = 0;

@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +13,7 @@ namespace gradex::agent {
 
 absl::StatusOr<std::string> DataPlaneIp(const std::string& flag, const std::string& coordinator) {
   if (!flag.empty()) return flag;
-  if (const char* env = std::getenv("GRADEX_DATA_IP"); env != nullptr && *env != '\0') return env;
+  if (std::string env = DataIpFromEnvironment(); !env.empty()) return env;
   std::string host = coordinator, port = "1";
   if (size_t colon = coordinator.rfind(':'); colon != std::string::npos) {
     host = coordinator.substr(0, colon);
