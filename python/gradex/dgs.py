@@ -25,6 +25,7 @@ import torch
 
 import gradex._C as _C
 from gradex._C import GradexError
+from gradex.rendezvous import store_rendezvous
 
 __all__ = ["DGSOptimizer"]
 
@@ -123,11 +124,10 @@ class DGSOptimizer(torch.optim.Optimizer):
 
     def _create_worker(self, cls, options, timeout_s, momentum, weight_decay):
         import torch.distributed as dist
-        from gradex.torch import _store_rendezvous
         if dist.is_available() and dist.is_initialized():
             options.setdefault("rank", dist.get_rank())
             options.setdefault("world_size", dist.get_world_size())
-        rdv_set, rdv_get = _store_rendezvous("gradex/ps/", timeout_s)
+        rdv_set, rdv_get = store_rendezvous("gradex/ps/", timeout_s)
         return cls(self.layer_sizes, density=self.density, momentum=float(momentum),
                    weight_decay=float(weight_decay), lr0=self.lr0,
                    max_staleness=0 if self.max_staleness is None else int(self.max_staleness),
