@@ -1,8 +1,9 @@
+// The CUDA queue's operations (the staging through pinned buffers is in
+// cuda_staging.cc).
 #include "device/cuda_queue.h"
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -32,72 +33,7 @@ class CudaBuffer : public Buffer {
   std::shared_ptr<DevicePool> pool_;
 };
 
-class CudaQueue : public Queue {
- public:
-  explicit CudaQueue(std::shared_ptr<DevicePool> pool)
-      : Queue(pool->device()), pool_(std::move(pool)) {}
-  ~CudaQueue() override;
-  // On the queue's device.
-  absl::Status Init();
-
-  absl::Status Wait(const Event& e) override;
-  absl::StatusOr<std::shared_ptr<Event>> Record() override;
-
- protected:
-  absl::StatusOr<std::unique_ptr<Buffer>> DoAllocate(size_t n) override;
-  absl::Status DoUpload(std::span<const float> host, std::span<float> x) override;
-  absl::Status DoZero(std::span<float> x) override;
-  absl::Status DoSparseToDense(std::span<const uint32_t> idx, std::span<const float> val,
-                               std::span<float> x) override;
-  absl::Status DoZeroAt(std::span<const uint32_t> idx, std::span<float> x) override;
-  absl::StatusOr<std::span<float>> DoStageToHost(std::span<const float> x) override;
-  absl::Status DoStageToDevice(std::span<float> x) override;
-  absl::Status DoSynchronize() override;
-  absl::StatusOr<size_t> DoAccumulate(std::span<const float> grad, std::span<float> residual,
-                                      std::span<float> velocity, float momentum) override;
-  absl::Status DoSelectTopK(std::span<float> x, size_t k, uint32_t index_base,
-                            const kernels::Accumulate* acc, kernels::ThresholdReuse* reuse,
-                            kernels::SparseVec* out, size_t* nonfinite) override;
-  absl::Status DoScatterAdd(const kernels::SparseVec& v, uint32_t index_base, float scale,
-                            std::span<float> x) override;
-  absl::StatusOr<size_t> DoZeroNonFinite(std::span<float> x, size_t* first) override;
-  absl::StatusOr<double> DoSumOfSquares(std::span<const float> x) override;
-  absl::Status DoCopyToHost(std::span<const float> x, std::span<float> host) override;
-
- private:
-  // The host waits for the stream (a wait of the backend's own: counted).
-  absl::Status Drain();
-  // At least n entries in the device COO buffers (stream-ordered, no wait),
-  // and in the pinned ones (grown only after the stream is drained).
-  absl::Status GrowDevice(size_t n);
-  absl::Status GrowPinned(size_t n);
-  // idx and val (may be empty) through the pinned buffers into d_idx_ and
-  // d_val_, on the stream; the host returns before the copies are done.
-  absl::Status Stage(std::span<const uint32_t> idx, std::span<const float> val);
-
-  const std::shared_ptr<DevicePool> pool_;
-  cudaStream_t stream_ = nullptr;
-  std::unique_ptr<kernels::cuda::Workspace> ws_;
-  // Counts: ZeroNonFinite's count and first (Accumulate's count in the
-  // first), then SelectTopK's selection and non-finite counts.
-  uint64_t* d_scalars_ = nullptr;
-  uint32_t* d_idx_ = nullptr;  // from the pool
-  float* d_val_ = nullptr;
-  size_t d_room_ = 0;
-  uint32_t* h_idx_ = nullptr;  // pinned
-  float* h_val_ = nullptr;
-  size_t h_room_ = 0;
-  // Recorded after the last copy out of h_idx_ / h_val_: the host writes
-  // them again only once the stream has read them.
-  cudaEvent_t staged_ = nullptr;
-  bool staged_pending_ = false;
-  float* bucket_ = nullptr;  // pinned, whole-bucket staging
-  size_t bucket_room_ = 0;
-};
-
-#define GRADEX_ON_DEVICE()       \
-  OnDevice on_device_(device()); \
-  if (!on_device_.ok()) return on_device_.status()
+}  // namespace
 
 absl::Status CudaQueue::Init() {
   if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
@@ -136,90 +72,6 @@ CudaQueue::~CudaQueue() {
   if (bucket_ != nullptr) cudaFreeHost(bucket_);
   if (staged_ != nullptr) cudaEventDestroy(staged_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
-}
-
-absl::Status CudaQueue::Drain() {
-  CountWait();
-  if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
-    return CudaError(e, "stream synchronisation");
-  }
-  staged_pending_ = false;
-  return absl::OkStatus();
-}
-
-absl::Status CudaQueue::GrowDevice(size_t n) {
-  if (n <= d_room_) return absl::OkStatus();
-  // Freed in stream order: the work queued before still reads the old ones.
-  if (d_idx_ != nullptr) cudaFreeAsync(d_idx_, stream_);
-  if (d_val_ != nullptr) cudaFreeAsync(d_val_, stream_);
-  d_idx_ = nullptr;
-  d_val_ = nullptr;
-  d_room_ = 0;
-  const size_t want = n + n / 2;  // a slowly growing k does not reallocate often
-  void* idx = nullptr;
-  void* val = nullptr;
-  cudaError_t e = cudaMallocFromPoolAsync(&idx, want * sizeof(uint32_t), pool_->pool(), stream_);
-  if (e == cudaSuccess) {
-    d_idx_ = static_cast<uint32_t*>(idx);
-    e = cudaMallocFromPoolAsync(&val, want * sizeof(float), pool_->pool(), stream_);
-  }
-  if (e != cudaSuccess) return CudaError(e, "device COO allocation");
-  d_val_ = static_cast<float*>(val);
-  d_room_ = want;
-  return absl::OkStatus();
-}
-
-absl::Status CudaQueue::GrowPinned(size_t n) {
-  if (n <= h_room_) return absl::OkStatus();
-  // The stream may still copy from or into the old buffers.
-  if (h_idx_ != nullptr) {
-    if (absl::Status s = Drain(); !s.ok()) return s;
-  }
-  if (h_idx_ != nullptr) cudaFreeHost(h_idx_);
-  if (h_val_ != nullptr) cudaFreeHost(h_val_);
-  h_idx_ = nullptr;
-  h_val_ = nullptr;
-  h_room_ = 0;
-  const size_t want = n + n / 2;
-  void* idx = nullptr;
-  void* val = nullptr;
-  cudaError_t e = cudaMallocHost(&idx, want * sizeof(uint32_t));
-  if (e == cudaSuccess) {
-    h_idx_ = static_cast<uint32_t*>(idx);
-    e = cudaMallocHost(&val, want * sizeof(float));
-  }
-  if (e != cudaSuccess) return CudaError(e, "pinned COO allocation");
-  h_val_ = static_cast<float*>(val);
-  h_room_ = want;
-  return absl::OkStatus();
-}
-
-absl::Status CudaQueue::Stage(std::span<const uint32_t> idx, std::span<const float> val) {
-  const size_t nnz = idx.size();
-  if (nnz == 0) return absl::OkStatus();
-  if (absl::Status s = GrowDevice(nnz); !s.ok()) return s;
-  if (absl::Status s = GrowPinned(nnz); !s.ok()) return s;
-  if (staged_pending_) {
-    CountWait();
-    if (cudaError_t e = cudaEventSynchronize(staged_); e != cudaSuccess) {
-      return CudaError(e, "waiting for the last COO copy");
-    }
-    staged_pending_ = false;
-  }
-  std::memcpy(h_idx_, idx.data(), idx.size_bytes());
-  cudaError_t e =
-      cudaMemcpyAsync(d_idx_, h_idx_, idx.size_bytes(), cudaMemcpyHostToDevice, stream_);
-  if (e == cudaSuccess && !val.empty()) {
-    std::memcpy(h_val_, val.data(), val.size_bytes());
-    e = cudaMemcpyAsync(d_val_, h_val_, val.size_bytes(), cudaMemcpyHostToDevice, stream_);
-  }
-  if (e != cudaSuccess) return CudaError(e, "COO copy to device");
-  if (cudaEventRecord(staged_, stream_) == cudaSuccess) {
-    staged_pending_ = true;
-    return absl::OkStatus();
-  }
-  cudaGetLastError();
-  return Drain();  // without the event, the next Stage would not know when to write
 }
 
 absl::Status CudaQueue::Wait(const Event& e) {
@@ -308,43 +160,6 @@ absl::Status CudaQueue::DoScatterAdd(const kernels::SparseVec& v, uint32_t index
           kernels::cuda::ScatterAdd(d_idx_, d_val_, v.nnz(), index_base, scale, x.data(), stream_);
       e != cudaSuccess) {
     return CudaError(e, "ScatterAdd");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::span<float>> CudaQueue::DoStageToHost(std::span<const float> x) {
-  GRADEX_ON_DEVICE();
-  if (x.size() > bucket_room_) {
-    // The stream may still copy out of the old buffer (the last StageToDevice).
-    if (bucket_ != nullptr) {
-      if (absl::Status s = Drain(); !s.ok()) return s;
-    }
-    if (bucket_ != nullptr) cudaFreeHost(bucket_);
-    bucket_ = nullptr;
-    bucket_room_ = 0;
-    void* p = nullptr;
-    if (cudaError_t e = cudaMallocHost(&p, x.size_bytes()); e != cudaSuccess) {
-      return CudaError(e, "pinned allocation");
-    }
-    bucket_ = static_cast<float*>(p);
-    bucket_room_ = x.size();
-  }
-  if (x.empty()) return std::span<float>(bucket_, 0);
-  // Stream-ordered after the last StageToDevice's copy out of the buffer.
-  cudaError_t e =
-      cudaMemcpyAsync(bucket_, x.data(), x.size_bytes(), cudaMemcpyDeviceToHost, stream_);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
-  if (e != cudaSuccess) return CudaError(e, "copy to host");
-  return std::span<float>(bucket_, x.size());
-}
-
-absl::Status CudaQueue::DoStageToDevice(std::span<float> x) {
-  if (x.empty()) return absl::OkStatus();
-  GRADEX_ON_DEVICE();
-  if (cudaError_t e =
-          cudaMemcpyAsync(x.data(), bucket_, x.size_bytes(), cudaMemcpyHostToDevice, stream_);
-      e != cudaSuccess) {
-    return CudaError(e, "copy to device");
   }
   return absl::OkStatus();
 }
@@ -457,10 +272,6 @@ absl::Status CudaQueue::DoCopyToHost(std::span<const float> x, std::span<float> 
   staged_pending_ = false;
   return absl::OkStatus();
 }
-
-#undef GRADEX_ON_DEVICE
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Queue>> NewCudaQueue(std::shared_ptr<DevicePool> pool) {
   auto queue = std::make_unique<CudaQueue>(std::move(pool));
