@@ -54,6 +54,12 @@ class PyRef {
 client::ClientOptions ParseOptions(const py::dict& kw, bool use_environment);
 // The trainer's store: Python callables set(key, value) and get(key).
 client::Rendezvous MakeRendezvous(py::object set, py::object get);
+// The option table, one dict per option (binding_options.cc), and every
+// option of ParseOptions(kw) in the table's text form with which were given.
+py::list OptionTableForPython();
+py::tuple ParsedOptionsText(const py::dict& kw, bool use_environment);
+// Which UCX this process runs (ucx_runtime_binding.cc).
+py::dict UcxRuntime();
 
 // gradex._C.PsWorker (ps_worker_binding.cc).
 void BindPsWorker(py::module_& m);
