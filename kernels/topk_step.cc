@@ -21,7 +21,7 @@ namespace {
 using internal::kCompactSlack;
 using internal::kInfKey;
 
-// Grow-only candidate buffers (heap-backed: see topk_select.cc on TLS).
+// Grow-only candidate buffers (heap-backed: see topk_threshold.cc on TLS).
 struct Candidates {
   std::vector<uint32_t> idx;
   std::vector<float> val;
