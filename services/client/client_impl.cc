@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "services/agent/data_interface.h"
 #include "services/agent/grpc_control_plane.h"
+#include "services/agent/member_wiring.h"
 #include "services/client/plan_override.h"
 
 namespace gradex::client {
@@ -32,7 +32,8 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   if (!e.ok()) return e.status();
   endpoint_ = *std::move(e);
   const auto rpc = std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(5));
-  agent::GrpcControlPlaneOptions g;
+  agent::MemberWiringOptions wire;
+  agent::GrpcControlPlaneOptions& g = wire.control;
   g.target = endpoint_.address;
   g.tls_ca = options_.tls_ca;
   g.tls_client_cert = options_.tls_client_cert;
@@ -42,22 +43,18 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   // The first join retries an unreachable coordinator (rank 0 may start
   // late) until the client's timeout, counting the attempt in flight.
   g.join_timeout = std::max(options_.timeout - rpc, std::chrono::milliseconds(0));
-  absl::StatusOr<std::unique_ptr<agent::ControlPlane>> control = agent::CreateGrpcControlPlane(g);
-  if (!control.ok()) return control.status();
-  control_ = *std::move(control);
-  UcxOptions ucx;
-  absl::StatusOr<std::string> ip = agent::DataPlaneIp(options_.data_ip, endpoint_.address);
-  if (!ip.ok()) return ip.status();
-  ucx.listen_ip = *ip;
+  wire.data_ip = options_.data_ip;
+  UcxOptions& ucx = wire.ucx;
   ucx.connect_timeout = options_.timeout;
   // No schedule sends more in one message than a bucket in dense frames plus
   // a header per block, twice over (as gradex-agent); the link probe's 1 MiB
   // message sets the floor.
   ucx.max_message_bytes = std::max<size_t>(2 * (options_.max_bucket_elements * 4 + 48 * 4096),
                                            (1u << 20) + (64u << 10));
-  absl::StatusOr<std::unique_ptr<agent::TransportProvider>> t = agent::CreateUcxProvider(ucx);
-  if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("UCX: ", t.status().message()));
-  transports_ = *std::move(t);
+  absl::StatusOr<agent::MemberWiring> wired = agent::WireMember(std::move(wire));
+  if (!wired.ok()) return wired.status();
+  control_ = std::move(wired->control);
+  transports_ = std::move(wired->transports);
   metrics_ = std::make_unique<agent::AgentMetrics>();
   client_metrics_ = std::make_unique<ClientMetrics>(*metrics_->registry());
   if (const int port = MetricsPortOf(options_); port >= 0) {

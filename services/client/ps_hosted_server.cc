@@ -5,28 +5,25 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "services/agent/data_interface.h"
 #include "services/agent/grpc_control_plane.h"
+#include "services/agent/member_wiring.h"
 
 namespace gradex::client {
 
 absl::StatusOr<std::unique_ptr<HostedServer>> HostedServer::Start(HostedServerOptions o) {
   std::unique_ptr<HostedServer> h(new HostedServer());
   h->timeout_ = o.timeout;
-  agent::GrpcControlPlaneOptions g;
-  g.target = o.coordinator;
-  g.rpc_timeout = std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(5));
-  absl::StatusOr<std::unique_ptr<agent::ControlPlane>> control = agent::CreateGrpcControlPlane(g);
-  if (!control.ok()) return control.status();
-  h->control_ = *std::move(control);
-  UcxOptions ucx;
-  absl::StatusOr<std::string> ip = agent::DataPlaneIp(o.data_ip, o.coordinator);
-  if (!ip.ok()) return ip.status();
-  ucx.listen_ip = *ip;
-  ucx.connect_timeout = o.timeout;
-  absl::StatusOr<std::unique_ptr<agent::TransportProvider>> t = agent::CreateUcxProvider(ucx);
-  if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("UCX: ", t.status().message()));
-  h->transports_ = *std::move(t);
+  agent::MemberWiringOptions wire;
+  wire.control.target = o.coordinator;
+  wire.control.rpc_timeout =
+      std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(5));
+  const std::chrono::milliseconds rpc_timeout = wire.control.rpc_timeout;
+  wire.data_ip = o.data_ip;
+  wire.ucx.connect_timeout = o.timeout;
+  absl::StatusOr<agent::MemberWiring> wired = agent::WireMember(std::move(wire));
+  if (!wired.ok()) return wired.status();
+  h->control_ = std::move(wired->control);
+  h->transports_ = std::move(wired->transports);
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   agent::PsMemberOptions m;
@@ -36,9 +33,9 @@ absl::StatusOr<std::unique_ptr<HostedServer>> HostedServer::Start(HostedServerOp
   m.agent_id = absl::StrCat(host, "/ps-server/", getpid());
   m.device = "cpu";
   m.server = true;
-  m.rpc_timeout = g.rpc_timeout;
+  m.rpc_timeout = rpc_timeout;
   h->member_ = std::make_unique<agent::PsMember>(m, h->control_.get(), h->transports_.get());
-  if (absl::Status s = h->member_->Join(DeadlineIn(g.rpc_timeout)); !s.ok()) {
+  if (absl::Status s = h->member_->Join(DeadlineIn(rpc_timeout)); !s.ok()) {
     return absl::Status(
         s.code(), absl::StrCat("parameter server joining ", o.coordinator, ": ", s.message()));
   }

@@ -17,8 +17,8 @@
 #include "collectives/dgs_layout.h"
 #include "collectives/dgs_worker.h"
 #include "services/agent/agent_metrics.h"
-#include "services/agent/data_interface.h"
 #include "services/agent/grpc_control_plane.h"
+#include "services/agent/member_wiring.h"
 #include "services/agent/ps_member.h"
 #include "services/client/embedded_coordinator.h"
 #include "services/client/ps_hosted_server.h"
@@ -110,21 +110,16 @@ absl::Status PsWorkerImpl::Start(const Rendezvous& rendezvous) {
     hosted_ = *std::move(hs);
   }
   const auto rpc = std::min<std::chrono::milliseconds>(o_.client.timeout, std::chrono::seconds(5));
-  agent::GrpcControlPlaneOptions g;
-  g.target = endpoint_.address;
-  g.rpc_timeout = rpc;
-  g.join_timeout = std::max(o_.client.timeout - rpc, std::chrono::milliseconds(0));
-  absl::StatusOr<std::unique_ptr<agent::ControlPlane>> control = agent::CreateGrpcControlPlane(g);
-  if (!control.ok()) return control.status();
-  control_ = *std::move(control);
-  UcxOptions ucx;
-  absl::StatusOr<std::string> ip = agent::DataPlaneIp(o_.client.data_ip, endpoint_.address);
-  if (!ip.ok()) return ip.status();
-  ucx.listen_ip = *ip;
-  ucx.connect_timeout = o_.client.timeout;
-  absl::StatusOr<std::unique_ptr<agent::TransportProvider>> t = agent::CreateUcxProvider(ucx);
-  if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("UCX: ", t.status().message()));
-  transports_ = *std::move(t);
+  agent::MemberWiringOptions wire;
+  wire.control.target = endpoint_.address;
+  wire.control.rpc_timeout = rpc;
+  wire.control.join_timeout = std::max(o_.client.timeout - rpc, std::chrono::milliseconds(0));
+  wire.data_ip = o_.client.data_ip;
+  wire.ucx.connect_timeout = o_.client.timeout;
+  absl::StatusOr<agent::MemberWiring> wired = agent::WireMember(std::move(wire));
+  if (!wired.ok()) return wired.status();
+  control_ = std::move(wired->control);
+  transports_ = std::move(wired->transports);
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   agent::PsMemberOptions m;

@@ -1,0 +1,24 @@
+#include "services/agent/member_wiring.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "services/agent/data_interface.h"
+
+namespace gradex::agent {
+
+absl::StatusOr<MemberWiring> WireMember(MemberWiringOptions options) {
+  MemberWiring w;
+  absl::StatusOr<std::unique_ptr<ControlPlane>> control = CreateGrpcControlPlane(options.control);
+  if (!control.ok()) return control.status();
+  w.control = *std::move(control);
+  absl::StatusOr<std::string> ip = DataPlaneIp(options.data_ip, options.control.target);
+  if (!ip.ok()) return ip.status();
+  options.ucx.listen_ip = *ip;
+  absl::StatusOr<std::unique_ptr<TransportProvider>> t = CreateUcxProvider(options.ucx);
+  if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("UCX: ", t.status().message()));
+  w.transports = *std::move(t);
+  return w;
+}
+
+}  // namespace gradex::agent

@@ -1,0 +1,40 @@
+// A member's data plane, wired in one place: the control plane to the
+// coordinator and the UCX transports on the member's data interface. Every
+// member (a trainer's client, a parameter-server worker, a hosted server,
+// gradex-agent) joins through here, so the interface choice and the UCX
+// options a coordinator hands to peers are the same everywhere.
+#ifndef GRADEX_SERVICES_AGENT_MEMBER_WIRING_H_
+#define GRADEX_SERVICES_AGENT_MEMBER_WIRING_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/agent/control_plane.h"
+#include "services/agent/grpc_control_plane.h"
+#include "services/agent/transport_provider.h"
+#include "transport/ucx_transport.h"
+
+namespace gradex::agent {
+
+struct MemberWiringOptions {
+  GrpcControlPlaneOptions control;  // `target`: the coordinator's HOST:PORT
+  // The data interface asked for (--data-ip, ClientOptions::data_ip; "":
+  // GRADEX_DATA_IP, else the interface that routes to the coordinator).
+  std::string data_ip;
+  UcxOptions ucx;  // all but listen_ip, which the data interface sets
+};
+
+struct MemberWiring {
+  std::unique_ptr<ControlPlane> control;
+  std::unique_ptr<TransportProvider> transports;
+};
+
+// The control plane first (no RPC yet: Join is the member's), then the data
+// interface and the UCX transports on it; an error names which part failed
+// (UCX's with "UCX: ").
+absl::StatusOr<MemberWiring> WireMember(MemberWiringOptions options);
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_SERVICES_AGENT_MEMBER_WIRING_H_
