@@ -165,6 +165,10 @@ std::string NameList();
 
 // Bounds on what a plan or a barrier message may carry.
 inline constexpr size_t kMaxParams = 32;
+// The most server shards a parameter-server model may be split into (a shard
+// is at least one element of a layer; 4096 servers is far beyond any PS job):
+// the coordinator's assignment and the DGS data plane bound by this one.
+inline constexpr uint32_t kMaxParameterServerShards = 4096;
 inline constexpr size_t kMaxParamNameBytes = 64;
 
 // The parameter `name` of `spec`, or null.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "catalog/catalog.h"
 
 namespace gradex {
 
@@ -23,8 +24,8 @@ namespace gradex {
 // uint32 (kernels/sparse.h), and every count a peer sends is bounded by these.
 inline constexpr uint32_t kDgsMaxLayers = 1u << 20;
 inline constexpr uint64_t kDgsMaxElements = (uint64_t{1} << 32) - 1;
-// The most server shards a model may be split into.
-inline constexpr uint32_t kDgsMaxShards = 4096;
+// The most server shards a model may be split into (the catalog's bound).
+inline constexpr uint32_t kDgsMaxShards = catalog::kMaxParameterServerShards;
 
 // A contiguous element range [begin, end) of the flat model.
 struct DgsRange {

@@ -19,12 +19,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "catalog/catalog.h"
 
 namespace gradex::coordinator {
 
-// At most this many shards (the proto's bound; a shard is at least one
-// element of a layer, and 4096 servers is far beyond any PS job here).
-inline constexpr uint32_t kMaxServerShards = 4096;
+// At most this many shards (the catalog's bound, which the DGS data plane
+// checks too).
+inline constexpr uint32_t kMaxServerShards = catalog::kMaxParameterServerShards;
 
 // The parameter range [first, last) of each of `shards` shards of a model of
 // `total` elements: contiguous, in order, the first total % shards one
