@@ -1,42 +1,17 @@
+// The DGS server shard: its creation and checks, a worker's hello (a full
+// sync), the pulls (top R% of what a worker has not yet seen) and the
+// staleness bookkeeping; pushes and snapshots have files of their own.
 #include "collectives/dgs_server.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <functional>
-#include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "catalog/fnv1a.h"
 #include "collectives/dgs_dense.h"
 #include "kernels/sparse.h"
 
 namespace gradex {
-namespace {
-
-constexpr uint32_t kSnapshotMagic = 0x53534744;  // "DGSS"
-constexpr uint16_t kSnapshotFormat = 1;
-
-#pragma pack(push, 1)
-struct SnapshotHeader {
-  uint32_t magic;
-  uint16_t format;
-  uint16_t has_model;  // 0 or 1
-  uint64_t fingerprint;
-  uint32_t shard;
-  uint32_t begin;
-  uint32_t end;
-  uint32_t reserved;  // 0
-  uint64_t version;
-};
-#pragma pack(pop)
-static_assert(sizeof(SnapshotHeader) == 40);
-
-// The bound after adding values of at most `largest` in magnitude: float
-// rounding may put a sum up to 2^-24 above the exact one, hence the margin.
-double GrownBound(double bound, float largest) { return (bound + largest) * (1.0 + 0x1p-23); }
-
-}  // namespace
 
 DgsServerShard::DgsServerShard(const DgsLayout& layout, uint32_t shard, DgsRange range,
                                const DgsServerOptions& options)
@@ -124,146 +99,6 @@ absl::Status DgsServerShard::Join(uint32_t worker, std::span<const float> values
   return absl::OkStatus();
 }
 
-absl::Status DgsServerShard::ApplyPush(uint32_t worker, const DgsMessage& push, DgsRefusal* why) {
-  if (why != nullptr) *why = DgsRefusal::kNone;
-  if (worker >= options_.workers || push.worker != worker) {
-    return Refuse(DgsRefusal::kWrongWorker, absl::StrCat("worker ", push.worker, " as ", worker),
-                  why);
-  }
-  if (push.kind != DgsKind::kPush && push.kind != DgsKind::kDensePush) {
-    return Refuse(DgsRefusal::kWrongKind, absl::StrCat("kind ", static_cast<int>(push.kind)), why);
-  }
-  if (push.shard != shard_) {
-    return Refuse(DgsRefusal::kWrongShard, absl::StrCat("shard ", push.shard), why);
-  }
-  if (!active_[worker]) {
-    return Refuse(DgsRefusal::kNotJoined, absl::StrCat("worker ", worker, " has not said hello"),
-                  why);
-  }
-  if (push.version > version_) {
-    return Refuse(DgsRefusal::kVersionAhead,
-                  absl::StrCat("base version ", push.version, " > ", version_), why);
-  }
-  if (push.version != pulled_at_[worker]) {
-    return Refuse(DgsRefusal::kStaleVersion,
-                  absl::StrCat("base version ", push.version, ", last sent to worker ", worker,
-                               ": ", pulled_at_[worker]),
-                  why);
-  }
-  if (version_ - push.version > options_.max_staleness) {
-    return Refuse(DgsRefusal::kBeyondStaleness,
-                  absl::StrCat(version_ - push.version, " versions behind > max_staleness ",
-                               options_.max_staleness),
-                  why);
-  }
-  if (!(push.ratio > 0.0f && push.ratio <= 1.0f)) {
-    return Refuse(DgsRefusal::kBadRatio, absl::StrCat("ratio ", push.ratio), why);
-  }
-  if (push.kind == DgsKind::kDensePush) return ApplyDense(worker, push, why);
-  const kernels::SparseVec& s = push.sparse;
-  if (s.val.size() != s.idx.size()) return Refuse(DgsRefusal::kBadLength, "indices != values", why);
-  float largest = 0;
-  for (size_t e = 0; e < s.nnz(); ++e) {
-    if (s.idx[e] < range_.begin || s.idx[e] >= range_.end) {
-      return Refuse(DgsRefusal::kIndexOutOfRange, absl::StrCat("index ", s.idx[e]), why);
-    }
-    if (e > 0 && s.idx[e] <= s.idx[e - 1]) {
-      return Refuse(DgsRefusal::kUnsortedIndices, absl::StrCat("index ", s.idx[e]), why);
-    }
-    if (!std::isfinite(s.val[e]))
-      return Refuse(DgsRefusal::kNonFinite, absl::StrCat("entry ", e), why);
-    largest = std::max(largest, std::fabs(s.val[e]));
-  }
-  const bool near_max = bound_ + largest > std::numeric_limits<float>::max();
-  if (near_max) {
-    if (absl::Status st = CheckSums(s.idx, s.val, why); !st.ok()) return st;
-  }
-  float* m = m_.data() - range_.begin;
-  for (size_t e = 0; e < s.nnz(); ++e) m[s.idx[e]] += s.val[e];
-  // M − v_j grows by the push for every joined worker j (the pusher too:
-  // its own push comes back to it through its pull, as in the seed).
-  for (uint32_t j = 0; j < options_.workers; ++j) {
-    if (!active_[j]) continue;
-    float* d = d_[j].data() - range_.begin;
-    for (size_t e = 0; e < s.nnz(); ++e) d[s.idx[e]] += s.val[e];
-  }
-  bound_ = near_max ? ExactBound() : GrownBound(bound_, largest);
-  Applied(worker, push, s.nnz());
-  return absl::OkStatus();
-}
-
-absl::Status DgsServerShard::ApplyDense(uint32_t worker, const DgsMessage& push, DgsRefusal* why) {
-  // R = 1 (ASGD): one pass over M and one over each joined d_j, adding
-  // only nonzeros (dgs_dense.h), the same bits as the sparse route.
-  if (push.ratio != 1.0f) {
-    return Refuse(DgsRefusal::kBadRatio, absl::StrCat("dense push at ratio ", push.ratio), why);
-  }
-  const std::vector<float>& v = push.dense;
-  if (v.size() != range_.size()) {
-    return Refuse(DgsRefusal::kBadLength,
-                  absl::StrCat(v.size(), " values for a range of ", range_.size()), why);
-  }
-  bool finite = true;  // no early exit: one branch-free pass
-  float largest = 0;
-  for (float x : v) {
-    finite &= std::isfinite(x);
-    largest = std::max(largest, std::fabs(x));
-  }
-  if (!finite) return Refuse(DgsRefusal::kNonFinite, "a dense push's values", why);
-  const bool near_max = bound_ + largest > std::numeric_limits<float>::max();
-  if (near_max) {
-    if (absl::Status st = CheckSums({}, v, why); !st.ok()) return st;
-  }
-  const uint64_t n = DgsAddNonzeros(m_.data(), v.data(), v.size());
-  for (uint32_t j = 0; j < options_.workers; ++j) {
-    if (active_[j]) DgsAddNonzeros(d_[j].data(), v.data(), v.size());
-  }
-  bound_ = near_max ? ExactBound() : GrownBound(bound_, largest);
-  Applied(worker, push, n);
-  return absl::OkStatus();
-}
-
-absl::Status DgsServerShard::CheckSums(std::span<const uint32_t> ids, std::span<const float> values,
-                                       DgsRefusal* why) {
-  auto check = [&](const std::vector<float>& a, const char* what, uint32_t j) -> absl::Status {
-    for (size_t e = 0; e < values.size(); ++e) {
-      const size_t at = ids.empty() ? e : ids[e] - range_.begin;
-      if (!std::isfinite(a[at] + values[e])) {
-        return Refuse(DgsRefusal::kOverflow,
-                      absl::StrCat("element ", range_.begin + at, ": ", what,
-                                   j == UINT32_MAX ? "" : absl::StrCat(" of worker ", j), " ",
-                                   a[at], " + ", values[e], " is not finite"),
-                      why);
-      }
-    }
-    return absl::OkStatus();
-  };
-  if (absl::Status st = check(m_, "M", UINT32_MAX); !st.ok()) return st;
-  for (uint32_t j = 0; j < options_.workers; ++j) {
-    if (!active_[j]) continue;
-    if (absl::Status st = check(d_[j], "M - v", j); !st.ok()) return st;
-  }
-  return absl::OkStatus();
-}
-
-double DgsServerShard::ExactBound() const {
-  float b = 0;
-  for (float x : m_) b = std::max(b, std::fabs(x));
-  for (uint32_t j = 0; j < options_.workers; ++j) {
-    if (!active_[j]) continue;
-    for (float x : d_[j]) b = std::max(b, std::fabs(x));
-  }
-  return b;
-}
-
-void DgsServerShard::Applied(uint32_t worker, const DgsMessage& push, uint64_t entries) {
-  push_staleness_[worker] = version_ - push.version;
-  ratio_[worker] = push.ratio;
-  ++version_;
-  ++stats_.pushes;
-  stats_.pushed_entries += entries;
-}
-
 absl::Status DgsServerShard::MakePull(uint32_t worker, DgsMessage* reply, DgsRefusal* why) {
   if (why != nullptr) *why = DgsRefusal::kNone;
   if (worker >= options_.workers || !active_[worker]) {
@@ -349,68 +184,6 @@ uint64_t DgsServerShard::total_refused() const {
   uint64_t t = 0;
   for (uint64_t c : refused_) t += c;
   return t;
-}
-
-absl::StatusOr<Bytes> DgsServerShard::Snapshot() const {
-  const size_t bad = std::count_if(m_.begin(), m_.end(), [](float x) { return !std::isfinite(x); });
-  if (bad > 0) {
-    return absl::FailedPreconditionError(absl::StrCat("DGS shard ", shard_, ": M holds ", bad,
-                                                      " non-finite values: not snapshotted"));
-  }
-  SnapshotHeader h{};
-  h.magic = kSnapshotMagic;
-  h.format = kSnapshotFormat;
-  h.has_model = has_model_ ? 1 : 0;
-  h.fingerprint = layout_.fingerprint();
-  h.shard = shard_;
-  h.begin = range_.begin;
-  h.end = range_.end;
-  h.version = version_;
-  const size_t values = m_.size() * sizeof(float);
-  Bytes out(sizeof h + values + sizeof(uint64_t));
-  std::memcpy(out.data(), &h, sizeof h);
-  std::memcpy(out.data() + sizeof h, m_.data(), values);
-  // FNV-1a 64: any change of one byte changes the sum (each step is a
-  // bijection of the state), which is what a torn or bit-flipped file needs.
-  const uint64_t sum = catalog::Fnv1a(std::span<const uint8_t>(out).first(sizeof h + values));
-  std::memcpy(out.data() + sizeof h + values, &sum, sizeof sum);
-  return out;
-}
-
-absl::Status DgsServerShard::Restore(std::span<const uint8_t> snap) {
-  auto bad = [&](std::string_view what) {
-    return absl::DataLossError(
-        absl::StrCat("DGS shard ", shard_, " snapshot refused: ", std::string(what)));
-  };
-  const size_t values = size_t{range_.size()} * sizeof(float);
-  if (snap.size() != sizeof(SnapshotHeader) + values + sizeof(uint64_t)) {
-    return bad(absl::StrCat("length ", snap.size(),
-                            " != ", sizeof(SnapshotHeader) + values + sizeof(uint64_t)));
-  }
-  SnapshotHeader h;
-  std::memcpy(&h, snap.data(), sizeof h);
-  if (h.magic != kSnapshotMagic) return bad("magic");
-  if (h.format != kSnapshotFormat || h.has_model > 1 || h.reserved != 0) return bad("format");
-  if (h.fingerprint != layout_.fingerprint()) return bad("layout fingerprint");
-  if (h.shard != shard_) return bad(absl::StrCat("shard ", h.shard));
-  if (h.begin != range_.begin || h.end != range_.end) {
-    return bad(absl::StrCat("range [", h.begin, ",", h.end, ")"));
-  }
-  uint64_t sum;
-  std::memcpy(&sum, snap.data() + sizeof h + values, sizeof sum);
-  if (sum != catalog::Fnv1a(snap.first(sizeof h + values))) return bad("checksum");
-  std::vector<float> m(range_.size());
-  std::memcpy(m.data(), snap.data() + sizeof h, values);
-  if (!std::all_of(m.begin(), m.end(), [](float x) { return std::isfinite(x); })) {
-    return bad("a non-finite value");
-  }
-  m_ = std::move(m);
-  bound_ = 0;
-  for (float x : m_) bound_ = std::max(bound_, static_cast<double>(std::fabs(x)));
-  has_model_ = h.has_model == 1;
-  version_ = h.version;
-  for (uint32_t w = 0; w < options_.workers; ++w) Deactivate(w);
-  return absl::OkStatus();
 }
 
 }  // namespace gradex
