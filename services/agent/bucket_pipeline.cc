@@ -260,12 +260,17 @@ absl::Status BucketPipeline::Finish(Item& item, BucketOutcome* out) {
     // was written: its reads of the bucket are then ordered too).
     absl::Status back = HandBack(item);
     if (s.ok()) s = std::move(back);
-    const device::QueueCounters& now = queue->counters();
-    item.end.device_to_host_bytes += now.to_host_bytes - before.to_host_bytes;
-    item.end.host_to_device_bytes += now.to_device_bytes - before.to_device_bytes;
-    item.end.device_waits += now.host_waits - before.host_waits;
+    AddDeviceWork(before, *queue, &item.end);
   }
   return s;
+}
+
+void BucketPipeline::AddDeviceWork(const device::QueueCounters& before, const device::Queue& queue,
+                                   BucketEnd* end) {
+  const device::QueueCounters& now = queue.counters();
+  end->device_to_host_bytes += now.to_host_bytes - before.to_host_bytes;
+  end->host_to_device_bytes += now.to_device_bytes - before.to_device_bytes;
+  end->device_waits += now.host_waits - before.host_waits;
 }
 
 absl::Status BucketPipeline::FinishCall(Item& item, BucketOutcome* out) {

@@ -179,6 +179,9 @@ class BucketPipeline {
   void WaitTurn(bool idle, const std::vector<const BucketSlot*>& touched);
   // One bucket's second half (progress thread): the exchange and its result.
   absl::Status Finish(Item& item, BucketOutcome* out);
+  // Adds what `queue` copied each way and waited since `before` to `end`.
+  static void AddDeviceWork(const device::QueueCounters& before, const device::Queue& queue,
+                            BucketEnd* end);
   // Finish less the device hand-back and counting.
   absl::Status FinishCall(Item& item, BucketOutcome* out);
   // u <- m*u + g per span of the slot, written over the gradient.

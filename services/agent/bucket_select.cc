@@ -92,12 +92,7 @@ void BucketPipeline::Select(Item& item) {
         PlanAndPrepare(item, *slot);
       }
     }
-    if (item.queue != nullptr) {
-      const device::QueueCounters& now = item.queue->counters();
-      item.end.device_to_host_bytes = now.to_host_bytes - before.to_host_bytes;
-      item.end.host_to_device_bytes = now.to_device_bytes - before.to_device_bytes;
-      item.end.device_waits = now.host_waits - before.host_waits;
-    }
+    if (item.queue != nullptr) AddDeviceWork(before, *item.queue, &item.end);
     item.end.select_end = std::chrono::system_clock::now();
   }
   if (item.last_in_step && step_open_) {
