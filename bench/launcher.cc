@@ -25,7 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/fault_transport.h"
 #include "bench/rank_runner.h"
-#include "services/agent/data_interface.h"
+#include "member/data_interface.h"
 #include "transport/file_bootstrap.h"
 #include "transport/loopback_transport.h"
 #include "transport/ucx_transport.h"

@@ -3,7 +3,7 @@
 // An algorithm is listed here only once its schedule exists (collectives/),
 // so that a job config naming it is refused by the coordinator rather than by
 // every agent. dgs (15) is a parameter-server exchange, not an allreduce
-// (Traits::parameter_server; collectives/dgs_*.h).
+// (Traits::parameter_server; ps/dgs_*.h).
 #include "catalog/builtin.h"
 #include "catalog/table1.h"
 

@@ -57,7 +57,7 @@ struct Traits {
   // interval, as the uncompressed exchange.
   bool ccr_profiled = false;
   // Not an allreduce: workers push to and pull from server shards
-  // (collectives/dgs_*.h, DGS). It has no schedule in the allreduce
+  // (ps/dgs_*.h, DGS). It has no schedule in the allreduce
   // registry, no Table 1 row, is never a bucket's algorithm and is never
   // chosen by "auto"; a job runs it as a parameter-server job.
   bool parameter_server = false;

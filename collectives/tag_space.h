@@ -12,11 +12,11 @@ namespace gradex {
 // Phases of the algorithms' schedules (each algorithm numbers its own from 1).
 inline constexpr uint16_t kTagPhaseCollectiveFirst = 0x01;
 inline constexpr uint16_t kTagPhaseCollectiveLast = 0xEF;
-// The agents' in-band epoch agreement (services/agent/epoch_sync.h).
+// The agents' in-band epoch agreement (member/epoch_sync.h).
 inline constexpr uint16_t kTagPhaseEpochAgreement = 0xF0;
-// The agents' link probe at each epoch's start (services/agent/link_probe.h).
+// The agents' link probe at each epoch's start (member/link_probe.h).
 inline constexpr uint16_t kTagPhaseLinkProbe = 0xF1;
-// DGS worker <-> server shard messages (collectives/dgs_exchange.h); the
+// DGS worker <-> server shard messages (ps/dgs_exchange.h); the
 // sequence is the shard id.
 inline constexpr uint16_t kTagPhaseDgs = 0xF2;
 // The in-band invariant checks' barrier and all-gather (collectives/in_band.h).

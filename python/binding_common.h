@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "services/client/client.h"
+#include "services/client/option_table.h"
 
 namespace gradex::python {
 
@@ -52,6 +53,10 @@ class PyRef {
 // Options from a dict of keyword options on top of the environment (the
 // explicit ones win). Unknown keys are a TypeError so typos do not pass.
 client::ClientOptions ParseOptions(const py::dict& kw, bool use_environment);
+// A keyword's value as the option's type (durations in seconds); TypeError
+// naming the keyword when it is not one, ValueError out of a duration's range.
+client::OptionValue FromPython(const client::OptionSpec& spec, const std::string& key,
+                               py::handle v);
 // The trainer's store: Python callables set(key, value) and get(key).
 client::Rendezvous MakeRendezvous(py::object set, py::object get);
 // The option table, one dict per option (binding_options.cc), and every

@@ -29,8 +29,6 @@ void ThrowIfError(const absl::Status& s) {
   if (!s.ok()) throw GradexCppError(StatusText(s));
 }
 
-namespace {
-
 // A keyword's value as the option's type; TypeError naming the keyword
 // when it is not one. Durations are seconds here.
 client::OptionValue FromPython(const client::OptionSpec& spec, const std::string& key,
@@ -57,10 +55,12 @@ client::OptionValue FromPython(const client::OptionSpec& spec, const std::string
       case OptionType::kDuration: {
         const double s = py::cast<double>(v);
         const client::OptionRange& r = *spec.range;
-        if (!(s > 0) || !(s * 1000 <= r.hi)) {
+        // A range that takes 0 ms takes 0 s; else the least is "more than 0".
+        const bool zero = r.lo == 0 && !r.lo_open;
+        if (!(s > 0 || (zero && s == 0)) || !(s * 1000 <= r.hi)) {
           throw py::value_error("gradex: " + key + "=" + client::FormatNumber(s) +
-                                ": expected seconds in (0, " + client::FormatNumber(r.hi / 1000) +
-                                "]");
+                                ": expected seconds in " + (zero ? "[0, " : "(0, ") +
+                                client::FormatNumber(r.hi / 1000) + "]");
         }
         return static_cast<int64_t>(std::ceil(s * 1000));
       }
@@ -79,8 +79,6 @@ client::OptionValue FromPython(const client::OptionSpec& spec, const std::string
   }
   throw py::type_error("gradex: option " + key + ": no Python form");
 }
-
-}  // namespace
 
 // Options from a dict of keyword options on top of the environment (the
 // explicit ones win), by the option table. Unknown keys are a TypeError so

@@ -1,18 +1,17 @@
 // gradex._C.PsWorker: the pybind11 binding of gradex::PsWorker
-// (services/client/ps_worker.h), the asynchronous parameter-server worker
+// (ps/ps_worker.h), the asynchronous parameter-server worker
 // under gradex.torch.DGSOptimizer. step() takes 1-D contiguous float32 CPU
 // tensors or buffers (numpy arrays) and releases the GIL while it runs.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <chrono>
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ps/ps_option_table.h"
+#include "ps/ps_worker.h"
 #include "python/binding_common.h"
-#include "services/client/ps_worker.h"
 
 namespace gradex::python {
 namespace {
@@ -112,34 +111,33 @@ class PyPsWorker {
   std::unique_ptr<client::PsWorker> w_;
 };
 
-std::unique_ptr<PyPsWorker> Create(std::vector<uint32_t> layer_sizes, double density,
-                                   double momentum, double weight_decay, double lr0,
-                                   uint64_t max_staleness, bool use_environment, py::object rdv_set,
-                                   py::object rdv_get, py::kwargs kw) {
+// The worker's own keywords by its option table (ps/ps_option_table.h), the
+// rest by the client's (ParseOptions): unknown ones are a TypeError, values
+// out of range a ValueError naming the keyword.
+std::unique_ptr<PyPsWorker> Create(std::vector<uint32_t> layer_sizes, bool use_environment,
+                                   py::object rdv_set, py::object rdv_get, py::kwargs kw) {
   client::PsWorkerOptions o;
   py::dict rest;
+  std::vector<std::pair<const client::PsOptionSpec*, py::handle>> own;
   for (auto item : kw) {
     const std::string key = py::cast<std::string>(item.first);
-    py::handle v = item.second;
-    if (key == "server_shards") {
-      if (!v.is_none()) o.server_shards = py::cast<uint32_t>(v);
-    } else if (key == "snapshot_dir") {
-      if (!v.is_none()) o.snapshot_dir = py::cast<std::string>(v);
-    } else if (key == "snapshot_interval_s") {
-      const double s = v.is_none() ? 30 : py::cast<double>(v);
-      if (!(s >= 0) || !std::isfinite(s)) throw py::value_error("snapshot_interval_s must be >= 0");
-      o.snapshot_interval = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000)));
-    } else {
+    const client::PsOptionSpec* spec = client::FindPsPyKeyword(key);
+    if (spec == nullptr) {
       rest[item.first] = item.second;
+    } else if (!item.second.is_none()) {
+      own.emplace_back(spec, item.second);
     }
   }
+  // The environment (the worker's GRADEX_PS_* and the client's) under the keywords.
+  if (use_environment) ThrowIfError(client::ApplyPsEnvironment(&o));
   o.client = ParseOptions(rest, use_environment);
+  for (const auto& [spec, v] : own) {
+    const std::string key(spec->spec.py_keyword);
+    absl::Status s =
+        client::SetPsOption(&o, *spec, FromPython(spec->spec, key, v), "keyword " + key);
+    if (!s.ok()) throw py::value_error("gradex: " + std::string(s.message()));
+  }
   o.layer_sizes = std::move(layer_sizes);
-  o.density = static_cast<float>(density);
-  o.momentum = static_cast<float>(momentum);
-  o.weight_decay = static_cast<float>(weight_decay);
-  o.lr0 = static_cast<float>(lr0);
-  o.max_staleness = max_staleness;
   client::Rendezvous r = MakeRendezvous(std::move(rdv_set), std::move(rdv_get));
   absl::StatusOr<std::unique_ptr<client::PsWorker>> w;
   {
@@ -154,15 +152,13 @@ std::unique_ptr<PyPsWorker> Create(std::vector<uint32_t> layer_sizes, double den
 
 void BindPsWorker(py::module_& m) {
   py::class_<PyPsWorker>(m, "PsWorker")
-      .def(py::init(&Create), py::arg("layer_sizes"), py::arg("density") = 0.01,
-           py::arg("momentum") = 0.9, py::arg("weight_decay") = 5e-4, py::arg("lr0") = 0.0,
-           py::arg("max_staleness") = 0, py::arg("use_environment") = true,
+      .def(py::init(&Create), py::arg("layer_sizes"), py::arg("use_environment") = true,
            py::arg("rendezvous_set") = py::none(), py::arg("rendezvous_get") = py::none(),
            "Joins a parameter-server job (DGS; density=1: ASGD). layer_sizes: the model's "
-           "parameters' sizes in order. Keyword options as gradex._C.Client's (job, rank, "
-           "world_size, coordinator, token, timeout_s, ...) plus server_shards, snapshot_dir, "
-           "snapshot_interval_s for the server rank 0 hosts when it embeds the coordinator. "
-           "max_staleness: 0 = unbounded.")
+           "parameters' sizes in order. Keyword options: the worker's (density, momentum, "
+           "weight_decay, lr0, max_staleness, server_shards, snapshot_dir, snapshot_interval_s; "
+           "docs/dgs.md's table) and gradex._C.Client's (job, rank, world_size, coordinator, "
+           "token, timeout_s, ...).")
       .def("step", &PyPsWorker::Step, py::arg("grad"), py::arg("params"), py::arg("lr"),
            "One push-pull: params (1-D float32, the model's flat parameters) are updated in place.")
       .def("stats", &PyPsWorker::Stats)

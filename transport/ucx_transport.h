@@ -46,7 +46,7 @@ struct UcxOptions {
   // The IP the worker's listener binds (the data-plane interface); empty:
   // 127.0.0.1. Never the wildcard: the data plane listens on one interface
   // only. Whoever fills the options picks it (the services: --data-ip or
-  // $GRADEX_DATA_IP, services/agent/data_interface.h).
+  // $GRADEX_DATA_IP, member/data_interface.h).
   std::string listen_ip;
   // The job's secret (its token): the data-plane hello proves it both ways
   // (ucx_hello.h). Members that hold another one cannot connect. Empty is a

@@ -26,8 +26,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/cli.h"
-#include "collectives/dgs_exchange.h"
-#include "services/agent/data_interface.h"
+#include "member/data_interface.h"
+#include "ps/dgs_exchange.h"
 #include "transport/file_bootstrap.h"
 #include "transport/loopback_transport.h"
 #include "transport/ucx_transport.h"

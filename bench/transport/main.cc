@@ -24,7 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/transport/p2p.h"
 #include "bench/transport/perftest.h"
-#include "services/agent/data_interface.h"
+#include "member/data_interface.h"
 #include "transport/file_bootstrap.h"
 #include "transport/ucx_transport.h"
 #include "version/version.h"

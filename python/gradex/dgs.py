@@ -35,7 +35,7 @@ def _ps_worker_class():
     if cls is None:
         raise GradexError(
             "UNIMPLEMENTED: this gradex build has no parameter-server client "
-            "(gradex._C.PsWorker); rebuild gradex with services/client/ps_worker")
+            "(gradex._C.PsWorker); rebuild gradex with ps/ps_worker")
     return cls
 
 

@@ -7,7 +7,7 @@ accumulator, the server adds the push into the global model M and returns the
 top R% per layer of M - v_k (secondary compression), v_k being what it has
 sent to worker k so far. Density 1 is plain ASGD: dense push, dense pull.
 
-The same math as ``collectives/dgs_worker`` and ``collectives/dgs_server``, in
+The same math as ``ps/dgs_worker`` and ``ps/dgs_server``, in
 float32 with the same operation order, so that on integer-valued data (and a
 momentum that is a power of two) it is a bitwise oracle for the C++ path. The
 rules, all of which the C++ side follows:
@@ -119,7 +119,7 @@ class Pull:
 
 
 class WorkerRef:
-    """One worker's SAMomentum accumulator u (collectives/dgs_worker's math)."""
+    """One worker's SAMomentum accumulator u (ps/dgs_worker's math)."""
 
     def __init__(self, layout, lr0, momentum=0.9, weight_decay=5e-4, density=0.01):
         if not 0 < density <= 1:
@@ -173,7 +173,7 @@ class _Peer:
 @dataclass
 class ServerRef:
     """The server shard: global model M, version, per worker v_k
-    (collectives/dgs_server's math). One shard holds the whole layout here."""
+    (ps/dgs_server's math). One shard holds the whole layout here."""
     layout: Layout
     model: torch.Tensor
     full_sync_every: int = FULL_SYNC_EVERY

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "services/agent/grpc_control_plane.h"
+#include "member/grpc_control_plane.h"
 
 namespace gradex::agent {
 

@@ -16,13 +16,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "services/agent/agent.h"
-#include "services/agent/data_interface.h"
-#include "services/agent/grpc_control_plane.h"
-#include "services/agent/server_role.h"
-#include "services/agent/stall_entry_fault.h"
+#include "faults/stall_entry_fault.h"
+#include "faults/tag_flood_fault.h"
+#include "member/grpc_control_plane.h"
+#include "member/member_wiring.h"
+#include "pipeline/agent.h"
+#include "ps/server_role.h"
 #include "services/agent/step_invariants.h"
-#include "services/agent/tag_flood_fault.h"
 
 namespace gradex::agent {
 namespace {
@@ -83,36 +83,28 @@ int Run(const Flags& f) {
     }
     *out = *pem;
   }
-  absl::StatusOr<std::unique_ptr<ControlPlane>> control = CreateGrpcControlPlane(g);
-  if (!control.ok()) {
-    std::cerr << "gradex-agent: " << control.status() << "\n";
-    return 2;
-  }
-  UcxOptions ucx;
-  ucx.tls = f.ucx_tls;
-  absl::StatusOr<std::string> data_ip = DataPlaneIp(f.data_ip, f.grpc.target);
-  if (!data_ip.ok()) {
-    std::cerr << "gradex-agent: " << data_ip.status().message() << "\n";
-    return 2;
-  }
-  ucx.listen_ip = *data_ip;
+  MemberWiringOptions wiring{.control = g, .data_ip = f.data_ip};
+  wiring.ucx.tls = f.ucx_tls;
   // No schedule sends more in one message than a bucket in dense frames
   // (FrameBytes picks the smaller encoding) plus a header per block, twice
   // over for slack; the link probe's 1 MiB message sets the floor. A server
   // caps each receive itself (DgsServer: its shard's largest message).
   const size_t most = std::max<size_t>(2 * (f.elements * 4 + 48 * 4096), (1u << 20) + (64u << 10));
-  ucx.max_message_bytes = f.server ? 0 : most;
-  absl::StatusOr<std::unique_ptr<TransportProvider>> transports = CreateUcxProvider(ucx);
-  if (!transports.ok()) {
-    std::cerr << "gradex-agent: UCX: " << transports.status() << "\n";
-    return 1;
+  wiring.ucx.max_message_bytes = f.server ? 0 : most;
+  WiringPart failed = WiringPart::kNone;
+  absl::StatusOr<MemberWiring> wired = WireMember(std::move(wiring), &failed);
+  if (!wired.ok()) {
+    std::cerr << "gradex-agent: " << wired.status() << "\n";
+    return failed == WiringPart::kUcx ? 1 : 2;
   }
+  std::unique_ptr<ControlPlane> control = std::move(wired->control);
+  std::unique_ptr<TransportProvider> transports = std::move(wired->transports);
   if (f.stall_entry > 0) {
-    *transports = StallEntryFault(*std::move(transports), f.stall_entry,
-                                  std::chrono::milliseconds(f.stall_ms));
+    transports = StallEntryFault(std::move(transports), f.stall_entry,
+                                 std::chrono::milliseconds(f.stall_ms));
   }
   if (f.tag_flood_mib > 0) {
-    *transports = TagFloodFault(*std::move(transports), static_cast<size_t>(f.tag_flood_mib));
+    transports = TagFloodFault(std::move(transports), static_cast<size_t>(f.tag_flood_mib));
   }
   AgentMetrics metrics;
   if (f.metrics_port >= 0) {
@@ -136,10 +128,10 @@ int Run(const Flags& f) {
   o.buckets = f.buckets;
   o.join_timeout = std::chrono::milliseconds(f.join_timeout_ms);
   if (f.server) {
-    return RunServerRole(o, g.rpc_timeout, f.snapshot_dir, f.quiet, control->get(),
-                         transports->get(), &metrics);
+    return RunServerRole(o, g.rpc_timeout, f.snapshot_dir, f.quiet, control.get(), transports.get(),
+                         &metrics);
   }
-  Agent agent(o, control->get(), transports->get(), &metrics);
+  Agent agent(o, control.get(), transports.get(), &metrics);
   if (absl::Status s = agent.Start(); !s.ok()) {
     std::cerr << "gradex-agent: join " << f.grpc.target << ": " << s << "\n";
     return 1;

@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "collectives/in_band.h"
-#include "services/agent/agent.h"
+#include "pipeline/agent.h"
 
 namespace gradex::agent {
 

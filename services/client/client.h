@@ -27,7 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
-#include "services/agent/bucket_pipeline.h"
+#include "pipeline/bucket_pipeline.h"
 
 namespace gradex::client {
 
@@ -134,7 +134,7 @@ struct Rendezvous {
 };
 
 // One parameter's slice of a bucket, in bucket order, and where a bucket's
-// memory is: the bucket pipeline's (services/agent/bucket_pipeline.h).
+// memory is: the bucket pipeline's (pipeline/bucket_pipeline.h).
 using ParamSpan = agent::ParamSpan;
 using Memory = agent::Memory;
 

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "services/agent/grpc_control_plane.h"
-#include "services/agent/member_wiring.h"
+#include "member/grpc_control_plane.h"
+#include "member/member_wiring.h"
 #include "services/client/plan_override.h"
 
 namespace gradex::client {

@@ -1,6 +1,6 @@
 // The Client behind Client::Create: coordinator discovery (embedded or
 // given), the agent runtime over the gRPC control plane and a UCX worker,
-// and the bucket pipeline (services/agent/bucket_pipeline.h) that owns every
+// and the bucket pipeline (pipeline/bucket_pipeline.h) that owns every
 // bucket's state and threads. What stays here is what a trainer sees: the
 // options, the stats and timeline of each bucket (recorded as the pipeline
 // reports them), checkpoints and Close. The trainer's thread only queues
@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "services/agent/agent.h"
-#include "services/agent/agent_metrics.h"
-#include "services/agent/bucket_pipeline.h"
-#include "services/agent/control_plane.h"
-#include "services/agent/transport_provider.h"
+#include "member/control_plane.h"
+#include "member/transport_provider.h"
+#include "pipeline/agent.h"
+#include "pipeline/agent_metrics.h"
+#include "pipeline/bucket_pipeline.h"
 #include "services/client/client.h"
 #include "services/client/client_metrics.h"
 #include "services/client/embedded_coordinator.h"

@@ -12,18 +12,23 @@ using T = OptionType;
 }  // namespace
 
 std::string OptionsMarkdown() {
+  return OptionsMarkdown(OptionTable(), [](const OptionSpec& s) { return DefaultText(s); });
+}
+
+std::string OptionsMarkdown(const std::vector<OptionSpec>& specs,
+                            const std::function<std::string(const OptionSpec&)>& default_text) {
   auto code = [](absl::string_view x) {
     return x.empty() ? std::string() : absl::StrCat("`", x, "`");
   };
   std::string out =
       "| option | Python keyword | C key | environment | default | values | plan | meaning |\n"
       "|---|---|---|---|---|---|---|---|\n";
-  for (const OptionSpec& s : OptionTable()) {
+  for (const OptionSpec& s : specs) {
     std::vector<std::string> env;
     for (const OptionEnv& e : s.env) {
       env.push_back(absl::StrCat(code(e.name), e.kind == EnvKind::kValue ? "" : " (a file)"));
     }
-    std::string def = DefaultText(s);
+    std::string def = default_text(s);
     if (s.type == T::kDuration) def = absl::StrCat(def, " ms");
     def = def.empty() ? "none" : code(def);
     std::string c_key(s.c_key);

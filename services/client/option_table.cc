@@ -4,7 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "services/agent/bucket_choice.h"
+#include "member/bucket_choice.h"
 #include "services/coordinator/validate.h"
 
 namespace gradex::client {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "member/control_plane.h"
 #include "prometheus/registry.h"
-#include "services/agent/control_plane.h"
 #include "services/client/client.h"
 
 namespace gradex::client {

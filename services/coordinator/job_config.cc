@@ -127,7 +127,7 @@ absl::Status ReadPs(const gradex::v1::JobConfig& c, JobSettings* s) {
   const int max_workers = s->max_world_size == 0 ? s->world_size : s->max_world_size;
   ps.max_workers = max_workers;
   // The servers' staleness bound holds only from workers - 1 up (a worker
-  // that is most behind is never held: collectives/dgs_server.h).
+  // that is most behind is never held: ps/dgs_server.h).
   if (ps.max_staleness != 0 && ps.max_staleness + 1 < static_cast<uint64_t>(max_workers)) {
     return Bad("ps.max_staleness", absl::StrCat("at least the largest worker count - 1 (",
                                                 max_workers - 1, "), or 0 = unbounded"));
@@ -177,7 +177,7 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
   }
   if (!s.auto_algorithm && catalog::TraitsOf(c.algorithm()).parameter_server &&
       c.algorithm() != kPsAlgorithm) {
-    // Only DGS has a server role (services/agent/ps_server.h).
+    // Only DGS has a server role (ps/ps_server.h).
     return Bad("algorithm",
                absl::StrCat("'", c.algorithm(),
                             "' is a parameter-server algorithm without a server role"));

@@ -9,10 +9,10 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "metrics/metrics_exposer.h"
 #include "services/coordinator/accept_guard.h"
 #include "services/coordinator/limits.h"
 #include "services/coordinator/log.h"
-#include "services/metrics_exposer.h"
 
 namespace gradex::coordinator {
 namespace {

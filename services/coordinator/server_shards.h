@@ -4,7 +4,7 @@
 // (Plan.ps) and its membership view (log, metrics).
 //
 // A shard is the s-th of S contiguous ranges of the model's layout
-// (collectives/dgs_layout.h cuts it on both ends; the coordinator never sees
+// (ps/dgs_layout.h cuts it on both ends; the coordinator never sees
 // the model). S is fixed the first time an epoch is assigned (the configured
 // count, else one per distinct host of that epoch's members) and never
 // changes afterwards: a server's model slice and its snapshots are for one
@@ -29,7 +29,7 @@ inline constexpr uint32_t kMaxServerShards = catalog::kMaxParameterServerShards;
 
 // The parameter range [first, last) of each of `shards` shards of a model of
 // `total` elements: contiguous, in order, the first total % shards one
-// element longer. The same cut as collectives/dgs_layout.h's SplitShards
+// element longer. The same cut as ps/dgs_layout.h's SplitShards
 // (server_shards_test checks it against that); the coordinator keeps its own
 // copy because it links no collectives. Empty when shards == 0.
 struct ShardRange {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "services/agent/agent.h"
+#include "pipeline/agent.h"
 #include "tests/agent/bucket_harness.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"

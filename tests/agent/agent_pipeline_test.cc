@@ -15,7 +15,7 @@
 #include "catalog/catalog.h"
 #include "collectives/residual_ledger.h"
 #include "kernels/sparse.h"
-#include "services/agent/agent.h"
+#include "pipeline/agent.h"
 #include "tests/agent/bucket_harness.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"

@@ -1,7 +1,7 @@
 // Agents as threads of one process over the fake control plane and loopback
 // communicators: invariants on every step, a crash mid-run, plan changes at
 // their effective step, a late joiner, and report back-pressure.
-#include "services/agent/agent.h"
+#include "pipeline/agent.h"
 
 #include <gtest/gtest.h>
 

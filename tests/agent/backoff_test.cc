@@ -1,4 +1,4 @@
-#include "services/agent/backoff.h"
+#include "member/backoff.h"
 
 #include <gtest/gtest.h>
 

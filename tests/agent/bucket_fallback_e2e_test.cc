@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
-#include "services/agent/agent.h"
+#include "pipeline/agent.h"
 #include "services/coordinator/bucket_controller.h"
 #include "services/coordinator/job_config.h"
 #include "tests/agent/coordinator_bridge.h"

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "services/agent/agent.h"
-#include "services/agent/bucket_pipeline.h"
+#include "pipeline/agent.h"
+#include "pipeline/bucket_pipeline.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
 #include "tests/fakes/fake_control_plane.h"

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "catalog/bucket_algorithms.h"
-#include "services/agent/epoch_sync.h"
-#include "services/agent/grpc_messages.h"
+#include "member/epoch_sync.h"
+#include "member/grpc_messages.h"
 
 namespace gradex::agent {
 namespace {

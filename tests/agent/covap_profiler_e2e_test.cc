@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "services/agent/agent.h"
+#include "pipeline/agent.h"
 #include "services/coordinator/job_config.h"
 #include "tests/agent/coordinator_bridge.h"
 #include "tests/agent/loopback_provider.h"

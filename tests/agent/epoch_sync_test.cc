@@ -2,7 +2,7 @@
 // its receives are posted for at most what an agreement message can hold, so
 // a peer announcing more is refused, named and counted instead of being
 // allocated; honest peers agree as before.
-#include "services/agent/epoch_sync.h"
+#include "member/epoch_sync.h"
 
 #include <gtest/gtest.h>
 

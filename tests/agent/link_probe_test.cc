@@ -1,7 +1,7 @@
 // The link probe on loopback communicators (estimates, a dead or absent peer,
 // P=1), agents that probe at the epoch's start and report the estimate, and
 // a team-count change at a barrier inside an epoch with the invariants held.
-#include "services/agent/link_probe.h"
+#include "member/link_probe.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/link.h"
-#include "services/agent/agent.h"
+#include "pipeline/agent.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
 #include "tests/fakes/fake_control_plane.h"

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "services/agent/agent.h"
-#include "services/agent/transport_provider.h"
+#include "member/transport_provider.h"
+#include "pipeline/agent.h"
 #include "transport/loopback_transport.h"
 
 namespace gradex::agent::testing {

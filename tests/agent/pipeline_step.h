@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "services/agent/bucket_pipeline.h"
+#include "pipeline/bucket_pipeline.h"
 
 namespace gradex::agent::testing {
 

@@ -1,13 +1,13 @@
-// A parameter-server plan as the agent takes it (services/agent/ps_plan.h,
+// A parameter-server plan as the agent takes it (member/ps_plan.h,
 // grpc_messages.cc's ToPlan): roles and the shard / slot tables, every field
 // bounded by the plan itself and every refusal naming its field.
-#include "services/agent/ps_plan.h"
+#include "member/ps_plan.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
 
-#include "services/agent/grpc_messages.h"
+#include "member/grpc_messages.h"
 
 namespace gradex::agent {
 namespace {

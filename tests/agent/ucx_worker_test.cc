@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "services/agent/data_interface.h"
+#include "member/data_interface.h"
 #include "transport/ucx_transport.h"
 
 namespace gradex {

@@ -1,7 +1,7 @@
 // The wait tracker on the loopback transport: a receive whose sender is late
 // shows up with the right peer and a growing wait; receives completed by Wait
 // or Test, cancelled or timed out disappear; the wrapper forwards everything.
-#include "services/agent/wait_tracker.h"
+#include "member/wait_tracker.h"
 
 #include <gtest/gtest.h>
 

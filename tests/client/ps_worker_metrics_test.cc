@@ -1,10 +1,10 @@
-// PsWorker's own metrics (services/client/ps_worker_metrics.h), scraped from
+// PsWorker's own metrics (ps/ps_worker_metrics.h), scraped from
 // each worker's /metrics over HTTP as Prometheus would: the counters equal
 // the worker's Stats() exactly, the staleness histogram counts every step
 // (and its buckets bound the staleness seen), failed steps are counted by
 // reason. Workers are threads of this test; rank 0 embeds the coordinator
 // and hosts the server shard (real gRPC and UCX on loopback).
-#include "services/client/ps_worker_metrics.h"
+#include "ps/ps_worker_metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "absl/strings/str_join.h"
-#include "services/client/ps_worker.h"
+#include "ps/ps_worker.h"
 #include "tests/client/memory_rendezvous.h"
 #include "tests/coordinator/client_util.h"
 

@@ -17,7 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
-#include "services/client/ps_worker.h"
+#include "ps/ps_worker.h"
 
 int main(int argc, char** argv) {
   std::string coordinator, token_file, job = "ps";

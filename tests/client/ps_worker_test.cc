@@ -1,7 +1,7 @@
-// gradex::PsWorker (services/client/ps_worker.h) with rank 0 embedding the
+// gradex::PsWorker (ps/ps_worker.h) with rank 0 embedding the
 // coordinator and hosting the server shard: workers as threads of this test,
 // real gRPC and UCX (TCP on loopback), no barrier between them.
-#include "services/client/ps_worker.h"
+#include "ps/ps_worker.h"
 
 #include <gtest/gtest.h>
 

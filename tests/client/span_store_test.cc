@@ -3,7 +3,7 @@
 // span is conserved; bad layouts are refused without touching anything. And
 // the saved-state blob: round trip (velocities included), version 1 still
 // read, every corruption refused.
-#include "services/agent/span_store.h"
+#include "pipeline/span_store.h"
 
 #include <gtest/gtest.h>
 

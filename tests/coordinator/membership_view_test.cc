@@ -11,8 +11,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/dgs_layout.h"
 #include "prometheus/registry.h"
+#include "ps/dgs_layout.h"
 #include "services/coordinator/coordinator.h"
 #include "version/version.h"
 

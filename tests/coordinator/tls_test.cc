@@ -14,7 +14,7 @@
 
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "services/agent/grpc_control_plane.h"
+#include "member/grpc_control_plane.h"
 #include "services/coordinator/server.h"
 #include "tests/coordinator/client_util.h"
 

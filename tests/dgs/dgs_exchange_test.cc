@@ -2,7 +2,7 @@
 // no barrier between workers, max_staleness holding a fast worker back, a
 // dead worker not stopping the others, a gone server failing the workers
 // within their deadline, a restart from a snapshot, a bad frame refused.
-#include "collectives/dgs_exchange.h"
+#include "ps/dgs_exchange.h"
 
 #include <atomic>
 #include <thread>

@@ -8,8 +8,8 @@
 #include <atomic>
 #include <thread>
 
-#include "collectives/dgs_exchange.h"
 #include "collectives/frame.h"
+#include "ps/dgs_exchange.h"
 #include "tests/dgs/dgs_util.h"
 #include "transport/forwarding_transport.h"
 #include "transport/loopback_transport.h"

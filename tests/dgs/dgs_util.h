@@ -9,10 +9,10 @@
 #include <span>
 #include <vector>
 
-#include "collectives/dgs_frames.h"
-#include "collectives/dgs_server.h"
-#include "collectives/dgs_worker.h"
 #include "gtest/gtest.h"
+#include "ps/dgs_frames.h"
+#include "ps/dgs_server.h"
+#include "ps/dgs_worker.h"
 
 namespace gradex::dgs_test {
 

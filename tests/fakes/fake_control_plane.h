@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "services/agent/control_plane.h"
-#include "services/agent/plan_store.h"
-#include "services/agent/report_queue.h"
+#include "member/control_plane.h"
+#include "member/plan_store.h"
+#include "member/report_queue.h"
 
 namespace gradex::agent {
 

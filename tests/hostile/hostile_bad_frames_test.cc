@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/frame.h"
 #include "gtest/gtest.h"
-#include "services/agent/bucket_pipeline.h"
+#include "pipeline/bucket_pipeline.h"
 #include "services/coordinator/job_config.h"
 #include "tests/agent/coordinator_bridge.h"
 #include "tests/agent/loopback_provider.h"

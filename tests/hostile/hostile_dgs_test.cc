@@ -11,7 +11,7 @@
 #include <limits>
 #include <thread>
 
-#include "collectives/dgs_exchange.h"
+#include "ps/dgs_exchange.h"
 #include "tests/dgs/dgs_util.h"
 #include "transport/loopback_transport.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "services/client/ps_worker.h"
+#include "ps/ps_worker.h"
 #include "tests/coordinator/client_util.h"
 
 namespace gradex::client {

@@ -16,9 +16,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "collectives/dgs_exchange.h"
 #include "collectives/tag_space.h"
 #include "gtest/gtest.h"
+#include "ps/dgs_exchange.h"
 #include "tests/dgs/dgs_util.h"
 #include "tests/transport/test_util.h"
 #include "tests/transport/ucx_world.h"

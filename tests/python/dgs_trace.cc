@@ -1,4 +1,4 @@
-// dgs_trace: runs DgsWorkerState and one DgsServerShard (collectives/dgs_*)
+// dgs_trace: runs DgsWorkerState and one DgsServerShard (ps/dgs_*)
 // over the wire frames (encode, decode, apply; no transport) on a scripted
 // sequence of worker steps read from stdin, and prints every push, pull and
 // the stepping worker's parameters as hex floats, for
@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/dgs_frames.h"
-#include "collectives/dgs_server.h"
-#include "collectives/dgs_worker.h"
+#include "ps/dgs_frames.h"
+#include "ps/dgs_server.h"
+#include "ps/dgs_worker.h"
 
 namespace gradex {
 namespace {

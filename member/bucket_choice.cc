@@ -1,0 +1,59 @@
+#include "member/bucket_choice.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "catalog/catalog.h"
+
+namespace gradex::agent {
+
+absl::Status CheckBucketRules(const BucketRules& rules) {
+  if (rules.start_iter > kMaxRuleSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start_iter ", rules.start_iter, " is over ", kMaxRuleSteps));
+  }
+  if (rules.dense_probe_period > kMaxRuleSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dense_probe_period ", rules.dense_probe_period, " is over ", kMaxRuleSteps));
+  }
+  if (!(rules.min_compression_rate >= 0 && rules.min_compression_rate <= kMaxMinCompressionRate)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_compression_rate ", rules.min_compression_rate, " is not in 0..2^30"));
+  }
+  return absl::OkStatus();
+}
+
+bool operator==(const BucketRules& a, const BucketRules& b) {
+  return a.start_iter == b.start_iter && a.min_compression_rate == b.min_compression_rate &&
+         a.dense_probe_period == b.dense_probe_period && a.refuse_nonfinite == b.refuse_nonfinite;
+}
+
+std::string DenseAlgorithm() { return std::string(catalog::ReferenceSumAlgorithm()); }
+
+BucketChoice ChooseBucketAlgorithm(const Plan& plan, const BucketRules& rules, uint64_t step,
+                                   uint32_t bucket, size_t elements) {
+  BucketChoice c;
+  if (step < rules.start_iter) {
+    c.algorithm = DenseAlgorithm();
+    return c;
+  }
+  const uint64_t period = rules.dense_probe_period;
+  if (period > 0 && step % period == period - 1) {
+    c.algorithm = DenseAlgorithm();
+    c.dense_probe = true;
+    return c;
+  }
+  c.algorithm = bucket < plan.bucket_algorithms.size() && !plan.bucket_algorithms[bucket].empty()
+                    ? plan.bucket_algorithms[bucket]
+                    : plan.algorithm;
+  if (rules.min_compression_rate > 0 && !catalog::TraitsOf(c.algorithm).dense && elements > 0) {
+    // Dense sends 4 bytes an element, sparse 8 (index and value) an entry.
+    const double k = std::ceil(plan.density * static_cast<double>(elements));
+    const double rate = (4.0 * static_cast<double>(elements)) / (8.0 * std::max(k, 1.0));
+    if (rate < rules.min_compression_rate) c.algorithm = DenseAlgorithm();
+  }
+  return c;
+}
+
+}  // namespace gradex::agent

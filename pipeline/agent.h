@@ -1,0 +1,331 @@
+// The agent runtime: one per GPU (embedded in the trainer, or driven by
+// gradex-agent). It joins the coordinator with its transport address, builds
+// one communicator per epoch, runs the plan's collective on every bucket of
+// every step, keeps the residual of each bucket across steps and epochs, and
+// reports step statistics without ever waiting on the coordinator inside a
+// step.
+//
+// Plan changes: values all ranks must agree on are switched at plan barriers
+// (steps that are multiples of tau) to the version the members agree on
+// in-band (epoch_sync.h); B-SAG's k' is read from the newest plan at every
+// step. A failed step (dead peer, deadline, bad frame) aborts the
+// communicator so every peer fails fast, keeps this rank's whole contribution
+// in its residual (the failed bucket's and every later bucket's of the step),
+// and the next step re-joins and enters the next epoch.
+//
+// One way to drive it: the BucketPipeline (bucket_pipeline.h), which owns
+// every bucket's state and runs a step's buckets one by one, of any size,
+// selecting bucket b+1 while bucket b exchanges. Step() (gradex-agent's
+// synthetic gradients, bench) is a loop over a pipeline of its own. The
+// per-bucket calls below (BeginStep, PlanBucket, PrepareBucket,
+// ExchangeBucket, AbandonBucket, EndStep) are the pipeline's alone.
+#ifndef GRADEX_PIPELINE_AGENT_H_
+#define GRADEX_PIPELINE_AGENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/sparse_allreduce.h"
+#include "member/bucket_choice.h"
+#include "member/control_plane.h"
+#include "member/transport_provider.h"
+#include "member/wait_tracker.h"
+#include "pipeline/agent_metrics.h"
+
+namespace gradex::agent {
+
+class BucketPipeline;
+
+struct AgentOptions {
+  std::string job;
+  std::string token;
+  std::string agent_id;  // stable for the agent's life; unique in the job
+  std::string host;
+  int local_rank = 0;
+  std::string device = "cpu";
+  size_t elements = 0;  // n per bucket (Step() only)
+  int buckets = 1;      // buckets per step (Step() only)
+  // This rank's per-bucket rules (bucket_choice.h; CheckBucketRules' bounds,
+  // else Start fails). Every rank of an epoch applies the lowest rank's,
+  // agreed at the epoch's entry; a rank whose own differ warns once on stderr
+  // (and counts it in gradex_agent_rules_disagreements_total). The defaults
+  // change nothing (gradex-agent runs the plan's algorithm).
+  BucketRules rules;
+  // Waiting for an epoch that includes this agent (start, after a failure).
+  std::chrono::milliseconds join_timeout{60000};
+  std::chrono::milliseconds rpc_timeout{5000};    // each control-plane call
+  std::chrono::milliseconds sync_timeout{30000};  // in-band agreement (entry waits for peers)
+};
+
+// What one step produced, per bucket.
+struct StepOutcome {
+  uint64_t step = 0;
+  uint32_t epoch = 0;
+  int rank = 0;
+  int world = 0;
+  uint64_t plan_version = 0;
+  std::string algorithm;
+  double density = 0;
+  std::vector<AllreduceResult> results;
+  std::vector<CallStats> stats;
+  double seconds = 0;
+};
+
+// One bucket's state across steps, owned by the caller of RunBucket: its
+// residual (error feedback) and its algorithm objects, which are made anew
+// when the epoch or the bucket's algorithm changes (their state, such as
+// B-SAG's controller or Ok-Topk's thresholds, was learnt for another P or
+// belongs to another schedule).
+struct DeviceResiduals;  // device_path.h
+
+struct BucketSlot {
+  std::vector<float> residual;  // empty: zeros of the bucket's size
+  // Momentum correction's velocity u (the bucket pipeline's), laid out like
+  // the residual, and per span of the layout whether u has been set (a
+  // span's first step takes u = g).
+  std::vector<float> velocity;
+  std::vector<uint8_t> velocity_live;
+  // A device bucket's residual and velocity on its GPU (the pipeline's
+  // device path): while set they are the slot's state, and the two vectors
+  // above are stale until the pipeline copies them back.
+  std::shared_ptr<DeviceResiduals> device;
+  std::unique_ptr<SparseAllreduce> algorithm;
+  std::unique_ptr<SparseAllreduce> dense;  // start_iter, small buckets, probes
+  uint32_t epoch = 0;                      // the epoch the objects were made for
+};
+
+// What one bucket produced.
+struct BucketOutcome {
+  AllreduceResult result;
+  CallStats stats;
+  std::string algorithm;  // what ran
+  bool dense_probe = false;
+  double seconds = 0;  // the exchange, wall
+  // L2 of the bucket's residual after a successful exchange: one pass, for
+  // the agent's metrics and the caller's stats.
+  double residual_l2 = 0;
+};
+
+// The L2 norm of a residual (accumulated in double).
+double ResidualL2(std::span<const float> residual);
+struct BucketCall;
+// The L2 norm of a planned call's residual, wherever it lives (NaN when its
+// memory failed to say).
+double CallResidualL2(const BucketCall& call);
+
+// One bucket of the open step split in three (the client's pipeline selects
+// bucket b+1 on another thread while bucket b exchanges): PlanBucket (the
+// algorithm, the call's context), PrepareBucket (the call frame's local part:
+// gradient into the residual, the local selection) and ExchangeBucket (the
+// messages). Not copyable: the context points into it.
+struct BucketCall {
+  BucketCall() = default;
+  BucketCall(const BucketCall&) = delete;
+  BucketCall& operator=(const BucketCall&) = delete;
+
+  uint32_t bucket = 0;
+  BucketSlot* slot = nullptr;
+  std::span<const float> grad;
+  // The residual the call works on (slot->residual, or the slot's device
+  // copy) and where grad, residual and velocity live (null: host memory).
+  std::span<float> residual;
+  ResidualMemory* memory = nullptr;
+  // DGC's momentum correction left to the call (fused into its first pass
+  // over the residual): velocity = velocity * momentum + grad, and the
+  // velocity joins the residual. Empty: grad joins it as is.
+  std::span<float> velocity;
+  float momentum = 0;
+  std::vector<size_t> step_buckets;  // ctx.step_buckets points here
+  std::string algorithm;             // what runs
+  bool dense_probe = false;
+  SparseAllreduce* schedule = nullptr;  // null: nothing to exchange (see status)
+  CallContext ctx;
+  AllreduceOptions options;
+  // Where the bucket's gradient is: not yet in the residual, prepared (a
+  // call pending in `schedule`), kept (in the residual: grad + old residual)
+  // or exchanged.
+  enum class State { kFresh, kPrepared, kKept, kDone } state = State::kFresh;
+  // A refusal (bad size, bad index: the step goes on, nothing is kept, as
+  // RunBucket's) or the error planning or preparing met (the exchange then
+  // fails the step with it and keeps the gradient).
+  absl::Status status;
+  bool refused = false;
+  double prepare_s = 0;  // PrepareBucket, wall
+};
+
+// The call id of bucket `bucket` (< kMaxStepBuckets) of step `step`: unique
+// per call and the same on every rank whatever the step's bucket count.
+inline constexpr uint64_t kMaxStepBuckets = 65536;
+inline constexpr uint64_t CallId(uint64_t step, uint32_t bucket) {
+  return step * kMaxStepBuckets + bucket;
+}
+
+// The frame job id for a job name (FNV-1a), the same on every agent.
+uint64_t JobId(const std::string& job);
+
+// DATA_LOSS naming the bucket and how many of its residual entries were NaN
+// or infinite at the call's accumulation pass (the first one's element):
+// reset to 0 and exchanged as 0, so no peer and no later step saw them; OK
+// when there were none (CallStats detail "residual_nonfinite").
+absl::Status NonFiniteResidual(uint32_t bucket, const CallStats& stats);
+
+class Agent {
+ public:
+  // `control`, `transports` and `metrics` (may be null) outlive the agent.
+  Agent(AgentOptions options, ControlPlane* control, TransportProvider* transports,
+        AgentMetrics* metrics);
+  ~Agent();
+
+  // Joins the job (bounded by rpc_timeout). The first Step() waits for the
+  // rendezvous.
+  absl::Status Start();
+
+  // One step: the SUM over ranks of every bucket's sparsified gradient.
+  // grads[b] holds `elements` values. On error the residuals hold every
+  // gradient given so far, and the next call re-joins.
+  absl::Status Step(std::span<const std::span<const float>> grads, StepOutcome* out);
+
+  absl::Status Leave();
+
+  uint64_t next_step() const { return next_step_; }
+  // Restores the step counter (a checkpoint) before the first epoch: the
+  // epoch's entry agreement then takes the largest step of its members.
+  // FAILED_PRECONDITION once connected or inside a step.
+  absl::Status set_next_step(uint64_t step);
+  uint32_t epoch() const { return plan_ == nullptr ? 0 : plan_->epoch; }
+  int rank() const { return rank_; }
+  bool connected() const { return transport_ != nullptr; }
+  const Plan* plan() const { return plan_.get(); }
+  // The per-bucket rules agreed for the current epoch (this rank's own
+  // before the first entry).
+  const BucketRules& rules() const { return rules_; }
+  // Fields of this rank's own rules found different from the agreed ones,
+  // counted once per warning.
+  uint64_t rules_disagreements() const { return rules_disagreements_; }
+  // Step()'s buckets' residuals in bucket order (a copy, read between steps).
+  std::vector<std::vector<float>> residuals() const;
+  // The communicator of the current epoch (tests kill it to simulate a crash),
+  // under the wait tracker's decorator.
+  Transport* transport() const { return WaitTracker::Inner(transport_.get()); }
+  // The same behind the wait tracker: its waits end when an eviction
+  // preempts the epoch (the in-band checks after a step use it).
+  Transport* tracked_transport() const { return transport_.get(); }
+
+ private:
+  friend class BucketPipeline;
+  // Opens a step: enters an epoch or a plan barrier as Step() does and fixes
+  // the step number (next_step()). On failure the step is still open, failed:
+  // its buckets go to their residuals (ExchangeBucket) and EndStep returns the
+  // error; the step number is not spent.
+  absl::Status BeginStep();
+  // One bucket of the open step in three parts (BucketCall). PlanBucket reads only what the
+  // open step fixed at BeginStep (plan, rules, step, rank, the step's
+  // communicator) and writes only `call` and `slot`'s algorithm objects, so
+  // it and PrepareBucket may run on another thread while ExchangeBucket runs
+  // an earlier bucket of the same step (never concurrently with BeginStep or
+  // EndStep, nor on a slot another call in flight uses). `grad` and `slot`
+  // stay valid until the call is exchanged or abandoned.
+  void PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
+                  std::span<const float> grad, BucketSlot* slot, BucketCall* call) const;
+  // The call frame's local part (SparseAllreduce::PrepareCall): touches only
+  // `call`, its slot and its gradient.
+  static void PrepareBucket(BucketCall* call);
+  // The messages of a planned (and usually prepared) bucket, in issue order:
+  // the step's failure rules: after a failure in the step (or when it
+  // failed to begin) the gradient is kept in slot->residual and the step's
+  // first error returned. After a failure earlier in the
+  // step a prepared call is abandoned (its residual holds grad + old
+  // residual) and the step's first error returned; a failed preparation
+  // fails the step as a failed exchange would.
+  absl::Status ExchangeBucket(BucketCall* call, BucketOutcome* out);
+  // Gives a planned bucket up unexchanged (a closing client): its gradient
+  // joins its residual.
+  static void AbandonBucket(BucketCall* call);
+  // Closes the step: reports it (per bucket: algorithm, seconds, dense
+  // probe), fills `out`'s step fields (not results/stats), and returns the
+  // step's first error. A step whose buckets failed is spent (the next one
+  // is step + 1).
+  absl::Status EndStep(StepOutcome* out);
+  bool step_open() const { return step_open_; }
+
+  absl::Status EnterEpoch();
+  absl::Status Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence);
+  absl::Status Barrier();
+  absl::Status Rejoin();
+  absl::Status Fail(absl::Status status);
+  // Takes the agreed rules (from rank `from`); warns once per agreed value
+  // about each field where this rank's own differs.
+  void AdoptRules(const BucketRules& agreed, int from);
+  // Every algorithm the plan names exists in this build.
+  absl::Status CheckAlgorithms() const;
+  // The newest held plan of base's epoch that may apply at `step` (base when
+  // none is newer); *newest_epoch, if given, gets the newest epoch of any
+  // held plan that may apply at `step`.
+  std::shared_ptr<const Plan> Eligible(uint64_t step, std::shared_ptr<const Plan> base,
+                                       uint64_t* newest_epoch = nullptr) const;
+  AllreduceOptions Options(int bucket) const;
+  // `s` with the peer this rank timed out waiting for (since `since`) named.
+  absl::Status NameWait(absl::Status s, Clock::time_point since) const;
+  void Report(uint64_t step);
+  // A planned bucket of a failed step: its gradient joins its residual
+  // (however far it got), and the step's error, named for it, is returned.
+  absl::Status KeepCall(BucketCall* call) const;
+  // Makes slot's algorithm objects for `name` and `epoch`, when they were
+  // made for another (PlanBucket's, which may not touch the agent).
+  static absl::StatusOr<SparseAllreduce*> SlotAlgorithm(const std::string& name, uint32_t epoch,
+                                                        BucketSlot* slot);
+
+  const AgentOptions options_;
+  const uint64_t job_id_;
+  ControlPlane* const control_;
+  TransportProvider* const transports_;
+  AgentMetrics* const metrics_;
+
+  std::shared_ptr<const Plan> plan_;         // the agreed plan of the current epoch
+  BucketRules rules_;                        // the agreed rules of the current epoch
+  std::optional<BucketRules> warned_rules_;  // the agreed rules last warned about
+  uint64_t rules_disagreements_ = 0;
+  // Pending receives of the data plane, read by the heartbeat (hang diagnosis).
+  const std::shared_ptr<WaitTracker> waits_ = std::make_shared<WaitTracker>();
+  std::unique_ptr<Transport> transport_;
+  // The open step's communicator, fixed at BeginStep (PlanBucket reads it on
+  // the client's selection thread); a failure moves the communicator to
+  // retired_, which keeps it alive (aborted) until the step ends.
+  Transport* step_transport_ = nullptr;
+  std::unique_ptr<Transport> retired_;
+  absl::Status begin_status_;  // BeginStep's result, fixed for the step
+  // The first frame refused in the open step and its sender (CallContext::
+  // blame); a failed step reports it.
+  mutable FrameBlame step_blame_;  // thread-safe; PlanBucket (const) hands it to calls
+  // The open step (BeginStep .. EndStep).
+  bool step_open_ = false;
+  bool step_ran_ = false;     // a bucket ran (or failed) in it: EndStep spends the number
+  absl::Status step_status_;  // its first error
+  Clock::time_point step_start_{};
+  std::chrono::system_clock::time_point step_unix_start_{};
+  double step_compute_s_ = 0;
+  std::vector<StepReport::Bucket> step_buckets_;
+  std::vector<CallStats> step_stats_;
+  int rank_ = -1;
+  uint64_t next_step_ = 0;
+  uint64_t synced_at_ = ~uint64_t{0};  // the step the last agreement was made for
+  uint32_t last_epoch_ = 0;            // the last epoch this agent ran (or failed) in
+  bool need_rejoin_ = false;
+  std::chrono::milliseconds lease_{10000};
+  Clock::time_point last_step_end_{};
+  // This epoch's link probe (Plan::measure_links), sent with its reports.
+  std::optional<LinkEstimate> link_;
+  uint32_t link_epoch_ = 0;
+  // Step()'s buckets (made at the first Step; last, so it stops first).
+  std::unique_ptr<BucketPipeline> stepper_;
+};
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_PIPELINE_AGENT_H_

@@ -1,0 +1,72 @@
+// The agent's Prometheus metrics (docs/metrics.md, "Agent"). One registry per
+// agent, so several agents in one process (tests) keep theirs apart; served
+// over HTTP when a port is given.
+#ifndef GRADEX_PIPELINE_AGENT_METRICS_H_
+#define GRADEX_PIPELINE_AGENT_METRICS_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "collectives/frame.h"
+#include "collectives/sparse_allreduce.h"
+
+namespace prometheus {
+class Registry;
+class Exposer;
+class Counter;
+class Gauge;
+template <typename T>
+class Family;
+class Histogram;
+}  // namespace prometheus
+
+namespace gradex::agent {
+
+class AgentMetrics {
+ public:
+  AgentMetrics();
+  ~AgentMetrics();
+
+  // Serves /metrics on `bind` (e.g. "127.0.0.1:9400"); an error if it cannot bind.
+  absl::Status Serve(const std::string& bind);
+  // The port Serve bound (its port 0 picks one), -1 before Serve.
+  int port() const;
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // One successful call (one bucket of one step).
+  void ObserveCall(const std::string& algorithm, const CallStats& stats, size_t n,
+                   double residual_l2, const AllreduceResult& result, int team_position);
+  void StepOk();
+  void StepFailed();
+  void Membership(uint32_t epoch, int members, int rank);
+  void EpochChange();
+  // This rank's own per-bucket rule `field` differs from the agreed one
+  // (epoch_sync.h): counted once per warning.
+  void RulesDisagreement(const std::string& field);
+  // Exports the process-wide frame validation counters and the control
+  // plane's report drops (both cumulative) as counters.
+  void SyncCounters(uint64_t report_drops);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Histogram>* call_seconds_;
+  prometheus::Counter *sent_bytes_, *recv_bytes_, *steps_ok_, *steps_failed_, *epoch_changes_,
+      *report_drops_, *residual_nonfinite_, *reuse_hits_, *reuse_misses_;
+  prometheus::Gauge *result_nnz_, *result_density_, *residual_l2_, *threshold_, *epoch_, *members_,
+      *rank_;
+  prometheus::Family<prometheus::Gauge>* details_;
+  prometheus::Family<prometheus::Counter>* rules_disagreements_;
+  std::array<prometheus::Counter*, static_cast<int>(FrameError::kCount)> frame_errors_{};
+  std::array<uint64_t, static_cast<int>(FrameError::kCount)> frame_seen_{};
+  uint64_t drops_seen_ = 0;
+};
+
+}  // namespace gradex::agent
+
+#endif  // GRADEX_PIPELINE_AGENT_METRICS_H_

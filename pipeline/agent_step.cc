@@ -1,0 +1,179 @@
+// The agent's step: BeginStep / EndStep, and Step() as a loop over a bucket
+// pipeline (agent.h). Epoch entry and plan barriers live in agent.cc.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "pipeline/agent.h"
+#include "pipeline/bucket_pipeline.h"
+
+namespace gradex::agent {
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+absl::Status Agent::set_next_step(uint64_t step) {
+  if (transport_ != nullptr || step_open_ || last_epoch_ != 0) {
+    return absl::FailedPreconditionError("the step counter is set before the first epoch only");
+  }
+  next_step_ = step;
+  return absl::OkStatus();
+}
+
+absl::Status Agent::BeginStep() {
+  if (step_open_) return absl::FailedPreconditionError("BeginStep: a step is already open");
+  step_open_ = true;
+  step_ran_ = false;
+  step_status_ = absl::OkStatus();
+  step_buckets_.clear();
+  step_stats_.clear();
+  step_blame_.Clear();
+  step_start_ = Clock::now();
+  step_unix_start_ = std::chrono::system_clock::now();
+  step_compute_s_ =
+      last_step_end_ == Clock::time_point{} ? 0 : Seconds(step_start_ - last_step_end_);
+  retired_.reset();
+  step_transport_ = nullptr;
+  absl::Status s;
+  if (transport_ == nullptr) {
+    s = EnterEpoch();
+  } else if (plan_->tau > 0 && next_step_ % static_cast<uint64_t>(plan_->tau) == 0 &&
+             next_step_ != synced_at_) {
+    s = Barrier();
+  }
+  begin_status_ = s;
+  if (!s.ok()) {
+    step_status_ = s;
+    return s;
+  }
+  step_ran_ = true;
+  step_transport_ = transport_.get();
+  waits_->SetStep(plan_->epoch, next_step_);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::EndStep(StepOutcome* out) {
+  if (!step_open_) return absl::FailedPreconditionError("EndStep: no open step");
+  step_open_ = false;
+  step_transport_ = nullptr;
+  retired_.reset();
+  const uint64_t step = next_step_;
+  if (out != nullptr && plan_ != nullptr) {
+    out->step = step;
+    out->epoch = plan_->epoch;
+    out->rank = rank_;
+    out->world = plan_->world();
+    out->plan_version = plan_->version;
+    out->algorithm = plan_->algorithm;
+    out->density = plan_->density;
+  }
+  if (!step_status_.ok()) {
+    // A step that ran is spent (its gradients stay in the residuals); one
+    // that could not begin is tried again under the same number.
+    if (step_ran_) ++next_step_;
+    return step_status_;
+  }
+  ++next_step_;
+  last_step_end_ = Clock::now();
+  if (out != nullptr) out->seconds = Seconds(last_step_end_ - step_start_);
+  if (metrics_ != nullptr) {
+    metrics_->StepOk();
+    metrics_->SyncCounters(control_->report_drops());
+  }
+  Report(step);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutcome* out) {
+  const size_t buckets = static_cast<size_t>(std::max(options_.buckets, 1));
+  if (grads.size() != buckets) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: ", grads.size(), " buckets given, ", buckets, " configured"));
+  }
+  for (const auto& g : grads) {
+    if (g.size() != options_.elements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step: a bucket of ", g.size(), " elements, expected ", options_.elements));
+    }
+  }
+  // A step that cannot begin takes no gradient: the caller runs it again.
+  if (absl::Status s = BeginStep(); !s.ok()) return EndStep(out);
+  if (stepper_ == nullptr) {
+    // One bucket after another (no overlap), sums, every value exchanged as
+    // given: what gradex-agent's synthetic steps and bench measure.
+    PipelineOptions p;
+    p.mean = false;
+    p.pipeline = false;
+    p.max_bucket_elements = std::max<size_t>(options_.elements, 1);
+    stepper_ = std::make_unique<BucketPipeline>(this, p);
+  }
+  std::vector<std::future<BucketEnd>> ends;
+  for (size_t b = 0; b < grads.size(); ++b) {
+    ends.push_back(stepper_->Submit({{b, options_.elements}}, grads[b], b + 1 == grads.size()));
+  }
+  out->results.resize(grads.size());
+  out->stats.assign(grads.size(), CallStats{});
+  absl::Status status = absl::InternalError("step: its last bucket did not end the step");
+  // Each bucket's wait is bounded by its exchange's deadline (a failed step
+  // keeps the later buckets without exchanging them).
+  for (size_t b = 0; b < ends.size(); ++b) {
+    BucketEnd e = ends[b].get();
+    if (e.step_status) {
+      status = *e.step_status;
+      std::vector<AllreduceResult> results = std::move(out->results);
+      std::vector<CallStats> stats = std::move(out->stats);
+      *out = std::move(e.step_outcome);
+      out->results = std::move(results);
+      out->stats = std::move(stats);
+    }
+    out->results[b] = std::move(e.outcome.result);
+    out->stats[b] = std::move(e.outcome.stats);
+  }
+  return status;
+}
+
+std::vector<std::vector<float>> Agent::residuals() const {
+  const size_t buckets = static_cast<size_t>(std::max(options_.buckets, 1));
+  std::vector<std::vector<float>> out(buckets, std::vector<float>(options_.elements, 0.0f));
+  absl::StatusOr<SpanState> s =
+      stepper_ != nullptr ? stepper_->Export() : absl::StatusOr<SpanState>(SpanState{});
+  if (!s.ok()) return {};
+  for (auto& [key, r] : s->residuals) {
+    if (key < buckets) out[key] = std::move(r);
+  }
+  return out;
+}
+
+void Agent::Report(uint64_t step) {
+  auto ns = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
+  StepReport r;
+  r.comm_start_unix_ns = ns(step_unix_start_);
+  r.comm_end_unix_ns = ns(std::chrono::system_clock::now());
+  r.epoch = plan_->epoch;
+  r.step = step;
+  r.rank = rank_;
+  r.compute_s = step_compute_s_;
+  for (const CallStats& s : step_stats_) {
+    r.total_s += s.total_s;
+    r.selection_s += s.phases.selection_s;
+    r.communication_s += s.phases.communication_s;
+    r.reduction_s += s.phases.reduction_s;
+    r.sent_bytes += s.sent_bytes;
+    r.recv_bytes += s.recv_bytes;
+    r.result_nnz += s.result_nnz;
+  }
+  for (const StepReport::Bucket& b : step_buckets_) {
+    r.post_gather_count += b.post_gather_count;
+    r.kprime_used = std::max(r.kprime_used, b.kprime_used);
+  }
+  r.buckets = std::move(step_buckets_);
+  step_buckets_.clear();
+  if (link_ && link_epoch_ == r.epoch) r.link = link_;
+  control_->ReportStep(std::move(r));  // drops, never blocks
+}
+
+}  // namespace gradex::agent
