@@ -2,7 +2,7 @@
 """Render assertions for the DGS parameter servers (chart_test.sh): the
 server objects (StatefulSet, headless Service, NetworkPolicy, PodMonitor)
 exist only for a dgs job that asks for them; the servers' arguments are
-flags gradex-agent's usage lists (services/agent/agent_cli_flags.cc), their snapshot
+flags gradex-agent's usage lists (agent/agent_cli_flags.cc), their snapshot
 volume is the one --snapshot-dir names, their ports and labels are what the
 policies and the PodMonitor select; the job config's ps block carries the
 servers, shards and layer sizes (the example MLP's recomputed here); the
@@ -38,7 +38,7 @@ def job_config(objs):
 
 
 def agent_flags():
-    src = open(f"{ROOT}/services/agent/agent_cli_flags.cc").read()
+    src = open(f"{ROOT}/agent/agent_cli_flags.cc").read()
     usage = src[src.index("kUsage[]"):src.index(')";', src.index("kUsage[]"))]
     return set(re.findall(r"(--[a-z][a-z-]*)", usage))
 

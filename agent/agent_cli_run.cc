@@ -1,7 +1,7 @@
 // gradex-agent's run: the coordinator's control plane, UCX (with the fault
 // injections asked for), metrics, then the server role or the step loop on
 // seeded synthetic gradients with the optional invariant checks.
-#include "services/agent/agent_cli_run.h"
+#include "agent/agent_cli_run.h"
 
 #include <unistd.h>
 
@@ -22,7 +22,7 @@
 #include "member/member_wiring.h"
 #include "pipeline/agent.h"
 #include "ps/server_role.h"
-#include "services/agent/step_invariants.h"
+#include "agent/step_invariants.h"
 
 namespace gradex::agent {
 namespace {

@@ -1,9 +1,9 @@
 // gradex-agent's run (main.cc): the control and data planes from the flags,
 // then the server role or the step loop on synthetic gradients.
-#ifndef GRADEX_SERVICES_AGENT_AGENT_CLI_RUN_H_
-#define GRADEX_SERVICES_AGENT_AGENT_CLI_RUN_H_
+#ifndef GRADEX_AGENT_AGENT_CLI_RUN_H_
+#define GRADEX_AGENT_AGENT_CLI_RUN_H_
 
-#include "services/agent/agent_cli_flags.h"
+#include "agent/agent_cli_flags.h"
 
 namespace gradex::agent {
 
@@ -13,4 +13,4 @@ int Run(const Flags& f);
 
 }  // namespace gradex::agent
 
-#endif  // GRADEX_SERVICES_AGENT_AGENT_CLI_RUN_H_
+#endif  // GRADEX_AGENT_AGENT_CLI_RUN_H_

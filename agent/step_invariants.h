@@ -5,8 +5,8 @@
 // (entries within the result capacity the algorithm promised). The checks
 // themselves are the collectives' (collectives/invariants.h), shared with the
 // benchmark.
-#ifndef GRADEX_SERVICES_AGENT_STEP_INVARIANTS_H_
-#define GRADEX_SERVICES_AGENT_STEP_INVARIANTS_H_
+#ifndef GRADEX_AGENT_STEP_INVARIANTS_H_
+#define GRADEX_AGENT_STEP_INVARIANTS_H_
 
 #include <cstdint>
 #include <memory>
@@ -49,4 +49,4 @@ class StepInvariants {
 
 }  // namespace gradex::agent
 
-#endif  // GRADEX_SERVICES_AGENT_STEP_INVARIANTS_H_
+#endif  // GRADEX_AGENT_STEP_INVARIANTS_H_

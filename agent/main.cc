@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "services/agent/agent_cli_flags.h"
-#include "services/agent/agent_cli_run.h"
+#include "agent/agent_cli_flags.h"
+#include "agent/agent_cli_run.h"
 #include "version/version.h"
 
 int main(int argc, char** argv) {

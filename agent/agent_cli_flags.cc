@@ -1,5 +1,5 @@
 // gradex-agent's flags: the usage text and the parser with its range checks.
-#include "services/agent/agent_cli_flags.h"
+#include "agent/agent_cli_flags.h"
 
 #include <string>
 #include <vector>

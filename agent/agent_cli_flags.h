@@ -1,7 +1,7 @@
 // gradex-agent's command line (main.cc): its flags, their usage text and
 // their parsing and checks.
-#ifndef GRADEX_SERVICES_AGENT_AGENT_CLI_FLAGS_H_
-#define GRADEX_SERVICES_AGENT_AGENT_CLI_FLAGS_H_
+#ifndef GRADEX_AGENT_AGENT_CLI_FLAGS_H_
+#define GRADEX_AGENT_AGENT_CLI_FLAGS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -38,4 +38,4 @@ absl::Status Parse(int argc, char** argv, Flags* f);
 
 }  // namespace gradex::agent
 
-#endif  // GRADEX_SERVICES_AGENT_AGENT_CLI_FLAGS_H_
+#endif  // GRADEX_AGENT_AGENT_CLI_FLAGS_H_

@@ -1,4 +1,4 @@
-#include "services/agent/step_invariants.h"
+#include "agent/step_invariants.h"
 
 #include <algorithm>
 #include <utility>
