@@ -22,21 +22,11 @@ out=$root/bench/results/cloud_net
 bin=$root/build/bin/gradex-bench
 local_runs=1
 ranks=4
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --rate) rate=$2; shift 2 ;;
-    --iters) iters=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --elements) elements=$2; shift 2 ;;
-    --density) density=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --bin) bin=$2; shift 2 ;;
-    --skip-local) local_runs=0; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-    *) echo "cloud_net.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-[[ $(id -u) -eq 0 ]] || { echo "cloud_net.sh: needs root (network namespaces, tc)" >&2; exit 1; }
+source "$root/bench/lib/common.sh"
+gx_args cloud_net.sh raw:2,14 'unknown argument %s' \
+  '--rate=rate --iters=iters --warmup=warmup --elements=elements --density=density --out=out
+   --bin=bin --skip-local=local_runs=0' "$@"
+gx_need_root
 [[ -x $bin ]] || { echo "cloud_net.sh: $bin not built (run scripts/build)" >&2; exit 1; }
 mkdir -p "$out"
 

@@ -56,12 +56,17 @@ def load_before(path):
         return (None, None)
 
 
+def raw_runs(out, pattern, name):
+    """(path, name's match) of each OUT/raw/PATTERN file whose name matches, in name order."""
+    for path in sorted(glob.glob(os.path.join(out, "raw", pattern))):
+        m = name.search(path)
+        if m:
+            yield path, m
+
+
 def gradex_rows(out):
     rows = []
-    for txt in sorted(glob.glob(os.path.join(out, "raw", "gradex-*.txt"))):
-        m = RAW.search(txt)
-        if not m:
-            continue
+    for txt, m in raw_runs(out, "gradex-*.txt", RAW):
         bw, p, d = float(m.group(1)), int(m.group(2)), float(m.group(3))
         by_algo = {j["algo"]: j for j in read_jsonl(txt[:-4] + ".jsonl")}
         load = load_before(txt[:-4] + ".load")
@@ -100,10 +105,7 @@ def gradex_rows(out):
 
 def mpi_rows(out):
     rows = []
-    for path in sorted(glob.glob(os.path.join(out, "raw", "mpi-*.jsonl"))):
-        m = MPI.search(path)
-        if not m:
-            continue
+    for path, m in raw_runs(out, "mpi-*.jsonl", MPI):
         bw, p = float(m.group(1)), int(m.group(2))
         js = read_jsonl(path)
         if not js:

@@ -14,20 +14,11 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 nproc=4 epochs=3 density=0.01 start_iter="" out="$root/examples/results" keep=0
 algorithms="dense spardl spardl-bsag oktopk topka gaussiank covap auto"
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --nproc) nproc="$2"; shift 2 ;;
-    --epochs) epochs="$2"; shift 2 ;;
-    --density) density="$2"; shift 2 ;;
-    --start-iter) start_iter="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    --algorithms) algorithms="$2"; shift 2 ;;
-    --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    --) shift; break ;;
-    *) echo "compare_algorithms: unknown flag '$1' (--help)" >&2; exit 2 ;;
-  esac
-done
+source "$root/bench/lib/common.sh"
+gx_args compare_algorithms 2,12 "unknown flag '%s' (--help)" \
+  '--nproc=nproc --epochs=epochs --density=density --start-iter=start_iter --out=out
+   --algorithms=algorithms --keep=keep=1 --' "$@"
+set -- "${GX_REST[@]}"
 py=/usr/bin/python3
 export PYTHONPATH="$root/build/python${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$out"

@@ -15,21 +15,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 epochs=3 workers=4 lr=0.05 density=0.01 backend=gradex runs="dense asgd dgs" extra=""
 out=$root/examples/results/dgs
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --epochs) epochs=$2; shift 2 ;;
-    --workers) workers=$2; shift 2 ;;
-    --lr) lr=$2; shift 2 ;;
-    --density) density=$2; shift 2 ;;
-    --backend) backend=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
-    --out) out=$(realpath -m "$2"); shift 2 ;;
-    --extra) extra=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "compare_dgs: unknown argument $1 (--help)" >&2; exit 2 ;;
-  esac
-done
-[[ $backend == gradex || $backend == reference ]] || { echo "compare_dgs: bad --backend" >&2; exit 2; }
+source "$root/bench/lib/common.sh"
+gx_args compare_dgs 2,12 'unknown argument %s (--help)' \
+  '--epochs=epochs --workers=workers --lr=lr --density=density --backend=backend --runs=runs
+   --out=out:path --extra=extra' "$@"
+[[ $backend == gradex || $backend == reference ]] || die "bad --backend"
 export PYTHONPATH=${PYTHONPATH:-$root/build/python} OMP_NUM_THREADS=1
 # UCX shared memory between the rank processes fails on some hosts (shmat:
 # EINVAL here); TCP over loopback works everywhere.

@@ -14,9 +14,8 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
-from train_fashion_mnist import StepLog, evaluate, make_model
+from train_fashion_mnist import StepLog, evaluate, make_model, train_step
 
 
 def _init():
@@ -59,11 +58,7 @@ def train_worker(args, data):
             t0 = time.perf_counter()
             for i in range(0, len(mine), args.batch_size):
                 idx = mine[i:i + args.batch_size]
-                opt.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
-                loss.backward()
-                opt.step()
-                losses.append(float(loss))
+                losses.append(train_step(model, opt, x_train[idx], y_train[idx]))
                 step += 1
                 log.add(step, wall + time.perf_counter() - t0, losses[-1])
                 over_budget = 0 < args.time_budget_s <= wall + time.perf_counter() - t0

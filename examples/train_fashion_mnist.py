@@ -175,6 +175,15 @@ def evaluate(model, x, y):
     return correct / len(x)
 
 
+def train_step(model, opt, x, y):
+    """One optimizer step on the batch (x, y); returns its training loss."""
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return float(loss)
+
+
 def params_digest(model):
     h = hashlib.sha256()
     for p in model.parameters():
@@ -252,11 +261,7 @@ def train(args, rank, world, on_epoch=None):
             if step == args.stall_at_step and args.stall_s > 0:
                 print(f"rank {rank}: stalling {args.stall_s:g} s before step {step}", flush=True)
                 time.sleep(args.stall_s)
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
-            loss.backward()
-            opt.step()
-            losses.append(float(loss))
+            losses.append(train_step(model, opt, x_train[idx], y_train[idx]))
             step += 1
             log.add(step, wall + time.perf_counter() - t0, losses[-1])
             if args.time_budget_s > 0 and step % 4 == 0:

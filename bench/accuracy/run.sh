@@ -14,21 +14,11 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 nproc=4 epochs=2 density=0.01 algorithms="dense spardl oktopk topka" optimizers="sgd adam" keep=0
 out="$root/bench/results/accuracy" png="$root/docs/accuracy.png"
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --nproc) nproc="$2"; shift 2 ;;
-    --epochs) epochs="$2"; shift 2 ;;
-    --density) density="$2"; shift 2 ;;
-    --algorithms) algorithms="$2"; shift 2 ;;
-    --optimizers) optimizers="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    --png) png="$2"; shift 2 ;;
-    --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    --) shift; break ;;
-    *) echo "accuracy: unknown flag '$1' (--help)" >&2; exit 2 ;;
-  esac
-done
+source "$root/bench/lib/common.sh"
+gx_args accuracy 2,12 "unknown flag '%s' (--help)" \
+  '--nproc=nproc --epochs=epochs --density=density --algorithms=algorithms
+   --optimizers=optimizers --out=out --png=png --keep=keep=1 --' "$@"
+set -- "${GX_REST[@]}"
 py=/usr/bin/python3
 export PYTHONPATH="${GRADEX_PYTHONPATH:-$root/build/python}${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS=1

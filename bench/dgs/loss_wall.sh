@@ -31,65 +31,40 @@ build=$root/build
 out=$root/bench/results/dgs/loss_wall
 PREFIX=gxlw NET=10.95.0 RANKS=4
 py=/usr/bin/python3
-die() { echo "loss_wall: $*" >&2; exit 2; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --modes) modes=$2; shift 2 ;;
-    --budget-s) budget=$2; shift 2 ;;
-    --rate) rate=$2; shift 2 ;;
-    --hidden) hidden=$2; shift 2 ;;
-    --batch) batch=$2; shift 2 ;;
-    --density) density=$2; shift 2 ;;
-    --lr-ddp) lr_ddp=$2; shift 2 ;;
-    --lr-ps) lr_ps=$2; shift 2 ;;
-    --build-dir) build=$(realpath -m "$2"); shift 2 ;;
-    --out) out=$(realpath -m "$2"); shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument $1 (see --help)" ;;
-  esac
-done
+source "$root/bench/lib/common.sh"
+gx_args loss_wall 2,23 'unknown argument %s (see --help)' \
+  '--modes=modes --budget-s=budget --rate=rate --hidden=hidden --batch=batch --density=density
+   --lr-ddp=lr_ddp --lr-ps=lr_ps --build-dir=build:path --out=out:path' "$@"
 [[ $budget =~ ^[1-9][0-9]*$ ]] || die "--budget-s must be a positive integer, got '$budget'"
-[[ $batch =~ ^[1-9][0-9]*$ ]] || die "--batch must be a positive integer, got '$batch'"
+gx_positive_ints batch
 [[ $hidden =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "bad --hidden '$hidden' (e.g. 4096,4096,1250)"
-[[ $rate =~ ^[0-9.]+(gbit|mbit)$ ]] || die "bad --rate '$rate' (e.g. 1gbit, 500mbit)"
+gx_check_rate "$rate"
 for v in density lr_ddp lr_ps; do
   [[ ${!v} =~ ^[0-9]*\.?[0-9]+$ ]] || die "--${v//_/-} must be a positive number, got '${!v}'"
 done
-IFS=, read -r -a MODES <<<"$modes"
-for m in "${MODES[@]}"; do [[ $m =~ ^(ddp|asgd|dgs)$ ]] || die "bad mode '$m'"; done
-[[ $(id -u) -eq 0 ]] || { echo "loss_wall: needs root (network namespaces, tc)" >&2; exit 1; }
-[[ -f $build/python/gradex/dgs.py ]] || die "$build/python/gradex not built (scripts/build)"
+gx_modes "$modes" '^(ddp|asgd|dgs)$'
+gx_need_root
+gx_need_gradex "$build" dgs.py
 "$py" -c 'import torch, matplotlib' 2>/dev/null || die "$py needs torch and matplotlib"
 
-source "$root/bench/netns_lib.sh"
-gx_bench_begin "$PREFIX" "$RANKS" "$out" loss_wall
-
-gx_netns_up "$PREFIX" "$RANKS" "$rate" "$NET"
-echo "$RANKS workers, tc tbf $rate both ways per worker, rank 0 hosting the server shard; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown); MLP hidden $hidden, batch $batch per worker, budget ${budget} s of training per mode; test accuracy on the first 1000 test images; lr ddp $lr_ddp, asgd/dgs $lr_ps; density $density" >"$out/raw/meta.txt"
+gx_netns_bench "$PREFIX" "$RANKS" "$rate" "$NET" "$out" loss_wall
+echo "$RANKS workers, tc tbf $rate both ways per worker, rank 0 hosting the server shard; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(gx_source_version "$root"); MLP hidden $hidden, batch $batch per worker, budget ${budget} s of training per mode; test accuracy on the first 1000 test images; lr ddp $lr_ddp, asgd/dgs $lr_ps; density $density" >"$out/raw/meta.txt"
 
 port=29800
 run_mode() {  # run_mode MODE
-  local mode=$1 r status=0 cmd
+  local mode=$1 cmd
   port=$((port + 1))
-  pids=()
-  for ((r = 0; r < RANKS; r++)); do
-    case $mode in
-      ddp) cmd=("$root/examples/train_fashion_mnist.py" --algorithm dense --lr "$lr_ddp") ;;
-      asgd) cmd=("$root/examples/train_dgs_fashion_mnist.py" --backend gradex --mode asgd
-                 --lr "$lr_ps" --timeout-s 300) ;;
-      dgs) cmd=("$root/examples/train_dgs_fashion_mnist.py" --backend gradex --mode dgs
-                --density "$density" --lr "$lr_ps" --timeout-s 300) ;;
-    esac
-    gx_rank_exec "$PREFIX" "$NET" "$RANKS" "$r" "$port" PYTHONPATH="$build/python" \
-      timeout $((budget * 3 + 600)) "$py" "${cmd[@]}" --hidden "$hidden" \
-      --batch-size "$batch" --epochs 50 --time-budget-s "$budget" \
-      --test-subset 1000 --step-log "$out/raw/$mode.rank{rank}.steps" --csv "$out/raw/$mode.csv" \
-      >"$out/raw/$mode.rank$r.log" 2>&1 &
-    pids+=($!)
-  done
-  gx_wait_all "${pids[@]}" || status=$?
-  pids=()
-  return "$status"
+  case $mode in
+    ddp) cmd=("$root/examples/train_fashion_mnist.py" --algorithm dense --lr "$lr_ddp") ;;
+    asgd) cmd=("$root/examples/train_dgs_fashion_mnist.py" --backend gradex --mode asgd
+               --lr "$lr_ps" --timeout-s 300) ;;
+    dgs) cmd=("$root/examples/train_dgs_fashion_mnist.py" --backend gradex --mode dgs
+              --density "$density" --lr "$lr_ps" --timeout-s 300) ;;
+  esac
+  gx_run_ranks "$PREFIX" "$NET" "$RANKS" "$port" "$out/raw/$mode" PYTHONPATH="$build/python" \
+    timeout $((budget * 3 + 600)) "$py" "${cmd[@]}" --hidden "$hidden" \
+    --batch-size "$batch" --epochs 50 --time-budget-s "$budget" \
+    --test-subset 1000 --step-log "$out/raw/$mode.rank{rank}.steps" --csv "$out/raw/$mode.csv"
 }
 
 t_start=$SECONDS

@@ -25,57 +25,32 @@ build=$root/build
 out=$root/bench/results/dgs
 PREFIX=gxdg NET=10.96.0 RANKS=4
 py=/usr/bin/python3
-die() { echo "dgs bench: $*" >&2; exit 2; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --modes) modes=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --batch) batch=$2; shift 2 ;;
-    --rate) rate=$2; shift 2 ;;
-    --no-loopback) loopback=0; shift ;;
-    --build-dir) build=$(realpath -m "$2"); shift 2 ;;
-    --out) out=$(realpath -m "$2"); shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument $1 (see --help)" ;;
-  esac
-done
-for v in rounds steps warmup batch; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--$v must be a positive integer, got '${!v}'"
-done
-[[ $rate =~ ^[0-9.]+(gbit|mbit)$ ]] || die "bad --rate '$rate' (e.g. 1gbit, 500mbit)"
-IFS=, read -r -a MODES <<<"$modes"
-for m in "${MODES[@]}"; do [[ $m =~ ^(asgd|dgs|ddp)$ ]] || die "bad mode '$m'"; done
-[[ $(id -u) -eq 0 ]] || { echo "dgs bench: needs root (network namespaces, tc)" >&2; exit 1; }
-[[ -f $build/python/gradex/dgs.py ]] || die "$build/python/gradex not built (scripts/build)"
+source "$root/bench/lib/common.sh"
+gx_args "dgs bench" 2,18 'unknown argument %s (see --help)' \
+  '--modes=modes --rounds=rounds --steps=steps --warmup=warmup --batch=batch --rate=rate
+   --no-loopback=loopback=0 --build-dir=build:path --out=out:path' "$@"
+gx_positive_ints rounds steps warmup batch
+gx_check_rate "$rate"
+gx_modes "$modes" '^(asgd|dgs|ddp)$'
+gx_need_root
+gx_need_gradex "$build" dgs.py
 "$py" -c 'import torch' 2>/dev/null || die "$py has no torch (apt-get install python3-torch)"
 
-source "$root/bench/netns_lib.sh"
-gx_bench_begin "$PREFIX" "$RANKS" "$out" dgs
-
-gx_netns_up "$PREFIX" "$RANKS" "$rate" "$NET"
-echo "$RANKS workers, tc tbf $rate both ways per worker, rank 0 hosting the server shard; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown); batch $batch, $warmup warm-up + $steps timed steps per run, $rounds rounds of: ${MODES[*]}" >"$out/raw/meta.txt"
+gx_netns_bench "$PREFIX" "$RANKS" "$rate" "$NET" "$out" dgs
+echo "$RANKS workers, tc tbf $rate both ways per worker, rank 0 hosting the server shard; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(gx_source_version "$root"); batch $batch, $warmup warm-up + $steps timed steps per run, $rounds rounds of: ${MODES[*]}" >"$out/raw/meta.txt"
 
 port=29700
 run_mode() {  # run_mode MODE TAG
-  local mode=$1 tag=$2 r status=0 cmd
+  local mode=$1 tag=$2 cmd
   port=$((port + 1))
-  pids=()
-  for ((r = 0; r < RANKS; r++)); do
-    case $mode in
-      asgd) cmd=("$here/dgs_step.py" --density 1) ;;
-      dgs) cmd=("$here/dgs_step.py" --density 0.01) ;;
-      ddp) cmd=("$root/bench/train_step/train_step.py" --mode ddp) ;;
-    esac
-    gx_rank_exec "$PREFIX" "$NET" "$RANKS" "$r" "$port" PYTHONPATH="$build/python" \
-      timeout 900 nice -n 10 "$py" "${cmd[@]}" --steps "$steps" --warmup "$warmup" \
-      --batch "$batch" --out "$out/raw" --tag "$tag" >"$out/raw/$tag.rank$r.log" 2>&1 &
-    pids+=($!)
-  done
-  gx_wait_all "${pids[@]}" || status=$?
-  pids=()
-  return "$status"
+  case $mode in
+    asgd) cmd=("$here/dgs_step.py" --density 1) ;;
+    dgs) cmd=("$here/dgs_step.py" --density 0.01) ;;
+    ddp) cmd=("$root/bench/train_step/train_step.py" --mode ddp) ;;
+  esac
+  gx_run_ranks "$PREFIX" "$NET" "$RANKS" "$port" "$out/raw/$tag" PYTHONPATH="$build/python" \
+    timeout 900 nice -n 10 "$py" "${cmd[@]}" --steps "$steps" --warmup "$warmup" \
+    --batch "$batch" --out "$out/raw" --tag "$tag"
 }
 
 t_start=$SECONDS

@@ -32,30 +32,13 @@ rank_script=$root/bench/train_step/train_step.py
 device=cuda modes=ddp,gradex:spardl,gradex:oktopk,gradex:topka,gradex:auto
 rates='' rounds=1 steps='' warmup='' batch='' width='' density=0.01 ranks=4 use_tc=1
 ucx_tls=tcp,self run_timeout=300 py='' build=$root/build out=$root/bench/results/gpu_step
-die() { echo "gpu_step: $*" >&2; exit 2; }
 say() { echo "[gpu_step $(date -u +%T)] $*"; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --device) device=$2; shift 2 ;;
-    --modes) modes=$2; shift 2 ;;
-    --rates) rates=$2; shift 2 ;;
-    --no-tc) use_tc=0; shift ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --batch) batch=$2; shift 2 ;;
-    --width) width=$2; shift 2 ;;
-    --density) density=$2; shift 2 ;;
-    --ranks) ranks=$2; shift 2 ;;
-    --ucx-tls) ucx_tls=$2; shift 2 ;;
-    --run-timeout) run_timeout=$2; shift 2 ;;
-    --python) py=$2; shift 2 ;;
-    --build-dir) build=$(realpath -m "$2"); shift 2 ;;
-    --out) out=$(realpath -m "$2"); shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument $1 (see --help)" ;;
-  esac
-done
+source "$root/bench/lib/common.sh"
+gx_args gpu_step 2,27 'unknown argument %s (see --help)' \
+  '--device=device --modes=modes --rates=rates --no-tc=use_tc=0 --rounds=rounds --steps=steps
+   --warmup=warmup --batch=batch --width=width --density=density --ranks=ranks
+   --ucx-tls=ucx_tls --run-timeout=run_timeout --python=py --build-dir=build:path
+   --out=out:path' "$@"
 case $device in
   cuda)
     : "${rates:=unlimited,10gbit,1gbit}" "${steps:=8}" "${warmup:=3}" "${batch:=64}"
@@ -63,14 +46,8 @@ case $device in
   cpu) : "${rates:=unlimited}" "${steps:=3}" "${warmup:=2}" "${batch:=8}" "${width:=256}" ;;
   *) die "--device must be cuda or cpu, got '$device'" ;;
 esac
-for v in rounds steps warmup batch width ranks run_timeout; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v/_/-} must be a positive integer, got '${!v}'"
-done
-IFS=, read -r -a MODES <<<"$modes"
-for m in "${MODES[@]}"; do
-  [[ $m == ddp || $m == compute || $m =~ ^gradex:[a-z0-9-]+$ ]] ||
-    die "bad mode '$m' (ddp, compute, gradex:ALGORITHM)"
-done
+gx_positive_ints rounds steps warmup batch width ranks run_timeout
+gx_modes "$modes" '^(ddp|compute|gradex:[a-z0-9-]+)$' '(ddp, compute, gradex:ALGORITHM)'
 IFS=, read -r -a RATES <<<"$rates"
 limited=0
 for r in "${RATES[@]}"; do
@@ -159,7 +136,7 @@ env GXMETA_DEVICE="$device" GXMETA_GPU="$gpu" GXMETA_DRIVER="$driver" GXMETA_CUD
   GXMETA_WIDTH="$width" GXMETA_DENSITY="$density" GXMETA_ROUNDS="$rounds" \
   GXMETA_RATES="${RATES[*]}" GXMETA_MODES="${MODES[*]}" GXMETA_UCX_TLS="$ucx_tls" \
   GXMETA_GRADEX_FROM="$gradex_from" GXMETA_DATE="$(date -u +%FT%TZ)" \
-  GXMETA_SOURCE="$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)" \
+  GXMETA_SOURCE="$(gx_source_version "$root")" \
   "$py" -c 'import json, os, sys, torch
 m = {k[7:].lower(): v for k, v in os.environ.items() if k.startswith("GXMETA_")}
 m.update(torch=torch.__version__, torch_cuda=torch.version.cuda, cores=os.cpu_count())

@@ -24,62 +24,32 @@ build=$root/build
 out=$root/bench/results/train_step
 PREFIX=gxts NET=10.97.0 RANKS=4
 py=/usr/bin/python3  # Debian's, where python3-torch lives
-die() { echo "train_step: $*" >&2; exit 2; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --modes) modes=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --batch) batch=$2; shift 2 ;;
-    --density) density=$2; shift 2 ;;
-    --rate) rate=$2; shift 2 ;;
-    --bench-iters) bench_iters=$2; shift 2 ;;
-    --no-bare) bare=0; shift ;;
-    --build-dir) build=$(realpath -m "$2"); shift 2 ;;
-    --out) out=$(realpath -m "$2"); shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument $1 (see --help)" ;;
-  esac
-done
-for v in rounds steps warmup batch bench_iters; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v/_/-} must be a positive integer, got '${!v}'"
-done
-[[ $rate =~ ^[0-9.]+(gbit|mbit)$ ]] || die "bad --rate '$rate' (e.g. 1gbit, 500mbit)"
-IFS=, read -r -a MODES <<<"$modes"
-for m in "${MODES[@]}"; do
-  [[ $m == ddp || $m == compute || $m =~ ^gradex:[a-z0-9-]+$ ]] || die "bad mode '$m'"
-done
-[[ $(id -u) -eq 0 ]] || { echo "train_step: needs root (network namespaces, tc)" >&2; exit 1; }
+source "$root/bench/lib/common.sh"
+gx_args train_step 2,16 'unknown argument %s (see --help)' \
+  '--modes=modes --rounds=rounds --steps=steps --warmup=warmup --batch=batch --density=density
+   --rate=rate --bench-iters=bench_iters --no-bare=bare=0 --build-dir=build:path
+   --out=out:path' "$@"
+gx_positive_ints rounds steps warmup batch bench_iters
+gx_check_rate "$rate"
+gx_modes "$modes" '^(ddp|compute|gradex:[a-z0-9-]+)$'
+gx_need_root
 bench=$build/bin/gradex-bench
-[[ -f $build/python/gradex/__init__.py ]] || die "$build/python/gradex not built (scripts/build)"
+gx_need_gradex "$build" __init__.py
 [[ $bare == 0 || -x $bench ]] || die "$bench not built (scripts/build)"
 "$py" -c 'import torch' 2>/dev/null || die "$py has no torch (apt-get install python3-torch)"
 
-source "$root/bench/netns_lib.sh"
-gx_bench_begin "$PREFIX" "$RANKS" "$out" train_step
-
 source "$root/bench/machine_load.sh"
-
-gx_netns_up "$PREFIX" "$RANKS" "$rate" "$NET"
-echo "$RANKS ranks, tc tbf $rate both ways per rank; $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')); $(. /etc/os-release && echo "$PRETTY_NAME"); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown); batch $batch, $warmup warm-up + $steps timed steps per run, $rounds rounds of: ${MODES[*]}" >"$out/raw/meta.txt"
+gx_netns_bench "$PREFIX" "$RANKS" "$rate" "$NET" "$out" train_step
+echo "$RANKS ranks, tc tbf $rate both ways per rank; $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')); $(. /etc/os-release && echo "$PRETTY_NAME"); torch $("$py" -c 'import torch; print(torch.__version__)'); $(date -u +%FT%TZ); source $(gx_source_version "$root"); batch $batch, $warmup warm-up + $steps timed steps per run, $rounds rounds of: ${MODES[*]}" >"$out/raw/meta.txt"
 
 port=29600
 run_mode() {  # run_mode MODE TAG: one training job, 4 ranks in their namespaces
-  local mode=$1 tag=$2 r status=0
+  local mode=$1 tag=$2
   port=$((port + 1))
-  pids=()
-  for ((r = 0; r < RANKS; r++)); do
-    gx_rank_exec "$PREFIX" "$NET" "$RANKS" "$r" "$port" PYTHONPATH="$build/python" \
-      GRADEX_TIMELINE="$out/raw/$tag.timeline.json" \
-      timeout 900 "$py" "$here/train_step.py" --mode "$mode" --steps "$steps" \
-      --warmup "$warmup" --batch "$batch" --density "$density" --out "$out/raw" --tag "$tag" \
-      >"$out/raw/$tag.rank$r.log" 2>&1 &
-    pids+=($!)
-  done
-  gx_wait_all "${pids[@]}" || status=$?
-  pids=()
-  return "$status"
+  gx_run_ranks "$PREFIX" "$NET" "$RANKS" "$port" "$out/raw/$tag" PYTHONPATH="$build/python" \
+    GRADEX_TIMELINE="$out/raw/$tag.timeline.json" \
+    timeout 900 "$py" "$here/train_step.py" --mode "$mode" --steps "$steps" \
+    --warmup "$warmup" --batch "$batch" --density "$density" --out "$out/raw" --tag "$tag"
 }
 
 run_bare() {  # run_bare ROUND: gradex-bench at every (algorithm, bucket size) the hook ran
