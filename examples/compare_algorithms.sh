@@ -26,7 +26,7 @@ csv="$out/fashion_mnist.csv"
 [[ $keep == 1 ]] || : > "$csv"
 failed=()
 for algo in $algorithms; do
-  echo "=== $algo (ranks $nproc, epochs $epochs, density $density, start_iter ${start_iter:-gradex's})"
+  echo "=== $algo (ranks $nproc, epochs $epochs, density $density, start_iter ${start_iter:-"gradex's"})"
   log="$out/$algo.log"
   teams=0
   [[ "$algo" == spardl-?sag && $((nproc % 2)) == 0 ]] && teams=2
