@@ -43,6 +43,9 @@ std::string_view DefaultAlgorithm() { return "spardl-bsag"; }
 // Its sum is exact on integers and it takes no options.
 std::string_view ReferenceSumAlgorithm() { return "dense-ring"; }
 
+// DGS's server and worker (ps/) are the only parameter-server services.
+std::string_view ParameterServerAlgorithm() { return "dgs"; }
+
 std::vector<AlgorithmSpec> BuiltinAlgorithms() {
   return {
       {.id = 1,

@@ -156,6 +156,9 @@ std::string_view DefaultAlgorithm();
 // The algorithm whose sum every other is checked against (conservation,
 // equality at density 1): dense, exact on integers, no options.
 std::string_view ReferenceSumAlgorithm();
+// The parameter-server entry (Traits::parameter_server) that has a server
+// role: the algorithm a parameter-server job names.
+std::string_view ParameterServerAlgorithm();
 
 // Every algorithm, by id.
 std::vector<const AlgorithmSpec*> All();

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "catalog/catalog.h"
 #include "ps/dgs_layout.h"
 #include "ps/ps_option_table.h"
 #include "services/client/embedded_coordinator.h"
@@ -44,7 +45,7 @@ std::string PsJobJson(const PsWorkerOptions& o) {
   gradex::v1::JobConfig c;
   c.set_job_id(o.client.job);
   c.set_world_size(o.client.world_size);
-  c.set_algorithm("dgs");
+  c.set_algorithm(std::string(catalog::ParameterServerAlgorithm()));
   c.set_density(o.density);
   c.set_step_deadline_ms(static_cast<uint32_t>(o.client.timeout.count()));
   c.set_rendezvous_timeout_ms(static_cast<uint32_t>(o.client.timeout.count()));

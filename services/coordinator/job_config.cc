@@ -25,10 +25,7 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 }  // namespace
 
 bool IsKnownAlgorithm(absl::string_view name) {
-  // "dgs" runs on parameter servers, not as a collective: the coordinator
-  // accepts it for a ps job whether or not the catalog lists it yet.
-  return name == kPsAlgorithm ||
-         catalog::Find(std::string_view(name.data(), name.size())) != nullptr;
+  return catalog::Find(std::string_view(name.data(), name.size())) != nullptr;
 }
 
 namespace {
@@ -39,9 +36,6 @@ namespace {
 // the parameter (other algorithms ignored them before params existed).
 absl::Status ReadParams(const gradex::v1::JobConfig& c, JobSettings* s) {
   const catalog::AlgorithmSpec* spec = catalog::Find(s->algorithm);
-  if (spec == nullptr && s->algorithm == kPsAlgorithm && c.params().empty()) {
-    return absl::OkStatus();  // no catalog entry: no parameters to check
-  }
   if (spec == nullptr) return Bad("algorithm", "not in the catalog");
   if (c.params_size() > static_cast<int>(catalog::kMaxParams)) {
     return Bad("params", absl::StrCat("at most ", catalog::kMaxParams, " entries"));
@@ -86,9 +80,12 @@ absl::Status ReadParams(const gradex::v1::JobConfig& c, JobSettings* s) {
 // counting its servers. max_staleness may also come as the catalog parameter
 // (params.max_staleness), an alias that must then agree.
 absl::Status ReadPs(const gradex::v1::JobConfig& c, JobSettings* s) {
-  const bool dgs = s->algorithm == kPsAlgorithm;
+  const bool dgs = s->algorithm == catalog::ParameterServerAlgorithm();
   if (!dgs) {
-    if (c.has_ps()) return Bad("ps", absl::StrCat("only for algorithm '", kPsAlgorithm, "'"));
+    if (c.has_ps()) {
+      return Bad("ps", absl::StrCat("only for algorithm '",
+                                    std::string(catalog::ParameterServerAlgorithm()), "'"));
+    }
     return absl::OkStatus();
   }
   const gradex::v1::PsConfig& p = c.ps();
@@ -176,7 +173,7 @@ absl::StatusOr<JobSettings> ParseJobConfig(absl::string_view json) {
                                          kAutoAlgorithm, ": the coordinator chooses per bucket)"));
   }
   if (!s.auto_algorithm && catalog::TraitsOf(c.algorithm()).parameter_server &&
-      c.algorithm() != kPsAlgorithm) {
+      c.algorithm() != catalog::ParameterServerAlgorithm()) {
     // Only DGS has a server role (ps/ps_server.h).
     return Bad("algorithm",
                absl::StrCat("'", c.algorithm(),

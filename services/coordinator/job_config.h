@@ -29,7 +29,6 @@ struct PsSettings {
 inline constexpr size_t kMaxPsLayers = 65536;
 
 // The algorithm of a parameter-server job.
-inline constexpr char kPsAlgorithm[] = "dgs";
 
 struct JobSettings {
   std::string job_id;
