@@ -2,18 +2,11 @@
 
 #include <algorithm>
 
+#include "catalog/median.h"
+
 namespace gradex::covap {
 
-double MedianSize(std::span<const size_t> buckets) {
-  if (buckets.empty()) return 0;
-  std::vector<size_t> s(buckets.begin(), buckets.end());
-  const size_t mid = s.size() / 2;
-  std::nth_element(s.begin(), s.begin() + mid, s.end());
-  const double upper = static_cast<double>(s[mid]);
-  if (s.size() % 2 == 1) return upper;
-  const double lower = static_cast<double>(*std::max_element(s.begin(), s.begin() + mid));
-  return (lower + upper) / 2;
-}
+double MedianSize(std::span<const size_t> buckets) { return catalog::Median(buckets); }
 
 int PartCount(size_t size, double median, int interval) {
   if (!(median > 0) || interval <= 1) return 1;
