@@ -76,9 +76,9 @@ def plan_handover(optimizer):
                       + (", nesterov=True run as plain (heavy-ball) momentum correction"
                          if nesterov else "")
                       # Measured, not promised (docs/measurements.md).
-                      + "; expect test accuracy up to ~1.4 points below dense early on, closing "
-                      "with training (Fashion-MNIST MLP, density 0.01, 2 epochs: median 0.8-1.4 "
-                      "points over 3 seeds)")
+                      + "; expect test accuracy up to ~1.5 points below dense early on, closing "
+                      "with training (Fashion-MNIST MLP, density 0.01, 2 epochs: median 0.8-1.5 "
+                      "points over 5 seeds)")
             return h
         if not why_not:
             h.note = "SGD without momentum: error feedback only, the optimizer unchanged"
@@ -90,5 +90,5 @@ def plan_handover(optimizer):
     # Measured, not promised: docs/measurements.md, "Handing the optimizer over".
     h.note = (what + ", error feedback only: expect accuracy below dense (Adam on the "
               "Fashion-MNIST MLP at density 0.01, 2 epochs: 1.7-5.1 points below dense Adam, "
-              "still 0.7-2.5 at density 0.1; SGD with momentum, handed over, 0.8-1.4)")
+              "still 0.7-2.5 at density 0.1; SGD with momentum, handed over, 0.8-1.5)")
     return h
