@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/frame.h"
 #include "collectives/sparse_allreduce.h"
+#include "metrics/metrics_exposer.h"
 
 namespace prometheus {
 class Registry;
@@ -54,7 +55,7 @@ class AgentMetrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  MetricsExposer exposer_;
   prometheus::Family<prometheus::Histogram>* call_seconds_;
   prometheus::Counter *sent_bytes_, *recv_bytes_, *steps_ok_, *steps_failed_, *epoch_changes_,
       *report_drops_, *residual_nonfinite_, *reuse_hits_, *reuse_misses_;

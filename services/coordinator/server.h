@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
+#include "metrics/metrics_exposer.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "services/coordinator/auth.h"
@@ -66,7 +67,7 @@ class CoordinatorServer {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  MetricsExposer exposer_;
   std::thread ticker_;
   absl::Notification stop_;
   absl::Notification stopped_;
