@@ -16,13 +16,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "agent/step_invariants.h"
 #include "faults/stall_entry_fault.h"
 #include "faults/tag_flood_fault.h"
 #include "member/grpc_control_plane.h"
 #include "member/member_wiring.h"
 #include "pipeline/agent.h"
 #include "ps/server_role.h"
-#include "agent/step_invariants.h"
 
 namespace gradex::agent {
 namespace {

@@ -33,6 +33,7 @@ int gradex_ps_create(const uint32_t* layer_sizes, size_t layers, const char* con
   }
   gradex::client::PsWorkerOptions o;
   if (use_env) {
+    if (absl::Status s = gradex::client::ApplyEnvironment(&o.client); !s.ok()) return Fail(s);
     if (absl::Status s = gradex::client::ApplyPsEnvironment(&o); !s.ok()) return Fail(s);
   }
   o.layer_sizes.assign(layer_sizes, layer_sizes + layers);

@@ -3,9 +3,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "ps/dgs_layout.h"
 
 namespace gradex::client {
@@ -166,29 +166,19 @@ absl::Status SetPsOption(PsWorkerOptions* o, const PsOptionSpec& spec, OptionVal
 absl::Status SetPsFromCKey(PsWorkerOptions* o, absl::string_view key, absl::string_view text) {
   const PsOptionSpec* s = FindPsCKey(key);
   if (s == nullptr) return SetFromCKey(&o->client, key, text);
-  const std::string where = absl::StrCat("option ", key);
-  absl::StatusOr<OptionValue> v = ParseOptionText(s->spec, text);
-  if (!v.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, "='", text.substr(0, 64), "': expected ", v.status().message()));
-  }
-  return SetPsOption(o, *s, *std::move(v), where);
+  absl::StatusOr<OptionValue> v = ParseCText(s->spec, key, text);
+  if (!v.ok()) return v.status();
+  return SetPsOption(o, *s, *std::move(v), absl::StrCat("option ", key));
 }
 
 absl::Status ApplyPsEnvironment(PsWorkerOptions* o) {
-  if (absl::Status s = ApplyEnvironment(&o->client); !s.ok()) return s;
   for (const PsOptionSpec& s : PsOptionTable()) {
-    for (const OptionEnv& env : s.spec.env) {
-      const char* v = std::getenv(std::string(env.name).c_str());
-      if (v == nullptr) continue;
-      absl::StatusOr<OptionValue> value = ParseOptionText(s.spec, v);
-      if (!value.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(env.name, "='", std::string(v).substr(0, 64),
-                                                       "' (option ", s.spec.name, "): expected ",
-                                                       value.status().message()));
-      }
-      if (absl::Status st = SetPsOption(o, s, *std::move(value), env.name); !st.ok()) return st;
-      break;
+    absl::string_view source;
+    absl::StatusOr<std::optional<OptionValue>> value = OptionFromEnvironment(s.spec, &source);
+    if (!value.ok()) return value.status();
+    if (!value->has_value()) continue;
+    if (absl::Status st = SetPsOption(o, s, **std::move(value), source); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(st.message(), " (option ", s.spec.name, ")"));
     }
   }
   return absl::OkStatus();

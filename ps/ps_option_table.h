@@ -39,8 +39,8 @@ absl::Status SetPsOption(PsWorkerOptions* o, const PsOptionSpec& spec, OptionVal
 // One C ABI key=value (gradex_ps_create): the worker's own keys, else the
 // client's (SetFromCKey); unknown keys are INVALID_ARGUMENT.
 absl::Status SetPsFromCKey(PsWorkerOptions* o, absl::string_view key, absl::string_view text);
-// The worker's own variables (GRADEX_PS_*), and the client's
-// (ApplyEnvironment), on top of `o`.
+// The worker's own variables (GRADEX_PS_*) on top of `o`; the client's are
+// ApplyEnvironment's (o->client).
 absl::Status ApplyPsEnvironment(PsWorkerOptions* o);
 // Every option of the worker's own within its range.
 absl::Status CheckPsOptionValues(const PsWorkerOptions& o);

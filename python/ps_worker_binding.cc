@@ -128,7 +128,8 @@ std::unique_ptr<PyPsWorker> Create(std::vector<uint32_t> layer_sizes, bool use_e
       own.emplace_back(spec, item.second);
     }
   }
-  // The environment (the worker's GRADEX_PS_* and the client's) under the keywords.
+  // The environment under the keywords: the worker's GRADEX_PS_* here, the
+  // client's in ParseOptions.
   if (use_environment) ThrowIfError(client::ApplyPsEnvironment(&o));
   o.client = ParseOptions(rest, use_environment);
   for (const auto& [spec, v] : own) {

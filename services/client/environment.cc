@@ -42,28 +42,38 @@ absl::StatusOr<std::string> ReadNamedFile(absl::string_view name, const char* pa
 
 }  // namespace
 
+absl::StatusOr<std::optional<OptionValue>> OptionFromEnvironment(const OptionSpec& spec,
+                                                                 absl::string_view* source) {
+  for (const OptionEnv& env : spec.env) {
+    const char* v = Get(env.name);
+    if (v == nullptr) continue;
+    std::string text = v;
+    if (env.kind != EnvKind::kValue) {
+      absl::StatusOr<std::string> data =
+          ReadNamedFile(env.name, v, env.kind == EnvKind::kTrimmedFile);
+      if (!data.ok()) return data.status();
+      text = *std::move(data);
+    }
+    absl::StatusOr<OptionValue> value = ParseOptionText(spec, text);
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(env.name, "='", std::string(v).substr(0, 64),
+                                                     "' (option ", spec.name, "): expected ",
+                                                     value.status().message()));
+    }
+    *source = env.name;
+    return std::optional<OptionValue>(*std::move(value));  // the first variable set wins
+  }
+  return std::optional<OptionValue>();
+}
+
 absl::Status ApplyEnvironment(ClientOptions* o) {
   for (const OptionSpec& spec : OptionTable()) {
-    for (const OptionEnv& env : spec.env) {
-      const char* v = Get(env.name);
-      if (v == nullptr) continue;
-      std::string text = v;
-      if (env.kind != EnvKind::kValue) {
-        absl::StatusOr<std::string> data =
-            ReadNamedFile(env.name, v, env.kind == EnvKind::kTrimmedFile);
-        if (!data.ok()) return data.status();
-        text = *std::move(data);
-      }
-      absl::StatusOr<OptionValue> value = ParseOptionText(spec, text);
-      if (!value.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(env.name, "='", std::string(v).substr(0, 64),
-                                                       "' (option ", spec.name, "): expected ",
-                                                       value.status().message()));
-      }
-      if (absl::Status s = SetOption(o, spec, *std::move(value), env.name); !s.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(s.message(), " (option ", spec.name, ")"));
-      }
-      break;  // the first variable set wins
+    absl::string_view source;
+    absl::StatusOr<std::optional<OptionValue>> value = OptionFromEnvironment(spec, &source);
+    if (!value.ok()) return value.status();
+    if (!value->has_value()) continue;
+    if (absl::Status s = SetOption(o, spec, **std::move(value), source); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(s.message(), " (option ", spec.name, ")"));
     }
   }
   if (o->rank >= o->world_size) {

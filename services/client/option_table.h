@@ -92,6 +92,16 @@ absl::Status CheckOptionValue(const OptionSpec& spec, const OptionValue& value,
 // Checks and sets, recording `where` in o->given (an explicit request).
 absl::Status SetOption(ClientOptions* o, const OptionSpec& spec, OptionValue value,
                        absl::string_view where);
+// The C ABI's text for `spec`, given under `key`, as a value; INVALID_ARGUMENT
+// "option KEY='TEXT': expected ..." when it does not parse. Not range-checked.
+absl::StatusOr<OptionValue> ParseCText(const OptionSpec& spec, absl::string_view key,
+                                       absl::string_view text);
+// One option's value from the environment (environment.cc): the first of its
+// variables that is set and not empty (the file it names, for file kinds),
+// which *source then names; none when none is. INVALID_ARGUMENT naming the
+// variable and the option when it does not parse. Not range-checked.
+absl::StatusOr<std::optional<OptionValue>> OptionFromEnvironment(const OptionSpec& spec,
+                                                                 absl::string_view* source);
 // One C ABI key=value (gradex_create); unknown keys are INVALID_ARGUMENT.
 absl::Status SetFromCKey(ClientOptions* o, absl::string_view key, absl::string_view text);
 // Every option's value within its range (Client::Create, for C++ callers

@@ -184,9 +184,19 @@ absl::Status SetFromCKey(ClientOptions* o, absl::string_view key, absl::string_v
     p[std::string(key.substr(s->c_key.size()))] = x;
     return SetOption(o, *s, std::move(p), where);
   }
-  absl::StatusOr<OptionValue> v = ParseOptionText(*s, text);
-  if (!v.ok()) return Refuse(where, text, std::string(v.status().message()));
+  absl::StatusOr<OptionValue> v = ParseCText(*s, key, text);
+  if (!v.ok()) return v.status();
   return SetOption(o, *s, *std::move(v), where);
+}
+
+absl::StatusOr<OptionValue> ParseCText(const OptionSpec& s, absl::string_view key,
+                                       absl::string_view text) {
+  absl::StatusOr<OptionValue> v = ParseOptionText(s, text);
+  if (!v.ok()) {
+    return Refuse(absl::StrCat("option ", key.substr(0, 64)), text,
+                  std::string(v.status().message()));
+  }
+  return v;
 }
 
 absl::Status CheckOptionValues(const ClientOptions& o) {

@@ -104,6 +104,11 @@ TEST(PsOptionTable, TheEnvironmentSetsAndIsChecked) {
   ASSERT_EQ(setenv("GRADEX_PS_MOMENTUM", "much", 1), 0);
   s = ApplyPsEnvironment(&o);
   EXPECT_NE(s.message().find("GRADEX_PS_MOMENTUM"), absl::string_view::npos) << s.message();
+  // Empty is unset, as for the client's variables.
+  ASSERT_EQ(setenv("GRADEX_PS_MOMENTUM", "", 1), 0);
+  PsWorkerOptions e;
+  ASSERT_TRUE(ApplyPsEnvironment(&e).ok());
+  EXPECT_EQ(e.momentum, PsWorkerOptions{}.momentum);
   unsetenv("GRADEX_PS_MOMENTUM");
   unsetenv("GRADEX_PS_SNAPSHOT_DIR");
 }
