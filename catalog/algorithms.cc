@@ -20,6 +20,18 @@ ParamSpec Teams(bool power_of_two) {
                                       : "SAG team count; divides P"};
 }
 
+// The SparDL family's balanced blocks (collectives/spardl_balance.h).
+ParamSpec SpardlBalance() {
+  return {.name = "spardl_balance_tau",
+          .type = ParamType::kInt,
+          .default_value = 64,
+          .min = 0,
+          .max = 1 << 20,
+          .description =
+              "training steps between re-balancings of the block boundaries "
+              "from the result (0 = the paper's equal blocks)"};
+}
+
 ParamSpec QuantizeBits() {
   return {.name = "quantize_bits",
           .type = ParamType::kInt,
@@ -132,13 +144,14 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        .name = "spardl",
        .description = "SparDL: Spar-Reduce-Scatter, Bruck all-gather, global residuals",
        .traits = {},
+       .params = {SpardlBalance()},
        .table1_cost = table1::SparDL,
        .memory = kLocalGather},
       {.id = 12,
        .name = "spardl-rsag",
        .description = "SparDL in teams synchronised by recursive doubling (R-SAG)",
        .traits = {.uses_teams = true, .teams_power_of_two = true},
-       .params = {Teams(true)},
+       .params = {Teams(true), SpardlBalance()},
        .table1_cost = table1::Rsag,
        .memory = kLocalGather},
       {.id = 13,
@@ -146,6 +159,7 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        .description = "SparDL in teams synchronised by Bruck with a k' pre-selection (B-SAG)",
        .traits = {.uses_teams = true, .exact_on_integers = false, .kprime_controlled = true},
        .params = {Teams(false),
+                  SpardlBalance(),
                   {.name = "kprime",
                    .type = ParamType::kInt,
                    .default_value = 0,

@@ -26,6 +26,12 @@ class BlockLayout {
     keep_.resize(parts);
     for (int b = 0; b < parts; ++b) keep_[b] = KeepCount(density, bounds_[b + 1] - bounds_[b]);
   }
+  // The same quotas as the equal blocks, on agreed boundaries (parts + 1
+  // values from 0 to n, nondecreasing): SparDL's balanced blocks.
+  BlockLayout(size_t n, int parts, double density, const std::vector<size_t>& bounds)
+      : BlockLayout(n, parts, density) {
+    bounds_ = bounds;
+  }
   int parts() const { return parts_; }
   size_t n() const { return n_; }
   BlockRange range(int b) const {

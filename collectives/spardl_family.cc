@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/call_frame.h"
 #include "collectives/phase_timer.h"
+#include "collectives/spardl_balance.h"
 #include "collectives/sparse_steps.h"
 #include "collectives/volume_model.h"
 
@@ -32,7 +33,15 @@ absl::Status SparDLFamily::LocalSelection(const CallContext& ctx, const Allreduc
   const int world = ctx.transport->size();
   absl::StatusOr<int> teams = Teams(options, world);
   if (!teams.ok()) return teams.status();
-  const BlockLayout layout(in.size(), world / *teams, options.density);
+  const int parts = world / *teams;
+  if (in.size() != n_ || parts != parts_ || ctx.epoch != epoch_) {
+    // Boundaries belong to one bucket size, team layout and epoch.
+    bounds_.clear();
+    n_ = in.size();
+    parts_ = parts;
+    epoch_ = ctx.epoch;
+  }
+  const BlockLayout layout = Layout(in.size(), parts, options.density);
   held_.clear();
   // Spar-Reduce-Scatter's first selection: every block's top-k.
   local_.SelectBlocks(in, layout.bounds(), layout.keeps(), options.threshold_reuse, ledger, stats,
@@ -49,7 +58,7 @@ absl::Status SparDLFamily::Exchange(const CallContext& ctx, const AllreduceOptio
   if (!teams.ok()) return teams.status();
   Link link(ctx, id(), &stats->phases);
   const Group team = TeamGroup(rank, world, *teams);
-  const BlockLayout layout(acc.size(), team.size(), options.density);
+  const BlockLayout layout = Layout(acc.size(), team.size(), options.density);
 
   kernels::SparseVec owned;
   std::vector<kernels::SparseVec> blocks;
@@ -76,7 +85,24 @@ absl::Status SparDLFamily::Exchange(const CallContext& ctx, const AllreduceOptio
   }
   stats->result_nnz = result->sparse.nnz();
   stats->result_capacity = layout.total_keep();
+  Rebalance(ctx, options, layout, result->sparse);
+  stats->details["balanced_block_begin"] = static_cast<double>(layout.bounds()[team.me]);
   return absl::OkStatus();
+}
+
+BlockLayout SparDLFamily::Layout(size_t n, int parts, double density) const {
+  if (bounds_.size() == static_cast<size_t>(parts) + 1 && bounds_.back() == n) {
+    return BlockLayout(n, parts, density, bounds_);
+  }
+  return BlockLayout(n, parts, density);
+}
+
+void SparDLFamily::Rebalance(const CallContext& ctx, const AllreduceOptions& options,
+                             const BlockLayout& layout, const kernels::SparseVec& result) {
+  const double tau = Param(options, "spardl_balance_tau");
+  if (tau < 1 || options.density > kMaxBalancedDensity || layout.parts() < 2) return;
+  if ((ctx.training_step + 1) % static_cast<uint64_t>(tau) != 0) return;
+  bounds_ = BalancedBounds(result, layout.bounds(), layout.keeps());
 }
 
 }  // namespace gradex

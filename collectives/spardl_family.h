@@ -52,11 +52,27 @@ class SparDLFamily : public SparseAllreduce {
   // The local top-k (LocalTopK) and an exchange that reads the residual
   // for its size: the residual may live on a device.
   bool DeviceLocalPart() const override { return true; }
+  // A failed call ends the epoch: the next starts from equal blocks again.
+  void AfterFailure() override { bounds_.clear(); }
 
  private:
+  // The team layout of this call: the balanced boundaries once learnt
+  // (spardl_balance.h), else the paper's equal blocks.
+  BlockLayout Layout(size_t n, int parts, double density) const;
+  // After a successful call: every spardl_balance_tau calls, the boundaries
+  // the next calls use, from this call's result.
+  void Rebalance(const CallContext& ctx, const AllreduceOptions& options, const BlockLayout& layout,
+                 const kernels::SparseVec& result);
+
   // LocalSelection's blocks, handed to Exchange.
   std::vector<kernels::SparseVec> held_;
   LocalTopK local_;
+  // Balanced boundaries (empty: equal blocks), for one bucket size, team
+  // layout and epoch.
+  std::vector<size_t> bounds_;
+  size_t n_ = 0;
+  int parts_ = 0;
+  uint32_t epoch_ = 0;
 };
 
 }  // namespace gradex
