@@ -77,7 +77,7 @@ def plan_handover(optimizer):
                          if nesterov else "")
                       # Measured, not promised (docs/measurements.md).
                       + "; expect test accuracy up to ~1.5 points below dense early on, closing "
-                      "with training (Fashion-MNIST MLP, density 0.01, 2 epochs: median 0.8-1.5 "
+                      "with training (Fashion-MNIST MLP, density 0.01, 2 epochs: median 0.5-0.8 "
                       "points over 5 seeds)")
             return h
         if not why_not:
@@ -89,6 +89,6 @@ def plan_handover(optimizer):
             else f"{name}: no momentum to move into the hook, the optimizer unchanged")
     # Measured, not promised: docs/measurements.md, "Handing the optimizer over".
     h.note = (what + ", error feedback only: expect accuracy below dense (Adam on the "
-              "Fashion-MNIST MLP at density 0.01, 2 epochs: 1.7-5.1 points below dense Adam, "
-              "still 0.7-2.5 at density 0.1; SGD with momentum, handed over, 0.8-1.5)")
+              "Fashion-MNIST MLP at density 0.01, 2 epochs: 1.7-4.3 points below dense Adam, "
+              "still 0.7-3.4 at density 0.1; SGD with momentum, handed over, 0.5-0.8)")
     return h
