@@ -15,8 +15,10 @@ namespace gradex {
 // protocol can no longer work with a coordinator or peer of another; the
 // coordinator refuses a member outside [kOldestWireProtocol, kWireProtocol].
 // A member that sends none (0) predates the field and speaks protocol 1.
-inline constexpr uint32_t kWireProtocol = 2;  // 2: refuse_nonfinite agreed at entry
-inline constexpr uint32_t kOldestWireProtocol = 2;
+// 2: refuse_nonfinite agreed at entry. 3: the SparDL family's balanced
+// blocks (a member on equal blocks fails every call after a re-balancing).
+inline constexpr uint32_t kWireProtocol = 3;
+inline constexpr uint32_t kOldestWireProtocol = 3;
 
 const char* Version();           // "0.1.0", from VERSION
 const char* GitCommit();         // the commit built, e.g. "da765b0a1b2c"; "unknown" outside git
