@@ -5,7 +5,12 @@ JobSettings; job_config.cc's default for an absent barrier_period).
 Each chart default must equal the coordinator's, or its values.schema.json
 description must say why it differs ("differs from the coordinator's ...").
 A job.* default of 0 / null that leaves the field to the coordinator must
-name the coordinator's value in its description.
+name the coordinator's value in its description. job.hierarchy, which the
+trainers read as GRADEX_HIERARCHY, is the client's option: its default is
+ClientOptions' (services/client/client.h), its schema enum the values the
+option table accepts, and every GRADEX_* variable the chart sets on the
+trainers for a client option is one the option table reads
+(services/client/option_table.cc).
 usage: chart_defaults_check.py REPO_ROOT"""
 import json
 import re
@@ -48,6 +53,31 @@ def coordinator_defaults():
             "stepDeadlineMs": duration("step_deadline"), "entryTimeoutMs": duration("entry_timeout")}
 
 
+def client_hierarchy(values, schema):
+    h = open(f"{ROOT}/services/client/client.h").read()
+    m = re.search(r'std::string hierarchy = "(\w+)";', h)
+    if not m:
+        fail("no `std::string hierarchy = \"...\";` in services/client/client.h (update this check)")
+    if values["hierarchy"] != m.group(1):
+        fail(f"job.hierarchy defaults to {values['hierarchy']!r}, the client to {m.group(1)!r}")
+    table = open(f"{ROOT}/services/client/option_table.cc").read()
+    v = re.search(r"bool IsHierarchy\(absl::string_view s\) \{ return (.*?); \}", table, re.S)
+    if not v:
+        fail("no IsHierarchy in services/client/option_table.cc (update this check)")
+    accepted = sorted(re.findall(r's == "(\w+)"', v.group(1)))
+    if sorted(schema["hierarchy"].get("enum", [])) != accepted:
+        fail(f"job.hierarchy's schema enum {schema['hierarchy'].get('enum')} differs from the "
+             f"client's accepted values {accepted}")
+    print(f"job.hierarchy: {values['hierarchy']!r} = the client's; values {accepted} = the client's")
+    helpers = open(f"{ROOT}/helm/gradex/templates/_helpers.tpl").read()
+    for env in ("GRADEX_HIERARCHY", "GRADEX_NODE"):
+        if f"- name: {env}\n" not in helpers:
+            fail(f"the trainer container does not set {env}")
+        if f'{{"{env}"' not in table:
+            fail(f"the chart sets {env}, which the client's option table does not read")
+    print("GRADEX_HIERARCHY, GRADEX_NODE: set on the trainers, read by the client")
+
+
 def main():
     coord = coordinator_defaults()
     values = yaml.safe_load(open(f"{ROOT}/helm/gradex/values.yaml"))["job"]
@@ -67,6 +97,7 @@ def main():
                  f"description does not say why it differs: {desc!r}")
         else:
             print(f"job.{key}: {have}, the coordinator {want}: {desc}")
+    client_hierarchy(values, schema)
     print("PASS chart defaults")
 
 

@@ -4,7 +4,10 @@ has a named metrics port (gx-metrics-<l> = metricsPort + l), the PodMonitor
 scrapes each of them (an endpoint per port name the pod declares) and labels
 each series with its local rank and rank, the NetworkPolicy admits the whole
 metrics range, and a gpusPerPod pod requests its GPUs, runs one rank per GPU
-and carries the GPU tolerations and node selector.
+and carries the GPU tolerations and node selector. Every trainer (indexed Job
+and PyTorchJob) names its node for the hierarchical exchange by its pod's name
+(GRADEX_NODE: the same for the pod's ranks, different for other pods) and gets
+job.hierarchy as GRADEX_HIERARCHY.
 usage: ranks_render_check.py RENDERS_DIR"""
 import sys
 
@@ -22,11 +25,22 @@ def load(name):
     return [d for d in yaml.safe_load_all(open(f"{RENDERS}/{name}.yaml")) if d]
 
 
-def check(name, nproc, gpus):
+def check_node(name, c, hierarchy):
+    """The container's node identity (its pod's name) and hierarchy mode."""
+    env = {e["name"]: e for e in c["env"]}
+    node = env.get("GRADEX_NODE", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+    if node != "metadata.name":
+        fail(f"{name}: GRADEX_NODE is {env.get('GRADEX_NODE')}, not the pod's name (metadata.name)")
+    if env.get("GRADEX_HIERARCHY", {}).get("value") != hierarchy:
+        fail(f"{name}: GRADEX_HIERARCHY is {env.get('GRADEX_HIERARCHY')}, expected {hierarchy!r}")
+
+
+def check(name, nproc, gpus, hierarchy="auto"):
     docs = load(name)
     job = [d for d in docs if d["kind"] == "Job"][0]
     spec = job["spec"]["template"]["spec"]
     c = spec["containers"][0]
+    check_node(name, c, hierarchy)
     env = {e["name"]: e.get("value") for e in c["env"]}
     base = int(env["GRADEX_METRICS_PORT"])
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -66,11 +80,22 @@ def check(name, nproc, gpus):
     elif "nvidia.com/gpu" in str(res) or "tolerations" in spec:
         fail(f"{name}: a CPU pod with GPU resources or tolerations")
     print(f"{name}: {nproc} local rank(s), ports {base}..{base + nproc - 1} named and scraped"
-          + (f", {gpus} GPUs requested, tolerations and node selector" if gpus else ""))
+          + (f", {gpus} GPUs requested, tolerations and node selector" if gpus else "")
+          + f", node = pod name, hierarchy {hierarchy}")
+
+
+def check_pytorchjob(name):
+    job = [d for d in load(name) if d["kind"] == "PyTorchJob"][0]
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    for role, rs in specs.items():
+        check_node(f"{name} {role}", rs["template"]["spec"]["containers"][0], "auto")
+    print(f"{name}: {', '.join(specs)}: node = pod name, hierarchy auto")
 
 
 check("monitors", 1, 0)
 check("default", 1, 0)
 check("gpu-8", 8, 8)
 check("ranks-4", 4, 0)
+check("hierarchy-off", 2, 0, hierarchy="off")
+check_pytorchjob("pytorchjob")
 print("PASS ranks per pod")

@@ -187,6 +187,13 @@ app.kubernetes.io/component: {{ .component }}
   env:
     - name: POD_NAME
       valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    # The hierarchical exchange's node: the pod, which all its ranks share
+    # and no other pod does (not spec.nodeName: two pods on one machine share
+    # no shared memory or IPC, so they are two nodes; README, "GPU nodes").
+    - name: GRADEX_NODE
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    - name: GRADEX_HIERARCHY
+      value: {{ $root.Values.job.hierarchy | quote }}
     - name: GRADEX_COORDINATOR
       value: {{ include "gradex.coordinatorAddress" $root | quote }}
     - name: GRADEX_JOB
