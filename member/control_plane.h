@@ -28,6 +28,9 @@ struct PlanMember {
   std::string agent_id;     // stable across epochs and coordinator restarts
   std::string ucx_address;  // opaque UCX worker address published at join
   bool server = false;      // a parameter server's member (role SERVER)
+  // Its node (the host it joined with, <= 255 bytes): members with equal
+  // nodes share one (catalog::LayoutOf).
+  std::string node;
 };
 
 // A parameter-server job's epoch (Plan.ps, checked by ToPsPlan: every rank,

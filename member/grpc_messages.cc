@@ -19,6 +19,8 @@ namespace pb = ::gradex::v1;
 // A heartbeat reports the step's oldest pending receive past this (why: in
 // FillWait).
 constexpr std::chrono::milliseconds kReportWaitsAfter(1000);
+// A member's node (Member.host), as the coordinator bounds it at join.
+constexpr size_t kMaxNodeBytes = 255;
 
 absl::Status FromGrpc(const grpc::Status& s, const char* what) {
   if (s.ok()) return absl::OkStatus();
@@ -44,8 +46,13 @@ absl::StatusOr<Plan> ToPlan(const pb::Plan& m, uint64_t version_offset) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan ", m.version(), ": member ", i, " has rank ", mem.rank()));
     }
+    // The coordinator takes hosts of at most kMaxNodeBytes at join.
+    if (mem.host().size() > kMaxNodeBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan ", m.version(), ": member ", i, " has a node of ", mem.host().size(), " bytes"));
+    }
     p.members.push_back(
-        {mem.rank(), mem.agent_id(), mem.ucx_address(), mem.role() == pb::ROLE_SERVER});
+        {mem.rank(), mem.agent_id(), mem.ucx_address(), mem.role() == pb::ROLE_SERVER, mem.host()});
   }
   if (m.has_ps()) {
     absl::StatusOr<PsPlan> ps = ToPsPlan(m.ps(), p.members);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "catalog/node_layout.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/log.h"
 
@@ -42,6 +43,13 @@ void Coordinator::NewEpochLocked() {
   Log("epoch ", e.number, ": ", world, " members, ", agreed_.teams.teams, " teams, algorithm ",
       agreed_.teams.algorithm, ", from step ", e.effective_step,
       e.immediate ? " (at once)" : " (at a plan barrier)");
+  // The layout the agents compute from the plan's members (they decide, in
+  // band, whether to run hierarchical on it).
+  const catalog::NodeLayout layout = EpochLayout(membership_, e);
+  const std::string flat =
+      layout.ranks_per_node() == 0 ? std::string("uneven nodes") : catalog::FlatReason(layout);
+  Log("epoch ", e.number, ": ", layout.Describe(),
+      flat.empty() ? " (hierarchical exchange possible)" : absl::StrCat(" (flat: ", flat, ")"));
 }
 
 void Coordinator::AssignShardsLocked(const Epoch& e, absl::Time now) {
@@ -110,6 +118,7 @@ void Coordinator::Tick(absl::Time now) {
       if (metrics_) {
         metrics_->evictions.Increment();
         if (m.cause == MemberRecord::Cause::kEntry) metrics_->entry_evictions.Increment();
+        if (m.cause == MemberRecord::Cause::kNode) metrics_->node_evictions.Increment();
       }
       gone_.push_back(id);
     }
@@ -155,6 +164,9 @@ void Coordinator::UpdateGaugesLocked() {
   metrics_->covap_interval.Set(agreed_.covap_interval);
   metrics_->teams.Set(agreed_.teams.teams);
   metrics_->buckets_dense.Set(buckets_.dense_buckets());
+  const bool laid_out = has && plan_ != nullptr;
+  metrics_->nodes.Set(laid_out ? plan_->layout().nodes() : 0);
+  metrics_->ranks_per_node.Set(laid_out ? plan_->layout().ranks_per_node() : 0);
   view_.Update(membership_, agreed_.ps, s_.ps);
 }
 

@@ -218,6 +218,7 @@ bool Membership::FormEpoch(std::vector<uint64_t> roster, uint64_t effective, boo
   e.effective_step = effective;
   e.immediate = immediate;
   e.roster = std::move(roster);
+  e.nodes = CountNodes(e.roster);
   epochs_.push_back(std::move(e));
   while (epochs_.size() > kEpochsKept) epochs_.pop_front();
   lost_ = false;

@@ -44,7 +44,9 @@ struct MemberRecord {
   uint64_t entered_epoch = 0;
   uint64_t first_epoch = 0;  // the first epoch with it on the roster (0: none yet)
   // Why it was evicted (last_evicted() only).
-  enum class Cause { kNone, kLease, kEntry, kSilent, kBadFrames } cause = Cause::kNone;
+  // kNode: taken out with its node, when another member on it was evicted
+  // (membership_nodes.cc).
+  enum class Cause { kNone, kLease, kEntry, kSilent, kBadFrames, kNode } cause = Cause::kNone;
   std::string eviction;
 };
 
@@ -53,6 +55,7 @@ struct Epoch {
   uint64_t effective_step = 0;
   bool immediate = false;        // formed because a member was lost (or first)
   std::vector<uint64_t> roster;  // member ids in rank order
+  int nodes = 0;                 // distinct hosts on the roster when it formed
   // Entry: starts when the job reaches effective_step (at once for an
   // immediate epoch); checked once every member entered or at the deadline.
   absl::Time entry_start = absl::InfiniteFuture();
@@ -137,6 +140,12 @@ class Membership {
   std::vector<uint64_t> FreshOrder(std::vector<uint64_t> ids) const;
   void Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
              std::vector<uint64_t>* evicted);
+  // A collective job's failure unit is the node (membership_nodes.cc): after
+  // `dead` (a member of the latest epoch, evicted for a failure) the other
+  // members on its host go too.
+  void EvictNodeOf(const MemberRecord& dead, std::vector<uint64_t>* evicted);
+  // How many distinct hosts the members on `roster` have.
+  int CountNodes(const std::vector<uint64_t>& roster) const;
   // The members BlameBadFrames named since the last Tick.
   void EvictBadFrameSenders(std::vector<uint64_t>* evicted);
   // The latest epoch's entry deadline.

@@ -14,7 +14,11 @@ void Membership::Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
                        std::vector<uint64_t>* evicted) {
   auto it = members_.find(id);
   if (it == members_.end()) return;
-  if (has_epoch() && RankIn(latest(), id) >= 0) lost_ = true;
+  const bool in_epoch = has_epoch() && RankIn(latest(), id) >= 0;
+  if (in_epoch) lost_ = true;
+  // A member taken out with its node is alive: like one evicted at entry, a
+  // re-join waits for the next barrier epoch rather than undo the node's exit.
+  if (cause == MemberRecord::Cause::kNode) held_back_.insert(it->second.agent_id);
   if (cause == MemberRecord::Cause::kEntry || cause == MemberRecord::Cause::kBadFrames) {
     held_back_.insert(it->second.agent_id);
     Strikes& k = strikes_[it->second.agent_id];
@@ -40,6 +44,10 @@ void Membership::Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
   last_evicted_.push_back(std::move(it->second));
   by_agent_.erase(last_evicted_.back().agent_id);
   members_.erase(it);
+  if (in_epoch && cause != MemberRecord::Cause::kNode) {
+    const MemberRecord dead = last_evicted_.back();  // EvictNodeOf appends to last_evicted_
+    EvictNodeOf(dead, evicted);
+  }
 }
 
 // The evidence a member enters an epoch is what it tells about itself: its

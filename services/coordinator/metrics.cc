@@ -57,6 +57,10 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                                     "Members evicted because they did not enter an epoch within "
                                     "entry_timeout")
                           .Add({})),
+      node_evictions(CounterFamily(r, "gradex_coordinator_node_evictions_total",
+                                   "Members evicted with their node because another member on "
+                                   "it failed (collective jobs)")
+                         .Add({})),
       leaves(CounterFamily(r, "gradex_coordinator_leaves_total", "Members that left (Leave RPC)")
                  .Add({})),
       plan_version(
@@ -102,6 +106,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                                 "Buckets the plan runs dense because their sparse exchange was "
                                 "slower than a dense one")
                         .Add({})),
+      nodes(GaugeFamily(r, "gradex_coordinator_nodes",
+                        "Nodes (distinct member hosts) of the latest plan's epoch")
+                .Add({})),
+      ranks_per_node(GaugeFamily(r, "gradex_coordinator_ranks_per_node",
+                                 "Ranks on each node of the latest plan's epoch (0: uneven)")
+                         .Add({})),
       roles_family(GaugeFamily(r, "gradex_coordinator_epoch_members",
                                "Members of the latest epoch by role (worker, server)")),
       ps_shards(GaugeFamily(r, "gradex_coordinator_ps_shards",

@@ -45,6 +45,7 @@ struct CoordinatorMetrics {
   prometheus::Counter& version_mismatch_joins;
   prometheus::Counter& evictions;
   prometheus::Counter& entry_evictions;  // of which: did not enter an epoch in time
+  prometheus::Counter& node_evictions;   // of which: taken out with their node
   prometheus::Counter& leaves;
   prometheus::Gauge& plan_version;
   prometheus::Counter& plans_published;
@@ -65,6 +66,9 @@ struct CoordinatorMetrics {
   prometheus::Counter& bucket_fallbacks_to_dense;
   prometheus::Counter& bucket_fallbacks_to_sparse;
   prometheus::Gauge& buckets_dense;
+  // The latest plan's node layout: nodes, and ranks on each (0: uneven).
+  prometheus::Gauge& nodes;
+  prometheus::Gauge& ranks_per_node;
   // Parameter-server jobs (DGS): the server shards of the plan, the latest
   // epoch's members by role, whether the shards have no server now, and how
   // often a shard moved to another member (server restarts, losses).

@@ -1,11 +1,21 @@
 #include "services/coordinator/plan_builder.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "catalog/bucket_algorithms.h"
 #include "catalog/catalog.h"
 
 namespace gradex::coordinator {
+
+catalog::NodeLayout EpochLayout(const Membership& m, const Epoch& epoch) {
+  std::vector<std::string> nodes;
+  for (uint64_t id : epoch.roster) {
+    if (const MemberRecord* r = m.Find(id)) nodes.push_back(r->host);
+  }
+  return catalog::LayoutOf(nodes);
+}
 
 gradex::v1::Plan BuildPlan(
     const JobSettings& s, const Membership& m, const Epoch& epoch, uint64_t version,
@@ -30,6 +40,11 @@ gradex::v1::Plan BuildPlan(
     out->set_agent_id(r->agent_id);
     out->set_role(r->server ? gradex::v1::ROLE_SERVER : gradex::v1::ROLE_WORKER);
   }
+  const catalog::NodeLayout layout = EpochLayout(m, epoch);
+  gradex::v1::NodeLayout* nl = p.mutable_layout();
+  nl->set_nodes(static_cast<uint32_t>(layout.nodes()));
+  nl->set_ranks_per_node(static_cast<uint32_t>(layout.ranks_per_node()));
+  nl->set_flat_reason(catalog::FlatReason(layout));
   if (s.ps.enabled && agreed.ps.shards > 0) {
     gradex::v1::PsPlan* ps = p.mutable_ps();
     ps->set_shards(agreed.ps.shards);

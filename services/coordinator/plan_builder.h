@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "catalog/node_layout.h"
 #include "gradex/v1/coordinator.pb.h"
 #include "services/coordinator/controllers.h"
 #include "services/coordinator/job_config.h"
@@ -33,6 +34,10 @@ struct AgreedParams {
   // e.g. no server member yet: the plan then carries no PsPlan).
   ShardAssignment ps;
 };
+
+// The epoch's node layout (catalog/node_layout.h): each member's node is its
+// host, over the members still known, in rank order (as the plan lists them).
+catalog::NodeLayout EpochLayout(const Membership& m, const Epoch& epoch);
 
 gradex::v1::Plan BuildPlan(
     const JobSettings& s, const Membership& m, const Epoch& epoch, uint64_t version,

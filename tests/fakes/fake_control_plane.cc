@@ -64,6 +64,7 @@ absl::StatusOr<JoinReply> FakeCoordinator::Join(const JoinRequest& request, Plan
   if (it == members_.end()) {
     Member m;
     m.address = request.ucx_address;
+    m.node = request.host;
     m.order = next_order_++;
     it = members_.emplace(request.agent_id, m).first;
     membership_changed_ = true;
@@ -71,6 +72,7 @@ absl::StatusOr<JoinReply> FakeCoordinator::Join(const JoinRequest& request, Plan
     // Re-registration replaces the membership: the member's epoch is broken
     // (it failed a step, or it lost us), so a new epoch opens at once.
     it->second.address = request.ucx_address;
+    it->second.node = request.host;
     urgent_ = true;
   }
   it->second.last_seen = Clock::now();
@@ -130,7 +132,8 @@ void FakeCoordinator::MaybeOpenEpochLocked() {
   p.kprime.clear();  // k' was for the old layout; the agents' controllers take over
   p.members.clear();
   for (const auto& [o, id] : order) {
-    p.members.push_back({static_cast<int>(p.members.size()), id, members_[id].address});
+    const Member& m = members_[id];
+    p.members.push_back({static_cast<int>(p.members.size()), id, m.address, false, m.node});
   }
   urgent_ = false;
   membership_changed_ = false;

@@ -9,7 +9,9 @@
 // - a new agent is admitted by a new epoch whose effective_step is a plan
 //   barrier at least one period past the newest reported step;
 // - a lost member (lease expiry, leave) or a re-registration (same agent id)
-//   opens a new epoch at once (effective_step = the newest reported step).
+//   opens a new epoch at once (effective_step = the newest reported step);
+// - each plan member's node is the host it joined with (no node-wide
+//   eviction here: that is the real coordinator's).
 #ifndef GRADEX_TESTS_FAKES_FAKE_CONTROL_PLANE_H_
 #define GRADEX_TESTS_FAKES_FAKE_CONTROL_PLANE_H_
 
@@ -59,6 +61,7 @@ class FakeCoordinator {
  private:
   struct Member {
     std::string address;
+    std::string node;  // its JoinRequest.host: the plan's PlanMember.node
     Clock::time_point last_seen;
     uint64_t order = 0;  // first join; ranks follow it
     PlanStore* subscriber = nullptr;
