@@ -55,6 +55,31 @@ absl::Status RingAllreduce(Link& link, float* data, size_t n, PhaseTimes* times)
   return st;
 }
 
+absl::StatusOr<int> RingReduceScatter(Link& link, float* data, size_t n, uint16_t phase,
+                                      PhaseTimes* times) {
+  const int p = link.size();
+  const int r = link.rank();
+  const BlockLayout layout(n, p, 1.0);
+  for (int s = 0; s < p - 1; ++s) {
+    absl::Status st =
+        Step(link, layout, data, Mod(r - s, p), Mod(r - s - 1, p), phase, s, true, times);
+    if (!st.ok()) return st;
+  }
+  return Mod(r + 1, p);
+}
+
+Volume RingReduceScatterVolume(int rank, int world, size_t n) {
+  const BlockLayout layout(n, world, 1.0);
+  auto bytes = [&](int b) { return uint64_t{48} + 4 * uint64_t{layout.range(b).size()}; };
+  Volume v;
+  for (int s = 0; s < world - 1; ++s) {
+    v.sent_bytes += bytes(Mod(rank - s, world));
+    v.recv_bytes += bytes(Mod(rank - s - 1, world));
+    v.messages += 1;
+  }
+  return v;
+}
+
 Volume RingAllreduceVolume(int rank, int world, size_t n) {
   const BlockLayout layout(n, world, 1.0);
   auto bytes = [&](int b) { return uint64_t{48} + 4 * uint64_t{layout.range(b).size()}; };

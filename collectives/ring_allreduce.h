@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "collectives/link.h"
 #include "collectives/sparse_allreduce.h"
 
@@ -15,6 +16,14 @@ namespace gradex {
 // Reduces `data` (n elements) in place to the sum over the link's ranks,
 // bitwise the same on every rank. Phases 1 and 2 of the link's algorithm.
 absl::Status RingAllreduce(Link& link, float* data, size_t n, PhaseTimes* times);
+
+// The reduce-scatter half alone, under `phase`: after P-1 steps this rank's
+// block (rank + 1) % P of the P equal blocks of n holds the sum over the
+// link's ranks (the rest of `data` holds partial sums). Returns that block.
+absl::StatusOr<int> RingReduceScatter(Link& link, float* data, size_t n, uint16_t phase,
+                                      PhaseTimes* times);
+// The bytes `rank` of `world` sends and receives in RingReduceScatter.
+Volume RingReduceScatterVolume(int rank, int world, size_t n);
 
 // The bytes `rank` of `world` sends and receives in RingAllreduce of n
 // elements: 2(P-1) dense frames of one block each, headers included.

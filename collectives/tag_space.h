@@ -12,6 +12,11 @@ namespace gradex {
 // Phases of the algorithms' schedules (each algorithm numbers its own from 1).
 inline constexpr uint16_t kTagPhaseCollectiveFirst = 0x01;
 inline constexpr uint16_t kTagPhaseCollectiveLast = 0xEF;
+// The hierarchical exchange's stages inside a node (collectives/hierarchical.h):
+// its own phases of the inner algorithm's call, which never meet the inner
+// algorithm's (those run between ranks of different nodes).
+inline constexpr uint16_t kTagPhaseNodeReduceScatter = 0xE0;
+inline constexpr uint16_t kTagPhaseNodeAllGather = 0xE1;
 // The agents' in-band epoch agreement (member/epoch_sync.h).
 inline constexpr uint16_t kTagPhaseEpochAgreement = 0xF0;
 // The agents' link probe at each epoch's start (member/link_probe.h).
