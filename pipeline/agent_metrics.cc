@@ -1,11 +1,14 @@
 #include "pipeline/agent_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/hierarchical.h"
 #include "metrics/metrics_exposer.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -107,6 +110,34 @@ AgentMetrics::AgentMetrics() : registry_(std::make_shared<prometheus::Registry>(
                                   "agreed in-band (the lowest rank's, which every rank applies), "
                                   "by field")
                               .Register(r);
+  auto& stage_seconds = BuildCounter()
+                            .Name("gradex_agent_stage_seconds_total")
+                            .Help(
+                                "Seconds the hierarchical exchange spent in each stage: intra_node "
+                                "(reduce-scatter and all-gather among the node's ranks) and "
+                                "inter_node (the sparse algorithm on this rank's shard across the "
+                                "nodes); flat calls count in neither")
+                            .Register(r);
+  auto& stage_bytes = BuildCounter()
+                          .Name("gradex_agent_stage_bytes_total")
+                          .Help(
+                              "Bytes the hierarchical exchange sent and received in each stage "
+                              "(intra_node, inter_node); flat calls count in neither")
+                          .Register(r);
+  // Every stage's children exist from the start (at 0): exported by flat
+  // jobs too, so the dashboards' queries return data for both.
+  auto stage = [&](const char* name) {
+    return Stage{&stage_seconds.Add({{"stage", name}}),
+                 &stage_bytes.Add({{"stage", name}, {"direction", "sent"}}),
+                 &stage_bytes.Add({{"stage", name}, {"direction", "received"}})};
+  };
+  intra_node_ = stage("intra_node");
+  inter_node_ = stage("inter_node");
+  hierarchy_nodes_ = NewGauge(r, "gradex_agent_hierarchy_nodes",
+                              "Nodes of the last call's hierarchical exchange (0: it ran flat)");
+  hierarchy_ranks_per_node_ =
+      NewGauge(r, "gradex_agent_hierarchy_ranks_per_node",
+               "Ranks per node of the last call's hierarchical exchange (0: it ran flat)");
   // Each field's child exists from the start (at 0), so the family is
   // exported before any disagreement.
   for (const char* field : {"start_iter", "min_compression_rate", "dense_probe_period"}) {
@@ -171,6 +202,7 @@ void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& st
     }
     threshold_->Set(t);
   }
+  ObserveStages(stats);
   for (const auto& [name, value] : stats.details) {
     details_
         ->Add({{"algorithm", algorithm},
@@ -178,6 +210,21 @@ void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& st
                {"team_position", std::to_string(team_position)}})
         .Set(value);
   }
+}
+
+void AgentMetrics::ObserveStages(const CallStats& stats) {
+  hierarchy_nodes_->Set(stats.Detail(kDetailHierarchyNodes));
+  hierarchy_ranks_per_node_->Set(stats.Detail(kDetailHierarchyRanksPerNode));
+  // A flat call sets none of the stage details, so it adds to neither stage:
+  // whether its peers share this rank's node is not known here.
+  auto add = [&](const Stage& s, std::string_view seconds, std::string_view sent,
+                 std::string_view received) {
+    s.seconds->Increment(std::max(stats.Detail(seconds), 0.0));
+    s.sent->Increment(std::max(stats.Detail(sent), 0.0));
+    s.received->Increment(std::max(stats.Detail(received), 0.0));
+  };
+  add(intra_node_, kDetailIntraNodeSeconds, kDetailIntraNodeSentBytes, kDetailIntraNodeRecvBytes);
+  add(inter_node_, kDetailInterNodeSeconds, kDetailInterNodeSentBytes, kDetailInterNodeRecvBytes);
 }
 
 void AgentMetrics::StepOk() { steps_ok_->Increment(); }

@@ -54,6 +54,9 @@ class AgentMetrics {
   void SyncCounters(uint64_t report_drops);
 
  private:
+  // The hierarchical exchange's stage details of one successful call.
+  void ObserveStages(const CallStats& stats);
+
   std::shared_ptr<prometheus::Registry> registry_;
   MetricsExposer exposer_;
   prometheus::Family<prometheus::Histogram>* call_seconds_;
@@ -63,6 +66,13 @@ class AgentMetrics {
       *rank_;
   prometheus::Family<prometheus::Gauge>* details_;
   prometheus::Family<prometheus::Counter>* rules_disagreements_;
+  // The hierarchical exchange's two stages (intra_node, inter_node): seconds
+  // and bytes sent / received. Flat calls feed none of them.
+  struct Stage {
+    prometheus::Counter *seconds, *sent, *received;
+  };
+  Stage intra_node_{}, inter_node_{};
+  prometheus::Gauge *hierarchy_nodes_, *hierarchy_ranks_per_node_;
   std::array<prometheus::Counter*, static_cast<int>(FrameError::kCount)> frame_errors_{};
   std::array<uint64_t, static_cast<int>(FrameError::kCount)> frame_seen_{};
   uint64_t drops_seen_ = 0;
