@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "bench/sim/node_report.h"
 #include "bench/sim/sim_driver.h"
 #include "bench/sim/sim_flags.h"
 #include "collectives/sparse_allreduce.h"
@@ -23,9 +24,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::vector<std::string> known = gradex::AllreduceNames();
+  const bool node_model = flags->ranks_per_node > 1;
   std::vector<std::string> algos;
   if (flags->algo == "all") {
-    algos = known;
+    algos = node_model ? NodeModelNames() : known;
   } else {
     for (absl::string_view sv : absl::StrSplit(flags->algo, ',', absl::SkipEmpty())) {
       const std::string name(sv);
@@ -40,6 +42,20 @@ int main(int argc, char** argv) {
       }
       algos.push_back(name);
     }
+  }
+  if (node_model) {
+    const ExchangeCost nccl = NcclHierarchicalDenseCost(NetworkOf(*flags), flags->elements);
+    std::vector<NodeRow> rows;
+    for (const std::string& a : algos) {
+      rows.push_back(ModelAlgorithm(*flags, a));
+      if (flags->json) std::printf("%s\n", NodeRowJson(rows.back(), *flags, nccl).c_str());
+    }
+    if (flags->json) {
+      std::printf("%s\n", NcclJson(nccl, *flags).c_str());
+    } else {
+      std::fputs(NodeTable(rows, *flags, nccl).c_str(), stdout);
+    }
+    return 0;
   }
   std::vector<SimRow> rows;
   bool failed = false;

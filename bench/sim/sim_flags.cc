@@ -25,6 +25,13 @@ usage: gradex-sim [flags]
   --alpha S              latency per message, seconds                  [2e-05]
   --beta S_PER_BYTE      seconds per byte (8/25e9: 25 Gbit/s)         [3.2e-10]
   --gamma S_PER_WORD     seconds per received 4-byte word (reduction)      [0]
+  --ranks-per-node L     ranks a node (dividing P); above 1, print the closed-form
+                         node model instead of running: flat vs hierarchical vs
+                         NCCL's hierarchical dense, stage by stage, with --beta
+                         the node's NIC shared by its L ranks                [1]
+  --intra-alpha S        latency per message inside a node, seconds   [3.4e-06]
+  --intra-beta S_PER_BYTE  seconds per byte of a rank's intra-node link
+                         (1/300e9: 300 GB/s, NVLink)                 [3.33e-12]
   --iters I              calls, residuals carried over, all timed          [1]
   --seed S               gradient seed                                     [1]
   --integer              integer gradients: conservation checked exactly
@@ -38,6 +45,8 @@ Time per call is the max over ranks of the virtual clock (every rank starts a
 call at 0). A send occupies its sender's link for α + β·bytes (sends posted at
 once serialise); a receive completes at max(clock, arrival) + γ·words.
 Computation is free unless --gamma is set; incoming links are not modelled.
+The node model (--ranks-per-node > 1) is α-β arithmetic over the Table 1
+rows, no run: --gamma, --iters, --seed, --integer and --mem-gib do not apply.
 )";
 }
 
@@ -87,13 +96,19 @@ absl::StatusOr<SimFlags> ParseSimFlags(int argc, char** argv) {
     } else if (a == "--teams") {
       ok = absl::SimpleAtoi(value, &f.teams);
       if (ok && f.teams < 0) return bad("must be >= 0");
-    } else if (a == "--alpha" || a == "--beta" || a == "--gamma" || a == "--mem-gib") {
-      double* dst = a == "--alpha"   ? &f.alpha
-                    : a == "--beta"  ? &f.beta
-                    : a == "--gamma" ? &f.gamma
-                                     : &f.mem_gib;
+    } else if (a == "--alpha" || a == "--beta" || a == "--gamma" || a == "--mem-gib" ||
+               a == "--intra-alpha" || a == "--intra-beta") {
+      double* dst = a == "--alpha"         ? &f.alpha
+                    : a == "--beta"        ? &f.beta
+                    : a == "--gamma"       ? &f.gamma
+                    : a == "--intra-alpha" ? &f.intra_alpha
+                    : a == "--intra-beta"  ? &f.intra_beta
+                                           : &f.mem_gib;
       ok = absl::SimpleAtod(value, dst);
       if (ok && !(std::isfinite(*dst) && *dst >= 0)) return bad("must be a finite number >= 0");
+    } else if (a == "--ranks-per-node") {
+      ok = absl::SimpleAtoi(value, &f.ranks_per_node);
+      if (ok && f.ranks_per_node < 1) return bad("must be >= 1");
     } else if (a == "--iters") {
       ok = absl::SimpleAtoi(value, &f.iters);
       if (ok && f.iters < 1) return bad("must be >= 1");
@@ -107,6 +122,10 @@ absl::StatusOr<SimFlags> ParseSimFlags(int argc, char** argv) {
   if (f.teams > f.ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat("--teams ", f.teams, " exceeds --ranks ", f.ranks));
+  }
+  if (f.ranks % f.ranks_per_node != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks-per-node ", f.ranks_per_node, " does not divide --ranks ", f.ranks));
   }
   return f;
 }

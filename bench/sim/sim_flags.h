@@ -18,6 +18,11 @@ struct SimFlags {
   double alpha = 20e-6;    // s per message (TCP in a cloud VPC)
   double beta = 8 / 25e9;  // s per byte (25 Gbit/s)
   double gamma = 0;        // s per received 4-byte word
+  // More than 1: the closed-form node model (node_model.h) instead of a run;
+  // beta is then the node's NIC, shared by its ranks.
+  int ranks_per_node = 1;
+  double intra_alpha = 3.4e-6;    // NCCL's NVLink ring hop latency (Simple protocol)
+  double intra_beta = 1 / 300e9;  // A100 NVLink, one direction (600 GB/s both ways)
   int iters = 1;
   uint64_t seed = 1;
   bool integer = false;
