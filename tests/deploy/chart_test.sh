@@ -4,7 +4,9 @@
 # check included), the parameter servers' objects (ps_render_check.py), every
 # tests/deploy/bad/*.yaml fails with the message its "# expect:" line names,
 # the alert rules load and pass their promtool unit tests (the rendered
-# PrometheusRule's too), the dashboards are scripts/gen-dashboards' output,
+# PrometheusRule's too), the dashboards are scripts/gen-dashboards' output
+# and the network board's stage panels compute on made-up series
+# (stage_panels_check.py),
 # and two job releases plus the dashboards release share one namespace
 # without a name or uid collision (two_releases_check.py), and the job
 # timing defaults are the coordinator's (chart_defaults_check.py).
@@ -103,4 +105,7 @@ promtool check rules "$OUT/rendered-rules.yaml" >/dev/null || fail "the rendered
 python3 "$ROOT/scripts/gen-dashboards" "$OUT/dashboards"
 diff -r "$OUT/dashboards" "$CHART/dashboards" >/dev/null ||
   fail "helm/gradex/dashboards differ from scripts/gen-dashboards' output (run it)"
+# The hierarchical exchange's panels compute what they say (promtool, made-up series).
+python3 "$HERE/stage_panels_check.py" "$CHART/dashboards/gradex-network.json" "$OUT/stage-panels" ||
+  fail "the network dashboard's stage panels"
 echo "PASS chart checks ($OUT)"
