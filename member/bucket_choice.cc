@@ -26,7 +26,8 @@ absl::Status CheckBucketRules(const BucketRules& rules) {
 
 bool operator==(const BucketRules& a, const BucketRules& b) {
   return a.start_iter == b.start_iter && a.min_compression_rate == b.min_compression_rate &&
-         a.dense_probe_period == b.dense_probe_period && a.refuse_nonfinite == b.refuse_nonfinite;
+         a.dense_probe_period == b.dense_probe_period && a.refuse_nonfinite == b.refuse_nonfinite &&
+         a.hierarchy == b.hierarchy;
 }
 
 std::string DenseAlgorithm() { return std::string(catalog::ReferenceSumAlgorithm()); }

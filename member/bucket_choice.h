@@ -33,6 +33,9 @@ struct BucketRules {
   // their sender; each rank exchanges its own as 0 (ClientOptions::
   // refuse_nonfinite). Off: they are summed like any value.
   bool refuse_nonfinite = true;
+  // The hierarchical exchange (dense inside a node, sparse across nodes)
+  // where the epoch's layout allows it (catalog::Hierarchical); off: flat.
+  bool hierarchy = true;
 };
 
 // Bounds of the rules, on options and on the wire. 2^32 steps is beyond any

@@ -19,7 +19,8 @@ constexpr size_t kNameBytes = 64;
 // Little-endian fixed layout: magic, epoch, next_step, newest_epoch,
 // values_rank, plan_version, algorithm[64], density, teams, tau,
 // step_deadline_ms, the rules (start_iter u64, min_compression_rate f64,
-// dense_probe_period u64, refuse_nonfinite u8 0/1), then the algorithm's parameters: a count (u8,
+// dense_probe_period u64, a u8 of flags: bit 0 refuse_nonfinite, bit 1 hierarchy), then the
+// algorithm's parameters: a count (u8,
 // <= catalog::kMaxParams) and per parameter its name's length (u8, 1..64), the name and its value
 // (f64); then the per-bucket algorithms: a bucket count (u16, <= catalog::kMaxBucketAlgorithms), a
 // table of the distinct names (u8 count <= catalog::kMaxDistinctBucketAlgorithms, each a u8 length
@@ -92,7 +93,8 @@ Bytes Encode(uint32_t epoch, const SyncState& s) {
   w.Put(s.values.rules.start_iter);
   w.Put(s.values.rules.min_compression_rate);
   w.Put(s.values.rules.dense_probe_period);
-  w.Put(static_cast<uint8_t>(s.values.rules.refuse_nonfinite ? 1 : 0));
+  w.Put(static_cast<uint8_t>((s.values.rules.refuse_nonfinite ? 1 : 0) |
+                             (s.values.rules.hierarchy ? 2 : 0)));
   // BarrierValues::From keeps at most kMaxParams names of 1..64 bytes.
   w.Put(static_cast<uint8_t>(s.values.params.size()));
   for (const auto& [pname, value] : s.values.params) {
@@ -188,9 +190,10 @@ absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int w
   s.values.rules.start_iter = r.Get<uint64_t>();
   s.values.rules.min_compression_rate = r.Get<double>();
   s.values.rules.dense_probe_period = r.Get<uint64_t>();
-  const uint8_t refuse = r.Get<uint8_t>();
-  if (refuse > 1) return bad(absl::StrCat("refuse_nonfinite ", refuse));
-  s.values.rules.refuse_nonfinite = refuse == 1;
+  const uint8_t flags = r.Get<uint8_t>();
+  if (flags > 3) return bad(absl::StrCat("rule flags ", flags));
+  s.values.rules.refuse_nonfinite = (flags & 1) != 0;
+  s.values.rules.hierarchy = (flags & 2) != 0;
   const size_t count = r.Get<uint8_t>();
   if (count > catalog::kMaxParams) return bad(absl::StrCat(count, " parameters"));
   for (size_t i = 0; i < count; ++i) {

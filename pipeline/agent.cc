@@ -250,6 +250,8 @@ void Agent::AdoptRules(const BucketRules& agreed, int from) {
   warn("min_compression_rate", own.min_compression_rate, agreed.min_compression_rate);
   warn("dense_probe_period", own.dense_probe_period, agreed.dense_probe_period);
   warn("refuse_nonfinite", own.refuse_nonfinite, agreed.refuse_nonfinite);
+  warn("hierarchy", std::string(own.hierarchy ? "auto" : "off"),
+       std::string(agreed.hierarchy ? "auto" : "off"));
 }
 
 absl::Status Agent::CheckAlgorithms() const {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "catalog/node_layout.h"
 #include "collectives/sparse_allreduce.h"
 #include "member/bucket_choice.h"
 #include "member/control_plane.h"
@@ -105,6 +106,8 @@ struct BucketOutcome {
   AllreduceResult result;
   CallStats stats;
   std::string algorithm;  // what ran
+  // How: "hierarchical (<layout>)" or "flat (<why>)" (Agent::exchange_layout).
+  std::string exchange;
   bool dense_probe = false;
   double seconds = 0;  // the exchange, wall
   // L2 of the bucket's residual after a successful exchange: one pass, for
@@ -208,6 +211,12 @@ class Agent {
   // Fields of this rank's own rules found different from the agreed ones,
   // counted once per warning.
   uint64_t rules_disagreements() const { return rules_disagreements_; }
+  // How the current epoch exchanges: "hierarchical (2 nodes x 4 ranks)" or
+  // "flat (<why>)"; "" before the first epoch. Read between steps.
+  const std::string& exchange_layout() const { return layout_line_; }
+  // Whether the current epoch runs the hierarchical exchange, and its layout.
+  bool hierarchical() const { return hierarchical_; }
+  const catalog::NodeLayout& node_layout() const { return layout_; }
   // Step()'s buckets' residuals in bucket order (a copy, read between steps).
   std::vector<std::vector<float>> residuals() const;
   // The communicator of the current epoch (tests kill it to simulate a crash),
@@ -278,8 +287,14 @@ class Agent {
   absl::Status KeepCall(BucketCall* call) const;
   // Makes slot's algorithm objects for `name` and `epoch`, when they were
   // made for another (PlanBucket's, which may not touch the agent).
+  // `layout` (null: flat) wraps them in the hierarchical exchange where
+  // the algorithm may run across nodes.
   static absl::StatusOr<SparseAllreduce*> SlotAlgorithm(const std::string& name, uint32_t epoch,
-                                                        BucketSlot* slot);
+                                                        BucketSlot* slot,
+                                                        const catalog::NodeLayout* layout);
+  // The epoch's node layout and whether it runs hierarchical (BeginStep,
+  // once per epoch: the plan's members and the agreed rules fix both).
+  void UpdateLayout();
 
   const AgentOptions options_;
   const uint64_t job_id_;
@@ -322,6 +337,11 @@ class Agent {
   // This epoch's link probe (Plan::measure_links), sent with its reports.
   std::optional<LinkEstimate> link_;
   uint32_t link_epoch_ = 0;
+  // The current epoch's node layout (from its plan's members) and mode.
+  catalog::NodeLayout layout_;
+  uint32_t layout_epoch_ = 0;
+  bool hierarchical_ = false;
+  std::string layout_line_;
   // Step()'s buckets (made at the first Step; last, so it stops first).
   std::unique_ptr<BucketPipeline> stepper_;
 };

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/call_frame.h"
+#include "collectives/hierarchical.h"
 #include "kernels/sparse.h"
 #include "pipeline/agent.h"
 
@@ -41,7 +42,8 @@ double CallResidualL2(const BucketCall& call) {
 }
 
 absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, uint32_t epoch,
-                                                      BucketSlot* slot) {
+                                                      BucketSlot* slot,
+                                                      const catalog::NodeLayout* layout) {
   if (slot->epoch != epoch) {
     slot->algorithm.reset();
     slot->dense.reset();
@@ -53,6 +55,13 @@ absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, u
   if (held == nullptr || held->name() != name) {
     absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(name);
     if (!a.ok()) return a.status();
+    const catalog::AlgorithmSpec* spec = catalog::Find(name);
+    if (layout != nullptr && spec != nullptr && HierarchyExclusion(*spec).empty()) {
+      absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> h =
+          HierarchicalAllreduce::Create(*std::move(a), *layout);
+      if (!h.ok()) return h.status();
+      a = std::unique_ptr<SparseAllreduce>(*std::move(h));
+    }
     held = *std::move(a);
   }
   return held.get();
@@ -110,7 +119,8 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
       ChooseBucketAlgorithm(*plan_, rules_, next_step_, bucket, grad.size());
   call->algorithm = choice.algorithm;
   call->dense_probe = choice.dense_probe;
-  absl::StatusOr<SparseAllreduce*> algorithm = SlotAlgorithm(choice.algorithm, plan_->epoch, slot);
+  absl::StatusOr<SparseAllreduce*> algorithm =
+      SlotAlgorithm(choice.algorithm, plan_->epoch, slot, hierarchical_ ? &layout_ : nullptr);
   if (!algorithm.ok()) {
     call->status = algorithm.status();
     return;
@@ -169,6 +179,9 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
     return absl::FailedPreconditionError("ExchangeBucket: no open step (BeginStep)");
   }
   out->algorithm = call->algorithm;
+  out->exchange = hierarchical_ && dynamic_cast<HierarchicalAllreduce*>(call->schedule) == nullptr
+                      ? absl::StrCat("flat (", call->algorithm, " runs flat only)")
+                      : layout_line_;
   out->dense_probe = call->dense_probe;
   out->stats = CallStats{};
   out->seconds = 0;

@@ -49,9 +49,23 @@ absl::Status Agent::BeginStep() {
     return s;
   }
   step_ran_ = true;
+  UpdateLayout();
   step_transport_ = transport_.get();
   waits_->SetStep(plan_->epoch, next_step_);
   return absl::OkStatus();
+}
+
+void Agent::UpdateLayout() {
+  if (layout_epoch_ == plan_->epoch && !layout_line_.empty()) return;
+  std::vector<std::string> nodes;
+  nodes.reserve(plan_->members.size());
+  for (const PlanMember& m : plan_->members) nodes.push_back(m.node);
+  layout_ = catalog::LayoutOf(nodes);
+  layout_epoch_ = plan_->epoch;
+  const std::string why = rules_.hierarchy ? catalog::FlatReason(layout_) : "hierarchy=off";
+  hierarchical_ = why.empty();
+  layout_line_ = hierarchical_ ? absl::StrCat("hierarchical (", layout_.Describe(), ")")
+                               : absl::StrCat("flat (", why, ")");
 }
 
 absl::Status Agent::EndStep(StepOutcome* out) {

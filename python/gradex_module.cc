@@ -145,6 +145,11 @@ class PyClient {
       d["device_to_host_bytes"] = b.device_to_host_bytes;
       d["host_to_device_bytes"] = b.host_to_device_bytes;
       d["device_waits"] = b.device_waits;
+      d["exchange"] = b.exchange;
+      d["intra_node_bytes"] = b.intra_node_bytes;
+      d["inter_node_bytes"] = b.inter_node_bytes;
+      d["intra_node_s"] = b.intra_node_s;
+      d["inter_node_s"] = b.inter_node_s;
       out.append(d);
     }
     return out;

@@ -17,8 +17,9 @@ namespace gradex {
 // A member that sends none (0) predates the field and speaks protocol 1.
 // 2: refuse_nonfinite agreed at entry. 3: the SparDL family's balanced
 // blocks (a member on equal blocks fails every call after a re-balancing).
-inline constexpr uint32_t kWireProtocol = 3;
-inline constexpr uint32_t kOldestWireProtocol = 3;
+// 4: the hierarchical exchange (its rule agreed at entry; node stages).
+inline constexpr uint32_t kWireProtocol = 4;
+inline constexpr uint32_t kOldestWireProtocol = 4;
 
 const char* Version();           // "0.1.0", from VERSION
 const char* GitCommit();         // the commit built, e.g. "da765b0a1b2c"; "unknown" outside git

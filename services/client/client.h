@@ -86,6 +86,13 @@ struct ClientOptions {
   // non-finite). Every rank runs rank 0's choice (agreed in-band, as the
   // per-bucket rules; a rank given the other warns once).
   bool refuse_nonfinite = true;
+  // "auto": the hierarchical exchange (dense inside a node, sparse across
+  // nodes) where the epoch has several nodes of as many ranks each; "off":
+  // flat. Agreed in-band: rank 0's holds (GRADEX_HIERARCHY).
+  std::string hierarchy = "auto";
+  // This rank's node (ranks on one node share its fabric); empty: the host
+  // name (GRADEX_NODE).
+  std::string node;
   // Selection of bucket b+1 overlaps the exchange of bucket b (on a second
   // thread), within a step (GRADEX_PIPELINE=0 turns it off: each bucket is
   // selected after the previous one's exchange, as a comparison baseline).
@@ -161,6 +168,13 @@ struct BucketStats {
   std::string device_path = "host";
   uint64_t device_to_host_bytes = 0, host_to_device_bytes = 0;
   uint64_t device_waits = 0;  // last call: times the host waited for the device
+  // How the last call exchanged: "hierarchical (2 nodes x 4 ranks)" (dense
+  // inside the node, sparse across nodes) or "flat (<why>)".
+  std::string exchange;
+  // Last call, hierarchical only (0 when flat): bytes this rank sent and
+  // wall seconds inside its node and across nodes.
+  uint64_t intra_node_bytes = 0, inter_node_bytes = 0;
+  double intra_node_s = 0, inter_node_s = 0;
 };
 
 class Client {

@@ -71,7 +71,10 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   agent::AgentOptions a;
   a.job = options_.job;
   a.token = endpoint_.token;
-  a.host = host;
+  // The node this rank joins with: ranks that share it share its fabric
+  // (the hierarchical exchange's node), GRADEX_NODE where the host name
+  // does not tell (containers, emulated nodes).
+  a.host = options_.node.empty() ? std::string(host) : options_.node;
   a.local_rank = options_.local_rank;
   a.agent_id = absl::StrCat(host, "/", options_.local_rank, "/", getpid(), "/r", options_.rank, "/",
                             g_clients.fetch_add(1));
@@ -82,6 +85,7 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   a.rules.min_compression_rate = options_.min_compression_rate;
   a.rules.dense_probe_period = options_.dense_probe_period;
   a.rules.refuse_nonfinite = options_.refuse_nonfinite;
+  a.rules.hierarchy = options_.hierarchy != "off";
   agent_ = std::make_unique<agent::Agent>(a, control_.get(), transports_.get(), metrics_.get());
   if (absl::Status s = agent_->Start(); !s.ok()) {
     agent_.reset();  // never joined: nothing to leave

@@ -61,6 +61,8 @@ class ClientImpl final : public Client {
     bool any = false;
     bool staging_logged = false;  // whole-bucket staging was logged for this layout
   };
+  // The exchange (hierarchical or flat) rank 0 last printed.
+  std::string exchange_logged_;
 
   // Stats, metrics and timeline of a bucket that ended (the pipeline's
   // observer, on its progress thread).

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "catalog/catalog.h"
 #include "catalog/median.h"
+#include "collectives/hierarchical.h"
 #include "services/client/client_impl.h"
 
 namespace gradex::client {
@@ -125,6 +127,22 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   b.device_to_host_bytes = end.device_to_host_bytes;
   b.host_to_device_bytes = end.host_to_device_bytes;
   b.device_waits = end.device_waits;
+  b.exchange = out.exchange;
+  b.intra_node_bytes = static_cast<uint64_t>(out.stats.Detail(kDetailIntraNodeSentBytes));
+  b.inter_node_bytes = static_cast<uint64_t>(out.stats.Detail(kDetailInterNodeSentBytes));
+  b.intra_node_s = out.stats.Detail(kDetailIntraNodeSeconds);
+  b.inter_node_s = out.stats.Detail(kDetailInterNodeSeconds);
+  if (!b.exchange.empty() && b.exchange != exchange_logged_) {
+    // Rank 0's one line (and again when an epoch changes it): which
+    // exchange runs, so a user sees the node layout gradex found.
+    exchange_logged_ = b.exchange;
+    if (agent_->rank() == 0) {
+      std::fprintf(stderr, "gradex: exchange %s%s\n", b.exchange.c_str(),
+                   absl::StartsWith(b.exchange, "hierarchical")
+                       ? ": dense inside each node, the algorithm across nodes on 1/L of a bucket"
+                       : "");
+    }
+  }
 }
 
 std::vector<BucketStats> ClientImpl::Stats() const {

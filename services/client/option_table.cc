@@ -33,6 +33,16 @@ bool IsHost(absl::string_view s) {
   return true;
 }
 
+bool IsHierarchy(absl::string_view s) { return s == "auto" || s == "off"; }
+// A node identity travels in the join's host field (1..255 printable bytes).
+bool IsNode(absl::string_view s) {
+  if (s.size() > 255) return false;
+  for (char c : s) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
+}
+
 bool IsCoordinator(absl::string_view s) { return s.empty() || IsHostPort(s); }
 bool IsBindHost(absl::string_view s) { return IsHost(s) && s.find(':') == absl::string_view::npos; }
 bool IsJob(absl::string_view s) { return coordinator::IsValidJobId(s); }
@@ -290,6 +300,30 @@ std::vector<OptionSpec> Build() {
                               "them (a peer that sends any is evicted); 0: summed as DDP would; "
                               "rank 0's value holds for every rank",
                GRADEX_FIELD(refuse_nonfinite, bool)});
+  t.push_back({.name = "hierarchy",
+               .type = T::kString,
+               .valid = IsHierarchy,
+               .expected = "auto or off",
+               .env = {{"GRADEX_HIERARCHY"}},
+               .c_key = "hierarchy",
+               .py_keyword = "hierarchy",
+               .example = "off",
+               .description = "auto: dense inside a node, sparse across nodes when there are "
+                              "several nodes of as many ranks each; off: every rank exchanges "
+                              "sparsely with every other (flat); rank 0's value holds for every "
+                              "rank",
+               GRADEX_FIELD(hierarchy, std::string)});
+  t.push_back({.name = "node",
+               .type = T::kString,
+               .valid = IsNode,
+               .expected = "0..255 printable bytes without spaces",
+               .env = {{"GRADEX_NODE"}},
+               .c_key = "node",
+               .py_keyword = "node",
+               .example = "gpu-node-7",
+               .description = "the machine this rank runs on: ranks with the same node share its "
+                              "intra-node fabric (empty: the host name)",
+               GRADEX_FIELD(node, std::string)});
   t.push_back({.name = "pipeline",
                .type = T::kBool,
                .env = {{"GRADEX_PIPELINE"}},
