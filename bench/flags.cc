@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "catalog/catalog.h"
+#include "collectives/hierarchical.h"
 
 namespace gradex::bench {
 namespace {
@@ -115,8 +116,30 @@ Usage: gradex-bench [flags]
   --connect-timeout-ms MS
                         UCX bootstrap + wire-up deadline. Default: 30000
   --rank-wrapper CMD    ucx only: prefix of each rank's command line, '%d'
-                        replaced by the rank, e.g. 'ip netns exec gx%d' to run
-                        each rank in its own network namespace
+                        replaced by the rank and '%n' by its node's index (nodes
+                        numbered by their lowest rank), e.g. 'ip netns exec gx%d'
+                        to run each rank in its own network namespace, or
+                        'ip netns exec node%n' to run each node's ranks in one
+  --ranks-per-node L    ranks on each node: rank r is on node r / L (consecutive
+                        ranks share a node, as torchrun assigns them); with more
+                        than one node the exchange runs hierarchical: a dense
+                        ring reduce-scatter inside each node, the algorithm on
+                        each 1/L shard across the nodes (density applies to the
+                        shard), an all-gather inside the node. L must divide P.
+                        Default: 1 (one rank a node: the flat exchange)
+  --node-of-rank LIST   each rank's node by name, comma-separated, P names in
+                        rank order (e.g. a,a,b,b), instead of --ranks-per-node;
+                        equal names share a node. For ranks that run apart
+                        (--rank-wrapper), every rank process gets the same list
+  --hierarchy auto|off  auto: hierarchical where the layout has more than one
+                        node, more than one rank a node and the same count on
+                        each, and the algorithm can be the inter-node stage (not
+                        covap, dgs); off: the flat exchange on any layout.
+                        Default: auto. The table then says the layout and, per
+                        algorithm, per call and rank: intra-node and inter-node
+                        bytes sent and seconds (details intra_node_sent_bytes,
+                        inter_node_sent_bytes, intra_node_s, inter_node_s, ...:
+                        medians over the timed calls, not the last call's)
   --quiet               no progress lines on stderr
   -h, --help            this text
       --version         print the version (release, git, CUDA, UCX) and exit
@@ -183,6 +206,9 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
                                                         "connect-timeout-ms",
                                                         "rank-wrapper",
                                                         "json-out",
+                                                        "ranks-per-node",
+                                                        "node-of-rank",
+                                                        "hierarchy",
                                                         "rank",
                                                         "bootstrap-dir",
                                                         "report-fd",
@@ -263,6 +289,17 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
       f.connect_timeout_ms = x;
     } else if (name == "rank-wrapper") {
       f.rank_wrapper = std::string(value);
+    } else if (name == "ranks-per-node") {
+      if (auto s = ParseInt(name, value, 1, 1024, &x); !s.ok()) return s;
+      f.ranks_per_node = static_cast<int>(x);
+    } else if (name == "node-of-rank") {
+      f.node_of_rank = absl::StrSplit(value, ',');
+      for (const std::string& node : f.node_of_rank) {
+        if (node.empty()) return Bad(name, value, "an empty node name");
+      }
+    } else if (name == "hierarchy") {
+      if (value != "auto" && value != "off") return Bad(name, value, "must be auto or off");
+      f.hierarchy = std::string(value);
     } else if (name == "rank") {
       if (auto s = ParseInt(name, value, 0, 1023, &x); !s.ok()) return s;
       f.rank = static_cast<int>(x);
@@ -292,6 +329,19 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
         absl::StrCat("--teams ", f.teams, " does not divide --ranks ", f.ranks));
   }
   if (!teams_set) f.teams = (f.ranks % 2 == 0) ? 2 : 1;
+  if (f.ranks % f.ranks_per_node != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks-per-node ", f.ranks_per_node, " does not divide --ranks ", f.ranks));
+  }
+  if (!f.node_of_rank.empty()) {
+    if (f.ranks_per_node != 1) {
+      return absl::InvalidArgumentError("--node-of-rank and --ranks-per-node exclude each other");
+    }
+    if (static_cast<int>(f.node_of_rank.size()) != f.ranks) {
+      return absl::InvalidArgumentError(absl::StrCat("--node-of-rank names ", f.node_of_rank.size(),
+                                                     " nodes, --ranks is ", f.ranks));
+    }
+  }
   if (f.rank >= f.ranks) {
     return absl::InvalidArgumentError(absl::StrCat("--rank ", f.rank, " >= --ranks ", f.ranks));
   }
@@ -306,6 +356,27 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv) {
     return absl::InvalidArgumentError("--rank-wrapper needs --transport ucx");
   }
   return f;
+}
+
+std::vector<std::string> NodeOfRank(const BenchFlags& flags) {
+  if (!flags.node_of_rank.empty()) return flags.node_of_rank;
+  std::vector<std::string> out;
+  for (int r = 0; r < flags.ranks; ++r) {
+    out.push_back(absl::StrCat("node", r / flags.ranks_per_node));
+  }
+  return out;
+}
+
+catalog::NodeLayout LayoutFor(const BenchFlags& flags) {
+  return catalog::LayoutOf(NodeOfRank(flags));
+}
+
+std::string FlatReasonFor(const std::string& algo, const BenchFlags& flags) {
+  if (flags.hierarchy == "off") return "--hierarchy off";
+  if (std::string why = catalog::FlatReason(LayoutFor(flags)); !why.empty()) return why;
+  const catalog::AlgorithmSpec* spec = catalog::Find(algo);
+  if (spec == nullptr) return absl::StrCat(algo, " is not in the catalog");
+  return HierarchyExclusion(*spec);
 }
 
 absl::StatusOr<std::vector<std::string>> ResolveAlgorithms(const std::string& algo,

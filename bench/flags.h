@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
+#include "catalog/node_layout.h"
 
 namespace gradex::bench {
 
@@ -35,6 +36,13 @@ struct BenchFlags {
   int64_t connect_timeout_ms = 30'000;
   std::string rank_wrapper;  // e.g. "ip netns exec gx%d", %d = rank
   bool quiet = false;        // no progress on stderr
+  // Nodes: --ranks-per-node L groups consecutive ranks (node r / L, as
+  // torchrun assigns them); --node-of-rank names each rank's node instead.
+  // Either one, with more than one node of more than one rank each, runs the
+  // hierarchical exchange unless --hierarchy off.
+  int ranks_per_node = 1;
+  std::vector<std::string> node_of_rank;  // empty, or one name per rank
+  std::string hierarchy = "auto";         // auto | off
   bool help = false;
 
   // Hidden: set by the launcher for the rank processes it starts.
@@ -56,6 +64,17 @@ absl::StatusOr<BenchFlags> ParseFlags(int argc, char** argv);
 
 // The --help text.
 std::string HelpText();
+
+// Each rank's node name: --node-of-rank as given, else "node<r / L>".
+std::vector<std::string> NodeOfRank(const BenchFlags& flags);
+
+// The node layout of the run (catalog/node_layout.h).
+catalog::NodeLayout LayoutFor(const BenchFlags& flags);
+
+// Why `algo` runs flat on this run's layout ("" when it runs hierarchical):
+// --hierarchy off, a layout the hierarchy does not fit (catalog::FlatReason),
+// or an algorithm that cannot be the inter-node stage (HierarchyExclusion).
+std::string FlatReasonFor(const std::string& algo, const BenchFlags& flags);
 
 // Resolves --algo against the registry names; "all" keeps registry order.
 absl::StatusOr<std::vector<std::string>> ResolveAlgorithms(const std::string& algo,

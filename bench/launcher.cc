@@ -109,6 +109,8 @@ LaunchResult LaunchProcesses(const BenchFlags& flags, const std::vector<std::str
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
+  // %n in --rank-wrapper: the rank's node (e.g. one network namespace a node).
+  const catalog::NodeLayout layout = LayoutFor(flags);
   std::vector<Child> children(p);
   for (int r = 0; r < p; ++r) {
     Child& c = children[r];
@@ -121,7 +123,8 @@ LaunchResult LaunchProcesses(const BenchFlags& flags, const std::vector<std::str
     }
     std::vector<std::string> args;
     for (absl::string_view w : absl::StrSplit(flags.rank_wrapper, ' ', absl::SkipWhitespace())) {
-      args.push_back(absl::StrReplaceAll(w, {{"%d", absl::StrCat(r)}}));
+      args.push_back(absl::StrReplaceAll(
+          w, {{"%d", absl::StrCat(r)}, {"%n", absl::StrCat(layout.node_of[r])}}));
     }
     args.push_back(exe);
     for (int i = 1; i < argc; ++i) args.push_back(argv[i]);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "collectives/hierarchical.h"
 
 namespace gradex::bench {
 namespace {
@@ -26,6 +27,39 @@ std::string JsonString(const std::string& s) {
     }
   }
   return out + "\"";
+}
+
+double Detail(const AlgoSummary& s, std::string_view name) {
+  for (const auto& [n, v] : s.details) {
+    if (n == name) return v;
+  }
+  return 0;
+}
+
+// With ranks sharing nodes: the layout, and per algorithm whether it ran
+// hierarchical, with its two stages' bytes and time, or flat and why.
+std::string NodeLines(const std::vector<AlgoSummary>& all, const BenchFlags& flags) {
+  const catalog::NodeLayout layout = LayoutFor(flags);
+  if (layout.nodes() == layout.world()) return "";
+  std::string out = absl::StrCat("layout: ", layout.Describe(), "; per call and rank (medians ",
+                                 "over the timed calls, mean over ranks), intra-node = dense ",
+                                 "reduce-scatter + all-gather, inter-node = the algorithm on ",
+                                 "the node's shard:\n");
+  for (const auto& s : all) {
+    if (!s.ran()) continue;
+    const std::string flat = FlatReasonFor(s.algo, flags);
+    if (!flat.empty()) {
+      out += absl::StrFormat("%-16s flat (%s)\n", s.algo, flat);
+      continue;
+    }
+    out += absl::StrFormat(
+        "%-16s hierarchical: intra-node sent %.3f MB in %.1f ms, inter-node sent %.3f MB in "
+        "%.1f ms\n",
+        s.algo, Detail(s, kDetailIntraNodeSentBytes) / 1e6,
+        Detail(s, kDetailIntraNodeSeconds) * 1e3, Detail(s, kDetailInterNodeSentBytes) / 1e6,
+        Detail(s, kDetailInterNodeSeconds) * 1e3);
+  }
+  return out;
 }
 
 }  // namespace
@@ -112,6 +146,7 @@ std::string Table(const std::vector<AlgoSummary>& all, const BenchFlags& flags) 
     for (const auto& [name, value] : s.details) absl::StrAppend(&out, " ", name, "=", value);
     out += "\n";
   }
+  out += NodeLines(all, flags);
   for (const auto& n : notes) out += absl::StrCat("invariant failure: ", n, "\n");
   return out;
 }

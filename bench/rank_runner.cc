@@ -5,10 +5,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bench/gradient_gen.h"
+#include "bench/stats.h"
+#include "collectives/hierarchical.h"
 #include "collectives/in_band.h"
 #include "collectives/invariants.h"
 #include "collectives/sparse_allreduce.h"
@@ -63,6 +68,13 @@ class Progress {
   Clock::time_point last_;
 };
 
+// The stages' bytes and seconds vary from call to call (the inner
+// algorithm's volume is data dependent): the per-call figure the table
+// prints is their median over the timed calls, not the last call's.
+bool PerCallDetail(const std::string& name) {
+  return absl::StartsWith(name, "intra_node_") || absl::StartsWith(name, "inter_node_");
+}
+
 }  // namespace
 
 absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& algos,
@@ -96,7 +108,13 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
     };
     auto created = CreateAllreduce(algo);
     if (!created.ok()) return fail(created.status());
-    SparseAllreduce& alg = **created;
+    std::unique_ptr<SparseAllreduce> owned = *std::move(created);
+    if (FlatReasonFor(algo, flags).empty()) {
+      auto wrapped = HierarchicalAllreduce::Create(std::move(owned), LayoutFor(flags));
+      if (!wrapped.ok()) return fail(wrapped.status());
+      owned = *std::move(wrapped);
+    }
+    SparseAllreduce& alg = *owned;
 
     AllreduceOptions opts;
     opts.density = flags.density;
@@ -110,6 +128,7 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
     std::fill(residual.begin(), residual.end(), 0.0f);
     AllreduceResult result;
     CallStats stats;
+    std::map<std::string, std::vector<double>> per_call;  // PerCallDetail, timed calls
     const int total = flags.warmup + flags.iters;
     for (int it = 0; it < total; ++it) {
       const bool last = it == total - 1;
@@ -141,9 +160,15 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
       rep.reduction_s.push_back(stats.phases.reduction_s);
       rep.sent_bytes.push_back(stats.sent_bytes);
       rep.recv_bytes.push_back(stats.recv_bytes);
+      for (const auto& [name, value] : stats.details) {
+        if (PerCallDetail(name)) per_call[name].push_back(value);
+      }
     }
 
     rep.details.assign(stats.details.begin(), stats.details.end());
+    for (auto& [name, value] : rep.details) {
+      if (auto it = per_call.find(name); it != per_call.end()) value = Median(it->second);
+    }
     // Invariants on the last call.
     result.ToDense(result_dense);
     rep.result_nnz = result.CountNonZeros();
