@@ -88,6 +88,45 @@ TEST(Flags, RejectsBadInput) {
   }
 }
 
+TEST(Flags, NodesByRanksPerNodeOrByName) {
+  auto d = Parse({});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->ranks_per_node, 1);
+  EXPECT_EQ(d->hierarchy, "auto");
+  EXPECT_EQ(LayoutFor(*d).nodes(), 4);  // one rank a node: flat
+  EXPECT_EQ(FlatReasonFor("spardl", *d), "one rank per node");
+
+  auto f = Parse({"--ranks", "8", "--ranks-per-node", "4"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(NodeOfRank(*f), (std::vector<std::string>{"node0", "node0", "node0", "node0", "node1",
+                                                      "node1", "node1", "node1"}));
+  EXPECT_EQ(LayoutFor(*f).Describe(), "2 nodes x 4 ranks");
+  EXPECT_EQ(FlatReasonFor("spardl-bsag", *f), "");
+  EXPECT_NE(FlatReasonFor("covap", *f), "");  // not an inter-node stage
+
+  auto off = Parse({"--ranks", "8", "--ranks-per-node", "4", "--hierarchy=off"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(FlatReasonFor("spardl-bsag", *off), "--hierarchy off");
+
+  // By name, in any rank order: nodes numbered by their lowest rank.
+  auto named = Parse({"--node-of-rank", "b,a,b,a"});
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(LayoutFor(*named).node_of, (std::vector<int>{0, 1, 0, 1}));
+  auto uneven = Parse({"--ranks", "3", "--node-of-rank", "a,a,b"});
+  ASSERT_TRUE(uneven.ok()) << uneven.status();
+  EXPECT_NE(FlatReasonFor("spardl", *uneven).find("uneven"), std::string::npos);
+
+  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
+           {"--ranks-per-node", "3"},  // does not divide 4
+           {"--ranks-per-node", "0"},
+           {"--hierarchy", "on"},
+           {"--node-of-rank", "a,b"},
+           {"--node-of-rank", "a,,b,b"},
+           {"--node-of-rank", "a,a,b,b", "--ranks-per-node", "2"}}) {
+    EXPECT_EQ(Parse(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad[0];
+  }
+}
+
 TEST(Flags, ResolvesAlgorithms) {
   std::vector<std::string> known = {"dense-ring", "spardl", "spardl-rsag"};
   EXPECT_EQ(*ResolveAlgorithms("all", known), known);
@@ -110,7 +149,8 @@ TEST(Flags, SkipsRsagWithoutPowerOfTwoTeams) {
 TEST(Flags, HelpMentionsEveryFlag) {
   std::string help = HelpText();
   for (const char* flag : {"--algo", "--ranks", "--elements", "--density", "--teams", "--iters",
-                           "--warmup", "--transport", "--seed", "--json", "--dump"}) {
+                           "--warmup", "--transport", "--seed", "--json", "--dump",
+                           "--ranks-per-node", "--node-of-rank", "--hierarchy"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   }
 }

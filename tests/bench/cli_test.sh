@@ -6,7 +6,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out=$("$bin" --help) || fail "--help exited non-zero"
 for flag in --algo --ranks --elements --density --teams --iters --warmup --transport --seed \
-  --json --dump --deadline-ms --rank-wrapper; do
+  --json --dump --deadline-ms --rank-wrapper --ranks-per-node --node-of-rank --hierarchy; do
   grep -q -- "$flag" <<<"$out" || fail "--help does not explain $flag"
 done
 
@@ -32,4 +32,8 @@ expect_bad "does not divide" --ranks 4 --teams 3
 expect_bad "--iters" --iters 0
 expect_bad "unexpected argument" stray
 expect_bad "takes no value" --json=yes
+expect_bad "does not divide" --ranks 4 --ranks-per-node 3
+expect_bad "--hierarchy" --hierarchy on
+expect_bad "names 3 nodes" --ranks 4 --node-of-rank a,a,b
+expect_bad "exclude each other" --ranks 4 --ranks-per-node 2 --node-of-rank a,a,b,b
 echo PASS
