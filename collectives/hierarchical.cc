@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "collectives/block_layout.h"
 #include "collectives/frame_blame.h"
 #include "collectives/link.h"
@@ -21,13 +22,19 @@ double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A refusal inside a group blames the peer by its rank in the whole job.
+// A failure inside a group: its ranks (the error's ranks are positions in
+// that list) named, and a refused frame blamed on its sender's rank in the
+// whole job.
 absl::Status Blamed(absl::Status s, const FrameBlame& local, const SubgroupTransport& view,
-                    FrameBlame* into) {
+                    FrameBlame* into, const char* stage) {
   if (into != nullptr && local.peer() >= 0 && local.peer() < view.size()) {
     into->Blame(view.world_rank(local.peer()), local.why());
   }
-  return s;
+  std::vector<int> ranks;
+  for (int i = 0; i < view.size(); ++i) ranks.push_back(view.world_rank(i));
+  return absl::Status(s.code(),
+                      absl::StrCat(stage, " (ranks ", absl::StrJoin(ranks, ", "), ", numbered 0..",
+                                   view.size() - 1, " below): ", s.message()));
 }
 
 // The shard a local rank holds after the node's ring reduce-scatter.
@@ -157,7 +164,8 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
   work_.assign(acc.begin(), acc.end());
   absl::StatusOr<int> held =
       RingReduceScatter(link, work_.data(), n, kTagPhaseNodeReduceScatter, &stats->phases);
-  if (!held.ok()) return Blamed(held.status(), node_blame, **node_view, ctx.blame);
+  if (!held.ok())
+    return Blamed(held.status(), node_blame, **node_view, ctx.blame, "inside the node");
   const BlockLayout shards(n, per_node, 1.0);
   const BlockRange mine = shards.range(*held);
   // The whole contribution is in the node's sums now: taken out of the
@@ -191,7 +199,7 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
     absl::Status s = inner_->Run(inner_ctx, InterNodeOptions(options, nodes),
                                  std::span<const float>(work_.data() + mine.begin, mine.size()),
                                  shard_residual_, &shard_result, &inner_stats);
-    if (!s.ok()) return Blamed(std::move(s), group_blame, **group_view, ctx.blame);
+    if (!s.ok()) return Blamed(std::move(s), group_blame, **group_view, ctx.blame, "across nodes");
     if (!shard_result.decayed.empty()) {
       return absl::InternalError(
           absl::StrCat(std::string(name()), " decayed its residual inside a node shard"));
@@ -245,7 +253,7 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
       absl::StatusOr<Link::Pending> r =
           link.PostRecv(q, kTagPhaseNodeAllGather, 0,
                         FrameBytes(theirs.size(), theirs.size()) + FrameBytes(2, 2));
-      if (!r.ok()) return Blamed(r.status(), node_blame, **node_view, ctx.blame);
+      if (!r.ok()) return Blamed(r.status(), node_blame, **node_view, ctx.blame, "inside the node");
       recvs[q] = *r;
     }
     for (int q = 0; q < per_node; ++q) {
@@ -255,7 +263,7 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
                        &out);
       AppendCapacity(link.meta(kTagPhaseNodeAllGather), capacity, &out);
       absl::StatusOr<Link::Pending> s = link.PostSend(q, std::move(out), kTagPhaseNodeAllGather, 0);
-      if (!s.ok()) return Blamed(s.status(), node_blame, **node_view, ctx.blame);
+      if (!s.ok()) return Blamed(s.status(), node_blame, **node_view, ctx.blame, "inside the node");
       sends[q] = *s;
     }
     for (int q = 0; q < per_node; ++q) {
@@ -286,12 +294,14 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
           s = c.status();
         }
       }
-      if (!s.ok()) return Blamed(std::move(s), node_blame, **node_view, ctx.blame);
+      if (!s.ok())
+        return Blamed(std::move(s), node_blame, **node_view, ctx.blame, "inside the node");
     }
     for (int q = 0; q < per_node; ++q) {
       if (q == local) continue;
       absl::Status s = link.Wait(sends[q], nullptr);
-      if (!s.ok()) return Blamed(std::move(s), node_blame, **node_view, ctx.blame);
+      if (!s.ok())
+        return Blamed(std::move(s), node_blame, **node_view, ctx.blame, "inside the node");
     }
   }
   intra_s += Since(gather_start);

@@ -85,6 +85,8 @@ class BridgeControlPlane final : public ControlPlane {
   bool ReportStep(StepReport report) override { return reports_.Push(std::move(report)); }
   uint64_t report_drops() const override { return reports_.drops(); }
   uint64_t reports_refused() const { return refused_.load(); }
+  // kill -9: heartbeats and reports stop, no Leave.
+  void Crash() { Stop(); }
 
  private:
   // Plans (as WatchPlan streams them), heartbeats and reports.
