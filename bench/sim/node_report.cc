@@ -1,21 +1,15 @@
 #include "bench/sim/node_report.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/sim/sim_driver.h"
 #include "catalog/catalog.h"
+#include "collectives/hierarchical.h"
 
 namespace gradex::sim {
 namespace {
-
-// collectives/hierarchical.h's HierarchyExclusion, read from the catalog's
-// traits until that file is part of every build of this library.
-std::string HierarchyExclusion(const catalog::AlgorithmSpec& spec) {
-  if (spec.traits.parameter_server) return spec.name + " is a parameter-server exchange";
-  if (spec.traits.ccr_profiled) return spec.name + "'s error feedback decays the residual";
-  if (!spec.traits.synchronous) return spec.name + " lets ranks run ahead of each other";
-  return "";
-}
 
 // "1.234" or "[1.234, 5.678]" (ms).
 std::string Ms(double lo_s, double hi_s) {
