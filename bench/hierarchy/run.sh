@@ -21,7 +21,7 @@
 #    the timed calls of each run (a call's time is its slowest rank's).
 #
 # Usage: bench/hierarchy/run.sh [--layouts 2x4,4x2] [--rates 1gbit,10gbit]
-#          [--elements 2000000] [--steps 8] [--algo spardl-bsag] [--density 0.01]
+#          [--elements 2000000] [--steps 8] [--algo spardl-bsag] [--density 0.01] [--teams T]
 #          [--time-layout 2x4] [--time-rate 100mbit] [--time-elements 6000000]
 #          [--time-iters 6] [--rounds 2] [--no-dense] [--skip-bytes] [--skip-time]
 #          [--bin PATH] [--out DIR]   (default bench/results/hierarchy)
@@ -32,7 +32,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-layouts=2x4,4x2 rates=1gbit,10gbit elements=2000000 steps=8 algo=spardl-bsag density=0.01
+layouts=2x4,4x2 rates=1gbit,10gbit elements=2000000 steps=8 algo=spardl-bsag density=0.01 teams=
 time_layout=2x4 time_rate=100mbit time_elements=6000000 time_iters=6 rounds=2 dense=1
 do_bytes=1 do_time=1
 bin=$root/build/bin/gradex-bench
@@ -41,10 +41,17 @@ PREFIX=gxhi NET=10.94.0 NODES_MAX=4
 source "$root/bench/lib/common.sh"
 gx_args hierarchy/run.sh 2,30 'unknown argument %s (see --help)' \
   '--layouts=layouts --rates=rates --elements=elements --steps=steps --algo=algo
-   --density=density --time-layout=time_layout --time-rate=time_rate
+   --density=density --teams=teams --time-layout=time_layout --time-rate=time_rate
    --time-elements=time_elements --time-iters=time_iters --rounds=rounds --no-dense=dense=0
    --skip-bytes=do_bytes=0 --skip-time=do_time=0 --bin=bin:path --out=out:path' "$@"
 gx_positive_ints elements steps time_elements time_iters rounds
+# B-SAG's teams (default 2 where they divide the ranks) are consecutive ranks:
+# with as many teams as nodes the flat exchange is already split by node.
+teams_flag=()
+if [[ -n $teams ]]; then
+  gx_positive_ints teams
+  teams_flag=(--teams "$teams")
+fi
 IFS=, read -r -a LAYOUTS <<<"$layouts"
 IFS=, read -r -a RATES <<<"$rates"
 for l in "${LAYOUTS[@]}" "$time_layout"; do
@@ -57,7 +64,7 @@ gx_need_root
 [[ -x $bin ]] || die "$bin not built (scripts/build)"
 
 gx_netns_bench "$PREFIX" "$NODES_MAX" "${RATES[0]}" "$NET" "$out" hierarchy
-echo "$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')); $(. /etc/os-release && echo "$PRETTY_NAME"); $(date -u +%FT%TZ); source $(gx_source_version "$root"); $algo at density $density" >"$out/raw/meta.txt"
+echo "$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')); $(. /etc/os-release && echo "$PRETTY_NAME"); $(date -u +%FT%TZ); source $(gx_source_version "$root"); $algo at density $density, teams ${teams:-default}" >"$out/raw/meta.txt"
 cat "$out/raw/meta.txt" >&2
 current_rate=${RATES[0]}
 links() {  # links RATE: the namespaces again, behind links of RATE
@@ -86,7 +93,7 @@ bench() {
   env UCX_TLS=tcp UCX_NET_DEVICES=gxeth UCX_WARN_UNUSED_ENV_VARS=n "$bin" --algo "$algo" \
     --ranks "$ranks" --elements "$n" --density "$density" --iters "$iters" --warmup 1 \
     --transport ucx --rank-wrapper "$root/bench/in_netns $PREFIX%n" --deadline-ms 300000 \
-    --timeout-s 900 --quiet --json-out "$out/raw/$tag.jsonl" "$@" >"$out/raw/$tag.txt" 2>&1 ||
+    --timeout-s 900 --quiet --json-out "$out/raw/$tag.jsonl" "${teams_flag[@]}" "$@" >"$out/raw/$tag.txt" 2>&1 ||
     { cat "$out/raw/$tag.txt" >&2; die "gradex-bench failed ($tag)"; }
   tail -n 1 "$out/raw/$tag.jsonl"
 }
