@@ -22,6 +22,11 @@ const char kUsage[] =
   --seed S                 gradient seed (default 1)
   --agent-id ID            stable identity (default HOST/LOCAL_RANK/PID)
   --local-rank R           rank among the agents on this host (default 0)
+  --node NODE              the machine this agent runs on: agents with the same node share its
+                           fabric (default: GRADEX_NODE, else the host name)
+  --hierarchy auto|off     auto (default): dense inside a node, sparse across nodes when the
+                           epoch has several nodes of as many agents each; off: flat. The
+                           lowest rank's holds for every rank
   --ucx-tls T              UCX transports, e.g. tcp, posix (default: UCX_TLS or all)
   --data-ip IP             the interface the data plane listens on (default: GRADEX_DATA_IP,
                            else the local address of the route to the coordinator)
@@ -100,7 +105,15 @@ absl::Status Parse(int argc, char** argv, Flags* f) {
       f->token_file = v;
     else if (a == "--agent-id")
       f->agent_id = v;
-    else if (a == "--ucx-tls")
+    else if (a == "--node")
+      f->node = v;
+    else if (a == "--hierarchy") {
+      if (v != "auto" && v != "off") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--hierarchy: '", v, "' is not auto or off"));
+      }
+      f->hierarchy_off = v == "off";
+    } else if (a == "--ucx-tls")
       f->ucx_tls = v;
     else if (a == "--data-ip")
       f->data_ip = v;

@@ -19,6 +19,8 @@ struct Flags {
   GrpcControlPlaneOptions grpc;
   std::string job, token_file, agent_id, ucx_tls, data_ip, tls_ca, tls_cert, tls_key;
   std::string snapshot_dir;  // --role server (`server`)
+  std::string node;          // empty: GRADEX_NODE, else the host name
+  bool hierarchy_off = false;
   size_t elements = 0;
   uint64_t steps = 0, seed = 1;
   int buckets = 1, metrics_port = -1, local_rank = 0;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -120,7 +121,13 @@ int Run(const Flags& f) {
   AgentOptions o;
   o.job = f.job;
   o.token = std::string(absl::StripAsciiWhitespace(*token));
-  o.host = host;
+  // The node the agent joins with (the hierarchical exchange's): the flag,
+  // else GRADEX_NODE, else the host name.
+  const char* env_node = std::getenv("GRADEX_NODE");
+  o.host = !f.node.empty()                         ? f.node
+           : env_node != nullptr && *env_node != 0 ? std::string(env_node)
+                                                   : std::string(host);
+  o.rules.hierarchy = !f.hierarchy_off;
   o.local_rank = f.local_rank;
   o.agent_id =
       f.agent_id.empty() ? absl::StrCat(host, "/", f.local_rank, "/", getpid()) : f.agent_id;

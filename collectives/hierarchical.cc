@@ -1,5 +1,6 @@
 #include "collectives/hierarchical.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "collectives/residual_ledger.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/tag_space.h"
+#include "kernels/sparse.h"
 #include "transport/subgroup_transport.h"
 
 namespace gradex {
@@ -139,7 +141,7 @@ absl::Status HierarchicalAllreduce::CheckOptions(const CallContext& ctx,
 
 absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
                                              const AllreduceOptions& options, std::span<float> acc,
-                                             ResidualLedger& ledger, AllreduceResult* result,
+                                             ResidualLedger& /*ledger*/, AllreduceResult* result,
                                              CallStats* stats) {
   const int me = ctx.transport->rank();
   const int node = layout_.node_of[me], local = layout_.local_of[me];
@@ -160,7 +162,8 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
   const Clock::time_point start = Clock::now();
 
   // 1. The node's sum of one shard. `acc` stays the rank's contribution
-  // until the ledger settles: the ring works on a copy.
+  // (grad + old residual) until the call has its result: the ring works on
+  // a copy, and a failure anywhere leaves `acc` as the frame needs it.
   work_.assign(acc.begin(), acc.end());
   absl::StatusOr<int> held =
       RingReduceScatter(link, work_.data(), n, kTagPhaseNodeReduceScatter, &stats->phases);
@@ -168,19 +171,6 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
     return Blamed(held.status(), node_blame, **node_view, ctx.blame, "inside the node");
   const BlockLayout shards(n, per_node, 1.0);
   const BlockRange mine = shards.range(*held);
-  // The whole contribution is in the node's sums now: taken out of the
-  // residual (a failure puts it back), which gets the shard's residual.
-  {
-    PhaseTimer t(&stats->phases.reduction_s);
-    kernels::SparseVec taken;
-    for (size_t i = 0; i < n; ++i) {
-      if (acc[i] == 0.0f) continue;
-      taken.idx.push_back(static_cast<uint32_t>(i));
-      taken.val.push_back(acc[i]);
-      acc[i] = 0.0f;
-    }
-    ledger.Selected(taken);
-  }
   double intra_s = Since(start);
 
   // 2. The shard across nodes.
@@ -205,14 +195,6 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
           absl::StrCat(std::string(name()), " decayed its residual inside a node shard"));
     }
     capacity = static_cast<uint32_t>(std::min<size_t>(inner_stats.result_capacity, mine.size()));
-    PhaseTimer t(&stats->phases.reduction_s);
-    kernels::SparseVec owed;
-    for (size_t i = 0; i < shard_residual_.size(); ++i) {
-      if (shard_residual_[i] == 0.0f) continue;
-      owed.idx.push_back(mine.begin + static_cast<uint32_t>(i));
-      owed.val.push_back(shard_residual_[i]);
-    }
-    ledger.Discarded(std::move(owed), 1.0f);
   }
   const PeerCounters inter_after = (*group_view)->TotalCounters();
   const double inter_s = Since(inter_start);
@@ -323,6 +305,29 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
         result->sparse.val.insert(result->sparse.val.end(), s.val.begin(), s.val.end());
       }
     }
+  }
+  // Where the epoch refuses non-finite values, a sum that overflowed fails
+  // here, before `acc` changes (the frame would otherwise restore a
+  // residual this call had already rewritten).
+  if (ctx.refuse_nonfinite) {
+    const std::vector<float>& values = result->is_dense ? result->dense : result->sparse.val;
+    const size_t bad = kernels::FirstNonFinite(values.data(), values.size());
+    if (bad < values.size()) {
+      return absl::DataLossError(absl::StrCat(
+          kSumOverflowed, " at element ", result->is_dense ? bad : result->sparse.idx[bad],
+          "; every rank fails this step and keeps its contribution in its residual"));
+    }
+  }
+  // The call succeeded: the rank's whole contribution went into the node's
+  // sums, and its residual becomes its shard's (what the inner call owes).
+  // Written directly, not through the ledger: a ledger of every entry of
+  // the bucket cost more than the exchange (no residual is taken out before
+  // this point, so a failure has nothing to put back).
+  {
+    PhaseTimer t(&stats->phases.reduction_s);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    if (mine.size() > 0)
+      std::copy(shard_residual_.begin(), shard_residual_.end(), acc.begin() + mine.begin);
   }
   AddInner(inner_stats, stats);
   size_t total_capacity = 0;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -38,12 +39,13 @@ std::vector<std::string> Nodes(int nodes, int per_node, bool interleaved) {
 }
 
 // Runs `iterations` calls of `algorithm` on the layout's ranks, wrapped in
-// the hierarchy (hierarchical) or flat. Per iteration, per rank.
-std::vector<std::vector<RankCall>> RunLayout(const std::string& algorithm,
-                                             const std::vector<std::string>& node_ids, size_t n,
-                                             const AllreduceOptions& options, int iterations,
-                                             bool hierarchical, Fabric fabric = Fabric::kLoopback,
-                                             Values kind = Values::kIntegers) {
+// the hierarchy (hierarchical) or flat, from zero residuals or `start`'s.
+// Per iteration, per rank.
+std::vector<std::vector<RankCall>> RunLayout(
+    const std::string& algorithm, const std::vector<std::string>& node_ids, size_t n,
+    const AllreduceOptions& options, int iterations, bool hierarchical,
+    Fabric fabric = Fabric::kLoopback, Values kind = Values::kIntegers,
+    const std::vector<std::vector<float>>* start = nullptr) {
   const int world = static_cast<int>(node_ids.size());
   std::vector<std::vector<RankCall>> out(iterations, std::vector<RankCall>(world));
   RunRanks(
@@ -56,7 +58,8 @@ std::vector<std::vector<RankCall>> RunLayout(const std::string& algorithm,
           if (!h.ok()) return h.status();
           algo = std::unique_ptr<SparseAllreduce>(*std::move(h));
         }
-        std::vector<float> residual(n, 0.0f);
+        std::vector<float> residual =
+            start != nullptr ? (*start)[rank] : std::vector<float>(n, 0.0f);
         for (int it = 0; it < iterations; ++it) {
           RankCall& c = out[it][rank];
           c.grad = MakeGradient(7, rank, it, n, kind);
@@ -221,6 +224,34 @@ TEST(HierarchicalTest, FlatAndHierarchicalAgreeAtDensityOne) {
   for (int it = 0; it < 3; ++it) {
     EXPECT_TRUE(Consistent(hier[it]));
     EXPECT_LE(ConservationError(hier[it], true), 1e-6);
+  }
+}
+
+// A rank's residual is its shard's error feedback under one layout; under
+// another (a flat epoch, a checkpoint restored on other nodes) the
+// reduce-scatter carries it to the shard's new holder: nothing is lost.
+TEST(HierarchicalTest, ResidualsFromAnotherLayoutAreCarried) {
+  AllreduceOptions options;
+  options.density = 0.01;
+  const size_t n = 10007;
+  auto first = RunLayout("spardl", Nodes(2, 4, false), n, options, 2, true);
+  std::vector<std::vector<float>> kept;
+  double mass = 0;
+  for (const RankCall& c : first[1]) {
+    ASSERT_TRUE(c.status.ok()) << c.status;
+    kept.push_back(c.residual_out);
+    for (float v : c.residual_out) mass += std::fabs(v);
+  }
+  ASSERT_GT(mass, 0);
+  for (auto [layout, hierarchical] :
+       {std::pair{Nodes(4, 2, true), true}, std::pair{Nodes(2, 4, true), true},
+        std::pair{Nodes(8, 1, false), false}}) {
+    auto next = RunLayout("spardl", layout, n, options, 1, hierarchical, Fabric::kLoopback,
+                          Values::kIntegers, &kept);
+    for (const RankCall& c : next[0]) ASSERT_TRUE(c.status.ok()) << c.status;
+    EXPECT_EQ(next[0][0].residual_in, kept[0]);
+    EXPECT_TRUE(Consistent(next[0]));
+    EXPECT_EQ(ConservationError(next[0], true), 0.0);
   }
 }
 
