@@ -13,8 +13,6 @@
 #include "collectives/phase_timer.h"
 #include "collectives/residual_ledger.h"
 #include "collectives/ring_allreduce.h"
-#include "collectives/shard_quotas.h"
-#include "collectives/spardl_balance.h"
 #include "collectives/tag_space.h"
 #include "kernels/sparse.h"
 #include "transport/subgroup_transport.h"
@@ -175,23 +173,6 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
   const BlockRange mine = shards.range(*held);
   double intra_s = Since(start);
 
-  // The shards' quotas: equal (the call's density) until re-balanced.
-  const bool balance = !traits().dense && options.density <= kMaxBalancedDensity;
-  if (!balance || quotas_.size() != static_cast<size_t>(per_node) || quotas_n_ != n ||
-      quotas_density_ != options.density) {
-    quotas_.resize(per_node);
-    for (int l = 0; l < per_node; ++l)
-      quotas_[l] = KeepCount(options.density, shards.range(l).size());
-    quotas_n_ = n;
-    quotas_density_ = options.density;
-    balanced_ = false;
-  }
-  AllreduceOptions inner_options = InterNodeOptions(options, nodes);
-  if (balanced_ && mine.size() > 0) {
-    inner_options.density = std::min(1.0, static_cast<double>(quotas_[*held]) / mine.size());
-  }
-  last_inner_density_ = inner_options.density;
-
   // 2. The shard across nodes.
   const Clock::time_point inter_start = Clock::now();
   const PeerCounters inter_before = (*group_view)->TotalCounters();
@@ -205,7 +186,7 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
     inner_ctx.blame = &group_blame;
     inner_ctx.max_message_bytes = 0;  // the bound of the shard's call
     shard_residual_.assign(mine.size(), 0.0f);
-    absl::Status s = inner_->Run(inner_ctx, inner_options,
+    absl::Status s = inner_->Run(inner_ctx, InterNodeOptions(options, nodes),
                                  std::span<const float>(work_.data() + mine.begin, mine.size()),
                                  shard_residual_, &shard_result, &inner_stats);
     if (!s.ok()) return Blamed(std::move(s), group_blame, **group_view, ctx.blame, "across nodes");
@@ -349,15 +330,6 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
       std::copy(shard_residual_.begin(), shard_residual_.end(), acc.begin() + mine.begin);
   }
   AddInner(inner_stats, stats);
-  stats->details[std::string(kDetailShardQuota)] = static_cast<double>(quotas_[*held]);
-  // Every rank holds the same result: the quotas move alike everywhere.
-  if (balance && (ctx.training_step + 1) % kShardQuotaPeriod == 0) {
-    std::vector<size_t> sizes(per_node);
-    for (int l = 0; l < per_node; ++l) sizes[l] = shards.range(l).size();
-    std::vector<size_t> next = BalancedShardQuotas(by_shard, quotas_, sizes);
-    balanced_ = balanced_ || next != quotas_;
-    quotas_ = std::move(next);
-  }
   size_t total_capacity = 0;
   for (uint32_t c : capacities) total_capacity += c;
   stats->result_capacity = result->is_dense ? n : total_capacity;
@@ -393,9 +365,6 @@ absl::StatusOr<Volume> HierarchicalAllreduce::ModelVolume(int rank, int world, s
   const BlockLayout shards(n, per_node, 1.0);
   const BlockRange mine = shards.range(ShardOf(local, per_node));
   Volume v = RingReduceScatterVolume(local, per_node, n);
-  // The density the call's inner algorithm ran with (its shard's quota).
-  AllreduceOptions inner_options = InterNodeOptions(options, nodes);
-  if (last_inner_density_ >= 0) inner_options.density = last_inner_density_;
   if (mine.size() > 0) {
     absl::StatusOr<Volume> inner = inner_->ModelVolume(layout_.node_of[rank], nodes, mine.size(),
                                                        InterNodeOptions(options, nodes), observed);

@@ -52,8 +52,6 @@ inline constexpr std::string_view kDetailInterNodeSeconds = "inter_node_s";
 // received (each at FrameBytes of its size and entries).
 inline constexpr std::string_view kDetailNodeGatherEntriesSent = "node_gather_entries_sent";
 inline constexpr std::string_view kDetailNodeGatherFrameBytesRecv = "node_gather_frame_bytes_recv";
-// The entries this rank's shard was to keep (its quota; shard_quotas.h).
-inline constexpr std::string_view kDetailShardQuota = "shard_quota";
 
 class HierarchicalAllreduce : public SparseAllreduce {
  public:
@@ -78,12 +76,7 @@ class HierarchicalAllreduce : public SparseAllreduce {
   absl::Status Exchange(const CallContext& ctx, const AllreduceOptions& options,
                         std::span<float> acc, ResidualLedger& ledger, AllreduceResult* result,
                         CallStats* stats) override;
-  // Equal shard quotas again (the next call may run on another layout of
-  // the ranks' agreement, as after a new epoch).
-  void AfterFailure() override {
-    quotas_.clear();
-    balanced_ = false;
-  }
+  void AfterFailure() override {}
 
  private:
   HierarchicalAllreduce(std::unique_ptr<SparseAllreduce> inner, catalog::NodeLayout layout)
@@ -94,15 +87,6 @@ class HierarchicalAllreduce : public SparseAllreduce {
   // Scratch kept across calls: the bucket the node's ring reduces, and the
   // shard's residual for the inner call.
   std::vector<float> work_, shard_residual_;
-  // Per shard, the entries its inner call keeps (shard_quotas.h): equal
-  // (the call's density) until a re-balancing, for the bucket size and
-  // density they were made for; and the density the last call's inner
-  // algorithm ran with on this rank's shard (the volume model's).
-  std::vector<size_t> quotas_;
-  size_t quotas_n_ = 0;
-  double quotas_density_ = 0;
-  bool balanced_ = false;
-  double last_inner_density_ = -1;
 };
 
 // The options the inner algorithm runs with across N nodes: the call's,

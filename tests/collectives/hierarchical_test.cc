@@ -13,9 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "catalog/models.h"
 #include "catalog/node_layout.h"
-#include "collectives/shard_quotas.h"
 #include "harness.h"
 #include "transport/subgroup_transport.h"
 
@@ -255,80 +253,6 @@ TEST(HierarchicalTest, ResidualsFromAnotherLayoutAreCarried) {
     EXPECT_TRUE(Consistent(next[0]));
     EXPECT_EQ(ConservationError(next[0], true), 0.0);
   }
-}
-
-TEST(ShardQuotasTest, MoveTowardsEachShardsShareOfTheLargestEntries) {
-  auto vec = [](std::vector<uint32_t> idx, std::vector<float> val) {
-    kernels::SparseVec v;
-    v.idx = std::move(idx);
-    v.val = std::move(val);
-    return v;
-  };
-  // Shard 0 holds the large entries: the result's 4th largest (one shard's
-  // quota) is 7; shard 0 holds 4 entries at or above it, shard 1 none.
-  std::vector<kernels::SparseVec> by_shard = {vec({1, 2, 3, 4, 5}, {10, -9, 8, 7, 6}),
-                                              vec({101, 102, 103, 104}, {1, 1, -1, 1})};
-  const std::vector<size_t> sizes = {100, 100};
-  EXPECT_EQ(BalancedShardQuotas(by_shard, std::vector<size_t>{4, 4}, sizes),
-            (std::vector<size_t>{8, 1}));
-  // A shard never goes above a quarter of its size.
-  EXPECT_EQ(BalancedShardQuotas(by_shard, std::vector<size_t>{4, 4}, std::vector<size_t>{20, 100}),
-            (std::vector<size_t>{5, 1}));
-  // Even shares keep even quotas.
-  std::vector<kernels::SparseVec> even = {vec({1, 2}, {5, 4}), vec({101, 102}, {-5, 4})};
-  EXPECT_EQ(BalancedShardQuotas(even, std::vector<size_t>{2, 2}, sizes),
-            (std::vector<size_t>{2, 2}));
-  // Fewer entries clear theta than there are shards: nothing to learn.
-  std::vector<kernels::SparseVec> thin = {vec({1}, {5}), vec({}, {})};
-  EXPECT_EQ(BalancedShardQuotas(thin, std::vector<size_t>{2, 3}, sizes),
-            (std::vector<size_t>{2, 3}));
-}
-
-// Across a re-balancing (after training step 63) the invariants hold, and
-// the shard holding the bucket's large entries gets the larger quota.
-TEST(HierarchicalTest, ShardQuotasFollowTheLargeEntriesAndKeepTheInvariants) {
-  const std::vector<std::string> ids = Nodes(2, 4, false);
-  const size_t n = 40000;
-  constexpr int kCalls = 4;
-  std::vector<std::vector<RankCall>> calls(kCalls, std::vector<RankCall>(8));
-  RunRanks(8, [&](int rank, Transport& t) -> absl::Status {
-    auto algo = CreateAllreduce("spardl");
-    if (!algo.ok()) return algo.status();
-    auto h = HierarchicalAllreduce::Create(*std::move(algo), catalog::LayoutOf(ids));
-    if (!h.ok()) return h.status();
-    std::vector<float> residual(n, 0.0f);
-    AllreduceOptions options;
-    options.density = 0.01;
-    for (int it = 0; it < kCalls; ++it) {
-      RankCall& c = calls[it][rank];
-      c.grad = MakeGradient(5, rank, it, n, Values::kIntegers);
-      // The first eighth of the bucket (part of shard 0) is hot.
-      for (size_t i = 0; i < n / 8; ++i) c.grad[i] *= 64;
-      c.residual_in = residual;
-      const uint64_t step = 62 + it;
-      CallContext ctx{&t, 42, 1, step, DeadlineIn(std::chrono::seconds(20)), step};
-      AllreduceResult result;
-      c.status = RunOrAbort(**h, ctx, options, c.grad, residual, &result, &c.stats);
-      if (!c.status.ok()) return c.status;
-      c.residual_out = residual;
-      c.result.assign(n, 0.0f);
-      result.ToDense(c.result);
-    }
-    return absl::OkStatus();
-  });
-  for (int it = 0; it < kCalls; ++it) {
-    for (const RankCall& c : calls[it]) ASSERT_TRUE(c.status.ok()) << c.status;
-    EXPECT_TRUE(Consistent(calls[it])) << "call " << it;
-    EXPECT_EQ(ConservationError(calls[it], true), 0.0) << "call " << it;
-  }
-  // Shard 0 is held by local rank 3 ((local + 1) % L): equal quotas before
-  // the re-balancing (calls at steps 62, 63), more for it after.
-  const double equal = static_cast<double>(catalog::KeepCount(0.01, n / 4));
-  EXPECT_EQ(calls[1][3].stats.Detail(kDetailShardQuota), equal);
-  EXPECT_GT(calls[2][3].stats.Detail(kDetailShardQuota), 1.5 * equal);
-  EXPECT_LT(calls[2][0].stats.Detail(kDetailShardQuota), equal);
-  EXPECT_EQ(calls[2][3].stats.Detail(kDetailShardQuota),
-            calls[2][7].stats.Detail(kDetailShardQuota));
 }
 
 TEST(HierarchicalTest, RunsOverUcx) {
