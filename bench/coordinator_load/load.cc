@@ -142,8 +142,11 @@ absl::StatusOr<LoadResult> RunCoordinatorLoad(const LoadOptions& opts) {
     gradex::v1::JoinRequest& r = join_req[i];
     r.set_job_id("load");
     r.set_agent_id(absl::StrCat("sim-", i));
-    r.set_host(absl::StrCat("loadhost-", i / 8));
-    r.set_local_rank(i % 8);
+    // A host (node) of its own each: a node is the failure unit, and a
+    // silent agent's node-mates would be evicted with it; this load is about
+    // leases, each silent agent the one eviction it causes.
+    r.set_host(absl::StrCat("loadhost-", i));
+    r.set_local_rank(0);
     r.set_device("cpu");
     r.set_ucx_address(absl::StrCat("10.", i / 65536 % 256, ".", i / 256 % 256, ".", i % 256,
                                    ":40000"));  // a data-plane listener

@@ -68,8 +68,9 @@ typedef struct {
  * local_rank, coordinator, token, advertise_host, algorithm, density, teams,
  * param.NAME (an algorithm parameter), start_iter, min_compression_rate,
  * dense_probe_period, max_bucket_elements, timeout_ms, mean (0/1),
- * metrics_port, data_ip, timeline, refuse_nonfinite (0/1), pipeline (0/1),
- * momentum_correction, factor_masking (0/1), allow_plan_override (0/1).
+ * metrics_port, data_ip, timeline, refuse_nonfinite (0/1), hierarchy (auto/off),
+ * node, pipeline (0/1), momentum_correction, factor_masking (0/1),
+ * allow_plan_override (0/1).
  * algorithm, density, teams and param.NAME are the job's plan's: asking for
  * other values than the plan joined is GRADEX_INVALID_ARGUMENT unless
  * allow_plan_override=1. rendezvous may be NULL. A metrics_port > 0 is the

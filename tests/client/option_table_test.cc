@@ -53,6 +53,8 @@ std::map<std::string, std::string> Fields(const ClientOptions& o) {
       {"data_ip", o.data_ip},
       {"timeline_path", o.timeline_path},
       {"refuse_nonfinite", o.refuse_nonfinite ? "1" : "0"},
+      {"hierarchy", o.hierarchy},
+      {"node", o.node},
       {"pipeline", o.pipeline ? "1" : "0"},
       {"momentum_correction", FormatNumber(o.momentum_correction)},
       {"factor_masking", o.factor_masking ? "1" : "0"},
@@ -162,7 +164,9 @@ TEST_F(OptionTableTest, EveryEnvironmentVariableLandsInItsMember) {
       EXPECT_EQ(o.given[std::string(s.name)], name);
     }
   }
-  EXPECT_EQ(vars, 19) << "the 18 variables of before, and GRADEX_ALLOW_PLAN_OVERRIDE";
+  EXPECT_EQ(vars, 21)
+      << "the 18 variables of before, GRADEX_ALLOW_PLAN_OVERRIDE, GRADEX_HIERARCHY and "
+         "GRADEX_NODE";
   // The first variable listed wins.
   ClearEnvironment();
   setenv("MASTER_ADDR", "10.0.0.5", 1);
