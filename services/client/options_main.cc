@@ -15,7 +15,8 @@ constexpr char kHelp[] =
     "                '<!-- options: generated ...' and '<!-- options: end -->')\n"
     "                differs from the code's; the fix: --write FILE\n"
     "  --write FILE  replace FILE's table with the code's\n"
-    "  --help        this text\n";
+    "  --help        this text\n"
+    "  --version     print the version and exit\n";
 
 }  // namespace
 
