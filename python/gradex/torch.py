@@ -151,6 +151,13 @@ class GradexState:
         # its other keywords (mean, advertise_host, ...) are options here
         # too, not algorithm parameters.
         other = {k: params.pop(k) for k in list(params) if k in _OPTION_KEYWORDS}
+        for k, v in params.items():
+            # A misspelt keyword lands here: name it, not "params".
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(
+                    f"gradex: GradexState() got an unexpected keyword argument {k!r} (its "
+                    f"**params are algorithm parameters by catalog name, numbers; the options "
+                    f"are the README's table, `gradex-options`)")
         handover = None
         if optimizer is not None:
             if momentum_correction:
