@@ -37,28 +37,28 @@ absl::Status SubgroupTransport::CheckPeer(int peer) const {
 
 absl::StatusOr<RequestId> SubgroupTransport::PostSend(int peer, uint64_t tag, Bytes payload) {
   if (absl::Status s = CheckPeer(peer); !s.ok()) return s;
-  return world_->PostSend(members_[peer], tag, std::move(payload));
+  return inner().PostSend(members_[peer], tag, std::move(payload));
 }
 
 absl::StatusOr<RequestId> SubgroupTransport::PostRecv(int peer, uint64_t tag) {
   if (absl::Status s = CheckPeer(peer); !s.ok()) return s;
-  return world_->PostRecv(members_[peer], tag);
+  return inner().PostRecv(members_[peer], tag);
 }
 
 absl::StatusOr<RequestId> SubgroupTransport::PostRecvAtMost(int peer, uint64_t tag,
                                                             size_t capacity) {
   if (absl::Status s = CheckPeer(peer); !s.ok()) return s;
-  return world_->PostRecvAtMost(members_[peer], tag, capacity);
+  return inner().PostRecvAtMost(members_[peer], tag, capacity);
 }
 
 absl::Status SubgroupTransport::blame(int peer) const {
   if (peer < 0 || peer >= size()) return absl::OkStatus();
-  return world_->blame(members_[peer]);
+  return inner().blame(members_[peer]);
 }
 
 PeerCounters SubgroupTransport::counters(int peer) const {
   if (peer < 0 || peer >= size()) return {};
-  return world_->counters(members_[peer]);
+  return inner().counters(members_[peer]);
 }
 
 }  // namespace gradex

@@ -13,11 +13,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "transport/transport.h"
+#include "transport/forwarding_transport.h"
 
 namespace gradex {
 
-class SubgroupTransport : public Transport {
+// Waits, tests, cancels, aborts, buffers and the receive profile are the
+// underlying transport's (ForwardingTransport): a view's requests are its
+// requests, and a failed call gives up the whole communicator.
+class SubgroupTransport : public ForwardingTransport {
  public:
   // INVALID_ARGUMENT unless `members` are distinct ranks of `world` that
   // include world->rank(). `world` outlives the view.
@@ -28,36 +31,21 @@ class SubgroupTransport : public Transport {
   int size() const override { return static_cast<int>(members_.size()); }
   // The underlying rank of the view's rank `peer`.
   int world_rank(int peer) const { return members_[peer]; }
-  Transport* world() const { return world_; }
 
   absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override;
   absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) override;
   absl::StatusOr<RequestId> PostRecvAtMost(int peer, uint64_t tag, size_t capacity) override;
-  absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override {
-    return world_->Wait(request, deadline, out);
-  }
-  absl::StatusOr<bool> Test(RequestId request, Bytes* out) override {
-    return world_->Test(request, out);
-  }
-  // Both act on the whole underlying transport: a view's requests are its
-  // requests, and a failed call gives up the whole communicator.
-  void CancelAll(Deadline deadline) override { world_->CancelAll(deadline); }
-  void Abort(Deadline deadline) override { world_->Abort(deadline); }
-  bool aborted() const override { return world_->aborted(); }
   absl::Status blame(int peer) const override;
   PeerCounters counters(int peer) const override;
   // Counters are read as differences (the call frame's snapshots): a view
   // never resets the underlying transport's, which other groups share.
   void ResetCounters() override {}
-  Bytes TakeBuffer(size_t bytes) override { return world_->TakeBuffer(bytes); }
-  void Recycle(Bytes buffer) override { world_->Recycle(std::move(buffer)); }
 
  private:
   SubgroupTransport(Transport* world, std::vector<int> members, int rank)
-      : world_(world), members_(std::move(members)), rank_(rank) {}
+      : ForwardingTransport(*world), members_(std::move(members)), rank_(rank) {}
   absl::Status CheckPeer(int peer) const;
 
-  Transport* const world_;
   const std::vector<int> members_;
   const int rank_;
 };
