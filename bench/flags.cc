@@ -373,10 +373,7 @@ catalog::NodeLayout LayoutFor(const BenchFlags& flags) {
 
 std::string FlatReasonFor(const std::string& algo, const BenchFlags& flags) {
   if (flags.hierarchy == "off") return "--hierarchy off";
-  if (std::string why = catalog::FlatReason(LayoutFor(flags)); !why.empty()) return why;
-  const catalog::AlgorithmSpec* spec = catalog::Find(algo);
-  if (spec == nullptr) return absl::StrCat(algo, " is not in the catalog");
-  return HierarchyExclusion(*spec);
+  return FlatReason(algo, LayoutFor(flags));
 }
 
 absl::StatusOr<std::vector<std::string>> ResolveAlgorithms(const std::string& algo,

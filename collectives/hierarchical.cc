@@ -104,6 +104,13 @@ std::string HierarchyExclusion(const catalog::AlgorithmSpec& spec) {
   return "";
 }
 
+std::string FlatReason(std::string_view algorithm, const catalog::NodeLayout& layout) {
+  if (std::string why = catalog::FlatReason(layout); !why.empty()) return why;
+  const catalog::AlgorithmSpec* spec = catalog::Find(algorithm);
+  if (spec == nullptr) return absl::StrCat(std::string(algorithm), " is not in the catalog");
+  return HierarchyExclusion(*spec);
+}
+
 AllreduceOptions InterNodeOptions(const AllreduceOptions& options, int nodes) {
   AllreduceOptions o = options;
   if (o.teams < 1 || o.teams > nodes || nodes % o.teams != 0) o.teams = 1;

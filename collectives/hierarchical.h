@@ -35,6 +35,10 @@ namespace gradex {
 // decays the residual the shard's holder keeps, which would decay a node's
 // sum where the flat exchange decays one rank's.
 std::string HierarchyExclusion(const catalog::AlgorithmSpec& spec);
+// Why `algorithm` runs flat on `layout` ("" when it runs hierarchical): the
+// layout's reason (catalog::FlatReason), an algorithm the catalog lacks, or
+// its exclusion.
+std::string FlatReason(std::string_view algorithm, const catalog::NodeLayout& layout);
 
 // CallStats::details the hierarchical exchange adds (besides the inner
 // algorithm's own): the layout, and bytes and wall time inside the node

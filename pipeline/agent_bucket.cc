@@ -55,8 +55,7 @@ absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, u
   if (held == nullptr || held->name() != name) {
     absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(name);
     if (!a.ok()) return a.status();
-    const catalog::AlgorithmSpec* spec = catalog::Find(name);
-    if (layout != nullptr && spec != nullptr && HierarchyExclusion(*spec).empty()) {
+    if (layout != nullptr && FlatReason(name, *layout).empty()) {
       absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> h =
           HierarchicalAllreduce::Create(*std::move(a), *layout);
       if (!h.ok()) return h.status();
