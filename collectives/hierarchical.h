@@ -11,9 +11,10 @@
 //      with the whole result, bitwise the same everywhere.
 // The shard's residual (error feedback) lives with the rank that holds the
 // shard: whatever a rank's residual holds elsewhere (from a flat epoch) joins
-// the reduce-scatter and so moves to the shard's holder. The call frame, its
-// ledger and invariants 1-3 hold for the whole bucket: a failed call puts
-// the rank's gradient + old residual back. Momentum correction stays per
+// the reduce-scatter and so moves to the shard's holder. The call frame and
+// invariants 1-3 hold for the whole bucket: the residual is rewritten only
+// once the call has its result (not through the ledger), so a failed call
+// leaves the rank's gradient + old residual as it was. Momentum correction stays per
 // rank over the whole bucket: it is linear, so the node's shard sees the
 // momentum of its sum.
 #ifndef GRADEX_COLLECTIVES_HIERARCHICAL_H_
