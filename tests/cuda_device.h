@@ -3,6 +3,10 @@
 // why. Any other CUDA error (a driver older than the runtime needs, a broken
 // installation) fails the test instead: on a GPU machine a skip would pass
 // for a success. Include after <cuda_runtime_api.h> and <gtest/gtest.h>.
+//
+// A skip's message starts with a fixed prefix that scripts/gpu-check reads:
+// "gradex-skip: no device: " (no GPU, no driver: a failure on a GPU machine)
+// or "gradex-skip: needs N GPUs, found M" (honest on a machine of M GPUs).
 #ifndef GRADEX_TESTS_CUDA_DEVICE_H_
 #define GRADEX_TESTS_CUDA_DEVICE_H_
 
@@ -12,6 +16,14 @@
 #include <string>
 
 namespace gradex::test_device {
+
+inline constexpr char kSkipNoDevice[] = "gradex-skip: no device: ";
+
+// The skip message of a test that needs `need` GPUs where `found` are.
+inline std::string NeedsGpus(int need, int found) {
+  return std::string("gradex-skip: needs ") + std::to_string(need) + " GPUs, found " +
+         std::to_string(found);
+}
 
 // Empty when a CUDA device is usable; else why not. *skip says whether that
 // means "no GPU here" (skip) rather than a fault (fail).
@@ -48,8 +60,19 @@ inline std::string CudaDeviceProblem(bool* skip) {
   do {                                                                         \
     bool skip_ = false;                                                        \
     const std::string why_ = ::gradex::test_device::CudaDeviceProblem(&skip_); \
-    if (!why_.empty() && skip_) GTEST_SKIP() << why_;                          \
+    if (!why_.empty() && skip_) {                                              \
+      GTEST_SKIP() << ::gradex::test_device::kSkipNoDevice << why_;            \
+    }                                                                          \
     if (!why_.empty()) GTEST_FAIL() << "CUDA device unusable: " << why_;       \
+  } while (0)
+
+// Skips (honestly) unless the machine has `n` GPUs; after SKIP_WITHOUT_DEVICE.
+#define SKIP_UNLESS_GPUS(n)                                                          \
+  do {                                                                               \
+    int found_ = 0;                                                                  \
+    if (cudaGetDeviceCount(&found_) != cudaSuccess) found_ = 0;                      \
+    cudaGetLastError();                                                              \
+    if (found_ < (n)) GTEST_SKIP() << ::gradex::test_device::NeedsGpus((n), found_); \
   } while (0)
 
 #endif  // GRADEX_TESTS_CUDA_DEVICE_H_

@@ -581,11 +581,7 @@ TEST(ClientDeviceTest, StagingFollowsThePointersDevice) {
   if (std::string(device::DefaultBackend()->name()) == "none") GTEST_SKIP() << "built without CUDA";
 #if GRADEX_AGENT_CUDA
   SKIP_WITHOUT_DEVICE();
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) {
-    cudaGetLastError();
-    GTEST_SKIP() << "fewer than 2 GPUs (" << devices << ")";
-  }
+  SKIP_UNLESS_GPUS(2);
   std::vector<float> host(4096);
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i % 7);
   float* d = nullptr;

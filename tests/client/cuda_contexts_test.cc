@@ -56,6 +56,10 @@ namespace {
 
 #if GRADEX_AGENT_CUDA
 
+// The prefix scripts/gpu-check reads in a skip for "no GPU here"
+// (tests/cuda_device.h; this test stays free of the CUDA runtime).
+constexpr char kSkipNoDevice[] = "gradex-skip: no device: ";
+
 // What a child reports, one line each: F (a failure), S (skip, why), N (a
 // note), V (a number).
 class Report {
@@ -408,7 +412,7 @@ TEST(CudaContextsTest, ARankOnDevice0OpensNoOtherContext) {
   if (std::string(device::DefaultBackend()->name()) == "none") GTEST_SKIP() << "built without CUDA";
 #if GRADEX_AGENT_CUDA
   ChildResult r = RunChild([](Report& report) { OneRankOnDevice(0, report); });
-  if (!Check(r) && r.skip) GTEST_SKIP() << *r.skip;
+  if (!Check(r) && r.skip) GTEST_SKIP() << kSkipNoDevice << *r.skip;
 #endif
 }
 
@@ -424,10 +428,10 @@ TEST(CudaContextsTest, ARankOnAnotherDeviceLeavesDevice0Alone) {
     report.Value(cuda.devices());
   });
   if (!Check(count)) {
-    if (count.skip) GTEST_SKIP() << *count.skip;
+    if (count.skip) GTEST_SKIP() << kSkipNoDevice << *count.skip;
     return;
   }
-  if (count.value < 2) GTEST_SKIP() << "fewer than 2 GPUs (" << count.value << ")";
+  if (count.value < 2) GTEST_SKIP() << "gradex-skip: needs 2 GPUs, found " << count.value;
   for (int d = 1; d < count.value; ++d) {
     SCOPED_TRACE(absl::StrCat("device ", d, " of ", count.value));
     ChildResult r = RunChild([d](Report& report) { OneRankOnDevice(d, report); });

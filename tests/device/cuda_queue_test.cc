@@ -541,9 +541,7 @@ TEST(CudaQueue, CallerWaitsForTheQueue) {
 // thread waits for it instead, and the point is passed.
 TEST(CudaQueue, CallersStreamOfAnotherDeviceIsWaitedFor) {
   SKIP_WITHOUT_DEVICE();
-  int count = 0;
-  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
-  if (count < 2) GTEST_SKIP() << "needs two GPUs";
+  SKIP_UNLESS_GPUS(2);
   ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
   Bucket bucket(Gauss(1000, 4));
   ASSERT_EQ(bucket.error(), cudaSuccess);
