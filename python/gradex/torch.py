@@ -365,12 +365,14 @@ def gradex_hook(state, bucket):
     # gradex's CUDA work follows the legacy default stream (its streams are
     # blocking ones). A bucket written on another stream (the trainer's own)
     # is handed over with that stream: gradex records an event on it and its
-    # selection thread waits for the event, so this thread is not blocked. The
-    # copy back of a converted bucket runs on the callback thread's default
-    # stream and is waited for before the future completes.
-    side = work.is_cuda and (torch.cuda.current_stream(work.device)
-                             != torch.cuda.default_stream(work.device))
-    stream = torch.cuda.current_stream(work.device).cuda_stream if side else 0
+    # selection thread waits for the event, so this thread is not blocked.
+    # gradex hands the result back to the same stream, which the copy back of
+    # a converted bucket then runs on (_copy_result).
+    side = None
+    if work.is_cuda and (torch.cuda.current_stream(work.device)
+                         != torch.cuda.default_stream(work.device)):
+        side = torch.cuda.current_stream(work.device)
+    stream = side.cuda_stream if side is not None else 0
     spans = state._spans(bucket)
     fut = torch.futures.Future()
     index = bucket.index()
@@ -380,9 +382,7 @@ def gradex_hook(state, bucket):
             fut.set_exception(GradexError(f"gradex: bucket {index} failed: {message}"))
             return
         if work is not buf:
-            buf.copy_(work)
-            if side:
-                torch.cuda.current_stream(buf.device).synchronize()
+            _copy_result(buf, work, side)
         fut.set_result(buf)
 
     state.client.allreduce_async(spans, work.data_ptr(), work.numel(), work.is_cuda,
@@ -391,6 +391,26 @@ def gradex_hook(state, bucket):
     # (DDP's reducer then raises it) rather than holding an exception object
     # where DDP expects a tensor.
     return fut.then(_unwrap)
+
+
+def _copy_result(buf, work, side, cuda=torch.cuda):
+    """The float32 result `work` back into the bucket `buf` (fp16, bf16, f64),
+    on the progress thread. gradex hands the result back only to the stream
+    the bucket came from: `side`, or the legacy default stream when None
+    (this thread's current stream then, so a plain copy follows it). On a side
+    stream the copy must run on that stream: on this thread's default stream
+    it would not be ordered after gradex's writes of `work`. The host waits
+    for the copy alone (an event after it, not the whole stream, which may
+    hold the trainer's later work) before the future completes, since DDP may
+    read the result on any stream. `cuda`: torch.cuda (a stand-in in tests)."""
+    if side is None:
+        buf.copy_(work)
+        return
+    with cuda.stream(side):
+        buf.copy_(work)
+        copied = cuda.Event()
+        copied.record(side)
+    copied.synchronize()
 
 
 def _unwrap(fut):
