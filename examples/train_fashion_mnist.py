@@ -83,10 +83,32 @@ class MLP(nn.Module):
         return self.out(x)
 
 
+class CNN(nn.Module):
+    """A small LeNet-style CNN: conv 5x5 16, pool, conv 5x5 32, pool, 512-64-10
+    (46,506 parameters): conv kernels and a dense head, unlike the MLPs."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 5)
+        self.conv2 = nn.Conv2d(16, 32, 5)
+        self.fc1 = nn.Linear(32 * 4 * 4, 64)
+        self.out = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x.view(-1, 1, 28, 28))), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.out(F.relu(self.fc1(x.flatten(1))))
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algorithm", default="dense",
-                   help="'dense' (plain DDP, gloo allreduce) or a gradex algorithm or 'auto'")
+                   help="'dense' (plain DDP, gloo allreduce), 'powersgd' (torch's PowerSGD hook, "
+                        "--powersgd-rank, error feedback, warm start; one DDP bucket), "
+                        "'default' (GradexState() with no algorithm named), a gradex algorithm "
+                        "or 'auto'")
+    p.add_argument("--powersgd-rank", type=int, default=4)
+    p.add_argument("--powersgd-start-iter", type=int, default=10)
     p.add_argument("--density", type=float, default=0.01)
     p.add_argument("--teams", type=int, default=0)
     p.add_argument("--start-iter", type=int, default=None,
@@ -121,6 +143,8 @@ def parse_args(argv=None):
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="an algorithm parameter by catalog name (repeatable), e.g. "
                         "covap_interval=3 (pins COVAP's interval: no CCR profiler)")
+    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
+                   help="mlp (--hidden) or cnn (the small CNN above)")
     p.add_argument("--hidden", default="256,128", help="MLP hidden sizes")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data-dir", default=DATA_DIR)
@@ -163,6 +187,8 @@ def init_distributed():
 
 def make_model(args):
     torch.manual_seed(args.seed)
+    if args.model == "cnn":
+        return CNN()
     return MLP(tuple(int(h) for h in args.hidden.split(",") if h))
 
 
@@ -211,6 +237,28 @@ def pick_device(choice):
     return torch.device("cuda", local)
 
 
+def model_name(args):
+    return "cnn" if args.model == "cnn" else "mlp-" + args.hidden.replace(",", "-")
+
+
+def sent_per_step(model, state, psgd, world, steps, gradex_sent):
+    """Bytes one rank sends per step, averaged over the run: gradex's own count
+    (stats()' last call per bucket, summed every step); for dense and PowerSGD, what a ring allreduce of the floats
+    sends, 2(P-1)/P * 4 bytes a float (PowerSGD: its P and Q factors and the
+    tensors it leaves uncompressed, by its own compression_stats(), dense
+    before start_powerSGD_iter)."""
+    if steps == 0:
+        return 0
+    if state is not None:
+        return gradex_sent / steps
+    n = sum(p.numel() for p in model.parameters())
+    floats = n * steps
+    if psgd is not None:
+        _, before, after = psgd.compression_stats()
+        floats = n * steps - before + after
+    return 2 * (world - 1) / world * 4 * floats / steps
+
+
 def make_optimizer(args, params, momentum):
     if args.optimizer == "sgd":
         return torch.optim.SGD(params, lr=args.lr, momentum=momentum, nesterov=args.nesterov,
@@ -225,9 +273,22 @@ def train(args, rank, world, on_epoch=None):
     device = pick_device(args.device)
     x_train, y_train = (t.to(device) for t in load_split(args.data_dir, "train"))
     x_test, y_test = (t.to(device) for t in load_test(args))
+    powersgd = args.algorithm == "powersgd"
+    if powersgd:
+        # torch 1.13's PowerSGD hook waits inside gloo's callbacks and
+        # deadlocks with two buckets in flight: one bucket for the model.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
     model = DDP(make_model(args).to(device),
-                device_ids=[device.index] if device.type == "cuda" else None)
-    sparse = args.algorithm != "dense"
+                device_ids=[device.index] if device.type == "cuda" else None,
+                bucket_cap_mb=1024 if powersgd else 25)
+    psgd = None
+    if powersgd:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as P
+        psgd = P.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                               start_powerSGD_iter=args.powersgd_start_iter,
+                               use_error_feedback=True, warm_start=True, random_seed=args.seed)
+        model.register_comm_hook(psgd, P.powerSGD_hook)
+    sparse = args.algorithm not in ("dense", "powersgd")
     # With momentum correction written by hand the hook's result is already
     # the momentum update direction (the velocity lives in GradexState):
     # plain SGD. With --hand-over gradex makes that change itself.
@@ -238,7 +299,8 @@ def train(args, rank, world, on_epoch=None):
         import gradex.torch as gx
         extra = dict(optimizer=opt) if args.hand_over else dict(
             momentum_correction=args.momentum if by_hand else 0)
-        state = gx.GradexState(algorithm=args.algorithm, density=args.density, teams=args.teams,
+        state = gx.GradexState(algorithm=None if args.algorithm == "default" else args.algorithm,
+                               density=None if args.algorithm == "default" else args.density, teams=args.teams,
                                start_iter=args.start_iter,
                                min_compression_rate=args.min_compression_rate,
                                timeout_s=args.timeout_s, model=model,
@@ -247,7 +309,7 @@ def train(args, rank, world, on_epoch=None):
         model.register_comm_hook(state, gx.gradex_hook)
     in_hook = by_hand or (state is not None and state.momentum_correction > 0)
     label = args.label or args.algorithm
-    rows, wall, step = [], 0.0, 0
+    rows, wall, step, sent = [], 0.0, 0, 0
     n = len(x_train) - len(x_train) % (world * args.batch_size)
     log = StepLog(args.step_log, rank)
     over_budget = False
@@ -263,6 +325,8 @@ def train(args, rank, world, on_epoch=None):
                 time.sleep(args.stall_s)
             losses.append(train_step(model, opt, x_train[idx], y_train[idx]))
             step += 1
+            if state is not None and rank == 0:
+                sent += sum(b["sent_bytes"] for b in state.stats())  # each bucket's last call
             log.add(step, wall + time.perf_counter() - t0, losses[-1])
             if args.time_budget_s > 0 and step % 4 == 0:
                 over_budget = budget_spent(wall + time.perf_counter() - t0, args.time_budget_s)
@@ -270,13 +334,15 @@ def train(args, rank, world, on_epoch=None):
                 break
         wall += time.perf_counter() - t0
         acc = evaluate(model, x_test, y_test) if rank == 0 else float("nan")
-        row = dict(algorithm=label, optimizer=args.optimizer,
+        row = dict(algorithm=label, optimizer=args.optimizer, model=model_name(args),
+                   batch=args.batch_size, seed=args.seed,
                    density=args.density if state else 1.0,
                    start_iter=state.start_iter if state else 0,
                    momentum_in_hook=("masked" if not args.no_factor_masking else "unmasked")
                    if in_hook else "no", ranks=world, epoch=epoch, steps=step,
                    wall_s=round(wall, 3), train_loss=round(float(np.mean(losses)), 5),
-                   test_acc=round(acc, 5))
+                   test_acc=round(acc, 5),
+                   sent_bytes_per_step=round(sent_per_step(model, state, psgd, world, step, sent)))
         rows.append(row)
         if rank == 0:
             print(f"[{label}] epoch {epoch} step {step} wall {wall:.1f}s "
