@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "device/capture.h"
 #include "device/cuda_driver.h"
 #include "device/cuda_queue.h"
 
@@ -159,9 +160,11 @@ absl::StatusOr<std::shared_ptr<Event>> CudaBackend::RecordCaller(uintptr_t strea
   if (!device.ok()) return device.status();
   OnDevice on(*device);
   if (!on.ok()) return on.status();
+  const cudaStream_t s = CallerStream(stream);
+  // Before anything is recorded on the trainer's stream (capture.h).
+  if (absl::Status capture = RefuseCapture(s); !capture.ok()) return capture;
   absl::StatusOr<std::shared_ptr<CudaEvent>> event = NewEvent(*device);
   if (!event.ok()) return event.status();
-  const cudaStream_t s = CallerStream(stream);
   if (cudaEventRecord((*event)->event, s) == cudaSuccess) {
     return std::shared_ptr<Event>(*std::move(event));
   }
