@@ -77,8 +77,13 @@ inline cudaError_t FinishCount(const uint64_t* d_count, size_t* h_count, cudaStr
 // ---- Ordered compaction ----------------------------------------------------
 // A classifier maps entry i to 0 (drop), 1 (keep) or 2 (tie: keep while
 // fewer than `take` ties precede it). A writer stores entry i at output
-// position pos. Items are blocked (thread t owns kItems consecutive entries)
-// so that a block scan gives positions in index order.
+// position pos. A tile is kTile consecutive entries, one block's. Entries
+// are visited striped (TileEntry: per instruction a warp touches 32
+// consecutive entries, so loads and the writer's stores coalesce); the scan
+// that gives positions in index order runs on the blocked arrangement
+// (thread t owns entries t*kItems.., consecutive), reached through shared
+// memory. The counts are per tile, so any count kernel that visits a tile's
+// entries (in any order) pairs with the scatter.
 constexpr int kThreads = 256;
 constexpr int kItems = 16;
 constexpr size_t kTile = size_t{kThreads} * kItems;
@@ -86,15 +91,20 @@ constexpr int kScanThreads = 1024;
 
 inline size_t NumTiles(size_t n) { return (n + kTile - 1) / kTile; }
 
+// Entry j (0 <= j < kItems) of the calling thread in its block's tile, striped.
+__device__ __forceinline__ size_t TileEntry(int j) {
+  return size_t{blockIdx.x} * kTile + static_cast<size_t>(j) * kThreads + threadIdx.x;
+}
+
 template <typename Classify>
 __global__ void __launch_bounds__(kThreads)
     CountTilesKernel(Classify cls, size_t n, ulonglong2* tile_counts) {
-  const size_t base = blockIdx.x * kTile + size_t{threadIdx.x} * kItems;
   uint32_t packed = 0;  // keeps << 16 | ties; a tile holds at most 4096 < 2^16
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    if (base + j < n) {
-      const int c = cls(base + j);
+    const size_t i = TileEntry(j);
+    if (i < n) {
+      const int c = cls(i);
       packed += (static_cast<uint32_t>(c == 1) << 16) | static_cast<uint32_t>(c == 2);
     }
   }
@@ -131,39 +141,57 @@ static __global__ void __launch_bounds__(kScanThreads)
   }
 }
 
+// Shared-memory slot of position p of a tile: one word of padding every 32,
+// so that neither arrangement's accesses conflict on banks.
+__device__ __forceinline__ int Slot(int p) { return p + (p >> 5); }
+
+// Classes are read striped, moved to the blocked arrangement for the scan,
+// and each entry's rank in the tile (keeps << 16 | ties before it, in index
+// order) moved back, so that entry TileEntry(j) is written by the thread
+// that read it.
 template <typename Classify, typename Writer>
 __global__ void __launch_bounds__(kThreads)
     ScatterTilesKernel(Classify cls, Writer w, size_t n, const ulonglong2* tile_offsets,
                        const ull* take_ptr, size_t capacity) {
-  const size_t base = blockIdx.x * kTile + size_t{threadIdx.x} * kItems;
+  __shared__ uint32_t stage[kTile + kTile / 32];  // classes, then ranks, at Slot(position)
+  __shared__ typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan_tmp;
   uint8_t cls_of[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const size_t i = TileEntry(j);
+    const int c = i < n ? cls(i) : 0;
+    cls_of[j] = static_cast<uint8_t>(c);
+    stage[Slot(j * kThreads + threadIdx.x)] = static_cast<uint32_t>(c);
+  }
+  __syncthreads();
+  uint32_t rank[kItems];  // blocked: entries threadIdx.x * kItems + j
   uint32_t packed = 0;
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    const int c = base + j < n ? cls(base + j) : 0;
-    cls_of[j] = static_cast<uint8_t>(c);
+    const uint32_t c = stage[Slot(threadIdx.x * kItems + j)];
+    rank[j] = packed;
     packed += (static_cast<uint32_t>(c == 1) << 16) | static_cast<uint32_t>(c == 2);
   }
-  using Scan = cub::BlockScan<uint32_t, kThreads>;
-  __shared__ typename Scan::TempStorage tmp;
   uint32_t prefix;
-  Scan(tmp).ExclusiveSum(packed, prefix);
+  cub::BlockScan<uint32_t, kThreads>(scan_tmp).ExclusiveSum(packed, prefix);
+  __syncthreads();  // every class read before the ranks overwrite them
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) stage[Slot(threadIdx.x * kItems + j)] = prefix + rank[j];
+  __syncthreads();
   const ulonglong2 off = tile_offsets[blockIdx.x];
-  ull keeps = off.x + (prefix >> 16);     // keeps before this entry
-  ull ties = off.y + (prefix & 0xffffu);  // ties before this entry
   const ull take = take_ptr ? *take_ptr : 0;
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
+    if (cls_of[j] == 0) continue;
+    const uint32_t r = stage[Slot(j * kThreads + threadIdx.x)];
+    const ull keeps = off.x + (r >> 16);     // keeps before this entry
+    const ull ties = off.y + (r & 0xffffu);  // ties before this entry
     if (cls_of[j] == 1) {
       const ull pos = keeps + (ties < take ? ties : take);
-      if (pos < capacity) w(base + j, pos);
-      ++keeps;
-    } else if (cls_of[j] == 2) {
-      if (ties < take) {
-        const ull pos = keeps + ties;
-        if (pos < capacity) w(base + j, pos);
-      }
-      ++ties;
+      if (pos < capacity) w(TileEntry(j), pos);
+    } else if (ties < take) {
+      const ull pos = keeps + ties;
+      if (pos < capacity) w(TileEntry(j), pos);
     }
   }
 }

@@ -38,6 +38,11 @@ size_t CandidateCap(size_t n) {
   return cap < n ? cap : n;
 }
 
+// Loads in flight per thread in pass 1, the one pass that reads all of x (and
+// the gradient and velocity): a grid of one resident wave needs several per
+// thread to cover the memory latency.
+constexpr int kHist1Unroll = 4;
+
 // kAcc: x[i] is accumulated (and written back) before it is counted.
 // nonfinite (may be null) gets the count of NaN and infinite entries added.
 template <bool kAcc>
@@ -49,15 +54,45 @@ __global__ void __launch_bounds__(kHistThreads)
   __syncthreads();
   ull bad = 0;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+  auto count = [&](float v) {
+    const uint32_t key = KeyOf(v);
+    bad += key >= kInfKey ? 1 : 0;
+    atomicAdd(&h[(key + kBias1) >> kShift1], 1u);
+  };
+  size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  // Every load of a round is issued before any use (each warp's coalesced).
+  for (; i + (kHist1Unroll - 1) * stride < n; i += kHist1Unroll * stride) {
+    float v[kHist1Unroll], g[kHist1Unroll], u[kHist1Unroll];
+#pragma unroll
+    for (int r = 0; r < kHist1Unroll; ++r) {
+      v[r] = x[i + r * stride];
+      if (kAcc) {
+        g[r] = acc.g[i + r * stride];
+        if (acc.u != nullptr) u[r] = acc.u[i + r * stride];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kHist1Unroll; ++r) {
+      if (kAcc) {
+        // Accumulated's arithmetic, on the loaded values (no FMA).
+        float add = g[r];
+        if (acc.u != nullptr) {
+          add = __fadd_rn(__fmul_rn(u[r], acc.m), add);
+          acc.u[i + r * stride] = add;
+        }
+        v[r] = __fadd_rn(v[r], add);
+        x[i + r * stride] = v[r];
+      }
+      count(v[r]);
+    }
+  }
+  for (; i < n; i += stride) {
     float v = x[i];
     if (kAcc) {
       v = Accumulated(v, acc, i);
       x[i] = v;
     }
-    const uint32_t key = KeyOf(v);
-    bad += key >= kInfKey ? 1 : 0;
-    atomicAdd(&h[(key + kBias1) >> kShift1], 1u);
+    count(v);
   }
   __syncthreads();
   for (int b = threadIdx.x; b < kBuckets1; b += blockDim.x) {
@@ -183,14 +218,24 @@ __global__ void __launch_bounds__(kSelectThreads)
 
 }  // namespace
 
+// One resident wave: as many blocks as the device's SMs hold at once (its
+// threads per SM over kHistThreads; 4 on an H100, 3 where an SM holds 1536
+// threads), never a fixed count. More blocks would only queue behind the wave
+// and add their shared-histogram clears and flushes; the loads in flight come
+// from each thread's unrolled reads (pass 1).
 unsigned HistBlocks(size_t n) {
-  int dev = 0, sms = 1;
+  int dev = 0, sms = 1, per_sm = kHistThreads;
   if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev) != cudaSuccess) {
+    cudaGetLastError();
     sms = 1;
+    per_sm = kHistThreads;
   }
+  const size_t resident =
+      static_cast<size_t>(per_sm / kHistThreads > 0 ? per_sm / kHistThreads : 1);
   const size_t want = (n + kHistThreads - 1) / kHistThreads;
-  const size_t cap = static_cast<size_t>(sms) * 4;
+  const size_t cap = static_cast<size_t>(sms) * resident;
   return static_cast<unsigned>(want < 1 ? 1 : (want < cap ? want : cap));
 }
 
