@@ -60,7 +60,7 @@ std::string CheapestAlgorithm(int world, int teams, uint64_t elements, double de
 }
 
 void BucketController::Configure(const std::string& plan_algorithm, bool auto_choice,
-                                 double density, int world, int teams) {
+                                 double density, int world, int teams, uint64_t from) {
   if (world != world_ || teams != teams_) {
     // Timings of another P or T say nothing about this one.
     buckets_.clear();
@@ -72,30 +72,42 @@ void BucketController::Configure(const std::string& plan_algorithm, bool auto_ch
   density_ = density;
   world_ = std::max(world, 0);
   teams_ = std::max(teams, 1);
-  links_fresh_ = false;
-  for (Bucket& b : buckets_) ChooseAuto(b);
+  // Each epoch's probes replace the last epoch's (links change with the
+  // members) once they are all in.
+  links_.assign(world_, {0.0, 0.0});
+  links_in_ = 0;
+  links_step_ = 0;
+  for (Bucket& b : buckets_) ChooseAuto(b, from);
+  Apply(kNone, from);  // the epoch's plan carries every choice
 }
 
-void BucketController::FeedLink(double alpha, double beta) {
+void BucketController::FeedLink(int rank, uint64_t step, double alpha, double beta) {
+  if (rank < 0 || rank >= world_) return;
   if (!(alpha > 0 && alpha < 10 && beta >= 0 && beta < 1e-3)) return;  // the proto's ranges
-  // Each epoch's probes replace the last epoch's (links change with the
-  // members); within an epoch the slowest rank's link counts.
-  if (!links_fresh_) alpha_ = beta_ = 0;
-  links_fresh_ = true;
-  const double a = std::max(alpha_, alpha), b = std::max(beta_, beta);
+  auto& mine = links_[rank];
+  if (mine.first == 0) {
+    ++links_in_;
+    links_step_ = std::max(links_step_, step);
+  }
+  mine = {alpha, beta};
+  if (links_in_ < world_) return;
+  double a = 0, b = 0;
+  for (const auto& [la, lb] : links_) a = std::max(a, la), b = std::max(b, lb);
   if (a == alpha_ && b == beta_) return;
   alpha_ = a;
   beta_ = b;
-  for (Bucket& bucket : buckets_) ChooseAuto(bucket);
+  // Decided by the probes' steps, wherever the last one's report arrived.
+  for (Bucket& bucket : buckets_) ChooseAuto(bucket, std::max(links_step_, step));
 }
 
-void BucketController::SetCovapInterval(int interval) {
+void BucketController::SetCovapInterval(int interval, uint64_t step) {
   if (interval == covap_interval_) return;
   covap_interval_ = interval;
-  for (Bucket& b : buckets_) ChooseAuto(b);
+  for (Bucket& b : buckets_) ChooseAuto(b, step);
 }
 
-void BucketController::Feed(int rank, uint64_t step, const std::vector<BucketSample>& buckets) {
+void BucketController::Feed(int rank, uint64_t step, const std::vector<BucketSample>& buckets,
+                            absl::Time now) {
   if (rank < 0 || rank >= world_ || buckets.size() > catalog::kMaxBucketAlgorithms) return;
   auto it = open_.find(step);
   if (it == open_.end()) {
@@ -129,69 +141,138 @@ void BucketController::Feed(int rank, uint64_t step, const std::vector<BucketSam
     ++slot.ranks;
   }
   if (o.count < world_) return;
-  Close(o);
+  Close(step, o, now);
   open_.erase(it);
 }
 
-void BucketController::Close(const Open& step) {
-  for (size_t i = 0; i < step.slots.size(); ++i) {
-    const Slot& s = step.slots[i];
+void BucketController::Close(uint64_t step, const Open& o, absl::Time now) {
+  const size_t window = static_cast<size_t>(std::max(o_.window, 1));
+  for (size_t i = 0; i < o.slots.size(); ++i) {
+    const Slot& s = o.slots[i];
     if (!s.valid || s.ranks != world_) continue;
     if (buckets_.size() <= i) buckets_.resize(i + 1);
     Bucket& b = buckets_[i];
     if (b.elements != s.elements) {
-      b = Bucket();  // a new bucket at this index (the trainer rebuilt its buckets)
-      b.elements = s.elements;
-      ChooseAuto(b);
+      // A new bucket at this index (the trainer rebuilt its buckets): its
+      // samples start afresh; what runs changes when the plan says so.
+      Bucket renewed;
+      renewed.elements = s.elements;
+      renewed.applied_fallback = b.applied_fallback;
+      renewed.applied_auto = b.applied_auto;
+      b = std::move(renewed);
+      ChooseAuto(b, step);
+      MarkPending(b, step);
     }
-    std::deque<double>* window = &b.dense;
+    std::deque<double>* samples = &b.dense;
     if (!s.dense) {
-      if (b.sparse_algorithm != s.algorithm) b.sparse.clear();  // another sparse algorithm
+      if (b.sparse_algorithm != s.algorithm) {  // another sparse algorithm
+        b.sparse.clear();
+        if (!b.fallback) b.fresh = b.votes = 0;
+      }
       b.sparse_algorithm = s.algorithm;
-      window = &b.sparse;
+      samples = &b.sparse;
     }
-    window->push_back(s.slowest);
-    while (static_cast<int>(window->size()) > std::max(o_.window, 1)) window->pop_front();
-    Decide(static_cast<uint32_t>(i), b);
+    samples->push_back(s.slowest);
+    while (samples->size() > window) samples->pop_front();
+    // Only the side that runs paces the judgements, and only with samples
+    // taken since its switch was applied.
+    if (s.dense != b.fallback || b.fresh_from == kNone || step < b.fresh_from) continue;
+    if (++b.fresh < static_cast<int>(window)) continue;
+    b.fresh = 0;
+    Decide(static_cast<uint32_t>(i), b, step, now);
   }
 }
 
-void BucketController::Decide(uint32_t index, Bucket& b) {
-  const int need = std::max(o_.min_samples, 1);
-  if (static_cast<int>(b.sparse.size()) < need || static_cast<int>(b.dense.size()) < need) return;
+void BucketController::Decide(uint32_t index, Bucket& b, uint64_t step, absl::Time now) {
+  const size_t window = static_cast<size_t>(std::max(o_.window, 1));
+  const size_t need = static_cast<size_t>(std::max(o_.min_samples, 1));
+  const std::deque<double>& running = b.fallback ? b.dense : b.sparse;
+  const std::deque<double>& other = b.fallback ? b.sparse : b.dense;
+  if (running.size() < window || other.size() < need) return;
   const double sparse = catalog::Median(b.sparse), dense = catalog::Median(b.dense);
   // While dense runs, the sparse window holds the last sparse runs: sparse
   // comes back when dense, measured every step, slows past it by the margin.
-  const bool flip =
+  const bool favoured =
       b.fallback ? sparse < dense * (1 - o_.margin) : dense < sparse * (1 - o_.margin);
-  if (!flip) return;
+  b.votes = favoured ? b.votes + 1 : 0;
+  if (b.votes < std::max(o_.confirm_windows, 1) || now < b.hold_until) return;
   b.fallback = !b.fallback;
-  switches_.push_back({index, b.fallback, sparse, dense});
+  b.votes = 0;
+  b.fresh_from = kNone;  // the new side's samples count once it runs
+  ++b.switches;
+  const absl::Duration hold = HoldAfter(b.switches);
+  b.hold_until = now + hold;
+  MarkPending(b, step);
+  switches_.push_back({.bucket = index,
+                       .to_dense = b.fallback,
+                       .sparse_seconds = sparse,
+                       .dense_seconds = dense,
+                       .sparse_samples = static_cast<int>(b.sparse.size()),
+                       .dense_samples = static_cast<int>(b.dense.size()),
+                       .decided_step = step,
+                       .switches = b.switches,
+                       .hold = hold});
 }
 
-void BucketController::ChooseAuto(Bucket& b) const {
-  if (!auto_ || b.elements == 0) {
-    b.auto_choice.clear();
+absl::Duration BucketController::HoldAfter(int switches) const {
+  absl::Duration d = o_.dwell;
+  for (int i = 1; i < switches && d < o_.max_dwell; ++i) d *= 2;
+  return std::min(d, o_.max_dwell);
+}
+
+void BucketController::MarkPending(Bucket& b, uint64_t step) {
+  if (b.fallback == b.applied_fallback && b.auto_choice == b.applied_auto &&
+      b.fresh_from != kNone) {
+    b.decided_step = kNone;  // back to what runs: nothing to publish
     return;
   }
-  double best_s = 0;
-  std::string best = CheapestAlgorithm(world_, teams_, b.elements, density_, alpha(), beta(),
-                                       &best_s, covap_interval_);
-  if (!b.auto_choice.empty()) {
-    // Hysteresis, as for the team count: a noisy link estimate must not
-    // flip a bucket's algorithm at every epoch.
-    const double cur = ModelSeconds(b.auto_choice, world_, teams_, b.elements, density_, alpha(),
-                                    beta(), covap_interval_);
-    if (std::isfinite(cur) && !(best_s < cur * (1 - o_.margin))) return;
+  // A later decision of the same bucket moves its change to the later step.
+  b.decided_step = b.decided_step == kNone ? step : std::max(b.decided_step, step);
+}
+
+void BucketController::ChooseAuto(Bucket& b, uint64_t step) const {
+  std::string best;
+  if (auto_ && b.elements > 0) {
+    double best_s = 0;
+    best = CheapestAlgorithm(world_, teams_, b.elements, density_, alpha(), beta(), &best_s,
+                             covap_interval_);
+    if (!b.auto_choice.empty()) {
+      // Hysteresis, as for the team count: a noisy link estimate must not
+      // flip a bucket's algorithm at every epoch.
+      const double cur = ModelSeconds(b.auto_choice, world_, teams_, b.elements, density_, alpha(),
+                                      beta(), covap_interval_);
+      if (std::isfinite(cur) && !(best_s < cur * (1 - o_.margin))) best = b.auto_choice;
+    }
   }
+  if (best == b.auto_choice) return;
   b.auto_choice = std::move(best);
+  MarkPending(b, step);
+}
+
+uint64_t BucketController::PendingSince() const {
+  uint64_t first = kNone;
+  for (const Bucket& b : buckets_) first = std::min(first, b.decided_step);
+  return first;
+}
+
+void BucketController::Apply(uint64_t decided_by, uint64_t from) {
+  for (Bucket& b : buckets_) {
+    if (b.decided_step == kNone || b.decided_step > decided_by) continue;
+    b.decided_step = kNone;
+    b.applied_auto = b.auto_choice;
+    if (b.applied_fallback == b.fallback && b.fresh_from != kNone) continue;
+    b.applied_fallback = b.fallback;
+    b.fresh_from = from;
+    b.fresh = 0;
+  }
 }
 
 std::vector<std::string> BucketController::Choices() const {
   std::vector<std::string> out(buckets_.size());
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const Bucket& b = buckets_[i];
-    std::string c = b.fallback ? std::string(catalog::DenseFallbackAlgorithm()) : b.auto_choice;
+    std::string c =
+        b.applied_fallback ? std::string(catalog::DenseFallbackAlgorithm()) : b.applied_auto;
     out[i] = c == algorithm_ ? std::string() : std::move(c);
   }
   while (!out.empty() && out.back().empty()) out.pop_back();
@@ -206,7 +287,7 @@ std::vector<BucketSwitch> BucketController::TakeSwitches() {
 
 int BucketController::dense_buckets() const {
   int n = 0;
-  for (const Bucket& b : buckets_) n += b.fallback ? 1 : 0;
+  for (const Bucket& b : buckets_) n += b.applied_fallback ? 1 : 0;
   return n;
 }
 

@@ -1,17 +1,38 @@
 // The per-bucket algorithm choice (Plan.bucket_algorithms), fed by step
 // reports. Two rules, in this order:
-// - "never slower than dense": per bucket index, the median over recent
-//   steps of the slowest rank's sparse exchange is compared with the same
+// - "never slower than dense": per bucket index, the median over a window
+//   of steps of the slowest rank's sparse exchange is compared with the same
 //   for dense exchanges (the agents' dense probes, or the bucket's own runs
-//   once it is dense); the bucket runs the catalog's dense algorithm while
-//   dense wins by the margin, and goes back when sparse wins by it;
+//   once it is dense); the bucket runs the catalog's dense algorithm once
+//   dense wins by the margin, and goes back once sparse wins by it;
 // - "auto" (job algorithm "auto"): otherwise the catalog algorithm whose
 //   Table 1 row (catalog/table1.h) prices the bucket's n cheapest at this
-//   density, P, team count and the links' α and β (the agents' probes;
-//   before any, a stated default).
+//   density, P, team count and the links' α and β (the maxima over the
+//   epoch's ranks, once every rank's probe is in; before any, a stated
+//   default).
+// A choice changes only on a clear, lasting difference, so that timings
+// around equality do not flip a bucket at every barrier: the side that runs
+// is judged once per full window of samples taken since its switch was
+// applied (never twice on the same samples), a switch needs
+// confirm_windows consecutive windows that favour it, and after a switch
+// the bucket holds for a dwell that doubles with each switch (30 s, 60 s,
+// ... 1 h): at most 7 switches in a bucket's first hour, then one an hour.
+//
+// A decision is not applied when it is taken: it waits (PendingSince) until
+// the Coordinator publishes it at a plan barrier and calls Apply. The
+// Coordinator picks that barrier from the step whose samples decided
+// (NextBarrier(decided step + lead)), not from when the report arrived, so
+// two runs whose timings give the same decisions switch at the same steps
+// and end with the same parameters; only when the ranks are already past
+// that barrier (a loaded coordinator) does a switch go out later. What
+// stays tied to the clock: the end of a dwell (so a switch back after one
+// falls in the first window whose samples close after it), and the
+// agents' in-band agreement on a plan version they hold. Steps are counted
+// from the agents' reports, and the agents choose nothing from time.
+//
 // "" for a bucket means the plan's own algorithm. Pure logic: no locks, no
-// clock (the Coordinator serialises calls); every input is bounded before it
-// is stored.
+// clock reads (`now` is passed in; the Coordinator serialises calls); every
+// input is bounded before it is stored.
 #ifndef GRADEX_SERVICES_COORDINATOR_BUCKET_CONTROLLER_H_
 #define GRADEX_SERVICES_COORDINATOR_BUCKET_CONTROLLER_H_
 
@@ -19,7 +40,10 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "absl/time/time.h"
 
 namespace gradex::coordinator {
 
@@ -27,12 +51,27 @@ struct BucketControllerOptions {
   // Hysteresis: a switch needs the winner faster by this fraction, both
   // ways (10%: above the step-to-step jitter of a loaded host's exchange).
   double margin = 0.10;
-  // Samples of each kind before a comparison, and the window of recent
-  // steps a median is taken over (probes come every dense_probe_period
-  // steps, so a few are enough to outvote one outlier).
-  int min_samples = 3;
+  // The side that runs is judged on windows of this many of its samples,
+  // each taken after its switch was applied and after the last judgement: a
+  // median of 8 outvotes a few outliers, and a decision never rests on the
+  // samples of the one before.
   int window = 8;
-  // The auto choice's link cost before any agent measured one: 50 µs per
+  // Samples of the side that does not run (dense probes come every
+  // dense_probe_period steps; no sparse ones while dense runs) needed first.
+  int min_samples = 3;
+  // Consecutive windows that must favour a switch: one window's median can
+  // pass the margin on a load burst of a few steps; a lasting difference
+  // shows in each.
+  int confirm_windows = 2;
+  // After its n-th switch a bucket holds for dwell * 2^(n-1), at most
+  // max_dwell. 30 s outlasts a shared host's load swings (a neighbour's
+  // burst, a checkpoint), so one swing switches a bucket once, not back and
+  // forth; doubling makes a bucket whose sides are about equal settle (at
+  // most 7 switches in its first hour); the cap still follows a machine
+  // that really changed within the hour.
+  absl::Duration dwell = absl::Seconds(30);
+  absl::Duration max_dwell = absl::Hours(1);
+  // The auto choice's link cost before every rank measured one: 50 µs per
   // message and 10 Gbit/s (0.8 ns per byte), a datacentre TCP link.
   double default_alpha = 50e-6;
   double default_beta = 8e-10;
@@ -52,6 +91,10 @@ struct BucketSwitch {
   bool to_dense = false;
   double sparse_seconds = 0;  // the medians compared
   double dense_seconds = 0;
+  int sparse_samples = 0, dense_samples = 0;  // what each median is over
+  uint64_t decided_step = 0;                  // the step whose sample completed the window
+  int switches = 0;                           // this bucket's switches, this one included
+  absl::Duration hold;                        // no other switch of the bucket for this long
 };
 
 // The cheapest catalog algorithm with a Table 1 row that runs on P ranks in
@@ -68,28 +111,45 @@ double ModelSeconds(const std::string& algorithm, int world, int teams, uint64_t
 
 class BucketController {
  public:
+  static constexpr uint64_t kNone = ~uint64_t{0};
+
   explicit BucketController(BucketControllerOptions options = {}) : o_(options) {}
 
-  // A new epoch (or job start): the plan's algorithm, whether the job is
-  // "auto", density, P and T. Keeps per-bucket timings when P and T are
-  // unchanged; a new P or T starts afresh.
+  // A new epoch (or job start, or a new team count), running from step
+  // `from`: the plan's algorithm, whether the job is "auto", density, P and
+  // T. Decisions still pending apply from `from` (the epoch's plan carries
+  // them). Keeps per-bucket timings, dwells and the last epoch's link
+  // estimate when P and T are unchanged; a new P or T starts afresh.
   void Configure(const std::string& plan_algorithm, bool auto_choice, double density, int world,
-                 int teams);
-  // A rank's link estimate; the maximum over ranks is used (a synchronous
-  // step pays for its slowest link, as the automatic team count reasons).
-  void FeedLink(double alpha, double beta);
-  // COVAP's interval in the plan (the CCR profiler's), which prices its row.
-  void SetCovapInterval(int interval);
-  // One rank's buckets of one step. Reports may be dropped or come late;
-  // a step counts once every rank of the epoch reported it.
-  void Feed(int rank, uint64_t step, const std::vector<BucketSample>& buckets);
+                 int teams, uint64_t from);
+  // Rank `rank`'s link estimate, on its report of `step`. Once every rank of
+  // the epoch gave one, their maxima are used (a synchronous step pays for
+  // its slowest link, as the automatic team count reasons) and the auto
+  // choice is made again, decided by the step of the report that completed
+  // them: one change per epoch, not one per arriving probe.
+  void FeedLink(int rank, uint64_t step, double alpha, double beta);
+  // COVAP's interval in the plan (the CCR profiler's, decided by the report
+  // of `step`), which prices its row.
+  void SetCovapInterval(int interval, uint64_t step);
+  // One rank's buckets of one step. Reports may be dropped or come late; a
+  // step counts once every rank of the epoch reported it, and a decision
+  // its samples complete is taken then, with `now` (the dwells).
+  void Feed(int rank, uint64_t step, const std::vector<BucketSample>& buckets, absl::Time now);
 
-  // The current choice per bucket index ("" = the plan's algorithm),
+  // The earliest step whose samples decided a change not yet applied
+  // (kNone: none).
+  uint64_t PendingSince() const;
+  // Applies the changes decided by samples of steps <= decided_by, running
+  // from step `from` (the plan barrier that carries them): Choices() shows
+  // them, and a bucket that switched gathers its fresh samples from `from`.
+  void Apply(uint64_t decided_by, uint64_t from);
+
+  // The applied choice per bucket index ("" = the plan's algorithm),
   // without trailing "" entries.
   std::vector<std::string> Choices() const;
-  // Fallback switches since the last call.
+  // Fallback switches decided since the last call.
   std::vector<BucketSwitch> TakeSwitches();
-  int dense_buckets() const;
+  int dense_buckets() const;  // applied
   double alpha() const { return alpha_ > 0 ? alpha_ : o_.default_alpha; }
   double beta() const { return beta_ > 0 ? beta_ : o_.default_beta; }
 
@@ -98,8 +158,17 @@ class BucketController {
     uint64_t elements = 0;
     std::string sparse_algorithm;  // what the sparse samples ran
     std::deque<double> sparse, dense;
-    bool fallback = false;
-    std::string auto_choice;
+    // What the samples decided, and what is applied (Choices()).
+    bool fallback = false, applied_fallback = false;
+    std::string auto_choice, applied_auto;
+    uint64_t decided_step = kNone;  // a change waits for Apply
+    // The running side's samples count from this step (kNone while its
+    // switch waits for Apply); `fresh` of them since the last judgement.
+    uint64_t fresh_from = 0;
+    int fresh = 0;
+    int votes = 0;  // consecutive windows favouring a switch
+    int switches = 0;
+    absl::Time hold_until = absl::InfinitePast();
   };
   struct Slot {  // one bucket of one step, over the ranks that reported it
     uint64_t elements = 0;
@@ -114,9 +183,12 @@ class BucketController {
     std::vector<bool> seen;
     int count = 0;
   };
-  void Close(const Open& step);
-  void Decide(uint32_t index, Bucket& b);
-  void ChooseAuto(Bucket& b) const;
+  void Close(uint64_t step, const Open& o, absl::Time now);
+  void Decide(uint32_t index, Bucket& b, uint64_t step, absl::Time now);
+  // Prices the bucket again; a change is pending from `step`.
+  void ChooseAuto(Bucket& b, uint64_t step) const;
+  static void MarkPending(Bucket& b, uint64_t step);
+  absl::Duration HoldAfter(int switches) const;
 
   const BucketControllerOptions o_;
   std::string algorithm_;
@@ -126,8 +198,10 @@ class BucketController {
   int teams_ = 1;
   int covap_interval_ = 0;
 
-  double alpha_ = 0, beta_ = 0;
-  bool links_fresh_ = false;  // alpha_, beta_ come from this epoch's probes
+  double alpha_ = 0, beta_ = 0;                   // the maxima of the last complete set of probes
+  std::vector<std::pair<double, double>> links_;  // this epoch's, by rank (0: none yet)
+  int links_in_ = 0;
+  uint64_t links_step_ = 0;  // the latest step a rank's first probe came on
   std::vector<Bucket> buckets_;
   std::map<uint64_t, Open> open_;  // by step
   std::vector<BucketSwitch> switches_;

@@ -143,7 +143,7 @@ absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now
   membership_.StepSucceeded(r.member_id());
   // Controllers follow the latest epoch only (they restart with each epoch).
   if (&membership_.latest() == e) {
-    FeedControllersLocked(r, rank, static_cast<int>(e->roster.size()));
+    FeedControllersLocked(r, rank, static_cast<int>(e->roster.size()), now);
   }
   return absl::OkStatus();
 }

@@ -77,7 +77,7 @@ class Coordinator {
   void NewEpochLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A parameter-server job's new epoch: assigns the server shards, logs them.
   void AssignShardsLocked(const Epoch& e, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world)
+  void FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckStallsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a stalled step against each of `ranks` of `run` (metrics).
@@ -88,9 +88,20 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The bucket controller and COVAP's profiler (bucket_controller.h,
-  // ccr_profiler.h); mark agreed_ dirty when a choice changes.
-  void FeedBucketsLocked(const gradex::v1::StepReport& r, int rank)
+  // ccr_profiler.h). The profiler marks agreed_ dirty when the interval
+  // changes; the bucket controller's decisions wait for Tick (below).
+  void FeedBucketsLocked(const gradex::v1::StepReport& r, int rank, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The plan barrier a bucket choice decided by the samples of `decided`
+  // runs from: a step the agents reach only after the Tick that publishes
+  // it (plan_lead_steps and one barrier period of slack for the reports'
+  // and the tick's delay), so that where a switch falls depends on the
+  // steps that decided it, not on when their reports arrived.
+  uint64_t BucketSwitchStepLocked(uint64_t decided) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the bucket choices whose switch step is `at` or earlier to
+  // agreed_ (a plan effective at `at` carries them); true when that changed
+  // agreed_.bucket_algorithms.
+  bool ApplyBucketChoicesLocked(uint64_t at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FeedProfilerLocked(const gradex::v1::StepReport& r, int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The COVAP interval the plan gave `step` (from the publication history).

@@ -22,7 +22,8 @@ bool CcrProfiled(std::string_view name) {
 
 }  // namespace
 
-void Coordinator::FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world) {
+void Coordinator::FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world,
+                                        absl::Time now) {
   if (s_.auto_teams) FeedAutoTeamsLocked(r, rank, world);
   for (const gradex::v1::BucketReport& b : r.buckets()) {
     if (s_.coordinate_kprime && b.kprime_used() > 0 && r.step() >= kprime_from_step_ &&
@@ -40,31 +41,52 @@ void Coordinator::FeedControllersLocked(const gradex::v1::StepReport& r, int ran
       }
     }
   }
-  FeedBucketsLocked(r, rank);
+  FeedBucketsLocked(r, rank, now);
   FeedProfilerLocked(r, rank);
 }
 
-void Coordinator::FeedBucketsLocked(const gradex::v1::StepReport& r, int rank) {
-  if (r.has_link()) buckets_.FeedLink(r.link().alpha_seconds(), r.link().beta_seconds_per_byte());
+void Coordinator::FeedBucketsLocked(const gradex::v1::StepReport& r, int rank, absl::Time now) {
+  if (r.has_link()) {
+    buckets_.FeedLink(rank, r.step(), r.link().alpha_seconds(), r.link().beta_seconds_per_byte());
+  }
   std::vector<BucketSample> samples;
   samples.reserve(r.buckets_size());
   for (const gradex::v1::BucketReport& b : r.buckets()) {
     if (b.bucket() != samples.size()) return;  // agents send a step's buckets in issue order
     samples.push_back({b.elements(), b.algorithm(), b.seconds(), b.dense_probe()});
   }
-  buckets_.Feed(rank, r.step(), samples);
+  buckets_.Feed(rank, r.step(), samples, now);
   for (const BucketSwitch& sw : buckets_.TakeSwitches()) {
     Log("bucket ", sw.bucket, ": sparse exchange ", sw.sparse_seconds, " s, dense ",
-        sw.dense_seconds, " s (medians of the slowest rank) -> ",
+        sw.dense_seconds, " s (medians of the slowest rank over ", sw.sparse_samples, " and ",
+        sw.dense_samples, " steps, to step ", sw.decided_step, ") -> ",
         sw.to_dense ? std::string(catalog::DenseFallbackAlgorithm()) : "sparse again",
-        " at a plan barrier");
+        " from step ", BucketSwitchStepLocked(sw.decided_step), " (switch ", sw.switches,
+        "; no other before ", absl::FormatDuration(sw.hold), ")");
     if (metrics_) {
       (sw.to_dense ? metrics_->bucket_fallbacks_to_dense : metrics_->bucket_fallbacks_to_sparse)
           .Increment();
     }
   }
+}
+
+uint64_t Coordinator::BucketSwitchStepLocked(uint64_t decided) const {
+  const uint64_t lead = static_cast<uint64_t>(std::max(s_.plan_lead_steps, 0)) +
+                        static_cast<uint64_t>(std::max(s_.barrier_period, 1));
+  return membership_.NextBarrier(std::min(decided, kMaxStep) + lead);
+}
+
+bool Coordinator::ApplyBucketChoicesLocked(uint64_t at) {
+  // The decisions whose switch step is at or before `at`: NextBarrier(d +
+  // lead) <= at holds for d + lead <= the last barrier at or before `at`.
+  const uint64_t tau = static_cast<uint64_t>(std::max(s_.barrier_period, 1));
+  const uint64_t lead = static_cast<uint64_t>(std::max(s_.plan_lead_steps, 0)) + tau;
+  const uint64_t barrier = at / tau * tau;
+  if (barrier < lead) return false;
+  const uint64_t pending = buckets_.PendingSince();
+  buckets_.Apply(barrier - lead, at);
   std::vector<std::string> now = buckets_.Choices();
-  if (now == agreed_.bucket_algorithms) return;
+  if (now == agreed_.bucket_algorithms) return false;
   if (s_.auto_algorithm) {
     // One line per change, the first few buckets named (a job has thousands).
     std::vector<std::string> changed;
@@ -79,10 +101,14 @@ void Coordinator::FeedBucketsLocked(const gradex::v1::StepReport& r, int rank) {
     }
     Log("auto: alpha ", buckets_.alpha(), " s, beta ", buckets_.beta(), " s/B: bucket ",
         absl::StrJoin(changed, ", "), count > 8 ? absl::StrCat(" and ", count - 8, " more") : "",
-        " at a plan barrier");
+        " from step ", at);
+  }
+  if (pending != BucketController::kNone && at > BucketSwitchStepLocked(pending)) {
+    Log("bucket choices decided by step ", pending, " run from step ", at, ", not ",
+        BucketSwitchStepLocked(pending), ": the ranks were past that barrier when they went out");
   }
   agreed_.bucket_algorithms = std::move(now);
-  agreed_dirty_ = true;
+  return true;
 }
 
 bool Coordinator::CovapInPlayLocked() const {
@@ -128,7 +154,8 @@ void Coordinator::FeedProfilerLocked(const gradex::v1::StepReport& r, int rank) 
   agreed_.covap_ccr = profiler_->ccr();
   agreed_.covap_interval = profiler_->interval();
   agreed_dirty_ = true;
-  buckets_.SetCovapInterval(agreed_.covap_interval);  // prices COVAP's row for "auto"
+  // Prices COVAP's row for "auto".
+  buckets_.SetCovapInterval(agreed_.covap_interval, r.step());
 }
 
 void Coordinator::FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank, int world) {
@@ -163,7 +190,7 @@ void Coordinator::FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank,
   agreed_dirty_ = true;
   // Bucket timings of another team layout mean nothing.
   buckets_.Configure(agreed_.teams.algorithm, s_.auto_algorithm, s_.density, world,
-                     agreed_.teams.teams);
+                     agreed_.teams.teams, membership_.MaxNextStep());
   agreed_.bucket_algorithms = buckets_.Choices();
   // k' of another team layout means nothing; the table restarts at the
   // barrier that switches T (Tick sets the step).

@@ -22,9 +22,9 @@ void Coordinator::NewEpochLocked() {
   kprime_.Reset();
   kprime_dirty_ = false;
   consensus_ = std::make_unique<BoundaryConsensus>(world);
-  buckets_.SetCovapInterval(agreed_.covap_interval);
+  buckets_.SetCovapInterval(agreed_.covap_interval, e.effective_step);
   buckets_.Configure(agreed_.teams.algorithm, s_.auto_algorithm, s_.density, world,
-                     agreed_.teams.teams);
+                     agreed_.teams.teams, e.effective_step);
   agreed_.bucket_algorithms = buckets_.Choices();
   // COVAP's profiler, unless the job pins the interval; it measures while
   // COVAP is in play (the plan's algorithm or a bucket's).
@@ -128,15 +128,23 @@ void Coordinator::Tick(absl::Time now) {
       agreed_dirty_ = kprime_dirty_ = false;
       PublishLocked(membership_.latest().effective_step);
       last_publish_ = now;
-    } else if (membership_.has_epoch() && agreed_dirty_) {
+    } else if (membership_.has_epoch() &&
+               (agreed_dirty_ || buckets_.PendingSince() != BucketController::kNone)) {
       // Values all ranks agree on: at a barrier the running ranks can still
-      // see coming, never before the plan they replace.
+      // see coming, never before the plan they replace. Bucket choices go
+      // out alone at the barrier their deciding steps name (one plan per
+      // tick, in step order), or with other values once that barrier is due.
       uint64_t at = membership_.NextBarrier(membership_.MaxNextStep() + s_.plan_lead_steps);
       if (plan_) at = std::max<uint64_t>(at, plan_->effective_step());
-      if (kprime_from_step_ == UINT64_MAX) kprime_from_step_ = at;  // a new T from `at`
-      agreed_dirty_ = kprime_dirty_ = false;
-      PublishLocked(at);
-      last_publish_ = now;
+      const uint64_t pending = buckets_.PendingSince();
+      if (!agreed_dirty_) at = std::max(at, BucketSwitchStepLocked(pending));
+      const bool buckets = ApplyBucketChoicesLocked(at);
+      if (agreed_dirty_ || buckets) {
+        if (kprime_from_step_ == UINT64_MAX) kprime_from_step_ = at;  // a new T from `at`
+        agreed_dirty_ = kprime_dirty_ = false;
+        PublishLocked(at);
+        last_publish_ = now;
+      }
     } else if (membership_.has_epoch() && kprime_dirty_ &&
                now - last_publish_ >= s_.min_publish_interval) {
       kprime_dirty_ = false;

@@ -1,6 +1,8 @@
 // The bucket controller (services/coordinator/bucket_controller.h): the
-// dense fallback's hysteresis, sample count and switch back; dropped or
-// inconsistent reports never count; "auto" picks the cheapest catalog row.
+// dense fallback's margin, full windows and switch back after the dwell;
+// decisions wait for Apply; dropped or inconsistent reports never count;
+// "auto" picks the cheapest catalog row once every rank's link is in.
+// bucket_dwell_test.cc runs it over simulated hours.
 #include "services/coordinator/bucket_controller.h"
 
 #include <gtest/gtest.h>
@@ -16,125 +18,157 @@ namespace gradex::coordinator {
 namespace {
 
 constexpr uint64_t kN = 100000;
+constexpr uint64_t kNone = BucketController::kNone;
+const absl::Time t0 = absl::FromUnixSeconds(1000);
 
 // Every rank of a P-rank step reports the same buckets; rank r's time is
 // `seconds` scaled by (1 + r/10), so the slowest rank's is seconds*(1+(P-1)/10).
+// The step ends at t0 + step seconds.
 void FeedStep(BucketController& c, int world, uint64_t step, std::vector<BucketSample> buckets) {
   for (int r = 0; r < world; ++r) {
     std::vector<BucketSample> mine = buckets;
     for (BucketSample& b : mine) b.seconds *= 1 + r / 10.0;
-    c.Feed(r, step, mine);
+    c.Feed(r, step, mine, t0 + absl::Seconds(static_cast<double>(step)));
   }
 }
 
 BucketSample Sparse(double s, uint64_t n = kN) { return {n, "spardl", s, false}; }
 BucketSample Probe(double s, uint64_t n = kN) { return {n, "dense-ring", s, true}; }
+BucketSample Dense(double s, uint64_t n = kN) { return {n, "dense-ring", s, false}; }
 
-TEST(BucketController, FallsBackToDenseOnlyWhenDenseWinsByTheMarginOverEnoughSamples) {
-  BucketController c;
-  c.Configure("spardl", false, 0.01, 2, 1);
-  uint64_t step = 0;
-  // Bucket 0: dense twice as fast; bucket 1: dense 5% faster (inside the
-  // margin); bucket 2: dense slower.
-  for (int i = 0; i < 3; ++i) {
-    FeedStep(c, 2, step++, {Sparse(0.10), Sparse(0.10), Sparse(0.10)});
-    EXPECT_TRUE(c.Choices().empty());
-    FeedStep(c, 2, step++, {Probe(0.05), Probe(0.095), Probe(0.2)});
-    EXPECT_EQ(c.Choices().empty(), i < 2) << "a switch needs 3 samples of each";
+// Sparse steps and dense probes alternating (probes on odd steps), every
+// decision applied at once from the next step, until `until` (exclusive).
+void Alternate(BucketController& c, uint64_t& step, uint64_t until, double sparse, double probe) {
+  for (; step < until; ++step) {
+    FeedStep(c, 2, step, {step % 2 ? Probe(probe) : Sparse(sparse)});
+    c.Apply(kNone, step + 1);
   }
-  EXPECT_EQ(c.Choices(), (std::vector<std::string>{"dense-ring"}));
-  EXPECT_EQ(c.dense_buckets(), 1);
+}
+
+TEST(BucketController, FallsBackToDenseOnlyWhenDenseWinsByTheMarginInTwoFullWindows) {
+  BucketController c;
+  c.Configure("spardl", false, 0.01, 2, 1, 0);
+  // Bucket 0: dense twice as fast; bucket 1: dense 5% faster (inside the
+  // margin); bucket 2: dense slower. Sparse runs on even steps: its 8th
+  // sample (step 14) completes the first window, its 16th (step 30) the
+  // second, and two windows must favour a switch.
+  for (uint64_t step = 0; step < 31; ++step) {
+    if (step % 2) {
+      FeedStep(c, 2, step, {Probe(0.05), Probe(0.095), Probe(0.2)});
+    } else {
+      FeedStep(c, 2, step, {Sparse(0.10), Sparse(0.10), Sparse(0.10)});
+    }
+    EXPECT_EQ(c.PendingSince(), step < 30 ? kNone : 30u) << step;
+  }
+  EXPECT_TRUE(c.Choices().empty()) << "decided, not applied";
+  EXPECT_EQ(c.dense_buckets(), 0);
   std::vector<BucketSwitch> sw = c.TakeSwitches();
   ASSERT_EQ(sw.size(), 1u);
   EXPECT_EQ(sw[0].bucket, 0u);
   EXPECT_TRUE(sw[0].to_dense);
   EXPECT_NEAR(sw[0].sparse_seconds, 0.11, 1e-12);  // the slowest rank's
   EXPECT_NEAR(sw[0].dense_seconds, 0.055, 1e-12);
+  EXPECT_EQ(sw[0].sparse_samples, 8);
+  EXPECT_EQ(sw[0].dense_samples, 8);
+  EXPECT_EQ(sw[0].decided_step, 30u);
+  EXPECT_EQ(sw[0].switches, 1);
+  EXPECT_EQ(sw[0].hold, absl::Seconds(30));
   EXPECT_TRUE(c.TakeSwitches().empty());
+  // The coordinator applies what steps <= decided_by decided.
+  c.Apply(29, 48);
+  EXPECT_TRUE(c.Choices().empty());
+  c.Apply(30, 48);
+  EXPECT_EQ(c.Choices(), (std::vector<std::string>{"dense-ring"}));
+  EXPECT_EQ(c.dense_buckets(), 1);
+  EXPECT_EQ(c.PendingSince(), kNone);
 }
 
-TEST(BucketController, GoesBackToSparseWhenDenseSlowsPastItAndMediansIgnoreOneOutlier) {
+TEST(BucketController, GoesBackToSparseAfterTheDwellAndMediansIgnoreOneOutlier) {
   BucketController c;
-  c.Configure("spardl", false, 0.01, 2, 1);
+  c.Configure("spardl", false, 0.01, 2, 1, 0);
   uint64_t step = 0;
-  for (int i = 0; i < 3; ++i) {
-    FeedStep(c, 2, step++, {Sparse(0.10)});
-    FeedStep(c, 2, step++, {Probe(0.05)});
-  }
+  Alternate(c, step, 31, 0.10, 0.05);
   ASSERT_EQ(c.Choices(), (std::vector<std::string>{"dense-ring"}));
-  c.TakeSwitches();
+  ASSERT_EQ(c.TakeSwitches().size(), 1u);  // at step 30, t0 + 30 s: held until t0 + 60 s
   // The bucket now runs dense every step (not probes): one slow outlier
   // does not move the median.
-  FeedStep(c, 2, step++, {{kN, "dense-ring", 5.0, false}});
-  EXPECT_EQ(c.Choices(), (std::vector<std::string>{"dense-ring"}));
-  // Dense slows to 0.105 (slowest rank 0.1155): within the margin of sparse.
-  for (int i = 0; i < 8; ++i) FeedStep(c, 2, step++, {{kN, "dense-ring", 0.105, false}});
-  EXPECT_EQ(c.Choices(), (std::vector<std::string>{"dense-ring"}));
-  // Past it: sparse (0.11) < 0.9 * dense.
-  for (int i = 0; i < 8 && !c.Choices().empty(); ++i) {
-    FeedStep(c, 2, step++, {{kN, "dense-ring", 0.2, false}});
+  FeedStep(c, 2, step++, {Dense(5.0)});
+  // Dense slows to 0.105 (slowest rank 0.1155): within the margin of sparse
+  // in the window of steps 31-38.
+  for (int i = 0; i < 7; ++i) FeedStep(c, 2, step++, {Dense(0.105)});
+  EXPECT_EQ(c.PendingSince(), kNone);
+  // Past it (sparse 0.11 < 0.9 * 0.22) from step 39: the windows ending at
+  // steps 46 and 54 favour sparse, but the dwell holds until step 60 (t0 +
+  // 60 s); the next window (step 62) switches.
+  for (; step < 63; ++step) {
+    FeedStep(c, 2, step, {Dense(0.2)});
+    EXPECT_EQ(c.PendingSince(), step < 62 ? kNone : 62u) << step;
   }
-  EXPECT_TRUE(c.Choices().empty());
   std::vector<BucketSwitch> sw = c.TakeSwitches();
   ASSERT_EQ(sw.size(), 1u);
   EXPECT_FALSE(sw[0].to_dense);
+  EXPECT_EQ(sw[0].switches, 2);
+  EXPECT_EQ(sw[0].hold, absl::Seconds(60)) << "doubled";
+  c.Apply(kNone, step);
+  EXPECT_TRUE(c.Choices().empty());
 }
 
 TEST(BucketController, DroppedOrInconsistentReportsAreNotSamples) {
   BucketController c;
-  c.Configure("spardl", false, 0.01, 3, 1);
+  c.Configure("spardl", false, 0.01, 3, 1, 0);
   uint64_t step = 0;
+  auto feed = [&](int rank, std::vector<BucketSample> b) { c.Feed(rank, step, b, t0); };
   // Only two of three ranks report: no step completes (and the open steps
   // stay bounded however many there are).
   for (int i = 0; i < 500; ++i) {
-    for (int r = 0; r < 2; ++r) {
-      c.Feed(r, step, {i % 2 ? Probe(0.01) : Sparse(1.0)});
-    }
+    for (int r = 0; r < 2; ++r) feed(r, {i % 2 ? Probe(0.01) : Sparse(1.0)});
     ++step;
   }
-  EXPECT_TRUE(c.Choices().empty());
+  EXPECT_EQ(c.PendingSince(), kNone);
   // Ranks out of range, or reporting twice, do not complete a step.
-  for (int i = 0; i < 6; ++i) {
-    c.Feed(0, step, {i % 2 ? Probe(0.01) : Sparse(1.0)});
-    c.Feed(0, step, {i % 2 ? Probe(0.01) : Sparse(1.0)});
-    c.Feed(7, step, {i % 2 ? Probe(0.01) : Sparse(1.0)});
-    c.Feed(-1, step, {i % 2 ? Probe(0.01) : Sparse(1.0)});
-    c.Feed(1, step, {i % 2 ? Probe(0.01) : Sparse(1.0)});
+  for (int i = 0; i < 60; ++i) {
+    feed(0, {i % 2 ? Probe(0.01) : Sparse(1.0)});
+    feed(0, {i % 2 ? Probe(0.01) : Sparse(1.0)});
+    feed(7, {i % 2 ? Probe(0.01) : Sparse(1.0)});
+    feed(-1, {i % 2 ? Probe(0.01) : Sparse(1.0)});
+    feed(1, {i % 2 ? Probe(0.01) : Sparse(1.0)});
     ++step;
   }
-  EXPECT_TRUE(c.Choices().empty());
+  EXPECT_EQ(c.PendingSince(), kNone);
   // Ranks that disagree on the bucket's size or kind, unknown names, bad
   // durations: never samples.
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 60; ++i) {
     const bool dense = i % 2;
-    c.Feed(0, step, {dense ? Probe(0.01) : Sparse(1.0), {kN, "no-such", 0.01, false}});
-    c.Feed(1, step, {dense ? Probe(0.01, kN + 1) : Sparse(1.0, kN + 1), Sparse(NAN)});
-    c.Feed(2, step, {dense ? Sparse(0.01) : Probe(1.0), Sparse(-1)});
+    feed(0, {dense ? Probe(0.01) : Sparse(1.0), {kN, "no-such", 0.01, false}});
+    feed(1, {dense ? Probe(0.01, kN + 1) : Sparse(1.0, kN + 1), Sparse(NAN)});
+    feed(2, {dense ? Sparse(0.01) : Probe(1.0), Sparse(-1)});
     ++step;
   }
+  EXPECT_EQ(c.PendingSince(), kNone);
+  c.Apply(kNone, step);
   EXPECT_TRUE(c.Choices().empty());
   EXPECT_TRUE(c.TakeSwitches().empty());
 }
 
 TEST(BucketController, ANewSizeAtAnIndexOrANewWorldStartsAfresh) {
   BucketController c;
-  c.Configure("spardl", false, 0.01, 2, 1);
+  c.Configure("spardl", false, 0.01, 2, 1, 0);
   uint64_t step = 0;
-  for (int i = 0; i < 3; ++i) {
-    FeedStep(c, 2, step++, {Sparse(0.10)});
-    FeedStep(c, 2, step++, {Probe(0.05)});
-  }
+  Alternate(c, step, 31, 0.10, 0.05);
   ASSERT_EQ(c.Choices().size(), 1u);
-  FeedStep(c, 2, step++, {Sparse(0.10, 2 * kN)});  // the trainer rebuilt its buckets
+  FeedStep(c, 2, step, {Sparse(0.10, 2 * kN)});  // the trainer rebuilt its buckets
+  EXPECT_EQ(c.Choices().size(), 1u) << "what runs changes at a barrier";
+  EXPECT_EQ(c.PendingSince(), step);
+  c.Apply(kNone, ++step);
   EXPECT_TRUE(c.Choices().empty());
-  for (int i = 0; i < 3; ++i) {
-    FeedStep(c, 2, step++, {Sparse(0.10)});
-    FeedStep(c, 2, step++, {Probe(0.05)});
-  }
+  EXPECT_EQ(c.dense_buckets(), 0);
+  const uint64_t again = step + 31;
+  Alternate(c, step, again, 0.10, 0.05);
   ASSERT_EQ(c.Choices().size(), 1u);
-  c.Configure("spardl", false, 0.01, 2, 1);  // same P and T: kept
+  ASSERT_EQ(c.TakeSwitches().back().switches, 1) << "a new bucket's first switch";
+  c.Configure("spardl", false, 0.01, 2, 1, step);  // same P and T: kept
   EXPECT_EQ(c.Choices().size(), 1u);
-  c.Configure("spardl", false, 0.01, 3, 1);  // a new P
+  c.Configure("spardl", false, 0.01, 3, 1, step);  // a new P
   EXPECT_TRUE(c.Choices().empty());
 }
 
@@ -175,7 +209,7 @@ TEST(BucketController, TheCheapestRowWinsAndOnlyAlgorithmsThatRunOnThisP) {
 TEST(BucketController, AutoChoosesPerBucketFromTheModelAndTheMeasuredLinks) {
   BucketController c;
   const std::string plan = "spardl-bsag";
-  c.Configure(plan, true, 0.01, 4, 1);
+  c.Configure(plan, true, 0.01, 4, 1, 0);
   FeedStep(c, 4, 0, {{1000, "", 0.001, false}, {10000000, "", 0.1, false}});
   auto expect = [&](double alpha, double beta) {
     std::vector<std::string> want;
@@ -186,22 +220,40 @@ TEST(BucketController, AutoChoosesPerBucketFromTheModelAndTheMeasuredLinks) {
     while (!want.empty() && want.back().empty()) want.pop_back();
     return want;
   };
-  // Before any link estimate: the stated default.
+  // Before any link estimate: the stated default, decided by step 0.
   EXPECT_DOUBLE_EQ(c.alpha(), BucketControllerOptions().default_alpha);
+  EXPECT_EQ(c.PendingSince(), 0u);
+  c.Apply(kNone, 64);
   EXPECT_EQ(c.Choices(), expect(50e-6, 8e-10));
-  // A latency-bound link (1 ms per message, 100 Gbit/s): fewer messages win.
-  c.FeedLink(1e-3, 8e-11);
+  // A latency-bound link (1 ms per message, 100 Gbit/s) on one rank: nothing
+  // changes until every rank's probe is in (the maxima over ranks).
+  c.FeedLink(0, 5, 1e-3, 8e-11);
+  c.FeedLink(1, 5, 1e-5, 8e-11);
+  c.FeedLink(2, 6, 1e-5, 8e-11);
+  EXPECT_DOUBLE_EQ(c.alpha(), BucketControllerOptions().default_alpha);
+  EXPECT_EQ(c.PendingSince(), kNone);
+  c.FeedLink(3, 5, 1e-5, 8e-11);
+  EXPECT_DOUBLE_EQ(c.alpha(), 1e-3);
+  EXPECT_EQ(c.PendingSince(), 6u) << "decided by the latest probe's step, not the last arrival";
+  c.Apply(kNone, 128);
   EXPECT_EQ(c.Choices(), expect(1e-3, 8e-11));
   const std::string small = CheapestAlgorithm(4, 1, 1000, 0.01, 1e-3, 8e-11);
   const catalog::CostRange r =
       catalog::Find(small)->table1_cost({.world = 4, .elements = 1000, .density = 0.01});
   EXPECT_LE(r.latency_hi, 2 * 2) << small << ": at most 2 log2(P) messages";
-  // Out-of-range estimates are ignored.
-  c.FeedLink(NAN, 1e-9);
-  c.FeedLink(20, 1e-9);
+  // Out-of-range estimates are ignored; the same again changes nothing.
+  c.FeedLink(0, 9, NAN, 1e-9);
+  c.FeedLink(0, 9, 20, 1e-9);
+  c.FeedLink(9, 9, 1, 1e-9);
+  c.FeedLink(3, 9, 1e-5, 8e-11);
+  EXPECT_DOUBLE_EQ(c.alpha(), 1e-3);
+  EXPECT_EQ(c.PendingSince(), kNone);
+  // A new epoch keeps the estimate until all of its ranks' probes are in.
+  c.Configure(plan, true, 0.01, 4, 1, 192);
+  c.FeedLink(0, 192, 1e-5, 8e-11);
   EXPECT_DOUBLE_EQ(c.alpha(), 1e-3);
   // Not "auto": no bucket gets its own algorithm from the model.
-  c.Configure(plan, false, 0.01, 4, 1);
+  c.Configure(plan, false, 0.01, 4, 1, 256);
   EXPECT_TRUE(c.Choices().empty());
 }
 

@@ -76,8 +76,9 @@ TEST_F(CoordinatorBuckets, ABucketWhoseDenseProbesWinRunsDenseFromABarrier) {
   const uint64_t first = c_->plan()->version();
   EXPECT_TRUE(Buckets().empty());
   // Bucket 0: sparse 50 ms, dense probes 10 ms. Bucket 1: dense 500 ms.
+  // Two full windows of 8 sparse runs (even steps) decide, at step 30.
   uint64_t step = 0;
-  for (; step < 12; ++step) {
+  for (; step < 31; ++step) {
     const bool probe = step % 2 == 1;
     for (int r = 0; r < 2; ++r) {
       Send(Make(r, step,
