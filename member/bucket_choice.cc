@@ -39,12 +39,6 @@ BucketChoice ChooseBucketAlgorithm(const Plan& plan, const BucketRules& rules, u
     c.algorithm = DenseAlgorithm();
     return c;
   }
-  const uint64_t period = rules.dense_probe_period;
-  if (period > 0 && step % period == period - 1) {
-    c.algorithm = DenseAlgorithm();
-    c.dense_probe = true;
-    return c;
-  }
   c.algorithm = bucket < plan.bucket_algorithms.size() && !plan.bucket_algorithms[bucket].empty()
                     ? plan.bucket_algorithms[bucket]
                     : plan.algorithm;
@@ -54,6 +48,11 @@ BucketChoice ChooseBucketAlgorithm(const Plan& plan, const BucketRules& rules, u
     const double rate = (4.0 * static_cast<double>(elements)) / (8.0 * std::max(k, 1.0));
     if (rate < rules.min_compression_rate) c.algorithm = DenseAlgorithm();
   }
+  // A sparse bucket's dense exchange is timed beside it (the agent's shadow
+  // probe); a dense bucket times itself.
+  const uint64_t period = rules.dense_probe_period;
+  c.dense_probe =
+      period > 0 && step % period == period - 1 && !catalog::TraitsOf(c.algorithm).dense;
   return c;
 }
 

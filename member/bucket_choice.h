@@ -25,9 +25,11 @@ struct BucketRules {
   // would send less than this factor fewer bytes: (4n) / (8 ceil(d n)) < rate.
   // 0: never.
   double min_compression_rate = 0;
-  // At steps >= start_iter with step % period == period - 1 every bucket runs
-  // dense once, to be timed against its sparse exchange (the report marks it
-  // dense_probe). 0: never.
+  // At steps >= start_iter with step % period == period - 1 every sparse
+  // bucket's dense exchange is timed once, against its sparse exchange (the
+  // report marks it dense_probe). The probe exchanges zeros beside the
+  // bucket's own exchange, which runs as on any step: the training never
+  // sees a probe (a dense step would flush every residual at once). 0: never.
   uint64_t dense_probe_period = 0;
   // Received NaN and infinite values are refused as bad frames, blaming
   // their sender; each rank exchanges its own as 0 (ClientOptions::
@@ -51,8 +53,8 @@ absl::Status CheckBucketRules(const BucketRules& rules);
 bool operator==(const BucketRules& a, const BucketRules& b);
 
 struct BucketChoice {
-  std::string algorithm;
-  bool dense_probe = false;
+  std::string algorithm;     // what the bucket's exchange runs
+  bool dense_probe = false;  // also time a dense exchange of its size (never for a dense one)
 };
 
 // The dense algorithm the rules fall back to: the catalog's reference sum

@@ -108,8 +108,11 @@ struct BucketOutcome {
   std::string algorithm;  // what ran
   // How: "hierarchical (<layout>)" or "flat (<why>)" (Agent::exchange_layout).
   std::string exchange;
+  // A shadow probe ran (BucketRules::dense_probe_period): a dense exchange of
+  // zeros the size of the bucket, timed beside its own exchange.
   bool dense_probe = false;
-  double seconds = 0;  // the exchange, wall
+  double probe_seconds = 0;  // the probe's dense exchange, wall
+  double seconds = 0;        // the exchange, wall
   // L2 of the bucket's residual after a successful exchange: one pass, for
   // the agent's metrics and the caller's stats.
   double residual_l2 = 0;
@@ -148,6 +151,7 @@ struct BucketCall {
   std::string algorithm;             // what runs
   bool dense_probe = false;
   SparseAllreduce* schedule = nullptr;  // null: nothing to exchange (see status)
+  SparseAllreduce* probe = nullptr;     // dense_probe: the slot's dense object, timed on zeros
   CallContext ctx;
   AllreduceOptions options;
   // Where the bucket's gradient is: not yet in the residual, prepared (a
@@ -281,6 +285,9 @@ class Agent {
   AllreduceOptions Options(int bucket) const;
   // `s` with the peer this rank timed out waiting for (since `since`) named.
   absl::Status NameWait(absl::Status s, Clock::time_point since) const;
+  // The shadow probe of a dense_probe call: call->probe on zeros of the
+  // bucket's size, under a call id no bucket of the step uses; its wall time.
+  absl::Status TimeDenseProbe(const BucketCall& call, double* seconds);
   void Report(uint64_t step);
   // A planned bucket of a failed step: its gradient joins its residual
   // (however far it got), and the step's error, named for it, is returned.

@@ -89,6 +89,7 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
   call->momentum = 0;
   call->step_buckets.assign(step_buckets.begin(), step_buckets.end());
   call->schedule = nullptr;
+  call->probe = nullptr;
   call->state = BucketCall::State::kFresh;
   call->status = absl::OkStatus();
   call->refused = false;
@@ -125,6 +126,18 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
     return;
   }
   call->schedule = *algorithm;
+  // The probe's call id counts down from the top of the step's id range:
+  // free while the step's buckets fill at most half of it.
+  call->dense_probe = choice.dense_probe && step_buckets.size() <= kMaxStepBuckets / 2;
+  if (call->dense_probe) {
+    absl::StatusOr<SparseAllreduce*> dense =
+        SlotAlgorithm(DenseAlgorithm(), plan_->epoch, slot, hierarchical_ ? &layout_ : nullptr);
+    if (!dense.ok()) {
+      call->status = dense.status();
+      return;
+    }
+    call->probe = *dense;
+  }
   CallContext& ctx = call->ctx;
   ctx = CallContext{};
   ctx.transport = step_transport_;
@@ -198,6 +211,18 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
                                   ") before its exchange: ", call->status.message())));
     return KeepCall(call);
   }
+  if (call->dense_probe) {
+    // Before the bucket's own exchange, on every rank in the same order.
+    absl::Status p = TimeDenseProbe(*call, &out->probe_seconds);
+    if (!p.ok()) {
+      AbandonBucket(call);  // the prepared call puts grad + old residual back
+      step_status_ = Fail(absl::Status(
+          p.code(),
+          absl::StrCat("step ", step, " epoch ", plan_->epoch, " rank ", rank_, " of ",
+                       plan_->world(), " (dense probe of bucket ", bucket, "): ", p.message())));
+      return step_status_;
+    }
+  }
   const Clock::time_point call_start = Clock::now();
   absl::Status s =
       call->schedule->ExchangeCall(&out->result, &out->stats, DeadlineIn(plan_->step_deadline));
@@ -233,12 +258,28 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
   b.kprime_used = static_cast<size_t>(out->stats.Detail("kprime_used"));  // 0: none
   b.post_gather_count = static_cast<size_t>(out->stats.Detail("post_gather_count"));
   b.result_nnz = out->stats.result_nnz;
-  b.algorithm = call->algorithm;
-  b.seconds = out->seconds;
+  // A probe step reports the probe: the coordinator's dense sample.
+  b.algorithm = call->dense_probe ? DenseAlgorithm() : call->algorithm;
+  b.seconds = call->dense_probe ? out->probe_seconds : out->seconds;
   b.dense_probe = call->dense_probe;
   step_buckets_.push_back(std::move(b));
   step_stats_.push_back(out->stats);
   return absl::OkStatus();
+}
+
+absl::Status Agent::TimeDenseProbe(const BucketCall& call, double* seconds) {
+  const size_t n = call.grad.size();
+  std::vector<float> zeros(n, 0.0f), residual(n, 0.0f);
+  CallContext ctx = call.ctx;
+  ctx.call_id = CallId(next_step_, static_cast<uint32_t>(kMaxStepBuckets - 1 - call.bucket));
+  ctx.deadline = DeadlineIn(plan_->step_deadline);
+  const Clock::time_point start = Clock::now();
+  absl::Status s = call.probe->PrepareCall(ctx, call.options, zeros, residual, {}, 0, nullptr);
+  AllreduceResult result;
+  CallStats stats;
+  if (s.ok()) s = call.probe->ExchangeCall(&result, &stats, DeadlineIn(plan_->step_deadline));
+  *seconds = Seconds(Clock::now() - start);
+  return s;
 }
 
 }  // namespace gradex::agent

@@ -100,24 +100,23 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   ++b.calls;
   b.dense_calls += dense;
   if (out.dense_probe) client_metrics_->dense_probes.Increment();
-  if (!out.dense_probe) {
-    // A switch between sparse and dense outside the probes: the rules or the
-    // bucket controller chose the other kind for this bucket.
-    if (h.any && h.last_dense != dense) {
-      ++b.fallback_switches;
-      (dense ? client_metrics_->switches_to_dense : client_metrics_->switches_to_sparse)
-          .Increment();
-      std::fprintf(stderr, "gradex: bucket of spans [%s] switched to %s at step %llu\n",
-                   SpanKeys(end.spans).c_str(), out.algorithm.c_str(),
-                   static_cast<unsigned long long>(step));
-    }
-    h.last_dense = dense;
-    h.any = true;
+  // A switch between sparse and dense: the rules or the bucket controller
+  // chose the other kind for this bucket (a probe runs beside the bucket's
+  // own exchange and changes neither).
+  if (h.any && h.last_dense != dense) {
+    ++b.fallback_switches;
+    (dense ? client_metrics_->switches_to_dense : client_metrics_->switches_to_sparse).Increment();
+    std::fprintf(stderr, "gradex: bucket of spans [%s] switched to %s at step %llu\n",
+                 SpanKeys(end.spans).c_str(), out.algorithm.c_str(),
+                 static_cast<unsigned long long>(step));
   }
+  h.last_dense = dense;
+  h.any = true;
   b.sent_bytes = out.stats.sent_bytes;
   b.recv_bytes = out.stats.recv_bytes;
   b.last_s = out.seconds;
   if (status.ok()) Push(dense ? h.dense_s : h.sparse_s, out.seconds);
+  if (status.ok() && out.dense_probe) Push(h.dense_s, out.probe_seconds);
   b.sparse_s = catalog::UpperMedian(h.sparse_s);
   b.dense_s = catalog::UpperMedian(h.dense_s);
   b.residual_norm = end.residual_l2;

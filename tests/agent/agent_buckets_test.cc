@@ -51,15 +51,20 @@ TEST(BucketChoiceTest, RulesInOrder) {
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 5, 0, 100000).algorithm, "spardl");
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 5, 1, 100000).algorithm, "topka");
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 5, 2, 100000).algorithm, "spardl");
+  // A probe step runs the bucket's own algorithm and times dense beside it.
   BucketChoice probe = ChooseBucketAlgorithm(plan, rules, 9, 1, 100000);
-  EXPECT_EQ(probe.algorithm, "dense-ring");
+  EXPECT_EQ(probe.algorithm, "topka");
   EXPECT_TRUE(probe.dense_probe);
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 19, 1, 100000).algorithm == "topka");
+  EXPECT_TRUE(ChooseBucketAlgorithm(plan, rules, 19, 0, 100000).dense_probe);
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 18, 0, 100000).dense_probe);
+  // A dense bucket times itself: no probe (start_iter; a small bucket below).
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 4, 0, 100000).dense_probe);
   // n = 400 at d = 0.01: k = 4, rate 1600 / 32 = 50 (sparse); n = 100: k = 1,
   // rate 400 / 8 = 50; at density 0.5, n = 100: k = 50, rate 1 < 2 (dense).
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 400).algorithm, "spardl");
   plan.density = 0.5;
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 100).algorithm, "dense-ring");
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 9, 0, 100).dense_probe);
   // rate exactly 2 (d = 0.25) is not below it.
   plan.density = 0.25;
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 100).algorithm, "spardl");
@@ -150,13 +155,15 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
   for (auto& t : threads) t.join();
   for (int it = 0; it < 6; ++it) {
     for (size_t b = 0; b < kSizes.size(); ++b) {
-      std::string want = it < 2 || it == 3 ? "dense-ring" : b == 1 ? "topka" : "spardl";
+      // Step 3 probes: each bucket's own algorithm runs, dense is timed beside.
+      std::string want = it < 2 ? "dense-ring" : b == 1 ? "topka" : "spardl";
       std::vector<RankCall> calls;
       for (int i = 0; i < 2; ++i) {
         const StepRun& r = runs[i][it];
         ASSERT_TRUE(r.end.ok()) << r.end;
         EXPECT_EQ(r.outcomes[b].algorithm, want) << "step " << it << " bucket " << b;
         EXPECT_EQ(r.outcomes[b].dense_probe, it == 3);
+        if (it == 3) EXPECT_GT(r.outcomes[b].probe_seconds, 0.0);
         calls.push_back(CallOf(r, b));
       }
       EXPECT_TRUE(Consistent(calls));
@@ -175,6 +182,19 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
     EXPECT_EQ(r.buckets[1].elements, kSizes[1]);
     EXPECT_GT(r.buckets[2].seconds, 0.0);
     EXPECT_FALSE(r.buckets[2].dense_probe);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  // A probe step reports the probe, the coordinator's dense sample.
+  checked = 0;
+  for (const StepReport& r : coordinator.reports()) {
+    if (!r.ok || r.step != 3) continue;
+    ASSERT_EQ(r.buckets.size(), kSizes.size());
+    for (const StepReport::Bucket& b : r.buckets) {
+      EXPECT_EQ(b.algorithm, "dense-ring");
+      EXPECT_TRUE(b.dense_probe);
+      EXPECT_GT(b.seconds, 0.0);
+    }
     ++checked;
   }
   EXPECT_EQ(checked, 2);

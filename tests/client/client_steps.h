@@ -30,7 +30,7 @@ inline ClientOptions Options(int rank, int world) {
   o.algorithm = "spardl";
   o.density = 0.05;
   o.min_compression_rate = 0;  // small buckets stay sparse: residuals to conserve
-  o.dense_probe_period = 3;    // steps 2 and 5 run dense
+  o.dense_probe_period = 3;    // steps 2 and 5 time a dense exchange beside the sparse one
   o.mean = false;
   o.timeout = std::chrono::milliseconds(20000);
   return o;

@@ -449,8 +449,10 @@ def bad_join(args, rank, world):
 _DEVICE_SELECTING = ("spardl", "spardl-rsag", "spardl-bsag")
 # Dense probes at steps 4 and 9 of 12: two dense samples, under the bucket
 # controller's three, so no run switches a bucket to dense on its timings
-# (both runs must choose the same algorithms to be comparable).
+# (both runs must choose the same algorithms to be comparable). A probe runs
+# beside the sparse exchange; the dense steps are start_iter's.
 _PROBE_PERIOD = 5
+_START_ITER = 2
 
 
 def _bits(t):
@@ -484,7 +486,8 @@ def _standin_run(gx, args, rank, dev, values, steps=12):
     params = [torch.zeros(n) for n in sizes]
     layouts = [[[0, 1], [2, 3]], [[3, 0], [2], [1]]]  # DDP's first layout, then a rebuild
     state = gx.GradexState(algorithm=args.algorithm, density=0.05, timeout_s=30,
-                           momentum_correction=0.5, dense_probe_period=_PROBE_PERIOD)
+                           momentum_correction=0.5, dense_probe_period=_PROBE_PERIOD,
+                           start_iter=_START_ITER)
     gen = torch.Generator().manual_seed(700 + rank)  # the same values on both devices
     results, paths, on_device, dense_seen = [], [], True, {}
     # "side-stream": each CUDA bucket is written on a stream of its own,

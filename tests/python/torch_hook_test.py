@@ -245,7 +245,7 @@ def check_cuda(args, results, failures):
               f"run's ({va['state_differ'] or vb['state_differ'] or 'equal'})", failures)
         check(va["velocity_nonzero"] > 0 and va["dense_steps"] > 0,
               f"cuda, {values}: velocities exercised ({va['velocity_nonzero']} non-zero) and "
-              f"dense probes ran ({va['dense_steps']} steps)", failures)
+              f"dense steps ran ({va['dense_steps']} steps: start_iter)", failures)
         check(va["on_device"] and vb["on_device"],
               f"cuda, {values}: the hook's results stay on the bucket's device", failures)
         check(not va["host_paths_bad"] and not vb["host_paths_bad"],
