@@ -176,10 +176,9 @@ TEST(ClientDeviceTest, StagedBucketsCountTheirBytesEachWay) {
 }
 
 // Every catalog algorithm, 4 ranks, momentum correction on, 4 steps (a dense
-// probe and DDP's bucket rebuild among them): device buckets (staged by the host copies) end every
-// step with the bits host buckets end it with, and leave the same residuals
-// and velocities. Whichever way a device bucket's local part runs, it must
-// keep this.
+// probe beside step 2's exchange and DDP's bucket rebuild among them): device buckets (staged by
+// the host copies) end every step with the bits host buckets end it with, and leave the same
+// residuals and velocities. Whichever way a device bucket's local part runs, it must keep this.
 class DeviceBucketsTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeviceBucketsTest, GiveTheBitsOfHostBuckets) {
@@ -246,11 +245,10 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, DeviceBucketsTest, ::testing::ValuesIn(Allr
 
 // Two ranks, spardl, the mean, momentum correction: rank 0 passes every
 // bucket as device memory (the host backend), rank 1 as host memory. Step 0
-// (u = g seeds the velocity) stages the bucket whole; steps 1, 3 and 4
-// select where the residual lives; the dense probe (step 2) stages the
-// device-resident residual down once (4n, the momentum and gradient
-// accumulated on the device) and leaves the slot there: nothing of it comes
-// back up (a dense exchange keeps no residual) and nothing is reallocated.
+// (u = g seeds the velocity) stages the bucket whole; steps 1 to 4 select
+// where the residual lives, step 2 too: its dense probe exchanges zeros of
+// the bucket's size in host memory beside the bucket's own exchange, so the
+// slot stays on the device and nothing is staged or reallocated for it.
 // The results are rank 1's bits at every step, and on the device steps only
 // O(k) crosses PCIe per bucket: down exactly 8 bytes per selected entry (at
 // most k plus one per block), up the result's COO and the discards (at most
@@ -278,14 +276,14 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
       }
     }
     EXPECT_EQ(runs[0][step].spans, runs[1][step].spans) << "step " << step;
-    const bool device = step == 1 || step >= 3;
+    const bool device = step >= 1;
     ASSERT_EQ(seen[step].size(), kFirstLayout.size());
     for (const BucketStats& b : seen[step]) {
       const size_t n = b.elements;
       const uint64_t k = static_cast<uint64_t>(std::ceil(density * n));
       SCOPED_TRACE(::testing::Message() << "step " << step << ", bucket of " << n);
       if (!device) {
-        // Step 0 stages the gradient, the probe the accumulated residual.
+        // Step 0 stages the gradient.
         EXPECT_EQ(b.device_path, "whole-bucket staging");
         EXPECT_EQ(b.device_to_host_bytes, n * sizeof(float));
         EXPECT_EQ(b.host_to_device_bytes, n * sizeof(float));
@@ -305,13 +303,12 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
       EXPECT_LE(b.device_waits, 2u + 2 * kWorld + (step == 1 ? 2u : 0u));
     }
   }
-  // The residual and velocity of each bucket, allocated once (step 1): the
-  // probe kept them.
+  // The residual and velocity of each bucket, allocated once (step 1).
   EXPECT_EQ(host_copies.allocations(), 2 * kFirstLayout.size());
   const std::string buckets = "gradex_client_device_buckets_total";
-  EXPECT_EQ(Counter(*clients[0], buckets, "path", "device_selection"), 3.0 * kFirstLayout.size());
+  EXPECT_EQ(Counter(*clients[0], buckets, "path", "device_selection"), 4.0 * kFirstLayout.size());
   EXPECT_EQ(Counter(*clients[0], buckets, "path", "whole_bucket_staging"),
-            2.0 * kFirstLayout.size());
+            1.0 * kFirstLayout.size());
   EXPECT_EQ(Counter(*clients[1], buckets, "path", "device_selection"), 0.0);
   for (int r = kWorld - 1; r >= 0; --r) EXPECT_TRUE(clients[r]->Close().ok());
 }
@@ -322,7 +319,7 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
 // anything else of the bucket, and the trainer's stream waiting for a point
 // that queue recorded after the result was written, all before the
 // bucket's callback. One rank on the device, one on the host, three steps of
-// one bucket (the device path and the dense probe's staged path).
+// one bucket (the device path, a dense probe beside it at step 2).
 TEST(ClientDeviceTest, EventsOrderTheTrainersStreamBothWays) {
   constexpr int kWorld = 2, kSteps = 3;
   constexpr uintptr_t kStream = 7;
