@@ -85,12 +85,14 @@ class GradexState:
             127.0.0.1) and TLS to the coordinator (``GRADEX_TLS_CA_FILE``,
             ``GRADEX_TLS_SERVER_NAME``, ``GRADEX_TLS_CERT_FILE``,
             ``GRADEX_TLS_KEY_FILE``).
-        dense_probe_period: every this many steps each bucket runs dense once
-            to be timed against its sparse exchange ("never slower than
-            dense"; 0 never). Default: 50 with ``algorithm="auto"`` (or left
-            to the plan), which needs the timings; 0 otherwise, since a dense
-            step flushes every residual at once and moves the run away from
-            dense's trajectory. start_iter, min_compression_rate
+        dense_probe_period: every this many steps each sparse bucket's dense
+            exchange is timed against its sparse one ("never slower than
+            dense"; 0 never): a dense exchange of zeros of the bucket's size
+            beside its own, so the training never sees a probe (it costs one
+            dense exchange a period). Default: 50 with ``algorithm="auto"``
+            (or left to the plan), which needs the timings; 0 otherwise, so
+            that a named algorithm never falls back to dense on this
+            machine's timings (runs repeatable). start_iter, min_compression_rate
             and dense_probe_period: every rank runs rank 0's values (agreed
             in-band); a rank given others warns once per field.
         refuse_nonfinite: NaN or Inf in a gradient. True (default): they are

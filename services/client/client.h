@@ -52,9 +52,10 @@ struct ClientOptions {
   // 2^32; min_compression_rate <= 2^30.
   uint64_t start_iter = 0;            // steps [0, start_iter) are dense (PowerSGD's start_iter)
   double min_compression_rate = 2.0;  // buckets where sparse sends less than this factor stay dense
-  // Every this many steps (from start_iter) each bucket runs dense once, to
-  // time it against its sparse exchange (the bucket controller's "never
-  // slower than dense"); 0: never.
+  // Every this many steps (from start_iter) each sparse bucket's dense
+  // exchange is timed, on zeros of its size beside its own exchange (the
+  // training never sees it), against its sparse exchange (the bucket
+  // controller's "never slower than dense"); 0: never.
   uint64_t dense_probe_period = 50;
   // The largest bucket (elements); bounds what a peer may announce to the
   // data plane (UcxOptions.max_message_bytes). Larger buckets are refused.
@@ -168,6 +169,13 @@ struct BucketStats {
   std::string device_path = "host";
   uint64_t device_to_host_bytes = 0, host_to_device_bytes = 0;
   uint64_t device_waits = 0;  // last call: times the host waited for the device
+  // Last call: whole-device synchronisations and allocations outside
+  // gradex's device pool (pinned staging growing); both 0 in a steady step.
+  uint64_t device_syncs = 0, device_allocations = 0;
+  // Bytes gradex's private device pool held at the last call's end (outside
+  // torch's caching allocator: the residuals, velocities and step scratch of
+  // device buckets; at most half a GPU's memory; given back at close()).
+  uint64_t device_pool_bytes = 0;
   // How the last call exchanged: "hierarchical (2 nodes x 4 ranks)" (dense
   // inside the node, sparse across nodes) or "flat (<why>)".
   std::string exchange;

@@ -197,8 +197,9 @@ std::vector<OptionSpec> Build() {
                .c_key = "dense_probe_period",
                .py_keyword = "dense_probe_period",
                .example = "7",
-               .description = "every this many steps each bucket runs dense once, timed against "
-                              "sparse; 0: never (rank 0's value wins; others warn)",
+               .description = "every this many steps each sparse bucket's dense exchange is "
+                              "timed (on zeros, beside its own: the training never sees it); 0: "
+                              "never (rank 0's value wins; others warn)",
                GRADEX_FIELD(dense_probe_period, uint64_t)});
   t.push_back({.name = "max_bucket_elements",
                .type = T::kUint,
