@@ -146,6 +146,11 @@ def parse_args(argv=None):
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
                    help="mlp (--hidden) or cnn (the small CNN above)")
     p.add_argument("--hidden", default="256,128", help="MLP hidden sizes")
+    p.add_argument("--diagnose", default="",
+                   help="gradex runs: per layer, how the applied update compares with dense "
+                        "momentum's (examples/exchange_diagnosis.py), appended to this CSV; adds "
+                        "a dense allreduce per bucket")
+    p.add_argument("--diagnose-every", type=int, default=10, help="steps between --diagnose rows")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data-dir", default=DATA_DIR)
     p.add_argument("--csv", default="", help="append one row per epoch here (rank 0)")
@@ -241,6 +246,19 @@ def model_name(args):
     return "cnn" if args.model == "cnn" else "mlp-" + args.hidden.replace(",", "-")
 
 
+def step_sent(state, calls):
+    """The bytes this rank sent in the step just ended: the last call of each
+    bucket layout that ran in it (stats() keeps a layout DDP no longer uses,
+    such as its first step's, with its last call's bytes)."""
+    total = 0
+    for b in state.stats():
+        key = tuple(tuple(s) for s in b["spans"])
+        if b["calls"] != calls.get(key):
+            calls[key] = b["calls"]
+            total += b["sent_bytes"]
+    return total
+
+
 def sent_per_step(model, state, psgd, world, steps, gradex_sent):
     """Bytes one rank sends per step, averaged over the run: gradex's own count
     (stats()' last call per bucket, summed every step); for dense and PowerSGD, what a ring allreduce of the floats
@@ -294,7 +312,7 @@ def train(args, rank, world, on_epoch=None):
     # plain SGD. With --hand-over gradex makes that change itself.
     by_hand = sparse and args.momentum_correction and args.momentum > 0
     opt = make_optimizer(args, model.parameters(), momentum=0 if by_hand else args.momentum)
-    state = None
+    state = diagnosis = None
     if sparse:
         import gradex.torch as gx
         extra = dict(optimizer=opt) if args.hand_over else dict(
@@ -306,10 +324,16 @@ def train(args, rank, world, on_epoch=None):
                                timeout_s=args.timeout_s, model=model,
                                dense_probe_period=args.dense_probe_period,
                                factor_masking=not args.no_factor_masking, **extra, **args.params)
-        model.register_comm_hook(state, gx.gradex_hook)
+        hook = gx.gradex_hook
+        if args.diagnose:
+            from exchange_diagnosis import Diagnosis
+            momentum = args.momentum if state.momentum_correction > 0 else 0.0
+            diagnosis = Diagnosis(args.diagnose, model, momentum, every=args.diagnose_every)
+            hook = diagnosis.wrap(hook)
+        model.register_comm_hook(state, hook)
     in_hook = by_hand or (state is not None and state.momentum_correction > 0)
     label = args.label or args.algorithm
-    rows, wall, step, sent = [], 0.0, 0, 0
+    rows, wall, step, sent, calls = [], 0.0, 0, 0, {}
     n = len(x_train) - len(x_train) % (world * args.batch_size)
     log = StepLog(args.step_log, rank)
     over_budget = False
@@ -326,7 +350,7 @@ def train(args, rank, world, on_epoch=None):
             losses.append(train_step(model, opt, x_train[idx], y_train[idx]))
             step += 1
             if state is not None and rank == 0:
-                sent += sum(b["sent_bytes"] for b in state.stats())  # each bucket's last call
+                sent += step_sent(state, calls)
             log.add(step, wall + time.perf_counter() - t0, losses[-1])
             if args.time_budget_s > 0 and step % 4 == 0:
                 over_budget = budget_spent(wall + time.perf_counter() - t0, args.time_budget_s)
@@ -354,6 +378,8 @@ def train(args, rank, world, on_epoch=None):
     log.close()
     if state is not None:
         state.flush()
+    if diagnosis is not None:
+        diagnosis.write(label)
     return model, state, rows
 
 
