@@ -65,35 +65,17 @@ void LocalTopK::SelectBlocks(LocalInput& in, const std::vector<size_t>& bounds,
   if (bounds.empty() || bounds.front() != 0 || bounds.back() != in.size()) in.Accumulated();
   const uint64_t h0 = hits(), m0 = misses();
   if (ResidualMemory* memory = in.memory(); memory != nullptr) {
-    // BlockTopKStep's blocks, one fused step each where the bucket lives
-    // (the blocks cover x, so every entry is accumulated once).
-    const std::span<float> x = in.target();
-    const kernels::Accumulate* pending = in.pending();
+    // BlockTopKStep's blocks where the bucket lives, all in one host round
+    // trip (the blocks cover x, so every entry is accumulated once).
     PhaseTimer t(&stats->phases.selection_s);
-    const size_t blocks = bounds.empty() ? 0 : std::min(keeps.size(), bounds.size() - 1);
-    out->resize(blocks);
-    if (reuse) reuse_.resize(blocks);
     size_t nonfinite = 0;
-    for (size_t b = 0; b < blocks && in.status().ok(); ++b) {
-      kernels::SparseVec& o = (*out)[b];
-      o.clear();
-      if (bounds[b + 1] <= bounds[b]) continue;
-      kernels::Accumulate part;
-      if (pending != nullptr) {
-        part = *pending;
-        part.grad += bounds[b];
-        if (part.velocity != nullptr) part.velocity += bounds[b];
-      }
-      size_t block_nonfinite = 0;
-      absl::Status s =
-          memory->SelectTopK(x.subspan(bounds[b], bounds[b + 1] - bounds[b]), keeps[b],
-                             static_cast<uint32_t>(bounds[b]), pending != nullptr ? &part : nullptr,
-                             reuse ? &reuse_[b] : nullptr, &o, &block_nonfinite);
-      if (!s.ok()) in.Failed(std::move(s));
-      nonfinite += block_nonfinite;
-      ledger.Selected(o);
+    if (absl::Status s = memory->SelectTopKBlocks(in.target(), bounds, keeps, in.pending(),
+                                                  reuse ? &reuse_ : nullptr, out, &nonfinite);
+        !s.ok()) {
+      in.Failed(std::move(s));
     }
     in.Fused(nonfinite);
+    for (const auto& b : *out) ledger.Selected(b);
   } else {
     PhaseTimer t(&stats->phases.selection_s);
     const std::span<float> x = in.target();

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,6 +47,18 @@ class ResidualMemory {
   virtual absl::Status SelectTopK(std::span<float> x, size_t k, uint32_t index_base,
                                   const kernels::Accumulate* acc, kernels::ThresholdReuse* reuse,
                                   kernels::SparseVec* out, size_t* nonfinite) = 0;
+  // kernels::BlockTopKStep's blocks in one go: block b = x[bounds[b],
+  // bounds[b+1]) (the blocks cover x) keeps keeps[b] entries into (*out)[b]
+  // (resized to the block count), `acc` (indexed like x; may be null)
+  // accumulated inside the blocks, *nonfinite (may be null) the sum over the
+  // blocks. `reuse` (may be null) is resized to one state per block. One
+  // host round trip for all blocks, however many there are.
+  virtual absl::Status SelectTopKBlocks(std::span<float> x, const std::vector<size_t>& bounds,
+                                        const std::vector<size_t>& keeps,
+                                        const kernels::Accumulate* acc,
+                                        std::vector<kernels::ThresholdReuse>* reuse,
+                                        std::vector<kernels::SparseVec>* out,
+                                        size_t* nonfinite) = 0;
   // x[idx - index_base] += scale * val for every entry of `v` (host memory),
   // as kernels::ScatterAdd.
   virtual absl::Status ScatterAdd(const kernels::SparseVec& v, uint32_t index_base, float scale,

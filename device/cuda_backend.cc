@@ -2,11 +2,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -34,8 +36,15 @@ absl::StatusOr<std::shared_ptr<CudaEvent>> NewEvent(int device) {
 // A pool of our own rather than the device's default one: that one is the
 // process's (torch's cudaMallocAsync allocator tunes it). Nothing is given
 // back to the driver between steps (release threshold: never), so a steady
-// step allocates without a system call.
+// step allocates without a system call; Trim (a client's close) gives it
+// back. Its bound is half the device's memory, a fixed fraction: about twice
+// the fp32 model (residual and velocity) lives here, outside torch's caching
+// allocator, and the trainer keeps the other half.
 absl::StatusOr<std::shared_ptr<DevicePool>> DevicePool::Create(int device) {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess) {
+    return CudaError(e, "device memory size");
+  }
   cudaMemPoolProps props;
   std::memset(&props, 0, sizeof props);
   props.allocType = cudaMemAllocationTypePinned;
@@ -47,17 +56,79 @@ absl::StatusOr<std::shared_ptr<DevicePool>> DevicePool::Create(int device) {
     return CudaError(e, "memory pool creation");
   }
   uint64_t keep = std::numeric_limits<uint64_t>::max();
-  if (cudaError_t e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-      e != cudaSuccess) {
+  cudaStream_t release = nullptr;
+  cudaEvent_t mark = nullptr;
+  cudaError_t e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&release, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&mark, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    if (release != nullptr) cudaStreamDestroy(release);
     cudaMemPoolDestroy(pool);
-    return CudaError(e, "memory pool release threshold");
+    return CudaError(e, "memory pool setup");
   }
-  return std::make_shared<DevicePool>(device, pool);
+  return std::make_shared<DevicePool>(device, pool, release, mark, uint64_t{total_bytes} / 2);
 }
 
 DevicePool::~DevicePool() {
   OnDevice on(device_);
-  if (on.ok()) cudaMemPoolDestroy(pool_);
+  if (!on.ok()) return;
+  cudaStreamSynchronize(release_);
+  cudaEventDestroy(mark_);
+  cudaStreamDestroy(release_);
+  cudaMemPoolDestroy(pool_);
+}
+
+void DevicePool::AddStream(cudaStream_t s) {
+  absl::MutexLock lock(&mu_);
+  streams_.push_back(s);
+}
+
+void DevicePool::RemoveStream(cudaStream_t s) {
+  absl::MutexLock lock(&mu_);
+  streams_.erase(std::remove(streams_.begin(), streams_.end(), s), streams_.end());
+}
+
+void DevicePool::Release(void* p) {
+  OnDevice on(device_);
+  if (!on.ok()) return;  // the runtime is going away (process exit): it frees the pool
+  absl::MutexLock lock(&mu_);
+  // The release stream waits for the point each live queue has reached (one
+  // event, recorded again for each: a wait takes the record made before it).
+  cudaError_t e = cudaSuccess;
+  for (cudaStream_t s : streams_) {
+    e = cudaEventRecord(mark_, s);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(release_, mark_, 0);
+    if (e != cudaSuccess) break;
+  }
+  if (e == cudaSuccess) e = cudaFreeAsync(p, release_);
+  if (e == cudaSuccess) return;
+  // Only where the context is failing already: the whole device, then.
+  cudaGetLastError();
+  cudaDeviceSynchronize();
+  cudaFreeAsync(p, release_);
+}
+
+PoolUse DevicePool::Use() {
+  PoolUse use;
+  use.limit = limit_;
+  OnDevice on(device_);
+  if (!on.ok()) return use;
+  uint64_t v = 0;
+  if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &v) == cudaSuccess) {
+    use.held = v;
+  }
+  if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &v) == cudaSuccess) {
+    use.used = v;
+  }
+  return use;
+}
+
+void DevicePool::Trim() {
+  OnDevice on(device_);
+  if (!on.ok()) return;
+  // The releases queued so far first: what they free is then free to trim.
+  cudaStreamSynchronize(release_);
+  cudaMemPoolTrimTo(pool_, 0);
 }
 
 namespace {
@@ -76,6 +147,8 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::unique_ptr<Queue>> NewQueue(const void* data) override;
   absl::StatusOr<std::shared_ptr<Event>> RecordCaller(uintptr_t stream, const void* data) override;
   absl::Status CallerWaits(uintptr_t stream, const Event& e) override;
+  PoolUse Pools() override;
+  void Trim() override;
 
  private:
   // The device of `data`, which must be device memory tied to one device.
@@ -190,6 +263,31 @@ absl::Status CudaBackend::CallerWaits(uintptr_t stream, const Event& e) {
     return CudaError(err, "the caller's stream waiting for an event");
   }
   return absl::OkStatus();
+}
+
+PoolUse CudaBackend::Pools() {
+  std::vector<std::shared_ptr<DevicePool>> pools;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [device, pool] : pools_) pools.push_back(pool);
+  }
+  PoolUse all;
+  for (const auto& pool : pools) {
+    const PoolUse one = pool->Use();
+    all.held += one.held;
+    all.used += one.used;
+    all.limit = all.limit == 0 ? one.limit : std::min(all.limit, one.limit);
+  }
+  return all;
+}
+
+void CudaBackend::Trim() {
+  std::vector<std::shared_ptr<DevicePool>> pools;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [device, pool] : pools_) pools.push_back(pool);
+  }
+  for (const auto& pool : pools) pool->Trim();
 }
 
 }  // namespace

@@ -11,9 +11,11 @@
 #include <memory>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "device/cuda_driver.h"
 #include "device/device.h"
 #include "kernels/cuda/sparse_cuda.h"
@@ -39,12 +41,14 @@ absl::StatusOr<std::shared_ptr<CudaEvent>> NewEvent(int device);
 
 // One device's stream-ordered memory pool. Shared by the backend, the queues
 // of the device and every buffer from it, so that a buffer outliving the
-// backend (a test's) still frees into a live pool.
+// backend (a test's) still frees into a live pool. Bounded: its buffers and
+// scratch may hold at most half the device's memory.
 class DevicePool {
  public:
   // On the current device, which is `device`.
   static absl::StatusOr<std::shared_ptr<DevicePool>> Create(int device);
-  DevicePool(int device, cudaMemPool_t pool) : device_(device), pool_(pool) {}
+  DevicePool(int device, cudaMemPool_t pool, cudaStream_t release, cudaEvent_t mark, uint64_t limit)
+      : device_(device), pool_(pool), release_(release), mark_(mark), limit_(limit) {}
   ~DevicePool();
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
@@ -52,9 +56,25 @@ class DevicePool {
   int device() const { return device_; }
   cudaMemPool_t pool() const { return pool_; }
 
+  // A queue's stream, while it lives: a buffer's release follows its work.
+  void AddStream(cudaStream_t s);
+  void RemoveStream(cudaStream_t s);
+  // Frees p (from this pool) once the work every live queue of the device
+  // has queued so far is done: stream-ordered on the pool's own stream, no
+  // host wait and no device synchronisation.
+  void Release(void* p);
+  PoolUse Use();
+  // Hands what the pool keeps for reuse back to the driver.
+  void Trim();
+
  private:
   const int device_;
   const cudaMemPool_t pool_;
+  const cudaStream_t release_;
+  const cudaEvent_t mark_;
+  const uint64_t limit_;
+  absl::Mutex mu_;
+  std::vector<cudaStream_t> streams_ ABSL_GUARDED_BY(mu_);
 };
 
 // The CUDA queue: its operations in cuda_queue.cc, its staging through pinned
@@ -72,54 +92,62 @@ class CudaQueue : public Queue {
 
  protected:
   absl::StatusOr<std::unique_ptr<Buffer>> DoAllocate(size_t n) override;
+  absl::StatusOr<PoolUse> DoPoolUse() override { return pool_->Use(); }
+  absl::StatusOr<std::span<std::byte>> DoGrowPinned(Pinned which, size_t bytes) override;
   absl::Status DoUpload(std::span<const float> host, std::span<float> x) override;
   absl::Status DoZero(std::span<float> x) override;
   absl::Status DoSparseToDense(std::span<const uint32_t> idx, std::span<const float> val,
                                std::span<float> x) override;
   absl::Status DoZeroAt(std::span<const uint32_t> idx, std::span<float> x) override;
-  absl::StatusOr<std::span<float>> DoStageToHost(std::span<const float> x) override;
+  absl::Status DoScatterAdd(std::span<const uint32_t> idx, std::span<const float> val,
+                            uint32_t index_base, float scale, std::span<float> x) override;
+  absl::Status DoUploadStaged(std::span<const float> staged, std::span<float> x) override;
+  absl::Status DoStageToHost(std::span<const float> x) override;
   absl::Status DoStageToDevice(std::span<float> x) override;
   absl::Status DoSynchronize() override;
   absl::StatusOr<size_t> DoAccumulate(std::span<const float> grad, std::span<float> residual,
                                       std::span<float> velocity, float momentum) override;
+  absl::Status DoAccumulateLater(std::span<const float> grad, std::span<float> residual,
+                                 std::span<float> velocity, float momentum) override;
   absl::Status DoSelectTopK(std::span<float> x, size_t k, uint32_t index_base,
-                            const kernels::Accumulate* acc, kernels::ThresholdReuse* reuse,
-                            kernels::SparseVec* out, size_t* nonfinite) override;
-  absl::Status DoScatterAdd(const kernels::SparseVec& v, uint32_t index_base, float scale,
-                            std::span<float> x) override;
+                            const kernels::Accumulate* acc, kernels::SparseVec* out,
+                            size_t* nonfinite) override;
+  absl::Status DoSelectTopKBlocks(std::span<float> x, const std::vector<size_t>& bounds,
+                                  const std::vector<size_t>& keeps, const kernels::Accumulate* acc,
+                                  std::vector<kernels::SparseVec>* out, size_t* nonfinite) override;
   absl::StatusOr<size_t> DoZeroNonFinite(std::span<float> x, size_t* first) override;
+  absl::Status DoZeroNonFiniteLater(std::span<float> x) override;
+  size_t DoTakeNonFinite(size_t* first) override;
   absl::StatusOr<double> DoSumOfSquares(std::span<const float> x) override;
   absl::Status DoCopyToHost(std::span<const float> x, std::span<float> host) override;
 
  private:
-  // The host waits for the stream (a wait of the backend's own: counted).
-  absl::Status Drain();
-  // At least n entries in the device COO buffers (stream-ordered, no wait),
-  // and in the pinned ones (grown only after the stream is drained).
+  // The host waits for the stream (every wait the wrappers count does).
+  absl::Status SyncStream();
+  // At least n entries in the device COO buffers, and n counts: from the
+  // pool, stream-ordered (no wait).
   absl::Status GrowDevice(size_t n);
-  absl::Status GrowPinned(size_t n);
-  // idx and val (may be empty) through the pinned buffers into d_idx_ and
-  // d_val_, on the stream; the host returns before the copies are done.
+  absl::Status GrowCounts(size_t n);
+  // idx and val (pinned; val may be empty) into d_idx_ and d_val_, queued.
   absl::Status Stage(std::span<const uint32_t> idx, std::span<const float> val);
+  // room entries of d_idx_ / d_val_ into pinned(kDown), queued.
+  cudaError_t CopyDown(size_t room);
 
   const std::shared_ptr<DevicePool> pool_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::cuda::Workspace> ws_;
-  // Counts: ZeroNonFinite's count and first (Accumulate's count in the
-  // first), then SelectTopK's selection and non-finite counts.
+  // Counts, from the pool: [0, 1] ZeroNonFinite's count and first, [2, 3] a
+  // selection's count and non-finite count, [4] AccumulateLater's count.
   uint64_t* d_scalars_ = nullptr;
+  uint64_t* h_scalars_ = nullptr;  // pinned: ZeroNonFiniteLater's copy lands here
+  uint64_t* d_counts_ = nullptr;   // blocks' counts, then their non-finite count
+  size_t counts_room_ = 0;
   uint32_t* d_idx_ = nullptr;  // from the pool
   float* d_val_ = nullptr;
   size_t d_room_ = 0;
-  uint32_t* h_idx_ = nullptr;  // pinned
-  float* h_val_ = nullptr;
-  size_t h_room_ = 0;
-  // Recorded after the last copy out of h_idx_ / h_val_: the host writes
-  // them again only once the stream has read them.
-  cudaEvent_t staged_ = nullptr;
-  bool staged_pending_ = false;
-  float* bucket_ = nullptr;  // pinned, whole-bucket staging
-  size_t bucket_room_ = 0;
+  // Every pinned region made (the ones grown out of too: copies queued from
+  // them may still run), freed when the queue ends.
+  std::vector<void*> pinned_blocks_;
 };
 
 // In CudaQueue's operations: the queue's device is current for the rest of

@@ -1,21 +1,13 @@
-// The CUDA queue's staging through pinned buffers: COO entries (Stage, with
-// the device and pinned buffers it grows) and whole buckets (StageToHost,
-// StageToDevice).
-#include <cstring>
+// The CUDA queue's staging: its device COO and count buffers (from the pool,
+// stream-ordered), its pinned regions (grown by the floor's policy in
+// queue.cc, kept until the queue ends), COO entries going up and whole
+// buckets both ways.
+#include <algorithm>
 #include <span>
 
 #include "device/cuda_queue.h"
 
 namespace gradex::device {
-
-absl::Status CudaQueue::Drain() {
-  CountWait();
-  if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
-    return CudaError(e, "stream synchronisation");
-  }
-  staged_pending_ = false;
-  return absl::OkStatus();
-}
 
 absl::Status CudaQueue::GrowDevice(size_t n) {
   if (n <= d_room_) return absl::OkStatus();
@@ -24,8 +16,10 @@ absl::Status CudaQueue::GrowDevice(size_t n) {
   if (d_val_ != nullptr) cudaFreeAsync(d_val_, stream_);
   d_idx_ = nullptr;
   d_val_ = nullptr;
+  // Half as much again, at least doubling: changing block sizes and result
+  // sizes stop growing it within the first steps.
+  const size_t want = std::max(n + n / 2, 2 * d_room_);
   d_room_ = 0;
-  const size_t want = n + n / 2;  // a slowly growing k does not reallocate often
   void* idx = nullptr;
   void* val = nullptr;
   cudaError_t e = cudaMallocFromPoolAsync(&idx, want * sizeof(uint32_t), pool_->pool(), stream_);
@@ -39,90 +33,77 @@ absl::Status CudaQueue::GrowDevice(size_t n) {
   return absl::OkStatus();
 }
 
-absl::Status CudaQueue::GrowPinned(size_t n) {
-  if (n <= h_room_) return absl::OkStatus();
-  // The stream may still copy from or into the old buffers.
-  if (h_idx_ != nullptr) {
-    if (absl::Status s = Drain(); !s.ok()) return s;
+absl::Status CudaQueue::GrowCounts(size_t n) {
+  if (n <= counts_room_) return absl::OkStatus();
+  if (d_counts_ != nullptr) cudaFreeAsync(d_counts_, stream_);
+  d_counts_ = nullptr;
+  const size_t want = std::max(n + n / 2, 2 * counts_room_);
+  counts_room_ = 0;
+  void* p = nullptr;
+  if (cudaError_t e = cudaMallocFromPoolAsync(&p, want * sizeof(uint64_t), pool_->pool(), stream_);
+      e != cudaSuccess) {
+    return CudaError(e, "device allocation of the block counts");
   }
-  if (h_idx_ != nullptr) cudaFreeHost(h_idx_);
-  if (h_val_ != nullptr) cudaFreeHost(h_val_);
-  h_idx_ = nullptr;
-  h_val_ = nullptr;
-  h_room_ = 0;
-  const size_t want = n + n / 2;
-  void* idx = nullptr;
-  void* val = nullptr;
-  cudaError_t e = cudaMallocHost(&idx, want * sizeof(uint32_t));
-  if (e == cudaSuccess) {
-    h_idx_ = static_cast<uint32_t*>(idx);
-    e = cudaMallocHost(&val, want * sizeof(float));
-  }
-  if (e != cudaSuccess) return CudaError(e, "pinned COO allocation");
-  h_val_ = static_cast<float*>(val);
-  h_room_ = want;
+  d_counts_ = static_cast<uint64_t*>(p);
+  counts_room_ = want;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::span<std::byte>> CudaQueue::DoGrowPinned(Pinned, size_t bytes) {
+  GRADEX_ON_DEVICE();
+  void* p = nullptr;
+  if (cudaError_t e = cudaMallocHost(&p, bytes); e != cudaSuccess) {
+    return CudaError(e, "pinned allocation");
+  }
+  // The region grown out of stays: copies queued from it may still run, and
+  // cudaFreeHost would synchronise the device.
+  pinned_blocks_.push_back(p);
+  return std::span<std::byte>(static_cast<std::byte*>(p), bytes);
 }
 
 absl::Status CudaQueue::Stage(std::span<const uint32_t> idx, std::span<const float> val) {
   const size_t nnz = idx.size();
   if (nnz == 0) return absl::OkStatus();
   if (absl::Status s = GrowDevice(nnz); !s.ok()) return s;
-  if (absl::Status s = GrowPinned(nnz); !s.ok()) return s;
-  if (staged_pending_) {
-    CountWait();
-    if (cudaError_t e = cudaEventSynchronize(staged_); e != cudaSuccess) {
-      return CudaError(e, "waiting for the last COO copy");
-    }
-    staged_pending_ = false;
-  }
-  std::memcpy(h_idx_, idx.data(), idx.size_bytes());
+  // From the pinned ring, which the host does not write again before the
+  // queue's next wait: the copies need no event of their own.
   cudaError_t e =
-      cudaMemcpyAsync(d_idx_, h_idx_, idx.size_bytes(), cudaMemcpyHostToDevice, stream_);
+      cudaMemcpyAsync(d_idx_, idx.data(), idx.size_bytes(), cudaMemcpyHostToDevice, stream_);
   if (e == cudaSuccess && !val.empty()) {
-    std::memcpy(h_val_, val.data(), val.size_bytes());
-    e = cudaMemcpyAsync(d_val_, h_val_, val.size_bytes(), cudaMemcpyHostToDevice, stream_);
+    e = cudaMemcpyAsync(d_val_, val.data(), val.size_bytes(), cudaMemcpyHostToDevice, stream_);
   }
   if (e != cudaSuccess) return CudaError(e, "COO copy to device");
-  if (cudaEventRecord(staged_, stream_) == cudaSuccess) {
-    staged_pending_ = true;
-    return absl::OkStatus();
-  }
-  cudaGetLastError();
-  return Drain();  // without the event, the next Stage would not know when to write
+  return absl::OkStatus();
 }
 
-absl::StatusOr<std::span<float>> CudaQueue::DoStageToHost(std::span<const float> x) {
+absl::Status CudaQueue::DoUploadStaged(std::span<const float> staged, std::span<float> x) {
   GRADEX_ON_DEVICE();
-  if (x.size() > bucket_room_) {
-    // The stream may still copy out of the old buffer (the last StageToDevice).
-    if (bucket_ != nullptr) {
-      if (absl::Status s = Drain(); !s.ok()) return s;
-    }
-    if (bucket_ != nullptr) cudaFreeHost(bucket_);
-    bucket_ = nullptr;
-    bucket_room_ = 0;
-    void* p = nullptr;
-    if (cudaError_t e = cudaMallocHost(&p, x.size_bytes()); e != cudaSuccess) {
-      return CudaError(e, "pinned allocation");
-    }
-    bucket_ = static_cast<float*>(p);
-    bucket_room_ = x.size();
+  if (cudaError_t e = cudaMemcpyAsync(x.data(), staged.data(), staged.size_bytes(),
+                                      cudaMemcpyHostToDevice, stream_);
+      e != cudaSuccess) {
+    return CudaError(e, "staged copy to device");
   }
-  if (x.empty()) return std::span<float>(bucket_, 0);
+  return absl::OkStatus();
+}
+
+absl::Status CudaQueue::DoStageToHost(std::span<const float> x) {
+  GRADEX_ON_DEVICE();
   // Stream-ordered after the last StageToDevice's copy out of the buffer.
-  cudaError_t e =
-      cudaMemcpyAsync(bucket_, x.data(), x.size_bytes(), cudaMemcpyDeviceToHost, stream_);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
-  if (e != cudaSuccess) return CudaError(e, "copy to host");
-  return std::span<float>(bucket_, x.size());
+  if (!x.empty()) {
+    if (cudaError_t e = cudaMemcpyAsync(pinned(Pinned::kBucket).data(), x.data(), x.size_bytes(),
+                                        cudaMemcpyDeviceToHost, stream_);
+        e != cudaSuccess) {
+      return CudaError(e, "copy to host");
+    }
+  }
+  return SyncStream();
 }
 
 absl::Status CudaQueue::DoStageToDevice(std::span<float> x) {
   if (x.empty()) return absl::OkStatus();
   GRADEX_ON_DEVICE();
-  if (cudaError_t e =
-          cudaMemcpyAsync(x.data(), bucket_, x.size_bytes(), cudaMemcpyHostToDevice, stream_);
+  if (cudaError_t e = cudaMemcpyAsync(x.data(), pinned(Pinned::kBucket).data(), x.size_bytes(),
+                                      cudaMemcpyHostToDevice, stream_);
       e != cudaSuccess) {
     return CudaError(e, "copy to device");
   }

@@ -26,6 +26,8 @@ class UnavailableBackend : public Backend {
     return NoDevice();
   }
   absl::Status CallerWaits(uintptr_t, const Event&) override { return NoDevice(); }
+  PoolUse Pools() override { return {}; }
+  void Trim() override {}
 };
 
 }  // namespace

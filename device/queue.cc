@@ -1,3 +1,7 @@
+// The device floor's checks, counters and the policy every backend shares:
+// the pinned staging's growth (geometric, kept), the up ring, the deferred
+// counts, one wait per selection whatever the block count, the pool's bound.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -25,24 +29,108 @@ absl::Status CheckIndices(const char* what, std::span<const uint32_t> idx, uint3
   return absl::OkStatus();
 }
 
+constexpr size_t kAlign = 64;
+size_t AlignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Buffer>> Queue::Allocate(size_t n) { return DoAllocate(n); }
+absl::Status PoolExhausted(size_t bytes, const PoolUse& use, int device) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "gradex device pool on GPU ", device, ": ", static_cast<uint64_t>(bytes / kMiB),
+      " MiB more would pass its bound of ", static_cast<uint64_t>(use.limit / kMiB),
+      " MiB (half the GPU's memory; ", static_cast<uint64_t>(use.used / kMiB),
+      " MiB in use for residuals, velocities and scratch): pass the largest buckets as host "
+      "memory (Memory::kHost), turn momentum_correction off (it doubles the device state) or "
+      "close clients that are done"));
+}
+
+absl::Status Queue::TakeFault() { return std::exchange(fault_, absl::OkStatus()); }
+
+absl::Status Queue::Waited(absl::Status s) {
+  ++counters_.host_waits;
+  if (s.ok()) {
+    // Every wait drains the queue's stream: the copies out of the ring are
+    // done and the deferred counts have landed.
+    pending_ = false;
+    ++drains_;
+    up_used_ = 0;
+    up_demand_ = 0;
+  } else if (fault_.ok()) {
+    fault_ = s;
+  }
+  return s;
+}
+
+absl::Status Queue::ReservePinned(Pinned which, size_t bytes) {
+  std::span<std::byte>& have = pinned_[static_cast<int>(which)];
+  if (bytes <= have.size()) return absl::OkStatus();
+  // Block sizes change every call (balanced blocks, a result's nnz): room
+  // for half as much again, at least doubling, so growth stops within the
+  // first steps.
+  const size_t want = AlignUp(std::max(bytes + bytes / 2, 2 * have.size()));
+  absl::StatusOr<std::span<std::byte>> got = DoGrowPinned(which, want);
+  if (!got.ok()) return got.status();
+  ++counters_.allocations;
+  have = *got;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::span<std::byte>> Queue::TakeUp(size_t bytes) {
+  bytes = AlignUp(bytes);
+  up_demand_ += bytes;
+  if (up_used_ + bytes > pinned(Pinned::kUp).size()) {
+    // A new region with room for all this period asked for (the next such
+    // period fits); copies queued from the old one may still read it, and it
+    // stays valid: no wait.
+    if (absl::Status s = ReservePinned(Pinned::kUp, up_demand_); !s.ok()) return s;
+    up_used_ = 0;
+  }
+  std::span<std::byte> span = pinned(Pinned::kUp).subspan(up_used_, bytes);
+  up_used_ += bytes;
+  return span;
+}
+
+absl::StatusOr<std::pair<std::span<const uint32_t>, std::span<const float>>> Queue::StageUp(
+    std::span<const uint32_t> idx, std::span<const float> val) {
+  absl::StatusOr<std::span<std::byte>> ring = TakeUp(idx.size_bytes() + val.size_bytes() + kAlign);
+  if (!ring.ok()) return ring.status();
+  std::byte* at = ring->data();
+  auto* i = reinterpret_cast<uint32_t*>(at);
+  auto* v = reinterpret_cast<float*>(at + AlignUp(idx.size_bytes()));
+  if (!idx.empty()) std::memcpy(i, idx.data(), idx.size_bytes());
+  if (!val.empty()) std::memcpy(v, val.data(), val.size_bytes());
+  return std::make_pair(std::span<const uint32_t>(i, idx.size()),
+                        std::span<const float>(v, val.size()));
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> Queue::Allocate(size_t n) {
+  absl::StatusOr<PoolUse> use = DoPoolUse();
+  if (!use.ok()) return use.status();
+  const uint64_t bytes = n * sizeof(float);
+  if (use->limit > 0 && use->used + bytes > use->limit) return PoolExhausted(bytes, *use, device_);
+  absl::StatusOr<std::unique_ptr<Buffer>> b = DoAllocate(n);
+  if (b.ok()) Queued();
+  return b;
+}
 
 absl::Status Queue::Upload(std::span<const float> host, std::span<float> x) {
   if (host.size() != x.size()) return SizeMismatch("upload", host.size(), x.size());
-  CountWait();  // the host memory is the caller's again on return
-  if (absl::Status s = DoUpload(host, x); !s.ok()) return s;
+  // Pageable memory, the caller's again on return.
+  if (absl::Status s = Waited(DoUpload(host, x)); !s.ok()) return s;
   counters_.to_device_bytes += host.size_bytes();
   return absl::OkStatus();
 }
 
-absl::Status Queue::Zero(std::span<float> x) { return DoZero(x); }
+absl::Status Queue::Zero(std::span<float> x) {
+  Queued();
+  return DoZero(x);
+}
 
 absl::Status Queue::CopyToHost(std::span<const float> x, std::span<float> host) {
   if (host.size() != x.size()) return SizeMismatch("download", x.size(), host.size());
-  CountWait();
-  if (absl::Status s = DoCopyToHost(x, host); !s.ok()) return s;
+  if (absl::Status s = Waited(DoCopyToHost(x, host)); !s.ok()) return s;
   counters_.to_host_bytes += x.size_bytes();
   return absl::OkStatus();
 }
@@ -51,7 +139,10 @@ absl::Status Queue::SparseToDense(std::span<const uint32_t> idx, std::span<const
                                   std::span<float> x) {
   if (idx.size() != val.size()) return SizeMismatch("COO", idx.size(), val.size());
   if (absl::Status s = CheckIndices("COO", idx, 0, x.size()); !s.ok()) return s;
-  if (absl::Status s = DoSparseToDense(idx, val, x); !s.ok()) return s;
+  auto staged = StageUp(idx, val);
+  if (!staged.ok()) return staged.status();
+  Queued();
+  if (absl::Status s = DoSparseToDense(staged->first, staged->second, x); !s.ok()) return s;
   counters_.to_device_bytes += idx.size_bytes() + val.size_bytes();
   return absl::OkStatus();
 }
@@ -59,18 +150,73 @@ absl::Status Queue::SparseToDense(std::span<const uint32_t> idx, std::span<const
 absl::Status Queue::ZeroAt(std::span<const uint32_t> idx, std::span<float> x) {
   if (absl::Status s = CheckIndices("zero", idx, 0, x.size()); !s.ok()) return s;
   if (idx.empty()) return absl::OkStatus();
-  if (absl::Status s = DoZeroAt(idx, x); !s.ok()) return s;
+  auto staged = StageUp(idx, {});
+  if (!staged.ok()) return staged.status();
+  Queued();
+  if (absl::Status s = DoZeroAt(staged->first, x); !s.ok()) return s;
   counters_.to_device_bytes += idx.size_bytes();
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::span<float>> Queue::UpStaging(size_t n) {
+  absl::StatusOr<std::span<std::byte>> ring = TakeUp(n * sizeof(float));
+  if (!ring.ok()) return ring.status();
+  return std::span<float>(reinterpret_cast<float*>(ring->data()), n);
+}
+
+absl::Status Queue::UploadStaged(std::span<const float> staged, std::span<float> x) {
+  if (staged.size() != x.size()) return SizeMismatch("staged upload", staged.size(), x.size());
+  const std::span<std::byte> ring = pinned(Pinned::kUp);
+  const auto* at = reinterpret_cast<const std::byte*>(staged.data());
+  if (!staged.empty() && (at < ring.data() || at + staged.size_bytes() > ring.data() + up_used_)) {
+    return absl::InternalError("device queue: UploadStaged of a span UpStaging did not give");
+  }
+  if (staged.empty()) return absl::OkStatus();
+  Queued();
+  if (absl::Status s = DoUploadStaged(staged, x); !s.ok()) return s;
+  counters_.to_device_bytes += staged.size_bytes();
+  return absl::OkStatus();
+}
+
+absl::Status Queue::ZeroNonFiniteLater(std::span<float> x) {
+  Queued();
+  if (absl::Status s = DoZeroNonFiniteLater(x); !s.ok()) return s;
+  deferred_ = true;
+  deferred_drain_ = drains_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> Queue::TakeNonFinite(size_t* first) {
+  if (!deferred_) return absl::InternalError("device queue: TakeNonFinite without its operation");
+  // Only a wait after it (each drains the stream) brings the count down.
+  if (drains_ == deferred_drain_) {
+    if (absl::Status s = Synchronize(); !s.ok()) return s;
+  }
+  deferred_ = false;
+  size_t at = 0;
+  const size_t count = DoTakeNonFinite(&at);
+  if (first != nullptr) *first = at;
+  return count;
+}
+
+absl::Status Queue::AccumulateLater(std::span<const float> grad, std::span<float> residual,
+                                    std::span<float> velocity, float momentum) {
+  if (grad.size() != residual.size()) {
+    return SizeMismatch("accumulate", grad.size(), residual.size());
+  }
+  if (!velocity.empty() && velocity.size() != grad.size()) {
+    return SizeMismatch("velocity", velocity.size(), grad.size());
+  }
+  Queued();
+  return DoAccumulateLater(grad, residual, velocity, momentum);
+}
+
 absl::StatusOr<std::span<float>> Queue::StageToHost(std::span<const float> x) {
-  CountWait();
-  absl::StatusOr<std::span<float>> host = DoStageToHost(x);
-  if (!host.ok()) return host.status();
+  if (absl::Status s = ReservePinned(Pinned::kBucket, x.size_bytes()); !s.ok()) return s;
+  if (absl::Status s = Waited(DoStageToHost(x)); !s.ok()) return s;
   staged_ = x.size();
   counters_.to_host_bytes += x.size_bytes();
-  return host;
+  return std::span<float>(reinterpret_cast<float*>(pinned(Pinned::kBucket).data()), x.size());
 }
 
 absl::Status Queue::StageToDevice(std::span<float> x) {
@@ -78,15 +224,13 @@ absl::Status Queue::StageToDevice(std::span<float> x) {
     return absl::InternalError(absl::StrCat("device queue: StageToDevice of ", x.size(),
                                             " values after a StageToHost of ", staged_));
   }
+  Queued();
   if (absl::Status s = DoStageToDevice(x); !s.ok()) return s;
   counters_.to_device_bytes += x.size_bytes();
   return absl::OkStatus();
 }
 
-absl::Status Queue::Synchronize() {
-  CountWait();
-  return DoSynchronize();
-}
+absl::Status Queue::Synchronize() { return Waited(DoSynchronize()); }
 
 absl::StatusOr<size_t> Queue::Accumulate(std::span<const float> grad, std::span<float> residual,
                                          std::span<float> velocity, float momentum) {
@@ -96,22 +240,61 @@ absl::StatusOr<size_t> Queue::Accumulate(std::span<const float> grad, std::span<
   if (!velocity.empty() && velocity.size() != grad.size()) {
     return SizeMismatch("velocity", velocity.size(), grad.size());
   }
-  CountWait();  // the count
-  return DoAccumulate(grad, residual, velocity, momentum);
+  absl::StatusOr<size_t> count = DoAccumulate(grad, residual, velocity, momentum);
+  if (absl::Status s = Waited(count.status()); !s.ok()) return s;
+  return count;
 }
 
 absl::Status Queue::SelectTopK(std::span<float> x, size_t k, uint32_t index_base,
                                const kernels::Accumulate* acc, kernels::ThresholdReuse* reuse,
                                kernels::SparseVec* out, size_t* nonfinite) {
   const size_t before = out->nnz();
-  // The counts and the selection come down in one copy; threshold reuse
-  // reads its candidate count first.
-  CountWait();
-  if (reuse != nullptr && !x.empty() && k > 0) CountWait();
+  const size_t room = std::min(k, x.size());
+  if (absl::Status s = ReservePinned(Pinned::kDown, std::max<size_t>(room, 1) * 8 + kAlign);
+      !s.ok()) {
+    return s;
+  }
+  // The selection's counts and entries come down in one wait.
   size_t count = 0;
-  if (absl::Status s = DoSelectTopK(x, k, index_base, acc, reuse, out, &count); !s.ok()) return s;
+  if (absl::Status s = Waited(DoSelectTopK(x, k, index_base, acc, out, &count)); !s.ok()) return s;
   if (nonfinite != nullptr && acc != nullptr) *nonfinite = count;
+  kernels::NoteSelection(reuse, *out, before, x.size(), k);
   counters_.to_host_bytes += (out->nnz() - before) * (sizeof(uint32_t) + sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status Queue::SelectTopKBlocks(std::span<float> x, const std::vector<size_t>& bounds,
+                                     const std::vector<size_t>& keeps,
+                                     const kernels::Accumulate* acc,
+                                     std::vector<kernels::ThresholdReuse>* reuse,
+                                     std::vector<kernels::SparseVec>* out, size_t* nonfinite) {
+  const size_t blocks = bounds.empty() ? 0 : std::min(keeps.size(), bounds.size() - 1);
+  size_t room = 0;
+  for (size_t b = 0; b < blocks; ++b) {
+    if (bounds[b] > x.size() || bounds[b + 1] > x.size()) {
+      return absl::OutOfRangeError(absl::StrCat("device queue blocks: block ", b, " [", bounds[b],
+                                                ", ", bounds[b + 1], ") outside ", x.size()));
+    }
+    if (bounds[b + 1] > bounds[b]) room += std::min(keeps[b], bounds[b + 1] - bounds[b]);
+  }
+  out->resize(blocks);
+  for (auto& o : *out) o.clear();
+  if (reuse != nullptr) reuse->resize(blocks);
+  if (absl::Status s = ReservePinned(Pinned::kDown, std::max<size_t>(room, 1) * 8 + kAlign);
+      !s.ok()) {
+    return s;
+  }
+  // Every block's counts and entries come down in one wait.
+  size_t count = 0;
+  if (absl::Status s = Waited(DoSelectTopKBlocks(x, bounds, keeps, acc, out, &count)); !s.ok()) {
+    return s;
+  }
+  if (nonfinite != nullptr && acc != nullptr) *nonfinite = count;
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t len = bounds[b + 1] > bounds[b] ? bounds[b + 1] - bounds[b] : 0;
+    if (reuse != nullptr) kernels::NoteSelection(&(*reuse)[b], (*out)[b], 0, len, keeps[b]);
+    counters_.to_host_bytes += (*out)[b].nnz() * (sizeof(uint32_t) + sizeof(float));
+  }
   return absl::OkStatus();
 }
 
@@ -120,19 +303,26 @@ absl::Status Queue::ScatterAdd(const kernels::SparseVec& v, uint32_t index_base,
   if (v.idx.size() != v.val.size()) return SizeMismatch("scatter", v.idx.size(), v.val.size());
   if (absl::Status s = CheckIndices("scatter", v.idx, index_base, x.size()); !s.ok()) return s;
   if (v.nnz() == 0) return absl::OkStatus();
-  if (absl::Status s = DoScatterAdd(v, index_base, scale, x); !s.ok()) return s;
+  auto staged = StageUp(v.idx, v.val);
+  if (!staged.ok()) return staged.status();
+  Queued();
+  if (absl::Status s = DoScatterAdd(staged->first, staged->second, index_base, scale, x); !s.ok()) {
+    return s;
+  }
   counters_.to_device_bytes += v.nnz() * (sizeof(uint32_t) + sizeof(float));
   return absl::OkStatus();
 }
 
 absl::StatusOr<size_t> Queue::ZeroNonFinite(std::span<float> x, size_t* first) {
-  CountWait();
-  return DoZeroNonFinite(x, first);
+  absl::StatusOr<size_t> count = DoZeroNonFinite(x, first);
+  if (absl::Status s = Waited(count.status()); !s.ok()) return s;
+  return count;
 }
 
 absl::StatusOr<double> Queue::SumOfSquares(std::span<const float> x) {
-  CountWait();
-  return DoSumOfSquares(x);
+  absl::StatusOr<double> sum = DoSumOfSquares(x);
+  if (absl::Status s = Waited(sum.status()); !s.ok()) return s;
+  return sum;
 }
 
 }  // namespace gradex::device

@@ -108,6 +108,12 @@ void UpdateReuse(ThresholdReuse* r, uint32_t threshold_key, bool tried, size_t c
   if (narrow) r->margin = std::max(kMinReuseMargin, r->margin / 2);
 }
 
+void NoteSelection(ThresholdReuse* r, const SparseVec& out, size_t from, size_t n, size_t k) {
+  if (r == nullptr || n == 0 || k == 0) return;
+  ++r->steps;
+  UpdateReuse(r, MinKeySince(out, from), false, 0, k);
+}
+
 size_t SelectTopKStep(float* x, size_t n, size_t k, uint32_t index_base, const Accumulate* acc,
                       ThresholdReuse* reuse, bool zero_selected, SparseVec* out,
                       size_t* nonfinite) {

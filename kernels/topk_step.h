@@ -74,6 +74,12 @@ inline uint32_t ReuseFloor(const ThresholdReuse& r) {
 void UpdateReuse(ThresholdReuse* r, uint32_t threshold_key, bool tried, size_t candidates,
                  size_t k);
 
+// A selection that made no reuse try (a device queue selects without one:
+// the try's candidate count would cost a host round trip) still moves the
+// prediction: its threshold is the smallest key among the entries appended
+// to out since `from`. Counts a step where n > 0 and k > 0, as a try would.
+void NoteSelection(ThresholdReuse* r, const SparseVec& out, size_t from, size_t n, size_t k);
+
 // Optionally accumulates `acc` into x (acc may be null), then appends the
 // top-k of x to out exactly as SelectTopK does and, when zero_selected, zeroes
 // the selected entries of x. `reuse` (may be null) turns threshold reuse on.

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -164,6 +165,10 @@ struct BucketCall {
   absl::Status status;
   bool refused = false;
   double prepare_s = 0;  // PrepareBucket, wall
+  // Called by ExchangeBucket with the outcome of a successful exchange,
+  // before it reads the residual's norm (may be empty): the device path
+  // writes the result there, so that the norm's wait also covers the writes.
+  std::function<void(const BucketOutcome&)> on_result;
 };
 
 // The call id of bucket `bucket` (< kMaxStepBuckets) of step `step`: unique

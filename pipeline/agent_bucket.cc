@@ -247,6 +247,7 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
                  std::string(NonFiniteResidual(bucket, out->stats).message()).c_str());
   }
   const int q = std::max(plan_->world() / std::max(plan_->teams, 1), 1);
+  if (call->on_result) call->on_result(*out);
   out->residual_l2 = CallResidualL2(*call);
   if (metrics_ != nullptr) {
     metrics_->ObserveCall(call->algorithm, out->stats, call->grad.size(), out->residual_l2,

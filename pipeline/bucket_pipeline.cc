@@ -165,6 +165,7 @@ absl::Status BucketPipeline::Close() {
     for (Item& item : left) KeepUnrun(item);
     if (agent_->step_open()) (void)agent_->EndStep(nullptr);
     step_open_ = false;
+    ReleaseDevice();
   }
   for (Item& item : left) {
     BucketEnd& end = item.end;
@@ -257,10 +258,12 @@ absl::Status BucketPipeline::Finish(Item& item, BucketOutcome* out) {
   absl::Status s = FinishCall(item, out);
   if (queue != nullptr) {
     // The result goes to the trainer's stream by an event (also when nothing
-    // was written: its reads of the bucket are then ordered too).
-    absl::Status back = HandBack(item);
-    if (s.ok()) s = std::move(back);
+    // was written: its reads of the bucket are then ordered too), once the
+    // bucket's device work is known not to have faulted.
+    absl::Status back = EndOnDevice(item);
+    if (s.ok() || item.device_fault) s = std::move(back);
     AddDeviceWork(before, *queue, &item.end);
+    item.end.device_pool_bytes = backend_->Pools().held;
   }
   return s;
 }
@@ -271,16 +274,28 @@ void BucketPipeline::AddDeviceWork(const device::QueueCounters& before, const de
   end->device_to_host_bytes += now.to_host_bytes - before.to_host_bytes;
   end->host_to_device_bytes += now.to_device_bytes - before.to_device_bytes;
   end->device_waits += now.host_waits - before.host_waits;
+  end->device_syncs += now.device_syncs - before.device_syncs;
+  end->device_allocations += now.allocations - before.allocations;
 }
 
 absl::Status BucketPipeline::FinishCall(Item& item, BucketOutcome* out) {
   if (item.call == nullptr) return item.status;
   if (item.device_residual && !item.staged) {
     // The device path: the exchange's residual updates and the result's COO
-    // go up.
+    // go up, the result before the agent reads the residual's norm, so that
+    // one wait brings the norm and any fault of the result's writes.
+    bool written = false;
+    absl::Status write;
+    item.call->on_result = [&](const BucketOutcome& o) {
+      TakeRefusal(item);
+      write = FinishOnDevice(item, o, NonFiniteResidual(item.end.index, o.stats).ok());
+      written = true;
+    };
     absl::Status s = agent_->ExchangeBucket(item.call.get(), out);
+    item.call->on_result = nullptr;
+    TakeRefusal(item);
     absl::Status residual = s.ok() ? NonFiniteResidual(item.end.index, out->stats) : s;
-    if (s.ok()) s = FinishOnDevice(item, *out, residual.ok());
+    if (s.ok()) s = written ? write : FinishOnDevice(item, *out, residual.ok());
     if (!s.ok()) return s;
     if (!item.status.ok()) return item.status;
     return residual;

@@ -78,8 +78,14 @@ struct BucketEnd {
   DevicePath device_path = DevicePath::kHost;
   uint64_t device_to_host_bytes = 0, host_to_device_bytes = 0;
   // Times the host waited for the device for this bucket (counts, the
-  // selected entries, staging; device::QueueCounters).
+  // selected entries, staging; device::QueueCounters), and what a steady
+  // step never does: whole-device synchronisations and allocations outside
+  // the device pool (pinned staging growing).
   uint64_t device_waits = 0;
+  uint64_t device_syncs = 0, device_allocations = 0;
+  // Bytes gradex's private device pools held at the bucket's end (device
+  // buckets; 0 for host ones).
+  uint64_t device_pool_bytes = 0;
   // Set for a step's last bucket: the step's end (EndStep's status and
   // outcome; its results and stats are in the buckets' ends).
   std::optional<absl::Status> step_status;
@@ -156,6 +162,11 @@ class BucketPipeline {
     // a host call (a probe, a fallback) and what the call keeps goes back up.
     bool device_residual = false;
     bool staged = false;
+    // The device path's non-finite refusal, counted on the device and read
+    // with a later wait (TakeRefusal).
+    bool refusal_pending = false;
+    // The device work of the bucket faulted: its result is not handed back.
+    bool device_fault = false;
   };
 
   std::future<BucketEnd> Queue(Item item);
@@ -213,6 +224,17 @@ class BucketPipeline {
   // A device bucket's end: the slot's last use and the result handed to the
   // trainer's stream by events.
   absl::Status HandBack(Item& item);
+  // Before a device bucket's `done`: its queued device work's faults learnt
+  // (the host waits only where work is queued since its last wait); a fault
+  // fails the bucket naming it, and nothing is handed back. Otherwise
+  // HandBack.
+  absl::Status EndOnDevice(Item& item);
+  // The device path's deferred non-finite count into the bucket's status.
+  void TakeRefusal(Item& item);
+  // Close's end: device-held slots come back to host memory (a SaveState
+  // after close still sees them), the queues go and the backend's pools give
+  // what they keep back to the driver.
+  void ReleaseDevice() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // A slot's device-held state into its host vectors; `drop` lets it go.
   static absl::Status SlotToHost(BucketSlot* slot, device::Queue* queue, bool drop);
   // A queue on the device of a slot's state (any made so far), for moving it.

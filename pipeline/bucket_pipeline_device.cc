@@ -8,6 +8,7 @@
 // goes through a device::Queue; the trainer's stream is ordered by events.
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -114,10 +115,14 @@ absl::Status BucketPipeline::ToDevicePath(Item& item, BucketSlot* slot, device::
       if (!v.ok()) return v.status();
       d->velocity = *std::move(v);
     }
-    // An empty host vector is zeros, as the new buffers are.
+    // Zeros (an empty host vector, a fresh slot) are what the new buffers
+    // hold already: no upload, no wait.
+    auto zeros = [](const std::vector<float>& v) {
+      return std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
+    };
     absl::Status s;
-    if (!slot->residual.empty()) s = queue->Upload(slot->residual, d->residual->span());
-    if (s.ok() && momentum && !slot->velocity.empty()) {
+    if (!zeros(slot->residual)) s = queue->Upload(slot->residual, d->residual->span());
+    if (s.ok() && momentum && !zeros(slot->velocity)) {
       s = queue->Upload(slot->velocity, d->velocity->span());
     }
     if (!s.ok()) return s;
@@ -148,10 +153,9 @@ absl::Status BucketPipeline::ToStagedPath(Item& item, BucketSlot* slot, device::
   if (d.last != nullptr) {
     if (absl::Status s = queue->Wait(*d.last); !s.ok()) return s;
   }
+  // The refusal's count rides on the staging's wait: one wait for all.
   if (refuse) {
-    absl::StatusOr<size_t> count = queue->ZeroNonFinite(item.data, first);
-    if (!count.ok()) return count.status();
-    item.end.nonfinite = *count;
+    if (absl::Status s = queue->ZeroNonFiniteLater(item.data); !s.ok()) return s;
   }
   // From here on the device residual holds the bucket's contribution: a
   // failure fails the bucket with it kept there.
@@ -161,12 +165,19 @@ absl::Status BucketPipeline::ToStagedPath(Item& item, BucketSlot* slot, device::
   // The arithmetic the host call frame would do (residual += m*u + g), on
   // the device; the call then adds the staged values to zeros, which leaves
   // them as they are (a residual is never -0).
-  absl::StatusOr<size_t> acc = queue->Accumulate(item.data, d.residual->span(),
-                                                 momentum ? d.velocity->span() : std::span<float>(),
-                                                 static_cast<float>(options_.momentum));
-  if (!acc.ok()) return acc.status();
+  if (absl::Status s = queue->AccumulateLater(item.data, d.residual->span(),
+                                              momentum ? d.velocity->span() : std::span<float>(),
+                                              static_cast<float>(options_.momentum));
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<std::span<float>> host = queue->StageToHost(d.residual->span());
   if (!host.ok()) return host.status();
+  if (refuse) {
+    absl::StatusOr<size_t> count = queue->TakeNonFinite(first);
+    if (!count.ok()) return count.status();
+    item.end.nonfinite = *count;
+  }
   if (absl::Status s = queue->Zero(d.residual->span()); !s.ok()) return s;
   slot->residual.assign(n, 0.0f);
   item.host = *host;
@@ -184,7 +195,15 @@ absl::Status BucketPipeline::FinishStaged(Item& item, bool mask) {
   const bool kept =
       std::any_of(slot->residual.begin(), slot->residual.end(), [](float v) { return v != 0.0f; });
   absl::Status s;
-  if (kept) s = queue.Upload(slot->residual, d.residual->span());
+  if (kept) {
+    // Through the queue's pinned ring: no pageable copy, no wait.
+    absl::StatusOr<std::span<float>> up = queue.UpStaging(slot->residual.size());
+    s = up.status();
+    if (s.ok()) {
+      std::copy(slot->residual.begin(), slot->residual.end(), up->begin());
+      s = queue.UploadStaged(*up, d.residual->span());
+    }
+  }
   if (s.ok() && mask && d.velocity != nullptr) {
     std::vector<uint32_t> idx;
     for (size_t i = 0; i < item.host.size(); ++i) {
@@ -206,15 +225,19 @@ absl::Status BucketPipeline::FinishOnDevice(Item& item, const BucketOutcome& out
   std::vector<float> val;
   absl::Status s;
   if (out.result.is_dense) {
-    std::vector<float> dense(item.data.size(), 0.0f);
-    out.result.ToDense(dense);
+    // Written straight into the queue's pinned ring (kept between steps)
+    // and copied up from there: no n-float host vector, no pageable copy.
+    absl::StatusOr<std::span<float>> dense = queue.UpStaging(item.data.size());
+    if (!dense.ok()) return dense.status();
+    std::fill(dense->begin(), dense->end(), 0.0f);
+    out.result.ToDense(*dense);
     if (options_.mean) {
-      for (float& v : dense) v /= world;
+      for (float& v : *dense) v /= world;
     }
-    for (size_t i = 0; i < dense.size(); ++i) {
-      if (dense[i] != 0.0f) idx.push_back(static_cast<uint32_t>(i));
+    for (size_t i = 0; i < dense->size(); ++i) {
+      if ((*dense)[i] != 0.0f) idx.push_back(static_cast<uint32_t>(i));
     }
-    s = queue.Upload(dense, item.data);
+    s = queue.UploadStaged(*dense, item.data);
   } else {
     idx = out.result.sparse.idx;
     val = out.result.sparse.val;
@@ -233,6 +256,46 @@ absl::Status BucketPipeline::FinishOnDevice(Item& item, const BucketOutcome& out
     s = queue.ZeroAt(idx, item.call->slot->device->velocity->span());
   }
   return s;
+}
+
+absl::Status BucketPipeline::EndOnDevice(Item& item) {
+  device::Queue& queue = *item.queue;
+  // A kernel's fault surfaces at the next wait: where work is queued since
+  // the last one (the device path's last wait, the residual's norm, came
+  // after its writes), the host waits once more.
+  if (queue.pending()) (void)queue.Synchronize();
+  auto named = [&item](const absl::Status& s, const char* what) {
+    std::string keys;
+    for (const ParamSpan& p : item.end.spans) {
+      absl::StrAppend(&keys, keys.empty() ? "" : ",", p.key);
+    }
+    return absl::Status(
+        s.code(), absl::StrCat("bucket ", item.end.index, " of step ", item.end.step, " (spans [",
+                               keys, "]): ", what, " (", s.message(), ")"));
+  };
+  if (absl::Status fault = queue.TakeFault(); !fault.ok()) {
+    item.device_fault = true;
+    return named(fault,
+                 "its device work faulted; the bucket's data is not its result and was not handed "
+                 "back");
+  }
+  if (absl::Status back = HandBack(item); !back.ok()) {
+    item.device_fault = true;
+    return named(back, "handing its result back to the trainer's stream failed");
+  }
+  return absl::OkStatus();
+}
+
+void BucketPipeline::ReleaseDevice() {
+  if (queues_[0] == nullptr && queues_[1] == nullptr) return;
+  for (BucketSlot* slot : store_.Slots()) {
+    // A slot that cannot come back keeps its device state (and the queues
+    // and pools theirs): nothing is lost that SaveState could still read.
+    if (!SlotToHost(slot, AnyQueue(), /*drop=*/true).ok()) return;
+  }
+  queues_[0].reset();
+  queues_[1].reset();
+  backend_->Trim();
 }
 
 absl::Status BucketPipeline::HandBack(Item& item) {

@@ -68,11 +68,15 @@ void BucketPipeline::Select(Item& item) {
     // took the other.
     absl::Status queued;
     if (item.memory == Memory::kDevice) {
-      absl::StatusOr<device::Queue*> q = QueueFor(next_staging_, item);
+      // A step starts on queue 0 (the previous step has ended: both are
+      // free), so a steady layout puts each bucket on the same queue every
+      // step and the first steps size each queue's staging for good.
+      const int staging = step_open_ ? next_staging_ : 0;
+      absl::StatusOr<device::Queue*> q = QueueFor(staging, item);
       if (q.ok()) {
         item.queue = *q;
-        item.staging = next_staging_;
-        next_staging_ ^= 1;
+        item.staging = staging;
+        next_staging_ = staging ^ 1;
       } else {
         queued = q.status();
       }
@@ -110,6 +114,19 @@ absl::StatusOr<BucketSlot*> BucketPipeline::GatherSlot(Item& item) {
     if (absl::Status s = SlotToHost(moving, queue, /*drop=*/true); !s.ok()) return s;
   }
   return store_.Gather(item.end.spans);
+}
+
+void BucketPipeline::TakeRefusal(Item& item) {
+  if (!item.refusal_pending) return;
+  item.refusal_pending = false;
+  size_t first = 0;
+  absl::StatusOr<size_t> count = item.queue->TakeNonFinite(&first);
+  if (!count.ok()) {
+    if (item.status.ok()) item.status = count.status();
+    return;
+  }
+  item.end.nonfinite = *count;
+  if (item.status.ok()) item.status = RefusedNonFinite(item.end.spans, *count, first);
 }
 
 void BucketPipeline::OpenStep() {
@@ -177,12 +194,15 @@ void BucketPipeline::PlanAndPrepare(Item& item, BucketSlot* slot) {
   if (item.staged) {
     // Zeroed on the device before the accumulation (ToStagedPath).
     if (refuse) item.status = RefusedNonFinite(item.end.spans, item.end.nonfinite, first);
+  } else if (refuse && device) {
+    // Zeroed on the device now, counted with the selection's wait: the
+    // refusal fails the bucket only after its exchange (TakeRefusal).
+    item.status = queue->ZeroNonFiniteLater(item.data);
+    item.refusal_pending = item.status.ok();
   } else if (refuse) {
-    absl::StatusOr<size_t> count = device ? queue->ZeroNonFinite(item.data, &first)
-                                          : absl::StatusOr<size_t>(kernels::ZeroNonFinite(
-                                                item.host.data(), item.host.size(), &first));
-    item.status = count.ok() ? RefusedNonFinite(item.end.spans, *count, first) : count.status();
-    if (count.ok()) item.end.nonfinite = *count;
+    const size_t count = kernels::ZeroNonFinite(item.host.data(), item.host.size(), &first);
+    item.status = RefusedNonFinite(item.end.spans, count, first);
+    item.end.nonfinite = count;
   }
   if (momentum && !item.staged) {
     // The call fuses the correction into its first pass over the residual

@@ -145,6 +145,9 @@ class PyClient {
       d["device_to_host_bytes"] = b.device_to_host_bytes;
       d["host_to_device_bytes"] = b.host_to_device_bytes;
       d["device_waits"] = b.device_waits;
+      d["device_syncs"] = b.device_syncs;
+      d["device_allocations"] = b.device_allocations;
+      d["device_pool_bytes"] = b.device_pool_bytes;
       d["exchange"] = b.exchange;
       d["intra_node_bytes"] = b.intra_node_bytes;
       d["inter_node_bytes"] = b.inter_node_bytes;

@@ -30,10 +30,12 @@ struct DeviceThreshold {
   uint64_t count_above;        // entries with key > threshold_key
 };
 
-// Grow-only device scratch. Growing frees and reallocates (synchronously).
+// Grow-only device scratch. Growing frees and reallocates: synchronously, or
+// with a pool in `stream`'s order from the pool (no wait).
 class Workspace {
  public:
   Workspace() = default;
+  Workspace(cudaMemPool_t pool, cudaStream_t stream) : pool_(pool), stream_(stream) {}
   ~Workspace();
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
@@ -43,6 +45,8 @@ class Workspace {
   size_t size() const { return size_; }
 
  private:
+  cudaMemPool_t pool_ = nullptr;
+  cudaStream_t stream_ = nullptr;
   void* data_ = nullptr;
   size_t size_ = 0;
 };
@@ -109,6 +113,18 @@ cudaError_t BlockTopK(float* d_x, const size_t* bounds, const size_t* k, size_t 
                       uint32_t index_base, bool zero_selected, uint32_t* const* d_idx,
                       float* const* d_val, uint64_t* d_counts, size_t* h_counts, Workspace* ws,
                       cudaStream_t stream);
+
+// BlockTopK as kernels::BlockTopKStep without reuse (topk_step.cu): block b
+// = d_x[bounds[b], bounds[b+1]) accumulates its span of *acc (device
+// pointers indexed like d_x; acc may be null) and keeps k[b] entries at
+// d_idx/d_val + offsets[b] (host array; room min(k[b], length) each), with
+// indices offset by bounds[b]; d_counts (device, `blocks` entries) gets the
+// counts and *d_nonfinite (device; may be null) the NaN and infinite entries
+// of every block after the accumulation. Nothing synchronises the stream.
+cudaError_t BlockTopKStep(float* d_x, const size_t* bounds, const size_t* k, size_t blocks,
+                          const Accumulate* acc, bool zero_selected, uint32_t* d_idx, float* d_val,
+                          const size_t* offsets, uint64_t* d_counts, uint64_t* d_nonfinite,
+                          Workspace* ws, cudaStream_t stream);
 
 // out = a + b over the union of indices (both sorted, unique); exact-zero
 // sums stay. out has room for na + nb entries.

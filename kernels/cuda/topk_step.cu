@@ -1,5 +1,6 @@
 // The GPU top-k step kernels: SelectTopKStep (the accumulation fused into the
-// select, threshold reuse) and CompactAboveStep.
+// select, threshold reuse), BlockTopKStep (a bucket's blocks with no host
+// synchronisation between them) and CompactAboveStep.
 //
 // Threshold reuse (SelectTopKStep with a ThresholdReuse): one pass
 // accumulates and counts per tile the entries at or above the predicted
@@ -241,6 +242,53 @@ cudaError_t SelectTopKStep(float* d_x, size_t n, size_t k, uint32_t index_base,
     UpdateReuse(reuse, key, tried, gathered, k);
   }
   return detail::FinishCount(reinterpret_cast<uint64_t*>(count), h_count, stream);
+}
+
+cudaError_t BlockTopKStep(float* d_x, const size_t* bounds, const size_t* k, size_t blocks,
+                          const Accumulate* acc, bool zero_selected, uint32_t* d_idx, float* d_val,
+                          const size_t* offsets, uint64_t* d_counts, uint64_t* d_nonfinite,
+                          Workspace* ws, cudaStream_t stream) {
+  using detail::DevAcc;
+  if (blocks == 0) return cudaSuccess;
+  if (d_counts == nullptr) return cudaErrorInvalidValue;
+  ull* nonfinite = reinterpret_cast<ull*>(d_nonfinite);
+  GRADEX_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_counts, 0, blocks * sizeof(uint64_t), stream));
+  if (nonfinite != nullptr) {
+    GRADEX_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(nonfinite, 0, sizeof(ull), stream));
+  }
+  // Block after block on the stream, the workspace reused in its order: no
+  // host synchronisation between them (the caller reads every count at once).
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t off = bounds[b];
+    const size_t len = bounds[b + 1] > off ? bounds[b + 1] - off : 0;
+    if (len == 0) continue;
+    DevAcc part{};
+    if (acc != nullptr) {
+      part = DevAcc{acc->grad + off, acc->velocity != nullptr ? acc->velocity + off : nullptr,
+                    acc->momentum};
+    }
+    const DevAcc* pacc = acc != nullptr ? &part : nullptr;
+    if (k[b] == 0) {
+      // SelectTopKStep's k == 0: the accumulation and the count, nothing kept.
+      if (pacc != nullptr || nonfinite != nullptr) {
+        const unsigned grid = detail::HistBlocks(len);
+        if (pacc != nullptr) {
+          detail::AccumulateKernel<true>
+              <<<grid, detail::kHistThreads, 0, stream>>>(d_x + off, len, part, nonfinite);
+        } else {
+          detail::AccumulateKernel<false>
+              <<<grid, detail::kHistThreads, 0, stream>>>(d_x + off, len, DevAcc{}, nonfinite);
+        }
+      }
+      continue;
+    }
+    ull* used = nullptr;
+    GRADEX_CUDA_RETURN_IF_ERROR(
+        detail::SelectImpl(d_x + off, len, k[b], static_cast<uint32_t>(off), d_idx + offsets[b],
+                           d_val + offsets[b], reinterpret_cast<ull*>(d_counts + b), zero_selected,
+                           ws, stream, &used, pacc, nullptr, nonfinite));
+  }
+  return cudaGetLastError();
 }
 
 cudaError_t CompactAboveStep(float* d_x, size_t n, const Accumulate* acc, float threshold,

@@ -41,6 +41,12 @@ ClientMetrics::ClientMetrics(prometheus::Registry& r)
       device_to_host_bytes(Family(r, "gradex_client_device_copy_bytes_total", kDeviceBytes)
                                .Add({{"direction", "device_to_host"}})),
       host_to_device_bytes(Family(r, "gradex_client_device_copy_bytes_total", kDeviceBytes)
-                               .Add({{"direction", "host_to_device"}})) {}
+                               .Add({{"direction", "host_to_device"}})),
+      device_pool_bytes(prometheus::BuildGauge()
+                            .Name("gradex_client_device_pool_bytes")
+                            .Help("Bytes gradex's private device memory pool holds (outside the "
+                                  "trainer's allocator), at the last device bucket's end")
+                            .Register(r)
+                            .Add({})) {}
 
 }  // namespace gradex::client

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "prometheus/counter.h"
+#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
 namespace gradex::client {
@@ -27,6 +28,7 @@ class ClientMetrics {
   prometheus::Counter& device_buckets_selected;  // path: device selection
   prometheus::Counter& device_to_host_bytes;
   prometheus::Counter& host_to_device_bytes;
+  prometheus::Gauge& device_pool_bytes;  // gradex's private device pool, held
 };
 
 }  // namespace gradex::client

@@ -47,6 +47,9 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   if (end.host_to_device_bytes > 0) {
     client_metrics_->host_to_device_bytes.Increment(static_cast<double>(end.host_to_device_bytes));
   }
+  if (end.device_path != agent::DevicePath::kHost) {
+    client_metrics_->device_pool_bytes.Set(static_cast<double>(end.device_pool_bytes));
+  }
   const absl::Status& status = end.status;
   const agent::BucketOutcome& out = end.outcome;
   const uint64_t step = end.step;
@@ -126,6 +129,9 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   b.device_to_host_bytes = end.device_to_host_bytes;
   b.host_to_device_bytes = end.host_to_device_bytes;
   b.device_waits = end.device_waits;
+  b.device_syncs = end.device_syncs;
+  b.device_allocations = end.device_allocations;
+  b.device_pool_bytes = end.device_pool_bytes;
   b.exchange = out.exchange;
   b.intra_node_bytes = static_cast<uint64_t>(out.stats.Detail(kDetailIntraNodeSentBytes));
   b.inter_node_bytes = static_cast<uint64_t>(out.stats.Detail(kDetailInterNodeSentBytes));
