@@ -32,6 +32,19 @@ ParamSpec SpardlBalance() {
               "from the result (0 = the paper's equal blocks)"};
 }
 
+// Whether Spar-Reduce-Scatter's re-selections see a rank's whole
+// accumulation (collectives/sparse_steps.h, SrsLocalKeeps).
+ParamSpec SpardlFullReselect() {
+  return {.name = "spardl_full_reselect",
+          .type = ParamType::kInt,
+          .default_value = 1,
+          .allowed = {0, 1},
+          .description =
+              "1: each Spar-Reduce-Scatter re-selection cuts the top of the rank's whole "
+              "gradient + residual plus what it received, at the same traffic; 0: the paper's "
+              "local top-k per block"};
+}
+
 ParamSpec QuantizeBits() {
   return {.name = "quantize_bits",
           .type = ParamType::kInt,
@@ -144,14 +157,14 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        .name = "spardl",
        .description = "SparDL: Spar-Reduce-Scatter, Bruck all-gather, global residuals",
        .traits = {},
-       .params = {SpardlBalance()},
+       .params = {SpardlBalance(), SpardlFullReselect()},
        .table1_cost = table1::SparDL,
        .memory = kLocalGather},
       {.id = 12,
        .name = "spardl-rsag",
        .description = "SparDL in teams synchronised by recursive doubling (R-SAG)",
        .traits = {.uses_teams = true, .teams_power_of_two = true},
-       .params = {Teams(true), SpardlBalance()},
+       .params = {Teams(true), SpardlBalance(), SpardlFullReselect()},
        .table1_cost = table1::Rsag,
        .memory = kLocalGather},
       {.id = 13,
@@ -160,6 +173,7 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        .traits = {.uses_teams = true, .exact_on_integers = false, .kprime_controlled = true},
        .params = {Teams(false),
                   SpardlBalance(),
+                  SpardlFullReselect(),
                   {.name = "kprime",
                    .type = ParamType::kInt,
                    .default_value = 0,

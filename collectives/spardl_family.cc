@@ -43,9 +43,11 @@ absl::Status SparDLFamily::LocalSelection(const CallContext& ctx, const Allreduc
   }
   const BlockLayout layout = Layout(in.size(), parts, options.density);
   held_.clear();
-  // Spar-Reduce-Scatter's first selection: every block's top-k.
-  local_.SelectBlocks(in, layout.bounds(), layout.keeps(), options.threshold_reuse, ledger, stats,
-                      &held_);
+  // Spar-Reduce-Scatter's first selection: every block's top entries.
+  const std::vector<size_t> keeps = Param(options, "spardl_full_reselect") != 0
+                                        ? SrsLocalKeeps(layout, ctx.transport->rank() % parts)
+                                        : layout.keeps();
+  local_.SelectBlocks(in, layout.bounds(), keeps, options.threshold_reuse, ledger, stats, &held_);
   return absl::OkStatus();
 }
 

@@ -43,6 +43,23 @@ void ConcatBlocks(std::vector<kernels::SparseVec>& blocks, kernels::SparseVec* o
   }
 }
 
+std::vector<size_t> SrsLocalKeeps(const BlockLayout& layout, int me) {
+  const int q = layout.parts();
+  const int steps = CeilLog2(q);
+  std::vector<size_t> mult(q, 1);  // by distance t from me
+  for (int s = 1; s <= steps; ++s) {
+    const int d = 1 << (steps - s);
+    const int count = std::min(d, q - d);  // blocks me .. me + count - 1 arrive
+    for (int t = 0; t < count; ++t) ++mult[t];
+  }
+  std::vector<size_t> keeps(q);
+  for (int t = 0; t < q; ++t) {
+    const int b = Mod(me + t, q);
+    keeps[b] = std::min<size_t>(layout.keep(b) * mult[t], layout.range(b).size());
+  }
+  return keeps;
+}
+
 absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout& layout,
                                std::vector<kernels::SparseVec> held, uint16_t phase,
                                ResidualLedger& ledger, PhaseTimes* times,

@@ -14,10 +14,22 @@
 
 namespace gradex {
 
+// The local selection's quota per block of `layout` for member `me` of
+// Spar-Reduce-Scatter: block me + t keeps keep * (1 + the bags that bring it
+// to this member before it leaves, every step's for its own block), capped
+// at its size. Each re-selection then cuts the exact top of this member's
+// whole accumulation plus what it received (an entry that is not among the
+// member's top keep + r can never pass r received entries); the paper's
+// keep alone rations what a member's residual, which collects the discards
+// of its blocks, can give back per step. The messages are unchanged: a block
+// is cut to keep before it leaves.
+std::vector<size_t> SrsLocalKeeps(const BlockLayout& layout, int me);
+
 // Spar-Reduce-Scatter (SparDL section 3.1) over `group`, whose member j owns
-// block j of `layout`, from `held`: the top-keep of every block of the
-// whole gradient + residual, selected before any message (LocalTopK's
-// SelectBlocks, in the call's local part) and recorded in the ledger. Bags go out largest
+// block j of `layout`, from `held`: the top entries of every block of the
+// whole gradient + residual (SrsLocalKeeps, or keep: the paper's), selected
+// before any message (LocalTopK's SelectBlocks, in the call's local part)
+// and recorded in the ledger. Bags go out largest
 // first (distance 2^(S-s) at step s); after each receive only the blocks of
 // the next bag are re-selected. On return `owned` is this member's block
 // reduced over the group and cut to its keep count; every discard is in

@@ -1,0 +1,87 @@
+// Spar-Reduce-Scatter's local quotas (SrsLocalKeeps) and what they change:
+// with spardl_full_reselect each re-selection cuts the top of a rank's whole
+// accumulation plus what it received, so an entry the owner holds below its
+// own top-keep still wins when the peers' sums push it over; with the
+// paper's local keep it stays in the owner's residual.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "collectives/block_layout.h"
+#include "collectives/sparse_allreduce.h"
+#include "collectives/sparse_steps.h"
+#include "tests/collectives/harness.h"
+
+namespace gradex {
+namespace {
+
+TEST(SrsLocalKeeps, OneKeepPerBagThatArrivesBeforeTheBlockLeaves) {
+  // q = 4: bags of blocks me+2, me+3 leave at step 1 (me, me+1 arrive);
+  // block me+1 leaves at step 2 (me arrives); me is kept.
+  const BlockLayout four(40000, 4, 0.01);  // keep 100 each
+  EXPECT_EQ(SrsLocalKeeps(four, 0), (std::vector<size_t>{300, 200, 100, 100}));
+  EXPECT_EQ(SrsLocalKeeps(four, 2), (std::vector<size_t>{100, 100, 300, 200}));
+  // q = 2: the other block leaves at once.
+  EXPECT_EQ(SrsLocalKeeps(BlockLayout(20000, 2, 0.01), 1), (std::vector<size_t>{100, 200}));
+  // q = 3: block me+2 leaves at step 1, me+1 at step 2; only me arrives.
+  EXPECT_EQ(SrsLocalKeeps(BlockLayout(30000, 3, 0.01), 0), (std::vector<size_t>{300, 100, 100}));
+  // q = 8: me gets a bag every step (4), me+1 two (steps 1, 2), me+2 and
+  // me+3 one (step 1), the rest none.
+  EXPECT_EQ(SrsLocalKeeps(BlockLayout(80000, 8, 0.01), 0),
+            (std::vector<size_t>{400, 300, 200, 200, 100, 100, 100, 100}));
+  // Capped at the block's size.
+  EXPECT_EQ(SrsLocalKeeps(BlockLayout(40, 4, 0.5), 0), (std::vector<size_t>{10, 10, 5, 5}));
+}
+
+// Rank 0 owns block 0 (n = 400, 4 ranks, density 0.05: keep 5 a block). Its
+// own gradient there: 10 at elements 0..4, 8 at 5..9. Every other rank
+// gives 1 at elements 5..9, which reach rank 0 summed to 3. The exact sum is
+// 11 at 5..9 and 10 at 0..4.
+TEST(SparDLFullReselect, TheOwnersSmallerEntriesCountWithThePeersSums) {
+  constexpr int kWorld = 4;
+  constexpr size_t kN = 400;
+  for (int full : {0, 1}) {
+    SCOPED_TRACE(::testing::Message() << "spardl_full_reselect " << full);
+    std::vector<testing::RankCall> calls(kWorld);
+    std::vector<absl::Status> st = testing::RunRanks(kWorld, [&](int rank, Transport& t) {
+      auto algo = CreateAllreduce("spardl");
+      if (!algo.ok()) return algo.status();
+      AllreduceOptions options;
+      options.density = 0.05;
+      options.threshold_reuse = false;
+      options.params["spardl_balance_tau"] = 0;
+      options.params["spardl_full_reselect"] = full;
+      testing::RankCall& c = calls[rank];
+      c.grad.assign(kN, 0.0f);
+      for (size_t i = 0; i < 10; ++i) {
+        if (rank == 0) c.grad[i] = i < 5 ? 10.0f : 8.0f;
+        if (rank != 0 && i >= 5) c.grad[i] = 1.0f;
+      }
+      c.residual_in.assign(kN, 0.0f);
+      std::vector<float> residual = c.residual_in;
+      CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20)), 0};
+      AllreduceResult result;
+      c.status = testing::RunOrAbort(**algo, ctx, options, c.grad, residual, &result, &c.stats);
+      c.residual_out = residual;
+      c.result.assign(kN, 0.0f);
+      result.ToDense(c.result);
+      return c.status;
+    });
+    for (const absl::Status& s : st) ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(testing::Consistent(calls));
+    EXPECT_EQ(testing::ConservationError(calls, /*relative=*/false), 0.0);
+    const std::vector<float>& r = calls[0].result;
+    for (size_t i = 0; i < 10; ++i) {
+      if (full) {
+        EXPECT_EQ(r[i], i < 5 ? 0.0f : 11.0f) << "element " << i;
+      } else {
+        // Rank 0 sent only its top 5 (the 10s); the 8s stayed home.
+        EXPECT_EQ(r[i], i < 5 ? 10.0f : 0.0f) << "element " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradex
