@@ -34,11 +34,13 @@ struct Flags {
   size_t elements = 1 << 20;
   std::string algorithm = "spardl";
   double density = 0.01;
+  catalog::ParamValues params;  // --param NAME=VALUE
 };
 
 constexpr char kUsage[] =
     "usage: gradex-client-pipeline [--ranks 4] [--buckets 8] [--elements 1048576]\n"
     "         [--steps 20] [--warmup 2] [--algorithm spardl] [--density 0.01]\n"
+    "         [--param NAME=VALUE ...]\n"
     "A step of BUCKETS buckets of ELEMENTS floats through gradex::Client on RANKS ranks\n"
     "(threads of this process), with the client's selection/exchange pipeline on and off:\n"
     "two jobs at once taking turns step by step; prints step times (slowest rank) per mode.\n";
@@ -52,7 +54,19 @@ bool Parse(int argc, char** argv, Flags* f) {
                           {"--warmup", IntIn(&f->warmup, 0, 1 << 20)},
                           {"--elements", IntIn<size_t>(&f->elements, 1, size_t{1} << 28)},
                           {"--algorithm", bench::Word(&f->algorithm)},
-                          {"--density", bench::RealIn(&f->density, 0, 1)}});
+                          {"--density", bench::RealIn(&f->density, 0, 1)},
+                          {"--param", [f](const char* v) {
+                             // An algorithm parameter by catalog name; the
+                             // client checks it against the catalog.
+                             const std::string kv = v;
+                             const size_t eq = kv.find('=');
+                             if (eq == 0 || eq == std::string::npos) return false;
+                             char* end = nullptr;
+                             const double x = std::strtod(kv.c_str() + eq + 1, &end);
+                             if (end == kv.c_str() + eq + 1 || *end != '\0') return false;
+                             f->params[kv.substr(0, eq)] = x;
+                             return true;
+                           }}});
 }
 
 // One job's clients (one mode), ranks as threads, with its own embedded
@@ -70,6 +84,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Client>>> MakeJob(const Flags& f, boo
       o.world_size = f.ranks;
       o.algorithm = f.algorithm;
       o.density = f.density;
+      o.params = f.params;
       o.dense_probe_period = 0;  // every step the same work
       o.min_compression_rate = 0;
       o.pipeline = pipeline;
