@@ -78,13 +78,16 @@ absl::Status Queue::ReservePinned(Pinned which, size_t bytes) {
 }
 
 absl::StatusOr<std::span<std::byte>> Queue::TakeUp(size_t bytes) {
-  bytes = AlignUp(bytes);
+  bytes = (bytes + 15) / 16 * 16;  // each entry aligned for the copies
   up_demand_ += bytes;
   if (up_used_ + bytes > pinned(Pinned::kUp).size()) {
-    // A new region with room for all this period asked for (the next such
-    // period fits); copies queued from the old one may still read it, and it
-    // stays valid: no wait.
-    if (absl::Status s = ReservePinned(Pinned::kUp, up_demand_); !s.ok()) return s;
+    // A new region with room for twice all this period asked for: what a
+    // bucket sends up (its discards, its result) moves with the data from
+    // step to step, more than the selection's room does. Copies queued from
+    // the old one may still read it, and it stays valid: no wait.
+    if (absl::Status s = ReservePinned(Pinned::kUp, up_demand_ + up_demand_ / 3); !s.ok()) {
+      return s;
+    }
     up_used_ = 0;
   }
   std::span<std::byte> span = pinned(Pinned::kUp).subspan(up_used_, bytes);
@@ -94,11 +97,12 @@ absl::StatusOr<std::span<std::byte>> Queue::TakeUp(size_t bytes) {
 
 absl::StatusOr<std::pair<std::span<const uint32_t>, std::span<const float>>> Queue::StageUp(
     std::span<const uint32_t> idx, std::span<const float> val) {
-  absl::StatusOr<std::span<std::byte>> ring = TakeUp(idx.size_bytes() + val.size_bytes() + kAlign);
+  const size_t values_at = (idx.size_bytes() + 15) / 16 * 16;
+  absl::StatusOr<std::span<std::byte>> ring = TakeUp(values_at + val.size_bytes());
   if (!ring.ok()) return ring.status();
   std::byte* at = ring->data();
   auto* i = reinterpret_cast<uint32_t*>(at);
-  auto* v = reinterpret_cast<float*>(at + AlignUp(idx.size_bytes()));
+  auto* v = reinterpret_cast<float*>(at + values_at);
   if (!idx.empty()) std::memcpy(i, idx.data(), idx.size_bytes());
   if (!val.empty()) std::memcpy(v, val.data(), val.size_bytes());
   return std::make_pair(std::span<const uint32_t>(i, idx.size()),

@@ -144,7 +144,9 @@ TEST(DeviceSteady, TheUpRingWaitsOnlyUntilItFitsABucket) {
     EXPECT_FALSE(q->pending());
     const uint64_t waits = q->counters().host_waits - before.host_waits;
     EXPECT_EQ(waits, 1u) << "only the bucket's own wait";
-    if (bucket > 0) EXPECT_EQ(q->counters().allocations, before.allocations);
+    if (bucket > 0) {
+      EXPECT_EQ(q->counters().allocations, before.allocations);
+    }
   }
   EXPECT_EQ(x, std::vector<float>(x.size(), 2.0f));
   // A span UpStaging did not give is refused.
