@@ -196,6 +196,9 @@ TEST_P(DeviceBucketsTest, GiveTheBitsOfHostBuckets) {
           o.algorithm = GetParam();
           o.momentum_correction = 0.5;
           if (GetParam() == "spardl-rsag" || GetParam() == "spardl-bsag") o.teams = 2;
+          // B-SAG's k' controller publishes at plan barriers the coordinator
+          // sets by its clock: a pinned k' keeps the two runs' steps alike.
+          if (GetParam() == "spardl-bsag") o.params["kprime"] = 8;
         },
         &host_copies);
     for (auto& c : clients) ASSERT_NE(c, nullptr);
