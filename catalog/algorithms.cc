@@ -45,6 +45,19 @@ ParamSpec SpardlFullReselect() {
               "local top-k per block"};
 }
 
+// Where SparDL keeps what its re-selections cut at an index the result does
+// not deliver (collectives/residual_ledger.h, SendHomeUndelivered).
+ParamSpec SpardlResidualHome() {
+  return {.name = "spardl_residual_home",
+          .type = ParamType::kInt,
+          .default_value = 0,
+          .allowed = {0, 1},
+          .description =
+              "1: a cut sum the result does not deliver goes back to its contributors' residuals "
+              "(each keeps its own part); 0: the paper's global residual collection (the rank "
+              "that cut it keeps it all)"};
+}
+
 ParamSpec QuantizeBits() {
   return {.name = "quantize_bits",
           .type = ParamType::kInt,
@@ -157,14 +170,14 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        .name = "spardl",
        .description = "SparDL: Spar-Reduce-Scatter, Bruck all-gather, global residuals",
        .traits = {},
-       .params = {SpardlBalance(), SpardlFullReselect()},
+       .params = {SpardlBalance(), SpardlFullReselect(), SpardlResidualHome()},
        .table1_cost = table1::SparDL,
        .memory = kLocalGather},
       {.id = 12,
        .name = "spardl-rsag",
        .description = "SparDL in teams synchronised by recursive doubling (R-SAG)",
        .traits = {.uses_teams = true, .teams_power_of_two = true},
-       .params = {Teams(true), SpardlBalance(), SpardlFullReselect()},
+       .params = {Teams(true), SpardlBalance(), SpardlFullReselect(), SpardlResidualHome()},
        .table1_cost = table1::Rsag,
        .memory = kLocalGather},
       {.id = 13,
@@ -174,6 +187,7 @@ std::vector<AlgorithmSpec> BuiltinAlgorithms() {
        .params = {Teams(false),
                   SpardlBalance(),
                   SpardlFullReselect(),
+                  SpardlResidualHome(),
                   {.name = "kprime",
                    .type = ParamType::kInt,
                    .default_value = 0,

@@ -28,6 +28,13 @@ class ResidualLedger {
   void Discarded(kernels::SparseVec d, float scale) {
     if (d.nnz() > 0) discarded_.emplace_back(std::move(d), scale);
   }
+  // SparDL's end-procedure residuals sent home: of the discards, keeps those
+  // at an index `result` delivers (in-procedure ones: the contributors of a
+  // delivered index cannot tell their part was cut), and owes back to this
+  // rank every value it selected at an index `result` does not deliver, so
+  // each contributor keeps its own part there, as in Ok-Topk's Algorithm 2,
+  // instead of the rank that cut the sum keeping everyone's. Before Commit.
+  void SendHomeUndelivered(const kernels::SparseVec& result);
   // The call succeeded: add every discard to the residual. Fails only on a
   // residual in memory that failed the scatter.
   absl::Status Commit();

@@ -84,6 +84,7 @@ absl::Status SparDLFamily::Exchange(const CallContext& ctx, const AllreduceOptio
     result->is_dense = false;
     result->dense.clear();
     ConcatBlocks(blocks, &result->sparse);
+    if (Param(options, "spardl_residual_home") != 0) ledger.SendHomeUndelivered(result->sparse);
   }
   stats->result_nnz = result->sparse.nnz();
   stats->result_capacity = layout.total_keep();

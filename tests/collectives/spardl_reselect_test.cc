@@ -2,7 +2,10 @@
 // with spardl_full_reselect each re-selection cuts the top of a rank's whole
 // accumulation plus what it received, so an entry the owner holds below its
 // own top-keep still wins when the peers' sums push it over; with the
-// paper's local keep it stays in the owner's residual.
+// paper's local keep it stays in the owner's residual. And with
+// spardl_residual_home a cut sum the result does not deliver goes back to
+// its contributors' residuals, where the paper keeps it at the rank that cut
+// it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -78,6 +81,53 @@ TEST(SparDLFullReselect, TheOwnersSmallerEntriesCountWithThePeersSums) {
       } else {
         // Rank 0 sent only its top 5 (the 10s); the 8s stayed home.
         EXPECT_EQ(r[i], i < 5 ? 10.0f : 0.0f) << "element " << i;
+      }
+    }
+  }
+}
+
+// Rank 0 owns block 0 (n = 400, keep 5). It gives 10 at elements 0..4;
+// ranks 1..3 give 1 at 20..24, which reach rank 0 summed to 3 and are cut
+// there by its 10s.
+TEST(SparDLResidualHome, ACutSumTheResultDoesNotDeliverGoesBackToItsContributors) {
+  constexpr int kWorld = 4;
+  constexpr size_t kN = 400;
+  for (int home : {0, 1}) {
+    SCOPED_TRACE(::testing::Message() << "spardl_residual_home " << home);
+    std::vector<testing::RankCall> calls(kWorld);
+    std::vector<absl::Status> st = testing::RunRanks(kWorld, [&](int rank, Transport& t) {
+      auto algo = CreateAllreduce("spardl");
+      if (!algo.ok()) return algo.status();
+      AllreduceOptions options;
+      options.density = 0.05;
+      options.threshold_reuse = false;
+      options.params["spardl_balance_tau"] = 0;
+      options.params["spardl_residual_home"] = home;
+      testing::RankCall& c = calls[rank];
+      c.grad.assign(kN, 0.0f);
+      for (size_t i = 0; i < 5; ++i) {
+        if (rank == 0) c.grad[i] = 10.0f;
+        if (rank != 0) c.grad[20 + i] = 1.0f;
+      }
+      c.residual_in.assign(kN, 0.0f);
+      std::vector<float> residual = c.residual_in;
+      CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20)), 0};
+      AllreduceResult result;
+      c.status = testing::RunOrAbort(**algo, ctx, options, c.grad, residual, &result, &c.stats);
+      c.residual_out = residual;
+      c.result.assign(kN, 0.0f);
+      result.ToDense(c.result);
+      return c.status;
+    });
+    for (const absl::Status& s : st) ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(testing::Consistent(calls));
+    EXPECT_EQ(testing::ConservationError(calls, /*relative=*/false), 0.0);
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_EQ(calls[0].result[i], 10.0f);
+      EXPECT_EQ(calls[0].result[20 + i], 0.0f);
+      for (int r = 0; r < kWorld; ++r) {
+        const float want = home ? (r == 0 ? 0.0f : 1.0f) : (r == 0 ? 3.0f : 0.0f);
+        EXPECT_EQ(calls[r].residual_out[20 + i], want) << "rank " << r << " element " << 20 + i;
       }
     }
   }
