@@ -48,15 +48,17 @@ template <bool kAcc>
 __global__ void __launch_bounds__(kThreads)
     AccumulateCountKernel(float* __restrict__ x, size_t n, DevAcc acc, uint32_t floor,
                           ulonglong2* tile_counts, ull* nonfinite) {
-  const size_t base = blockIdx.x * kTile + size_t{threadIdx.x} * kItems;
   uint32_t packed = 0;  // non-finite << 16 | candidates; a tile holds 4096 < 2^16
+  // Striped (TileEntry): a warp's loads and stores touch 32 consecutive
+  // entries per instruction; a tile's count does not depend on the order.
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    if (base + j < n) {
-      float v = x[base + j];
+    const size_t i = TileEntry(j);
+    if (i < n) {
+      float v = x[i];
       if (kAcc) {
-        v = Accumulated(v, acc, base + j);
-        x[base + j] = v;
+        v = Accumulated(v, acc, i);
+        x[i] = v;
       }
       const uint32_t key = KeyOf(v);
       packed += (static_cast<uint32_t>(key >= kInfKey) << 16) |
