@@ -1,14 +1,19 @@
 #include "collectives/residual_ledger.h"
 
-#include <algorithm>
+#include <cstdint>
+#include <vector>
 
 namespace gradex {
 
 void ResidualLedger::SendHomeUndelivered(const kernels::SparseVec& result) {
-  std::vector<uint32_t> delivered(result.idx.begin(), result.idx.end());
-  std::sort(delivered.begin(), delivered.end());
+  // A bit per element: n / 8 bytes, cheaper than sorting the result and
+  // searching it for every selected and discarded entry.
+  std::vector<uint64_t> delivered((acc_.size() + 63) / 64, 0);
+  for (uint32_t i : result.idx) {
+    if (i < acc_.size()) delivered[i >> 6] |= uint64_t{1} << (i & 63);
+  }
   auto in_result = [&](uint32_t i) {
-    return std::binary_search(delivered.begin(), delivered.end(), i);
+    return i < acc_.size() && (delivered[i >> 6] >> (i & 63) & 1) != 0;
   };
   for (auto& [d, scale] : discarded_) {
     size_t j = 0;
