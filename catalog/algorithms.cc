@@ -37,7 +37,7 @@ ParamSpec SpardlBalance() {
 ParamSpec SpardlFullReselect() {
   return {.name = "spardl_full_reselect",
           .type = ParamType::kInt,
-          .default_value = 1,
+          .default_value = 0,
           .allowed = {0, 1},
           .description =
               "1: each Spar-Reduce-Scatter re-selection cuts the top of the rank's whole "

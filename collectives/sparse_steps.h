@@ -27,7 +27,7 @@ std::vector<size_t> SrsLocalKeeps(const BlockLayout& layout, int me);
 
 // Spar-Reduce-Scatter (SparDL section 3.1) over `group`, whose member j owns
 // block j of `layout`, from `held`: the top entries of every block of the
-// whole gradient + residual (SrsLocalKeeps, or keep: the paper's), selected
+// whole gradient + residual (keep: the paper's, or SrsLocalKeeps), selected
 // before any message (LocalTopK's SelectBlocks, in the call's local part)
 // and recorded in the ledger. Bags go out largest
 // first (distance 2^(S-s) at step s); after each receive only the blocks of

@@ -256,9 +256,9 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, DeviceBucketsTest, ::testing::ValuesIn(Allr
 // slot stays on the device and nothing is staged or reallocated for it.
 // The results are rank 1's bits at every step, and on the device steps only
 // O(k) crosses PCIe per bucket: down exactly 8 bytes per selected entry (at
-// most the local quotas, 1.5 k at P = 2, plus one per block), up the result's COO and the discards (at most
-// 4 x 8k), plus the residual and velocity once where the bucket moves up
-// (step 1: 2 x 4n). The host waits a bounded number of times per bucket.
+// most the local quotas, 1.5 k at P = 2, plus one per block), up the result's COO and the discards
+// (at most 4 x 8k), plus the residual and velocity once where the bucket moves up (step 1: 2 x 4n).
+// The host waits a bounded number of times per bucket.
 TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
   constexpr int kWorld = 2, kSteps = 5;
   device::HostBackend host_copies;
@@ -298,8 +298,9 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
       EXPECT_EQ(b.device_path, "device selection");
       EXPECT_GT(b.device_to_host_bytes, 0u);
       EXPECT_EQ(b.device_to_host_bytes % 8, 0u);
-      // Spar-Reduce-Scatter's local quotas: at P = 2 a rank keeps twice the
-      // keep of the block it owns (collectives/sparse_steps.h).
+      // At most Spar-Reduce-Scatter's largest local quotas (with
+      // spardl_full_reselect a rank keeps twice the keep of the block it
+      // owns at P = 2; collectives/sparse_steps.h).
       size_t local = 0;
       for (size_t q : SrsLocalKeeps(BlockLayout(n, kWorld, density), 0)) local += q;
       EXPECT_LE(local, 2 * k);
