@@ -17,7 +17,9 @@
 # Methods: dense (DDP's allreduce), powersgd (torch's hook, rank 4, error
 # feedback, warm start, from step 10; one DDP bucket: torch 1.13's hook
 # deadlocks in gloo with two in flight), default (GradexState() with no
-# algorithm or density named), or any gradex algorithm name.
+# algorithm or density named), or any gradex algorithm name, optionally
+# with parameters as NAME:PARAM=V[,PARAM=V] (e.g. spardl:spardl_residual_home=1,
+# its own row label).
 # A run already in DIR/sweep.csv (same model, batch, seed, method, all
 # epochs) is skipped: an interrupted sweep goes on where it stopped.
 set -uo pipefail
@@ -74,10 +76,15 @@ for seed in $seeds; do
           continue
         fi
         log="$out/$tag.log"
+        algo=${m%%:*} extra=()
+        if [[ $m == *:* ]]; then
+          IFS=, read -ra kvs <<< "${m#*:}"
+          for kv in "${kvs[@]}"; do extra+=(--param "$kv"); done
+        fi
         t0=$(date +%s)
         # shellcheck disable=SC2086  # flags are words
         if "$root/scripts/launch" -n "$nproc" --timeout-s $((epochs * 1800 + 300)) -- \
-            "$py" "$root/examples/train_fashion_mnist.py" --algorithm "$m" --hand-over \
+            "$py" "$root/examples/train_fashion_mnist.py" --algorithm "$algo" --label "$m" "${extra[@]}" --hand-over \
             --density "$density" --epochs "$epochs" --batch-size "$batch" --seed "$seed" $flags \
             --csv "$csv" --check-identical "$@" >"$log" 2>&1; then
           result=$(grep -E "^\[rank 0\] \[$m\] epoch $epochs " "$log" | sed 's/.*test_acc //')
