@@ -192,7 +192,7 @@ def init_distributed():
 
 def make_model(args):
     torch.manual_seed(args.seed)
-    if args.model == "cnn":
+    if getattr(args, "model", "mlp") == "cnn":  # other examples pass seed and hidden only
         return CNN()
     return MLP(tuple(int(h) for h in args.hidden.split(",") if h))
 
