@@ -84,7 +84,12 @@ absl::Status SparDLFamily::Exchange(const CallContext& ctx, const AllreduceOptio
     result->is_dense = false;
     result->dense.clear();
     ConcatBlocks(blocks, &result->sparse);
-    if (Param(options, "spardl_residual_home") != 0) ledger.SendHomeUndelivered(result->sparse);
+    // Where every entry is kept (density 1) nothing is cut; the only entries
+    // missing from the result are sums that cancelled to 0, which dense
+    // leaves in no residual either.
+    if (Param(options, "spardl_residual_home") != 0 && layout.total_keep() < acc.size()) {
+      ledger.SendHomeUndelivered(result->sparse);
+    }
   }
   stats->result_nnz = result->sparse.nnz();
   stats->result_capacity = layout.total_keep();
