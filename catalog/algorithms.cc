@@ -50,7 +50,7 @@ ParamSpec SpardlFullReselect() {
 ParamSpec SpardlResidualHome() {
   return {.name = "spardl_residual_home",
           .type = ParamType::kInt,
-          .default_value = 1,
+          .default_value = 0,
           .allowed = {0, 1},
           .description =
               "1: a cut sum the result does not deliver goes back to its contributors' residuals "
