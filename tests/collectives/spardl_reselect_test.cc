@@ -8,6 +8,7 @@
 // it.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,43 +38,55 @@ TEST(SrsLocalKeeps, OneKeepPerBagThatArrivesBeforeTheBlockLeaves) {
   EXPECT_EQ(SrsLocalKeeps(BlockLayout(40, 4, 0.5), 0), (std::vector<size_t>{10, 10, 5, 5}));
 }
 
+// One spardl call on 4 ranks of 400 elements at density 0.05 (keep 5 a
+// block), equal blocks, no threshold reuse, `param` set to `value`; rank r
+// gives grad(r). Every rank's call, checked consistent and conserved.
+std::vector<testing::RankCall> OneCall(const std::string& param, int value,
+                                       const std::function<std::vector<float>(int)>& grad) {
+  constexpr int kWorld = 4;
+  std::vector<testing::RankCall> calls(kWorld);
+  std::vector<absl::Status> st = testing::RunRanks(kWorld, [&](int rank, Transport& t) {
+    auto algo = CreateAllreduce("spardl");
+    if (!algo.ok()) return algo.status();
+    AllreduceOptions options;
+    options.density = 0.05;
+    options.threshold_reuse = false;
+    options.params["spardl_balance_tau"] = 0;
+    options.params[param] = value;
+    testing::RankCall& c = calls[rank];
+    c.grad = grad(rank);
+    c.residual_in.assign(c.grad.size(), 0.0f);
+    std::vector<float> residual = c.residual_in;
+    CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20)), 0};
+    AllreduceResult result;
+    c.status = testing::RunOrAbort(**algo, ctx, options, c.grad, residual, &result, &c.stats);
+    c.residual_out = residual;
+    c.result.assign(c.grad.size(), 0.0f);
+    result.ToDense(c.result);
+    return c.status;
+  });
+  for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(testing::Consistent(calls));
+  EXPECT_EQ(testing::ConservationError(calls, /*relative=*/false), 0.0);
+  return calls;
+}
+
 // Rank 0 owns block 0 (n = 400, 4 ranks, density 0.05: keep 5 a block). Its
 // own gradient there: 10 at elements 0..4, 8 at 5..9. Every other rank
 // gives 1 at elements 5..9, which reach rank 0 summed to 3. The exact sum is
 // 11 at 5..9 and 10 at 0..4.
 TEST(SparDLFullReselect, TheOwnersSmallerEntriesCountWithThePeersSums) {
-  constexpr int kWorld = 4;
-  constexpr size_t kN = 400;
   for (int full : {0, 1}) {
     SCOPED_TRACE(::testing::Message() << "spardl_full_reselect " << full);
-    std::vector<testing::RankCall> calls(kWorld);
-    std::vector<absl::Status> st = testing::RunRanks(kWorld, [&](int rank, Transport& t) {
-      auto algo = CreateAllreduce("spardl");
-      if (!algo.ok()) return algo.status();
-      AllreduceOptions options;
-      options.density = 0.05;
-      options.threshold_reuse = false;
-      options.params["spardl_balance_tau"] = 0;
-      options.params["spardl_full_reselect"] = full;
-      testing::RankCall& c = calls[rank];
-      c.grad.assign(kN, 0.0f);
+    const auto calls = OneCall("spardl_full_reselect", full, [](int rank) {
+      std::vector<float> g(400, 0.0f);
       for (size_t i = 0; i < 10; ++i) {
-        if (rank == 0) c.grad[i] = i < 5 ? 10.0f : 8.0f;
-        if (rank != 0 && i >= 5) c.grad[i] = 1.0f;
+        if (rank == 0) g[i] = i < 5 ? 10.0f : 8.0f;
+        if (rank != 0 && i >= 5) g[i] = 1.0f;
       }
-      c.residual_in.assign(kN, 0.0f);
-      std::vector<float> residual = c.residual_in;
-      CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20)), 0};
-      AllreduceResult result;
-      c.status = testing::RunOrAbort(**algo, ctx, options, c.grad, residual, &result, &c.stats);
-      c.residual_out = residual;
-      c.result.assign(kN, 0.0f);
-      result.ToDense(c.result);
-      return c.status;
+      return g;
     });
-    for (const absl::Status& s : st) ASSERT_TRUE(s.ok()) << s;
-    EXPECT_TRUE(testing::Consistent(calls));
-    EXPECT_EQ(testing::ConservationError(calls, /*relative=*/false), 0.0);
+    ASSERT_EQ(calls[0].result.size(), 400u);
     const std::vector<float>& r = calls[0].result;
     for (size_t i = 0; i < 10; ++i) {
       if (full) {
@@ -91,37 +104,17 @@ TEST(SparDLFullReselect, TheOwnersSmallerEntriesCountWithThePeersSums) {
 // there by its 10s.
 TEST(SparDLResidualHome, ACutSumTheResultDoesNotDeliverGoesBackToItsContributors) {
   constexpr int kWorld = 4;
-  constexpr size_t kN = 400;
   for (int home : {0, 1}) {
     SCOPED_TRACE(::testing::Message() << "spardl_residual_home " << home);
-    std::vector<testing::RankCall> calls(kWorld);
-    std::vector<absl::Status> st = testing::RunRanks(kWorld, [&](int rank, Transport& t) {
-      auto algo = CreateAllreduce("spardl");
-      if (!algo.ok()) return algo.status();
-      AllreduceOptions options;
-      options.density = 0.05;
-      options.threshold_reuse = false;
-      options.params["spardl_balance_tau"] = 0;
-      options.params["spardl_residual_home"] = home;
-      testing::RankCall& c = calls[rank];
-      c.grad.assign(kN, 0.0f);
+    const auto calls = OneCall("spardl_residual_home", home, [](int rank) {
+      std::vector<float> g(400, 0.0f);
       for (size_t i = 0; i < 5; ++i) {
-        if (rank == 0) c.grad[i] = 10.0f;
-        if (rank != 0) c.grad[20 + i] = 1.0f;
+        if (rank == 0) g[i] = 10.0f;
+        if (rank != 0) g[20 + i] = 1.0f;
       }
-      c.residual_in.assign(kN, 0.0f);
-      std::vector<float> residual = c.residual_in;
-      CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20)), 0};
-      AllreduceResult result;
-      c.status = testing::RunOrAbort(**algo, ctx, options, c.grad, residual, &result, &c.stats);
-      c.residual_out = residual;
-      c.result.assign(kN, 0.0f);
-      result.ToDense(c.result);
-      return c.status;
+      return g;
     });
-    for (const absl::Status& s : st) ASSERT_TRUE(s.ok()) << s;
-    EXPECT_TRUE(testing::Consistent(calls));
-    EXPECT_EQ(testing::ConservationError(calls, /*relative=*/false), 0.0);
+    ASSERT_EQ(calls.size(), static_cast<size_t>(kWorld));
     for (size_t i = 0; i < 5; ++i) {
       EXPECT_EQ(calls[0].result[i], 10.0f);
       EXPECT_EQ(calls[0].result[20 + i], 0.0f);
