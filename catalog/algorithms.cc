@@ -50,12 +50,12 @@ ParamSpec SpardlFullReselect() {
 ParamSpec SpardlResidualHome() {
   return {.name = "spardl_residual_home",
           .type = ParamType::kInt,
-          .default_value = 0,
+          .default_value = 1,
           .allowed = {0, 1},
           .description =
               "1: a cut sum the result does not deliver goes back to its contributors' residuals "
-              "(each keeps its own part); 0: the paper's global residual collection (the rank "
-              "that cut it keeps it all)"};
+              "(each keeps its own part; a sum that cancels is delivered as 0); 0: the paper's "
+              "global residual collection (the rank that cut it keeps it all)"};
 }
 
 ParamSpec QuantizeBits() {

@@ -56,10 +56,12 @@ size_t ExpectedMessageBytes(std::span<const ExpectedBlock> blocks) {
 
 void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseView block,
                       Bytes* out) {
-  // Only nonzeros go on the wire, in either encoding, so that a receiver's
-  // copy of a block is the same whichever encoding the sender picked.
+  // Only present entries (all but +0, kernels::IsPresent) go on the wire. A
+  // sparse frame carries a -0 (a sum that cancelled); a dense frame's reader
+  // takes it for absent, so a block whose cancelled sums must arrive is kept
+  // under half its size (SparDLFamily::SendsHome).
   size_t nnz = 0;
-  for (size_t i = 0; i < block.nnz; ++i) nnz += block.val[i] != 0.0f;
+  for (size_t i = 0; i < block.nnz; ++i) nnz += kernels::IsPresent(block.val[i]);
   const uint64_t sparse_bytes = uint64_t{nnz} * 8;
   const uint64_t dense_bytes = uint64_t{range.size()} * 4;
   out->reserve(out->size() + sizeof(FrameHeader) + std::min(sparse_bytes, dense_bytes));
@@ -84,7 +86,7 @@ void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseVi
   uint32_t* idx = reinterpret_cast<uint32_t*>(out->data() + at);
   float* val = reinterpret_cast<float*>(out->data() + at + nnz * 4);
   for (size_t i = 0, j = 0; i < block.nnz; ++i) {
-    if (block.val[i] == 0.0f) continue;
+    if (!kernels::IsPresent(block.val[i])) continue;
     idx[j] = block.idx[i];
     val[j++] = block.val[i];
   }

@@ -16,7 +16,7 @@ int Mod(int a, int m) { return ((a % m) + m) % m; }
 
 void AppendCounted(const FrameMeta& meta, BlockRange range, kernels::SparseView block,
                    WireCount* wire, Bytes* out) {
-  for (size_t i = 0; i < block.nnz; ++i) wire->entries_sent += block.val[i] != 0.0f;
+  for (size_t i = 0; i < block.nnz; ++i) wire->entries_sent += kernels::IsPresent(block.val[i]);
   ++wire->frames_sent;
   AppendBlockFrame(meta, range, block, out);
 }

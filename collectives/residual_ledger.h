@@ -33,9 +33,9 @@ class ResidualLedger {
   // delivered index cannot tell their part was cut), and owes back to this
   // rank every value it selected at an index `result` does not deliver, so
   // each contributor keeps its own part there, as in Ok-Topk's Algorithm 2,
-  // instead of the rank that cut the sum keeping everyone's. A sum that
-  // cancelled to 0 is not delivered either: its parts go home too (the sum
-  // is conserved). Before Commit.
+  // instead of the rank that cut the sum keeping everyone's. The result must
+  // hold a sum that cancelled (as -0, kernels::MergeAddKeepCancelled): else
+  // its parts would return home at every call and never drain. Before Commit.
   void SendHomeUndelivered(const kernels::SparseVec& result);
   // The call succeeded: add every discard to the residual. Fails only on a
   // residual in memory that failed the scatter.

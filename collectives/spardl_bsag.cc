@@ -56,7 +56,7 @@ class SparDLBsag final : public SparDLFamily {
     {
       PhaseTimer t(&times->selection_s);
       DropZeros(owned);
-      kernels::SparseTopK(kernels::View(*owned), kprime, &mine, &dropped);
+      Cut(kernels::View(*owned), kprime, &mine, &dropped);
       ledger.Discarded(std::move(dropped), 1.0f);
       dropped = {};
     }
@@ -70,7 +70,7 @@ class SparDLBsag final : public SparDLFamily {
       PhaseTimer t(&times->reduction_s);
       sum = std::move(pieces[0]);
       for (int t = 1; t < teams; ++t) {
-        kernels::MergeAdd(kernels::View(sum), kernels::View(pieces[t]), &next);
+        MergeSums(kernels::View(sum), kernels::View(pieces[t]), &next);
         std::swap(sum, next);
       }
     }
@@ -79,7 +79,7 @@ class SparDLBsag final : public SparDLFamily {
     stats->details["post_gather_count"] = static_cast<double>(u);
     {
       PhaseTimer t(&times->selection_s);
-      kernels::SparseTopK(kernels::View(sum), k_block, owned, &dropped);
+      Cut(kernels::View(sum), k_block, owned, &dropped);
       ledger.Discarded(std::move(dropped), 1.0f / static_cast<float>(teams));
     }
     if (asked == 0 && k_block < block.range.size()) controller_.Update(u);

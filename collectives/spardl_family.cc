@@ -62,10 +62,11 @@ absl::Status SparDLFamily::Exchange(const CallContext& ctx, const AllreduceOptio
   const Group team = TeamGroup(rank, world, *teams);
   const BlockLayout layout = Layout(acc.size(), team.size(), options.density);
 
+  keep_cancelled_ = SendsHome(options, layout, acc.size());
   kernels::SparseVec owned;
   std::vector<kernels::SparseVec> blocks;
-  absl::Status st = SparReduceScatter(link, team, layout, std::move(held_), kPhaseSrs, ledger,
-                                      &stats->phases, &owned);
+  absl::Status st = SparReduceScatter(link, team, layout, std::move(held_), kPhaseSrs,
+                                      keep_cancelled_, ledger, &stats->phases, &owned);
   held_.clear();
   if (st.ok() && *teams > 1) {
     st = SyncTeams(link, CrossTeamGroup(rank, world, *teams), layout.expect(team.me), options,
@@ -84,18 +85,36 @@ absl::Status SparDLFamily::Exchange(const CallContext& ctx, const AllreduceOptio
     result->is_dense = false;
     result->dense.clear();
     ConcatBlocks(blocks, &result->sparse);
-    // Where every entry is kept (density 1) nothing is cut; the only entries
-    // missing from the result are sums that cancelled to 0, which dense
-    // leaves in no residual either.
-    if (Param(options, "spardl_residual_home") != 0 && layout.total_keep() < acc.size()) {
-      ledger.SendHomeUndelivered(result->sparse);
-    }
+    if (keep_cancelled_) ledger.SendHomeUndelivered(result->sparse);
   }
   stats->result_nnz = result->sparse.nnz();
   stats->result_capacity = layout.total_keep();
   Rebalance(ctx, options, layout, result->sparse);
   stats->details["balanced_block_begin"] = static_cast<double>(layout.bounds()[team.me]);
   return absl::OkStatus();
+}
+
+bool SparDLFamily::SendsHome(const AllreduceOptions& options, const BlockLayout& layout,
+                             size_t n) const {
+  if (Param(options, "spardl_residual_home") == 0) return false;
+  // Where every entry is kept (density 1) nothing is cut: dense leaves no
+  // residual either. The rule needs every copy of a block to agree on its
+  // cancelled sums: no block may be dense on the wire (AppendBlockFrame
+  // picks dense only above half the block).
+  if (layout.total_keep() >= n) return false;
+  for (int b = 0; b < layout.parts(); ++b) {
+    if (layout.keep(b) * 2 > layout.range(b).size()) return false;
+  }
+  return true;
+}
+
+void SparDLFamily::MergeSums(kernels::SparseView a, kernels::SparseView b,
+                             kernels::SparseVec* out) const {
+  if (keep_cancelled_) {
+    kernels::MergeAddKeepCancelled(a, b, out);
+  } else {
+    kernels::MergeAdd(a, b, out);
+  }
 }
 
 BlockLayout SparDLFamily::Layout(size_t n, int parts, double density) const {

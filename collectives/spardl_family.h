@@ -9,6 +9,7 @@
 #include "collectives/local_topk.h"
 #include "collectives/residual_ledger.h"
 #include "collectives/sparse_allreduce.h"
+#include "collectives/sparse_steps.h"
 
 namespace gradex {
 
@@ -54,6 +55,16 @@ class SparDLFamily : public SparseAllreduce {
   bool DeviceLocalPart() const override { return true; }
   // A failed call ends the epoch: the next starts from equal blocks again.
   void AfterFailure() override { bounds_.clear(); }
+  // The sum of two pieces of a block: with the residuals sent home a sum that
+  // cancels is kept as -0 (kernels::MergeAddKeepCancelled), so that it is
+  // delivered (as 0) and its parts do not return home at every call.
+  void MergeSums(kernels::SparseView a, kernels::SparseView b, kernels::SparseVec* out) const;
+  // The top `k` of `in` (kernels::SparseTopK); with the residuals sent home,
+  // room left is filled with cancelled sums (CutToKeep).
+  void Cut(kernels::SparseView in, size_t k, kernels::SparseVec* kept,
+           kernels::SparseVec* dropped) const {
+    CutToKeep(in, k, keep_cancelled_, kept, dropped);
+  }
 
  private:
   // The team layout of this call: the balanced boundaries once learnt
@@ -64,6 +75,13 @@ class SparDLFamily : public SparseAllreduce {
   void Rebalance(const CallContext& ctx, const AllreduceOptions& options, const BlockLayout& layout,
                  const kernels::SparseVec& result);
 
+  // Whether this call sends residuals home (spardl_residual_home): only where
+  // something is cut and every block goes on the wire sparse, the encoding
+  // that carries a cancelled sum's -0 (a dense frame reads it as absent).
+  bool SendsHome(const AllreduceOptions& options, const BlockLayout& layout, size_t n) const;
+
+  // This call's SendsHome, for MergeSums.
+  bool keep_cancelled_ = false;
   // LocalSelection's blocks, handed to Exchange.
   std::vector<kernels::SparseVec> held_;
   LocalTopK local_;

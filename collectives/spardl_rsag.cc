@@ -59,11 +59,11 @@ class SparDLRsag final : public SparDLFamily {
       {
         // Float addition commutes, so both partners compute the same sum.
         PhaseTimer t(&times->reduction_s);
-        kernels::MergeAdd(kernels::View(*owned), kernels::View(received[0]), &merged);
+        MergeSums(kernels::View(*owned), kernels::View(received[0]), &merged);
       }
       holders *= 2;
       PhaseTimer t(&times->selection_s);
-      kernels::SparseTopK(kernels::View(merged), block.capacity, owned, &dropped);
+      Cut(kernels::View(merged), block.capacity, owned, &dropped);
       ledger.Discarded(std::move(dropped), 1.0f / static_cast<float>(holders));
       dropped = {};
     }

@@ -10,20 +10,38 @@ namespace {
 int Mod(int a, int m) { return ((a % m) + m) % m; }
 
 // Cuts `block` to `keep` entries, booking what it drops to the ledger.
-void Reselect(kernels::SparseVec* block, size_t keep, ResidualLedger& ledger) {
+void Reselect(kernels::SparseVec* block, size_t keep, bool keep_cancelled, ResidualLedger& ledger) {
   if (block->nnz() <= keep) return;
   kernels::SparseVec kept, dropped;
-  kernels::SparseTopK(kernels::View(*block), keep, &kept, &dropped);
+  CutToKeep(kernels::View(*block), keep, keep_cancelled, &kept, &dropped);
   ledger.Discarded(std::move(dropped), 1.0f);
   *block = std::move(kept);
 }
 
 }  // namespace
 
+void CutToKeep(kernels::SparseView in, size_t k, bool keep_cancelled, kernels::SparseVec* kept,
+               kernels::SparseVec* dropped) {
+  kernels::SparseTopK(in, k, kept, dropped);
+  if (!keep_cancelled || kept->nnz() >= k) return;
+  kernels::SparseVec cancelled, rest;
+  for (size_t i = 0; i < dropped->nnz(); ++i) {
+    const bool take = cancelled.nnz() + kept->nnz() < k && kernels::IsPresent(dropped->val[i]) &&
+                      dropped->val[i] == 0.0f;
+    kernels::SparseVec& to = take ? cancelled : rest;
+    to.idx.push_back(dropped->idx[i]);
+    to.val.push_back(dropped->val[i]);
+  }
+  if (cancelled.nnz() == 0) return;
+  // Disjoint indices: MergeAdd copies each value as it is, -0 included.
+  kernels::MergeAdd(kernels::View(*kept), kernels::View(cancelled), kept);
+  *dropped = std::move(rest);
+}
+
 void DropZeros(kernels::SparseVec* v) {
   size_t j = 0;
   for (size_t i = 0; i < v->nnz(); ++i) {
-    if (v->val[i] == 0.0f) continue;
+    if (!kernels::IsPresent(v->val[i])) continue;
     v->idx[j] = v->idx[i];
     v->val[j++] = v->val[i];
   }
@@ -62,7 +80,7 @@ std::vector<size_t> SrsLocalKeeps(const BlockLayout& layout, int me) {
 
 absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout& layout,
                                std::vector<kernels::SparseVec> held, uint16_t phase,
-                               ResidualLedger& ledger, PhaseTimes* times,
+                               bool keep_cancelled, ResidualLedger& ledger, PhaseTimes* times,
                                kernels::SparseVec* owned) {
   const int q = group.size();
   const int me = group.me;
@@ -80,7 +98,8 @@ absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout
     {
       PhaseTimer t(&times->selection_s);
       for (int j = 0; j < count; ++j)
-        Reselect(&held[Mod(me + d + j, q)], layout.keep(Mod(me + d + j, q)), ledger);
+        Reselect(&held[Mod(me + d + j, q)], layout.keep(Mod(me + d + j, q)), keep_cancelled,
+                 ledger);
     }
     {
       PhaseTimer t(&times->communication_s);
@@ -104,13 +123,17 @@ absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout
     PhaseTimer t(&times->reduction_s);
     for (int j = 0; j < count; ++j) {
       int b = Mod(me + j, q);
-      kernels::MergeAdd(kernels::View(held[b]), kernels::View(received[j]), &merged);
+      if (keep_cancelled) {
+        kernels::MergeAddKeepCancelled(kernels::View(held[b]), kernels::View(received[j]), &merged);
+      } else {
+        kernels::MergeAdd(kernels::View(held[b]), kernels::View(received[j]), &merged);
+      }
       std::swap(held[b], merged);
     }
   }
   {
     PhaseTimer t(&times->selection_s);
-    Reselect(&held[me], layout.keep(me), ledger);
+    Reselect(&held[me], layout.keep(me), keep_cancelled, ledger);
   }
   *owned = std::move(held[me]);
   return absl::OkStatus();

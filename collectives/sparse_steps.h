@@ -33,10 +33,11 @@ std::vector<size_t> SrsLocalKeeps(const BlockLayout& layout, int me);
 // first (distance 2^(S-s) at step s); after each receive only the blocks of
 // the next bag are re-selected. On return `owned` is this member's block
 // reduced over the group and cut to its keep count; every discard is in
-// `ledger`.
+// `ledger`. With `keep_cancelled` a sum that cancels stays as -0
+// (kernels::MergeAddKeepCancelled).
 absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout& layout,
                                std::vector<kernels::SparseVec> held, uint16_t phase,
-                               ResidualLedger& ledger, PhaseTimes* times,
+                               bool keep_cancelled, ResidualLedger& ledger, PhaseTimes* times,
                                kernels::SparseVec* owned);
 
 // Bruck all-gather: member j contributes one block described by expect[j];
@@ -46,8 +47,14 @@ absl::Status BruckAllGather(Link& link, const Group& group, std::span<const Expe
                             uint16_t phase, PhaseTimes* times, kernels::SparseVec mine,
                             std::vector<kernels::SparseVec>* all);
 
-// Removes explicit zeros (cancelled sums) so that every copy of a block is the
-// same whatever encoding carried it.
+// kernels::SparseTopK (which never keeps a zero) that, with `keep_cancelled`,
+// fills the room the nonzeros leave with cancelled sums (-0, lowest index
+// first): a block with room delivers them instead of cutting them.
+void CutToKeep(kernels::SparseView in, size_t k, bool keep_cancelled, kernels::SparseVec* kept,
+               kernels::SparseVec* dropped);
+
+// Removes the entries the wire does not carry (+0; a -0 is a cancelled sum,
+// kept) so that every copy of a block is the same whatever carried it.
 void DropZeros(kernels::SparseVec* v);
 
 // Concatenates blocks covering ascending, disjoint ranges into one COO vector.

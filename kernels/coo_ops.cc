@@ -49,6 +49,11 @@ inline uint32_t Bits(float f) {
 
 inline void StoreBits(float* p, uint32_t b) { std::memcpy(p, &b, sizeof b); }
 
+constexpr uint32_t kNegZero = 0x80000000u;
+
+// kMarkCancelled: an equal-index sum that is +0 while an input was present
+// (any bit pattern but +0) is written -0.0f, so a cancelled sum stays present.
+template <bool kMarkCancelled>
 void MergeInto(SparseView a, SparseView b, uint32_t* oi, float* ov, size_t* count) {
   size_t i = 0, j = 0, c = 0;
   // Branch-free body: the order of two runs of random indices is not
@@ -63,8 +68,12 @@ void MergeInto(SparseView a, SparseView b, uint32_t* oi, float* ov, size_t* coun
     const uint32_t lt = 0u - static_cast<uint32_t>(ia < ib);
     const uint32_t eq = 0u - static_cast<uint32_t>(ia == ib);
     const uint32_t lone = (lt & Bits(va)) | (~lt & Bits(vb));
+    uint32_t both = Bits(sum);
+    if constexpr (kMarkCancelled) {
+      both |= (0u - static_cast<uint32_t>(both == 0 && (Bits(va) | Bits(vb)) != 0)) & kNegZero;
+    }
     oi[c] = ia < ib ? ia : ib;
-    StoreBits(ov + c, (eq & Bits(sum)) | (~eq & lone));
+    StoreBits(ov + c, (eq & both) | (~eq & lone));
     ++c;
     i += ia <= ib;
     j += ib <= ia;
@@ -90,16 +99,8 @@ bool Overlaps(const void* p, size_t bytes, const void* q, size_t qbytes) {
   return std::less<const char*>()(a, b + qbytes) && std::less<const char*>()(b, a + bytes);
 }
 
-}  // namespace
-
-size_t CompactAbove(const float* x, size_t n, float threshold, uint32_t index_base,
-                    SparseVec* out) {
-  const uint32_t lo = CompactAboveKey(threshold);
-  if (lo > kInfKey) return 0;  // a NaN threshold
-  return AppendKeyRange(x, n, lo, kInfKey, index_base, out);
-}
-
-void MergeAdd(SparseView a, SparseView b, SparseVec* out) {
+template <bool kMarkCancelled>
+void Merge(SparseView a, SparseView b, SparseVec* out) {
   const size_t cap = a.nnz + b.nnz;
   // out may be one of the inputs (acc = acc + b): merge into fresh storage then.
   const bool alias =
@@ -112,7 +113,7 @@ void MergeAdd(SparseView a, SparseView b, SparseVec* out) {
     SparseVec tmp;
     tmp.idx.resize(cap);
     tmp.val.resize(cap);
-    MergeInto(a, b, tmp.idx.data(), tmp.val.data(), &c);
+    MergeInto<kMarkCancelled>(a, b, tmp.idx.data(), tmp.val.data(), &c);
     tmp.idx.resize(c);
     tmp.val.resize(c);
     *out = std::move(tmp);
@@ -120,10 +121,23 @@ void MergeAdd(SparseView a, SparseView b, SparseVec* out) {
   }
   out->idx.resize(cap);
   out->val.resize(cap);
-  MergeInto(a, b, out->idx.data(), out->val.data(), &c);
+  MergeInto<kMarkCancelled>(a, b, out->idx.data(), out->val.data(), &c);
   out->idx.resize(c);
   out->val.resize(c);
 }
+
+}  // namespace
+
+size_t CompactAbove(const float* x, size_t n, float threshold, uint32_t index_base,
+                    SparseVec* out) {
+  const uint32_t lo = CompactAboveKey(threshold);
+  if (lo > kInfKey) return 0;  // a NaN threshold
+  return AppendKeyRange(x, n, lo, kInfKey, index_base, out);
+}
+
+void MergeAdd(SparseView a, SparseView b, SparseVec* out) { Merge<false>(a, b, out); }
+
+void MergeAddKeepCancelled(SparseView a, SparseView b, SparseVec* out) { Merge<true>(a, b, out); }
 
 void ScatterAdd(SparseView s, uint32_t index_base, float scale, float* dense) {
   // Sparse targets in a large dense span miss the cache on almost every entry

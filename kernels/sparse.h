@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace gradex::kernels {
@@ -95,6 +96,19 @@ void SparseTopK(SparseView in, size_t k, SparseVec* kept, SparseVec* dropped);
 // out = a + b over the union of indices (sorted merge). Sums that are exactly
 // zero are kept as explicit entries (conservation stays exact).
 void MergeAdd(SparseView a, SparseView b, SparseVec* out);
+
+// MergeAdd where a sum that cancels (+0 from inputs not both +0) is written
+// -0.0f: on the wire +0 is absent and -0 is a present entry (IsPresent), so a
+// cancelled sum travels and is delivered as 0 instead of looking cut.
+void MergeAddKeepCancelled(SparseView a, SparseView b, SparseVec* out);
+
+// Whether an entry goes on the wire: every bit pattern but +0.0f. A -0.0f is
+// a sum that cancelled (MergeAddKeepCancelled); adding it changes no value.
+inline bool IsPresent(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b != 0;
+}
 
 // dense[idx[i] - index_base] += scale * val[i].
 void ScatterAdd(SparseView s, uint32_t index_base, float scale, float* dense);

@@ -1,6 +1,7 @@
 // Bad frames are an error Status and a counter, never a crash or a wrong sum.
 #include "collectives/frame.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "collectives/link.h"
@@ -63,6 +64,21 @@ TEST(FrameTest, DenseEncodingWhenSmallerAndZerosNeverSent) {
   const ExpectedBlock e{r, 4};
   ASSERT_TRUE(DecodeSparseBlocks(b, kMeta, {&e, 1}, &out).ok());
   EXPECT_EQ(out[0].idx, (std::vector<uint32_t>{10, 11, 13}));
+}
+
+TEST(FrameTest, ASparseFrameCarriesANegativeZeroAndNeverAPositiveOne) {
+  // -0 is a sum that cancelled (kernels::MergeAddKeepCancelled): present.
+  kernels::SparseVec v;
+  v.idx = {100, 120, 150};
+  v.val = {1.0f, 0.0f, -0.0f};
+  Bytes b;
+  AppendBlockFrame(kMeta, kRange, kernels::View(v), &b);
+  EXPECT_EQ(HeaderOf(b).flags, kFrameSparse);
+  EXPECT_EQ(HeaderOf(b).count, 2u);
+  std::vector<kernels::SparseVec> out;
+  ASSERT_TRUE(DecodeSparseBlocks(b, kMeta, {&kExpect, 1}, &out).ok());
+  EXPECT_EQ(out[0].idx, (std::vector<uint32_t>{100, 150}));
+  EXPECT_TRUE(std::signbit(out[0].val[1]));
 }
 
 TEST(FrameTest, BadMagic) {

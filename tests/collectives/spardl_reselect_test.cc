@@ -8,8 +8,10 @@
 // it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/block_layout.h"
@@ -38,19 +40,22 @@ TEST(SrsLocalKeeps, OneKeepPerBagThatArrivesBeforeTheBlockLeaves) {
   EXPECT_EQ(SrsLocalKeeps(BlockLayout(40, 4, 0.5), 0), (std::vector<size_t>{10, 10, 5, 5}));
 }
 
-// One spardl call on 4 ranks of 400 elements at density 0.05 (keep 5 a
-// block), equal blocks, no threshold reuse, `param` set to `value`; rank r
+// One spardl call (or `algorithm` with `teams`) on 4 ranks of 400 elements
+// at density 0.05 (keep 5 a block of 4), equal blocks, no threshold reuse,
+// `param` set to `value`; rank r
 // gives grad(r). Every rank's call, checked consistent and conserved.
 std::vector<testing::RankCall> OneCall(const std::string& param, int value,
-                                       const std::function<std::vector<float>(int)>& grad) {
+                                       const std::function<std::vector<float>(int)>& grad,
+                                       const std::string& algorithm = "spardl", int teams = 1) {
   constexpr int kWorld = 4;
   std::vector<testing::RankCall> calls(kWorld);
   std::vector<absl::Status> st = testing::RunRanks(kWorld, [&](int rank, Transport& t) {
-    auto algo = CreateAllreduce("spardl");
+    auto algo = CreateAllreduce(algorithm);
     if (!algo.ok()) return algo.status();
     AllreduceOptions options;
     options.density = 0.05;
     options.threshold_reuse = false;
+    options.teams = teams;
     options.params["spardl_balance_tau"] = 0;
     options.params[param] = value;
     testing::RankCall& c = calls[rank];
@@ -121,6 +126,40 @@ TEST(SparDLResidualHome, ACutSumTheResultDoesNotDeliverGoesBackToItsContributors
       for (int r = 0; r < kWorld; ++r) {
         const float want = home ? (r == 0 ? 0.0f : 1.0f) : (r == 0 ? 3.0f : 0.0f);
         EXPECT_EQ(calls[r].residual_out[20 + i], want) << "rank " << r << " element " << 20 + i;
+      }
+    }
+  }
+}
+
+// Ranks 1 and 2 give +4 and -4 at elements 20..24: their sums cancel
+// exactly. With the residuals sent home the cancelled sums must be delivered
+// (as -0 on every rank) so that no rank keeps its part: a part sent home at
+// a sum that cancels would come back at every call and never drain. In
+// every variant, wherever the two parts meet (Spar-Reduce-Scatter or the
+// team synchronisation).
+TEST(SparDLResidualHome, ASumThatCancelsIsDeliveredAsZeroAndLeavesNoResidual) {
+  constexpr int kWorld = 4;
+  for (const auto& [algorithm, teams] : std::vector<std::pair<std::string, int>>{
+           {"spardl", 1}, {"spardl-rsag", 2}, {"spardl-bsag", 2}, {"spardl-bsag", 4}}) {
+    SCOPED_TRACE(::testing::Message() << algorithm << " teams " << teams);
+    const auto calls = OneCall(
+        "spardl_residual_home", 1,
+        [](int rank) {
+          std::vector<float> g(400, 0.0f);
+          for (size_t i = 0; i < 5; ++i) {
+            if (rank == 1) g[20 + i] = 4.0f;
+            if (rank == 2) g[20 + i] = -4.0f;
+            g[300 + 3 * rank + i % 2] = 1.0f;  // something else to deliver
+          }
+          return g;
+        },
+        algorithm, teams);
+    ASSERT_EQ(calls.size(), static_cast<size_t>(kWorld));
+    for (int r = 0; r < kWorld; ++r) {
+      for (size_t i = 20; i < 25; ++i) {
+        EXPECT_EQ(calls[r].result[i], 0.0f);
+        EXPECT_TRUE(std::signbit(calls[r].result[i])) << "rank " << r << " element " << i;
+        EXPECT_EQ(calls[r].residual_out[i], 0.0f) << "rank " << r << " element " << i;
       }
     }
   }

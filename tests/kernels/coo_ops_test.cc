@@ -98,6 +98,43 @@ TEST(MergeAdd, OutputMayAliasAnInput) {
   EXPECT_TRUE(SameBits(acc2, want2));
 }
 
+TEST(MergeAddKeepCancelled, ACancelledSumIsNegativeZeroTwoAbsentZerosStayAbsent) {
+  const SparseVec a = Make2({2, 3, 5, 7, 9}, {1.5f, -2.0f, 0.0f, 4.0f, -0.0f});
+  const SparseVec b = Make2({3, 5, 7, 8, 9}, {2.0f, 0.0f, 1.0f, -1.0f, 0.0f});
+  SparseVec out;
+  MergeAddKeepCancelled(View(a), View(b), &out);
+  EXPECT_EQ(out.idx, (std::vector<uint32_t>{2, 3, 5, 7, 8, 9}));
+  EXPECT_EQ(out.val, (std::vector<float>{1.5f, 0.0f, 0.0f, 5.0f, -1.0f, 0.0f}));
+  EXPECT_EQ(Bits(out.val[1]), Bits(-0.0f));  // 2 + -2: cancelled, present
+  EXPECT_EQ(Bits(out.val[2]), Bits(0.0f));   // +0 + +0: nothing was there
+  EXPECT_EQ(Bits(out.val[5]), Bits(-0.0f));  // -0 (present) + +0 stays present
+  EXPECT_FALSE(IsPresent(0.0f));
+  EXPECT_TRUE(IsPresent(-0.0f));
+  EXPECT_TRUE(IsPresent(std::numeric_limits<float>::denorm_min()));
+}
+
+TEST(MergeAddKeepCancelled, DiffersFromMergeAddOnlyWhereASumCancelled) {
+  for (double d : {0.05, 0.5, 1.0}) {
+    // Small integers: many sums cancel exactly.
+    const SparseVec a = RandomRun(4000, d, 7, /*integers=*/true);
+    const SparseVec b = RandomRun(4000, d, 8, /*integers=*/true);
+    SparseVec plain, kept;
+    MergeAdd(View(a), View(b), &plain);
+    MergeAddKeepCancelled(View(a), View(b), &kept);
+    ASSERT_EQ(kept.idx, plain.idx);
+    std::vector<int> seen(4000, 0);
+    for (size_t i = 0; i < a.nnz(); ++i) seen[a.idx[i]] |= a.val[i] != 0.0f ? 1 : 0;
+    for (size_t i = 0; i < b.nnz(); ++i) seen[b.idx[i]] |= b.val[i] != 0.0f ? 2 : 0;
+    size_t cancelled = 0;
+    for (size_t i = 0; i < kept.nnz(); ++i) {
+      const bool cancels = seen[kept.idx[i]] == 3 && plain.val[i] == 0.0f;
+      cancelled += cancels;
+      EXPECT_EQ(Bits(kept.val[i]), cancels ? Bits(-0.0f) : Bits(plain.val[i])) << kept.idx[i];
+    }
+    EXPECT_GT(cancelled, 0u) << d;
+  }
+}
+
 TEST(ScatterAdd, AddsScaledWithIndexBase) {
   std::vector<float> dense = {1, 1, 1, 1};
   const SparseVec s = Make2({10, 12, 13}, {2, -3, 0.5f});
