@@ -26,7 +26,9 @@ namespace gradex {
 static_assert(std::endian::native == std::endian::little, "frames are little-endian structs");
 
 inline constexpr uint32_t kFrameMagic = 0x58445247;  // "GRDX"
-inline constexpr uint16_t kFrameVersion = 2;         // 2: the sender's rank in the header
+// 2: the sender's rank in the header. 3: a sparse frame may carry -0.0f (a
+// sum that cancelled, kernels::IsPresent); +0 is never sent.
+inline constexpr uint16_t kFrameVersion = 3;
 
 enum FrameFlags : uint16_t {
   kFrameDense = 1,   // payload: (end - begin) float32 values

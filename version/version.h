@@ -18,8 +18,11 @@ namespace gradex {
 // 2: refuse_nonfinite agreed at entry. 3: the SparDL family's balanced
 // blocks (a member on equal blocks fails every call after a re-balancing).
 // 4: the hierarchical exchange (its rule agreed at entry; node stages).
-inline constexpr uint32_t kWireProtocol = 4;
-inline constexpr uint32_t kOldestWireProtocol = 4;
+// 5: a sparse frame may carry -0, a sum that cancelled, which SparDL's
+// residuals sent home count as delivered (a member dropping it would keep
+// other residuals than its peers).
+inline constexpr uint32_t kWireProtocol = 5;
+inline constexpr uint32_t kOldestWireProtocol = 5;
 
 const char* Version();           // "0.1.0", from VERSION
 const char* GitCommit();         // the commit built, e.g. "da765b0a1b2c"; "unknown" outside git
