@@ -6,24 +6,40 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/frame.h"
+#include "collectives/frame_walk.h"
 #include "kernels/qsgd.h"
 
 namespace gradex {
 namespace {
 
-// Reads and checks one header at `*offset`; on success advances past it and
+// Reads and checks one header at `*offset` (its shape by ReadFrameAt, then
+// every field against `meta` and `want`); on success advances past it and
 // returns the payload length the header implies.
 absl::Status ReadHeader(const Bytes& m, size_t* offset, const FrameMeta& meta,
                         const ExpectedBlock& want, FrameHeader* h, size_t* payload) {
-  if (m.size() - *offset < sizeof(FrameHeader)) {
-    return RejectFrame(
-        FrameError::kTruncated,
-        absl::StrCat("message of ", m.size(), " bytes ends inside a header at ", *offset));
-  }
-  std::memcpy(h, m.data() + *offset, sizeof(FrameHeader));
-  if (h->magic != kFrameMagic) return RejectFrame(FrameError::kBadMagic, absl::StrCat(h->magic));
-  if (h->version != kFrameVersion) {
-    return RejectFrame(FrameError::kBadVersion, absl::StrCat(h->version));
+  FrameAt f;
+  const FrameShape shape = ReadFrameAt(m, *offset, &f);
+  *h = f.header;
+  switch (shape) {
+    case FrameShape::kOk:
+      break;
+    case FrameShape::kTruncatedHeader:
+      return RejectFrame(
+          FrameError::kTruncated,
+          absl::StrCat("message of ", m.size(), " bytes ends inside a header at ", *offset));
+    case FrameShape::kBadMagic:
+      return RejectFrame(FrameError::kBadMagic, absl::StrCat(h->magic));
+    case FrameShape::kBadVersion:
+      return RejectFrame(FrameError::kBadVersion, absl::StrCat(h->version));
+    case FrameShape::kBadFlags:
+      return RejectFrame(FrameError::kBadFlags, absl::StrCat(h->flags));
+    case FrameShape::kNoBits:
+      return RejectFrame(FrameError::kTruncated, "quantized payload without its bits");
+    case FrameShape::kBadBits: {
+      uint32_t bits = 0;
+      std::memcpy(&bits, m.data() + f.body(), sizeof bits);
+      return RejectFrame(FrameError::kBadFlags, absl::StrCat("quantized with ", bits, " bits"));
+    }
   }
   if (h->job_id != meta.job_id) {
     return RejectFrame(FrameError::kWrongJob, absl::StrCat(h->job_id, " != ", meta.job_id));
@@ -45,44 +61,19 @@ absl::Status ReadHeader(const Bytes& m, size_t* offset, const FrameMeta& meta,
                        absl::StrCat("[", h->block_begin, ",", h->block_end, ") != [",
                                     want.range.begin, ",", want.range.end, ")"));
   }
-  const uint16_t kind = h->flags & (kFrameDense | kFrameSparse);
-  const bool quantized = (h->flags & kFrameQuantized) != 0;
-  if ((h->flags & ~(kFrameDense | kFrameSparse | kFrameQuantized)) != 0 ||
-      (quantized && kind != kFrameDense)) {
-    return RejectFrame(FrameError::kBadFlags, absl::StrCat(h->flags));
+  if ((h->flags & kFrameDense) != 0 && h->count != want.range.size()) {
+    return RejectFrame(FrameError::kBadLength,
+                       absl::StrCat("dense count ", h->count, " != ", want.range.size()));
   }
-  if (kind == kFrameDense) {
-    if (h->count != want.range.size()) {
-      return RejectFrame(FrameError::kBadLength,
-                         absl::StrCat("dense count ", h->count, " != ", want.range.size()));
-    }
-    *payload = size_t{h->count} * sizeof(float);
-    if (quantized) {
-      // QSGD payload (kernels/qsgd.h): its length follows from the bits in
-      // its first word, which must be 2, 4 or 8.
-      uint32_t bits = 0;
-      if (m.size() - *offset - sizeof(FrameHeader) < sizeof bits) {
-        return RejectFrame(FrameError::kTruncated, "quantized payload without its bits");
-      }
-      std::memcpy(&bits, m.data() + *offset + sizeof(FrameHeader), sizeof bits);
-      if (bits > 8 || !kernels::QsgdBitsValid(static_cast<int>(bits))) {
-        return RejectFrame(FrameError::kBadFlags, absl::StrCat("quantized with ", bits, " bits"));
-      }
-      *payload = kernels::QsgdPayloadBytes(h->count, static_cast<int>(bits));
-    }
-  } else if (kind == kFrameSparse) {
-    if (h->count > want.capacity) {
-      return RejectFrame(FrameError::kOverCapacity,
-                         absl::StrCat("count ", h->count, " > capacity ", want.capacity));
-    }
-    *payload = size_t{h->count} * (sizeof(uint32_t) + sizeof(float));
-  } else {
-    return RejectFrame(FrameError::kBadFlags, absl::StrCat(h->flags));
+  if ((h->flags & kFrameSparse) != 0 && h->count > want.capacity) {
+    return RejectFrame(FrameError::kOverCapacity,
+                       absl::StrCat("count ", h->count, " > capacity ", want.capacity));
   }
-  *offset += sizeof(FrameHeader);
-  if (m.size() - *offset < *payload) {
-    return RejectFrame(FrameError::kTruncated, absl::StrCat("payload of ", *payload, " bytes, ",
-                                                            m.size() - *offset, " left"));
+  *payload = f.payload;
+  *offset = f.body();
+  if (!f.fits()) {
+    return RejectFrame(FrameError::kTruncated,
+                       absl::StrCat("payload of ", f.payload, " bytes, ", f.body_left, " left"));
   }
   return absl::OkStatus();
 }

@@ -7,40 +7,27 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/frame.h"
+#include "collectives/frame_walk.h"
 #include "kernels/qsgd.h"
 
 namespace gradex {
 namespace {
 
-// Walks the frames of a message, handing each header and its offset to
-// `fn`. A message that does not parse (magic, version, flags, lengths) ends
-// the walk with OUT_OF_RANGE, uncounted: the decoder rejects it with the
-// precise reason.
+// Walks the frames of a message (ReadFrameAt), handing each header and its
+// offset to `fn`. A message that does not parse (magic, version, flags,
+// lengths) ends the walk with OUT_OF_RANGE, uncounted: the decoder rejects
+// it with the precise reason.
 template <typename Fn>
 absl::Status ForEachFrame(const Bytes& m, Fn&& fn) {
-  const absl::Status malformed = absl::OutOfRangeError("malformed message");
   size_t offset = 0;
   while (offset < m.size()) {
-    FrameHeader h;
-    if (m.size() - offset < sizeof(FrameHeader)) return malformed;
-    std::memcpy(&h, m.data() + offset, sizeof(FrameHeader));
-    if (h.magic != kFrameMagic || h.version != kFrameVersion) return malformed;
-    if (absl::Status s = fn(offset, h); !s.ok()) return s;
-    size_t payload = 0;
-    const size_t body = m.size() - offset - sizeof(FrameHeader);
-    if ((h.flags & kFrameSparse) != 0) {
-      payload = size_t{h.count} * (sizeof(uint32_t) + sizeof(float));
-    } else if ((h.flags & kFrameQuantized) != 0) {
-      uint32_t bits = 0;
-      if (body < sizeof bits) return malformed;
-      std::memcpy(&bits, m.data() + offset + sizeof(FrameHeader), sizeof bits);
-      if (bits > 8 || !kernels::QsgdBitsValid(static_cast<int>(bits))) return malformed;
-      payload = kernels::QsgdPayloadBytes(h.count, static_cast<int>(bits));
-    } else {
-      payload = size_t{h.count} * sizeof(float);
+    FrameAt f;
+    if (ReadFrameAt(m, offset, &f) != FrameShape::kOk) {
+      return absl::OutOfRangeError("malformed message");
     }
-    if (body < payload) return malformed;
-    offset += sizeof(FrameHeader) + payload;
+    if (absl::Status s = fn(offset, f.header); !s.ok()) return s;
+    if (!f.fits()) return absl::OutOfRangeError("malformed message");
+    offset = f.end();
   }
   return absl::OkStatus();
 }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/frame_walk.h"
 #include "collectives/qsgd.h"
 #include "kernels/qsgd.h"
 
@@ -116,24 +117,16 @@ void SplitFrames(const Bytes& message, std::vector<std::pair<size_t, size_t>>* s
                  std::vector<uint64_t>* marks) {
   spans->clear();
   marks->clear();
-  size_t at = 0;
-  while (at + sizeof(FrameHeader) <= message.size()) {
-    FrameHeader h;
-    std::memcpy(&h, message.data() + at, sizeof h);
-    size_t payload = size_t{h.count} * 8;
-    uint64_t mark = h.count;
-    if (h.flags & kFrameDense) {
-      mark = kDenseFrameMark;
-      payload = size_t{h.count} * 4;
-      if (h.flags & kFrameQuantized) {
-        uint32_t bits;
-        std::memcpy(&bits, message.data() + at + sizeof h, 4);
-        payload = kernels::QsgdPayloadBytes(h.count, static_cast<int>(bits));
-      }
+  FrameAt f;
+  for (size_t at = 0; at < message.size(); at = f.end()) {
+    if (ReadFrameAt(message, at, &f) != FrameShape::kOk || !f.fits()) {
+      // Not validated after all: the rest as one span the decoder refuses.
+      spans->emplace_back(at, message.size() - at);
+      marks->push_back(0);
+      return;
     }
-    spans->emplace_back(at, sizeof h + payload);
-    marks->push_back(mark);
-    at += sizeof h + payload;
+    spans->emplace_back(at, f.end() - at);
+    marks->push_back((f.header.flags & kFrameDense) != 0 ? kDenseFrameMark : f.header.count);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/frame.h"
+#include "collectives/frame_walk.h"
 
 namespace gradex {
 namespace {
@@ -132,16 +133,17 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
   }
   size_t off = kHeader;
   for (const DgsRange& p : pieces) {
-    FrameHeader f;
-    if (m.size() - off < sizeof f) {
+    FrameAt at;
+    const FrameShape shape = ReadFrameAt(m, off, &at);
+    const FrameHeader& f = at.header;
+    if (shape == FrameShape::kTruncatedHeader) {
       return Refuse(why, DgsRefusal::kTruncated,
                     absl::StrCat("ends inside a frame header at ", off));
     }
-    std::memcpy(&f, m.data() + off, sizeof f);
-    off += sizeof f;
-    if (f.magic != kFrameMagic || f.version != kFrameVersion) {
+    if (shape == FrameShape::kBadMagic || shape == FrameShape::kBadVersion) {
       return Refuse(why, DgsRefusal::kBadMagic, absl::StrCat("frame magic/version at ", off));
     }
+    off = at.body();
     if (f.job_id != ctx.job_id || f.epoch != ctx.epoch) {
       return Refuse(why, DgsRefusal::kWrongJob, "frame job or epoch");
     }
@@ -151,18 +153,19 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
                     absl::StrCat("frame for [", f.block_begin, ",", f.block_end, ") step ", f.step,
                                  " sender ", f.sender, ", expected [", p.begin, ",", p.end, ")"));
     }
+    // DGS sends plain float frames only: quantized ones are refused here.
     const bool dense = f.flags == kFrameDense, sparse = f.flags == kFrameSparse;
-    if (!(dense || (sparse && !dense_only))) {
+    if (shape != FrameShape::kOk || !(dense || (sparse && !dense_only))) {
       return Refuse(why, DgsRefusal::kBadFlags, absl::StrCat("frame flags ", f.flags));
     }
     if (f.count > p.size() || (dense && f.count != p.size())) {
       return Refuse(why, DgsRefusal::kOverCapacity,
                     absl::StrCat("count ", f.count, " for a piece of ", p.size()));
     }
-    const size_t payload = size_t{f.count} * (dense ? 4 : 8);
-    if (m.size() - off < payload) {
+    const size_t payload = at.payload;
+    if (!at.fits()) {
       return Refuse(why, DgsRefusal::kTruncated,
-                    absl::StrCat("payload of ", payload, " bytes, ", m.size() - off, " left"));
+                    absl::StrCat("payload of ", payload, " bytes, ", at.body_left, " left"));
     }
     const uint8_t* body = m.data() + off;
     const float* vals = reinterpret_cast<const float*>(dense ? body : body + 4 * size_t{f.count});
