@@ -237,9 +237,6 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
     }
     p->input.Fused(nonfinite);
   }
-  if (!p->decays && memory == nullptr) {
-    if (const int calls = HandoverCalls(options); calls > 0) HandOver(calls, *p);
-  }
   pending_ = std::move(p);
   st = LocalSelection(pending_->ctx, pending_->options, pending_->input, pending_->ledger,
                       &pending_->stats);
@@ -253,31 +250,6 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
     return st;
   }
   return absl::OkStatus();
-}
-
-void SparseAllreduce::HandOver(int calls, Pending& p) {
-  kernels::SparseVec kept;
-  const float send =
-      handed_over_ + 1 >= calls ? 1.0f : 1.0f / static_cast<float>(calls - handed_over_);
-  for (size_t i = 0; i < p.residual.size(); ++i) {
-    const float old = p.residual[i];
-    if (old == 0.0f || !std::isfinite(old)) continue;  // a NaN or Inf goes out whole
-    // keep >= old / 2 (send <= 1/2 but on the last call): old - keep is
-    // exact (Sterbenz), so what is sent and kept sum to old exactly.
-    const float keep = old * (1.0f - send);
-    if (keep == 0.0f) continue;
-    kept.idx.push_back(static_cast<uint32_t>(i));
-    kept.val.push_back(keep);
-    p.residual[i] = old - keep;
-  }
-  if (kept.nnz() == 0) {
-    handed_over_ = 0;  // nothing left, or the last call sends what is
-    return;
-  }
-  ++handed_over_;
-  p.stats.details["handover_call"] = static_cast<double>(handed_over_);
-  p.ledger.Selected(kept);
-  p.ledger.Discarded(std::move(kept), 1.0f);
 }
 
 void SparseAllreduce::Unwind() {

@@ -15,11 +15,6 @@ class DenseAllreduce : public SparseAllreduce {
                         CallStats* stats) final;
 
  protected:
-  // A residual a sparse algorithm left is sent over options.handover_calls
-  // calls (SparseAllreduce::HandoverCalls).
-  int HandoverCalls(const AllreduceOptions& options) const override {
-    return options.handover_calls;
-  }
   // Reduces `data` (n elements, this rank's grad + residual) in place to the
   // sum over ranks, bitwise the same on every rank.
   virtual absl::Status ReduceDense(const CallContext& ctx, float* data, size_t n,

@@ -76,11 +76,6 @@ struct AllreduceOptions {
   // last one (kernels::ThresholdReuse): the same selection, fewer passes. A
   // rank's own choice: the results do not depend on it.
   bool threshold_reuse = true;
-  // Calls over which a dense algorithm sends a residual it finds (one a
-  // sparse algorithm left before a switch to dense), an equal share each;
-  // 0: all at once. The pipeline's choice (an exchange's own callers, tests
-  // and the reference sum leave it 0); every rank passes the same.
-  int handover_calls = 0;
 };
 
 // Wall time of the call split by what it was doing.
@@ -263,24 +258,11 @@ class SparseAllreduce {
   virtual float ResidualCoefficient(const CallContext& ctx, const AllreduceOptions& options) const {
     return 1.0f;
   }
-  // Calls over which a residual this algorithm finds is handed over (0: at
-  // once). A dense algorithm after a sparse one finds the residual the
-  // sparse calls left, which momentum correction fills with many steps of
-  // velocity: sent in one step it is one huge update. Spread over H calls,
-  // call j sends 1/(H - j) of what is left, so the last leaves nothing.
-  virtual int HandoverCalls(const AllreduceOptions& options) const { return 0; }
 
  private:
   struct Pending;
   // Puts grad + old residual back after a failure or an abandon.
   void Unwind();
-  // HandoverCalls' step before the local part: keeps back what this call
-  // does not send of the old residual, through the ledger (taken out as
-  // Selected, owed back as Discarded: a failure puts it back either way).
-  void HandOver(int calls, Pending& p);
-
-  // Calls of the current hand-over so far (0: none under way).
-  int handed_over_ = 0;
 
   // The call frame's scratch when the coefficient is below 1: the old
   // residual (put back on failure) and the decayed part, kept across calls.

@@ -271,10 +271,6 @@ absl::Status Agent::CheckAlgorithms() const {
 AllreduceOptions Agent::Options(int bucket) const {
   AllreduceOptions o;
   o.density = plan_->density;
-  // A bucket switched to dense hands its sparse residual over in equal
-  // shares instead of one step: with momentum correction it holds many
-  // steps of velocity (docs/measurements.md, "The accuracy sweep").
-  o.handover_calls = kDenseHandoverCalls;
   o.teams = plan_->teams;
   o.params = plan_->params;  // agreed at the barrier with the algorithm
   // k' needs no agreement: the newest plan's, whenever it arrived, as long as

@@ -42,10 +42,6 @@
 
 namespace gradex::agent {
 
-// Calls over which a bucket switched to dense sends the residual its sparse
-// algorithm left (AllreduceOptions::handover_calls).
-inline constexpr int kDenseHandoverCalls = 16;
-
 class BucketPipeline;
 
 struct AgentOptions {
