@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/frame.h"
 #include "collectives/frame_walk.h"
-#include "kernels/qsgd.h"
+#include "kernels/sparse.h"
 
 namespace gradex {
 namespace {

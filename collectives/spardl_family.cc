@@ -108,15 +108,6 @@ bool SparDLFamily::SendsHome(const AllreduceOptions& options, const BlockLayout&
   return true;
 }
 
-void SparDLFamily::MergeSums(kernels::SparseView a, kernels::SparseView b,
-                             kernels::SparseVec* out) const {
-  if (keep_cancelled_) {
-    kernels::MergeAddKeepCancelled(a, b, out);
-  } else {
-    kernels::MergeAdd(a, b, out);
-  }
-}
-
 BlockLayout SparDLFamily::Layout(size_t n, int parts, double density) const {
   if (bounds_.size() == static_cast<size_t>(parts) + 1 && bounds_.back() == n) {
     return BlockLayout(n, parts, density, bounds_);

@@ -58,7 +58,9 @@ class SparDLFamily : public SparseAllreduce {
   // The sum of two pieces of a block: with the residuals sent home a sum that
   // cancels is kept as -0 (kernels::MergeAddKeepCancelled), so that it is
   // delivered (as 0) and its parts do not return home at every call.
-  void MergeSums(kernels::SparseView a, kernels::SparseView b, kernels::SparseVec* out) const;
+  void MergeSums(kernels::SparseView a, kernels::SparseView b, kernels::SparseVec* out) const {
+    gradex::MergeSums(a, b, keep_cancelled_, out);
+  }
   // The top `k` of `in` (kernels::SparseTopK); with the residuals sent home,
   // room left is filled with cancelled sums (CutToKeep).
   void Cut(kernels::SparseView in, size_t k, kernels::SparseVec* kept,

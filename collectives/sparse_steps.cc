@@ -20,6 +20,15 @@ void Reselect(kernels::SparseVec* block, size_t keep, bool keep_cancelled, Resid
 
 }  // namespace
 
+void MergeSums(kernels::SparseView a, kernels::SparseView b, bool keep_cancelled,
+               kernels::SparseVec* out) {
+  if (keep_cancelled) {
+    kernels::MergeAddKeepCancelled(a, b, out);
+  } else {
+    kernels::MergeAdd(a, b, out);
+  }
+}
+
 void CutToKeep(kernels::SparseView in, size_t k, bool keep_cancelled, kernels::SparseVec* kept,
                kernels::SparseVec* dropped) {
   kernels::SparseTopK(in, k, kept, dropped);
@@ -123,11 +132,7 @@ absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout
     PhaseTimer t(&times->reduction_s);
     for (int j = 0; j < count; ++j) {
       int b = Mod(me + j, q);
-      if (keep_cancelled) {
-        kernels::MergeAddKeepCancelled(kernels::View(held[b]), kernels::View(received[j]), &merged);
-      } else {
-        kernels::MergeAdd(kernels::View(held[b]), kernels::View(received[j]), &merged);
-      }
+      MergeSums(kernels::View(held[b]), kernels::View(received[j]), keep_cancelled, &merged);
       std::swap(held[b], merged);
     }
   }

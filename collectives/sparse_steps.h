@@ -47,6 +47,11 @@ absl::Status BruckAllGather(Link& link, const Group& group, std::span<const Expe
                             uint16_t phase, PhaseTimes* times, kernels::SparseVec mine,
                             std::vector<kernels::SparseVec>* all);
 
+// out = a + b: kernels::MergeAddKeepCancelled with `keep_cancelled` (a sum
+// that cancels stays as -0), else kernels::MergeAdd.
+void MergeSums(kernels::SparseView a, kernels::SparseView b, bool keep_cancelled,
+               kernels::SparseVec* out);
+
 // kernels::SparseTopK (which never keeps a zero) that, with `keep_cancelled`,
 // fills the room the nonzeros leave with cancelled sums (-0, lowest index
 // first): a block with room delivers them instead of cutting them.

@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/frame_walk.h"
 #include "collectives/qsgd.h"
-#include "kernels/qsgd.h"
 
 namespace gradex {
 
