@@ -427,8 +427,9 @@ def main(argv=None):
     if args.check_identical:
         same, digests = all_identical(model)
         if rank == 0:
+            # The digest lets two runs of one seed be compared (reproducibility).
             print(f"parameters identical on all {world} ranks: {same}"
-                  + ("" if same else f" {digests}"), flush=True)
+                  + (f" (sha256 {digests[0][:16]})" if same else f" {digests}"), flush=True)
         status = 0 if same else 3
     if rank == 0 and args.csv and rows:
         append_csv(args.csv, rows)

@@ -35,10 +35,6 @@ std::string DenseAlgorithm() { return std::string(catalog::ReferenceSumAlgorithm
 BucketChoice ChooseBucketAlgorithm(const Plan& plan, const BucketRules& rules, uint64_t step,
                                    uint32_t bucket, size_t elements) {
   BucketChoice c;
-  if (step < rules.start_iter) {
-    c.algorithm = DenseAlgorithm();
-    return c;
-  }
   c.algorithm = bucket < plan.bucket_algorithms.size() && !plan.bucket_algorithms[bucket].empty()
                     ? plan.bucket_algorithms[bucket]
                     : plan.algorithm;
@@ -48,11 +44,22 @@ BucketChoice ChooseBucketAlgorithm(const Plan& plan, const BucketRules& rules, u
     const double rate = (4.0 * static_cast<double>(elements)) / (8.0 * std::max(k, 1.0));
     if (rate < rules.min_compression_rate) c.algorithm = DenseAlgorithm();
   }
+  const bool sparse = !catalog::TraitsOf(c.algorithm).dense;
+  const uint64_t period = rules.dense_probe_period;
+  if (step < rules.start_iter) {
+    // The warm-up runs dense; with probes on, its odd steps also time the
+    // sparse exchange the bucket is planned to run (its even steps are the
+    // dense samples).
+    if (period > 0 && sparse && step % 2 == 1) {
+      c.sparse_probe = true;
+      c.probe_algorithm = std::move(c.algorithm);
+    }
+    c.algorithm = DenseAlgorithm();
+    return c;
+  }
   // A sparse bucket's dense exchange is timed beside it (the agent's shadow
   // probe); a dense bucket times itself.
-  const uint64_t period = rules.dense_probe_period;
-  c.dense_probe =
-      period > 0 && step % period == period - 1 && !catalog::TraitsOf(c.algorithm).dense;
+  c.dense_probe = period > 0 && step % period == period - 1 && sparse;
   return c;
 }
 

@@ -19,7 +19,11 @@ namespace gradex::agent {
 
 struct BucketRules {
   // Steps [0, start_iter) run the dense algorithm for every bucket (as
-  // PowerSGD's start_powerSGD_iter).
+  // PowerSGD's start_powerSGD_iter). With dense_probe_period > 0, a bucket
+  // planned sparse also times its sparse exchange on the odd steps of this
+  // warm-up (sparse_probe), so the bucket controller can choose its side
+  // before it ever runs sparse: a switch from sparse to dense in mid-training
+  // costs accuracy (docs/measurements.md), one from dense to sparse does not.
   uint64_t start_iter = 0;
   // A bucket of n elements at density d stays dense when a sparse exchange
   // would send less than this factor fewer bytes: (4n) / (8 ceil(d n)) < rate.
@@ -55,6 +59,11 @@ bool operator==(const BucketRules& a, const BucketRules& b);
 struct BucketChoice {
   std::string algorithm;     // what the bucket's exchange runs
   bool dense_probe = false;  // also time a dense exchange of its size (never for a dense one)
+  // A warm-up step (BucketRules::start_iter) of a bucket planned sparse:
+  // also time `probe_algorithm`, the sparse exchange it would run, on a copy
+  // of its gradient (the residual untouched: the training never sees it).
+  bool sparse_probe = false;
+  std::string probe_algorithm;
 };
 
 // The dense algorithm the rules fall back to: the catalog's reference sum

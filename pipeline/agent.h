@@ -112,7 +112,10 @@ struct BucketOutcome {
   // A shadow probe ran (BucketRules::dense_probe_period): a dense exchange of
   // zeros the size of the bucket, timed beside its own exchange.
   bool dense_probe = false;
-  double probe_seconds = 0;  // the probe's dense exchange, wall
+  // A warm-up step's shadow probe (BucketRules::start_iter): the sparse
+  // exchange the bucket is planned to run, on a copy of its gradient.
+  bool sparse_probe = false;
+  double probe_seconds = 0;  // the probe's exchange, wall
   double seconds = 0;        // the exchange, wall
   // L2 of the bucket's residual after a successful exchange: one pass, for
   // the agent's metrics and the caller's stats.
@@ -151,8 +154,12 @@ struct BucketCall {
   std::vector<size_t> step_buckets;  // ctx.step_buckets points here
   std::string algorithm;             // what runs
   bool dense_probe = false;
+  bool sparse_probe = false;
+  std::string probe_algorithm;          // sparse_probe: what it times
   SparseAllreduce* schedule = nullptr;  // null: nothing to exchange (see status)
-  SparseAllreduce* probe = nullptr;     // dense_probe: the slot's dense object, timed on zeros
+  // dense_probe: the slot's dense object, timed on zeros; sparse_probe: the
+  // slot's sparse object, timed on a copy of the gradient.
+  SparseAllreduce* probe = nullptr;
   CallContext ctx;
   AllreduceOptions options;
   // Where the bucket's gradient is: not yet in the residual, prepared (a
@@ -290,9 +297,11 @@ class Agent {
   AllreduceOptions Options(int bucket) const;
   // `s` with the peer this rank timed out waiting for (since `since`) named.
   absl::Status NameWait(absl::Status s, Clock::time_point since) const;
-  // The shadow probe of a dense_probe call: call->probe on zeros of the
-  // bucket's size, under a call id no bucket of the step uses; its wall time.
-  absl::Status TimeDenseProbe(const BucketCall& call, double* seconds);
+  // The shadow probe of a call: call->probe on zeros of the bucket's size
+  // (dense_probe) or on a copy of its gradient with a residual of zeros
+  // (sparse_probe), under a call id no bucket of the step uses; its wall
+  // time. The call's own residual is not touched.
+  absl::Status TimeProbe(const BucketCall& call, double* seconds);
   void Report(uint64_t step);
   // A planned bucket of a failed step: its gradient joins its residual
   // (however far it got), and the step's error, named for it, is returned.

@@ -90,6 +90,8 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
   call->step_buckets.assign(step_buckets.begin(), step_buckets.end());
   call->schedule = nullptr;
   call->probe = nullptr;
+  call->sparse_probe = false;
+  call->probe_algorithm.clear();
   call->state = BucketCall::State::kFresh;
   call->status = absl::OkStatus();
   call->refused = false;
@@ -128,15 +130,18 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
   call->schedule = *algorithm;
   // The probe's call id counts down from the top of the step's id range:
   // free while the step's buckets fill at most half of it.
-  call->dense_probe = choice.dense_probe && step_buckets.size() <= kMaxStepBuckets / 2;
-  if (call->dense_probe) {
-    absl::StatusOr<SparseAllreduce*> dense =
-        SlotAlgorithm(DenseAlgorithm(), plan_->epoch, slot, hierarchical_ ? &layout_ : nullptr);
-    if (!dense.ok()) {
-      call->status = dense.status();
+  const bool room = step_buckets.size() <= kMaxStepBuckets / 2;
+  call->dense_probe = choice.dense_probe && room;
+  call->sparse_probe = choice.sparse_probe && room;
+  if (call->dense_probe || call->sparse_probe) {
+    call->probe_algorithm = call->dense_probe ? DenseAlgorithm() : choice.probe_algorithm;
+    absl::StatusOr<SparseAllreduce*> probe = SlotAlgorithm(
+        call->probe_algorithm, plan_->epoch, slot, hierarchical_ ? &layout_ : nullptr);
+    if (!probe.ok()) {
+      call->status = probe.status();
       return;
     }
-    call->probe = *dense;
+    call->probe = *probe;
   }
   CallContext& ctx = call->ctx;
   ctx = CallContext{};
@@ -195,6 +200,7 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
                       ? absl::StrCat("flat (", call->algorithm, " runs flat only)")
                       : layout_line_;
   out->dense_probe = call->dense_probe;
+  out->sparse_probe = call->sparse_probe;
   out->stats = CallStats{};
   out->seconds = 0;
   if (!step_status_.ok()) return KeepCall(call);
@@ -211,15 +217,15 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
                                   ") before its exchange: ", call->status.message())));
     return KeepCall(call);
   }
-  if (call->dense_probe) {
+  if (call->dense_probe || call->sparse_probe) {
     // Before the bucket's own exchange, on every rank in the same order.
-    absl::Status p = TimeDenseProbe(*call, &out->probe_seconds);
+    absl::Status p = TimeProbe(*call, &out->probe_seconds);
     if (!p.ok()) {
       AbandonBucket(call);  // the prepared call puts grad + old residual back
       step_status_ = Fail(absl::Status(
-          p.code(),
-          absl::StrCat("step ", step, " epoch ", plan_->epoch, " rank ", rank_, " of ",
-                       plan_->world(), " (dense probe of bucket ", bucket, "): ", p.message())));
+          p.code(), absl::StrCat("step ", step, " epoch ", plan_->epoch, " rank ", rank_, " of ",
+                                 plan_->world(), " (", call->dense_probe ? "dense" : "sparse",
+                                 " probe of bucket ", bucket, "): ", p.message())));
       return step_status_;
     }
   }
@@ -259,23 +265,39 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
   b.kprime_used = static_cast<size_t>(out->stats.Detail("kprime_used"));  // 0: none
   b.post_gather_count = static_cast<size_t>(out->stats.Detail("post_gather_count"));
   b.result_nnz = out->stats.result_nnz;
-  // A probe step reports the probe: the coordinator's dense sample.
-  b.algorithm = call->dense_probe ? DenseAlgorithm() : call->algorithm;
-  b.seconds = call->dense_probe ? out->probe_seconds : out->seconds;
+  // A probe step reports the probe: the coordinator's sample of the side
+  // that does not run (dense beside a sparse bucket, sparse in the warm-up).
+  const bool probed = call->dense_probe || call->sparse_probe;
+  b.algorithm = probed ? call->probe_algorithm : call->algorithm;
+  b.seconds = probed ? out->probe_seconds : out->seconds;
   b.dense_probe = call->dense_probe;
   step_buckets_.push_back(std::move(b));
   step_stats_.push_back(out->stats);
   return absl::OkStatus();
 }
 
-absl::Status Agent::TimeDenseProbe(const BucketCall& call, double* seconds) {
+absl::Status Agent::TimeProbe(const BucketCall& call, double* seconds) {
   const size_t n = call.grad.size();
-  std::vector<float> zeros(n, 0.0f), residual(n, 0.0f);
+  std::vector<float> grad(n, 0.0f), residual(n, 0.0f);
+  if (call.sparse_probe) {
+    if (call.memory == nullptr) {
+      std::copy(call.grad.begin(), call.grad.end(), grad.begin());
+    } else {
+      // A device bucket's gradient is not on the host: a stand-in of the
+      // same size whose magnitudes differ per rank and per element, so the
+      // selections and what they send are those of a gradient, not of zeros.
+      uint32_t x = 0x9e3779b9u ^ static_cast<uint32_t>(rank_ + 1);
+      for (float& v : grad) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;  // xorshift32
+        v = static_cast<float>(static_cast<int32_t>(x)) * 0x1p-31f;
+      }
+    }
+  }
   CallContext ctx = call.ctx;
   ctx.call_id = CallId(next_step_, static_cast<uint32_t>(kMaxStepBuckets - 1 - call.bucket));
   ctx.deadline = DeadlineIn(plan_->step_deadline);
   const Clock::time_point start = Clock::now();
-  absl::Status s = call.probe->PrepareCall(ctx, call.options, zeros, residual, {}, 0, nullptr);
+  absl::Status s = call.probe->PrepareCall(ctx, call.options, grad, residual, {}, 0, nullptr);
   AllreduceResult result;
   CallStats stats;
   if (s.ok()) s = call.probe->ExchangeCall(&result, &stats, DeadlineIn(plan_->step_deadline));

@@ -215,6 +215,7 @@ class PyClient {
 std::unique_ptr<PyClient> Create(py::dict options, bool use_environment, py::object rdv_set,
                                  py::object rdv_get) {
   ClientOptions o = ParseOptions(options, use_environment);
+  client::ApplyDependentDefaults(&o);
   Rendezvous r = MakeRendezvous(std::move(rdv_set), std::move(rdv_get));
   absl::StatusOr<std::unique_ptr<Client>> c;
   {
@@ -243,6 +244,7 @@ PYBIND11_MODULE(_C, m) {
         "The UCX this process loaded: version, library, module_dirs, components, transports "
         "(resources: transport/device) and ucp_context_print_info's text.");
   gradex::python::BindPsWorker(m);
+  m.attr("AUTO_WARMUP_STEPS") = gradex::client::kAutoWarmupSteps;
   m.def("option_table", &gradex::python::OptionTableForPython,
         "Every client option: name, type, Python keyword, C key, environment variables, "
         "default, range, whether the job's plan decides it (services/client/option_table.h).");

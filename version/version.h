@@ -20,9 +20,11 @@ namespace gradex {
 // 4: the hierarchical exchange (its rule agreed at entry; node stages).
 // 5: a sparse frame may carry -0, a sum that cancelled, which SparDL's
 // residuals sent home count as delivered (a member dropping it would keep
-// other residuals than its peers).
-inline constexpr uint32_t kWireProtocol = 5;
-inline constexpr uint32_t kOldestWireProtocol = 5;
+// other residuals than its peers). 6: warm-up steps with dense probes on
+// also time the bucket's sparse exchange (a shadow call a member of 5 would
+// not answer).
+inline constexpr uint32_t kWireProtocol = 6;
+inline constexpr uint32_t kOldestWireProtocol = 6;
 
 const char* Version();           // "0.1.0", from VERSION
 const char* GitCommit();         // the commit built, e.g. "da765b0a1b2c"; "unknown" outside git

@@ -23,7 +23,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from gradex._C import Client, GradexError, option_table, velocities_of
+from gradex._C import AUTO_WARMUP_STEPS, Client, GradexError, option_table, velocities_of
 from gradex.dgs import DGSOptimizer
 from gradex.handover import plan_handover
 from gradex.rendezvous import store_rendezvous
@@ -61,7 +61,12 @@ class GradexState:
         density: fraction of each bucket's entries sent per step (k = ceil(d*n)).
         teams: SparDL team count; 0 lets the coordinator choose.
         start_iter: steps [0, start_iter) run dense (as PowerSGD's
-            ``start_powerSGD_iter``), a warm-up before sparsification.
+            ``start_powerSGD_iter``), a warm-up before sparsification. Not
+            given, with ``algorithm="auto"`` (or none) and dense probes on:
+            ``AUTO_WARMUP_STEPS`` (384), in whose odd steps each bucket's
+            planned sparse exchange is also timed on a copy of its gradient,
+            so that the coordinator chooses its side (sparse, or dense where
+            dense is faster) before it runs sparse; otherwise 0.
         min_compression_rate: a bucket whose sparse message would be less than
             this factor smaller than its dense one stays dense.
         timeout_s: deadline for joining and for every bucket's exchange; a dead
@@ -188,7 +193,11 @@ class GradexState:
         self.timeout_s = float(timeout_s)
         self.algorithm = algorithm
         self.density = density
-        self.start_iter = start_iter or 0  # as asked (rank 0's runs)
+        # As asked (rank 0's runs); not given, the client's choice
+        # (ApplyDependentDefaults): auto's warm-up where dense probes are on.
+        warmup = (start_iter is None and algorithm in (None, "auto")
+                  and dense_probe_period != 0)
+        self.start_iter = AUTO_WARMUP_STEPS if warmup else (start_iter or 0)
         self._keys = {}
         if model is not None:
             for i, p in enumerate(model.parameters()):
@@ -209,7 +218,13 @@ class GradexState:
             handover.apply()
             self._decay = handover.decay
             extras = []
-            if start_iter:
+            if warmup:
+                extras.append(f"auto: the first {AUTO_WARMUP_STEPS} steps run dense while each "
+                              "bucket's sparse exchange is timed beside them, then each bucket "
+                              "runs sparse unless dense was 10% faster, and never moves from "
+                              "sparse to dense later (that costs accuracy; the default on 3 "
+                              "models, 2 epochs: within 0.5 points of dense, docs/measurements.md)")
+            elif start_iter:
                 extras.append(f"start_iter {start_iter}")
             if dense_probe_period == 0:
                 extras.append("no dense probes")

@@ -103,6 +103,7 @@ int gradex_create(const char* const* keys, const char* const* values, size_t cou
     if (absl::Status s = gradex::client::SetFromCKey(&o, keys[i], values[i]); !s.ok())
       return Fail(s);
   }
+  gradex::client::ApplyDependentDefaults(&o);
   absl::StatusOr<std::unique_ptr<Client>> c =
       Client::Create(std::move(o), gradex::client::FromC(rendezvous));
   if (!c.ok()) return Fail(c.status());

@@ -31,6 +31,16 @@
 
 namespace gradex::client {
 
+// The warm-up of algorithm "auto" (start_iter not given): dense steps in
+// whose odd steps each bucket's planned sparse exchange is also timed, so the
+// coordinator chooses the bucket's side before it ever runs sparse (a switch
+// from sparse to dense in mid-training costs accuracy; docs/measurements.md).
+// 384 = 6 plan barriers of the default 64 steps: the auto choice from the link
+// probes applies at step 128 (the plan lead), its sparse samples fill two
+// windows of 8 on odd steps by about step 160, and that decision applies at
+// the barrier after 160 + 128, before step 384 with one window to spare.
+inline constexpr uint64_t kAutoWarmupSteps = 384;
+
 struct ClientOptions {
   std::string job = "gradex";
   int rank = 0;        // the trainer's rank (RANK): 0 embeds the coordinator when none is given
@@ -50,7 +60,10 @@ struct ClientOptions {
   // applies rank 0's (agreed in-band at each epoch's entry); a rank given
   // other values warns once per field. start_iter, dense_probe_period <=
   // 2^32; min_compression_rate <= 2^30.
-  uint64_t start_iter = 0;            // steps [0, start_iter) are dense (PowerSGD's start_iter)
+  // Steps [0, start_iter) are dense (PowerSGD's start_iter). Not given, the
+  // C ABI and Python take kAutoWarmupSteps under "auto" with dense probes
+  // on (ApplyDependentDefaults).
+  uint64_t start_iter = 0;
   double min_compression_rate = 2.0;  // buckets where sparse sends less than this factor stay dense
   // Every this many steps (from start_iter) each sparse bucket's dense
   // exchange is timed, on zeros of its size beside its own exchange (the

@@ -27,6 +27,10 @@ ClientMetrics::ClientMetrics(prometheus::Registry& r)
       dense_probes(Family(r, "gradex_client_dense_probes_total",
                           "Buckets run dense to time them against their sparse exchange")
                        .Add({})),
+      sparse_probes(Family(r, "gradex_client_sparse_probes_total",
+                           "Warm-up steps that timed a bucket's sparse exchange beside its dense "
+                           "one (start_iter with dense probes on)")
+                        .Add({})),
       switches_to_dense(
           Family(r, "gradex_client_algorithm_switches_total", kSwitches).Add({{"to", "dense"}})),
       switches_to_sparse(

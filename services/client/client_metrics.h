@@ -21,6 +21,7 @@ class ClientMetrics {
   prometheus::Counter& buckets_ok;
   prometheus::Counter& buckets_failed;
   prometheus::Counter& dense_probes;
+  prometheus::Counter& sparse_probes;
   prometheus::Counter& switches_to_dense;
   prometheus::Counter& switches_to_sparse;
   prometheus::Counter& nonfinite_values;

@@ -103,6 +103,7 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   ++b.calls;
   b.dense_calls += dense;
   if (out.dense_probe) client_metrics_->dense_probes.Increment();
+  if (out.sparse_probe) client_metrics_->sparse_probes.Increment();
   // A switch between sparse and dense: the rules or the bucket controller
   // chose the other kind for this bucket (a probe runs beside the bucket's
   // own exchange and changes neither).
@@ -120,6 +121,7 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   b.last_s = out.seconds;
   if (status.ok()) Push(dense ? h.dense_s : h.sparse_s, out.seconds);
   if (status.ok() && out.dense_probe) Push(h.dense_s, out.probe_seconds);
+  if (status.ok() && out.sparse_probe) Push(h.sparse_s, out.probe_seconds);
   b.sparse_s = catalog::UpperMedian(h.sparse_s);
   b.dense_s = catalog::UpperMedian(h.dense_s);
   b.residual_norm = end.residual_l2;

@@ -180,7 +180,9 @@ std::vector<OptionSpec> Build() {
                .c_key = "start_iter",
                .py_keyword = "start_iter",
                .example = "10",
-               .description = "steps [0, start_iter) run dense (rank 0's value wins; others warn)",
+               .description = "steps [0, start_iter) run dense (rank 0's value wins; others warn); "
+                              "not given: 384 under algorithm auto with dense probes on (the "
+                              "warm-up in which each bucket's side is chosen), else 0",
                GRADEX_FIELD(start_iter, uint64_t)});
   t.push_back({.name = "min_compression_rate",
                .type = T::kDouble,

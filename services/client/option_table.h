@@ -110,6 +110,10 @@ absl::Status CheckOptionValues(const ClientOptions& o);
 // The rank asks for this value: given explicitly (o.given), or, set by a
 // C++ caller, different from the default.
 bool Asked(const ClientOptions& o, const OptionSpec& spec);
+// The defaults that depend on other options, for options not given (the C
+// ABI and Python call it once every option is set): start_iter is
+// kAutoWarmupSteps under algorithm "auto" with dense probes on.
+void ApplyDependentDefaults(ClientOptions* o);
 
 // The README's table (markdown), and the markers around it there.
 std::string OptionsMarkdown();

@@ -206,6 +206,12 @@ absl::Status CheckOptionValues(const ClientOptions& o) {
   return absl::OkStatus();
 }
 
+void ApplyDependentDefaults(ClientOptions* o) {
+  if (o->algorithm == "auto" && o->dense_probe_period > 0 && !o->given.contains("start_iter")) {
+    o->start_iter = kAutoWarmupSteps;
+  }
+}
+
 bool Asked(const ClientOptions& o, const OptionSpec& s) {
   return o.given.contains(std::string(s.name)) ||
          FormatValue(s, s.get(o)) != FormatValue(s, s.get(ClientOptions{}));

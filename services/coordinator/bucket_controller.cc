@@ -133,6 +133,7 @@ void BucketController::Feed(int rank, uint64_t step, const std::vector<BucketSam
       slot.elements = s.elements;
       slot.algorithm = name;
       slot.dense = dense;
+      slot.own_dense = dense && !s.dense_probe;
     } else if (slot.elements != s.elements || slot.algorithm != name || slot.dense != dense) {
       slot.valid = false;  // ranks disagree on what ran: not a sample
     }
@@ -164,16 +165,21 @@ void BucketController::Close(uint64_t step, const Open& o, absl::Time now) {
       MarkPending(b, step);
     }
     std::deque<double>* samples = &b.dense;
+    if (s.own_dense && !b.fallback && !b.applied_fallback) b.warmup_step = step;
     if (!s.dense) {
       if (b.sparse_algorithm != s.algorithm) {  // another sparse algorithm
         b.sparse.clear();
+        b.verdict = false;
         if (!b.fallback) b.fresh = b.votes = 0;
       }
       b.sparse_algorithm = s.algorithm;
       samples = &b.sparse;
     }
     samples->push_back(s.slowest);
-    while (samples->size() > window) samples->pop_front();
+    // A warm-up keeps more, for its verdict.
+    const bool warming = !b.verdict && b.warmup_step != kNone && step <= b.warmup_step + 2;
+    const size_t keep = warming ? std::max(window, static_cast<size_t>(o_.warmup_window)) : window;
+    while (samples->size() > keep) samples->pop_front();
     // Only the side that runs paces the judgements, and only with samples
     // taken since its switch was applied.
     if (s.dense != b.fallback || b.fresh_from == kNone || step < b.fresh_from) continue;
@@ -188,14 +194,41 @@ void BucketController::Decide(uint32_t index, Bucket& b, uint64_t step, absl::Ti
   const size_t need = static_cast<size_t>(std::max(o_.min_samples, 1));
   const std::deque<double>& running = b.fallback ? b.dense : b.sparse;
   const std::deque<double>& other = b.fallback ? b.sparse : b.dense;
-  if (running.size() < window || other.size() < need) return;
+  // A warm-up (its own dense run at most two steps back: one report may be
+  // dropped) whose verdict on this sparse algorithm is not taken yet.
+  const bool warmup = !b.fallback && !b.verdict && b.warmup_step != kNone &&
+                      step <= b.warmup_step + 2 && now >= b.hold_until;
+  const size_t verdict = std::max(window, static_cast<size_t>(o_.warmup_window));
+  if (running.size() < (warmup ? verdict : window) || other.size() < (warmup ? verdict : need)) {
+    return;
+  }
   const double sparse = catalog::Median(b.sparse), dense = catalog::Median(b.dense);
-  // While dense runs, the sparse window holds the last sparse runs: sparse
-  // comes back when dense, measured every step, slows past it by the margin.
-  const bool favoured =
-      b.fallback ? sparse < dense * (1 - o_.margin) : dense < sparse * (1 - o_.margin);
-  b.votes = favoured ? b.votes + 1 : 0;
-  if (b.votes < std::max(o_.confirm_windows, 1) || now < b.hold_until) return;
+  if (warmup) {
+    b.verdict = b.warmed = true;
+    b.votes = 0;
+    // Within the margin sparse stays: a near tie is not worth the bytes, and
+    // timings that close would choose differently from run to run.
+    if (!(dense < sparse * (1 - o_.margin))) {  // sparse it is: nothing changes
+      kept_sparse_.push_back({.bucket = index,
+                              .sparse_seconds = sparse,
+                              .dense_seconds = dense,
+                              .sparse_samples = static_cast<int>(b.sparse.size()),
+                              .dense_samples = static_cast<int>(b.dense.size()),
+                              .decided_step = step,
+                              .switches = b.switches,
+                              .warmup = true});
+      return;
+    }
+  } else if (!b.fallback && b.warmed) {
+    return;  // chosen in its warm-up: it stays sparse
+  } else {
+    // While dense runs, the sparse window holds the last sparse runs: sparse
+    // comes back when dense, measured every step, slows past it by the margin.
+    const bool favoured =
+        b.fallback ? sparse < dense * (1 - o_.margin) : dense < sparse * (1 - o_.margin);
+    b.votes = favoured ? b.votes + 1 : 0;
+    if (b.votes < std::max(o_.confirm_windows, 1) || now < b.hold_until) return;
+  }
   b.fallback = !b.fallback;
   b.votes = 0;
   b.fresh_from = kNone;  // the new side's samples count once it runs
@@ -211,7 +244,8 @@ void BucketController::Decide(uint32_t index, Bucket& b, uint64_t step, absl::Ti
                        .dense_samples = static_cast<int>(b.dense.size()),
                        .decided_step = step,
                        .switches = b.switches,
-                       .hold = hold});
+                       .hold = hold,
+                       .warmup = warmup});
 }
 
 absl::Duration BucketController::HoldAfter(int switches) const {
@@ -282,6 +316,12 @@ std::vector<std::string> BucketController::Choices() const {
 std::vector<BucketSwitch> BucketController::TakeSwitches() {
   std::vector<BucketSwitch> out;
   out.swap(switches_);
+  return out;
+}
+
+std::vector<BucketSwitch> BucketController::TakeKeptSparse() {
+  std::vector<BucketSwitch> out;
+  out.swap(kept_sparse_);
   return out;
 }
 

@@ -3,13 +3,27 @@
 // - "never slower than dense": per bucket index, the median over a window
 //   of steps of the slowest rank's sparse exchange is compared with the same
 //   for dense exchanges (the agents' dense probes, or the bucket's own runs
-//   once it is dense); the bucket runs the catalog's dense algorithm once
+//   once it is dense; in a warm-up with probes on, its dense steps against
+//   the sparse probes of its odd steps, so the side is chosen before the
+//   bucket runs sparse); the bucket runs the catalog's dense algorithm once
 //   dense wins by the margin, and goes back once sparse wins by it;
 // - "auto" (job algorithm "auto"): otherwise the catalog algorithm whose
 //   Table 1 row (catalog/table1.h) prices the bucket's n cheapest at this
 //   density, P, team count and the links' α and β (the maxima over the
 //   epoch's ranks, once every rank's probe is in; before any, a stated
 //   default).
+// A bucket in a warm-up (its own dense runs reported while it is planned
+// sparse, the agents' sparse probes on the odd steps between them) gets one
+// verdict, with no confirming window: the first time both sides hold
+// warmup_window samples, dense wins if faster by the margin, else sparse
+// stays (a near tie is not worth the bytes, and would choose differently
+// from run to run). It has not run sparse yet, so either side costs no
+// accuracy, and a verdict taken once cannot flip (a new sparse algorithm gets one too, while the
+// warm-up lasts). A bucket given a verdict never switches from sparse to
+// dense afterwards: that switch costs accuracy (docs/measurements.md, "A
+// bucket's side chosen in a timed warm-up"), and its speed was weighed in
+// the warm-up; from dense it goes back to sparse by the rules below, which
+// costs none. A bucket with no warm-up (start_iter 0) keeps all the rules.
 // A choice changes only on a clear, lasting difference, so that timings
 // around equality do not flip a bucket at every barrier: the side that runs
 // is judged once per full window of samples taken since its switch was
@@ -63,6 +77,11 @@ struct BucketControllerOptions {
   // pass the margin on a load burst of a few steps; a lasting difference
   // shows in each.
   int confirm_windows = 2;
+  // The samples of each side a warm-up's verdict is taken on: twice a window,
+  // since nothing confirms it; decided by step 31 of a warm-up (step 159 when
+  // the link probes change the sparse algorithm at 128), applied at the
+  // barrier 128 steps later, before auto's 384.
+  int warmup_window = 16;
   // After its n-th switch a bucket holds for dwell * 2^(n-1), at most
   // max_dwell. 30 s outlasts a shared host's load swings (a neighbour's
   // burst, a checkpoint), so one swing switches a bucket once, not back and
@@ -95,6 +114,7 @@ struct BucketSwitch {
   uint64_t decided_step = 0;                  // the step whose sample completed the window
   int switches = 0;                           // this bucket's switches, this one included
   absl::Duration hold;                        // no other switch of the bucket for this long
+  bool warmup = false;                        // the warm-up's verdict
 };
 
 // The cheapest catalog algorithm with a Table 1 row that runs on P ranks in
@@ -149,6 +169,9 @@ class BucketController {
   std::vector<std::string> Choices() const;
   // Fallback switches decided since the last call.
   std::vector<BucketSwitch> TakeSwitches();
+  // Warm-up verdicts that kept a bucket sparse since the last call (for the
+  // log: to_dense false, switches unchanged).
+  std::vector<BucketSwitch> TakeKeptSparse();
   int dense_buckets() const;  // applied
   double alpha() const { return alpha_ > 0 ? alpha_ : o_.default_alpha; }
   double beta() const { return beta_ > 0 ? beta_ : o_.default_beta; }
@@ -167,6 +190,12 @@ class BucketController {
     uint64_t fresh_from = 0;
     int fresh = 0;
     int votes = 0;  // consecutive windows favouring a switch
+    // The last step whose own run was dense while the bucket was planned
+    // sparse (a warm-up), and whether the warm-up's verdict on the current
+    // sparse algorithm was taken.
+    uint64_t warmup_step = kNone;
+    bool verdict = false;
+    bool warmed = false;  // a verdict was taken (for any sparse algorithm)
     int switches = 0;
     absl::Time hold_until = absl::InfinitePast();
   };
@@ -174,6 +203,7 @@ class BucketController {
     uint64_t elements = 0;
     std::string algorithm;
     bool dense = false;
+    bool own_dense = false;  // dense, and the bucket's own run (not a probe)
     bool valid = true;
     double slowest = 0;
     int ranks = 0;
@@ -204,7 +234,7 @@ class BucketController {
   uint64_t links_step_ = 0;  // the latest step a rank's first probe came on
   std::vector<Bucket> buckets_;
   std::map<uint64_t, Open> open_;  // by step
-  std::vector<BucketSwitch> switches_;
+  std::vector<BucketSwitch> switches_, kept_sparse_;
 };
 
 }  // namespace gradex::coordinator

@@ -56,12 +56,20 @@ void Coordinator::FeedBucketsLocked(const gradex::v1::StepReport& r, int rank, a
     samples.push_back({b.elements(), b.algorithm(), b.seconds(), b.dense_probe()});
   }
   buckets_.Feed(rank, r.step(), samples, now);
+  for (const BucketSwitch& v : buckets_.TakeKeptSparse()) {
+    Log("bucket ", v.bucket, ": sparse exchange ", v.sparse_seconds, " s, dense ", v.dense_seconds,
+        " s (medians of the slowest rank over ", v.sparse_samples, " and ", v.dense_samples,
+        " steps, to step ", v.decided_step,
+        ") -> stays sparse (the warm-up's verdict: dense not faster by the margin; it will not "
+        "switch to dense)");
+  }
   for (const BucketSwitch& sw : buckets_.TakeSwitches()) {
     Log("bucket ", sw.bucket, ": sparse exchange ", sw.sparse_seconds, " s, dense ",
         sw.dense_seconds, " s (medians of the slowest rank over ", sw.sparse_samples, " and ",
         sw.dense_samples, " steps, to step ", sw.decided_step, ") -> ",
         sw.to_dense ? std::string(catalog::DenseFallbackAlgorithm()) : "sparse again",
-        " from step ", BucketSwitchStepLocked(sw.decided_step), " (switch ", sw.switches,
+        " from step ", BucketSwitchStepLocked(sw.decided_step), " (",
+        sw.warmup ? "the warm-up's verdict, before it ran sparse; " : "", "switch ", sw.switches,
         "; no other before ", absl::FormatDuration(sw.hold), ")");
     if (metrics_) {
       (sw.to_dense ? metrics_->bucket_fallbacks_to_dense : metrics_->bucket_fallbacks_to_sparse)

@@ -59,15 +59,32 @@ TEST(BucketChoiceTest, RulesInOrder) {
   EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 18, 0, 100000).dense_probe);
   // A dense bucket times itself: no probe (start_iter; a small bucket below).
   EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 4, 0, 100000).dense_probe);
+  // The warm-up's odd steps time the bucket's planned sparse exchange; its
+  // even steps are the dense samples; none after it.
+  BucketChoice warm = ChooseBucketAlgorithm(plan, rules, 3, 1, 100000);
+  EXPECT_EQ(warm.algorithm, "dense-ring");
+  EXPECT_TRUE(warm.sparse_probe);
+  EXPECT_EQ(warm.probe_algorithm, "topka");
+  EXPECT_FALSE(warm.dense_probe);
+  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 1, 0, 100000).probe_algorithm, "spardl");
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 4, 1, 100000).sparse_probe);
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 5, 1, 100000).sparse_probe);
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 7, 1, 100000).sparse_probe);
   // n = 400 at d = 0.01: k = 4, rate 1600 / 32 = 50 (sparse); n = 100: k = 1,
   // rate 400 / 8 = 50; at density 0.5, n = 100: k = 50, rate 1 < 2 (dense).
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 400).algorithm, "spardl");
   plan.density = 0.5;
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 100).algorithm, "dense-ring");
   EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 9, 0, 100).dense_probe);
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 3, 0, 100).sparse_probe) << "dense anyway";
   // rate exactly 2 (d = 0.25) is not below it.
   plan.density = 0.25;
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 100).algorithm, "spardl");
+  plan.bucket_algorithms = {"dense-ring"};  // the coordinator chose dense: nothing to time
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 3, 0, 100000).sparse_probe);
+  plan.bucket_algorithms = {};
+  rules.dense_probe_period = 0;  // no probes, no timed warm-up
+  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 3, 0, 100000).sparse_probe);
   rules = {};
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 0, 0, 100).algorithm, "spardl");
   EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 49, 0, 100).algorithm, "spardl");
@@ -163,7 +180,11 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
         ASSERT_TRUE(r.end.ok()) << r.end;
         EXPECT_EQ(r.outcomes[b].algorithm, want) << "step " << it << " bucket " << b;
         EXPECT_EQ(r.outcomes[b].dense_probe, it == 3);
-        if (it == 3) EXPECT_GT(r.outcomes[b].probe_seconds, 0.0);
+        // Step 1 (warm-up, odd) times the planned sparse exchange beside
+        // the dense one: the call's own result and residual are the dense
+        // run's (consistent and conserved below).
+        EXPECT_EQ(r.outcomes[b].sparse_probe, it == 1);
+        if (it == 3 || it == 1) EXPECT_GT(r.outcomes[b].probe_seconds, 0.0);
         calls.push_back(CallOf(r, b));
       }
       EXPECT_TRUE(Consistent(calls));
@@ -182,6 +203,18 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
     EXPECT_EQ(r.buckets[1].elements, kSizes[1]);
     EXPECT_GT(r.buckets[2].seconds, 0.0);
     EXPECT_FALSE(r.buckets[2].dense_probe);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  // A warm-up probe step reports the sparse exchange it timed.
+  checked = 0;
+  for (const StepReport& r : coordinator.reports()) {
+    if (!r.ok || r.step != 1) continue;
+    ASSERT_EQ(r.buckets.size(), kSizes.size());
+    EXPECT_EQ(r.buckets[0].algorithm, "spardl");
+    EXPECT_EQ(r.buckets[1].algorithm, "topka");
+    EXPECT_FALSE(r.buckets[1].dense_probe);
+    EXPECT_GT(r.buckets[1].seconds, 0.0);
     ++checked;
   }
   EXPECT_EQ(checked, 2);

@@ -247,6 +247,29 @@ TEST_F(OptionTableTest, StringsAreCheckedByTheirRule) {
   }
 }
 
+// start_iter not given: auto's timed warm-up where dense probes are on, 0
+// otherwise; given (even as 0), the value given.
+TEST_F(OptionTableTest, StartIterNotGivenIsAutosWarmUpWhereProbesAreOn) {
+  ClientOptions o;
+  ApplyDependentDefaults(&o);
+  EXPECT_EQ(o.start_iter, kAutoWarmupSteps);
+  ClientOptions named;
+  ASSERT_TRUE(SetFromCKey(&named, "algorithm", "spardl").ok());
+  ApplyDependentDefaults(&named);
+  EXPECT_EQ(named.start_iter, 0u);
+  ClientOptions no_probes;
+  ASSERT_TRUE(SetFromCKey(&no_probes, "dense_probe_period", "0").ok());
+  ApplyDependentDefaults(&no_probes);
+  EXPECT_EQ(no_probes.start_iter, 0u);
+  ClientOptions given;
+  ASSERT_TRUE(SetFromCKey(&given, "start_iter", "0").ok());
+  ApplyDependentDefaults(&given);
+  EXPECT_EQ(given.start_iter, 0u);
+  ASSERT_TRUE(SetFromCKey(&given, "start_iter", "7").ok());
+  ApplyDependentDefaults(&given);
+  EXPECT_EQ(given.start_iter, 7u);
+}
+
 TEST_F(OptionTableTest, TheReadmeTableHasARowPerOption) {
   const std::string md = OptionsMarkdown();
   for (const OptionSpec& s : OptionTable()) {

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "catalog/bucket_algorithms.h"
@@ -255,6 +256,79 @@ TEST(BucketController, AutoChoosesPerBucketFromTheModelAndTheMeasuredLinks) {
   // Not "auto": no bucket gets its own algorithm from the model.
   c.Configure(plan, false, 0.01, 4, 1, 256);
   EXPECT_TRUE(c.Choices().empty());
+}
+
+// Auto's warm-up (client::kAutoWarmupSteps = 384 dense steps whose odd steps
+// time the planned sparse exchange): once both sides hold 16 samples, its
+// verdict takes dense where dense is faster by the margin, applied at a plan
+// barrier long before step 384, so the bucket never runs sparse there; where
+// dense is 5% faster (a near tie) or sparse faster, nothing changes but auto's
+// choice (whose new algorithm gets a verdict of its own), and a bucket
+// given a verdict for sparse never switches to dense later. Barriers every 64
+// steps, a decision of step d applied at the first barrier at or after
+// d + 128 (the Coordinator's plan lead and one period).
+TEST(BucketController, AutosWarmUpGivesOneVerdictWithoutMarginBeforeTheBucketRunsSparse) {
+  constexpr uint64_t kBucket = 235146, kWarmup = 384;
+  const std::string dense = std::string(catalog::DenseFallbackAlgorithm());
+  auto barrier = [](uint64_t d) { return (d + 128 + 63) / 64 * 64; };
+  // Sparse in the warm-up and after it; dense takes 0.008 s a step. The last
+  // case: sparse slows 5x after a verdict for it, and stays (the verdict).
+  for (const auto [sparse_s, late_s] : std::vector<std::pair<double, double>>{
+           {0.017, 0.017}, {0.0084, 0.0084}, {0.004, 0.004}, {0.004, 0.02}}) {
+    SCOPED_TRACE(late_s);
+    const bool dense_wins = 0.008 < sparse_s * 0.9;
+    BucketController c;
+    const std::string plan = "spardl-bsag";
+    c.Configure(plan, true, 0.01, 4, 1, 0);
+    for (int r = 0; r < 4; ++r) c.FeedLink(r, 0, 1.6e-5, 4.3e-10);  // loopback's
+    std::vector<BucketSwitch> switches, kept;
+    for (uint64_t step = 0; step < kWarmup + 200; ++step) {
+      const std::vector<std::string> applied = c.Choices();
+      const std::string runs = applied.empty() || applied[0].empty() ? plan : applied[0];
+      if (step >= kWarmup) {  // what runs, and a dense probe every 50 steps
+        FeedStep(c, 4, step,
+                 {step % 50 == 49 && runs != dense
+                      ? BucketSample{kBucket, dense, 0.008, true}
+                      : BucketSample{kBucket, runs, runs == dense ? 0.008 : late_s, false}});
+      } else if (step % 2 == 0 || runs == dense) {  // the warm-up's own dense run
+        FeedStep(c, 4, step, {{kBucket, "dense-ring", 0.008, false}});
+      } else {  // the sparse probe of what is planned
+        FeedStep(c, 4, step, {{kBucket, runs, sparse_s, false}});
+      }
+      for (const BucketSwitch& sw : c.TakeSwitches()) switches.push_back(sw);
+      for (const BucketSwitch& v : c.TakeKeptSparse()) kept.push_back(v);
+      const uint64_t pending = c.PendingSince();
+      if (pending != kNone && barrier(pending) == step + 1) c.Apply(pending, step + 1);
+    }
+    ASSERT_FALSE(c.Choices().empty()) << "auto's choice or the verdict applied";
+    if (dense_wins) {
+      ASSERT_EQ(switches.size(), 1u) << "one verdict, nothing after it";
+      EXPECT_TRUE(switches[0].warmup);
+      EXPECT_TRUE(switches[0].to_dense);
+      EXPECT_EQ(switches[0].decided_step, 31u) << "16 dense runs and 16 sparse probes";
+      EXPECT_EQ(switches[0].sparse_samples, 16);
+      EXPECT_EQ(c.Choices()[0], dense);
+      EXPECT_TRUE(kept.empty());
+    } else {
+      EXPECT_TRUE(switches.empty());
+      EXPECT_FALSE(catalog::TraitsOf(c.Choices()[0]).dense);
+      // One verdict on the plan's algorithm (16 probes by step 31), one on
+      // auto's from step 128 (its 16th probe at step 159).
+      ASSERT_EQ(kept.size(), 2u);
+      EXPECT_EQ(kept[0].decided_step, 31u);
+      EXPECT_EQ(kept[1].decided_step, 159u);
+    }
+    EXPECT_EQ(c.PendingSince(), kNone);
+  }
+  // Without a warm-up the margin holds: a sparse bucket whose dense probes
+  // are 5% faster stays sparse (no own dense run: no verdict).
+  BucketController c;
+  c.Configure("spardl", false, 0.01, 2, 1, 0);
+  for (uint64_t step = 0; step < 200; ++step) {
+    FeedStep(c, 2, step, {step % 2 ? Probe(0.095) : Sparse(0.10)});
+  }
+  EXPECT_TRUE(c.TakeSwitches().empty());
+  EXPECT_EQ(c.PendingSince(), kNone);
 }
 
 }  // namespace
