@@ -1,5 +1,5 @@
 // DgsPushPull: the worker side of DGS over a Transport (ps/dgs_exchange.h;
-// docs/architecture.md "DGS"). DgsServer is in dgs_serve.cc.
+// docs/architecture.md "DGS"). DgsServer is in dgs_server.cc.
 #include "ps/dgs_exchange.h"
 
 #include <algorithm>

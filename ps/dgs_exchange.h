@@ -22,7 +22,7 @@
 #include "absl/status/status.h"
 #include "collectives/tag_space.h"
 #include "ps/dgs_frames.h"
-#include "ps/dgs_server.h"
+#include "ps/dgs_server_shard.h"
 #include "ps/dgs_worker.h"
 #include "transport/transport.h"
 

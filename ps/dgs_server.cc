@@ -1,189 +1,227 @@
-// The DGS server shard: its creation and checks, a worker's hello (a full
-// sync), the pulls (top R% of what a worker has not yet seen) and the
-// staleness bookkeeping; pushes and snapshots have files of their own.
-#include "ps/dgs_server.h"
-
+// DgsServer: the serving loop of one DGS shard over a Transport
+// (ps/dgs_exchange.h; docs/architecture.md "DGS").
 #include <algorithm>
-#include <cmath>
-#include <functional>
+#include <cstddef>
+#include <cstring>
+#include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/sparse.h"
-#include "ps/dgs_dense.h"
+#include "ps/dgs_exchange.h"
 
 namespace gradex {
 
-DgsServerShard::DgsServerShard(const DgsLayout& layout, uint32_t shard, DgsRange range,
-                               const DgsServerOptions& options)
-    : layout_(layout),
-      shard_(shard),
-      range_(range),
-      options_(options),
-      pieces_(layout.Pieces(range)),
-      m_(range.size(), 0.0f),
-      d_(options.workers),
-      active_(options.workers, 0),
-      pulled_at_(options.workers, 0),
-      synced_at_(options.workers, 0),
-      ratio_(options.workers, 1.0f),
-      push_staleness_(options.workers, 0) {}
-
-absl::StatusOr<DgsServerShard> DgsServerShard::Create(const DgsLayout& layout, uint32_t shard,
-                                                      DgsRange range, const DgsServerOptions& o) {
-  if (range.begin >= range.end || range.end > layout.total()) {
-    return absl::InvalidArgumentError(absl::StrCat("DGS shard ", shard, ": range [", range.begin,
-                                                   ",", range.end, ") not inside the model of ",
-                                                   layout.total()));
+DgsServer::DgsServer(Transport& transport, DgsJob job, DgsServerShard& shard,
+                     std::vector<int> worker_ranks)
+    : transport_(transport), job_(job), shard_(shard), ranks_(std::move(worker_ranks)) {
+  ctx_.job_id = job.job_id;
+  ctx_.epoch = job.epoch;
+  ctx_.layout = &shard.layout();
+  ctx_.shard = shard.shard();
+  ctx_.range = shard.range();
+  ctx_.workers = shard.options().workers;
+  cap_ = DgsMaxMessageBytes(shard.layout(), shard.range());
+  const size_t n = ctx_.workers;
+  recvs_.resize(n);
+  held_.resize(n);
+  unapplied_.assign(n, 0);
+  // A worker without a valid rank is never served (a caller bug, refused
+  // here rather than handed to the transport).
+  lost_.assign(n, 0);
+  ranks_.resize(n, -1);
+  for (size_t k = 0; k < n; ++k) {
+    if (ranks_[k] < 0 || ranks_[k] >= transport.size()) lost_[k] = 1;
   }
-  if (shard >= kDgsMaxShards) {
-    return absl::InvalidArgumentError(absl::StrCat("DGS shard id ", shard, " >= ", kDgsMaxShards));
-  }
-  if (o.workers == 0 || o.workers > kDgsMaxWorkers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DGS shard: workers ", o.workers, " not in 1 .. ", kDgsMaxWorkers));
-  }
-  if (o.full_sync_every == 0) {
-    return absl::InvalidArgumentError("DGS shard: full_sync_every must be >= 1");
-  }
-  if (o.max_staleness < o.workers - 1) {
-    return absl::InvalidArgumentError(absl::StrCat("DGS shard: max_staleness ", o.max_staleness,
-                                                   " < workers - 1 = ", o.workers - 1));
-  }
-  return DgsServerShard(layout, shard, range, o);
 }
 
-absl::Status DgsServerShard::Refuse(DgsRefusal reason, std::string_view detail, DgsRefusal* why) {
-  Count(reason);
-  if (why != nullptr) *why = reason;
-  return absl::FailedPreconditionError(absl::StrCat("DGS shard ", shard_, " refused (",
-                                                    std::string(DgsRefusalName(reason)),
-                                                    "): ", std::string(detail)));
-}
-
-void DgsServerShard::FullSync(uint32_t worker, DgsMessage* reply) {
-  *reply = DgsMessage{};
-  reply->kind = DgsKind::kFullSync;
-  reply->worker = worker;
-  reply->shard = shard_;
-  reply->version = version_;
-  reply->dense = m_;
-  d_[worker].assign(m_.size(), 0.0f);  // v_k = M: nothing unsent
-  pulled_at_[worker] = synced_at_[worker] = version_;
-  ++stats_.full_syncs;
-}
-
-absl::Status DgsServerShard::Join(uint32_t worker, std::span<const float> values, DgsMessage* reply,
-                                  DgsRefusal* why) {
-  if (why != nullptr) *why = DgsRefusal::kNone;
-  if (worker >= options_.workers) {
-    return Refuse(DgsRefusal::kWrongWorker, absl::StrCat("worker ", worker), why);
-  }
-  if (!has_model_) {
-    if (values.empty()) return Refuse(DgsRefusal::kNoModel, "a hello without values", why);
-    if (values.size() != range_.size()) {
-      return Refuse(DgsRefusal::kBadLength,
-                    absl::StrCat(values.size(), " values for a range of ", range_.size()), why);
-    }
-    if (!std::all_of(values.begin(), values.end(), [](float x) { return std::isfinite(x); })) {
-      return Refuse(DgsRefusal::kNonFinite, "a hello's values", why);
-    }
-    m_.assign(values.begin(), values.end());
-    has_model_ = true;
-    for (float x : values) bound_ = std::max(bound_, static_cast<double>(std::fabs(x)));
-  }
-  active_[worker] = 1;
-  ratio_[worker] = 1.0f;
-  push_staleness_[worker] = 0;
-  ++stats_.joins;
-  FullSync(worker, reply);
+absl::Status DgsServer::Post(uint32_t worker) {
+  absl::StatusOr<RequestId> r =
+      transport_.PostRecvAtMost(ranks_[worker], DgsUpTag(ctx_.shard), cap_);
+  if (!r.ok()) return r.status();
+  recvs_[worker] = *r;
   return absl::OkStatus();
 }
 
-absl::Status DgsServerShard::MakePull(uint32_t worker, DgsMessage* reply, DgsRefusal* why) {
-  if (why != nullptr) *why = DgsRefusal::kNone;
-  if (worker >= options_.workers || !active_[worker]) {
-    return Refuse(DgsRefusal::kNotJoined, absl::StrCat("a pull for worker ", worker), why);
+absl::Status DgsServer::Reply(uint32_t worker, Bytes message) {
+  stats_.bytes_out += message.size();
+  ++stats_.messages_out;
+  absl::StatusOr<RequestId> send =
+      transport_.PostSend(ranks_[worker], DgsDownTag(ctx_.shard), std::move(message));
+  if (!send.ok()) return send.status();
+  sends_.push_back({worker, *send});
+  return absl::OkStatus();
+}
+
+absl::Status DgsServer::Refused(uint32_t worker, uint32_t request, DgsRefusal why) {
+  ++stats_.refused;
+  return Reply(worker, EncodeDgsRefused(ctx_, worker, request, shard_.version(), why));
+}
+
+absl::Status DgsServer::ApplyAndReply(uint32_t worker, const DgsMessage& push) {
+  DgsRefusal why;
+  DgsMessage& reply = reply_;
+  absl::Status s = shard_.ApplyPush(worker, push, &why);
+  if (s.ok()) s = shard_.MakePull(worker, &reply, &why);
+  if (!s.ok()) {
+    unapplied_[worker] = push.request;
+    return Refused(worker, push.request, why);
   }
-  if (version_ - synced_at_[worker] >= options_.full_sync_every) {
-    FullSync(worker, reply);
+  reply.request = push.request;
+  absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply, std::move(spare_));
+  if (!bytes.ok()) return bytes.status();
+  return Reply(worker, *std::move(bytes));
+}
+
+absl::Status DgsServer::Handle(uint32_t worker, Bytes message) {
+  ++stats_.messages_in;
+  stats_.bytes_in += message.size();
+  // Whatever the worker sends next supersedes a push of it still held: it
+  // gave up waiting for that one, which is dropped unapplied (and said so
+  // in the next full sync, so that the worker puts it back).
+  if (held_[worker]) unapplied_[worker] = held_[worker]->request;
+  held_[worker].reset();
+  DgsMessage& m = in_;
+  DgsRefusal why;
+  if (!DecodeDgsFromWorker(message, ctx_, worker, &m, &why).ok()) {
+    shard_.Count(why);
+    // The request number is only echoed, so it is read even from a message
+    // refused for another field.
+    uint32_t request = 0;
+    if (message.size() >= sizeof(DgsMessageHeader)) {
+      std::memcpy(&request, message.data() + offsetof(DgsMessageHeader, request), sizeof request);
+    }
+    if (request != 0) unapplied_[worker] = request;  // a push, perhaps: not applied
+    return Refused(worker, request, why);
+  }
+  spare_ = std::move(message);  // decoded: its room makes the next reply
+  if (m.kind == DgsKind::kLeave) {
+    shard_.Deactivate(worker);
+    ServeHeld();  // the others no longer wait for this worker
     return absl::OkStatus();
   }
-  // The reply's buffers are reused (a dense pull is the whole range).
-  reply->sparse.clear();
-  reply->dense.clear();
-  reply->ratio = 0;
-  reply->reason = DgsRefusal::kNone;
-  reply->request = 0;
-  reply->kind = DgsKind::kPull;
-  reply->worker = worker;
-  reply->shard = shard_;
-  reply->version = version_;
-  std::vector<float>& d = d_[worker];
-  uint64_t sent = 0;
-  if (ratio_[worker] >= 1.0f) {
-    // ASGD: every nonzero of G_k = d_k goes (the top-k rule at k = size),
-    // values only, one pass; d_k keeps nothing.
-    reply->kind = DgsKind::kDensePull;
-    reply->dense.resize(range_.size());
-    sent = DgsTakeNonzeros(d.data(), reply->dense.data(), range_.size());
-  } else {
-    for (const DgsRange& p : pieces_) {
-      // G_k of the piece is d_k: its top R% is sent (secondary compression)
-      // and zeroed, which is v_k += sent; everything else stays in d_k.
-      float* g = d.data() + (p.begin - range_.begin);
-      const uint32_t keep = DgsKeep(p.size(), ratio_[worker]);
-      if (keep == p.size()) {  // the whole piece: every nonzero, one pass
-        for (uint32_t i = 0; i < p.size(); ++i) {
-          if (g[i] == 0.0f) continue;
-          reply->sparse.idx.push_back(p.begin + i);
-          reply->sparse.val.push_back(g[i]);
-          g[i] = 0.0f;
-        }
+  if (m.kind == DgsKind::kHello) {
+    if (m.version > shard_.version()) {
+      // The worker saw a later version of this shard than the shard has:
+      // restored from an older snapshot. Its full sync below replaces the
+      // worker's range; the gap is counted for the server to log and export.
+      ++stats_.version_gaps;
+      stats_.last_gap = m.version - shard_.version();
+      stats_.last_gap_worker = worker;
+      stats_.last_gap_worker_version = m.version;
+    }
+    DgsMessage& reply = reply_;
+    if (!shard_.Join(worker, m.dense, &reply, &why).ok()) return Refused(worker, m.request, why);
+    reply.request = m.request;
+    reply.unapplied = std::exchange(unapplied_[worker], 0);
+    absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply, std::move(spare_));
+    if (!bytes.ok()) return bytes.status();
+    absl::Status s = Reply(worker, *std::move(bytes));
+    ServeHeld();  // a join may admit a held push (the staircase changed)
+    return s;
+  }
+  if (!shard_.MayApply(worker)) {
+    held_[worker] = std::move(m);
+    ++stats_.held;
+    return absl::OkStatus();
+  }
+  absl::Status s = ApplyAndReply(worker, m);
+  ServeHeld();
+  return s;
+}
+
+void DgsServer::ServeHeld() {
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (uint32_t k = 0; k < held_.size(); ++k) {
+      if (!held_[k] || !shard_.MayApply(k)) continue;
+      DgsMessage m = *std::move(held_[k]);
+      held_[k].reset();
+      if (!ApplyAndReply(k, m).ok()) Lose(k);
+      progress = true;
+    }
+  }
+}
+
+void DgsServer::Lose(uint32_t worker) {
+  if (lost_[worker]) return;
+  lost_[worker] = 1;
+  held_[worker].reset();
+  recvs_[worker].reset();
+  shard_.Deactivate(worker);
+  ++stats_.workers_lost;
+}
+
+void DgsServer::ReapSends() {
+  std::vector<std::pair<uint32_t, RequestId>> still;
+  for (const auto& [worker, id] : sends_) {
+    absl::StatusOr<bool> done = transport_.Test(id, nullptr);
+    if (!done.ok()) {
+      Lose(worker);
+    } else if (!*done) {
+      still.push_back({worker, id});
+    }
+  }
+  sends_ = std::move(still);
+}
+
+absl::StatusOr<bool> DgsServer::Poll() {
+  ReapSends();
+  bool handled = false;
+  for (uint32_t k = 0; k < ranks_.size(); ++k) {
+    if (lost_[k]) continue;
+    if (!recvs_[k] && !Post(k).ok()) {
+      Lose(k);
+      continue;
+    }
+    Bytes bytes;
+    absl::StatusOr<bool> done = transport_.Test(*recvs_[k], &bytes);
+    if (done.ok() && !*done) continue;
+    recvs_[k].reset();
+    handled = true;
+    if (!done.ok()) {
+      if (absl::Status blamed = transport_.blame(ranks_[k]); !blamed.ok()) {
+        // A flood of messages no receive took: the worker is dropped, its
+        // messages discarded by the transport; the others go on.
+        ++stats_.workers_blamed;
+        stats_.last_blame = std::string(blamed.message());
+        Lose(k);
+        ServeHeld();
         continue;
       }
-      kernels::SelectTopKAndZero(g, p.size(), keep, p.begin, &reply->sparse);
+      if (done.status().code() == absl::StatusCode::kResourceExhausted) {
+        // Longer than any message of this shard can be: refused unread.
+        shard_.Count(DgsRefusal::kOverCapacity);
+        ++stats_.messages_in;
+        if (!Refused(k, 0, DgsRefusal::kOverCapacity).ok()) Lose(k);
+        continue;
+      }
+      Lose(k);  // the worker is gone; the others go on
+      ServeHeld();
+      continue;
     }
-    sent = reply->sparse.nnz();
+    if (!Handle(k, std::move(bytes)).ok()) Lose(k);
   }
-  pulled_at_[worker] = version_;
-  ++stats_.pulls;
-  stats_.pulled_entries += sent;
+  if (std::all_of(lost_.begin(), lost_.end(), [](uint8_t l) { return l != 0; })) {
+    return absl::UnavailableError(absl::StrCat("DGS shard ", ctx_.shard, ": every worker is gone"));
+  }
+  return handled;
+}
+
+absl::Status DgsServer::ServeUntil(Deadline until) {
+  // Polls, backing off from 20 us to 1 ms while idle: the transport has no
+  // wait-for-any, and a server must not spin a core its workers need.
+  auto idle = std::chrono::microseconds(20);
+  while (Clock::now() < until) {
+    absl::StatusOr<bool> handled = Poll();
+    if (!handled.ok()) return handled.status();
+    if (*handled) {
+      idle = std::chrono::microseconds(20);
+      continue;
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(idle, until - Clock::now()));
+    idle = std::min(idle * 2, std::chrono::microseconds(1000));
+  }
   return absl::OkStatus();
-}
-
-bool DgsServerShard::MayApply(uint32_t worker) const {
-  if (options_.max_staleness == kDgsUnboundedStaleness || !active(worker)) return true;
-  // Stalenesses after the push: the pusher's becomes 0 (it pulls next).
-  std::vector<uint64_t> s;
-  for (uint32_t j = 0; j < options_.workers; ++j) {
-    if (active_[j] && j != worker) s.push_back(version_ + 1 - pulled_at_[j]);
-  }
-  s.push_back(0);
-  std::sort(s.begin(), s.end(), std::greater<>());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] + i > options_.max_staleness) return false;
-  }
-  return true;
-}
-
-void DgsServerShard::Deactivate(uint32_t worker) {
-  if (worker >= options_.workers) return;
-  active_[worker] = 0;
-  std::vector<float>().swap(d_[worker]);
-}
-
-uint64_t DgsServerShard::staleness(uint32_t worker) const {
-  return active(worker) ? version_ - pulled_at_[worker] : 0;
-}
-
-uint64_t DgsServerShard::last_push_staleness(uint32_t worker) const {
-  return worker < options_.workers ? push_staleness_[worker] : 0;
-}
-
-uint64_t DgsServerShard::total_refused() const {
-  uint64_t t = 0;
-  for (uint64_t c : refused_) t += c;
-  return t;
 }
 
 }  // namespace gradex

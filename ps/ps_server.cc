@@ -68,7 +68,7 @@ absl::Status PsServer::TakeShard(const Plan& plan, uint32_t shard, DgsRange rang
   if (every != plan.params.end() && every->second >= 1 && every->second <= 1e9) {
     o.full_sync_every = static_cast<uint32_t>(every->second);
   }
-  // The staircase needs max_staleness >= workers - 1 (ps/dgs_server.h);
+  // The staircase needs max_staleness >= workers - 1 (ps/dgs_server_shard.h);
   // the job config refuses less, and the plan is bounded again here.
   o.max_staleness = plan.ps->max_staleness == 0
                         ? kDgsUnboundedStaleness

@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/dgs_exchange.h"
-#include "ps/dgs_server.h"
+#include "ps/dgs_server_shard.h"
 #include "ps/ps_member.h"
 #include "ps/ps_server_metrics.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ps/dgs_exchange.h"
-#include "ps/dgs_server.h"
+#include "ps/dgs_server_shard.h"
 
 namespace prometheus {
 class Registry;

@@ -124,7 +124,7 @@ absl::Status ReadPs(const gradex::v1::JobConfig& c, JobSettings* s) {
   const int max_workers = s->max_world_size == 0 ? s->world_size : s->max_world_size;
   ps.max_workers = max_workers;
   // The servers' staleness bound holds only from workers - 1 up (a worker
-  // that is most behind is never held: ps/dgs_server.h).
+  // that is most behind is never held: ps/dgs_server_shard.h).
   if (ps.max_staleness != 0 && ps.max_staleness + 1 < static_cast<uint64_t>(max_workers)) {
     return Bad("ps.max_staleness", absl::StrCat("at least the largest worker count - 1 (",
                                                 max_workers - 1, "), or 0 = unbounded"));

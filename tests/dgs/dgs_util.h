@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "ps/dgs_frames.h"
-#include "ps/dgs_server.h"
+#include "ps/dgs_server_shard.h"
 #include "ps/dgs_worker.h"
 
 namespace gradex::dgs_test {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ps/dgs_frames.h"
-#include "ps/dgs_server.h"
+#include "ps/dgs_server_shard.h"
 #include "ps/dgs_worker.h"
 
 namespace gradex {

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "catalog/fnv1a.h"
-#include "ps/dgs_server.h"
+#include "ps/dgs_server_shard.h"
 
 namespace gradex {
 namespace {

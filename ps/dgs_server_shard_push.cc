@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/sparse.h"
 #include "ps/dgs_dense.h"
-#include "ps/dgs_server.h"
+#include "ps/dgs_server_shard.h"
 
 namespace gradex {
 namespace {

@@ -41,8 +41,8 @@
 // upper bound on |x| over M and every d_j (it grows by the largest |value|
 // of each push applied); only a push whose largest |value| plus that bound
 // could pass FLT_MAX is checked entry by entry (and the bound made exact).
-#ifndef GRADEX_PS_DGS_SERVER_H_
-#define GRADEX_PS_DGS_SERVER_H_
+#ifndef GRADEX_PS_DGS_SERVER_SHARD_H_
+#define GRADEX_PS_DGS_SERVER_SHARD_H_
 
 #include <cstdint>
 #include <limits>
@@ -178,4 +178,4 @@ class DgsServerShard {
 
 }  // namespace gradex
 
-#endif  // GRADEX_PS_DGS_SERVER_H_
+#endif  // GRADEX_PS_DGS_SERVER_SHARD_H_
