@@ -1,4 +1,4 @@
-// The simulator's view of the catalog's Table 1 rows (catalog/table1.h):
+// The simulator's view of the catalog's Table 1 rows (catalog/cost_rows.h):
 // time = α · latency + β · bytes, by algorithm name.
 #ifndef GRADEX_BENCH_SIM_COST_MODEL_H_
 #define GRADEX_BENCH_SIM_COST_MODEL_H_

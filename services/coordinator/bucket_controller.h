@@ -8,7 +8,7 @@
 //   bucket runs sparse); the bucket runs the catalog's dense algorithm once
 //   dense wins by the margin, and goes back once sparse wins by it;
 // - "auto" (job algorithm "auto"): otherwise the catalog algorithm whose
-//   Table 1 row (catalog/table1.h) prices the bucket's n cheapest at this
+//   Table 1 row (catalog/cost_rows.h) prices the bucket's n cheapest at this
 //   density, P, team count and the links' α and β (the maxima over the
 //   epoch's ranks, once every rank's probe is in; before any, a stated
 //   default).

@@ -15,7 +15,7 @@
 namespace gradex::coordinator {
 
 // Seconds of one SAG call on P ranks, n elements at `density`, T teams, by
-// the algorithm's Table 1 row in the catalog (catalog/table1.h); for B-SAG at
+// the algorithm's Table 1 row in the catalog (catalog/cost_rows.h); for B-SAG at
 // k' = kprime_ratio · k_block (<= 0: the controller's start, 1/T). HUGE_VAL
 // for an algorithm without a row.
 double SagSeconds(const std::string& algorithm, int world, uint64_t elements, double density,

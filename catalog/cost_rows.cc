@@ -1,4 +1,4 @@
-#include "catalog/table1.h"
+#include "catalog/cost_rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "catalog/models.h"
 
-namespace gradex::catalog::table1 {
+namespace gradex::catalog {
 namespace {
 
 constexpr double e = 8, w = 4;  // bytes per COO entry, per dense element
@@ -33,12 +33,12 @@ struct Shape {
 
 }  // namespace
 
-CostRange DenseRing(const CostInputs& in) {
+CostRange DenseRingRow(const CostInputs& in) {
   const Shape s(in);
   return Exact(2 * (s.P - 1), 2 * (s.P - 1) / s.P * w * s.N, "2(P-1)α + 2n(P-1)/P β");
 }
 
-CostRange DenseRabenseifner(const CostInputs& in) {
+CostRange DenseRabenseifnerRow(const CostInputs& in) {
   // Table 1's row holds for powers of two; the fold sends the whole vector
   // to a partner and back, on the critical path.
   const Shape s(in);
@@ -47,26 +47,26 @@ CostRange DenseRabenseifner(const CostInputs& in) {
                    "2 log2(P')α + 2n(P'-1)/P' β, P' = 2^floor(log2 P); fold: +2α + 2nβ"};
 }
 
-CostRange AllGatherTopk(const CostInputs& in) {
+CostRange AllGatherTopkRow(const CostInputs& in) {
   const Shape s(in);
   return Exact(s.L, (s.P - 1) * e * s.k, "log2(P)α + 2k(P-1)β");
 }
 
-CostRange GaussianThreshold(const CostInputs& in) {
+CostRange GaussianThresholdRow(const CostInputs& in) {
   // The Gaussian threshold selects at least 3k/4; the table counts k.
   const Shape s(in);
   return CostRange{double(s.L), double(s.L), 0.75 * (s.P - 1) * e * s.k, 2 * (s.P - 1) * e * s.k,
                    "log2(P)α + 2k'(P-1)β, k' in [3k/4, 2k]"};
 }
 
-CostRange DynamicSparseSplit(const CostInputs& in) {
+CostRange DynamicSparseSplitRow(const CostInputs& in) {
   const Shape s(in);
   return CostRange{s.P - 1 + s.L, s.P + 2.0 * s.L, 2 * e * s.k * (s.P - 1) / s.P,
                    (e * s.k + w * s.N) * (s.P - 1) / s.P,
                    "(P + 2 log2 P)α + [4k(P-1)/P, (2k+n)(P-1)/P] β"};
 }
 
-CostRange GlobalTopkTree(const CostInputs& in) {
+CostRange GlobalTopkTreeRow(const CostInputs& in) {
   // Table 1's row is for powers of two; the fold adds one message of k
   // entries (in) or two (in and out) to the critical path.
   const Shape s(in);
@@ -75,7 +75,7 @@ CostRange GlobalTopkTree(const CostInputs& in) {
                    "2 log2(P)α + 4k log2(P) β (P' = 2^floor(log2 P), fold +1..2 messages)"};
 }
 
-CostRange OkTopk(const CostInputs& in) {
+CostRange OkTopkRow(const CostInputs& in) {
   // Split-and-reduce to P-1 peers, then all-gatherv; the boundary and
   // threshold agreements add small allreduces (2 log2 P more at most).
   const Shape s(in);
@@ -83,7 +83,7 @@ CostRange OkTopk(const CostInputs& in) {
                    3 * e * s.k * (s.P - 1) / s.P, "(2P + 2 log2 P)α + [2k(P-1)/P, 6k(P-1)/P] β"};
 }
 
-CostRange SsarRecursiveDoubling(const CostInputs& in) {
+CostRange SsarRecursiveDoublingRow(const CostInputs& in) {
   // Recursive doubling over P': the stream at step i holds the top-k sets of
   // a cube of 2^i ranks plus those folded onto it (at most min(2^i, P-P')),
   // at most N entries. SSAR's streams are static (SparCML: the δ switch is
@@ -109,7 +109,7 @@ CostRange SplitLatency(const Shape& s) {
 }
 }  // namespace
 
-CostRange SsarSplit(const CostInputs& in) {
+CostRange SsarSplitRow(const CostInputs& in) {
   // Static streams: a filled-in slice stays COO (8 bytes an element), so
   // the gather's cap is 2n/P words a slice, not the dense n/P.
   const Shape s(in);
@@ -121,7 +121,7 @@ CostRange SsarSplit(const CostInputs& in) {
   return c;
 }
 
-CostRange DsarSplit(const CostInputs& in) {
+CostRange DsarSplitRow(const CostInputs& in) {
   const Shape s(in);
   const double split = e * s.k * (s.P - 1) / s.P;
   CostRange c = SplitLatency(s);
@@ -130,7 +130,7 @@ CostRange DsarSplit(const CostInputs& in) {
   return c;
 }
 
-CostRange SparDL(const CostInputs& in) {
+CostRange SparDLRow(const CostInputs& in) {
   const Shape s(in);
   return Exact(2.0 * s.L, 2 * (s.P - 1) / s.P * e * s.k, "2 log2(P)α + 4k(P-1)/P β");
 }
@@ -149,14 +149,14 @@ struct Sag {
 };
 }  // namespace
 
-CostRange Rsag(const CostInputs& in) {
+CostRange RsagRow(const CostInputs& in) {
   const Shape s(in);
   const Sag g(in, s);
   return Exact(g.latency, g.srs + g.Lt * e * s.k / g.Q,
                "2 log2(Q)α + log2(T)α + [4k(Q-1)/Q + 2k log2(T)/Q] β, Q = P/T");
 }
 
-CostRange Bsag(const CostInputs& in) {
+CostRange BsagRow(const CostInputs& in) {
   // k' (per block) lies in [k_block/T, k_block]; the controller starts low.
   const Shape s(in);
   const Sag g(in, s);
@@ -168,7 +168,7 @@ CostRange Bsag(const CostInputs& in) {
   return CostRange{g.latency, g.latency, bytes(1 / g.T), bytes(1.0), formula};
 }
 
-CostRange Covap(const CostInputs& in) {
+CostRange CovapRow(const CostInputs& in) {
   // A call sends nothing or one part of its bucket; the most is the whole
   // bucket by a dense ring. Over any I consecutive steps every part is sent
   // once, so a call costs 1/I of the ring on average: the row's low end.
@@ -180,4 +180,4 @@ CostRange Covap(const CostInputs& in) {
                    "bucket); the mean over I steps (I = covap_interval) is 1/I of it"};
 }
 
-}  // namespace gradex::catalog::table1
+}  // namespace gradex::catalog
