@@ -101,11 +101,11 @@ int Run(const Flags& f) {
   std::unique_ptr<ControlPlane> control = std::move(wired->control);
   std::unique_ptr<TransportProvider> transports = std::move(wired->transports);
   if (f.stall_entry > 0) {
-    transports = StallEntryFault(std::move(transports), f.stall_entry,
-                                 std::chrono::milliseconds(f.stall_ms));
+    transports = faults::StallEntryFault(std::move(transports), f.stall_entry,
+                                         std::chrono::milliseconds(f.stall_ms));
   }
   if (f.tag_flood_mib > 0) {
-    transports = TagFloodFault(std::move(transports), static_cast<size_t>(f.tag_flood_mib));
+    transports = faults::TagFloodFault(std::move(transports), static_cast<size_t>(f.tag_flood_mib));
   }
   AgentMetrics metrics;
   if (f.metrics_port >= 0) {

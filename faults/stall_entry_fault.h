@@ -12,15 +12,15 @@
 
 #include "member/transport_provider.h"
 
-namespace gradex::agent {
+namespace gradex::faults {
 
 // Wraps `inner`; its `entry`-th Connect (counting from 1) stays out for up
 // to `at_most`, or until the connect is abandoned (a newer epoch superseded
 // it), then fails UNAVAILABLE (or ABORTED) naming the fault. Every other
 // connect is inner's.
-std::unique_ptr<TransportProvider> StallEntryFault(std::unique_ptr<TransportProvider> inner,
-                                                   int entry, std::chrono::milliseconds at_most);
+std::unique_ptr<agent::TransportProvider> StallEntryFault(
+    std::unique_ptr<agent::TransportProvider> inner, int entry, std::chrono::milliseconds at_most);
 
-}  // namespace gradex::agent
+}  // namespace gradex::faults
 
 #endif  // GRADEX_FAULTS_STALL_ENTRY_FAULT_H_

@@ -5,8 +5,13 @@
 
 #include "transport/forwarding_transport.h"
 
-namespace gradex::agent {
+namespace gradex::faults {
 namespace {
+
+// The member floor's provider interface these wrap.
+using agent::ConnectHooks;
+using agent::ForwardingProvider;
+using agent::Plan;
 
 constexpr size_t kFloodMessageBytes = 64 * 1024;  // eager: the receiver's UCX holds it whole
 // A phase byte no schedule uses (collectives/tag_space.h numbers them from 1).
@@ -44,7 +49,7 @@ class FloodingTransport final : public ForwardingTransport {
 
 class FloodingProvider final : public ForwardingProvider {
  public:
-  FloodingProvider(std::unique_ptr<TransportProvider> inner, size_t bytes_per_peer)
+  FloodingProvider(std::unique_ptr<agent::TransportProvider> inner, size_t bytes_per_peer)
       : ForwardingProvider(std::move(inner)), bytes_(bytes_per_peer) {}
   absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
                                                      const ConnectHooks& hooks) override {
@@ -59,9 +64,9 @@ class FloodingProvider final : public ForwardingProvider {
 
 }  // namespace
 
-std::unique_ptr<TransportProvider> TagFloodFault(std::unique_ptr<TransportProvider> inner,
-                                                 size_t mib_per_peer) {
+std::unique_ptr<agent::TransportProvider> TagFloodFault(
+    std::unique_ptr<agent::TransportProvider> inner, size_t mib_per_peer) {
   return std::make_unique<FloodingProvider>(std::move(inner), mib_per_peer << 20);
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::faults

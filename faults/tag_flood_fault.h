@@ -12,11 +12,11 @@
 
 #include "member/transport_provider.h"
 
-namespace gradex::agent {
+namespace gradex::faults {
 
-std::unique_ptr<TransportProvider> TagFloodFault(std::unique_ptr<TransportProvider> inner,
-                                                 size_t mib_per_peer);
+std::unique_ptr<agent::TransportProvider> TagFloodFault(
+    std::unique_ptr<agent::TransportProvider> inner, size_t mib_per_peer);
 
-}  // namespace gradex::agent
+}  // namespace gradex::faults
 
 #endif  // GRADEX_FAULTS_TAG_FLOOD_FAULT_H_
