@@ -177,8 +177,7 @@ void BucketController::Close(uint64_t step, const Open& o, absl::Time now) {
     }
     samples->push_back(s.slowest);
     // A warm-up keeps more, for its verdict.
-    const bool warming = !b.verdict && b.warmup_step != kNone && step <= b.warmup_step + 2;
-    const size_t keep = warming ? std::max(window, static_cast<size_t>(o_.warmup_window)) : window;
+    const size_t keep = Warming(b, step) ? WarmupWindow() : window;
     while (samples->size() > keep) samples->pop_front();
     // Only the side that runs paces the judgements, and only with samples
     // taken since its switch was applied.
@@ -194,12 +193,9 @@ void BucketController::Decide(uint32_t index, Bucket& b, uint64_t step, absl::Ti
   const size_t need = static_cast<size_t>(std::max(o_.min_samples, 1));
   const std::deque<double>& running = b.fallback ? b.dense : b.sparse;
   const std::deque<double>& other = b.fallback ? b.sparse : b.dense;
-  // A warm-up (its own dense run at most two steps back: one report may be
-  // dropped) whose verdict on this sparse algorithm is not taken yet.
-  const bool warmup = !b.fallback && !b.verdict && b.warmup_step != kNone &&
-                      step <= b.warmup_step + 2 && now >= b.hold_until;
-  const size_t verdict = std::max(window, static_cast<size_t>(o_.warmup_window));
-  if (running.size() < (warmup ? verdict : window) || other.size() < (warmup ? verdict : need)) {
+  const bool warmup = !b.fallback && Warming(b, step) && now >= b.hold_until;
+  if (running.size() < (warmup ? WarmupWindow() : window) ||
+      other.size() < (warmup ? WarmupWindow() : need)) {
     return;
   }
   const double sparse = catalog::Median(b.sparse), dense = catalog::Median(b.dense);
@@ -209,14 +205,8 @@ void BucketController::Decide(uint32_t index, Bucket& b, uint64_t step, absl::Ti
     // Within the margin sparse stays: a near tie is not worth the bytes, and
     // timings that close would choose differently from run to run.
     if (!(dense < sparse * (1 - o_.margin))) {  // sparse it is: nothing changes
-      kept_sparse_.push_back({.bucket = index,
-                              .sparse_seconds = sparse,
-                              .dense_seconds = dense,
-                              .sparse_samples = static_cast<int>(b.sparse.size()),
-                              .dense_samples = static_cast<int>(b.dense.size()),
-                              .decided_step = step,
-                              .switches = b.switches,
-                              .warmup = true});
+      kept_sparse_.push_back(Judged(index, b, sparse, dense, step));
+      kept_sparse_.back().warmup = true;
       return;
     }
   } else if (!b.fallback && b.warmed) {
@@ -236,16 +226,29 @@ void BucketController::Decide(uint32_t index, Bucket& b, uint64_t step, absl::Ti
   const absl::Duration hold = HoldAfter(b.switches);
   b.hold_until = now + hold;
   MarkPending(b, step);
-  switches_.push_back({.bucket = index,
-                       .to_dense = b.fallback,
-                       .sparse_seconds = sparse,
-                       .dense_seconds = dense,
-                       .sparse_samples = static_cast<int>(b.sparse.size()),
-                       .dense_samples = static_cast<int>(b.dense.size()),
-                       .decided_step = step,
-                       .switches = b.switches,
-                       .hold = hold,
-                       .warmup = warmup});
+  BucketSwitch& sw = switches_.emplace_back(Judged(index, b, sparse, dense, step));
+  sw.to_dense = b.fallback;
+  sw.hold = hold;
+  sw.warmup = warmup;
+}
+
+bool BucketController::Warming(const Bucket& b, uint64_t step) {
+  return !b.verdict && b.warmup_step != kNone && step <= b.warmup_step + 2;
+}
+
+size_t BucketController::WarmupWindow() const {
+  return static_cast<size_t>(std::max({o_.window, o_.warmup_window, 1}));
+}
+
+BucketSwitch BucketController::Judged(uint32_t index, const Bucket& b, double sparse, double dense,
+                                      uint64_t step) {
+  return {.bucket = index,
+          .sparse_seconds = sparse,
+          .dense_seconds = dense,
+          .sparse_samples = static_cast<int>(b.sparse.size()),
+          .dense_samples = static_cast<int>(b.dense.size()),
+          .decided_step = step,
+          .switches = b.switches};
 }
 
 absl::Duration BucketController::HoldAfter(int switches) const {

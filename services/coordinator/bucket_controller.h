@@ -218,6 +218,15 @@ class BucketController {
   // Prices the bucket again; a change is pending from `step`.
   void ChooseAuto(Bucket& b, uint64_t step) const;
   static void MarkPending(Bucket& b, uint64_t step);
+  // Whether `b` is in a warm-up whose verdict on its sparse algorithm is not
+  // taken yet (its own dense run at most two steps back: one report may be
+  // dropped), and how many samples a side that verdict keeps and needs.
+  static bool Warming(const Bucket& b, uint64_t step);
+  size_t WarmupWindow() const;
+  // What a judgement of `b` at `step` compared, for the log (the caller
+  // sets to_dense, hold and warmup).
+  static BucketSwitch Judged(uint32_t index, const Bucket& b, double sparse, double dense,
+                             uint64_t step);
   absl::Duration HoldAfter(int switches) const;
 
   const BucketControllerOptions o_;
