@@ -16,7 +16,7 @@ namespace gradex::agent {
 extern const char kUsage[];
 
 struct Flags {
-  GrpcControlPlaneOptions grpc;
+  member::GrpcControlPlaneOptions grpc;
   std::string job, token_file, agent_id, ucx_tls, data_ip, tls_ca, tls_cert, tls_key;
   std::string snapshot_dir;  // --role server (`server`)
   std::string node;          // empty: GRADEX_NODE, else the host name

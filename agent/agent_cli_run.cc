@@ -67,7 +67,7 @@ int Run(const Flags& f) {
     std::cerr << "gradex-agent: " << token.status().message() << "\n";
     return 2;
   }
-  GrpcControlPlaneOptions g = f.grpc;
+  member::GrpcControlPlaneOptions g = f.grpc;
   g.join_timeout = std::chrono::seconds(f.join_timeout_s);
   g.report_linger = std::chrono::milliseconds(f.report_linger_ms);
   g.on_join_progress = [](const std::string& line) {
@@ -84,7 +84,7 @@ int Run(const Flags& f) {
     }
     *out = *pem;
   }
-  MemberWiringOptions wiring{.control = g, .data_ip = f.data_ip};
+  member::MemberWiringOptions wiring{.control = g, .data_ip = f.data_ip};
   wiring.ucx.tls = f.ucx_tls;
   // No schedule sends more in one message than a bucket in dense frames
   // (FrameBytes picks the smaller encoding) plus a header per block, twice
@@ -92,14 +92,14 @@ int Run(const Flags& f) {
   // caps each receive itself (DgsServer: its shard's largest message).
   const size_t most = std::max<size_t>(2 * (f.elements * 4 + 48 * 4096), (1u << 20) + (64u << 10));
   wiring.ucx.max_message_bytes = f.server ? 0 : most;
-  WiringPart failed = WiringPart::kNone;
-  absl::StatusOr<MemberWiring> wired = WireMember(std::move(wiring), &failed);
+  member::WiringPart failed = member::WiringPart::kNone;
+  absl::StatusOr<member::MemberWiring> wired = member::WireMember(std::move(wiring), &failed);
   if (!wired.ok()) {
     std::cerr << "gradex-agent: " << wired.status() << "\n";
-    return failed == WiringPart::kUcx ? 1 : 2;
+    return failed == member::WiringPart::kUcx ? 1 : 2;
   }
-  std::unique_ptr<ControlPlane> control = std::move(wired->control);
-  std::unique_ptr<TransportProvider> transports = std::move(wired->transports);
+  std::unique_ptr<member::ControlPlane> control = std::move(wired->control);
+  std::unique_ptr<member::TransportProvider> transports = std::move(wired->transports);
   if (f.stall_entry > 0) {
     transports = faults::StallEntryFault(std::move(transports), f.stall_entry,
                                          std::chrono::milliseconds(f.stall_ms));
@@ -107,7 +107,7 @@ int Run(const Flags& f) {
   if (f.tag_flood_mib > 0) {
     transports = faults::TagFloodFault(std::move(transports), static_cast<size_t>(f.tag_flood_mib));
   }
-  AgentMetrics metrics;
+  pipeline::AgentMetrics metrics;
   if (f.metrics_port >= 0) {
     const std::string bind =
         absl::StrCat(f.metrics_any ? "0.0.0.0" : "127.0.0.1", ":", f.metrics_port);
@@ -118,7 +118,7 @@ int Run(const Flags& f) {
   }
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  AgentOptions o;
+  pipeline::AgentOptions o;
   o.job = f.job;
   o.token = std::string(absl::StripAsciiWhitespace(*token));
   // The node the agent joins with (the hierarchical exchange's): the flag,
@@ -135,15 +135,15 @@ int Run(const Flags& f) {
   o.buckets = f.buckets;
   o.join_timeout = std::chrono::milliseconds(f.join_timeout_ms);
   if (f.server) {
-    return RunServerRole(o, g.rpc_timeout, f.snapshot_dir, f.quiet, control.get(), transports.get(),
-                         &metrics);
+    return ps::RunServerRole(o, g.rpc_timeout, f.snapshot_dir, f.quiet, control.get(),
+                             transports.get(), &metrics);
   }
-  Agent agent(o, control.get(), transports.get(), &metrics);
+  pipeline::Agent agent(o, control.get(), transports.get(), &metrics);
   if (absl::Status s = agent.Start(); !s.ok()) {
     std::cerr << "gradex-agent: join " << f.grpc.target << ": " << s << "\n";
     return 1;
   }
-  const uint64_t agent_seed = JobId(o.agent_id);
+  const uint64_t agent_seed = pipeline::JobId(o.agent_id);
   std::vector<std::vector<float>> grads(f.buckets, std::vector<float>(f.elements));
   std::vector<std::span<const float>> spans(grads.begin(), grads.end());
   std::unique_ptr<StepInvariants> invariants;
@@ -160,7 +160,7 @@ int Run(const Flags& f) {
       stalled = true;  // once, not again if the step fails and is re-run
     }
     for (int b = 0; b < f.buckets; ++b) Synthesize(f.seed, agent_seed, step, b, grads[b]);
-    StepOutcome out;
+    pipeline::StepOutcome out;
     if (invariants != nullptr) invariants->Before(agent);
     absl::Status s = agent.Step(spans, &out);
     if (s.ok() && invariants != nullptr) {

@@ -23,23 +23,24 @@ constexpr uint64_t kCheckStepOffset = uint64_t{1} << 23;
 
 StepInvariants::StepInvariants(const std::string& job, int buckets, size_t elements,
                                uint64_t corrupt_step)
-    : job_id_(JobId(job)),
+    : job_id_(pipeline::JobId(job)),
       corrupt_step_(corrupt_step),
       residual_in_(buckets, std::vector<float>(elements)),
       result_dense_(elements),
       contribution_(elements),
       scratch_(elements) {}
 
-void StepInvariants::Before(const Agent& agent) {
+void StepInvariants::Before(const pipeline::Agent& agent) {
   if (std::vector<std::vector<float>> r = agent.residuals(); r.size() == residual_in_.size()) {
     residual_in_ = std::move(r);
   }
 }
 
-absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const float>> grads,
-                                   const StepOutcome& out, std::string* violation) {
+absl::Status StepInvariants::After(pipeline::Agent& agent,
+                                   std::span<const std::span<const float>> grads,
+                                   const pipeline::StepOutcome& out, std::string* violation) {
   Transport* t = agent.tracked_transport();  // preempted by an eviction like the step
-  const Plan* plan = agent.plan();
+  const member::Plan* plan = agent.plan();
   if (t == nullptr || plan == nullptr) {
     return absl::FailedPreconditionError("invariants: no communicator after a completed step");
   }
@@ -71,7 +72,7 @@ absl::Status StepInvariants::After(Agent& agent, std::span<const std::span<const
     ctx.transport = t;
     ctx.job_id = job_id_;
     ctx.epoch = out.epoch;
-    ctx.call_id = CallId(out.step, static_cast<uint32_t>(b)) + kCheckStepOffset;
+    ctx.call_id = pipeline::CallId(out.step, static_cast<uint32_t>(b)) + kCheckStepOffset;
     ctx.training_step = out.step;
     ctx.deadline = deadline;
     auto cons = CheckConservation(ctx, grads[b], residual_in_[b], residual_out[b], result_dense_,

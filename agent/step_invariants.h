@@ -28,14 +28,14 @@ class StepInvariants {
                  uint64_t corrupt_step = ~uint64_t{0});
 
   // Copies the residuals the coming step starts from.
-  void Before(const Agent& agent);
+  void Before(const pipeline::Agent& agent);
 
   // Checks the step just completed. A violation sets *violation (and returns
   // OK): the run must stop. A non-OK status means the check itself could not
   // finish (a peer failed or missed the deadline): the caller aborts the
   // communicator so the next step re-joins, like a failed step.
-  absl::Status After(Agent& agent, std::span<const std::span<const float>> grads,
-                     const StepOutcome& out, std::string* violation);
+  absl::Status After(pipeline::Agent& agent, std::span<const std::span<const float>> grads,
+                     const pipeline::StepOutcome& out, std::string* violation);
 
  private:
   const uint64_t job_id_;

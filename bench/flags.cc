@@ -14,7 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "catalog/catalog.h"
-#include "collectives/hierarchical.h"
+#include "collectives/algorithms/hierarchical.h"
 
 namespace gradex::bench {
 namespace {

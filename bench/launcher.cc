@@ -28,7 +28,7 @@
 #include "member/data_interface.h"
 #include "transport/file_bootstrap.h"
 #include "transport/loopback_transport.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace gradex::bench {
 namespace {
@@ -298,7 +298,7 @@ int RankProcessMain(const BenchFlags& flags, const std::vector<std::string>& alg
   };
   FileBootstrap bootstrap(flags.bootstrap_dir, rank, flags.ranks);
   UcxOptions options;
-  options.listen_ip = agent::DataIpFromEnvironment();  // bench/in_netns sets it per rank
+  options.listen_ip = member::DataIpFromEnvironment();  // bench/in_netns sets it per rank
   options.connect_timeout = std::chrono::milliseconds(flags.connect_timeout_ms);
   auto transport = CreateUcxTransport(bootstrap, options);
   if (!transport.ok()) {

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "collectives/hierarchical.h"
+#include "collectives/algorithms/hierarchical.h"
 
 namespace gradex::bench {
 namespace {

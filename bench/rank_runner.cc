@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/gradient_gen.h"
 #include "bench/stats.h"
-#include "collectives/hierarchical.h"
+#include "collectives/algorithms/hierarchical.h"
 #include "collectives/in_band.h"
 #include "collectives/invariants.h"
 #include "collectives/sparse_allreduce.h"

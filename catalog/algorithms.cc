@@ -20,7 +20,7 @@ ParamSpec Teams(bool power_of_two) {
                                       : "SAG team count; divides P"};
 }
 
-// The SparDL family's balanced blocks (collectives/spardl_balance.h).
+// The SparDL family's balanced blocks (collectives/algorithms/spardl_balance.h).
 ParamSpec SpardlBalance() {
   return {.name = "spardl_balance_tau",
           .type = ParamType::kInt,
@@ -33,7 +33,7 @@ ParamSpec SpardlBalance() {
 }
 
 // Whether Spar-Reduce-Scatter's re-selections see a rank's whole
-// accumulation (collectives/sparse_steps.h, SrsLocalKeeps).
+// accumulation (collectives/algorithms/sparse_steps.h, SrsLocalKeeps).
 ParamSpec SpardlFullReselect() {
   return {.name = "spardl_full_reselect",
           .type = ParamType::kInt,

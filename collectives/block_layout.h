@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "catalog/models.h"
-#include "collectives/frame.h"
+#include "collectives/wire/frame.h"
 
 namespace gradex {
 

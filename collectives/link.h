@@ -13,9 +13,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "collectives/frame.h"
 #include "collectives/sparse_allreduce.h"
 #include "collectives/tag_space.h"
+#include "collectives/wire/frame.h"
 
 namespace gradex {
 

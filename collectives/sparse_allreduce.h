@@ -17,9 +17,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
-#include "collectives/frame.h"
 #include "collectives/local_input.h"
 #include "collectives/residual_memory.h"
+#include "collectives/wire/frame.h"
 #include "kernels/sparse.h"
 #include "transport/transport.h"
 

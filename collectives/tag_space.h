@@ -12,7 +12,7 @@ namespace gradex {
 // Phases of the algorithms' schedules (each algorithm numbers its own from 1).
 inline constexpr uint16_t kTagPhaseCollectiveFirst = 0x01;
 inline constexpr uint16_t kTagPhaseCollectiveLast = 0xEF;
-// The hierarchical exchange's stages inside a node (collectives/hierarchical.h):
+// The hierarchical exchange's stages inside a node (collectives/algorithms/hierarchical.h):
 // its own phases of the inner algorithm's call, which never meet the inner
 // algorithm's (those run between ranks of different nodes).
 inline constexpr uint16_t kTagPhaseNodeReduceScatter = 0xE0;

@@ -10,13 +10,13 @@ namespace gradex::faults {
 namespace {
 
 // The member floor's provider interface these wrap.
-using agent::ConnectHooks;
-using agent::ForwardingProvider;
-using agent::Plan;
+using member::ConnectHooks;
+using member::ForwardingProvider;
+using member::Plan;
 
 class StallingProvider final : public ForwardingProvider {
  public:
-  StallingProvider(std::unique_ptr<agent::TransportProvider> inner, int entry,
+  StallingProvider(std::unique_ptr<member::TransportProvider> inner, int entry,
                    std::chrono::milliseconds at_most)
       : ForwardingProvider(std::move(inner)), entry_(entry), at_most_(at_most) {}
   absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
@@ -47,8 +47,9 @@ class StallingProvider final : public ForwardingProvider {
 
 }  // namespace
 
-std::unique_ptr<agent::TransportProvider> StallEntryFault(
-    std::unique_ptr<agent::TransportProvider> inner, int entry, std::chrono::milliseconds at_most) {
+std::unique_ptr<member::TransportProvider> StallEntryFault(
+    std::unique_ptr<member::TransportProvider> inner, int entry,
+    std::chrono::milliseconds at_most) {
   return std::make_unique<StallingProvider>(std::move(inner), entry, at_most);
 }
 

@@ -18,8 +18,8 @@ namespace gradex::faults {
 // to `at_most`, or until the connect is abandoned (a newer epoch superseded
 // it), then fails UNAVAILABLE (or ABORTED) naming the fault. Every other
 // connect is inner's.
-std::unique_ptr<agent::TransportProvider> StallEntryFault(
-    std::unique_ptr<agent::TransportProvider> inner, int entry, std::chrono::milliseconds at_most);
+std::unique_ptr<member::TransportProvider> StallEntryFault(
+    std::unique_ptr<member::TransportProvider> inner, int entry, std::chrono::milliseconds at_most);
 
 }  // namespace gradex::faults
 

@@ -9,9 +9,9 @@ namespace gradex::faults {
 namespace {
 
 // The member floor's provider interface these wrap.
-using agent::ConnectHooks;
-using agent::ForwardingProvider;
-using agent::Plan;
+using member::ConnectHooks;
+using member::ForwardingProvider;
+using member::Plan;
 
 constexpr size_t kFloodMessageBytes = 64 * 1024;  // eager: the receiver's UCX holds it whole
 // A phase byte no schedule uses (collectives/tag_space.h numbers them from 1).
@@ -49,7 +49,7 @@ class FloodingTransport final : public ForwardingTransport {
 
 class FloodingProvider final : public ForwardingProvider {
  public:
-  FloodingProvider(std::unique_ptr<agent::TransportProvider> inner, size_t bytes_per_peer)
+  FloodingProvider(std::unique_ptr<member::TransportProvider> inner, size_t bytes_per_peer)
       : ForwardingProvider(std::move(inner)), bytes_(bytes_per_peer) {}
   absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
                                                      const ConnectHooks& hooks) override {
@@ -64,8 +64,8 @@ class FloodingProvider final : public ForwardingProvider {
 
 }  // namespace
 
-std::unique_ptr<agent::TransportProvider> TagFloodFault(
-    std::unique_ptr<agent::TransportProvider> inner, size_t mib_per_peer) {
+std::unique_ptr<member::TransportProvider> TagFloodFault(
+    std::unique_ptr<member::TransportProvider> inner, size_t mib_per_peer) {
   return std::make_unique<FloodingProvider>(std::move(inner), mib_per_peer << 20);
 }
 

@@ -14,8 +14,8 @@
 
 namespace gradex::faults {
 
-std::unique_ptr<agent::TransportProvider> TagFloodFault(
-    std::unique_ptr<agent::TransportProvider> inner, size_t mib_per_peer);
+std::unique_ptr<member::TransportProvider> TagFloodFault(
+    std::unique_ptr<member::TransportProvider> inner, size_t mib_per_peer);
 
 }  // namespace gradex::faults
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace gradex::agent {
+namespace gradex::member {
 
 Backoff::Backoff(BackoffOptions options, uint64_t seed) : options_(options), rng_(seed) {
   options_.initial = std::max(options_.initial, std::chrono::milliseconds(1));
@@ -31,4 +31,4 @@ bool IsTransientJoinError(absl::StatusCode code) {
          code == absl::StatusCode::kAlreadyExists;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 struct BackoffOptions {
   std::chrono::milliseconds initial{100};
@@ -45,6 +45,6 @@ class Backoff {
 // RESOURCE_EXHAUSTED, ...) is the coordinator's answer and is final.
 bool IsTransientJoinError(absl::StatusCode code);
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_BACKOFF_H_

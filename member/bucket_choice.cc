@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 absl::Status CheckBucketRules(const BucketRules& rules) {
   if (rules.start_iter > kMaxRuleSteps) {
@@ -63,4 +63,4 @@ BucketChoice ChooseBucketAlgorithm(const Plan& plan, const BucketRules& rules, u
   return c;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

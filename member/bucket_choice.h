@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "member/control_plane.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 struct BucketRules {
   // Steps [0, start_iter) run the dense algorithm for every bucket (as
@@ -73,6 +73,6 @@ std::string DenseAlgorithm();
 BucketChoice ChooseBucketAlgorithm(const Plan& plan, const BucketRules& rules, uint64_t step,
                                    uint32_t bucket, size_t elements);
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_BUCKET_CHOICE_H_

@@ -21,7 +21,7 @@
 #include "catalog/catalog.h"
 #include "transport/transport.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 struct PlanMember {
   int rank = 0;             // dense 0..P-1 in this epoch
@@ -221,6 +221,6 @@ class ControlPlane {
   virtual void SetWaitSource(std::shared_ptr<const WaitSource> /*source*/) {}
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_CONTROL_PLANE_H_

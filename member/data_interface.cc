@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 absl::StatusOr<std::string> DataPlaneIp(const std::string& flag, const std::string& coordinator) {
   if (!flag.empty()) return flag;
@@ -53,4 +53,4 @@ absl::StatusOr<std::string> DataPlaneIp(const std::string& flag, const std::stri
   return out;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

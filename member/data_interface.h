@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 // $GRADEX_DATA_IP, or "" when unset or empty: the one place the variable is
 // read (the transport takes its interface from UcxOptions::listen_ip only).
@@ -25,6 +25,6 @@ inline std::string DataIpFromEnvironment() {
 // [IPv6]:PORT. An error names what could not be resolved.
 absl::StatusOr<std::string> DataPlaneIp(const std::string& flag, const std::string& coordinator);
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_DATA_INTERFACE_H_

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 std::function<std::optional<std::string>()> SupersededBy(ControlPlane* control,
                                                          std::shared_ptr<const Plan> running) {
@@ -21,4 +21,4 @@ std::function<std::optional<std::string>()> SupersededBy(ControlPlane* control,
   };
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

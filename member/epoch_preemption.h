@@ -12,7 +12,7 @@
 
 #include "member/control_plane.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 // Polled (cheap: one plan read): the reason, naming the dropped agent, once
 // `control`'s latest plan supersedes `running`; nothing before. `control`
@@ -20,6 +20,6 @@ namespace gradex::agent {
 std::function<std::optional<std::string>()> SupersededBy(ControlPlane* control,
                                                          std::shared_ptr<const Plan> running);
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_EPOCH_PREEMPTION_H_

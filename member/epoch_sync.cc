@@ -10,7 +10,7 @@
 #include "catalog/bucket_algorithms.h"
 #include "collectives/link.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 namespace {
 
 constexpr uint32_t kMagic = 0x59535847;  // "GXSY" little-endian
@@ -339,4 +339,4 @@ absl::StatusOr<SyncState> AgreeInBand(Transport& transport, uint32_t epoch, uint
   return acc;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

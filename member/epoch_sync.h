@@ -28,7 +28,7 @@
 #include "member/control_plane.h"
 #include "transport/transport.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 // The plan fields every rank must agree on, besides the membership.
 struct BarrierValues {
@@ -76,6 +76,6 @@ absl::StatusOr<SyncState> AgreeInBand(Transport& transport, uint32_t epoch, uint
                                       SyncState mine, Deadline deadline,
                                       const std::function<bool()>& abandon = nullptr);
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_EPOCH_SYNC_H_

@@ -15,7 +15,7 @@
 #include "member/grpc_control_plane_impl.h"
 #include "member/grpc_messages.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 namespace {
 
 namespace pb = ::gradex::v1;
@@ -90,4 +90,4 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> CreateGrpcControlPlane(
   return std::unique_ptr<ControlPlane>(new GrpcControlPlane(options, *std::move(channel)));
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

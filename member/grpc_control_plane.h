@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "member/control_plane.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 struct GrpcControlPlaneOptions {
   std::string target;  // host:port of the coordinator
@@ -53,6 +53,6 @@ struct GrpcControlPlaneOptions {
 absl::StatusOr<std::unique_ptr<ControlPlane>> CreateGrpcControlPlane(
     const GrpcControlPlaneOptions& options);
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_GRPC_CONTROL_PLANE_H_

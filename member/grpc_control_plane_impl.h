@@ -21,7 +21,7 @@
 #include "member/plan_store.h"
 #include "member/report_queue.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 class GrpcControlPlane final : public ControlPlane {
  public:
@@ -128,6 +128,6 @@ class GrpcControlPlane final : public ControlPlane {
   std::thread watcher_, sender_;
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_GRPC_CONTROL_PLANE_IMPL_H_

@@ -13,7 +13,7 @@
 #include "member/grpc_control_plane_impl.h"
 #include "member/grpc_messages.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 namespace {
 
 namespace pb = ::gradex::v1;
@@ -160,4 +160,4 @@ void GrpcControlPlane::AwaitChannel(Deadline until) {
   }
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

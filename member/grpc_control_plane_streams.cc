@@ -14,7 +14,7 @@
 #include "member/grpc_control_plane_impl.h"
 #include "member/grpc_messages.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 namespace {
 
 namespace pb = ::gradex::v1;
@@ -131,4 +131,4 @@ void GrpcControlPlane::CloseReportStream() {
   report_ctx_.reset();
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

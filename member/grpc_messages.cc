@@ -12,7 +12,7 @@
 #include "member/ps_plan.h"
 #include "version/version.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 namespace pb = ::gradex::v1;
 
@@ -234,4 +234,4 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CoordinatorChannel(
   return grpc::CreateCustomChannel(options.target, creds, args);
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

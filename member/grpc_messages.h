@@ -15,7 +15,7 @@
 #include "member/control_plane.h"
 #include "member/grpc_control_plane.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 // A gRPC status as an absl::Status, the message prefixed with `what`.
 absl::Status FromGrpc(const grpc::Status& s, const char* what);
@@ -38,6 +38,6 @@ absl::Status TlsRefused(const GrpcControlPlaneOptions& options, const absl::Stat
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CoordinatorChannel(
     const GrpcControlPlaneOptions& options);
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_GRPC_MESSAGES_H_

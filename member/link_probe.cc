@@ -10,7 +10,7 @@
 #include "catalog/median.h"
 #include "collectives/link.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 namespace {
 
 constexpr uint32_t kMagic = 0x504c5847;  // "GXLP" little-endian
@@ -96,4 +96,4 @@ absl::StatusOr<LinkEstimate> ProbeLinks(Transport& transport, uint32_t epoch, De
   return e;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

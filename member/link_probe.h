@@ -17,7 +17,7 @@
 #include "member/control_plane.h"
 #include "transport/transport.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 // Phase byte of the probe's tags (collectives/tag_space.h).
 inline constexpr uint16_t kProbePhase = kTagPhaseLinkProbe;
@@ -33,6 +33,6 @@ struct LinkProbeOptions {
 absl::StatusOr<LinkEstimate> ProbeLinks(Transport& transport, uint32_t epoch, Deadline deadline,
                                         const LinkProbeOptions& options = {});
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_LINK_PROBE_H_

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "member/data_interface.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 absl::StatusOr<MemberWiring> WireMember(MemberWiringOptions options, WiringPart* failed) {
   WiringPart ignored;
@@ -27,4 +27,4 @@ absl::StatusOr<MemberWiring> WireMember(MemberWiringOptions options, WiringPart*
   return w;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

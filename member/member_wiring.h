@@ -13,9 +13,9 @@
 #include "member/control_plane.h"
 #include "member/grpc_control_plane.h"
 #include "member/transport_provider.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 struct MemberWiringOptions {
   GrpcControlPlaneOptions control;  // `target`: the coordinator's HOST:PORT
@@ -39,6 +39,6 @@ enum class WiringPart { kNone, kControlPlane, kDataInterface, kUcx };
 // (UCX's with "UCX: ") and, when `failed` is given, sets it.
 absl::StatusOr<MemberWiring> WireMember(MemberWiringOptions options, WiringPart* failed = nullptr);
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_MEMBER_WIRING_H_

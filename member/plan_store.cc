@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 int Plan::RankOf(const std::string& agent_id) const {
   for (const PlanMember& m : members) {
@@ -37,4 +37,4 @@ std::shared_ptr<const Plan> PlanStore::Version(uint64_t version) const {
   return nullptr;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

@@ -13,7 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "member/control_plane.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 class PlanStore {
  public:
@@ -30,6 +30,6 @@ class PlanStore {
   std::deque<std::shared_ptr<const Plan>> plans_ ABSL_GUARDED_BY(mu_);  // oldest first
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_PLAN_STORE_H_

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 namespace {
 
 absl::Status Bad(const char* field, const std::string& why) {
@@ -69,4 +69,4 @@ absl::StatusOr<PsPlan> ToPsPlan(const gradex::v1::PsPlan& m,
   return p;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

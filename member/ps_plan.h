@@ -13,7 +13,7 @@
 #include "gradex/v1/coordinator.pb.h"
 #include "member/control_plane.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 inline constexpr uint32_t kMaxPsShards = catalog::kMaxParameterServerShards;
 inline constexpr size_t kMaxPsLayers = 65536;
@@ -23,6 +23,6 @@ inline constexpr uint32_t kMaxPsWorkerSlots = 65536;
 absl::StatusOr<PsPlan> ToPsPlan(const gradex::v1::PsPlan& m,
                                 const std::vector<PlanMember>& members);
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_PS_PLAN_H_

@@ -5,7 +5,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 bool ReportQueue::Push(StepReport report) {
   bool ok;
@@ -43,4 +43,4 @@ size_t ReportQueue::size() const {
   return q_.size();
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

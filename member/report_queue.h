@@ -13,7 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "member/control_plane.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 class ReportQueue {
  public:
@@ -37,6 +37,6 @@ class ReportQueue {
   std::atomic<uint64_t> drops_{0};
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_REPORT_QUEUE_H_

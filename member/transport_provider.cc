@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 namespace {
 
 class UcxProvider final : public TransportProvider {
@@ -84,4 +84,4 @@ absl::StatusOr<std::vector<std::string>> ControlPlaneBootstrap::AllGather(const 
   return all;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

@@ -15,9 +15,9 @@
 #include "member/control_plane.h"
 #include "transport/bootstrap.h"
 #include "transport/transport.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 // What an epoch's connect gets besides the plan.
 struct ConnectHooks {
@@ -45,7 +45,7 @@ class TransportProvider {
   virtual std::string version() const { return ""; }
   virtual std::string transports() const { return ""; }
   // The job's token: UCX workers prove it to each other before any byte
-  // reaches UCX (transport/ucx_hello.h). Set as the member joins.
+  // reaches UCX (transport/ucx/hello.h). Set as the member joins.
   virtual void UseJobSecret(const std::string& token) {}
   // The communicator of `plan`'s epoch as `rank`, wired up by
   // hooks.deadline. The previous one is destroyed before this is called.
@@ -125,6 +125,6 @@ class ControlPlaneBootstrap final : public Bootstrap {
 // The addresses of `plan` by rank; an error if ranks are not dense 0..P-1.
 absl::StatusOr<std::vector<std::string>> PlanAddresses(const Plan& plan);
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_TRANSPORT_PROVIDER_H_

@@ -5,7 +5,7 @@
 
 #include "transport/forwarding_transport.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 // Overrides only the calls that post, complete or drop a receive.
 class WaitTrackingTransport final : public ForwardingTransport {
@@ -165,4 +165,4 @@ std::optional<std::string> WaitTracker::Preempted() const {
   return check ? check() : std::nullopt;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::member

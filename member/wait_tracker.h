@@ -21,7 +21,7 @@
 #include "member/control_plane.h"
 #include "transport/transport.h"
 
-namespace gradex::agent {
+namespace gradex::member {
 
 class WaitTracker final : public WaitSource, public std::enable_shared_from_this<WaitTracker> {
  public:
@@ -86,6 +86,6 @@ class WaitTracker final : public WaitSource, public std::enable_shared_from_this
   Clock::time_point last_timeout_at_;
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::member
 
 #endif  // GRADEX_MEMBER_WAIT_TRACKER_H_

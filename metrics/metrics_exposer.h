@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace gradex {
+namespace gradex::metrics {
 
 inline constexpr int kMetricsThreads = 8;
 inline constexpr int kMetricsRequestTimeoutMs = 3000;
@@ -49,6 +49,6 @@ inline MetricsExposer MakeMetricsExposer(const std::string& bind) {
       std::to_string(kMetricsRequestTimeoutMs)}));
 }
 
-}  // namespace gradex
+}  // namespace gradex::metrics
 
 #endif  // GRADEX_METRICS_METRICS_EXPOSER_H_

@@ -12,7 +12,7 @@
 #include "member/link_probe.h"
 #include "pipeline/bucket_pipeline.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 namespace {
 
 // Sequence of the agreement that opens an epoch: the first exchange on a
@@ -25,8 +25,8 @@ uint64_t JobId(const std::string& job) {
   return catalog::Fnv1a(job, catalog::kFnv1aTruncatedBasis);
 }
 
-Agent::Agent(AgentOptions options, ControlPlane* control, TransportProvider* transports,
-             AgentMetrics* metrics)
+Agent::Agent(AgentOptions options, member::ControlPlane* control,
+             member::TransportProvider* transports, AgentMetrics* metrics)
     : options_(std::move(options)),
       job_id_(JobId(options_.job)),
       control_(control),
@@ -39,17 +39,17 @@ Agent::Agent(AgentOptions options, ControlPlane* control, TransportProvider* tra
 Agent::~Agent() = default;
 
 absl::Status Agent::Start() {
-  if (absl::Status s = CheckBucketRules(options_.rules); !s.ok()) return s;
+  if (absl::Status s = member::CheckBucketRules(options_.rules); !s.ok()) return s;
   return Rejoin();
 }
 
 absl::Status Agent::Rejoin() {
-  JoinRequest req = MemberJoin(options_, *transports_);
+  member::JoinRequest req = member::MemberJoin(options_, *transports_);
   req.last_epoch = last_epoch_;
   req.last_rank = rank_;
   req.last_world_size = plan_ == nullptr ? 0 : plan_->world();
   req.next_step = next_step_;
-  absl::StatusOr<JoinReply> reply = control_->Join(req, DeadlineIn(options_.rpc_timeout));
+  absl::StatusOr<member::JoinReply> reply = control_->Join(req, DeadlineIn(options_.rpc_timeout));
   if (!reply.ok()) return reply.status();
   lease_ = reply->lease;
   need_rejoin_ = false;
@@ -76,14 +76,14 @@ absl::Status Agent::EnterEpoch() {
       need_rejoin_ = true;  // keep re-joining every period until an epoch comes
       rejoin_at = Clock::now() + 2 * lease_;
     }
-    std::shared_ptr<const Plan> plan = control_->LatestPlan();
+    std::shared_ptr<const member::Plan> plan = control_->LatestPlan();
     if (plan != nullptr && plan->epoch > last_epoch_ && plan->RankOf(options_.agent_id) >= 0) {
       absl::Status s = Connect(plan, kEntrySequence);
       if (s.ok()) return s;
       // A member that never came (dead, unreachable, or gone to a newer
       // epoch): the coordinator hears which (the error names the peer), and
       // this agent waits for the next epoch.
-      StepReport failed;
+      member::StepReport failed;
       failed.epoch = plan->epoch;
       failed.step = next_step_;
       failed.rank = plan->RankOf(options_.agent_id);
@@ -109,7 +109,7 @@ absl::Status Agent::EnterEpoch() {
   }
 }
 
-absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence) {
+absl::Status Agent::Connect(std::shared_ptr<const member::Plan> plan, uint64_t sync_sequence) {
   transport_.reset();  // one communicator at a time on the worker
   retired_.reset();
   step_transport_ = nullptr;
@@ -126,8 +126,8 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
       (plan->entry_timeout.count() > 0 ? plan->entry_timeout : options_.sync_timeout) + lease_;
   waits_->SetStep(plan->epoch, next_step_);
   // A newer epoch without one of this one's members ends the entry and steps.
-  auto superseded = SupersededBy(control_, plan);
-  ConnectHooks hooks;
+  auto superseded = member::SupersededBy(control_, plan);
+  member::ConnectHooks hooks;
   hooks.deadline = DeadlineIn(std::max(options_.join_timeout, entry_timeout));
   hooks.quiet = entry_timeout;
   hooks.abandon = [superseded] { return superseded().has_value(); };
@@ -144,20 +144,20 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
   const Deadline entry = DeadlineIn(entry_timeout);
   waits_->SetPreemption(superseded);
   last_epoch_ = plan->epoch;
-  SyncState mine;
+  member::SyncState mine;
   mine.next_step = next_step_;
   mine.newest_epoch = plan->epoch;
-  mine.values = BarrierValues::From(*Eligible(next_step_, plan), options_.rules);
-  absl::StatusOr<SyncState> agreed =
-      AgreeInBand(*transport_, plan->epoch, sync_sequence, mine, entry);
+  mine.values = member::BarrierValues::From(*Eligible(next_step_, plan), options_.rules);
+  absl::StatusOr<member::SyncState> agreed =
+      member::AgreeInBand(*transport_, plan->epoch, sync_sequence, mine, entry);
   if (!agreed.ok()) {
     transport_->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
     transport_.reset();
     return agreed.status();
   }
-  Plan p = *plan;
+  member::Plan p = *plan;
   agreed->values.ApplyTo(&p);
-  plan_ = std::make_shared<const Plan>(std::move(p));
+  plan_ = std::make_shared<const member::Plan>(std::move(p));
   AdoptRules(agreed->values.rules, agreed->values_rank);
   next_step_ = agreed->next_step;
   synced_at_ = next_step_;
@@ -166,8 +166,8 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
   if (plan_->measure_links && plan_->world() > 1) {
     // Every rank of the epoch probes here, right after the entry agreement;
     // a lost peer or the deadline fails like a step (the next epoch follows).
-    absl::StatusOr<LinkEstimate> l =
-        ProbeLinks(*transport_, plan_->epoch, DeadlineIn(plan_->step_deadline));
+    absl::StatusOr<member::LinkEstimate> l =
+        member::ProbeLinks(*transport_, plan_->epoch, DeadlineIn(plan_->step_deadline));
     if (!l.ok()) return Fail(l.status());
     link_ = *l;
     link_epoch_ = plan_->epoch;
@@ -179,13 +179,14 @@ absl::Status Agent::Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequ
   return absl::OkStatus();
 }
 
-std::shared_ptr<const Plan> Agent::Eligible(uint64_t step, std::shared_ptr<const Plan> base,
-                                            uint64_t* newest_epoch) const {
-  std::shared_ptr<const Plan> best = base;
+std::shared_ptr<const member::Plan> Agent::Eligible(uint64_t step,
+                                                    std::shared_ptr<const member::Plan> base,
+                                                    uint64_t* newest_epoch) const {
+  std::shared_ptr<const member::Plan> best = base;
   if (newest_epoch != nullptr) *newest_epoch = base->epoch;
   // Walk the held versions down from the newest (a handful at most).
-  for (std::shared_ptr<const Plan> p = control_->LatestPlan(); p != nullptr && p->version > 0;
-       p = control_->PlanVersion(p->version - 1)) {
+  for (std::shared_ptr<const member::Plan> p = control_->LatestPlan();
+       p != nullptr && p->version > 0; p = control_->PlanVersion(p->version - 1)) {
     if (p->effective_step > step) continue;
     if (newest_epoch != nullptr && p->epoch > *newest_epoch) *newest_epoch = p->epoch;
     if (p->epoch == base->epoch && p->version > best->version) best = p;
@@ -195,14 +196,14 @@ std::shared_ptr<const Plan> Agent::Eligible(uint64_t step, std::shared_ptr<const
 }
 
 absl::Status Agent::Barrier() {
-  SyncState mine;
+  member::SyncState mine;
   mine.next_step = next_step_;
   mine.values =
-      BarrierValues::From(*Eligible(next_step_, plan_, &mine.newest_epoch), options_.rules);
+      member::BarrierValues::From(*Eligible(next_step_, plan_, &mine.newest_epoch), options_.rules);
   waits_->SetStep(plan_->epoch, next_step_);
   const Clock::time_point start = Clock::now();
-  absl::StatusOr<SyncState> agreed =
-      AgreeInBand(*transport_, plan_->epoch, next_step_, mine, DeadlineIn(plan_->step_deadline));
+  absl::StatusOr<member::SyncState> agreed = member::AgreeInBand(
+      *transport_, plan_->epoch, next_step_, mine, DeadlineIn(plan_->step_deadline));
   if (!agreed.ok()) return Fail(NameWait(agreed.status(), start));
   next_step_ = agreed->next_step;
   synced_at_ = next_step_;
@@ -214,14 +215,14 @@ absl::Status Agent::Barrier() {
     last_epoch_ = plan_->epoch;
     return EnterEpoch();
   }
-  Plan p = *plan_;
+  member::Plan p = *plan_;
   // k' per team position means nothing under another team count: the
   // algorithm's own controller runs until the coordinator's k' for the new
   // layout arrives.
   if (agreed->values.teams != p.teams) p.kprime.clear();
   agreed->values.ApplyTo(&p);
   p.version = std::max(p.version, agreed->values.plan_version);
-  plan_ = std::make_shared<const Plan>(std::move(p));
+  plan_ = std::make_shared<const member::Plan>(std::move(p));
   // The same members agree again: the same lowest rank's rules.
   AdoptRules(agreed->values.rules, agreed->values_rank);
   // Buckets whose algorithm changed get fresh objects when they next run.
@@ -229,11 +230,11 @@ absl::Status Agent::Barrier() {
   return absl::OkStatus();
 }
 
-void Agent::AdoptRules(const BucketRules& agreed, int from) {
+void Agent::AdoptRules(const member::BucketRules& agreed, int from) {
   rules_ = agreed;
   if (agreed == options_.rules || warned_rules_ == agreed) return;
   warned_rules_ = agreed;
-  const BucketRules& own = options_.rules;
+  const member::BucketRules& own = options_.rules;
   auto warn = [&](const char* field, const auto& mine, const auto& theirs) {
     if (mine == theirs) return;
     ++rules_disagreements_;
@@ -275,11 +276,11 @@ AllreduceOptions Agent::Options(int bucket) const {
   o.params = plan_->params;  // agreed at the barrier with the algorithm
   // k' needs no agreement: the newest plan's, whenever it arrived, as long as
   // it speaks of the same team layout.
-  std::shared_ptr<const Plan> newest = control_->LatestPlan();
-  const Plan& source = newest != nullptr && newest->epoch == plan_->epoch &&
-                               newest->teams == plan_->teams && newest->kprime.size() > 0
-                           ? *newest
-                           : *plan_;
+  std::shared_ptr<const member::Plan> newest = control_->LatestPlan();
+  const member::Plan& source = newest != nullptr && newest->epoch == plan_->epoch &&
+                                       newest->teams == plan_->teams && newest->kprime.size() > 0
+                                   ? *newest
+                                   : *plan_;
   const int teams = std::max(plan_->teams, 1);
   const int position = rank_ % std::max(plan_->world() / teams, 1);
   if (bucket < static_cast<int>(source.kprime.size()) &&
@@ -292,10 +293,10 @@ AllreduceOptions Agent::Options(int bucket) const {
 
 absl::Status Agent::NameWait(absl::Status s, Clock::time_point since) const {
   if (s.code() != absl::StatusCode::kDeadlineExceeded) return s;
-  std::optional<WaitInfo> w = waits_->LastTimeout(since);
+  std::optional<member::WaitInfo> w = waits_->LastTimeout(since);
   if (!w || plan_ == nullptr || w->peer < 0 || w->peer >= plan_->world()) return s;
   std::string agent = "?";
-  for (const PlanMember& m : plan_->members) {
+  for (const member::PlanMember& m : plan_->members) {
     if (m.rank == w->peer) agent = m.agent_id;
   }
   return absl::Status(s.code(),
@@ -321,7 +322,7 @@ absl::Status Agent::Fail(absl::Status status) {
   }
   need_rejoin_ = true;
   if (metrics_ != nullptr) metrics_->StepFailed();
-  StepReport r;
+  member::StepReport r;
   r.epoch = last_epoch_;
   r.step = next_step_;
   r.rank = rank_;
@@ -343,4 +344,4 @@ absl::Status Agent::Leave() {
   return control_->Leave(DeadlineIn(options_.rpc_timeout));
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline

@@ -40,7 +40,7 @@
 #include "member/wait_tracker.h"
 #include "pipeline/agent_metrics.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 
 class BucketPipeline;
 
@@ -58,7 +58,7 @@ struct AgentOptions {
   // agreed at the epoch's entry; a rank whose own differ warns once on stderr
   // (and counts it in gradex_agent_rules_disagreements_total). The defaults
   // change nothing (gradex-agent runs the plan's algorithm).
-  BucketRules rules;
+  member::BucketRules rules;
   // Waiting for an epoch that includes this agent (start, after a failure).
   std::chrono::milliseconds join_timeout{60000};
   std::chrono::milliseconds rpc_timeout{5000};    // each control-plane call
@@ -197,7 +197,7 @@ absl::Status NonFiniteResidual(uint32_t bucket, const CallStats& stats);
 class Agent {
  public:
   // `control`, `transports` and `metrics` (may be null) outlive the agent.
-  Agent(AgentOptions options, ControlPlane* control, TransportProvider* transports,
+  Agent(AgentOptions options, member::ControlPlane* control, member::TransportProvider* transports,
         AgentMetrics* metrics);
   ~Agent();
 
@@ -220,10 +220,10 @@ class Agent {
   uint32_t epoch() const { return plan_ == nullptr ? 0 : plan_->epoch; }
   int rank() const { return rank_; }
   bool connected() const { return transport_ != nullptr; }
-  const Plan* plan() const { return plan_.get(); }
+  const member::Plan* plan() const { return plan_.get(); }
   // The per-bucket rules agreed for the current epoch (this rank's own
   // before the first entry).
-  const BucketRules& rules() const { return rules_; }
+  const member::BucketRules& rules() const { return rules_; }
   // Fields of this rank's own rules found different from the agreed ones,
   // counted once per warning.
   uint64_t rules_disagreements() const { return rules_disagreements_; }
@@ -237,7 +237,7 @@ class Agent {
   std::vector<std::vector<float>> residuals() const;
   // The communicator of the current epoch (tests kill it to simulate a crash),
   // under the wait tracker's decorator.
-  Transport* transport() const { return WaitTracker::Inner(transport_.get()); }
+  Transport* transport() const { return member::WaitTracker::Inner(transport_.get()); }
   // The same behind the wait tracker: its waits end when an eviction
   // preempts the epoch (the in-band checks after a step use it).
   Transport* tracked_transport() const { return transport_.get(); }
@@ -280,20 +280,21 @@ class Agent {
   bool step_open() const { return step_open_; }
 
   absl::Status EnterEpoch();
-  absl::Status Connect(std::shared_ptr<const Plan> plan, uint64_t sync_sequence);
+  absl::Status Connect(std::shared_ptr<const member::Plan> plan, uint64_t sync_sequence);
   absl::Status Barrier();
   absl::Status Rejoin();
   absl::Status Fail(absl::Status status);
   // Takes the agreed rules (from rank `from`); warns once per agreed value
   // about each field where this rank's own differs.
-  void AdoptRules(const BucketRules& agreed, int from);
+  void AdoptRules(const member::BucketRules& agreed, int from);
   // Every algorithm the plan names exists in this build.
   absl::Status CheckAlgorithms() const;
   // The newest held plan of base's epoch that may apply at `step` (base when
   // none is newer); *newest_epoch, if given, gets the newest epoch of any
   // held plan that may apply at `step`.
-  std::shared_ptr<const Plan> Eligible(uint64_t step, std::shared_ptr<const Plan> base,
-                                       uint64_t* newest_epoch = nullptr) const;
+  std::shared_ptr<const member::Plan> Eligible(uint64_t step,
+                                               std::shared_ptr<const member::Plan> base,
+                                               uint64_t* newest_epoch = nullptr) const;
   AllreduceOptions Options(int bucket) const;
   // `s` with the peer this rank timed out waiting for (since `since`) named.
   absl::Status NameWait(absl::Status s, Clock::time_point since) const;
@@ -319,16 +320,16 @@ class Agent {
 
   const AgentOptions options_;
   const uint64_t job_id_;
-  ControlPlane* const control_;
-  TransportProvider* const transports_;
+  member::ControlPlane* const control_;
+  member::TransportProvider* const transports_;
   AgentMetrics* const metrics_;
 
-  std::shared_ptr<const Plan> plan_;         // the agreed plan of the current epoch
-  BucketRules rules_;                        // the agreed rules of the current epoch
-  std::optional<BucketRules> warned_rules_;  // the agreed rules last warned about
+  std::shared_ptr<const member::Plan> plan_;         // the agreed plan of the current epoch
+  member::BucketRules rules_;                        // the agreed rules of the current epoch
+  std::optional<member::BucketRules> warned_rules_;  // the agreed rules last warned about
   uint64_t rules_disagreements_ = 0;
   // Pending receives of the data plane, read by the heartbeat (hang diagnosis).
-  const std::shared_ptr<WaitTracker> waits_ = std::make_shared<WaitTracker>();
+  const std::shared_ptr<member::WaitTracker> waits_ = std::make_shared<member::WaitTracker>();
   std::unique_ptr<Transport> transport_;
   // The open step's communicator, fixed at BeginStep (PlanBucket reads it on
   // the client's selection thread); a failure moves the communicator to
@@ -346,7 +347,7 @@ class Agent {
   Clock::time_point step_start_{};
   std::chrono::system_clock::time_point step_unix_start_{};
   double step_compute_s_ = 0;
-  std::vector<StepReport::Bucket> step_buckets_;
+  std::vector<member::StepReport::Bucket> step_buckets_;
   std::vector<CallStats> step_stats_;
   int rank_ = -1;
   uint64_t next_step_ = 0;
@@ -356,7 +357,7 @@ class Agent {
   std::chrono::milliseconds lease_{10000};
   Clock::time_point last_step_end_{};
   // This epoch's link probe (Plan::measure_links), sent with its reports.
-  std::optional<LinkEstimate> link_;
+  std::optional<member::LinkEstimate> link_;
   uint32_t link_epoch_ = 0;
   // The current epoch's node layout (from its plan's members) and mode.
   catalog::NodeLayout layout_;
@@ -367,6 +368,6 @@ class Agent {
   std::unique_ptr<BucketPipeline> stepper_;
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline
 
 #endif  // GRADEX_PIPELINE_AGENT_H_

@@ -8,12 +8,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/algorithms/hierarchical.h"
 #include "collectives/call_frame.h"
-#include "collectives/hierarchical.h"
 #include "kernels/sparse.h"
 #include "pipeline/agent.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 namespace {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -51,7 +51,8 @@ absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, u
   }
   // The dense fallback has an object of its own, so a probe or a small
   // bucket's dense run leaves the sparse algorithm's state alone.
-  std::unique_ptr<SparseAllreduce>& held = name == DenseAlgorithm() ? slot->dense : slot->algorithm;
+  std::unique_ptr<SparseAllreduce>& held =
+      name == member::DenseAlgorithm() ? slot->dense : slot->algorithm;
   if (held == nullptr || held->name() != name) {
     absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(name);
     if (!a.ok()) return a.status();
@@ -117,8 +118,8 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
     call->status = begin_status_;  // the step could not begin: the gradient is kept
     return;
   }
-  const BucketChoice choice =
-      ChooseBucketAlgorithm(*plan_, rules_, next_step_, bucket, grad.size());
+  const member::BucketChoice choice =
+      member::ChooseBucketAlgorithm(*plan_, rules_, next_step_, bucket, grad.size());
   call->algorithm = choice.algorithm;
   call->dense_probe = choice.dense_probe;
   absl::StatusOr<SparseAllreduce*> algorithm =
@@ -134,7 +135,7 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
   call->dense_probe = choice.dense_probe && room;
   call->sparse_probe = choice.sparse_probe && room;
   if (call->dense_probe || call->sparse_probe) {
-    call->probe_algorithm = call->dense_probe ? DenseAlgorithm() : choice.probe_algorithm;
+    call->probe_algorithm = call->dense_probe ? member::DenseAlgorithm() : choice.probe_algorithm;
     absl::StatusOr<SparseAllreduce*> probe = SlotAlgorithm(
         call->probe_algorithm, plan_->epoch, slot, hierarchical_ ? &layout_ : nullptr);
     if (!probe.ok()) {
@@ -259,7 +260,7 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
     metrics_->ObserveCall(call->algorithm, out->stats, call->grad.size(), out->residual_l2,
                           out->result, rank_ % q);
   }
-  StepReport::Bucket b;
+  member::StepReport::Bucket b;
   b.elements = call->grad.size();
   b.team_position = rank_ % q;
   b.kprime_used = static_cast<size_t>(out->stats.Detail("kprime_used"));  // 0: none
@@ -305,4 +306,4 @@ absl::Status Agent::TimeProbe(const BucketCall& call, double* seconds) {
   return s;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/hierarchical.h"
+#include "collectives/algorithms/hierarchical.h"
 #include "metrics/metrics_exposer.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -17,7 +17,7 @@
 #include "prometheus/registry.h"
 #include "version/build_info_metric.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 namespace {
 
 using prometheus::BuildCounter;
@@ -160,7 +160,7 @@ AgentMetrics::~AgentMetrics() = default;
 absl::Status AgentMetrics::Serve(const std::string& bind) {
   // civetweb reports a failed bind by throwing; this is the one place it can.
   try {
-    exposer_ = MakeMetricsExposer(bind);
+    exposer_ = metrics::MakeMetricsExposer(bind);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", bind, ": ", e.what()));
   }
@@ -256,4 +256,4 @@ void AgentMetrics::SyncCounters(uint64_t report_drops) {
   }
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline

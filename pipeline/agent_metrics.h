@@ -12,8 +12,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "collectives/frame.h"
 #include "collectives/sparse_allreduce.h"
+#include "collectives/wire/frame.h"
 #include "metrics/metrics_exposer.h"
 
 namespace prometheus {
@@ -26,7 +26,7 @@ class Family;
 class Histogram;
 }  // namespace prometheus
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 
 class AgentMetrics {
  public:
@@ -58,7 +58,7 @@ class AgentMetrics {
   void ObserveStages(const CallStats& stats);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  MetricsExposer exposer_;
+  metrics::MetricsExposer exposer_;
   prometheus::Family<prometheus::Histogram>* call_seconds_;
   prometheus::Counter *sent_bytes_, *recv_bytes_, *steps_ok_, *steps_failed_, *epoch_changes_,
       *report_drops_, *residual_nonfinite_, *reuse_hits_, *reuse_misses_;
@@ -78,6 +78,6 @@ class AgentMetrics {
   uint64_t drops_seen_ = 0;
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline
 
 #endif  // GRADEX_PIPELINE_AGENT_METRICS_H_

@@ -7,7 +7,7 @@
 #include "pipeline/agent.h"
 #include "pipeline/bucket_pipeline.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 namespace {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -59,7 +59,7 @@ void Agent::UpdateLayout() {
   if (layout_epoch_ == plan_->epoch && !layout_line_.empty()) return;
   std::vector<std::string> nodes;
   nodes.reserve(plan_->members.size());
-  for (const PlanMember& m : plan_->members) nodes.push_back(m.node);
+  for (const member::PlanMember& m : plan_->members) nodes.push_back(m.node);
   layout_ = catalog::LayoutOf(nodes);
   layout_epoch_ = plan_->epoch;
   const std::string why = rules_.hierarchy ? catalog::FlatReason(layout_) : "hierarchy=off";
@@ -164,7 +164,7 @@ void Agent::Report(uint64_t step) {
   auto ns = [](std::chrono::system_clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   };
-  StepReport r;
+  member::StepReport r;
   r.comm_start_unix_ns = ns(step_unix_start_);
   r.comm_end_unix_ns = ns(std::chrono::system_clock::now());
   r.epoch = plan_->epoch;
@@ -180,7 +180,7 @@ void Agent::Report(uint64_t step) {
     r.recv_bytes += s.recv_bytes;
     r.result_nnz += s.result_nnz;
   }
-  for (const StepReport::Bucket& b : step_buckets_) {
+  for (const member::StepReport::Bucket& b : step_buckets_) {
     r.post_gather_count += b.post_gather_count;
     r.kprime_used = std::max(r.kprime_used, b.kprime_used);
   }
@@ -190,4 +190,4 @@ void Agent::Report(uint64_t step) {
   control_->ReportStep(std::move(r));  // drops, never blocks
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline

@@ -9,7 +9,7 @@
 #include "collectives/call_frame.h"
 #include "kernels/sparse.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 
 BucketPipeline::BucketPipeline(Agent* agent, PipelineOptions options, Done observer)
     : agent_(agent),
@@ -388,4 +388,4 @@ void BucketPipeline::ExchangeLoop() {
   }
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline

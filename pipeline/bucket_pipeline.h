@@ -39,7 +39,7 @@
 #include "pipeline/device_path.h"
 #include "pipeline/span_store.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 
 enum class Memory { kHost, kDevice };
 
@@ -273,6 +273,6 @@ class BucketPipeline {
   std::thread selector_;  // the selection thread
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline
 
 #endif  // GRADEX_PIPELINE_BUCKET_PIPELINE_H_

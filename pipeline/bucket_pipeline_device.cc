@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "pipeline/bucket_pipeline.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 
 const char* DevicePathName(DevicePath path) {
   switch (path) {
@@ -309,4 +309,4 @@ absl::Status BucketPipeline::HandBack(Item& item) {
   return backend_->CallerWaits(item.stream, **e);
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline

@@ -10,7 +10,7 @@
 #include "kernels/sparse.h"
 #include "pipeline/bucket_pipeline.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 namespace {
 
 // Says how many NaN and infinite values were exchanged as 0 and where the
@@ -222,4 +222,4 @@ void BucketPipeline::PlanAndPrepare(Item& item, BucketSlot* slot) {
   Agent::PrepareBucket(call);
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline

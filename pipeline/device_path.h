@@ -9,7 +9,7 @@
 
 #include "device/device.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 
 // kHost: host memory as given. kWholeBucketStaging: a device bucket copied
 // whole to pinned host memory and back (its slot's residual stays on the
@@ -33,6 +33,6 @@ struct DeviceResiduals {
   std::shared_ptr<device::Event> last;
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline
 
 #endif  // GRADEX_PIPELINE_DEVICE_PATH_H_

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 
 SpanStore::Layout* SpanStore::Make(std::span<const ParamSpan> spans) {
   LayoutKey key;
@@ -150,4 +150,4 @@ absl::Status SpanStore::Import(SpanState state) {
   return absl::OkStatus();
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline

@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "pipeline/agent.h"
 
-namespace gradex::agent {
+namespace gradex::pipeline {
 
 // One parameter's slice of a bucket, in bucket order.
 struct ParamSpan {
@@ -85,6 +85,6 @@ class SpanStore {
   std::map<uint64_t, Home> homes_;  // where each span's state lives
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::pipeline
 
 #endif  // GRADEX_PIPELINE_SPAN_STORE_H_

@@ -12,7 +12,7 @@
 #include "services/client/gradex.h"
 
 struct gradex_ps_worker {
-  std::unique_ptr<gradex::client::PsWorker> worker;
+  std::unique_ptr<gradex::ps::PsWorker> worker;
 };
 
 using gradex::client::Fail;
@@ -31,10 +31,10 @@ int gradex_ps_create(const uint32_t* layer_sizes, size_t layers, const char* con
   if (count > 0 && (keys == nullptr || values == nullptr)) {
     return Fail(absl::InvalidArgumentError("gradex_ps_create: keys or values is NULL"));
   }
-  gradex::client::PsWorkerOptions o;
+  gradex::ps::PsWorkerOptions o;
   if (use_env) {
     if (absl::Status s = gradex::client::ApplyEnvironment(&o.client); !s.ok()) return Fail(s);
-    if (absl::Status s = gradex::client::ApplyPsEnvironment(&o); !s.ok()) return Fail(s);
+    if (absl::Status s = gradex::ps::ApplyPsEnvironment(&o); !s.ok()) return Fail(s);
   }
   o.layer_sizes.assign(layer_sizes, layer_sizes + layers);
   for (size_t i = 0; i < count; ++i) {
@@ -42,11 +42,10 @@ int gradex_ps_create(const uint32_t* layer_sizes, size_t layers, const char* con
       return Fail(
           absl::InvalidArgumentError(absl::StrCat("gradex_ps_create: option ", i, " is NULL")));
     }
-    if (absl::Status s = gradex::client::SetPsFromCKey(&o, keys[i], values[i]); !s.ok())
-      return Fail(s);
+    if (absl::Status s = gradex::ps::SetPsFromCKey(&o, keys[i], values[i]); !s.ok()) return Fail(s);
   }
-  absl::StatusOr<std::unique_ptr<gradex::client::PsWorker>> w =
-      gradex::client::PsWorker::Create(std::move(o), gradex::client::FromC(rendezvous));
+  absl::StatusOr<std::unique_ptr<gradex::ps::PsWorker>> w =
+      gradex::ps::PsWorker::Create(std::move(o), gradex::client::FromC(rendezvous));
   if (!w.ok()) return Fail(w.status());
   *out = new gradex_ps_worker{*std::move(w)};
   return Report(absl::OkStatus());
@@ -63,7 +62,7 @@ int gradex_ps_stats(const gradex_ps_worker* w, gradex_ps_stats_t* out) {
   if (w == nullptr || out == nullptr) {
     return Fail(absl::InvalidArgumentError("gradex_ps_stats: NULL worker or out"));
   }
-  const gradex::client::PsWorkerStats s = w->worker->Stats();
+  const gradex::ps::PsWorkerStats s = w->worker->Stats();
   std::memset(out, 0, sizeof(*out));
   out->epoch = s.epoch;
   out->worker = s.worker;

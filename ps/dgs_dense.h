@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace gradex {
+namespace gradex::ps {
 
 // dst[i] += src[i] for every nonzero src[i] (bitwise as the sparse route);
 // returns the count of nonzeros (the entries the sparse route would carry).
@@ -38,6 +38,6 @@ inline uint64_t DgsTakeNonzeros(float* __restrict d, float* __restrict out, size
   return nonzeros;
 }
 
-}  // namespace gradex
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_DGS_DENSE_H_

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex {
+namespace gradex::ps {
 namespace {
 
 DgsWireContext WorkerContext(const DgsJob& job, const DgsWorkerState& state, uint32_t shard) {
@@ -271,4 +271,4 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
   return first;
 }
 
-}  // namespace gradex
+}  // namespace gradex::ps

@@ -26,7 +26,7 @@
 #include "ps/dgs_worker.h"
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::ps {
 
 inline constexpr uint64_t DgsUpTag(uint32_t shard) { return MessageTag(kTagPhaseDgs, shard, 1); }
 inline constexpr uint64_t DgsDownTag(uint32_t shard) { return MessageTag(kTagPhaseDgs, shard, 2); }
@@ -194,6 +194,6 @@ class DgsServer {
   DgsServerStats stats_;
 };
 
-}  // namespace gradex
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_DGS_EXCHANGE_H_

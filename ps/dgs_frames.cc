@@ -6,10 +6,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/frame.h"
-#include "collectives/frame_walk.h"
+#include "collectives/wire/frame.h"
+#include "collectives/wire/frame_walk.h"
 
-namespace gradex {
+namespace gradex::ps {
 namespace {
 
 constexpr size_t kHeader = sizeof(DgsMessageHeader);
@@ -365,4 +365,4 @@ uint64_t DgsMaxMessageBytes(const DgsLayout& layout, DgsRange range) {
   return kHeader + pieces * sizeof(FrameHeader) + uint64_t{range.size()} * sizeof(float);
 }
 
-}  // namespace gradex
+}  // namespace gradex::ps

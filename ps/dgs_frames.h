@@ -1,6 +1,6 @@
 // DGS wire messages between a worker and a server shard (docs/architecture.md
 // "DGS"). One message = a DgsMessageHeader, then one frame per layer piece of
-// the shard's range (collectives/frame.h's FrameHeader: job, epoch, algorithm
+// the shard's range (collectives/wire/frame.h's FrameHeader: job, epoch, algorithm
 // = the catalog id of "dgs", phase = the message kind, step = the version,
 // block = the piece, sparse or dense payload, whichever is smaller).
 //
@@ -46,7 +46,7 @@
 #include "ps/dgs_layout.h"
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::ps {
 
 inline constexpr uint32_t kDgsMagic = 0x31534744;  // "DGS1"
 inline constexpr uint16_t kDgsFormat = 1;
@@ -190,6 +190,6 @@ absl::Status DecodeDgsFromShard(std::span<const uint8_t> message, const DgsWireC
 // the receive cap (Transport::PostRecvAtMost) in both directions.
 uint64_t DgsMaxMessageBytes(const DgsLayout& layout, DgsRange range);
 
-}  // namespace gradex
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_DGS_FRAMES_H_

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "catalog/fnv1a.h"
 
-namespace gradex {
+namespace gradex::ps {
 namespace {
 
 // FNV-1a over the word's 8 bytes, least significant first (whatever the host's order).
@@ -80,4 +80,4 @@ uint32_t DgsKeep(uint32_t size, double ratio) {
   return static_cast<uint32_t>(std::clamp<double>(k, size == 0 ? 0 : 1, size));
 }
 
-}  // namespace gradex
+}  // namespace gradex::ps

@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
 
-namespace gradex {
+namespace gradex::ps {
 
 // The most layers and elements a layout may have: element indices travel as
 // uint32 (kernels/sparse.h), and every count a peer sends is bounded by these.
@@ -76,6 +76,6 @@ class DgsLayout {
 // (ASGD's dense exchange).
 uint32_t DgsKeep(uint32_t size, double ratio);
 
-}  // namespace gradex
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_DGS_LAYOUT_H_

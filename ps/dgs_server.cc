@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "ps/dgs_exchange.h"
 
-namespace gradex {
+namespace gradex::ps {
 
 DgsServer::DgsServer(Transport& transport, DgsJob job, DgsServerShard& shard,
                      std::vector<int> worker_ranks)
@@ -224,4 +224,4 @@ absl::Status DgsServer::ServeUntil(Deadline until) {
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::ps

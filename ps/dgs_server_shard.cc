@@ -11,7 +11,7 @@
 #include "kernels/sparse.h"
 #include "ps/dgs_dense.h"
 
-namespace gradex {
+namespace gradex::ps {
 
 DgsServerShard::DgsServerShard(const DgsLayout& layout, uint32_t shard, DgsRange range,
                                const DgsServerOptions& options)
@@ -186,4 +186,4 @@ uint64_t DgsServerShard::total_refused() const {
   return t;
 }
 
-}  // namespace gradex
+}  // namespace gradex::ps

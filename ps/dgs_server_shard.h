@@ -55,7 +55,7 @@
 #include "ps/dgs_layout.h"
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::ps {
 
 inline constexpr uint64_t kDgsUnboundedStaleness = std::numeric_limits<uint64_t>::max();
 inline constexpr uint32_t kDgsMaxWorkers = 65536;
@@ -176,6 +176,6 @@ class DgsServerShard {
   DgsShardStats stats_;
 };
 
-}  // namespace gradex
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_DGS_SERVER_SHARD_H_

@@ -10,7 +10,7 @@
 #include "ps/dgs_dense.h"
 #include "ps/dgs_server_shard.h"
 
-namespace gradex {
+namespace gradex::ps {
 namespace {
 
 // The bound after adding values of at most `largest` in magnitude: float
@@ -159,4 +159,4 @@ void DgsServerShard::Applied(uint32_t worker, const DgsMessage& push, uint64_t e
   stats_.pushed_entries += entries;
 }
 
-}  // namespace gradex
+}  // namespace gradex::ps

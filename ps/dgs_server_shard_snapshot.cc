@@ -8,7 +8,7 @@
 #include "catalog/fnv1a.h"
 #include "ps/dgs_server_shard.h"
 
-namespace gradex {
+namespace gradex::ps {
 namespace {
 
 constexpr uint32_t kSnapshotMagic = 0x53534744;  // "DGSS"
@@ -93,4 +93,4 @@ absl::Status DgsServerShard::Restore(std::span<const uint8_t> snap) {
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::ps

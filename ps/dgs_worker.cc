@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "ps/dgs_dense.h"
 
-namespace gradex {
+namespace gradex::ps {
 
 DgsWorkerState::DgsWorkerState(const DgsLayout& layout, uint32_t worker,
                                std::vector<DgsRange> shards, const DgsWorkerOptions& options)
@@ -249,4 +249,4 @@ absl::Status DgsWorkerState::ApplyPull(uint32_t shard, const DgsMessage& pull,
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::ps

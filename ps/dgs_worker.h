@@ -38,7 +38,7 @@
 #include "ps/dgs_frames.h"
 #include "ps/dgs_layout.h"
 
-namespace gradex {
+namespace gradex::ps {
 
 struct DgsWorkerOptions {
   float momentum = 0.9f;       // m, in (0, 1] (SAMomentum divides by it)
@@ -126,6 +126,6 @@ class DgsWorkerState {
   std::vector<float> scratch_;
 };
 
-}  // namespace gradex
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_DGS_WORKER_H_

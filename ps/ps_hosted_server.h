@@ -16,13 +16,13 @@
 #include "ps/ps_member.h"
 #include "ps/ps_server.h"
 
-namespace gradex::client {
+namespace gradex::ps {
 
 struct HostedServerOptions {
   std::string coordinator, token, job, data_ip, snapshot_dir;
   std::chrono::milliseconds timeout{60000};
   // May be null: the server's metrics go to this registry's exposer.
-  agent::PsServerMetrics* metrics = nullptr;
+  ps::PsServerMetrics* metrics = nullptr;
 };
 
 class HostedServer {
@@ -31,20 +31,20 @@ class HostedServer {
   ~HostedServer();
   // Stops serving (a last snapshot), leaves the job; returns Run's outcome.
   absl::Status Stop();
-  agent::PsServerStatus Status() const { return server_->Status(); }
+  ps::PsServerStatus Status() const { return server_->Status(); }
 
  private:
   HostedServer() = default;
-  std::unique_ptr<agent::ControlPlane> control_;
-  std::unique_ptr<agent::TransportProvider> transports_;
-  std::unique_ptr<agent::PsMember> member_;
-  std::unique_ptr<agent::PsServer> server_;
+  std::unique_ptr<member::ControlPlane> control_;
+  std::unique_ptr<member::TransportProvider> transports_;
+  std::unique_ptr<ps::PsMember> member_;
+  std::unique_ptr<ps::PsServer> server_;
   std::atomic<bool> stop_{false};
   absl::Status result_;
   std::thread thread_;
   std::chrono::milliseconds timeout_{60000};
 };
 
-}  // namespace gradex::client
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_PS_HOSTED_SERVER_H_

@@ -5,13 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "catalog/fnv1a.h"
 
-namespace gradex::agent {
+namespace gradex::ps {
 
 // The heartbeats' running epoch; a parameter-server member never waits
 // inside a collective, so it reports no wait.
-class PsMember::Running final : public WaitSource {
+class PsMember::Running final : public member::WaitSource {
  public:
-  std::optional<WaitInfo> OldestWait(std::chrono::milliseconds) const override {
+  std::optional<member::WaitInfo> OldestWait(std::chrono::milliseconds) const override {
     return std::nullopt;
   }
   uint32_t running_epoch() const override { return epoch.load(); }
@@ -22,7 +22,8 @@ uint64_t PsJobId(const std::string& job) {
   return catalog::Fnv1a(job, catalog::kFnv1aTruncatedBasis);
 }
 
-PsMember::PsMember(PsMemberOptions options, ControlPlane* control, TransportProvider* transports)
+PsMember::PsMember(PsMemberOptions options, member::ControlPlane* control,
+                   member::TransportProvider* transports)
     : options_(std::move(options)),
       control_(control),
       transports_(transports),
@@ -31,32 +32,32 @@ PsMember::PsMember(PsMemberOptions options, ControlPlane* control, TransportProv
 }
 
 absl::Status PsMember::Join(Deadline deadline) {
-  JoinRequest req = MemberJoin(options_, *transports_);
+  member::JoinRequest req = member::MemberJoin(options_, *transports_);
   req.server = options_.server;
-  absl::StatusOr<JoinReply> reply = control_->Join(req, deadline);
+  absl::StatusOr<member::JoinReply> reply = control_->Join(req, deadline);
   return reply.status();
 }
 
 absl::Status PsMember::Leave(Deadline deadline) { return control_->Leave(deadline); }
 
-std::shared_ptr<const Plan> PsMember::Current() const {
-  std::shared_ptr<const Plan> p = control_->LatestPlan();
+std::shared_ptr<const member::Plan> PsMember::Current() const {
+  std::shared_ptr<const member::Plan> p = control_->LatestPlan();
   if (p == nullptr || !p->ps.has_value() || RankIn(*p) < 0) return nullptr;
   return p;
 }
 
 bool PsMember::Superseded(uint32_t epoch) const {
-  std::shared_ptr<const Plan> p = control_->LatestPlan();
+  std::shared_ptr<const member::Plan> p = control_->LatestPlan();
   return p != nullptr && p->epoch > epoch && RankIn(*p) >= 0;
 }
 
-absl::StatusOr<std::shared_ptr<const Plan>> PsMember::AwaitEpoch(uint32_t running,
-                                                                 Deadline deadline) const {
+absl::StatusOr<std::shared_ptr<const member::Plan>> PsMember::AwaitEpoch(uint32_t running,
+                                                                         Deadline deadline) const {
   for (;;) {
-    std::shared_ptr<const Plan> p = Current();
+    std::shared_ptr<const member::Plan> p = Current();
     if (p != nullptr && p->epoch != running) return p;
     if (Clock::now() >= deadline) {
-      std::shared_ptr<const Plan> latest = control_->LatestPlan();
+      std::shared_ptr<const member::Plan> latest = control_->LatestPlan();
       std::string why =
           latest == nullptr ? "no plan yet"
           : RankIn(*latest) < 0
@@ -71,11 +72,12 @@ absl::StatusOr<std::shared_ptr<const Plan>> PsMember::AwaitEpoch(uint32_t runnin
   }
 }
 
-absl::StatusOr<std::unique_ptr<Transport>> PsMember::Connect(const Plan& plan, Deadline deadline) {
+absl::StatusOr<std::unique_ptr<Transport>> PsMember::Connect(const member::Plan& plan,
+                                                             Deadline deadline) {
   const int rank = RankIn(plan);
   if (rank < 0) return absl::FailedPreconditionError("not a member of the epoch");
   const uint32_t epoch = plan.epoch;
-  ConnectHooks hooks;
+  member::ConnectHooks hooks;
   hooks.deadline = deadline;
   hooks.abandon = [this, epoch] { return Superseded(epoch); };
   return transports_->Connect(plan, rank, hooks);
@@ -83,4 +85,4 @@ absl::StatusOr<std::unique_ptr<Transport>> PsMember::Connect(const Plan& plan, D
 
 void PsMember::SetRunning(uint32_t epoch) { running_->epoch.store(epoch); }
 
-}  // namespace gradex::agent
+}  // namespace gradex::ps

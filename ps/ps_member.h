@@ -17,7 +17,7 @@
 #include "member/transport_provider.h"
 #include "transport/transport.h"
 
-namespace gradex::agent {
+namespace gradex::ps {
 
 struct PsMemberOptions {
   std::string job, token, agent_id, host, device;
@@ -31,7 +31,8 @@ uint64_t PsJobId(const std::string& job);
 
 class PsMember {
  public:
-  PsMember(PsMemberOptions options, ControlPlane* control, TransportProvider* transports);
+  PsMember(PsMemberOptions options, member::ControlPlane* control,
+           member::TransportProvider* transports);
 
   // Joins with the member's role (the control plane re-joins by itself
   // after an eviction or a coordinator restart).
@@ -40,29 +41,30 @@ class PsMember {
 
   // The newest plan that lists this member and carries server shards, or
   // null.
-  std::shared_ptr<const Plan> Current() const;
+  std::shared_ptr<const member::Plan> Current() const;
   // Waits (polling the control plane's latest plan) for Current() with an
   // epoch other than `running`; DEADLINE_EXCEEDED naming what it waited for.
-  absl::StatusOr<std::shared_ptr<const Plan>> AwaitEpoch(uint32_t running, Deadline deadline) const;
+  absl::StatusOr<std::shared_ptr<const member::Plan>> AwaitEpoch(uint32_t running,
+                                                                 Deadline deadline) const;
   // Whether a newer epoch than `epoch` that lists this member is published.
   bool Superseded(uint32_t epoch) const;
   // The communicator of `plan`'s epoch (the previous one must be gone), wired
   // up by `deadline`; abandoned (ABORTED) when a newer epoch appears meanwhile.
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, Deadline deadline);
+  absl::StatusOr<std::unique_ptr<Transport>> Connect(const member::Plan& plan, Deadline deadline);
   // Heartbeats say this epoch runs (the coordinator's entry deadline).
   void SetRunning(uint32_t epoch);
 
-  int RankIn(const Plan& plan) const { return plan.RankOf(options_.agent_id); }
+  int RankIn(const member::Plan& plan) const { return plan.RankOf(options_.agent_id); }
   const PsMemberOptions& options() const { return options_; }
 
  private:
   class Running;
   PsMemberOptions options_;
-  ControlPlane* control_;
-  TransportProvider* transports_;
+  member::ControlPlane* control_;
+  member::TransportProvider* transports_;
   std::shared_ptr<Running> running_;
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_PS_MEMBER_H_

@@ -8,10 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "ps/dgs_layout.h"
 
-namespace gradex::client {
+namespace gradex::ps {
 namespace {
 
-using T = OptionType;
+using T = client::OptionType;
 
 // The worker's field as the table's value type.
 #define GRADEX_PS_FIELD(member, type)                                            \
@@ -48,7 +48,7 @@ std::vector<PsOptionSpec> Build() {
   // The client's density range: the two densities mean the same fraction.
   t.push_back({.spec = {.name = "density",
                         .type = T::kDouble,
-                        .range = FindOption("density")->range,
+                        .range = client::FindOption("density")->range,
                         .env = {{"GRADEX_PS_DENSITY"}},
                         .c_key = "density",
                         .py_keyword = "density",
@@ -58,7 +58,7 @@ std::vector<PsOptionSpec> Build() {
                GRADEX_PS_FLOAT(density)});
   t.push_back({.spec = {.name = "momentum",
                         .type = T::kDouble,
-                        .range = OptionRange{0, 1, /*lo_open=*/true},
+                        .range = client::OptionRange{0, 1, /*lo_open=*/true},
                         .env = {{"GRADEX_PS_MOMENTUM"}},
                         .c_key = "momentum",
                         .py_keyword = "momentum",
@@ -67,7 +67,7 @@ std::vector<PsOptionSpec> Build() {
                GRADEX_PS_FLOAT(momentum)});
   t.push_back({.spec = {.name = "weight_decay",
                         .type = T::kDouble,
-                        .range = OptionRange{0, kMaxFloat},
+                        .range = client::OptionRange{0, kMaxFloat},
                         .env = {{"GRADEX_PS_WEIGHT_DECAY"}},
                         .c_key = "weight_decay",
                         .py_keyword = "weight_decay",
@@ -76,7 +76,7 @@ std::vector<PsOptionSpec> Build() {
                GRADEX_PS_FLOAT(weight_decay)});
   t.push_back({.spec = {.name = "lr0",
                         .type = T::kDouble,
-                        .range = OptionRange{0, kMaxFloat},
+                        .range = client::OptionRange{0, kMaxFloat},
                         .env = {{"GRADEX_PS_LR0"}},
                         .c_key = "lr0",
                         .py_keyword = "lr0",
@@ -86,7 +86,7 @@ std::vector<PsOptionSpec> Build() {
                GRADEX_PS_FLOAT(lr0)});
   t.push_back({.spec = {.name = "max_staleness",
                         .type = T::kUint,
-                        .range = OptionRange{0, kMaxStaleness},
+                        .range = client::OptionRange{0, kMaxStaleness},
                         .env = {{"GRADEX_PS_MAX_STALENESS"}},
                         .c_key = "max_staleness",
                         .py_keyword = "max_staleness",
@@ -97,7 +97,7 @@ std::vector<PsOptionSpec> Build() {
                GRADEX_PS_FIELD(max_staleness, uint64_t)});
   t.push_back({.spec = {.name = "server_shards",
                         .type = T::kUint,
-                        .range = OptionRange{0, static_cast<double>(kDgsMaxShards)},
+                        .range = client::OptionRange{0, static_cast<double>(kDgsMaxShards)},
                         .env = {{"GRADEX_PS_SERVER_SHARDS"}},
                         .c_key = "server_shards",
                         .py_keyword = "server_shards",
@@ -116,7 +116,7 @@ std::vector<PsOptionSpec> Build() {
                GRADEX_PS_FIELD(snapshot_dir, std::string)});
   t.push_back({.spec = {.name = "snapshot_interval",
                         .type = T::kDuration,
-                        .range = OptionRange{0, kDayMs},
+                        .range = client::OptionRange{0, kDayMs},
                         .env = {{"GRADEX_PS_SNAPSHOT_INTERVAL_MS"}},
                         .c_key = "snapshot_interval_ms",
                         .py_keyword = "snapshot_interval_s",
@@ -126,7 +126,7 @@ std::vector<PsOptionSpec> Build() {
                  return static_cast<int64_t>(o.snapshot_interval.count());
                },
                .set =
-                   [](PsWorkerOptions* o, OptionValue v) {
+                   [](PsWorkerOptions* o, client::OptionValue v) {
                      o->snapshot_interval = std::chrono::milliseconds(std::get<int64_t>(v));
                    }});
   return t;
@@ -148,25 +148,26 @@ const std::vector<PsOptionSpec>& PsOptionTable() {
 }
 
 const PsOptionSpec* FindPsCKey(absl::string_view key) {
-  return Find([&](const OptionSpec& s) { return !s.c_key.empty() && s.c_key == key; });
+  return Find([&](const client::OptionSpec& s) { return !s.c_key.empty() && s.c_key == key; });
 }
 
 const PsOptionSpec* FindPsPyKeyword(absl::string_view keyword) {
-  return Find(
-      [&](const OptionSpec& s) { return !s.py_keyword.empty() && s.py_keyword == keyword; });
+  return Find([&](const client::OptionSpec& s) {
+    return !s.py_keyword.empty() && s.py_keyword == keyword;
+  });
 }
 
-absl::Status SetPsOption(PsWorkerOptions* o, const PsOptionSpec& spec, OptionValue value,
+absl::Status SetPsOption(PsWorkerOptions* o, const PsOptionSpec& spec, client::OptionValue value,
                          absl::string_view where) {
-  if (absl::Status s = CheckOptionValue(spec.spec, value, where); !s.ok()) return s;
+  if (absl::Status s = client::CheckOptionValue(spec.spec, value, where); !s.ok()) return s;
   spec.set(o, std::move(value));
   return absl::OkStatus();
 }
 
 absl::Status SetPsFromCKey(PsWorkerOptions* o, absl::string_view key, absl::string_view text) {
   const PsOptionSpec* s = FindPsCKey(key);
-  if (s == nullptr) return SetFromCKey(&o->client, key, text);
-  absl::StatusOr<OptionValue> v = ParseCText(s->spec, key, text);
+  if (s == nullptr) return client::SetFromCKey(&o->client, key, text);
+  absl::StatusOr<client::OptionValue> v = client::ParseCText(s->spec, key, text);
   if (!v.ok()) return v.status();
   return SetPsOption(o, *s, *std::move(v), absl::StrCat("option ", key));
 }
@@ -174,7 +175,8 @@ absl::Status SetPsFromCKey(PsWorkerOptions* o, absl::string_view key, absl::stri
 absl::Status ApplyPsEnvironment(PsWorkerOptions* o) {
   for (const PsOptionSpec& s : PsOptionTable()) {
     absl::string_view source;
-    absl::StatusOr<std::optional<OptionValue>> value = OptionFromEnvironment(s.spec, &source);
+    absl::StatusOr<std::optional<client::OptionValue>> value =
+        client::OptionFromEnvironment(s.spec, &source);
     if (!value.ok()) return value.status();
     if (!value->has_value()) continue;
     if (absl::Status st = SetPsOption(o, s, **std::move(value), source); !st.ok()) {
@@ -186,18 +188,19 @@ absl::Status ApplyPsEnvironment(PsWorkerOptions* o) {
 
 absl::Status CheckPsOptionValues(const PsWorkerOptions& o) {
   for (const PsOptionSpec& s : PsOptionTable()) {
-    if (absl::Status st = CheckOptionValue(s.spec, s.get(o), s.spec.name); !st.ok()) return st;
+    if (absl::Status st = client::CheckOptionValue(s.spec, s.get(o), s.spec.name); !st.ok())
+      return st;
   }
   return absl::OkStatus();
 }
 
 std::string PsOptionsMarkdown() {
-  std::vector<OptionSpec> specs;
+  std::vector<client::OptionSpec> specs;
   for (const PsOptionSpec& s : PsOptionTable()) specs.push_back(s.spec);
-  return OptionsMarkdown(specs, [](const OptionSpec& spec) {
-    const PsOptionSpec* s = Find([&](const OptionSpec& x) { return x.name == spec.name; });
-    return FormatValue(spec, s->get(PsWorkerOptions{}));
+  return client::OptionsMarkdown(specs, [](const client::OptionSpec& spec) {
+    const PsOptionSpec* s = Find([&](const client::OptionSpec& x) { return x.name == spec.name; });
+    return client::FormatValue(spec, s->get(PsWorkerOptions{}));
   });
 }
 
-}  // namespace gradex::client
+}  // namespace gradex::ps

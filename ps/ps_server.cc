@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::agent {
+namespace gradex::ps {
 namespace {
 
 constexpr auto kRefreshEvery = std::chrono::milliseconds(250);
@@ -60,7 +60,7 @@ std::string PsServer::SnapshotPath(uint32_t shard, uint32_t shards) const {
   return absl::StrCat(options_.snapshot_dir, "/shard-", shard, "-of-", shards, ".dgss");
 }
 
-absl::Status PsServer::TakeShard(const Plan& plan, uint32_t shard, DgsRange range,
+absl::Status PsServer::TakeShard(const member::Plan& plan, uint32_t shard, DgsRange range,
                                  const DgsLayout& layout) {
   DgsServerOptions o;
   o.workers = plan.ps->worker_slots;
@@ -93,7 +93,7 @@ absl::Status PsServer::TakeShard(const Plan& plan, uint32_t shard, DgsRange rang
   return absl::OkStatus();
 }
 
-absl::Status PsServer::Enter(std::shared_ptr<const Plan> plan) {
+absl::Status PsServer::Enter(std::shared_ptr<const member::Plan> plan) {
   servers_.clear();
   gaps_seen_.clear();  // a new epoch's exchanges count from 0
   transport_.reset();
@@ -218,15 +218,15 @@ PsServerStatus PsServer::Status() const {
 }
 
 absl::Status PsServer::Run(const std::function<bool()>& stop) {
-  absl::StatusOr<std::shared_ptr<const Plan>> first =
+  absl::StatusOr<std::shared_ptr<const member::Plan>> first =
       member_->AwaitEpoch(0, DeadlineIn(options_.join_timeout));
   if (!first.ok()) return first.status();
-  std::shared_ptr<const Plan> want = *first;
+  std::shared_ptr<const member::Plan> want = *first;
   auto idle = std::chrono::microseconds(20);
   Clock::time_point refresh_at = Clock::now();
   Clock::time_point snapshot_at = Clock::time_point::max();
   while (!stop()) {
-    if (std::shared_ptr<const Plan> cur = member_->Current();
+    if (std::shared_ptr<const member::Plan> cur = member_->Current();
         cur != nullptr && (plan_ == nullptr || cur->epoch != plan_->epoch) && cur != want) {
       want = cur;
       // Workers move at their next step: answer the pushes already in
@@ -281,4 +281,4 @@ absl::Status PsServer::Run(const std::function<bool()>& stop) {
   return st;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::ps

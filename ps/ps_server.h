@@ -25,7 +25,7 @@
 #include "ps/ps_member.h"
 #include "ps/ps_server_metrics.h"
 
-namespace gradex::agent {
+namespace gradex::ps {
 
 struct PsServerOptions {
   // Where shard snapshots live ("" = none): shard-S-of-N.dgss per shard,
@@ -74,8 +74,9 @@ class PsServer {
   absl::Status SnapshotNow();
 
  private:
-  absl::Status Enter(std::shared_ptr<const Plan> plan);
-  absl::Status TakeShard(const Plan& plan, uint32_t shard, DgsRange range, const DgsLayout& layout);
+  absl::Status Enter(std::shared_ptr<const member::Plan> plan);
+  absl::Status TakeShard(const member::Plan& plan, uint32_t shard, DgsRange range,
+                         const DgsLayout& layout);
   void Publish(const std::string& error);
   // Counts, logs and exports a snapshot of `shard` that was not written.
   void NoteSnapshotFailure(uint32_t shard, const absl::Status& why);
@@ -85,7 +86,7 @@ class PsServer {
   PsMember* member_;
   PsServerOptions options_;
   PsServerMetrics* metrics_;
-  std::shared_ptr<const Plan> plan_;
+  std::shared_ptr<const member::Plan> plan_;
   std::unique_ptr<Transport> transport_;
   std::map<uint32_t, std::unique_ptr<DgsServerShard>> shards_;  // held, by shard
   std::vector<std::unique_ptr<DgsServer>> servers_;             // this epoch's
@@ -99,6 +100,6 @@ class PsServer {
   PsServerStatus status_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_PS_SERVER_H_

@@ -8,7 +8,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
-namespace gradex::agent {
+namespace gradex::ps {
 namespace {
 
 prometheus::Counter& Counter(prometheus::Registry& r, const char* name, const char* help) {
@@ -110,4 +110,4 @@ void PsServerMetrics::Refresh(const DgsServerShard& shard, const DgsServerStats&
   s.epoch = epoch;
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::ps

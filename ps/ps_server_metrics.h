@@ -21,7 +21,7 @@ template <typename T>
 class Family;
 }  // namespace prometheus
 
-namespace gradex::agent {
+namespace gradex::ps {
 
 class PsServerMetrics {
  public:
@@ -53,6 +53,6 @@ class PsServerMetrics {
   std::map<uint32_t, Seen> seen_;  // by shard
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_PS_SERVER_METRICS_H_

@@ -25,7 +25,7 @@
 #include "ps/ps_worker_metrics.h"
 #include "services/client/embedded_coordinator.h"
 
-namespace gradex::client {
+namespace gradex::ps {
 namespace {
 
 std::atomic<uint64_t> g_workers{0};  // agent ids stay unique across workers of one process
@@ -35,7 +35,7 @@ class PsWorkerImpl final : public PsWorker {
   explicit PsWorkerImpl(PsWorkerOptions o) : o_(std::move(o)) {}
   ~PsWorkerImpl() override { (void)Close(); }
 
-  absl::Status Start(const Rendezvous& rendezvous);
+  absl::Status Start(const client::Rendezvous& rendezvous);
   absl::Status Step(std::span<const float> grad, std::span<float> params, float lr) override;
   PsWorkerStats Stats() const override {
     absl::MutexLock lock(&mu_);
@@ -53,15 +53,15 @@ class PsWorkerImpl final : public PsWorker {
 
   PsWorkerOptions o_;
   DgsLayout layout_ = *DgsLayout::Create({1});
-  CoordinatorEndpoint endpoint_;
-  std::unique_ptr<agent::AgentMetrics> metrics_;  // the registry served on metrics_port
-  std::unique_ptr<agent::PsServerMetrics> server_metrics_;
+  client::CoordinatorEndpoint endpoint_;
+  std::unique_ptr<pipeline::AgentMetrics> metrics_;  // the registry served on metrics_port
+  std::unique_ptr<ps::PsServerMetrics> server_metrics_;
   std::unique_ptr<PsWorkerMetrics> worker_metrics_;
   std::unique_ptr<HostedServer> hosted_;
-  std::unique_ptr<agent::ControlPlane> control_;
-  std::unique_ptr<agent::TransportProvider> transports_;
-  std::unique_ptr<agent::PsMember> member_;
-  std::shared_ptr<const agent::Plan> plan_;
+  std::unique_ptr<member::ControlPlane> control_;
+  std::unique_ptr<member::TransportProvider> transports_;
+  std::unique_ptr<ps::PsMember> member_;
+  std::shared_ptr<const member::Plan> plan_;
   std::unique_ptr<Transport> transport_;
   std::optional<DgsWorkerState> state_;
   std::optional<DgsPushPull> exchange_;
@@ -78,14 +78,15 @@ class PsWorkerImpl final : public PsWorker {
   PsWorkerStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
-absl::Status PsWorkerImpl::Start(const Rendezvous& rendezvous) {
+absl::Status PsWorkerImpl::Start(const client::Rendezvous& rendezvous) {
   layout_ = *DgsLayout::Create(o_.layer_sizes);
-  absl::StatusOr<CoordinatorEndpoint> e = FindCoordinator(o_.client, rendezvous, PsJobJson(o_));
+  absl::StatusOr<client::CoordinatorEndpoint> e =
+      client::FindCoordinator(o_.client, rendezvous, PsJobJson(o_));
   if (!e.ok()) return e.status();
   endpoint_ = *std::move(e);
-  metrics_ = std::make_unique<agent::AgentMetrics>();
+  metrics_ = std::make_unique<pipeline::AgentMetrics>();
   worker_metrics_ = std::make_unique<PsWorkerMetrics>(*metrics_->registry());
-  if (const int port = MetricsPortOf(o_.client); port >= 0) {
+  if (const int port = client::MetricsPortOf(o_.client); port >= 0) {
     // One port per local rank (base + LOCAL_RANK): a pod's ranks each serve their own.
     if (absl::Status s = metrics_->Serve(absl::StrCat(o_.client.metrics_address, ":", port));
         !s.ok()) {
@@ -96,7 +97,7 @@ absl::Status PsWorkerImpl::Start(const Rendezvous& rendezvous) {
   }
   if (endpoint_.server != nullptr) {
     // This process runs the coordinator: it hosts the server shards too.
-    server_metrics_ = std::make_unique<agent::PsServerMetrics>(*metrics_->registry());
+    server_metrics_ = std::make_unique<ps::PsServerMetrics>(*metrics_->registry());
     HostedServerOptions h;
     h.coordinator = endpoint_.address;
     h.token = endpoint_.token;
@@ -110,19 +111,19 @@ absl::Status PsWorkerImpl::Start(const Rendezvous& rendezvous) {
     hosted_ = *std::move(hs);
   }
   const auto rpc = std::min<std::chrono::milliseconds>(o_.client.timeout, std::chrono::seconds(5));
-  agent::MemberWiringOptions wire;
+  member::MemberWiringOptions wire;
   wire.control.target = endpoint_.address;
   wire.control.rpc_timeout = rpc;
   wire.control.join_timeout = std::max(o_.client.timeout - rpc, std::chrono::milliseconds(0));
   wire.data_ip = o_.client.data_ip;
   wire.ucx.connect_timeout = o_.client.timeout;
-  absl::StatusOr<agent::MemberWiring> wired = agent::WireMember(std::move(wire));
+  absl::StatusOr<member::MemberWiring> wired = member::WireMember(std::move(wire));
   if (!wired.ok()) return wired.status();
   control_ = std::move(wired->control);
   transports_ = std::move(wired->transports);
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  agent::PsMemberOptions m;
+  ps::PsMemberOptions m;
   m.job = o_.client.job;
   m.token = endpoint_.token;
   m.host = host;
@@ -131,7 +132,7 @@ absl::Status PsWorkerImpl::Start(const Rendezvous& rendezvous) {
                             o_.client.rank, "/", g_workers.fetch_add(1));
   m.device = "cpu";
   m.rpc_timeout = rpc;
-  member_ = std::make_unique<agent::PsMember>(m, control_.get(), transports_.get());
+  member_ = std::make_unique<ps::PsMember>(m, control_.get(), transports_.get());
   if (absl::Status s = member_->Join(DeadlineIn(o_.client.timeout)); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("gradex PsWorker: joining the coordinator at ",
                                                endpoint_.address, ": ", s.message()));
@@ -152,7 +153,7 @@ void PsWorkerImpl::Follow() {
   while (!stop_following_.load()) {
     std::this_thread::sleep_for(kEvery);
     if (!step_mu_.TryLock()) continue;  // a Step runs: it enters epochs itself
-    std::shared_ptr<const agent::Plan> latest = member_->Current();
+    std::shared_ptr<const member::Plan> latest = member_->Current();
     const bool due = latest != nullptr && (exchange_ ? member_->Superseded(running_)
                                                      : latest->epoch != failed_between_steps_);
     if (due && !stop_following_.load()) {
@@ -190,10 +191,10 @@ absl::Status PsWorkerImpl::EnterEpoch(Deadline deadline) {
   const uint32_t leaving = exchange_ ? running_ : 0;
   exchange_.reset();
   transport_.reset();
-  absl::StatusOr<std::shared_ptr<const agent::Plan>> plan = member_->AwaitEpoch(leaving, deadline);
+  absl::StatusOr<std::shared_ptr<const member::Plan>> plan = member_->AwaitEpoch(leaving, deadline);
   if (!plan.ok()) return plan.status();
   plan_ = *plan;
-  const agent::PsPlan& ps = *plan_->ps;
+  const member::PsPlan& ps = *plan_->ps;
   if (ps.layer_sizes != o_.layer_sizes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job's model (", ps.layer_sizes.size(), " layers) is not this worker's (",
@@ -226,7 +227,7 @@ absl::Status PsWorkerImpl::EnterEpoch(Deadline deadline) {
   member_->SetRunning(running_);
   std::vector<DgsShardPeer> peers;
   for (uint32_t s = 0; s < ps.shards; ++s) peers.push_back({s, ps.shard_rank[s]});
-  exchange_.emplace(*transport_, DgsJob{agent::PsJobId(o_.client.job), plan_->epoch},
+  exchange_.emplace(*transport_, DgsJob{ps::PsJobId(o_.client.job), plan_->epoch},
                     std::move(peers));
   absl::MutexLock lock(&mu_);
   stats_.epoch = plan_->epoch;
@@ -346,11 +347,11 @@ absl::Status PsWorkerImpl::Close() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PsWorker>> PsWorker::Create(PsWorkerOptions options,
-                                                           Rendezvous rendezvous) {
+                                                           client::Rendezvous rendezvous) {
   if (absl::Status s = CheckPsWorkerOptions(options); !s.ok()) return s;
   auto w = std::make_unique<PsWorkerImpl>(std::move(options));
   if (absl::Status s = w->Start(rendezvous); !s.ok()) return s;
   return w;
 }
 
-}  // namespace gradex::client
+}  // namespace gradex::ps

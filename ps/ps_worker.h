@@ -27,13 +27,13 @@
 #include "absl/status/statusor.h"
 #include "services/client/client.h"
 
-namespace gradex::client {
+namespace gradex::ps {
 
 struct PsWorkerOptions {
   // job, rank, world_size (the workers), local_rank, coordinator, token,
   // advertise_host, data_ip, metrics_port and timeout (joining, and every
   // Step) as for Client; the collective options there are unused.
-  ClientOptions client;
+  client::ClientOptions client;
   std::vector<uint32_t> layer_sizes;  // the model's layers in parameter order
   float density = 0.01f;              // (0, 1]; 1 = ASGD
   float momentum = 0.9f;              // (0, 1]
@@ -73,7 +73,7 @@ class PsWorker {
  public:
   // Joins (or starts and joins) the coordinator within the timeout.
   static absl::StatusOr<std::unique_ptr<PsWorker>> Create(PsWorkerOptions options,
-                                                          Rendezvous rendezvous = {});
+                                                          client::Rendezvous rendezvous = {});
   virtual ~PsWorker() = default;
 
   // One DGS step: grad and params have the layout's total elements; params
@@ -94,12 +94,6 @@ class PsWorker {
   virtual int metrics_port() const = 0;
 };
 
-}  // namespace gradex::client
-
-namespace gradex {
-using client::PsWorker;
-using client::PsWorkerOptions;
-using client::PsWorkerStats;
-}  // namespace gradex
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_PS_WORKER_H_

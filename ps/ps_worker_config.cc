@@ -12,13 +12,13 @@
 #include "services/client/embedded_coordinator.h"
 #include "services/client/option_table.h"
 
-namespace gradex::client {
+namespace gradex::ps {
 
 absl::Status CheckPsWorkerOptions(const PsWorkerOptions& o) {
   auto bad = [](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("gradex PsWorker options: ", what));
   };
-  const ClientOptions& c = o.client;
+  const client::ClientOptions& c = o.client;
   if (c.world_size < 1 || c.world_size > 65535) return bad("world_size must be in 1..65535");
   if (c.rank < 0 || c.rank >= c.world_size) {
     return bad(absl::StrCat("rank ", c.rank, " is not in 0..", c.world_size - 1));
@@ -26,7 +26,7 @@ absl::Status CheckPsWorkerOptions(const PsWorkerOptions& o) {
   if (c.timeout.count() < 1 || c.timeout > std::chrono::hours(24)) {
     return bad("timeout must be in 1 ms..24 h");
   }
-  if (absl::Status s = CheckMetricsPort(c); !s.ok()) return bad(std::string(s.message()));
+  if (absl::Status s = client::CheckMetricsPort(c); !s.ok()) return bad(std::string(s.message()));
   // The worker's own options within their ranges (ps_option_table.cc).
   if (absl::Status s = CheckPsOptionValues(o); !s.ok()) return bad(std::string(s.message()));
   if (o.max_staleness != 0 && o.max_staleness + 1 < static_cast<uint64_t>(c.world_size)) {
@@ -55,7 +55,7 @@ std::string PsJobJson(const PsWorkerOptions& o) {
   ps->set_max_staleness(o.max_staleness);
   ps->set_snapshot_interval_ms(static_cast<uint32_t>(o.snapshot_interval.count()));
   for (auto n : o.layer_sizes) ps->add_layer_sizes(n);
-  return JobConfigJson(c);
+  return client::JobConfigJson(c);
 }
 
-}  // namespace gradex::client
+}  // namespace gradex::ps

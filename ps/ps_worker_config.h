@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "ps/ps_worker.h"
 
-namespace gradex::client {
+namespace gradex::ps {
 
 // INVALID_ARGUMENT naming the option that is out of bounds.
 absl::Status CheckPsWorkerOptions(const PsWorkerOptions& o);
@@ -18,6 +18,6 @@ absl::Status CheckPsWorkerOptions(const PsWorkerOptions& o);
 // and `ps` block.
 std::string PsJobJson(const PsWorkerOptions& o);
 
-}  // namespace gradex::client
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_PS_WORKER_CONFIG_H_

@@ -8,7 +8,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
-namespace gradex::client {
+namespace gradex::ps {
 namespace {
 
 prometheus::Counter* Counter(prometheus::Registry& r, const char* name, const char* help) {
@@ -122,4 +122,4 @@ void PsWorkerMetrics::Record(const PsStepRecord& r) {
   version_->Set(static_cast<double>(r.version));
 }
 
-}  // namespace gradex::client
+}  // namespace gradex::ps

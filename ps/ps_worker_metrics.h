@@ -32,7 +32,7 @@ class Gauge;
 class Histogram;
 }  // namespace prometheus
 
-namespace gradex::client {
+namespace gradex::ps {
 
 // Why a Step failed (the `reason` label). Stable names, see PsFailureName.
 enum class PsFailure : uint8_t {
@@ -79,6 +79,6 @@ class PsWorkerMetrics {
   prometheus::Histogram *staleness_, *seconds_;
 };
 
-}  // namespace gradex::client
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_PS_WORKER_METRICS_H_

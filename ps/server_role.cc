@@ -7,7 +7,7 @@
 #include "ps/ps_server.h"
 #include "ps/ps_server_metrics.h"
 
-namespace gradex::agent {
+namespace gradex::ps {
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -15,8 +15,8 @@ void OnSignal(int) { g_stop = 1; }
 
 }  // namespace
 
-int RunServerRole(const ServerRoleOptions& o, ControlPlane* control, TransportProvider* transports,
-                  AgentMetrics* metrics) {
+int RunServerRole(const ServerRoleOptions& o, member::ControlPlane* control,
+                  member::TransportProvider* transports, pipeline::AgentMetrics* metrics) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   PsMember member(o.member, control, transports);
@@ -55,9 +55,9 @@ int RunServerRole(const ServerRoleOptions& o, ControlPlane* control, TransportPr
   return 0;
 }
 
-int RunServerRole(const AgentOptions& a, std::chrono::milliseconds rpc_timeout,
-                  const std::string& snapshot_dir, bool quiet, ControlPlane* control,
-                  TransportProvider* transports, AgentMetrics* metrics) {
+int RunServerRole(const pipeline::AgentOptions& a, std::chrono::milliseconds rpc_timeout,
+                  const std::string& snapshot_dir, bool quiet, member::ControlPlane* control,
+                  member::TransportProvider* transports, pipeline::AgentMetrics* metrics) {
   ServerRoleOptions r;
   r.member = {a.job, a.token, a.agent_id, a.host, "cpu", a.local_rank, true, rpc_timeout};
   r.snapshot_dir = snapshot_dir;
@@ -66,4 +66,4 @@ int RunServerRole(const AgentOptions& a, std::chrono::milliseconds rpc_timeout,
   return RunServerRole(r, control, transports, metrics);
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::ps

@@ -13,7 +13,7 @@
 #include "pipeline/agent_metrics.h"
 #include "ps/ps_member.h"
 
-namespace gradex::agent {
+namespace gradex::ps {
 
 struct ServerRoleOptions {
   PsMemberOptions member;
@@ -24,13 +24,13 @@ struct ServerRoleOptions {
 
 // The process's exit status: 0 after a signal, 1 when joining or serving
 // failed (the error on stderr).
-int RunServerRole(const ServerRoleOptions& options, ControlPlane* control,
-                  TransportProvider* transports, AgentMetrics* metrics);
+int RunServerRole(const ServerRoleOptions& options, member::ControlPlane* control,
+                  member::TransportProvider* transports, pipeline::AgentMetrics* metrics);
 // The same from gradex-agent's options (job, token, identity, join timeout).
-int RunServerRole(const AgentOptions& agent, std::chrono::milliseconds rpc_timeout,
-                  const std::string& snapshot_dir, bool quiet, ControlPlane* control,
-                  TransportProvider* transports, AgentMetrics* metrics);
+int RunServerRole(const pipeline::AgentOptions& agent, std::chrono::milliseconds rpc_timeout,
+                  const std::string& snapshot_dir, bool quiet, member::ControlPlane* control,
+                  member::TransportProvider* transports, pipeline::AgentMetrics* metrics);
 
-}  // namespace gradex::agent
+}  // namespace gradex::ps
 
 #endif  // GRADEX_PS_SERVER_ROLE_H_

@@ -57,7 +57,7 @@ Floats AsFloats(py::handle obj, const std::string& name, bool writable) {
 
 class PyPsWorker {
  public:
-  explicit PyPsWorker(std::unique_ptr<client::PsWorker> w) : w_(std::move(w)) {}
+  explicit PyPsWorker(std::unique_ptr<ps::PsWorker> w) : w_(std::move(w)) {}
 
   void Step(py::handle grad, py::handle params, double lr) {
     if (!w_) throw GradexCppError("FAILED_PRECONDITION: gradex PsWorker is closed");
@@ -74,7 +74,7 @@ class PyPsWorker {
 
   py::dict Stats() const {
     if (!w_) throw GradexCppError("FAILED_PRECONDITION: gradex PsWorker is closed");
-    const client::PsWorkerStats s = w_->Stats();
+    const ps::PsWorkerStats s = w_->Stats();
     py::dict d;
     d["epoch"] = s.epoch;
     d["worker"] = s.worker;
@@ -108,7 +108,7 @@ class PyPsWorker {
   int MetricsPort() const { return w_ ? w_->metrics_port() : -1; }
 
  private:
-  std::unique_ptr<client::PsWorker> w_;
+  std::unique_ptr<ps::PsWorker> w_;
 };
 
 // The worker's own keywords by its option table (ps/ps_option_table.h), the
@@ -116,12 +116,12 @@ class PyPsWorker {
 // out of range a ValueError naming the keyword.
 std::unique_ptr<PyPsWorker> Create(std::vector<uint32_t> layer_sizes, bool use_environment,
                                    py::object rdv_set, py::object rdv_get, py::kwargs kw) {
-  client::PsWorkerOptions o;
+  ps::PsWorkerOptions o;
   py::dict rest;
-  std::vector<std::pair<const client::PsOptionSpec*, py::handle>> own;
+  std::vector<std::pair<const ps::PsOptionSpec*, py::handle>> own;
   for (auto item : kw) {
     const std::string key = py::cast<std::string>(item.first);
-    const client::PsOptionSpec* spec = client::FindPsPyKeyword(key);
+    const ps::PsOptionSpec* spec = ps::FindPsPyKeyword(key);
     if (spec == nullptr) {
       rest[item.first] = item.second;
     } else if (!item.second.is_none()) {
@@ -130,20 +130,19 @@ std::unique_ptr<PyPsWorker> Create(std::vector<uint32_t> layer_sizes, bool use_e
   }
   // The environment under the keywords: the worker's GRADEX_PS_* here, the
   // client's in ParseOptions.
-  if (use_environment) ThrowIfError(client::ApplyPsEnvironment(&o));
+  if (use_environment) ThrowIfError(ps::ApplyPsEnvironment(&o));
   o.client = ParseOptions(rest, use_environment);
   for (const auto& [spec, v] : own) {
     const std::string key(spec->spec.py_keyword);
-    absl::Status s =
-        client::SetPsOption(&o, *spec, FromPython(spec->spec, key, v), "keyword " + key);
+    absl::Status s = ps::SetPsOption(&o, *spec, FromPython(spec->spec, key, v), "keyword " + key);
     if (!s.ok()) throw py::value_error("gradex: " + std::string(s.message()));
   }
   o.layer_sizes = std::move(layer_sizes);
   client::Rendezvous r = MakeRendezvous(std::move(rdv_set), std::move(rdv_get));
-  absl::StatusOr<std::unique_ptr<client::PsWorker>> w;
+  absl::StatusOr<std::unique_ptr<ps::PsWorker>> w;
   {
     py::gil_scoped_release nogil;
-    w = client::PsWorker::Create(std::move(o), std::move(r));
+    w = ps::PsWorker::Create(std::move(o), std::move(r));
   }
   ThrowIfError(w.status());
   return std::make_unique<PyPsWorker>(*std::move(w));

@@ -44,7 +44,7 @@ py::dict UcxRuntime() {
   if (ucp_config_read(nullptr, nullptr, &config) == UCS_OK) {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_TAG;  // what the transport asks for (transport/ucx_worker.cc)
+    params.features = UCP_FEATURE_TAG;  // what the transport asks for (transport/ucx/worker.cc)
     ucp_context_h context = nullptr;
     if (ucp_init(&params, config, &context) == UCS_OK) {
       char* buf = nullptr;

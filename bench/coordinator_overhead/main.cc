@@ -35,7 +35,7 @@
 #include "tests/fakes/fake_control_plane.h"
 #include "version/version.h"
 
-namespace gradex::agent {
+namespace gradex::bench {
 namespace {
 
 constexpr char kToken[] = "coordinator-overhead-token";
@@ -71,13 +71,13 @@ struct ArmResult {
 
 // What a step does with the control plane, timed: a pointer copy of the
 // latest plan and a non-blocking report (enqueued or dropped).
-double InStepMicros(ControlPlane* control) {
+double InStepMicros(member::ControlPlane* control) {
   std::vector<double> us;
   for (int i = 0; i < 2000; ++i) {
-    StepReport r;
+    member::StepReport r;
     r.step = 1000000 + i;
     auto t0 = std::chrono::steady_clock::now();
-    std::shared_ptr<const Plan> p = control->LatestPlan();
+    std::shared_ptr<const member::Plan> p = control->LatestPlan();
     control->ReportStep(std::move(r));
     us.push_back(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
@@ -95,7 +95,7 @@ ArmResult RunArm(const Config& c, bool grpc) {
   std::vector<double> agent_cpu(c.agents, 0.0);  // each agent thread's, timed steps
   ArmResult res;
   std::unique_ptr<coordinator::CoordinatorServer> server;
-  std::unique_ptr<FakeCoordinator> fake;
+  std::unique_ptr<testing::FakeCoordinator> fake;
   if (grpc) {
     coordinator::JobSettings job;
     job.job_id = "overhead";
@@ -118,7 +118,7 @@ ArmResult RunArm(const Config& c, bool grpc) {
     }
     server = std::move(*s);
   } else {
-    FakeJobConfig fc;
+    testing::FakeJobConfig fc;
     fc.job = "overhead";
     fc.token = kToken;
     fc.world_size = c.agents;
@@ -126,7 +126,7 @@ ArmResult RunArm(const Config& c, bool grpc) {
     fc.base.algorithm = std::string(catalog::DefaultAlgorithm());
     fc.base.density = c.density;
     fc.base.teams = c.teams;
-    fake = std::make_unique<FakeCoordinator>(fc);
+    fake = std::make_unique<testing::FakeCoordinator>(fc);
   }
   std::vector<std::vector<double>> times(c.agents);
   std::vector<std::thread> threads;
@@ -134,29 +134,29 @@ ArmResult RunArm(const Config& c, bool grpc) {
   uint64_t sent0 = 0;  // bytes rank 0 sent: the arms must do the same work
   for (int i = 0; i < c.agents; ++i) {
     threads.emplace_back([&, i] {
-      std::unique_ptr<ControlPlane> control;
+      std::unique_ptr<member::ControlPlane> control;
       if (grpc) {
-        GrpcControlPlaneOptions g;
+        member::GrpcControlPlaneOptions g;
         g.target = absl::StrCat("127.0.0.1:", server->port());
-        auto cp = CreateGrpcControlPlane(g);
+        auto cp = member::CreateGrpcControlPlane(g);
         if (!cp.ok()) return (void)failures.fetch_add(1);
         control = std::move(*cp);
       } else {
-        control = std::make_unique<FakeControlPlane>(fake.get());
+        control = std::make_unique<testing::FakeControlPlane>(fake.get());
       }
       UcxOptions ucx;
-      ucx.listen_ip = DataIpFromEnvironment();
-      auto transports = CreateUcxProvider(ucx);
+      ucx.listen_ip = member::DataIpFromEnvironment();
+      auto transports = member::CreateUcxProvider(ucx);
       if (!transports.ok()) return (void)failures.fetch_add(1);
-      AgentMetrics metrics;
-      AgentOptions o;
+      pipeline::AgentMetrics metrics;
+      pipeline::AgentOptions o;
       o.job = "overhead";
       o.token = kToken;
       o.agent_id = absl::StrCat("agent-", i);
       o.host = "localhost";
       o.local_rank = i;
       o.elements = c.elements;
-      Agent agent(o, control.get(), transports->get(), &metrics);
+      pipeline::Agent agent(o, control.get(), transports->get(), &metrics);
       if (!agent.Start().ok()) return (void)failures.fetch_add(1);
       std::vector<float> grad(c.elements);
       std::mt19937 rng(1234 + i);
@@ -164,7 +164,7 @@ ArmResult RunArm(const Config& c, bool grpc) {
       for (float& v : grad) v = nd(rng);
       std::vector<std::span<const float>> spans{grad};
       while (agent.next_step() < static_cast<uint64_t>(c.steps)) {
-        StepOutcome out;
+        pipeline::StepOutcome out;
         if (absl::Status s = agent.Step(spans, &out); !s.ok()) {
           std::fprintf(stderr, "agent %d: %s\n", i, std::string(s.message()).c_str());
           failures.fetch_add(1);
@@ -214,7 +214,7 @@ double Pct(std::vector<double> v, double q) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex::bench
 
 int main(int argc, char** argv) {
   if (gradex::PrintVersionIfAsked(argc, argv, "gradex-coordinator-overhead")) return 0;

@@ -30,7 +30,7 @@
 #include "ps/dgs_exchange.h"
 #include "transport/file_bootstrap.h"
 #include "transport/loopback_transport.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 #include "version/version.h"
 
 namespace gradex {
@@ -64,8 +64,8 @@ constexpr char kUsage[] =
 bool Parse(int argc, char** argv, Flags* f) {
   using bench::IntIn;
   if (!bench::ParseCli(argc, argv, "gradex-dgs-bench", kUsage,
-                       {{"--elements", IntIn<uint64_t>(&f->elements, 1, kDgsMaxElements)},
-                        {"--layers", IntIn<uint32_t>(&f->layers, 1, kDgsMaxElements)},
+                       {{"--elements", IntIn<uint64_t>(&f->elements, 1, ps::kDgsMaxElements)},
+                        {"--layers", IntIn<uint32_t>(&f->layers, 1, ps::kDgsMaxElements)},
                         {"--workers", IntIn<uint32_t>(&f->workers, 1, 256)},
                         {"--shards", IntIn<uint32_t>(&f->shards, 1, 64)},
                         {"--density", bench::RealIn(&f->density, 0, 1)},
@@ -83,10 +83,10 @@ bool Parse(int argc, char** argv, Flags* f) {
   return true;
 }
 
-DgsLayout Layout(const Flags& f) {
+ps::DgsLayout Layout(const Flags& f) {
   std::vector<uint32_t> sizes(f.layers, static_cast<uint32_t>(f.elements / f.layers));
   sizes.back() += static_cast<uint32_t>(f.elements % f.layers);
-  return *DgsLayout::Create(sizes);
+  return *ps::DgsLayout::Create(sizes);
 }
 
 // CPU time of the calling thread: what a step costs whatever the machine's
@@ -102,16 +102,16 @@ double Quantile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-constexpr DgsJob kJob{1, 1};
+constexpr ps::DgsJob kJob{1, 1};
 constexpr auto kDeadline = std::chrono::seconds(120);
 
 // One worker: joins, warms up, times `steps` steps, leaves. Prints its line.
 int RunWorker(const Flags& f, Transport& t, uint32_t k) {
-  const DgsLayout layout = Layout(f);
-  std::vector<DgsShardPeer> peers;
+  const ps::DgsLayout layout = Layout(f);
+  std::vector<ps::DgsShardPeer> peers;
   for (uint32_t s = 0; s < f.shards; ++s) peers.push_back({s, static_cast<int>(f.workers + s)});
-  auto state = DgsWorkerState::Create(layout, k, *layout.SplitShards(f.shards),
-                                      {.density = static_cast<float>(f.density)});
+  auto state = ps::DgsWorkerState::Create(layout, k, *layout.SplitShards(f.shards),
+                                          {.density = static_cast<float>(f.density)});
   if (!state.ok()) {
     std::fprintf(stderr, "worker %u: %s\n", k, state.status().ToString().c_str());
     return 1;
@@ -126,15 +126,15 @@ int RunWorker(const Flags& f, Transport& t, uint32_t k) {
   for (auto& g : grads) {
     for (float& x : g) x = gauss(rng);
   }
-  DgsPushPull link(t, kJob, peers);
+  ps::DgsPushPull link(t, kJob, peers);
   if (absl::Status s = link.Join(*state, params, Clock::now() + kDeadline); !s.ok()) {
     std::fprintf(stderr, "worker %u: join: %s\n", k, s.ToString().c_str());
     return 1;
   }
   std::vector<double> ms, cpu;
-  DgsStepStats total;
+  ps::DgsStepStats total;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
-    DgsStepStats st;
+    ps::DgsStepStats st;
     const auto t0 = Clock::now();
     const double c0 = ThreadCpuMs();
     absl::Status s = link.Step(*state, grads[i % 2], params, 0.1f, Clock::now() + kDeadline, &st);
@@ -168,13 +168,13 @@ int RunWorker(const Flags& f, Transport& t, uint32_t k) {
 
 // One shard: serves until every worker has joined and left.
 int RunShard(const Flags& f, Transport& t, uint32_t s) {
-  const DgsLayout layout = Layout(f);
+  const ps::DgsLayout layout = Layout(f);
   auto ranges = *layout.SplitShards(f.shards);
-  auto shard = DgsServerShard::Create(layout, s, ranges[s], {.workers = f.workers});
+  auto shard = ps::DgsServerShard::Create(layout, s, ranges[s], {.workers = f.workers});
   if (!shard.ok()) return 1;
   std::vector<int> ranks(f.workers);
   for (uint32_t k = 0; k < f.workers; ++k) ranks[k] = static_cast<int>(k);
-  DgsServer server(t, kJob, *shard, ranks);
+  ps::DgsServer server(t, kJob, *shard, ranks);
   auto done = [&] {
     if (shard->stats().joins < f.workers) return false;
     for (uint32_t k = 0; k < f.workers; ++k) {
@@ -191,7 +191,7 @@ int RunShard(const Flags& f, Transport& t, uint32_t s) {
     }
   }
   const double cpu = ThreadCpuMs() - c0;
-  const DgsServerStats& st = server.stats();
+  const ps::DgsServerStats& st = server.stats();
   std::printf(
       "shard %u: CPU %.1f ms per push served (joins included); version %lu, pushes %lu, pulls "
       "%lu, full syncs %lu, refused %lu; bytes in %lu, out %lu\n",
@@ -227,12 +227,12 @@ int RunUcx(const Flags& f) {
     if (pid == 0) {
       FileBootstrap boot(tmpl, r, size);
       UcxOptions o;
-      o.listen_ip = agent::DataIpFromEnvironment();
+      o.listen_ip = member::DataIpFromEnvironment();
       o.tls = f.tls;
-      const DgsLayout layout = Layout(f);
+      const ps::DgsLayout layout = Layout(f);
       uint64_t cap = 0;
-      for (const DgsRange& range : *layout.SplitShards(f.shards)) {
-        cap = std::max(cap, DgsMaxMessageBytes(layout, range));
+      for (const ps::DgsRange& range : *layout.SplitShards(f.shards)) {
+        cap = std::max(cap, ps::DgsMaxMessageBytes(layout, range));
       }
       o.max_message_bytes = cap;
       auto t = CreateUcxTransport(boot, o);

@@ -62,7 +62,7 @@ int FlatNicShare(const std::string& algo, int ranks_per_node);
 uint64_t ShardElements(uint64_t n, int ranks_per_node);
 
 // Teams of the inter-node stage: `teams` where it divides N, else 1 (as
-// collectives/hierarchical.h's InterNodeOptions).
+// collectives/algorithms/hierarchical.h's InterNodeOptions).
 int InterNodeTeams(int teams, int nodes);
 
 // The exchanges; NOT_FOUND for an algorithm without a Table 1 row.

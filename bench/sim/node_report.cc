@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/sim/sim_driver.h"
 #include "catalog/catalog.h"
-#include "collectives/hierarchical.h"
+#include "collectives/algorithms/hierarchical.h"
 
 namespace gradex::sim {
 namespace {

@@ -22,7 +22,7 @@ struct NodeRow {
 NodeNetwork NetworkOf(const SimFlags& flags);
 
 // The algorithms a node report covers for `--algo all`: every Table 1 row
-// that may be the inter-node stage (collectives/hierarchical.h).
+// that may be the inter-node stage (collectives/algorithms/hierarchical.h).
 std::vector<std::string> NodeModelNames();
 
 NodeRow ModelAlgorithm(const SimFlags& flags, const std::string& algo);

@@ -26,7 +26,7 @@
 #include "bench/transport/perftest.h"
 #include "member/data_interface.h"
 #include "transport/file_bootstrap.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 #include "version/version.h"
 
 ABSL_FLAG(std::string, min_size, "1KiB", "smallest message (B, KiB, MiB suffixes)");
@@ -95,7 +95,7 @@ absl::StatusOr<std::unique_ptr<Transport>> Connect(const std::string& dir, int r
                                                    size_t direct_bytes) {
   FileBootstrap boot(dir, rank, 2);
   UcxOptions options;
-  options.listen_ip = agent::DataIpFromEnvironment();
+  options.listen_ip = member::DataIpFromEnvironment();
   options.direct_receive_bytes = direct_bytes;
   return CreateUcxTransport(boot, options);
 }
@@ -110,7 +110,7 @@ int RankMain(int rank, const std::string& dir, const std::vector<size_t>& sizes,
   if (absl::GetFlag(FLAGS_probe)) {
     FileBootstrap boot2(dir + "/probe", rank, 2);
     UcxOptions options;
-    options.listen_ip = agent::DataIpFromEnvironment();
+    options.listen_ip = member::DataIpFromEnvironment();
     options.direct_receive_bytes = 0;
     absl::StatusOr<std::unique_ptr<Transport>> t = CreateUcxTransport(boot2, options);
     if (!t.ok()) {

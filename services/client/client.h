@@ -156,8 +156,8 @@ struct Rendezvous {
 
 // One parameter's slice of a bucket, in bucket order, and where a bucket's
 // memory is: the bucket pipeline's (pipeline/bucket_pipeline.h).
-using ParamSpan = agent::ParamSpan;
-using Memory = agent::Memory;
+using ParamSpan = pipeline::ParamSpan;
+using Memory = pipeline::Memory;
 
 // Per bucket layout, for stats(): what ran and what it cost, cumulative.
 struct BucketStats {

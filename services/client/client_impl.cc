@@ -32,8 +32,8 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   if (!e.ok()) return e.status();
   endpoint_ = *std::move(e);
   const auto rpc = std::min<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(5));
-  agent::MemberWiringOptions wire;
-  agent::GrpcControlPlaneOptions& g = wire.control;
+  member::MemberWiringOptions wire;
+  member::GrpcControlPlaneOptions& g = wire.control;
   g.target = endpoint_.address;
   g.tls_ca = options_.tls_ca;
   g.tls_client_cert = options_.tls_client_cert;
@@ -51,11 +51,11 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   // message sets the floor.
   ucx.max_message_bytes = std::max<size_t>(2 * (options_.max_bucket_elements * 4 + 48 * 4096),
                                            (1u << 20) + (64u << 10));
-  absl::StatusOr<agent::MemberWiring> wired = agent::WireMember(std::move(wire));
+  absl::StatusOr<member::MemberWiring> wired = member::WireMember(std::move(wire));
   if (!wired.ok()) return wired.status();
   control_ = std::move(wired->control);
   transports_ = std::move(wired->transports);
-  metrics_ = std::make_unique<agent::AgentMetrics>();
+  metrics_ = std::make_unique<pipeline::AgentMetrics>();
   client_metrics_ = std::make_unique<ClientMetrics>(*metrics_->registry());
   if (const int port = MetricsPortOf(options_); port >= 0) {
     // One port per local rank (base + LOCAL_RANK): a pod's ranks each serve their own.
@@ -68,7 +68,7 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   }
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  agent::AgentOptions a;
+  pipeline::AgentOptions a;
   a.job = options_.job;
   a.token = endpoint_.token;
   // The node this rank joins with: ranks that share it share its fabric
@@ -86,7 +86,7 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   a.rules.dense_probe_period = options_.dense_probe_period;
   a.rules.refuse_nonfinite = options_.refuse_nonfinite;
   a.rules.hierarchy = options_.hierarchy != "off";
-  agent_ = std::make_unique<agent::Agent>(a, control_.get(), transports_.get(), metrics_.get());
+  agent_ = std::make_unique<pipeline::Agent>(a, control_.get(), transports_.get(), metrics_.get());
   if (absl::Status s = agent_->Start(); !s.ok()) {
     agent_.reset();  // never joined: nothing to leave
     return absl::Status(s.code(), absl::StrCat("gradex: joining the coordinator at ",
@@ -107,7 +107,7 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
     if (!tl.ok()) return tl.status();
     timeline_ = *std::move(tl);
   }
-  agent::PipelineOptions p;
+  pipeline::PipelineOptions p;
   p.timeout = options_.timeout;
   p.max_bucket_elements = options_.max_bucket_elements;
   p.mean = options_.mean;
@@ -115,8 +115,8 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   p.momentum = options_.momentum_correction;
   p.factor_masking = options_.factor_masking;
   p.device = device_;
-  pipeline_ = std::make_unique<agent::BucketPipeline>(
-      agent_.get(), p, [this](const agent::BucketEnd& end) { Record(end); });
+  pipeline_ = std::make_unique<pipeline::BucketPipeline>(
+      agent_.get(), p, [this](const pipeline::BucketEnd& end) { Record(end); });
   return absl::OkStatus();
 }
 
@@ -129,7 +129,7 @@ void ClientImpl::AllreduceAsync(std::vector<ParamSpan> spans, std::span<float> d
   }
   (void)pipeline_->Submit(
       std::move(spans), data, memory, last_in_step,
-      [done = std::move(done)](const agent::BucketEnd& end) { done(end.status); }, stream);
+      [done = std::move(done)](const pipeline::BucketEnd& end) { done(end.status); }, stream);
 }
 
 absl::Status ClientImpl::Flush() {

@@ -50,7 +50,7 @@ class ClientImpl final : public Client {
   absl::Status Close() override;
 
   // The agent's registry, with the client's metrics on it (tests read it).
-  const agent::AgentMetrics& metrics() const { return *metrics_; }
+  const pipeline::AgentMetrics& metrics() const { return *metrics_; }
 
  private:
   using TimePoint = std::chrono::system_clock::time_point;
@@ -66,18 +66,18 @@ class ClientImpl final : public Client {
 
   // Stats, metrics and timeline of a bucket that ended (the pipeline's
   // observer, on its progress thread).
-  void Record(const agent::BucketEnd& end);
+  void Record(const pipeline::BucketEnd& end);
 
   const ClientOptions options_;
   device::Backend* const device_;  // null: the default backend
   CoordinatorEndpoint endpoint_;   // owns the embedded coordinator, if any
-  std::unique_ptr<agent::ControlPlane> control_;
-  std::unique_ptr<agent::TransportProvider> transports_;
-  std::unique_ptr<agent::AgentMetrics> metrics_;
+  std::unique_ptr<member::ControlPlane> control_;
+  std::unique_ptr<member::TransportProvider> transports_;
+  std::unique_ptr<pipeline::AgentMetrics> metrics_;
   std::unique_ptr<ClientMetrics> client_metrics_;
-  std::unique_ptr<agent::Agent> agent_;
+  std::unique_ptr<pipeline::Agent> agent_;
   std::unique_ptr<Timeline> timeline_;
-  std::unique_ptr<agent::BucketPipeline> pipeline_;  // stops before the agent goes
+  std::unique_ptr<pipeline::BucketPipeline> pipeline_;  // stops before the agent goes
   absl::Mutex close_mu_;
   bool closed_ ABSL_GUARDED_BY(close_mu_) = false;
 

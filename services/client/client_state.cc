@@ -8,7 +8,7 @@ namespace gradex::client {
 
 absl::StatusOr<std::string> ClientImpl::SaveState() const {
   if (pipeline_ == nullptr) return absl::FailedPreconditionError("gradex client is closed");
-  absl::StatusOr<agent::SpanState> spans = pipeline_->Export();
+  absl::StatusOr<pipeline::SpanState> spans = pipeline_->Export();
   if (!spans.ok()) return spans.status();
   SavedState s;
   s.step = step_.load();
@@ -21,7 +21,7 @@ absl::Status ClientImpl::LoadState(std::string_view blob) {
   absl::StatusOr<SavedState> s = DecodeState(blob);
   if (!s.ok()) return s.status();
   if (pipeline_ == nullptr) return absl::FailedPreconditionError("gradex client is closed");
-  agent::SpanState spans;
+  pipeline::SpanState spans;
   spans.residuals = std::move(s->residuals);
   spans.velocities = std::move(s->velocities);
   if (absl::Status st = pipeline_->Import(std::move(spans), s->step); !st.ok()) return st;

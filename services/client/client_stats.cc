@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "catalog/catalog.h"
 #include "catalog/median.h"
-#include "collectives/hierarchical.h"
+#include "collectives/algorithms/hierarchical.h"
 #include "services/client/client_impl.h"
 
 namespace gradex::client {
@@ -29,16 +29,16 @@ std::string SpanKeys(const std::vector<ParamSpan>& spans) {
 
 }  // namespace
 
-void ClientImpl::Record(const agent::BucketEnd& end) {
+void ClientImpl::Record(const pipeline::BucketEnd& end) {
   rank_.store(agent_->connected() ? agent_->rank() : -1);
-  if (const agent::Plan* p = agent_->plan()) world_.store(p->world());
+  if (const member::Plan* p = agent_->plan()) world_.store(p->world());
   step_.store(agent_->next_step());
   if (end.nonfinite > 0) {
     client_metrics_->nonfinite_values.Increment(static_cast<double>(end.nonfinite));
   }
-  if (end.device_path == agent::DevicePath::kWholeBucketStaging) {
+  if (end.device_path == pipeline::DevicePath::kWholeBucketStaging) {
     client_metrics_->device_buckets_staged.Increment();
-  } else if (end.device_path == agent::DevicePath::kDeviceSelection) {
+  } else if (end.device_path == pipeline::DevicePath::kDeviceSelection) {
     client_metrics_->device_buckets_selected.Increment();
   }
   if (end.device_to_host_bytes > 0) {
@@ -47,11 +47,11 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   if (end.host_to_device_bytes > 0) {
     client_metrics_->host_to_device_bytes.Increment(static_cast<double>(end.host_to_device_bytes));
   }
-  if (end.device_path != agent::DevicePath::kHost) {
+  if (end.device_path != pipeline::DevicePath::kHost) {
     client_metrics_->device_pool_bytes.Set(static_cast<double>(end.device_pool_bytes));
   }
   const absl::Status& status = end.status;
-  const agent::BucketOutcome& out = end.outcome;
+  const pipeline::BucketOutcome& out = end.outcome;
   const uint64_t step = end.step;
   if (timeline_ != nullptr) {
     auto secs = [](TimePoint a, TimePoint b) {
@@ -87,7 +87,7 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   absl::MutexLock lock(&stats_mu_);
   BucketStats& b = stats_[key];
   History& h = history_[key];
-  if (end.device_path == agent::DevicePath::kWholeBucketStaging && !h.staging_logged) {
+  if (end.device_path == pipeline::DevicePath::kWholeBucketStaging && !h.staging_logged) {
     // Once per bucket layout: no device local part yet, so the whole bucket
     // crosses PCIe twice a step and is selected on the host.
     h.staging_logged = true;
@@ -99,7 +99,7 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   b.spans = end.spans;
   b.elements = end.elements;
   b.algorithm = out.algorithm;
-  if (const agent::Plan* p = agent_->plan()) b.density = dense ? 1.0 : p->density;
+  if (const member::Plan* p = agent_->plan()) b.density = dense ? 1.0 : p->density;
   ++b.calls;
   b.dense_calls += dense;
   if (out.dense_probe) client_metrics_->dense_probes.Increment();
@@ -127,7 +127,7 @@ void ClientImpl::Record(const agent::BucketEnd& end) {
   b.residual_norm = end.residual_l2;
   b.threshold_reuse_hits += static_cast<uint64_t>(out.stats.Detail("topk_reuse_hits"));
   b.threshold_reuse_misses += static_cast<uint64_t>(out.stats.Detail("topk_reuse_misses"));
-  b.device_path = agent::DevicePathName(end.device_path);
+  b.device_path = pipeline::DevicePathName(end.device_path);
   b.device_to_host_bytes = end.device_to_host_bytes;
   b.host_to_device_bytes = end.host_to_device_bytes;
   b.device_waits = end.device_waits;

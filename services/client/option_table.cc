@@ -186,7 +186,7 @@ std::vector<OptionSpec> Build() {
                GRADEX_FIELD(start_iter, uint64_t)});
   t.push_back({.name = "min_compression_rate",
                .type = T::kDouble,
-               .range = OptionRange{0, agent::kMaxMinCompressionRate},
+               .range = OptionRange{0, member::kMaxMinCompressionRate},
                .c_key = "min_compression_rate",
                .py_keyword = "min_compression_rate",
                .example = "1.5",

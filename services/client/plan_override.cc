@@ -22,7 +22,7 @@ struct PlanParamValue {
   std::optional<double> value;
   std::string text;
 };
-PlanParamValue PlanParam(const agent::JobPlanConfig& plan, const std::string& name) {
+PlanParamValue PlanParam(const member::JobPlanConfig& plan, const std::string& name) {
   if (auto it = plan.params.find(name); it != plan.params.end()) {
     return {it->second, FormatNumber(it->second)};
   }
@@ -42,7 +42,7 @@ PlanParamValue PlanParam(const agent::JobPlanConfig& plan, const std::string& na
 }  // namespace
 
 std::vector<PlanOverride> FindPlanOverrides(const ClientOptions& o,
-                                            const agent::JobPlanConfig& plan) {
+                                            const member::JobPlanConfig& plan) {
   std::vector<PlanOverride> out;
   for (const OptionSpec& spec : OptionTable()) {
     if (!spec.plan_decided || !Asked(o, spec)) continue;
@@ -108,7 +108,7 @@ absl::Status PlanOverrideError(const std::vector<PlanOverride>& overrides,
 }
 
 absl::Status CheckPlanOverrides(const ClientOptions& o,
-                                const std::optional<agent::JobPlanConfig>& plan,
+                                const std::optional<member::JobPlanConfig>& plan,
                                 const std::string& address, prometheus::Registry& registry) {
   if (!plan.has_value()) return absl::OkStatus();
   const std::vector<PlanOverride> overrides = FindPlanOverrides(o, *plan);

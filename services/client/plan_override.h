@@ -28,7 +28,7 @@ struct PlanOverride {
 // difference. An asked parameter the job config lacks is compared with the
 // catalog's default for the plan's algorithm (or any algorithm that has it).
 std::vector<PlanOverride> FindPlanOverrides(const ClientOptions& asked,
-                                            const agent::JobPlanConfig& plan);
+                                            const member::JobPlanConfig& plan);
 
 // Where the plan's values come from, in words: the coordinator given by
 // address (and how: GRADEX_COORDINATOR or the option), or rank 0's embedded
@@ -47,7 +47,7 @@ std::string PlanOverrideWarning(const PlanOverride& o, const std::string& source
 // error, or with allow_plan_override the warnings on stderr and
 // gradex_client_plan_overrides_total{option} on `registry`.
 absl::Status CheckPlanOverrides(const ClientOptions& o,
-                                const std::optional<agent::JobPlanConfig>& plan,
+                                const std::optional<member::JobPlanConfig>& plan,
                                 const std::string& address, prometheus::Registry& registry);
 
 }  // namespace gradex::client

@@ -9,7 +9,7 @@
 #include "catalog/bucket_algorithms.h"
 #include "catalog/catalog.h"
 #include "services/coordinator/log.h"
-#include "services/coordinator/member_secret.h"
+#include "services/coordinator/membership/member_secret.h"
 #include "version/version.h"
 
 namespace gradex::coordinator {

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "services/coordinator/coordinator.h"
+#include "services/coordinator/hangs/wait_graph.h"
 #include "services/coordinator/log.h"
-#include "services/coordinator/wait_graph.h"
 
 namespace gradex::coordinator {
 

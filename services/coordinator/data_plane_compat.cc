@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "services/coordinator/membership.h"
+#include "services/coordinator/membership/membership.h"
 
 namespace gradex::coordinator {
 namespace {

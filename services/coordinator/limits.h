@@ -12,7 +12,7 @@ inline constexpr size_t kMaxJobIdBytes = 128;
 inline constexpr size_t kMaxAgentIdBytes = 128;
 inline constexpr size_t kMaxHostBytes = 255;
 inline constexpr size_t kMaxDeviceBytes = 64;
-// A data-plane listener's "IPv4:port" / "[IPv6]:port" (transport/ucx_sockaddr.h).
+// A data-plane listener's "IPv4:port" / "[IPv6]:port" (transport/ucx/sockaddr.h).
 inline constexpr size_t kMaxUcxAddressBytes = 64;
 inline constexpr size_t kMaxUcxVersionBytes = 16;
 inline constexpr size_t kMaxUcxTransportsBytes = 256;
@@ -26,7 +26,7 @@ inline constexpr size_t kMaxBuckets = 4096;
 inline constexpr size_t kMaxBoundariesPerBucket = kMaxWorldSize - 1;
 inline constexpr size_t kMaxBoundariesPerReport = 1 << 20;
 // Epoch numbers are 32 bits end to end: the data plane's frames carry them in
-// 32 bits (collectives/frame.h) and agents hold them so; the coordinator
+// 32 bits (collectives/wire/frame.h) and agents hold them so; the coordinator
 // never forms an epoch past kMaxEpoch instead of wrapping.
 using EpochNumber = uint32_t;
 inline constexpr uint64_t kMaxEpoch = UINT32_MAX;

@@ -11,10 +11,10 @@
 
 #include "catalog/node_layout.h"
 #include "gradex/v1/coordinator.pb.h"
-#include "services/coordinator/controllers.h"
+#include "services/coordinator/controllers/controllers.h"
+#include "services/coordinator/controllers/server_shards.h"
 #include "services/coordinator/job_config.h"
-#include "services/coordinator/membership.h"
-#include "services/coordinator/server_shards.h"
+#include "services/coordinator/membership/membership.h"
 
 namespace gradex::coordinator {
 

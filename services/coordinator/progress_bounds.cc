@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "services/coordinator/membership.h"
+#include "services/coordinator/membership/membership.h"
 
 namespace gradex::coordinator {
 namespace {

@@ -107,7 +107,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(JobS
     const std::string bind = absl::StrCat(
         host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", opts.metrics_port);
     try {
-      s->exposer_ = MakeMetricsExposer(bind);
+      s->exposer_ = metrics::MakeMetricsExposer(bind);
     } catch (const std::exception& e) {  // civetweb reports bind failures by throwing
       s->server_->Shutdown();
       return absl::UnavailableError(absl::StrCat(

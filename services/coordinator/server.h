@@ -67,7 +67,7 @@ class CoordinatorServer {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
-  MetricsExposer exposer_;
+  metrics::MetricsExposer exposer_;
   std::thread ticker_;
   absl::Notification stop_;
   absl::Notification stopped_;

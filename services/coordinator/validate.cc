@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "services/coordinator/limits.h"
-#include "services/coordinator/member_secret.h"
+#include "services/coordinator/membership/member_secret.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -32,7 +32,7 @@ bool Printable(absl::string_view v) {
   return true;
 }
 
-// What transport/ucx_sockaddr.h accepts (the coordinator does not link the
+// What transport/ucx/sockaddr.h accepts (the coordinator does not link the
 // transport): a numeric IP and a port 1..65535, nothing to resolve.
 bool IsDataAddress(absl::string_view a) {
   const size_t colon = a.rfind(':');

@@ -18,7 +18,7 @@
 #include "tests/collectives/harness.h"
 #include "tests/fakes/fake_control_plane.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using gradex::testing::ConservationError;
@@ -33,61 +33,62 @@ using testing::CallOf;
 using testing::StepRun;
 const std::vector<size_t>& kSizes = testing::kBucketSizes;
 
-FakeJobConfig Job(int world, const std::string& algorithm) {
+testing::FakeJobConfig Job(int world, const std::string& algorithm) {
   return testing::BucketJob(world, algorithm);
 }
 
 TEST(BucketChoiceTest, RulesInOrder) {
-  Plan plan;
+  member::Plan plan;
   plan.algorithm = "spardl";
   plan.density = 0.01;
   plan.bucket_algorithms = {"", "topka"};
-  BucketRules rules;
+  member::BucketRules rules;
   rules.start_iter = 5;
   rules.min_compression_rate = 2.0;
   rules.dense_probe_period = 10;
-  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 4, 0, 100000).algorithm, "dense-ring");
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 4, 0, 100000).dense_probe);
-  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 5, 0, 100000).algorithm, "spardl");
-  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 5, 1, 100000).algorithm, "topka");
-  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 5, 2, 100000).algorithm, "spardl");
+  EXPECT_EQ(member::ChooseBucketAlgorithm(plan, rules, 4, 0, 100000).algorithm, "dense-ring");
+  EXPECT_FALSE(member::ChooseBucketAlgorithm(plan, rules, 4, 0, 100000).dense_probe);
+  EXPECT_EQ(member::ChooseBucketAlgorithm(plan, rules, 5, 0, 100000).algorithm, "spardl");
+  EXPECT_EQ(member::ChooseBucketAlgorithm(plan, rules, 5, 1, 100000).algorithm, "topka");
+  EXPECT_EQ(member::ChooseBucketAlgorithm(plan, rules, 5, 2, 100000).algorithm, "spardl");
   // A probe step runs the bucket's own algorithm and times dense beside it.
-  BucketChoice probe = ChooseBucketAlgorithm(plan, rules, 9, 1, 100000);
+  member::BucketChoice probe = member::ChooseBucketAlgorithm(plan, rules, 9, 1, 100000);
   EXPECT_EQ(probe.algorithm, "topka");
   EXPECT_TRUE(probe.dense_probe);
-  EXPECT_TRUE(ChooseBucketAlgorithm(plan, rules, 19, 0, 100000).dense_probe);
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 18, 0, 100000).dense_probe);
+  EXPECT_TRUE(member::ChooseBucketAlgorithm(plan, rules, 19, 0, 100000).dense_probe);
+  EXPECT_FALSE(member::ChooseBucketAlgorithm(plan, rules, 18, 0, 100000).dense_probe);
   // A dense bucket times itself: no probe (start_iter; a small bucket below).
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 4, 0, 100000).dense_probe);
+  EXPECT_FALSE(member::ChooseBucketAlgorithm(plan, rules, 4, 0, 100000).dense_probe);
   // The warm-up's odd steps time the bucket's planned sparse exchange; its
   // even steps are the dense samples; none after it.
-  BucketChoice warm = ChooseBucketAlgorithm(plan, rules, 3, 1, 100000);
+  member::BucketChoice warm = member::ChooseBucketAlgorithm(plan, rules, 3, 1, 100000);
   EXPECT_EQ(warm.algorithm, "dense-ring");
   EXPECT_TRUE(warm.sparse_probe);
   EXPECT_EQ(warm.probe_algorithm, "topka");
   EXPECT_FALSE(warm.dense_probe);
-  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 1, 0, 100000).probe_algorithm, "spardl");
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 4, 1, 100000).sparse_probe);
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 5, 1, 100000).sparse_probe);
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 7, 1, 100000).sparse_probe);
+  EXPECT_EQ(member::ChooseBucketAlgorithm(plan, rules, 1, 0, 100000).probe_algorithm, "spardl");
+  EXPECT_FALSE(member::ChooseBucketAlgorithm(plan, rules, 4, 1, 100000).sparse_probe);
+  EXPECT_FALSE(member::ChooseBucketAlgorithm(plan, rules, 5, 1, 100000).sparse_probe);
+  EXPECT_FALSE(member::ChooseBucketAlgorithm(plan, rules, 7, 1, 100000).sparse_probe);
   // n = 400 at d = 0.01: k = 4, rate 1600 / 32 = 50 (sparse); n = 100: k = 1,
   // rate 400 / 8 = 50; at density 0.5, n = 100: k = 50, rate 1 < 2 (dense).
-  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 400).algorithm, "spardl");
+  EXPECT_EQ(member::ChooseBucketAlgorithm(plan, rules, 6, 0, 400).algorithm, "spardl");
   plan.density = 0.5;
-  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 100).algorithm, "dense-ring");
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 9, 0, 100).dense_probe);
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 3, 0, 100).sparse_probe) << "dense anyway";
+  EXPECT_EQ(member::ChooseBucketAlgorithm(plan, rules, 6, 0, 100).algorithm, "dense-ring");
+  EXPECT_FALSE(member::ChooseBucketAlgorithm(plan, rules, 9, 0, 100).dense_probe);
+  EXPECT_FALSE(member::ChooseBucketAlgorithm(plan, rules, 3, 0, 100).sparse_probe)
+      << "dense anyway";
   // rate exactly 2 (d = 0.25) is not below it.
   plan.density = 0.25;
-  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 6, 0, 100).algorithm, "spardl");
+  EXPECT_EQ(member::ChooseBucketAlgorithm(plan, rules, 6, 0, 100).algorithm, "spardl");
   plan.bucket_algorithms = {"dense-ring"};  // the coordinator chose dense: nothing to time
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 3, 0, 100000).sparse_probe);
+  EXPECT_FALSE(member::ChooseBucketAlgorithm(plan, rules, 3, 0, 100000).sparse_probe);
   plan.bucket_algorithms = {};
   rules.dense_probe_period = 0;  // no probes, no timed warm-up
-  EXPECT_FALSE(ChooseBucketAlgorithm(plan, rules, 3, 0, 100000).sparse_probe);
+  EXPECT_FALSE(member::ChooseBucketAlgorithm(plan, rules, 3, 0, 100000).sparse_probe);
   rules = {};
-  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 0, 0, 100).algorithm, "spardl");
-  EXPECT_EQ(ChooseBucketAlgorithm(plan, rules, 49, 0, 100).algorithm, "spardl");
+  EXPECT_EQ(member::ChooseBucketAlgorithm(plan, rules, 0, 0, 100).algorithm, "spardl");
+  EXPECT_EQ(member::ChooseBucketAlgorithm(plan, rules, 49, 0, 100).algorithm, "spardl");
 }
 
 // One step of `box`, one bucket after another.
@@ -97,7 +98,7 @@ StepRun RunStep(BucketBox& box, int rank, int iteration,
 }
 
 TEST(AgentBucketsTest, PeerDyingMidStepKeepsEveryLaterBucketInTheResidual) {
-  FakeCoordinator coordinator(Job(3, "spardl"));
+  testing::FakeCoordinator coordinator(Job(3, "spardl"));
   constexpr int kKillStep = 3;
   std::vector<std::vector<StepRun>> runs =
       testing::RunKillingRank2(coordinator, kKillStep, 6, RunStep);
@@ -150,11 +151,11 @@ TEST(AgentBucketsTest, PeerDyingMidStepKeepsEveryLaterBucketInTheResidual) {
 }
 
 TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
-  FakeJobConfig job = Job(2, "spardl");
+  testing::FakeJobConfig job = Job(2, "spardl");
   job.base.bucket_algorithms = {"", "topka"};
-  FakeCoordinator coordinator(job);
+  testing::FakeCoordinator coordinator(job);
   testing::LoopbackPool pool;
-  BucketRules rules;
+  member::BucketRules rules;
   rules.start_iter = 2;
   rules.dense_probe_period = 4;
   std::vector<BucketBox> boxes;
@@ -195,7 +196,7 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   int checked = 0;
-  for (const StepReport& r : coordinator.reports()) {
+  for (const member::StepReport& r : coordinator.reports()) {
     if (!r.ok || r.step != 4) continue;
     ASSERT_EQ(r.buckets.size(), kSizes.size());
     EXPECT_EQ(r.buckets[0].algorithm, "spardl");
@@ -208,7 +209,7 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
   EXPECT_EQ(checked, 2);
   // A warm-up probe step reports the sparse exchange it timed.
   checked = 0;
-  for (const StepReport& r : coordinator.reports()) {
+  for (const member::StepReport& r : coordinator.reports()) {
     if (!r.ok || r.step != 1) continue;
     ASSERT_EQ(r.buckets.size(), kSizes.size());
     EXPECT_EQ(r.buckets[0].algorithm, "spardl");
@@ -220,10 +221,10 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
   EXPECT_EQ(checked, 2);
   // A probe step reports the probe, the coordinator's dense sample.
   checked = 0;
-  for (const StepReport& r : coordinator.reports()) {
+  for (const member::StepReport& r : coordinator.reports()) {
     if (!r.ok || r.step != 3) continue;
     ASSERT_EQ(r.buckets.size(), kSizes.size());
-    for (const StepReport::Bucket& b : r.buckets) {
+    for (const member::StepReport::Bucket& b : r.buckets) {
       EXPECT_EQ(b.algorithm, "dense-ring");
       EXPECT_TRUE(b.dense_probe);
       EXPECT_GT(b.seconds, 0.0);
@@ -238,11 +239,11 @@ TEST(AgentBucketsTest, PerBucketAlgorithmsAndRulesReachTheCallsAndTheReports) {
 // for every bucket at every step, across a plan barrier (tau = 8), and
 // every rank whose own rules differ counts each differing field once.
 TEST(AgentBucketsTest, DifferentRulesOnEachRankRunTheLowestRanks) {
-  FakeJobConfig job = Job(3, "spardl");
+  testing::FakeJobConfig job = Job(3, "spardl");
   job.base.step_deadline = milliseconds(3000);
-  FakeCoordinator coordinator(job);
+  testing::FakeCoordinator coordinator(job);
   testing::LoopbackPool pool;
-  std::vector<BucketRules> rules(3);
+  std::vector<member::BucketRules> rules(3);
   rules[0].start_iter = 2;
   rules[0].dense_probe_period = 4;
   rules[1].start_iter = 5;
@@ -267,9 +268,9 @@ TEST(AgentBucketsTest, DifferentRulesOnEachRankRunTheLowestRanks) {
     if (boxes[i].agent->rank() == 0) lowest = i;
   }
   ASSERT_GE(lowest, 0);
-  const BucketRules& agreed = rules[lowest];
+  const member::BucketRules& agreed = rules[lowest];
   for (int i = 0; i < 3; ++i) {
-    const Agent& a = *boxes[i].agent;
+    const pipeline::Agent& a = *boxes[i].agent;
     EXPECT_TRUE(a.rules() == agreed) << "agent " << i;
     const uint64_t fields = (rules[i].start_iter != agreed.start_iter) +
                             (rules[i].min_compression_rate != agreed.min_compression_rate) +
@@ -279,12 +280,12 @@ TEST(AgentBucketsTest, DifferentRulesOnEachRankRunTheLowestRanks) {
   for (int it = 0; it < kSteps; ++it) {
     // What the lowest rank's rules give (plan: spardl on every bucket).
     const uint64_t step = runs[0][it].out.step;
-    Plan plan;
+    member::Plan plan;
     plan.algorithm = "spardl";
     plan.density = 0.05;
     for (size_t b = 0; b < kSizes.size(); ++b) {
-      const BucketChoice want =
-          ChooseBucketAlgorithm(plan, agreed, step, static_cast<uint32_t>(b), kSizes[b]);
+      const member::BucketChoice want =
+          member::ChooseBucketAlgorithm(plan, agreed, step, static_cast<uint32_t>(b), kSizes[b]);
       std::vector<RankCall> calls;
       for (int i = 0; i < 3; ++i) {
         const StepRun& r = runs[i][it];
@@ -301,9 +302,9 @@ TEST(AgentBucketsTest, DifferentRulesOnEachRankRunTheLowestRanks) {
 }
 
 TEST(AgentBucketsTest, RulesOutOfBoundsAreRefusedAtStart) {
-  FakeCoordinator coordinator(Job(1, "spardl"));
+  testing::FakeCoordinator coordinator(Job(1, "spardl"));
   testing::LoopbackPool pool;
-  BucketRules rules;
+  member::BucketRules rules;
   rules.start_iter = kMaxRuleSteps + 1;
   BucketBox box = testing::MakeBucketAgent(coordinator, pool, "solo", rules);
   absl::Status s = box.agent->Start();
@@ -312,4 +313,4 @@ TEST(AgentBucketsTest, RulesOutOfBoundsAreRefusedAtStart) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

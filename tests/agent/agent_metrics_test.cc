@@ -13,13 +13,14 @@
 
 #include "prometheus/registry.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using Labels = std::map<std::string, std::string>;
 
 // The exported value of `name`'s series with exactly `labels`, or nullopt.
-std::optional<double> Value(const AgentMetrics& m, const std::string& name, const Labels& labels) {
+std::optional<double> Value(const pipeline::AgentMetrics& m, const std::string& name,
+                            const Labels& labels) {
   for (const prometheus::MetricFamily& f : m.registry()->Collect()) {
     if (f.name != name) continue;
     for (const prometheus::ClientMetric& c : f.metric) {
@@ -32,16 +33,17 @@ std::optional<double> Value(const AgentMetrics& m, const std::string& name, cons
   return std::nullopt;
 }
 
-double StageSeconds(const AgentMetrics& m, const std::string& stage) {
+double StageSeconds(const pipeline::AgentMetrics& m, const std::string& stage) {
   return Value(m, "gradex_agent_stage_seconds_total", {{"stage", stage}}).value_or(-1);
 }
 
-double StageBytes(const AgentMetrics& m, const std::string& stage, const std::string& direction) {
+double StageBytes(const pipeline::AgentMetrics& m, const std::string& stage,
+                  const std::string& direction) {
   return Value(m, "gradex_agent_stage_bytes_total", {{"stage", stage}, {"direction", direction}})
       .value_or(-1);
 }
 
-double Gauge(const AgentMetrics& m, const std::string& name) {
+double Gauge(const pipeline::AgentMetrics& m, const std::string& name) {
   return Value(m, name, {}).value_or(-1);
 }
 
@@ -63,7 +65,7 @@ CallStats Hierarchical(double nodes, double per_node, double scale) {
   return s;
 }
 
-void Observe(AgentMetrics& m, const CallStats& s) {
+void Observe(pipeline::AgentMetrics& m, const CallStats& s) {
   AllreduceResult result;
   result.is_dense = true;
   result.dense.assign(8, 0.0f);
@@ -71,7 +73,7 @@ void Observe(AgentMetrics& m, const CallStats& s) {
 }
 
 TEST(AgentMetricsTest, StageSeriesAreExportedAtZeroBeforeAnyCall) {
-  AgentMetrics m;
+  pipeline::AgentMetrics m;
   for (const char* stage : {"intra_node", "inter_node"}) {
     EXPECT_EQ(StageSeconds(m, stage), 0) << stage;
     EXPECT_EQ(StageBytes(m, stage, "sent"), 0) << stage;
@@ -82,7 +84,7 @@ TEST(AgentMetricsTest, StageSeriesAreExportedAtZeroBeforeAnyCall) {
 }
 
 TEST(AgentMetricsTest, HierarchicalCallsAddTheirStageDetails) {
-  AgentMetrics m;
+  pipeline::AgentMetrics m;
   Observe(m, Hierarchical(2, 4, 1));
   Observe(m, Hierarchical(2, 4, 3));
   EXPECT_DOUBLE_EQ(StageSeconds(m, "intra_node"), 0.25 * 4);
@@ -99,7 +101,7 @@ TEST(AgentMetricsTest, HierarchicalCallsAddTheirStageDetails) {
 }
 
 TEST(AgentMetricsTest, FlatCallsAddNothingToTheStagesAndZeroTheLayout) {
-  AgentMetrics m;
+  pipeline::AgentMetrics m;
   Observe(m, Hierarchical(4, 2, 1));
   EXPECT_EQ(Gauge(m, "gradex_agent_hierarchy_nodes"), 4);
   EXPECT_EQ(Gauge(m, "gradex_agent_hierarchy_ranks_per_node"), 2);
@@ -120,7 +122,7 @@ TEST(AgentMetricsTest, FlatCallsAddNothingToTheStagesAndZeroTheLayout) {
 }
 
 TEST(AgentMetricsTest, AbsentStageDetailsCountAsZero) {
-  AgentMetrics m;
+  pipeline::AgentMetrics m;
   CallStats s;
   s.details = {{"hierarchy_nodes", 2},
                {"hierarchy_ranks_per_node", 2},
@@ -135,4 +137,4 @@ TEST(AgentMetricsTest, AbsentStageDetailsCountAsZero) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

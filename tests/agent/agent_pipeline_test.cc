@@ -22,7 +22,7 @@
 #include "tests/collectives/test_dense_gather.h"
 #include "tests/fakes/fake_control_plane.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using gradex::testing::ConservationError;
@@ -74,7 +74,7 @@ using testing::ExpectKept;
 using testing::StepRun;
 const std::vector<size_t>& kSizes = testing::kBucketSizes;
 
-FakeJobConfig Job(int world, std::vector<std::string> bucket_algorithms = {}) {
+testing::FakeJobConfig Job(int world, std::vector<std::string> bucket_algorithms = {}) {
   return testing::BucketJob(world, "spardl", std::move(bucket_algorithms));
 }
 
@@ -103,7 +103,7 @@ void ExpectStepsOk(const std::vector<std::vector<StepRun>>& runs, int from, int 
 }
 
 TEST(AgentPipelineTest, PeerDyingWhileTheNextBucketIsPreparedKeepsEveryLaterBucket) {
-  FakeCoordinator coordinator(Job(3));
+  testing::FakeCoordinator coordinator(Job(3));
   constexpr int kKillStep = 3;
   // Bucket 0 exchanged and bucket 1 prepared on every rank: rank 2 dies.
   std::vector<std::vector<StepRun>> runs =
@@ -129,7 +129,7 @@ TEST(AgentPipelineTest, PeerDyingWhileTheNextBucketIsPreparedKeepsEveryLaterBuck
 void RunFailedPreparation(bool early) {
   g_fail_early = early;
   // Bucket 1 runs the failing test gather; the others SparDL.
-  FakeCoordinator coordinator(Job(3, {"", kFailing, ""}));
+  testing::FakeCoordinator coordinator(Job(3, {"", kFailing, ""}));
   testing::LoopbackPool pool;
   std::vector<BucketBox> boxes;
   for (int i = 0; i < 3; ++i)
@@ -143,14 +143,14 @@ void RunFailedPreparation(bool early) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      Agent& a = *boxes[i].agent;
+      pipeline::Agent& a = *boxes[i].agent;
       ASSERT_TRUE(a.Start().ok());
       for (int it = 0; it < kSteps; ++it) {
         if (it == kFailStep) {
           ready.arrive_and_wait();
           if (a.rank() == 1) {
             g_fail_rank = 1;
-            g_fail_call = CallId(a.next_step(), 1);
+            g_fail_call = pipeline::CallId(a.next_step(), 1);
             failing[i] = 1;
           }
           ready.arrive_and_wait();
@@ -191,4 +191,4 @@ TEST(AgentPipelineTest, APreparationFailingBeforeItsAccumulationKeepsItsBucket) 
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -18,7 +18,7 @@
 #include "tests/collectives/harness.h"
 #include "tests/fakes/fake_control_plane.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using gradex::testing::ConservationError;
@@ -30,8 +30,8 @@ using std::chrono::milliseconds;
 
 constexpr size_t kN = 3001;
 
-Plan BasePlan(const std::string& algorithm, int teams) {
-  Plan p;
+member::Plan BasePlan(const std::string& algorithm, int teams) {
+  member::Plan p;
   p.algorithm = algorithm;
   p.density = 0.05;
   p.teams = teams;
@@ -41,21 +41,22 @@ Plan BasePlan(const std::string& algorithm, int teams) {
 }
 
 struct Box {
-  std::unique_ptr<FakeControlPlane> control;
+  std::unique_ptr<testing::FakeControlPlane> control;
   std::unique_ptr<testing::LoopbackProvider> transports;
-  std::unique_ptr<AgentMetrics> metrics;
-  std::unique_ptr<Agent> agent;
+  std::unique_ptr<pipeline::AgentMetrics> metrics;
+  std::unique_ptr<pipeline::Agent> agent;
 };
 
-Box MakeAgent(FakeCoordinator& coordinator, testing::LoopbackPool& pool, const std::string& id,
-              size_t report_capacity = 64) {
+Box MakeAgent(testing::FakeCoordinator& coordinator, testing::LoopbackPool& pool,
+              const std::string& id, size_t report_capacity = 64) {
   Box b;
-  b.control = std::make_unique<FakeControlPlane>(&coordinator, report_capacity);
+  b.control = std::make_unique<testing::FakeControlPlane>(&coordinator, report_capacity);
   b.transports = std::make_unique<testing::LoopbackProvider>(&pool, "addr-" + id);
-  b.metrics = std::make_unique<AgentMetrics>();
-  AgentOptions o = testing::TestAgentOptions(id);
+  b.metrics = std::make_unique<pipeline::AgentMetrics>();
+  pipeline::AgentOptions o = testing::TestAgentOptions(id);
   o.elements = kN;
-  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), b.metrics.get());
+  b.agent =
+      std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), b.metrics.get());
   return b;
 }
 
@@ -96,7 +97,7 @@ struct Failure {
 
 void Drive(Box& box, int seed_rank, uint64_t last, Recorder& rec, std::vector<Failure>* failures,
            const std::function<bool(uint64_t)>& before = nullptr) {
-  Agent& a = *box.agent;
+  pipeline::Agent& a = *box.agent;
   ASSERT_TRUE(a.Start().ok());
   for (int attempt = 0; attempt < 400; ++attempt) {
     if (a.connected() && a.next_step() > last) return;
@@ -105,7 +106,7 @@ void Drive(Box& box, int seed_rank, uint64_t last, Recorder& rec, std::vector<Fa
     call.grad = MakeGradient(7, seed_rank, attempt, kN, Values::kGrid);
     call.residual_in = a.residuals()[0];
     std::span<const float> g(call.grad);
-    StepOutcome out;
+    pipeline::StepOutcome out;
     const auto t0 = Clock::now();
     absl::Status s = a.Step({&g, 1}, &out);
     call.residual_out = a.residuals()[0];
@@ -144,8 +145,8 @@ void CheckInvariants(Recorder& rec, uint64_t first, uint64_t last, int* checked)
   }
 }
 
-FakeJobConfig Job(int world, const std::string& algorithm, int teams) {
-  FakeJobConfig c;
+testing::FakeJobConfig Job(int world, const std::string& algorithm, int teams) {
+  testing::FakeJobConfig c;
   c.world_size = world;
   c.lease = milliseconds(400);
   c.base = BasePlan(algorithm, teams);
@@ -153,7 +154,7 @@ FakeJobConfig Job(int world, const std::string& algorithm, int teams) {
 }
 
 TEST(AgentTest, FourAgentsRunFiftyStepsOfBsagWithInvariants) {
-  FakeCoordinator coordinator(Job(4, "spardl-bsag", 2));
+  testing::FakeCoordinator coordinator(Job(4, "spardl-bsag", 2));
   testing::LoopbackPool pool;
   std::vector<Box> boxes;
   for (int i = 0; i < 4; ++i) boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i)));
@@ -180,7 +181,7 @@ TEST(AgentTest, FourAgentsRunFiftyStepsOfBsagWithInvariants) {
 }
 
 TEST(AgentTest, KilledAgentFailsSurvivorsFastAndNextEpochRunsToTheEnd) {
-  FakeCoordinator coordinator(Job(4, "spardl-bsag", 2));
+  testing::FakeCoordinator coordinator(Job(4, "spardl-bsag", 2));
   testing::LoopbackPool pool;
   std::vector<Box> boxes;
   for (int i = 0; i < 4; ++i) boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i)));
@@ -193,7 +194,7 @@ TEST(AgentTest, KilledAgentFailsSurvivorsFastAndNextEpochRunsToTheEnd) {
       auto before = [&, i](uint64_t step) {
         if (i != 2 || step != kKillAt) return true;
         // kill -9: no leave, no more heartbeats, connections gone.
-        Agent& a = *boxes[i].agent;
+        pipeline::Agent& a = *boxes[i].agent;
         KillLoopbackRank(*a.transport(), a.rank());
         boxes[i].control->Crash();
         return false;
@@ -231,7 +232,7 @@ TEST(AgentTest, KilledAgentFailsSurvivorsFastAndNextEpochRunsToTheEnd) {
 }
 
 TEST(AgentTest, PlanChangesApplyAtTheirEffectiveStepOnEveryRank) {
-  FakeCoordinator coordinator(Job(4, "spardl-bsag", 2));
+  testing::FakeCoordinator coordinator(Job(4, "spardl-bsag", 2));
   testing::LoopbackPool pool;
   std::vector<Box> boxes;
   for (int i = 0; i < 4; ++i) boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i)));
@@ -253,8 +254,8 @@ TEST(AgentTest, PlanChangesApplyAtTheirEffectiveStepOnEveryRank) {
   }
   sync.arrive_and_wait();
   // A barrier value (density) at a future barrier, and k' (applied at once).
-  coordinator.UpdatePlan([](Plan& p) { p.density = 0.2; }, kEffective);
-  coordinator.UpdatePlan([](Plan& p) { p.kprime = {{kKPrime, kKPrime}}; }, kEffective);
+  coordinator.UpdatePlan([](member::Plan& p) { p.density = 0.2; }, kEffective);
+  coordinator.UpdatePlan([](member::Plan& p) { p.kprime = {{kKPrime, kKPrime}}; }, kEffective);
   sync.arrive_and_wait();
   for (auto& t : threads) t.join();
   int checked = 0;
@@ -273,7 +274,7 @@ TEST(AgentTest, PlanChangesApplyAtTheirEffectiveStepOnEveryRank) {
 }
 
 TEST(AgentTest, LateJoinerIsAdmittedAtABarrier) {
-  FakeCoordinator coordinator(Job(3, "spardl", 1));
+  testing::FakeCoordinator coordinator(Job(3, "spardl", 1));
   testing::LoopbackPool pool;
   std::vector<Box> boxes;
   for (int i = 0; i < 4; ++i) boxes.push_back(MakeAgent(coordinator, pool, absl::StrCat("a", i)));
@@ -307,7 +308,7 @@ TEST(AgentTest, LateJoinerIsAdmittedAtABarrier) {
 }
 
 TEST(AgentTest, FullReportQueueDropsWithoutBlockingSteps) {
-  FakeCoordinator coordinator(Job(1, "spardl", 1));
+  testing::FakeCoordinator coordinator(Job(1, "spardl", 1));
   testing::LoopbackPool pool;
   Box box = MakeAgent(coordinator, pool, "solo", /*report_capacity=*/4);
   box.control->PauseReports(true);
@@ -325,4 +326,4 @@ TEST(AgentTest, FullReportQueueDropsWithoutBlockingSteps) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -16,7 +16,7 @@
 #include "tests/agent/loopback_provider.h"
 #include "tests/fakes/fake_control_plane.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using std::chrono::milliseconds;
@@ -25,29 +25,29 @@ constexpr size_t kN = 2001;
 constexpr uint64_t kLateStep = 3, kLast = 5;
 
 TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
-  FakeJobConfig config;
+  testing::FakeJobConfig config;
   config.world_size = 3;
   config.lease = milliseconds(400);
   config.base.algorithm = "spardl-bsag";
   config.base.density = 0.05;
   config.base.tau = 8;
   config.base.step_deadline = milliseconds(10000);
-  FakeCoordinator coordinator(config);
+  testing::FakeCoordinator coordinator(config);
   testing::LoopbackPool pool;
   struct Box {
-    std::unique_ptr<FakeControlPlane> control;
+    std::unique_ptr<testing::FakeControlPlane> control;
     std::unique_ptr<testing::LoopbackProvider> transports;
-    std::unique_ptr<Agent> agent;
+    std::unique_ptr<pipeline::Agent> agent;
   };
   std::vector<Box> boxes(3);
   for (int i = 0; i < 3; ++i) {
     Box& b = boxes[i];
-    b.control = std::make_unique<FakeControlPlane>(&coordinator);
+    b.control = std::make_unique<testing::FakeControlPlane>(&coordinator);
     b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr", i));
-    AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
+    pipeline::AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
     o.local_rank = i;
     o.elements = kN;
-    b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+    b.agent = std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), nullptr);
     ASSERT_NE(b.control->wait_source(), nullptr) << "the agent gave its control plane no source";
     absl::Status started = b.agent->Start();
     ASSERT_TRUE(started.ok()) << started;  // in order: the fake ranks by first join
@@ -58,7 +58,7 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      Agent& a = *boxes[i].agent;
+      pipeline::Agent& a = *boxes[i].agent;
       std::vector<float> g(kN);
       for (int attempt = 0; status[i].ok() && attempt < 20; ++attempt) {
         if (a.connected() && a.next_step() > kLast) return;
@@ -71,13 +71,13 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
         }
         for (size_t j = 0; j < kN; ++j) g[j] = static_cast<float>((j * 7 + i + attempt) % 13) - 6;
         std::span<const float> s(g);
-        StepOutcome out;
+        pipeline::StepOutcome out;
         status[i] = a.Step({&s, 1}, &out);
       }
     });
   }
   // Wait until agent 2 holds back and both others have waited 300 ms.
-  std::optional<WaitInfo> w0, w1;
+  std::optional<member::WaitInfo> w0, w1;
   const Clock::time_point until = Clock::now() + milliseconds(15000);
   while (Clock::now() < until && !(w0 && w1)) {
     std::this_thread::sleep_for(milliseconds(10));
@@ -87,13 +87,14 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
   }
   const int late = late_rank.load();
   ASSERT_TRUE(w0 && w1) << "the waiting agents' sources show no wait";
-  std::optional<WaitInfo> own = boxes[2].control->wait_source()->OldestWait(milliseconds(0));
+  std::optional<member::WaitInfo> own =
+      boxes[2].control->wait_source()->OldestWait(milliseconds(0));
   late_may_go.store(true);
   for (auto& t : threads) t.join();
 
   EXPECT_EQ(late, 2);  // ranks follow join order (local rank) in the fake
   EXPECT_FALSE(own.has_value()) << "the late agent is not in the exchange";
-  for (const std::optional<WaitInfo>& w : {w0, w1}) {
+  for (const std::optional<member::WaitInfo>& w : {w0, w1}) {
     EXPECT_EQ(w->epoch, 1u);
     EXPECT_EQ(w->step, kLateStep);
     EXPECT_GE(w->waited.count(), 300);
@@ -112,4 +113,4 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -17,14 +17,14 @@
 #include "absl/strings/str_cat.h"
 #include "catalog/catalog.h"
 #include "pipeline/agent.h"
-#include "services/coordinator/bucket_controller.h"
+#include "services/coordinator/controllers/bucket_controller.h"
 #include "services/coordinator/job_config.h"
 #include "tests/agent/coordinator_bridge.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/agent/pipeline_step.h"
 #include "tests/collectives/test_dense_gather.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using std::chrono::milliseconds;
@@ -55,7 +55,7 @@ const std::vector<size_t> kSizes = {2000, 500};
 
 struct Box {
   testing::BridgedAgent a;
-  std::unique_ptr<BucketPipeline> pipeline;
+  std::unique_ptr<pipeline::BucketPipeline> pipeline;
   // Per step: what each bucket ran, whether bucket 0 ran as a probe, the
   // plan version the step ran under.
   std::vector<std::vector<std::string>> ran;
@@ -65,8 +65,9 @@ struct Box {
 
 // Two agents run `steps` steps of kSizes through `hub`'s coordinator,
 // sleeping `pause` before each step (the trainer's computation).
-void RunJob(testing::CoordinatorHub& hub, testing::LoopbackPool& pool, const BucketRules& rules,
-            int steps, milliseconds pause, std::vector<Box>& boxes) {
+void RunJob(testing::CoordinatorHub& hub, testing::LoopbackPool& pool,
+            const member::BucketRules& rules, int steps, milliseconds pause,
+            std::vector<Box>& boxes) {
   boxes.resize(2);
   for (int i = 0; i < 2; ++i) {
     Box& b = boxes[i];
@@ -86,13 +87,13 @@ void RunJob(testing::CoordinatorHub& hub, testing::LoopbackPool& pool, const Buc
         }
         testing::PipelineStep r = testing::RunPipelineStep(*b.pipeline, grads);
         std::vector<std::string> ran;
-        for (const BucketEnd& e : r.buckets) {
+        for (const pipeline::BucketEnd& e : r.buckets) {
           ASSERT_TRUE(e.status.ok()) << e.status;
           ran.push_back(e.outcome.algorithm);
         }
         const bool probe0 = r.buckets[0].outcome.dense_probe;
         ASSERT_TRUE(r.end.ok()) << r.end;
-        const StepOutcome& so = r.out;
+        const pipeline::StepOutcome& so = r.out;
         ASSERT_EQ(so.step, static_cast<uint64_t>(step));
         b.ran.push_back(std::move(ran));
         b.probe.push_back(probe0);
@@ -109,7 +110,7 @@ TEST(BucketFallbackE2E, DenseProbesThatWinMakeTheBucketDenseFromABarrierOnEveryR
       R"(","density":0.05,"barrier_period":4,"plan_lead_steps":4,"step_deadline_ms":5000})"));
   ASSERT_TRUE(s.ok()) << s.status();
   testing::CoordinatorHub hub(*s);
-  BucketRules rules;
+  member::BucketRules rules;
   rules.dense_probe_period = 4;  // steps 3, 7, 11, ...: every bucket's dense exchange timed
   constexpr int kSteps = 48;
   testing::LoopbackPool pool;
@@ -172,7 +173,7 @@ TEST(BucketFallbackE2E, AutoRunsTheModelsChoicePerBucketFromABarrier) {
   constexpr int kSteps = 40;
   testing::LoopbackPool pool;
   std::vector<Box> boxes;
-  RunJob(hub, pool, BucketRules{}, kSteps, milliseconds(3), boxes);
+  RunJob(hub, pool, member::BucketRules{}, kSteps, milliseconds(3), boxes);
   ASSERT_EQ(boxes[0].ran.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(boxes[1].ran.size(), static_cast<size_t>(kSteps));
   auto plan = hub.coordinator().plan();
@@ -197,4 +198,4 @@ TEST(BucketFallbackE2E, AutoRunsTheModelsChoicePerBucketFromABarrier) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -21,7 +21,7 @@
 #include "tests/collectives/harness.h"
 #include "tests/fakes/fake_control_plane.h"
 
-namespace gradex::agent::testing {
+namespace gradex::testing {
 
 // Odd sizes on purpose: no bucket splits evenly over 2 or 3 ranks.
 inline const std::vector<size_t> kBucketSizes = {3001, 257, 1200};
@@ -29,24 +29,24 @@ inline const std::vector<size_t> kBucketSizes = {3001, 257, 1200};
 struct BucketBox {
   std::unique_ptr<FakeControlPlane> control;
   std::unique_ptr<LoopbackProvider> transports;
-  std::unique_ptr<Agent> agent;
-  std::unique_ptr<BucketPipeline> pipeline;  // sums, every value as given
+  std::unique_ptr<pipeline::Agent> agent;
+  std::unique_ptr<pipeline::BucketPipeline> pipeline;  // sums, every value as given
 };
 
 inline BucketBox MakeBucketAgent(FakeCoordinator& coordinator, LoopbackPool& pool,
-                                 const std::string& id, BucketRules rules = {},
+                                 const std::string& id, member::BucketRules rules = {},
                                  bool pipelined = false) {
   BucketBox b;
   b.control = std::make_unique<FakeControlPlane>(&coordinator);
   b.transports = std::make_unique<LoopbackProvider>(&pool, "addr-" + id);
-  AgentOptions o = TestAgentOptions(id);
+  pipeline::AgentOptions o = TestAgentOptions(id);
   o.rules = rules;
-  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
-  PipelineOptions p;
+  b.agent = std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  pipeline::PipelineOptions p;
   p.mean = false;
   p.pipeline = pipelined;
   p.timeout = std::chrono::milliseconds(30000);
-  b.pipeline = std::make_unique<BucketPipeline>(b.agent.get(), p);
+  b.pipeline = std::make_unique<pipeline::BucketPipeline>(b.agent.get(), p);
   return b;
 }
 
@@ -70,9 +70,9 @@ inline FakeJobConfig BucketJob(int world, const std::string& algorithm,
 struct StepRun {
   absl::Status end;
   std::vector<absl::Status> buckets;
-  std::vector<BucketOutcome> outcomes;
+  std::vector<pipeline::BucketOutcome> outcomes;
   std::vector<std::vector<float>> grads, before, after;
-  StepOutcome out;
+  pipeline::StepOutcome out;
 };
 
 // Bucket b of one rank's step, as the invariant checks take it.
@@ -96,8 +96,8 @@ inline void ExpectKept(const StepRun& r, size_t b, int agent) {
 }
 
 // Every bucket's residual now (zeros for a bucket that has none yet).
-inline std::vector<std::vector<float>> Residuals(BucketPipeline& pipeline) {
-  absl::StatusOr<SpanState> s = pipeline.Export();
+inline std::vector<std::vector<float>> Residuals(pipeline::BucketPipeline& pipeline) {
+  absl::StatusOr<pipeline::SpanState> s = pipeline.Export();
   EXPECT_TRUE(s.ok()) << s.status();
   std::vector<std::vector<float>> out;
   for (size_t b = 0; b < kBucketSizes.size(); ++b) {
@@ -121,15 +121,16 @@ inline StepRun RunPipelineStep(BucketBox& box, int rank, int iteration,
     r.grads.push_back(gradex::testing::MakeGradient(11 + b, rank, iteration, kBucketSizes[b],
                                                     gradex::testing::Values::kIntegers));
   }
-  std::vector<std::future<BucketEnd>> ends;
+  std::vector<std::future<pipeline::BucketEnd>> ends;
   for (size_t b = 0; b < buckets; ++b) {
     ends.push_back(box.pipeline->Submit({{b, kBucketSizes[b]}}, std::span<const float>(r.grads[b]),
-                                        b + 1 == buckets, [&after_bucket, b](const BucketEnd&) {
+                                        b + 1 == buckets,
+                                        [&after_bucket, b](const pipeline::BucketEnd&) {
                                           if (after_bucket) after_bucket(b);
                                         }));
   }
   for (size_t b = 0; b < buckets; ++b) {
-    BucketEnd e = ends[b].get();
+    pipeline::BucketEnd e = ends[b].get();
     r.buckets[b] = e.status;
     r.outcomes[b] = std::move(e.outcome);
     if (e.step_status) {
@@ -162,7 +163,7 @@ inline std::vector<std::vector<StepRun>> RunKillingRank2(FakeCoordinator& coordi
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      Agent& a = *boxes[i].agent;
+      pipeline::Agent& a = *boxes[i].agent;
       ASSERT_TRUE(a.Start().ok());
       for (int it = 0; it < steps; ++it) {
         auto hook = [&, i, it](size_t b) {
@@ -182,6 +183,6 @@ inline std::vector<std::vector<StepRun>> RunKillingRank2(FakeCoordinator& coordi
   return runs;
 }
 
-}  // namespace gradex::agent::testing
+}  // namespace gradex::testing
 
 #endif  // GRADEX_TESTS_AGENT_BUCKET_HARNESS_H_

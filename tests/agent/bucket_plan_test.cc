@@ -14,7 +14,7 @@
 #include "member/epoch_sync.h"
 #include "member/grpc_messages.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 gradex::v1::Plan BasePlan() {
@@ -29,8 +29,8 @@ gradex::v1::Plan BasePlan() {
   return m;
 }
 
-SyncState State(std::vector<std::string> buckets) {
-  SyncState s;
+member::SyncState State(std::vector<std::string> buckets) {
+  member::SyncState s;
   s.next_step = 12;
   s.newest_epoch = 3;
   s.values.plan_version = 9;
@@ -47,44 +47,44 @@ TEST(BucketPlan, PlanConversionCarriesAndBoundsTheList) {
   m.add_bucket_algorithms("oktopk");
   // A parameter of a bucket's algorithm is one of the plan's parameters.
   (*m.mutable_params())["oktopk_tau"] = 8;
-  absl::StatusOr<Plan> p = ToPlan(m, 0);
+  absl::StatusOr<member::Plan> p = member::ToPlan(m, 0);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->bucket_algorithms, (std::vector<std::string>{"", "dense-ring", "oktopk"}));
 
   // A parameter of no algorithm in play, or out of its range: refused.
   gradex::v1::Plan stray = m;
   (*stray.mutable_params())["kprime"] = 3;
-  EXPECT_EQ(ToPlan(stray, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(member::ToPlan(stray, 0).status().code(), absl::StatusCode::kInvalidArgument);
   gradex::v1::Plan range = m;
   (*range.mutable_params())["oktopk_tau"] = 0;
-  EXPECT_EQ(ToPlan(range, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(member::ToPlan(range, 0).status().code(), absl::StatusCode::kInvalidArgument);
 
   // A name the catalog lacks: the whole plan is refused, naming the bucket.
   gradex::v1::Plan unknown = BasePlan();
   unknown.add_bucket_algorithms("spardl");
   unknown.add_bucket_algorithms("no-such-algorithm");
-  absl::StatusOr<Plan> u = ToPlan(unknown, 0);
+  absl::StatusOr<member::Plan> u = member::ToPlan(unknown, 0);
   EXPECT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(u.status().message().find("bucket 1"), std::string::npos) << u.status();
 
   // At most kMaxBucketAlgorithms entries.
   gradex::v1::Plan many = BasePlan();
   for (size_t i = 0; i < catalog::kMaxBucketAlgorithms; ++i) many.add_bucket_algorithms("");
-  EXPECT_TRUE(ToPlan(many, 0).ok());
+  EXPECT_TRUE(member::ToPlan(many, 0).ok());
   many.add_bucket_algorithms("");
-  EXPECT_EQ(ToPlan(many, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(member::ToPlan(many, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(BucketPlan, BarrierValuesDropTrailingDefaultsAndOutOfBoundLists) {
-  Plan p;
+  member::Plan p;
   p.algorithm = "spardl";
   p.bucket_algorithms = {"", "dense-ring", "", ""};
-  EXPECT_EQ(BarrierValues::From(p, {}).bucket_algorithms,
+  EXPECT_EQ(member::BarrierValues::From(p, {}).bucket_algorithms,
             (std::vector<std::string>{"", "dense-ring"}));
   p.bucket_algorithms.assign(catalog::kMaxBucketAlgorithms + 1, "dense-ring");
-  EXPECT_TRUE(BarrierValues::From(p, {}).bucket_algorithms.empty());
-  Plan q;
-  BarrierValues v;
+  EXPECT_TRUE(member::BarrierValues::From(p, {}).bucket_algorithms.empty());
+  member::Plan q;
+  member::BarrierValues v;
   v.algorithm = "spardl";
   v.bucket_algorithms = {"dense-ring"};
   v.ApplyTo(&q);
@@ -96,27 +96,27 @@ TEST(BucketPlan, BarrierMessageRoundTripsTheLargestListInAFewKiB) {
   for (size_t i = 0; i < buckets.size(); ++i) {
     buckets[i] = i % 3 == 0 ? "" : (i % 3 == 1 ? "dense-ring" : "oktopk");
   }
-  const Bytes b = EncodeSyncMessage(5, State(buckets));
-  const Bytes empty = EncodeSyncMessage(5, State({}));
+  const Bytes b = member::EncodeSyncMessage(5, State(buckets));
+  const Bytes empty = member::EncodeSyncMessage(5, State({}));
   // One byte per bucket plus the two names.
   EXPECT_EQ(b.size(), empty.size() + buckets.size() + 2 + 10 + 6);
   EXPECT_LT(b.size(), 8u << 10);
-  absl::StatusOr<SyncState> d = DecodeSyncMessage(b, 5, 1, 4);
+  absl::StatusOr<member::SyncState> d = member::DecodeSyncMessage(b, 5, 1, 4);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->values.bucket_algorithms, buckets);
   EXPECT_EQ(d->next_step, 12u);
-  absl::StatusOr<SyncState> e = DecodeSyncMessage(empty, 5, 1, 4);
+  absl::StatusOr<member::SyncState> e = member::DecodeSyncMessage(empty, 5, 1, 4);
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_TRUE(e->values.bucket_algorithms.empty());
 }
 
 TEST(BucketPlan, BarrierMessageOutOfBoundsIsRefused) {
-  const Bytes empty = EncodeSyncMessage(5, State({}));
+  const Bytes empty = member::EncodeSyncMessage(5, State({}));
   const size_t section = empty.size() - 3;  // u16 count, u8 name count
-  const Bytes good = EncodeSyncMessage(5, State({"", "dense-ring", "dense-ring"}));
-  ASSERT_TRUE(DecodeSyncMessage(good, 5, 0, 2).ok());
+  const Bytes good = member::EncodeSyncMessage(5, State({"", "dense-ring", "dense-ring"}));
+  ASSERT_TRUE(member::DecodeSyncMessage(good, 5, 0, 2).ok());
   auto refused = [](const Bytes& b) {
-    absl::StatusOr<SyncState> d = DecodeSyncMessage(b, 5, 0, 2);
+    absl::StatusOr<member::SyncState> d = member::DecodeSyncMessage(b, 5, 0, 2);
     return !d.ok() && d.status().code() == absl::StatusCode::kDataLoss;
   };
   // A count over the bound (the indices present or not).
@@ -152,14 +152,14 @@ TEST(BucketPlan, BarrierMessageOutOfBoundsIsRefused) {
   trailing.push_back(0);
   EXPECT_TRUE(refused(trailing));
   // A bucket's parameter is checked against the bucket's algorithm.
-  SyncState s = State({"oktopk"});
+  member::SyncState s = State({"oktopk"});
   s.values.params["oktopk_tau"] = 8;
-  EXPECT_TRUE(DecodeSyncMessage(EncodeSyncMessage(5, s), 5, 0, 2).ok());
+  EXPECT_TRUE(member::DecodeSyncMessage(member::EncodeSyncMessage(5, s), 5, 0, 2).ok());
   s.values.params["oktopk_tau"] = 0;
-  EXPECT_TRUE(refused(EncodeSyncMessage(5, s)));
+  EXPECT_TRUE(refused(member::EncodeSyncMessage(5, s)));
   s.values.bucket_algorithms.clear();
   s.values.params["oktopk_tau"] = 8;
-  EXPECT_TRUE(refused(EncodeSyncMessage(5, s)));  // no algorithm in play has it
+  EXPECT_TRUE(refused(member::EncodeSyncMessage(5, s)));  // no algorithm in play has it
 }
 
 // Where the rules sit in the fixed part (epoch_sync.cc's layout): magic,
@@ -168,11 +168,12 @@ TEST(BucketPlan, BarrierMessageOutOfBoundsIsRefused) {
 constexpr size_t kRulesAt = 4 + 4 + 8 + 8 + 4 + 8 + 64 + 8 + 4 + 4 + 4;
 
 TEST(BucketPlan, BarrierMessageCarriesTheRules) {
-  SyncState s = State({"", "dense-ring"});
+  member::SyncState s = State({"", "dense-ring"});
   s.values.rules.start_iter = 10;
   s.values.rules.min_compression_rate = 2.5;
   s.values.rules.dense_probe_period = 50;
-  absl::StatusOr<SyncState> d = DecodeSyncMessage(EncodeSyncMessage(5, s), 5, 1, 4);
+  absl::StatusOr<member::SyncState> d =
+      member::DecodeSyncMessage(member::EncodeSyncMessage(5, s), 5, 1, 4);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->values.rules.start_iter, 10u);
   EXPECT_EQ(d->values.rules.min_compression_rate, 2.5);
@@ -180,29 +181,29 @@ TEST(BucketPlan, BarrierMessageCarriesTheRules) {
   EXPECT_EQ(d->values.bucket_algorithms, s.values.bucket_algorithms);
   // The bounds themselves are accepted.
   s.values.rules.start_iter = kMaxRuleSteps;
-  s.values.rules.min_compression_rate = kMaxMinCompressionRate;
+  s.values.rules.min_compression_rate = member::kMaxMinCompressionRate;
   s.values.rules.dense_probe_period = kMaxRuleSteps;
-  d = DecodeSyncMessage(EncodeSyncMessage(5, s), 5, 1, 4);
+  d = member::DecodeSyncMessage(member::EncodeSyncMessage(5, s), 5, 1, 4);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->values.rules == s.values.rules);
   // From() takes this rank's rules; out of bounds it sends the defaults, so
   // nothing a receiver would refuse goes out.
-  Plan p;
+  member::Plan p;
   p.algorithm = "spardl";
-  EXPECT_EQ(BarrierValues::From(p, s.values.rules).rules.start_iter, kMaxRuleSteps);
-  BucketRules over;
+  EXPECT_EQ(member::BarrierValues::From(p, s.values.rules).rules.start_iter, kMaxRuleSteps);
+  member::BucketRules over;
   over.start_iter = 7;
   over.dense_probe_period = kMaxRuleSteps + 1;
-  EXPECT_TRUE(BarrierValues::From(p, over).rules == BucketRules{});
+  EXPECT_TRUE(member::BarrierValues::From(p, over).rules == member::BucketRules{});
 }
 
 TEST(BucketPlan, BarrierMessageRulesOutOfBoundsAreRefused) {
-  const Bytes good = EncodeSyncMessage(5, State({}));
-  ASSERT_TRUE(DecodeSyncMessage(good, 5, 0, 2).ok());
+  const Bytes good = member::EncodeSyncMessage(5, State({}));
+  ASSERT_TRUE(member::DecodeSyncMessage(good, 5, 0, 2).ok());
   auto with = [&](size_t at, auto value) {
     Bytes b = good;
     std::memcpy(b.data() + kRulesAt + at, &value, sizeof(value));
-    absl::StatusOr<SyncState> d = DecodeSyncMessage(b, 5, 0, 2);
+    absl::StatusOr<member::SyncState> d = member::DecodeSyncMessage(b, 5, 0, 2);
     return d.ok() ? std::string("accepted") : std::string(d.status().message());
   };
   // In range: accepted (the offsets are right).
@@ -213,28 +214,30 @@ TEST(BucketPlan, BarrierMessageRulesOutOfBoundsAreRefused) {
   EXPECT_NE(with(0, kMaxRuleSteps + 1).find("start_iter"), std::string::npos);
   EXPECT_NE(with(0, ~uint64_t{0}).find("start_iter"), std::string::npos);
   EXPECT_NE(with(16, kMaxRuleSteps + 1).find("dense_probe_period"), std::string::npos);
-  for (double rate : {-1.0, kMaxMinCompressionRate * 2, std::numeric_limits<double>::infinity(),
-                      std::numeric_limits<double>::quiet_NaN()}) {
+  for (double rate :
+       {-1.0, member::kMaxMinCompressionRate * 2, std::numeric_limits<double>::infinity(),
+        std::numeric_limits<double>::quiet_NaN()}) {
     EXPECT_NE(with(8, rate).find("min_compression_rate"), std::string::npos) << rate;
   }
   // Truncated anywhere before the variable part.
   for (size_t cut = 0; cut < kRulesAt + 25; ++cut) {
-    EXPECT_FALSE(DecodeSyncMessage(Bytes(good.begin(), good.begin() + cut), 5, 0, 2).ok()) << cut;
+    EXPECT_FALSE(member::DecodeSyncMessage(Bytes(good.begin(), good.begin() + cut), 5, 0, 2).ok())
+        << cut;
   }
 }
 
 TEST(BucketPlan, RulesBoundsOnOptions) {
-  BucketRules r;
-  EXPECT_TRUE(CheckBucketRules(r).ok());
+  member::BucketRules r;
+  EXPECT_TRUE(member::CheckBucketRules(r).ok());
   r.start_iter = kMaxRuleSteps + 1;
-  EXPECT_EQ(CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(member::CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
   r = {};
   r.min_compression_rate = -0.5;
-  EXPECT_EQ(CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(member::CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
   r = {};
   r.dense_probe_period = kMaxRuleSteps + 1;
-  EXPECT_EQ(CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(member::CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -26,7 +26,7 @@
 #include "services/coordinator/validate.h"
 #include "tests/agent/loopback_provider.h"
 
-namespace gradex::agent::testing {
+namespace gradex::testing {
 
 // The coordinator and its ticker (every 5 ms, as the server's).
 class CoordinatorHub {
@@ -51,20 +51,20 @@ class CoordinatorHub {
   std::thread ticker_;
 };
 
-class BridgeControlPlane final : public ControlPlane {
+class BridgeControlPlane final : public member::ControlPlane {
  public:
   explicit BridgeControlPlane(CoordinatorHub* hub) : hub_(hub), reports_(256) {}
   ~BridgeControlPlane() override { Stop(); }
 
-  absl::StatusOr<JoinReply> Join(const JoinRequest& request, Deadline) override {
-    gradex::v1::JoinRequest req = JoinToProto(request, request.next_step);
+  absl::StatusOr<member::JoinReply> Join(const member::JoinRequest& request, Deadline) override {
+    gradex::v1::JoinRequest req = member::JoinToProto(request, request.next_step);
     req.set_job_id(hub_->coordinator().settings().job_id);
     // Not ValidateJoin: loopback agents have no UCX listener address or version.
     absl::StatusOr<gradex::v1::JoinResponse> r = hub_->coordinator().Join(req, absl::Now());
     if (!r.ok()) return r.status();
     member_ = r->member_id();
     if (!worker_.joinable()) worker_ = std::thread([this] { Run(); });
-    JoinReply reply;
+    member::JoinReply reply;
     reply.member_id = absl::StrCat(member_);
     reply.lease = std::chrono::milliseconds(r->lease_duration_ms());
     return reply;
@@ -80,9 +80,11 @@ class BridgeControlPlane final : public ControlPlane {
     l.set_member_id(member_);
     return hub_->coordinator().Leave(l, absl::Now());
   }
-  std::shared_ptr<const Plan> LatestPlan() const override { return store_.Latest(); }
-  std::shared_ptr<const Plan> PlanVersion(uint64_t v) const override { return store_.Version(v); }
-  bool ReportStep(StepReport report) override { return reports_.Push(std::move(report)); }
+  std::shared_ptr<const member::Plan> LatestPlan() const override { return store_.Latest(); }
+  std::shared_ptr<const member::Plan> PlanVersion(uint64_t v) const override {
+    return store_.Version(v);
+  }
+  bool ReportStep(member::StepReport report) override { return reports_.Push(std::move(report)); }
   uint64_t report_drops() const override { return reports_.drops(); }
   uint64_t reports_refused() const { return refused_.load(); }
   // kill -9: heartbeats and reports stop, no Leave.
@@ -96,15 +98,16 @@ class BridgeControlPlane final : public ControlPlane {
     while (!stop_.load()) {
       if (auto p = hub_->coordinator().plan(); p != nullptr && p->version() > seen) {
         seen = p->version();
-        absl::StatusOr<Plan> plan = ToPlan(*p, 0);
+        absl::StatusOr<member::Plan> plan = member::ToPlan(*p, 0);
         if (plan.ok()) store_.Publish(*std::move(plan)).IgnoreError();
       }
       if (std::chrono::steady_clock::now() - last_beat > std::chrono::milliseconds(200)) {
         Heartbeat(Deadline{}).IgnoreError();
         last_beat = std::chrono::steady_clock::now();
       }
-      while (std::optional<StepReport> r = reports_.Pop(DeadlineIn(std::chrono::milliseconds(2)))) {
-        gradex::v1::StepReport m = ToProto(*r, member_, "");
+      while (std::optional<member::StepReport> r =
+                 reports_.Pop(DeadlineIn(std::chrono::milliseconds(2)))) {
+        gradex::v1::StepReport m = member::ToProto(*r, member_, "");
         bool accepted = false;
         if (!coordinator::ValidateReport(m).ok() ||
             !hub_->coordinator().Report(m, absl::Now(), &accepted).ok()) {
@@ -121,8 +124,8 @@ class BridgeControlPlane final : public ControlPlane {
   }
 
   CoordinatorHub* const hub_;
-  PlanStore store_;
-  ReportQueue reports_;
+  member::PlanStore store_;
+  member::ReportQueue reports_;
   uint64_t member_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> refused_{0};
@@ -134,20 +137,20 @@ class BridgeControlPlane final : public ControlPlane {
 struct BridgedAgent {
   std::unique_ptr<BridgeControlPlane> control;
   std::unique_ptr<LoopbackProvider> transports;
-  std::unique_ptr<Agent> agent;
+  std::unique_ptr<pipeline::Agent> agent;
 };
 
 inline BridgedAgent MakeBridgedAgent(CoordinatorHub& hub, LoopbackPool& pool, int i,
-                                     const BucketRules& rules = {}) {
+                                     const member::BucketRules& rules = {}) {
   BridgedAgent b;
   b.control = std::make_unique<BridgeControlPlane>(&hub);
   b.transports = std::make_unique<LoopbackProvider>(&pool, absl::StrCat("addr-", i));
-  AgentOptions o = TestAgentOptions(absl::StrCat("a", i));
+  pipeline::AgentOptions o = TestAgentOptions(absl::StrCat("a", i));
   o.rules = rules;
-  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  b.agent = std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), nullptr);
   return b;
 }
 
-}  // namespace gradex::agent::testing
+}  // namespace gradex::testing
 
 #endif  // GRADEX_TESTS_AGENT_COORDINATOR_BRIDGE_H_

@@ -19,14 +19,14 @@
 #include "tests/agent/loopback_provider.h"
 #include "tests/agent/pipeline_step.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using std::chrono::milliseconds;
 
 struct Box {
   testing::BridgedAgent a;
-  std::unique_ptr<BucketPipeline> pipeline;
+  std::unique_ptr<pipeline::BucketPipeline> pipeline;
   std::vector<uint64_t> plan_version;  // per step
   std::vector<std::string> ran;        // bucket 0's algorithm per step
 };
@@ -60,10 +60,10 @@ TEST(CovapProfilerE2E, TheMeasuredIntervalIsPublishedAndRunFromABarrier) {
           grads.emplace_back(sizes[k], static_cast<float>(i + 1));
         }
         testing::PipelineStep r = testing::RunPipelineStep(*b.pipeline, grads);
-        for (const BucketEnd& e : r.buckets) ASSERT_TRUE(e.status.ok()) << e.status;
+        for (const pipeline::BucketEnd& e : r.buckets) ASSERT_TRUE(e.status.ok()) << e.status;
         ASSERT_TRUE(r.end.ok()) << r.end;
         const std::string ran0 = r.buckets[0].outcome.algorithm;
-        const StepOutcome& so = r.out;
+        const pipeline::StepOutcome& so = r.out;
         b.plan_version.push_back(so.plan_version);
         b.ran.push_back(ran0);
       }
@@ -90,7 +90,7 @@ TEST(CovapProfilerE2E, TheMeasuredIntervalIsPublishedAndRunFromABarrier) {
       const bool after = static_cast<uint64_t>(step) >= from;
       EXPECT_EQ(b.plan_version[step] >= plan->version(), after) << "rank " << i << " step " << step;
       // What the step ran with: the configured 3 before, the measured 1 after.
-      std::shared_ptr<const Plan> ran = b.a.control->PlanVersion(b.plan_version[step]);
+      std::shared_ptr<const member::Plan> ran = b.a.control->PlanVersion(b.plan_version[step]);
       ASSERT_NE(ran, nullptr);
       ASSERT_EQ(ran->params.count("covap_interval"), 1u);
       EXPECT_EQ(ran->params.at("covap_interval"), after ? 1 : 3)
@@ -102,4 +102,4 @@ TEST(CovapProfilerE2E, TheMeasuredIntervalIsPublishedAndRunFromABarrier) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -14,28 +14,28 @@
 #include "collectives/tag_space.h"
 #include "transport/loopback_transport.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 constexpr uint32_t kEpoch = 7;
 constexpr uint64_t kSequence = 64;
 
-SyncState State(uint64_t next_step) {
-  SyncState s;
+member::SyncState State(uint64_t next_step) {
+  member::SyncState s;
   s.next_step = next_step;
   s.newest_epoch = kEpoch;
-  s.values = BarrierValues::From(Plan{}, {});  // a plan's defaults: valid values
+  s.values = member::BarrierValues::From(member::Plan{}, {});  // a plan's defaults: valid values
   return s;
 }
 
 TEST(EpochSync, HonestPeersAgree) {
   std::vector<std::unique_ptr<Transport>> ts = CreateLoopbackTransports(3);
-  std::vector<absl::StatusOr<SyncState>> out(3, absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<member::SyncState>> out(3, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      out[r] = AgreeInBand(*ts[r], kEpoch, kSequence, State(10 + r),
-                           DeadlineIn(std::chrono::seconds(10)));
+      out[r] = member::AgreeInBand(*ts[r], kEpoch, kSequence, State(10 + r),
+                                   DeadlineIn(std::chrono::seconds(10)));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -50,11 +50,11 @@ TEST(EpochSync, AnOversizedAgreementMessageIsRefusedNamingThePeer) {
   std::vector<std::unique_ptr<Transport>> ts = CreateLoopbackTransports(2);
   // Rank 1 plays a hostile member: 1 MiB where its agreement message goes.
   constexpr size_t kHuge = size_t{1} << 20;
-  const uint64_t tag = MessageTag(kSyncPhase, kSequence, 0);
+  const uint64_t tag = MessageTag(member::kSyncPhase, kSequence, 0);
   absl::StatusOr<RequestId> sent = ts[1]->PostSend(0, tag, Bytes(kHuge, 0x5a));
   ASSERT_TRUE(sent.ok()) << sent.status();
-  absl::StatusOr<SyncState> got =
-      AgreeInBand(*ts[0], kEpoch, kSequence, State(10), DeadlineIn(std::chrono::seconds(5)));
+  absl::StatusOr<member::SyncState> got = member::AgreeInBand(*ts[0], kEpoch, kSequence, State(10),
+                                                              DeadlineIn(std::chrono::seconds(5)));
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
   EXPECT_TRUE(absl::StrContains(got.status().message(), absl::StrCat("peer 1 sent ", kHuge)))
@@ -64,4 +64,4 @@ TEST(EpochSync, AnOversizedAgreementMessageIsRefusedNamingThePeer) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -15,13 +15,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "collectives/hierarchical.h"
+#include "collectives/algorithms/hierarchical.h"
 #include "pipeline/agent.h"
 #include "services/coordinator/job_config.h"
 #include "tests/agent/coordinator_bridge.h"
 #include "tests/collectives/harness.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using gradex::testing::ConservationError;
@@ -72,7 +72,7 @@ struct Failure {
 
 // Runs agent `i` until it has run step `last`, or `stop(step)` says so
 // before an attempt.
-void Drive(Agent& a, int i, uint64_t last, Log& log, std::vector<Failure>* failures,
+void Drive(pipeline::Agent& a, int i, uint64_t last, Log& log, std::vector<Failure>* failures,
            const std::function<bool(uint64_t)>& stop = nullptr) {
   ASSERT_TRUE(a.Start().ok());
   for (int attempt = 0; attempt < 200; ++attempt) {
@@ -82,7 +82,7 @@ void Drive(Agent& a, int i, uint64_t last, Log& log, std::vector<Failure>* failu
     call.grad = MakeGradient(11, i, attempt, kN, Values::kIntegers);
     call.residual_in = a.residuals()[0];
     std::span<const float> g(call.grad);
-    StepOutcome out;
+    pipeline::StepOutcome out;
     absl::Status s = a.Step({&g, 1}, &out);
     call.residual_out = a.residuals()[0];
     if (!s.ok()) {
@@ -119,17 +119,17 @@ int CheckSteps(Log& log, uint64_t first, uint64_t last) {
 std::vector<testing::BridgedAgent> MakeJob(testing::CoordinatorHub& hub,
                                            testing::LoopbackPool& pool,
                                            const std::vector<std::string>& hosts,
-                                           const std::vector<BucketRules>& rules) {
+                                           const std::vector<member::BucketRules>& rules) {
   std::vector<testing::BridgedAgent> agents;
   for (size_t i = 0; i < hosts.size(); ++i) {
     testing::BridgedAgent b;
     b.control = std::make_unique<testing::BridgeControlPlane>(&hub);
     b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr-", i));
-    AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
+    pipeline::AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
     o.rules = rules[i];
     o.host = hosts[i];
     o.elements = kN;
-    b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+    b.agent = std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), nullptr);
     agents.push_back(std::move(b));
   }
   return agents;
@@ -138,8 +138,8 @@ std::vector<testing::BridgedAgent> MakeJob(testing::CoordinatorHub& hub,
 TEST(HierarchyE2E, TheLayoutGoesFromTheJoinsToTheExchange) {
   testing::CoordinatorHub hub(Settings(4));
   testing::LoopbackPool pool;
-  auto agents =
-      MakeJob(hub, pool, {"node-a", "node-a", "node-b", "node-b"}, std::vector<BucketRules>(4));
+  auto agents = MakeJob(hub, pool, {"node-a", "node-a", "node-b", "node-b"},
+                        std::vector<member::BucketRules>(4));
   Log log;
   std::vector<std::vector<Failure>> failures(4);
   std::vector<std::thread> threads;
@@ -164,7 +164,7 @@ TEST(HierarchyE2E, TheLayoutGoesFromTheJoinsToTheExchange) {
 TEST(HierarchyE2E, RankZerosHierarchyRuleHoldsForEveryRank) {
   testing::CoordinatorHub hub(Settings(4));
   testing::LoopbackPool pool;
-  std::vector<BucketRules> rules(4);
+  std::vector<member::BucketRules> rules(4);
   rules[0].hierarchy = false;
   auto agents = MakeJob(hub, pool, {"node-a", "node-a", "node-b", "node-b"}, rules);
   Log log;
@@ -195,15 +195,15 @@ TEST(HierarchyE2E, RankZerosHierarchyRuleHoldsForEveryRank) {
 TEST(HierarchyE2E, AKilledRankTakesItsNodeOutAndTheOtherNodeFinishes) {
   testing::CoordinatorHub hub(Settings(4));
   testing::LoopbackPool pool;
-  auto agents =
-      MakeJob(hub, pool, {"node-a", "node-a", "node-b", "node-b"}, std::vector<BucketRules>(4));
+  auto agents = MakeJob(hub, pool, {"node-a", "node-a", "node-b", "node-b"},
+                        std::vector<member::BucketRules>(4));
   constexpr uint64_t kKillAt = 6, kLast = 15;
   Log log;
   std::vector<std::vector<Failure>> failures(4);
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
-      Agent& a = *agents[i].agent;
+      pipeline::Agent& a = *agents[i].agent;
       Drive(a, i, kLast, log, &failures[i], [&, i](uint64_t step) {
         if (i == 3 && step == kKillAt) {
           // kill -9 of one rank of node b: no leave, no heartbeats.
@@ -240,4 +240,4 @@ TEST(HierarchyE2E, AKilledRankTakesItsNodeOutAndTheOtherNodeFinishes) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

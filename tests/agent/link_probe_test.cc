@@ -19,7 +19,7 @@
 #include "tests/fakes/fake_control_plane.h"
 #include "transport/loopback_transport.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using gradex::testing::ConservationError;
@@ -36,9 +36,10 @@ double Since(Clock::time_point t) {
 
 TEST(LinkProbeTest, FourRanksGetPositiveFiniteEstimates) {
   absl::Mutex mu;
-  std::vector<LinkEstimate> got(4);
+  std::vector<member::LinkEstimate> got(4);
   std::vector<absl::Status> st = RunRanks(4, [&](int rank, Transport& t) -> absl::Status {
-    absl::StatusOr<LinkEstimate> e = ProbeLinks(t, 3, DeadlineIn(milliseconds(20000)));
+    absl::StatusOr<member::LinkEstimate> e =
+        member::ProbeLinks(t, 3, DeadlineIn(milliseconds(20000)));
     if (!e.ok()) return e.status();
     absl::MutexLock lock(&mu);
     got[rank] = *e;
@@ -57,7 +58,7 @@ TEST(LinkProbeTest, FourRanksGetPositiveFiniteEstimates) {
 
 TEST(LinkProbeTest, OneRankHasNothingToProbe) {
   auto t = CreateLoopbackTransports(1);
-  EXPECT_EQ(ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(1000))).status().code(),
+  EXPECT_EQ(member::ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(1000))).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -69,7 +70,7 @@ TEST(LinkProbeTest, DeadPeerFailsBeforeTheDeadline) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back(
-        [&, r] { st[r] = ProbeLinks(*t[r], 1, DeadlineIn(milliseconds(10000))).status(); });
+        [&, r] { st[r] = member::ProbeLinks(*t[r], 1, DeadlineIn(milliseconds(10000))).status(); });
   }
   for (auto& th : threads) th.join();
   EXPECT_LT(Since(start), 5.0);
@@ -82,7 +83,7 @@ TEST(LinkProbeTest, DeadPeerFailsBeforeTheDeadline) {
 TEST(LinkProbeTest, AbsentPeerEndsAtTheDeadline) {
   auto t = CreateLoopbackTransports(2);  // rank 1 never probes
   const auto start = Clock::now();
-  absl::Status s = ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(300))).status();
+  absl::Status s = member::ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(300))).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_LT(Since(start), 3.0);
 }
@@ -90,8 +91,8 @@ TEST(LinkProbeTest, AbsentPeerEndsAtTheDeadline) {
 TEST(LinkProbeTest, WrongSizedMessageIsRefused) {
   auto t = CreateLoopbackTransports(2);
   // Rank 1 sends a short message under the probe's first tag.
-  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(kProbePhase, 0, 0), Bytes(3, 0)).ok());
-  absl::Status s = ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(2000))).status();
+  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(member::kProbePhase, 0, 0), Bytes(3, 0)).ok());
+  absl::Status s = member::ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(2000))).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
 }
 
@@ -99,23 +100,23 @@ TEST(LinkProbeTest, WrongSizedMessageIsRefused) {
 constexpr size_t kN = 3001;
 
 struct Box {
-  std::unique_ptr<FakeControlPlane> control;
+  std::unique_ptr<testing::FakeControlPlane> control;
   std::unique_ptr<testing::LoopbackProvider> transports;
-  std::unique_ptr<Agent> agent;
+  std::unique_ptr<pipeline::Agent> agent;
 };
 
-Box MakeAgent(FakeCoordinator& c, testing::LoopbackPool& pool, int i) {
+Box MakeAgent(testing::FakeCoordinator& c, testing::LoopbackPool& pool, int i) {
   Box b;
-  b.control = std::make_unique<FakeControlPlane>(&c, 256);
+  b.control = std::make_unique<testing::FakeControlPlane>(&c, 256);
   b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr", i));
-  AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
+  pipeline::AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
   o.elements = kN;
-  b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  b.agent = std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), nullptr);
   return b;
 }
 
-FakeJobConfig Job(int teams, bool measure) {
-  FakeJobConfig c;
+testing::FakeJobConfig Job(int teams, bool measure) {
+  testing::FakeJobConfig c;
   c.world_size = 4;
   c.lease = milliseconds(400);
   c.base.algorithm = "spardl-bsag";
@@ -140,7 +141,7 @@ std::map<uint64_t, std::map<int, Record>> RunAll(std::vector<Box>& boxes, uint64
   std::vector<std::thread> threads;
   for (size_t i = 0; i < boxes.size(); ++i) {
     threads.emplace_back([&, i] {
-      Agent& a = *boxes[i].agent;
+      pipeline::Agent& a = *boxes[i].agent;
       ASSERT_TRUE(a.Start().ok());
       for (uint64_t step = 0; step <= last; ++step) {
         if (before) before(step);
@@ -149,7 +150,7 @@ std::map<uint64_t, std::map<int, Record>> RunAll(std::vector<Box>& boxes, uint64
             MakeGradient(11, static_cast<int>(i), static_cast<int>(step), kN, Values::kGrid);
         call.residual_in = a.residuals()[0];
         std::span<const float> g(call.grad);
-        StepOutcome out;
+        pipeline::StepOutcome out;
         absl::Status s = a.Step({&g, 1}, &out);
         ASSERT_TRUE(s.ok()) << s;
         ASSERT_EQ(out.step, step);
@@ -166,21 +167,21 @@ std::map<uint64_t, std::map<int, Record>> RunAll(std::vector<Box>& boxes, uint64
   return steps;
 }
 
-void WaitReports(FakeCoordinator& c, uint64_t n) {
+void WaitReports(testing::FakeCoordinator& c, uint64_t n) {
   for (int i = 0; i < 400 && c.reports_received() < n; ++i)
     std::this_thread::sleep_for(milliseconds(5));
 }
 
 TEST(LinkProbeAgentTest, AgentsProbeAtTheEpochStartAndReportTheEstimate) {
-  FakeCoordinator c(Job(2, true));
+  testing::FakeCoordinator c(Job(2, true));
   testing::LoopbackPool pool;
   std::vector<Box> boxes;
   for (int i = 0; i < 4; ++i) boxes.push_back(MakeAgent(c, pool, i));
   RunAll(boxes, 5, nullptr);
   WaitReports(c, 24);
-  std::vector<StepReport> reports = c.reports();
+  std::vector<member::StepReport> reports = c.reports();
   ASSERT_EQ(reports.size(), 24u);
-  for (const StepReport& r : reports) {
+  for (const member::StepReport& r : reports) {
     ASSERT_TRUE(r.ok) << r.error;
     ASSERT_TRUE(r.link.has_value()) << "step " << r.step << " rank " << r.rank;
     EXPECT_GT(r.link->alpha_s, 0);
@@ -192,13 +193,13 @@ TEST(LinkProbeAgentTest, AgentsProbeAtTheEpochStartAndReportTheEstimate) {
 }
 
 TEST(LinkProbeAgentTest, NoProbeUnlessThePlanAsks) {
-  FakeCoordinator c(Job(2, false));
+  testing::FakeCoordinator c(Job(2, false));
   testing::LoopbackPool pool;
   std::vector<Box> boxes;
   for (int i = 0; i < 4; ++i) boxes.push_back(MakeAgent(c, pool, i));
   RunAll(boxes, 2, nullptr);
   WaitReports(c, 12);
-  for (const StepReport& r : c.reports()) EXPECT_FALSE(r.link.has_value());
+  for (const member::StepReport& r : c.reports()) EXPECT_FALSE(r.link.has_value());
 }
 
 // The coordinator's automatic team count switches T inside an epoch at a
@@ -206,7 +207,7 @@ TEST(LinkProbeAgentTest, NoProbeUnlessThePlanAsks) {
 // objects are kept), k' of the old layout is dropped, and every step stays
 // consistent and conserving.
 TEST(LinkProbeAgentTest, TeamCountChangeAtABarrierKeepsInvariants) {
-  FakeCoordinator c(Job(2, true));
+  testing::FakeCoordinator c(Job(2, true));
   testing::LoopbackPool pool;
   std::vector<Box> boxes;
   for (int i = 0; i < 4; ++i) boxes.push_back(MakeAgent(c, pool, i));
@@ -215,11 +216,15 @@ TEST(LinkProbeAgentTest, TeamCountChangeAtABarrierKeepsInvariants) {
   std::barrier sync(5);
   std::thread publisher([&] {
     sync.arrive_and_wait();
-    c.UpdatePlan([](Plan& p) { p.kprime = {{kKPrime, kKPrime}}; }, 0);  // the T=2 layout's k'
+    c.UpdatePlan(
+        [](member::Plan& p) {
+          p.kprime = {{kKPrime, kKPrime}};
+        },
+        0);  // the T=2 layout's k'
     sync.arrive_and_wait();
     sync.arrive_and_wait();
     c.UpdatePlan(
-        [](Plan& p) {
+        [](member::Plan& p) {
           p.teams = 4;
           p.kprime.clear();
         },
@@ -254,4 +259,4 @@ TEST(LinkProbeAgentTest, TeamCountChangeAtABarrierKeepsInvariants) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -15,11 +15,11 @@
 #include "pipeline/agent.h"
 #include "transport/loopback_transport.h"
 
-namespace gradex::agent::testing {
+namespace gradex::testing {
 
 class LoopbackPool {
  public:
-  absl::StatusOr<std::unique_ptr<Transport>> Take(const Plan& plan, int rank) {
+  absl::StatusOr<std::unique_ptr<Transport>> Take(const member::Plan& plan, int rank) {
     absl::MutexLock lock(&mu_);
     auto& fabric = fabrics_[plan.epoch];
     if (fabric.empty()) fabric = CreateLoopbackTransports(plan.world());
@@ -35,14 +35,14 @@ class LoopbackPool {
   std::map<uint32_t, std::vector<std::unique_ptr<Transport>>> fabrics_ ABSL_GUARDED_BY(mu_);
 };
 
-class LoopbackProvider final : public TransportProvider {
+class LoopbackProvider final : public member::TransportProvider {
  public:
   LoopbackProvider(LoopbackPool* pool, std::string address)
       : pool_(pool), address_(std::move(address)) {}
   std::string address() const override { return address_; }
   // Connects at once: nothing to abandon.
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
-                                                     const ConnectHooks&) override {
+  absl::StatusOr<std::unique_ptr<Transport>> Connect(const member::Plan& plan, int rank,
+                                                     const member::ConnectHooks&) override {
     return pool_->Take(plan, rank);
   }
 
@@ -54,8 +54,8 @@ class LoopbackProvider final : public TransportProvider {
 // An agent of job "job" (token "token") on host "localhost" with id `id`,
 // and join/sync timeouts far past any test's own bounds: what every agent
 // test starts from before it sets its own fields (elements, rules, ...).
-inline AgentOptions TestAgentOptions(const std::string& id) {
-  AgentOptions o;
+inline pipeline::AgentOptions TestAgentOptions(const std::string& id) {
+  pipeline::AgentOptions o;
   o.job = "job";
   o.token = "token";
   o.agent_id = id;
@@ -65,6 +65,6 @@ inline AgentOptions TestAgentOptions(const std::string& id) {
   return o;
 }
 
-}  // namespace gradex::agent::testing
+}  // namespace gradex::testing
 
 #endif  // GRADEX_TESTS_AGENT_LOOPBACK_PROVIDER_H_

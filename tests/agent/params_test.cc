@@ -22,7 +22,7 @@
 #include "tests/coordinator/join_all.h"
 #include "tests/fakes/fake_control_plane.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using std::chrono::milliseconds;
@@ -72,7 +72,7 @@ std::string Config(const std::string& params) {
 
 // Job config -> coordinator plan -> agent Plan, as the gRPC control plane
 // converts it.
-absl::StatusOr<Plan> PlanFromConfig(const std::string& json) {
+absl::StatusOr<member::Plan> PlanFromConfig(const std::string& json) {
   absl::StatusOr<coordinator::JobSettings> s = coordinator::ParseJobConfig(json);
   if (!s.ok()) return s.status();
   s->lease = absl::Seconds(100);
@@ -83,7 +83,7 @@ absl::StatusOr<Plan> PlanFromConfig(const std::string& json) {
   }
   c.Tick(t0);
   if (c.plan() == nullptr) return absl::InternalError("no plan");
-  return ToPlan(*c.plan(), 0);
+  return member::ToPlan(*c.plan(), 0);
 }
 
 TEST(ParamsTest, BadValuesAreRefusedNamingTheParameter) {
@@ -110,9 +110,9 @@ TEST(ParamsTest, BadValuesAreRefusedNamingTheParameter) {
   m.set_barrier_period(4);
   m.set_step_deadline_ms(1000);
   (*m.mutable_params())[kParam] = 2;
-  EXPECT_TRUE(ToPlan(m, 0).ok());
+  EXPECT_TRUE(member::ToPlan(m, 0).ok());
   (*m.mutable_params())[kParam] = 5;
-  auto plan = ToPlan(m, 0);
+  auto plan = member::ToPlan(m, 0);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(plan.status().message().find(kParam), std::string::npos) << plan.status();
 }
@@ -130,39 +130,40 @@ TEST(ParamsTest, OldTopLevelKeysAreAliasesOfTheirParameters) {
 }
 
 TEST(ParamsTest, ACatalogOnlyParameterReachesEveryCallAndChangesAtABarrier) {
-  absl::StatusOr<Plan> plan = PlanFromConfig(Config(R"({"probe_scale": 2.5})"));
+  absl::StatusOr<member::Plan> plan = PlanFromConfig(Config(R"({"probe_scale": 2.5})"));
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->params.count(kParam), 1u);
   EXPECT_EQ(plan->params.at(kParam), 2.5);
 
-  FakeJobConfig job;
+  testing::FakeJobConfig job;
   job.world_size = 3;
   job.lease = milliseconds(2000);
   job.base = *plan;
   job.base.step_deadline = milliseconds(5000);
-  FakeCoordinator coordinator(job);
+  testing::FakeCoordinator coordinator(job);
   testing::LoopbackPool pool;
   struct Box {
-    std::unique_ptr<FakeControlPlane> control;
+    std::unique_ptr<testing::FakeControlPlane> control;
     std::unique_ptr<testing::LoopbackProvider> transports;
-    std::unique_ptr<AgentMetrics> metrics;
-    std::unique_ptr<Agent> agent;
+    std::unique_ptr<pipeline::AgentMetrics> metrics;
+    std::unique_ptr<pipeline::Agent> agent;
   };
   std::vector<Box> boxes(3);
   for (int i = 0; i < 3; ++i) {
     Box& b = boxes[i];
-    b.control = std::make_unique<FakeControlPlane>(&coordinator, 64);
+    b.control = std::make_unique<testing::FakeControlPlane>(&coordinator, 64);
     b.transports = std::make_unique<testing::LoopbackProvider>(&pool, absl::StrCat("addr-", i));
-    b.metrics = std::make_unique<AgentMetrics>();
-    AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
+    b.metrics = std::make_unique<pipeline::AgentMetrics>();
+    pipeline::AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
     o.elements = kN;
-    b.agent = std::make_unique<Agent>(o, b.control.get(), b.transports.get(), b.metrics.get());
+    b.agent =
+        std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), b.metrics.get());
   }
   constexpr uint64_t kChange = 8, kLast = 11;  // a barrier (tau = 4) and the last step
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      Agent& a = *boxes[i].agent;
+      pipeline::Agent& a = *boxes[i].agent;
       ASSERT_TRUE(a.Start().ok());
       std::vector<float> grad(kN, 1.0f);
       std::span<const float> g(grad);
@@ -170,9 +171,9 @@ TEST(ParamsTest, ACatalogOnlyParameterReachesEveryCallAndChangesAtABarrier) {
         if (a.connected() && a.next_step() > kLast) return;
         if (i == 0 && a.connected() && a.next_step() == 2) {
           // Published early, applied at its barrier on every rank.
-          coordinator.UpdatePlan([](Plan& p) { p.params[kParam] = 3.5; }, kChange);
+          coordinator.UpdatePlan([](member::Plan& p) { p.params[kParam] = 3.5; }, kChange);
         }
-        StepOutcome out;
+        pipeline::StepOutcome out;
         ASSERT_TRUE(a.Step({&g, 1}, &out).ok());
       }
       FAIL() << "agent " << i << " did not finish";
@@ -190,4 +191,4 @@ TEST(ParamsTest, ACatalogOnlyParameterReachesEveryCallAndChangesAtABarrier) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

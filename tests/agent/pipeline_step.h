@@ -12,26 +12,26 @@
 
 #include "pipeline/bucket_pipeline.h"
 
-namespace gradex::agent::testing {
+namespace gradex::testing {
 
 // Sums, one bucket after another, every value exchanged as given.
-inline std::unique_ptr<BucketPipeline> SequentialPipeline(Agent* agent) {
-  PipelineOptions p;
+inline std::unique_ptr<pipeline::BucketPipeline> SequentialPipeline(pipeline::Agent* agent) {
+  pipeline::PipelineOptions p;
   p.mean = false;
   p.pipeline = false;
   p.timeout = std::chrono::milliseconds(30000);
-  return std::make_unique<BucketPipeline>(agent, p);
+  return std::make_unique<pipeline::BucketPipeline>(agent, p);
 }
 
 struct PipelineStep {
-  std::vector<BucketEnd> buckets;
+  std::vector<pipeline::BucketEnd> buckets;
   absl::Status end = absl::InternalError("the step's last bucket did not end it");
-  StepOutcome out;
+  pipeline::StepOutcome out;
 };
 
-inline PipelineStep RunPipelineStep(BucketPipeline& pipeline,
+inline PipelineStep RunPipelineStep(pipeline::BucketPipeline& pipeline,
                                     const std::vector<std::vector<float>>& grads) {
-  std::vector<std::future<BucketEnd>> ends;
+  std::vector<std::future<pipeline::BucketEnd>> ends;
   for (size_t k = 0; k < grads.size(); ++k) {
     ends.push_back(pipeline.Submit({{k, grads[k].size()}}, std::span<const float>(grads[k]),
                                    k + 1 == grads.size()));
@@ -47,6 +47,6 @@ inline PipelineStep RunPipelineStep(BucketPipeline& pipeline,
   return r;
 }
 
-}  // namespace gradex::agent::testing
+}  // namespace gradex::testing
 
 #endif  // GRADEX_TESTS_AGENT_PIPELINE_STEP_H_

@@ -9,7 +9,7 @@
 
 #include "member/grpc_messages.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 // Ranks 0 and 2 workers (slots 1 and 0), rank 1 the server of both shards.
@@ -44,8 +44,8 @@ gradex::v1::Plan PsPlanMessage() {
   return m;
 }
 
-TEST(PsPlan, AGoodPlanCarriesRolesShardsAndSlots) {
-  absl::StatusOr<Plan> p = ToPlan(PsPlanMessage(), 0);
+TEST(member::PsPlan, AGoodPlanCarriesRolesShardsAndSlots) {
+  absl::StatusOr<member::Plan> p = member::ToPlan(PsPlanMessage(), 0);
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_TRUE(p->ps.has_value());
   EXPECT_FALSE(p->members[0].server);
@@ -61,12 +61,12 @@ TEST(PsPlan, AGoodPlanCarriesRolesShardsAndSlots) {
   gradex::v1::Plan c = PsPlanMessage();
   c.set_algorithm("spardl");
   c.clear_ps();
-  absl::StatusOr<Plan> q = ToPlan(c, 0);
+  absl::StatusOr<member::Plan> q = member::ToPlan(c, 0);
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_FALSE(q->ps.has_value());
 }
 
-TEST(PsPlan, EveryOutOfRangeFieldRefusesThePlanNamingIt) {
+TEST(member::PsPlan, EveryOutOfRangeFieldRefusesThePlanNamingIt) {
   using Edit = std::function<void(gradex::v1::PsPlan*)>;
   const std::vector<std::pair<Edit, const char*>> bad = {
       {[](auto* p) { p->set_shards(0); }, "ps.shards"},
@@ -95,7 +95,7 @@ TEST(PsPlan, EveryOutOfRangeFieldRefusesThePlanNamingIt) {
   for (size_t i = 0; i < bad.size(); ++i) {
     gradex::v1::Plan m = PsPlanMessage();
     bad[i].first(m.mutable_ps());
-    absl::StatusOr<Plan> p = ToPlan(m, 0);
+    absl::StatusOr<member::Plan> p = member::ToPlan(m, 0);
     ASSERT_FALSE(p.ok()) << "case " << i;
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << i;
     EXPECT_NE(p.status().message().find(bad[i].second), std::string::npos)
@@ -104,4 +104,4 @@ TEST(PsPlan, EveryOutOfRangeFieldRefusesThePlanNamingIt) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "member/data_interface.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace gradex {
 namespace {
@@ -273,10 +273,10 @@ std::vector<std::string> ListenersOn(int port) {
 // IP, never the wildcard; an agent of a loopback job picks loopback (the
 // route to its coordinator), and a wildcard --data-ip is refused.
 TEST(UcxWorkerTest, TheDataPlaneListensOnTheChosenInterfaceOnly) {
-  absl::StatusOr<std::string> ip = agent::DataPlaneIp("", "127.0.0.1:50051");
+  absl::StatusOr<std::string> ip = member::DataPlaneIp("", "127.0.0.1:50051");
   ASSERT_TRUE(ip.ok()) << ip.status();
   EXPECT_EQ(*ip, "127.0.0.1");
-  EXPECT_EQ(*agent::DataPlaneIp("10.1.2.3", "127.0.0.1:50051"), "10.1.2.3");
+  EXPECT_EQ(*member::DataPlaneIp("10.1.2.3", "127.0.0.1:50051"), "10.1.2.3");
   UcxOptions options;
   options.tls = "tcp";
   options.listen_ip = *ip;

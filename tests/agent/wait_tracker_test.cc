@@ -9,16 +9,16 @@
 
 #include "transport/loopback_transport.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 using std::chrono::milliseconds;
 
-TEST(WaitTracker, LateSenderShowsUpAndCompletedReceivesDisappear) {
+TEST(member::WaitTracker, LateSenderShowsUpAndCompletedReceivesDisappear) {
   auto fabric = CreateLoopbackTransports(3);
-  auto tracker = std::make_shared<WaitTracker>();
+  auto tracker = std::make_shared<member::WaitTracker>();
   std::unique_ptr<Transport> t = tracker->Wrap(std::move(fabric[0]));
-  EXPECT_EQ(WaitTracker::Inner(t.get())->rank(), 0);
+  EXPECT_EQ(member::WaitTracker::Inner(t.get())->rank(), 0);
   EXPECT_EQ(t->size(), 3);
   tracker->SetStep(7, 42);
   EXPECT_EQ(tracker->running_epoch(), 7u);
@@ -30,7 +30,7 @@ TEST(WaitTracker, LateSenderShowsUpAndCompletedReceivesDisappear) {
   absl::StatusOr<RequestId> from1 = t->PostRecv(1, 5);
   ASSERT_TRUE(from1.ok());
 
-  std::optional<WaitInfo> w = tracker->OldestWait(milliseconds(20));
+  std::optional<member::WaitInfo> w = tracker->OldestWait(milliseconds(20));
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->peer, 2);  // the oldest, not the newest
   EXPECT_EQ(w->epoch, 7u);
@@ -38,7 +38,7 @@ TEST(WaitTracker, LateSenderShowsUpAndCompletedReceivesDisappear) {
   EXPECT_GE(w->waited.count(), 20);
   EXPECT_FALSE(tracker->OldestWait(milliseconds(5000)));  // not that old yet
   std::this_thread::sleep_for(milliseconds(30));
-  std::optional<WaitInfo> later = tracker->OldestWait(milliseconds(0));
+  std::optional<member::WaitInfo> later = tracker->OldestWait(milliseconds(0));
   ASSERT_TRUE(later.has_value());
   EXPECT_GE(later->waited.count(), w->waited.count() + 20);  // grows while it waits
 
@@ -65,9 +65,9 @@ TEST(WaitTracker, LateSenderShowsUpAndCompletedReceivesDisappear) {
   EXPECT_FALSE(tracker->OldestWait(milliseconds(0)));
 }
 
-TEST(WaitTracker, TimeoutNamesThePeerAndCancelClears) {
+TEST(member::WaitTracker, TimeoutNamesThePeerAndCancelClears) {
   auto fabric = CreateLoopbackTransports(2);
-  auto tracker = std::make_shared<WaitTracker>();
+  auto tracker = std::make_shared<member::WaitTracker>();
   std::unique_ptr<Transport> t = tracker->Wrap(std::move(fabric[0]));
   tracker->SetStep(3, 9);
   const Clock::time_point start = Clock::now();
@@ -76,7 +76,7 @@ TEST(WaitTracker, TimeoutNamesThePeerAndCancelClears) {
   ASSERT_TRUE(id.ok());
   absl::Status s = t->Wait(*id, DeadlineIn(milliseconds(50)), nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
-  std::optional<WaitInfo> to = tracker->LastTimeout(start);
+  std::optional<member::WaitInfo> to = tracker->LastTimeout(start);
   ASSERT_TRUE(to.has_value());
   EXPECT_EQ(to->peer, 1);
   EXPECT_EQ(to->step, 9u);
@@ -88,8 +88,8 @@ TEST(WaitTracker, TimeoutNamesThePeerAndCancelClears) {
   EXPECT_FALSE(tracker->OldestWait(milliseconds(0)));
 }
 
-TEST(WaitTracker, AnOldCommunicatorsEntriesLeaveWithIt) {
-  auto tracker = std::make_shared<WaitTracker>();
+TEST(member::WaitTracker, AnOldCommunicatorsEntriesLeaveWithIt) {
+  auto tracker = std::make_shared<member::WaitTracker>();
   auto fabric_a = CreateLoopbackTransports(2);
   auto fabric_b = CreateLoopbackTransports(2);
   std::unique_ptr<Transport> a = tracker->Wrap(std::move(fabric_a[0]));
@@ -108,13 +108,13 @@ TEST(WaitTracker, AnOldCommunicatorsEntriesLeaveWithIt) {
 // epoch being entered, so a member that never connects shows in its peers'
 // heartbeats; a peer that answered, or the end of the
 // connect, removes them, and a communicator's own receives are kept apart.
-TEST(WaitTracker, WireUpWaitsShowUntilThePeerAnswersOrTheConnectEnds) {
-  auto tracker = std::make_shared<WaitTracker>();
+TEST(member::WaitTracker, WireUpWaitsShowUntilThePeerAnswersOrTheConnectEnds) {
+  auto tracker = std::make_shared<member::WaitTracker>();
   tracker->SetStep(4, 64);
   tracker->WireUpWaiting(3, true);
   std::this_thread::sleep_for(milliseconds(30));
   tracker->WireUpWaiting(1, true);
-  std::optional<WaitInfo> w = tracker->OldestWait(milliseconds(20));
+  std::optional<member::WaitInfo> w = tracker->OldestWait(milliseconds(20));
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->peer, 3);
   EXPECT_EQ(w->epoch, 4u);
@@ -140,4 +140,4 @@ TEST(WaitTracker, WireUpWaitsShowUntilThePeerAnswersOrTheConnectEnds) {
 }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -1,5 +1,5 @@
 // The node model's bytes (bench/sim/node_model.h) against the real
-// hierarchical exchange (collectives/hierarchical.h) on simulated ranks:
+// hierarchical exchange (collectives/algorithms/hierarchical.h) on simulated ranks:
 // per node, the bytes its ranks send to other nodes must lie in the model's
 // inter-node range; per rank, the bytes it sends inside its node in the
 // reduce-scatter + all-gather range (its lower end only where every rank
@@ -13,7 +13,7 @@
 #include "bench/sim/node_model.h"
 #include "catalog/catalog.h"
 #include "catalog/node_layout.h"
-#include "collectives/hierarchical.h"
+#include "collectives/algorithms/hierarchical.h"
 #include "collectives/sparse_allreduce.h"
 #include "gtest/gtest.h"
 #include "transport/sim_transport.h"

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/algorithms/sparse_steps.h"
 #include "collectives/block_layout.h"
 #include "collectives/sparse_allreduce.h"
-#include "collectives/sparse_steps.h"
 #include "device/device.h"
 #include "device/host_backend.h"
 #include "services/client/client.h"
@@ -300,7 +300,7 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
       EXPECT_EQ(b.device_to_host_bytes % 8, 0u);
       // At most Spar-Reduce-Scatter's largest local quotas (with
       // spardl_full_reselect a rank keeps twice the keep of the block it
-      // owns at P = 2; collectives/sparse_steps.h).
+      // owns at P = 2; collectives/algorithms/sparse_steps.h).
       size_t local = 0;
       for (size_t q : SrsLocalKeeps(BlockLayout(n, kWorld, density), 0)) local += q;
       EXPECT_LE(local, 2 * k);

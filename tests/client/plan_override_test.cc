@@ -10,8 +10,8 @@
 namespace gradex::client {
 namespace {
 
-agent::JobPlanConfig Plan(const std::string& algorithm, double density, int teams = 1) {
-  agent::JobPlanConfig p;
+member::JobPlanConfig Plan(const std::string& algorithm, double density, int teams = 1) {
+  member::JobPlanConfig p;
   p.algorithm = algorithm;
   p.density = density;
   p.teams = teams;
@@ -78,7 +78,7 @@ TEST(PlanOverrideTest, TeamsZeroLeavesTheCountToTheCoordinator) {
   std::vector<PlanOverride> v = FindPlanOverrides(o, Plan("spardl-bsag", 0.01, 4));
   ASSERT_EQ(v.size(), 1u);
   EXPECT_EQ(v[0].plan, "4");
-  agent::JobPlanConfig chosen = Plan("spardl-bsag", 0.01, 2);
+  member::JobPlanConfig chosen = Plan("spardl-bsag", 0.01, 2);
   chosen.auto_teams = true;  // 2 today, the coordinator's choice tomorrow
   v = FindPlanOverrides(o, chosen);
   ASSERT_EQ(v.size(), 1u);
@@ -90,7 +90,7 @@ TEST(PlanOverrideTest, ParametersAgainstTheJobConfigOrTheCatalogDefault) {
   ASSERT_TRUE(SetFromCKey(&o, "param.oktopk_tau", "64").ok());  // oktopk's default
   EXPECT_TRUE(FindPlanOverrides(o, Plan("oktopk", 0.01)).empty());
   EXPECT_TRUE(FindPlanOverrides(o, Plan("auto", 0.01)).empty()) << "auto: any algorithm's default";
-  agent::JobPlanConfig set = Plan("oktopk", 0.01);
+  member::JobPlanConfig set = Plan("oktopk", 0.01);
   set.params["oktopk_tau"] = 32;
   std::vector<PlanOverride> v = FindPlanOverrides(o, set);
   ASSERT_EQ(v.size(), 1u);

@@ -24,9 +24,9 @@
 namespace gradex::client {
 namespace {
 
-PsWorkerOptions Options(int rank, int world, const std::string& job,
-                        std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  PsWorkerOptions o;
+ps::PsWorkerOptions Options(int rank, int world, const std::string& job,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  ps::PsWorkerOptions o;
   o.client.job = job;
   o.client.rank = rank;
   o.client.world_size = world;
@@ -47,16 +47,16 @@ double Get(const std::map<std::string, double>& m, const std::string& key) {
 // child is there from the start.
 double Failed(const std::map<std::string, double>& m) {
   double sum = 0;
-  for (int i = 0; i < static_cast<int>(PsFailure::kCount); ++i) {
+  for (int i = 0; i < static_cast<int>(ps::PsFailure::kCount); ++i) {
     sum += Get(m, "gradex_ps_worker_failed_steps_total{reason=\"" +
-                      std::string(PsFailureName(static_cast<PsFailure>(i))) + "\"}");
+                      std::string(ps::PsFailureName(static_cast<ps::PsFailure>(i))) + "\"}");
   }
   return sum;
 }
 
 // The counters equal Stats(); `steps` ok and `failed` failed steps were run;
 // `staleness` holds each ok step's Stats().staleness, read right after it.
-void ExpectMatchesStats(const std::map<std::string, double>& m, const PsWorkerStats& s,
+void ExpectMatchesStats(const std::map<std::string, double>& m, const ps::PsWorkerStats& s,
                         uint64_t steps, uint64_t failed, const std::vector<uint64_t>& staleness,
                         int rank) {
   SCOPED_TRACE(rank);
@@ -100,9 +100,9 @@ TEST(PsWorkerMetricsTest, CountersEqualStatsAndTheHistogramCountsEveryStep) {
   std::vector<std::thread> threads;
   for (int r = 0; r < kWorld; ++r) {
     threads.emplace_back([&, r] {
-      PsWorkerOptions o = Options(r, kWorld, "metrics");
+      ps::PsWorkerOptions o = Options(r, kWorld, "metrics");
       o.max_staleness = 4;
-      auto w = PsWorker::Create(o, store.rendezvous());
+      auto w = ps::PsWorker::Create(o, store.rendezvous());
       ASSERT_TRUE(w.ok()) << w.status();
       ASSERT_GT((*w)->metrics_port(), 0);
       std::vector<float> p(137, 0.f), g(137);
@@ -113,7 +113,7 @@ TEST(PsWorkerMetricsTest, CountersEqualStatsAndTheHistogramCountsEveryStep) {
         staleness.push_back((*w)->Stats().staleness);
       }
       const auto m = coordinator::ScrapeGradexSamples((*w)->metrics_port());
-      const PsWorkerStats s = (*w)->Stats();
+      const ps::PsWorkerStats s = (*w)->Stats();
       ExpectMatchesStats(m, s, kSteps, 0, staleness, r);
       if (r == 0)
         std::printf("rank 0 staleness per step: %s\n", absl::StrJoin(staleness, " ").c_str());
@@ -133,7 +133,7 @@ TEST(PsWorkerMetricsTest, CountersEqualStatsAndTheHistogramCountsEveryStep) {
 // a NaN gradient is the worker's own input (the shard never sees it), and
 // the steps after it succeed.
 TEST(PsWorkerMetricsTest, FailedStepsAreCountedByReason) {
-  auto w = PsWorker::Create(Options(0, 1, "nan"));
+  auto w = ps::PsWorker::Create(Options(0, 1, "nan"));
   ASSERT_TRUE(w.ok()) << w.status();
   std::vector<float> p(137, 0.f), g(137, 0.5f);
   std::vector<uint64_t> staleness;
@@ -157,17 +157,18 @@ TEST(PsWorkerMetricsTest, FailedStepsAreCountedByReason) {
 }
 
 TEST(PsWorkerMetricsTest, ExchangeErrorsAreClassifiedByCode) {
-  EXPECT_EQ(ClassifyExchangeError(absl::DeadlineExceededError("")), PsFailure::kTimeout);
-  EXPECT_EQ(ClassifyExchangeError(absl::UnavailableError("")), PsFailure::kUnavailable);
-  EXPECT_EQ(ClassifyExchangeError(absl::FailedPreconditionError("")), PsFailure::kRefused);
-  EXPECT_EQ(ClassifyExchangeError(absl::DataLossError("")), PsFailure::kInvalidReply);
-  EXPECT_EQ(ClassifyExchangeError(absl::InvalidArgumentError("")), PsFailure::kInvalidInput);
-  EXPECT_EQ(ClassifyExchangeError(absl::InternalError("")), PsFailure::kOther);
+  EXPECT_EQ(ps::ClassifyExchangeError(absl::DeadlineExceededError("")), ps::PsFailure::kTimeout);
+  EXPECT_EQ(ps::ClassifyExchangeError(absl::UnavailableError("")), ps::PsFailure::kUnavailable);
+  EXPECT_EQ(ps::ClassifyExchangeError(absl::FailedPreconditionError("")), ps::PsFailure::kRefused);
+  EXPECT_EQ(ps::ClassifyExchangeError(absl::DataLossError("")), ps::PsFailure::kInvalidReply);
+  EXPECT_EQ(ps::ClassifyExchangeError(absl::InvalidArgumentError("")),
+            ps::PsFailure::kInvalidInput);
+  EXPECT_EQ(ps::ClassifyExchangeError(absl::InternalError("")), ps::PsFailure::kOther);
   std::set<std::string_view> names;
-  for (int i = 0; i < static_cast<int>(PsFailure::kCount); ++i) {
-    names.insert(PsFailureName(static_cast<PsFailure>(i)));
+  for (int i = 0; i < static_cast<int>(ps::PsFailure::kCount); ++i) {
+    names.insert(ps::PsFailureName(static_cast<ps::PsFailure>(i)));
   }
-  EXPECT_EQ(names.size(), static_cast<size_t>(PsFailure::kCount));  // distinct labels
+  EXPECT_EQ(names.size(), static_cast<size_t>(ps::PsFailure::kCount));  // distinct labels
 }
 
 }  // namespace

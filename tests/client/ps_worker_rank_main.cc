@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   std::ifstream in(token_file);
   std::stringstream token;
   token << in.rdbuf();
-  gradex::PsWorkerOptions o;
+  gradex::ps::PsWorkerOptions o;
   o.client.job = job;
   o.client.rank = rank;
   o.client.world_size = world;
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   o.client.metrics_port = metrics_port;
   o.layer_sizes = {3000, 1000};
   o.density = static_cast<float>(density);
-  auto w = gradex::PsWorker::Create(o);
+  auto w = gradex::ps::PsWorker::Create(o);
   if (!w.ok()) {
     std::fprintf(stderr, "ps_worker_rank: %s\n", w.status().ToString().c_str());
     return 1;
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
       continue;
     }
     failed_in_a_row = 0;
-    const gradex::PsWorkerStats st = (*w)->Stats();
+    const gradex::ps::PsWorkerStats st = (*w)->Stats();
     std::printf("step %d loss %.6f version %llu staleness %llu epoch %u\n", done, loss,
                 static_cast<unsigned long long>(st.version),
                 static_cast<unsigned long long>(st.staleness), st.epoch);

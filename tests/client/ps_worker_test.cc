@@ -15,8 +15,8 @@
 namespace gradex::client {
 namespace {
 
-PsWorkerOptions Options(int rank, int world, float density, const std::string& job) {
-  PsWorkerOptions o;
+ps::PsWorkerOptions Options(int rank, int world, float density, const std::string& job) {
+  ps::PsWorkerOptions o;
   o.client.job = job;
   o.client.rank = rank;
   o.client.world_size = world;
@@ -28,7 +28,7 @@ PsWorkerOptions Options(int rank, int world, float density, const std::string& j
 
 // Runs `steps` steps on each of `world` workers at once; returns their stats
 // and final parameters.
-void RunWorkers(int world, float density, int steps, std::vector<PsWorkerStats>* stats,
+void RunWorkers(int world, float density, int steps, std::vector<ps::PsWorkerStats>* stats,
                 std::vector<std::vector<float>>* params) {
   testing::MemoryStore store;
   stats->assign(world, {});
@@ -36,7 +36,7 @@ void RunWorkers(int world, float density, int steps, std::vector<PsWorkerStats>*
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto w = PsWorker::Create(Options(r, world, density, "psw"), store.rendezvous());
+      auto w = ps::PsWorker::Create(Options(r, world, density, "psw"), store.rendezvous());
       ASSERT_TRUE(w.ok()) << w.status();
       std::vector<float>& p = (*params)[r];
       for (size_t i = 0; i < p.size(); ++i) p[i] = 0.01f * static_cast<float>(i % 13);
@@ -55,12 +55,12 @@ void RunWorkers(int world, float density, int steps, std::vector<PsWorkerStats>*
 
 TEST(PsWorkerTest, ThreeWorkersAsgdAndDgsAgainstAHostedServer) {
   for (float density : {1.0f, 0.1f}) {
-    std::vector<PsWorkerStats> stats;
+    std::vector<ps::PsWorkerStats> stats;
     std::vector<std::vector<float>> params;
     RunWorkers(3, density, 20, &stats, &params);
     uint64_t newest = 0;
     for (int r = 0; r < 3; ++r) {
-      const PsWorkerStats& s = stats[r];
+      const ps::PsWorkerStats& s = stats[r];
       EXPECT_EQ(s.steps, 20u) << r;
       EXPECT_EQ(s.failed_steps, 0u);
       EXPECT_GE(s.worker, 0);
@@ -85,15 +85,15 @@ TEST(PsWorkerTest, ThreeWorkersAsgdAndDgsAgainstAHostedServer) {
 // One slow worker (50 ms per step) and two fast ones: with max_staleness 2
 // the servers hold the fast workers' pushes, so no push is applied more than
 // 2 versions behind; unbounded, the slow worker's pushes fall far behind.
-uint64_t SlowWorkerStaleness(uint64_t max_staleness, std::vector<PsWorkerStats>* stats) {
+uint64_t SlowWorkerStaleness(uint64_t max_staleness, std::vector<ps::PsWorkerStats>* stats) {
   testing::MemoryStore store;
   stats->assign(3, {});
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      PsWorkerOptions o = Options(r, 3, 0.5f, "stale");
+      ps::PsWorkerOptions o = Options(r, 3, 0.5f, "stale");
       o.max_staleness = max_staleness;
-      auto w = PsWorker::Create(o, store.rendezvous());
+      auto w = ps::PsWorker::Create(o, store.rendezvous());
       ASSERT_TRUE(w.ok()) << w.status();
       std::vector<float> p(137, 0.f), g(137, 1.f);
       for (int s = 0; s < 15; ++s) {
@@ -109,7 +109,7 @@ uint64_t SlowWorkerStaleness(uint64_t max_staleness, std::vector<PsWorkerStats>*
 }
 
 TEST(PsWorkerTest, MaxStalenessMakesFastWorkersWait) {
-  std::vector<PsWorkerStats> stats;
+  std::vector<ps::PsWorkerStats> stats;
   const uint64_t bounded = SlowWorkerStaleness(2, &stats);
   for (int r = 0; r < 3; ++r) EXPECT_LE(stats[r].max_staleness_seen, 2u) << r;
   const uint64_t unbounded = SlowWorkerStaleness(0, &stats);
@@ -128,13 +128,13 @@ TEST(PsWorkerTest, AWorkerBusyBetweenStepsDoesNotHoldANewEpoch) {
   testing::MemoryStore store;
   std::barrier sync(3);
   std::atomic<bool> resumed{false};
-  std::vector<PsWorkerStats> stats(3);
+  std::vector<ps::PsWorkerStats> stats(3);
   bool zero_done_first = false;
   double zero_entered_s = -1, zero_steps_s = -1;
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      auto w = PsWorker::Create(Options(r, 3, 0.5f, "follow"), store.rendezvous());
+      auto w = ps::PsWorker::Create(Options(r, 3, 0.5f, "follow"), store.rendezvous());
       ASSERT_TRUE(w.ok()) << w.status();
       std::vector<float> p(137, 0.f), g(137, 1.f);
       for (int s = 0; s < 3; ++s) ASSERT_TRUE((*w)->Step(g, p, 0.01f).ok()) << r;
@@ -177,17 +177,17 @@ TEST(PsWorkerTest, AWorkerBusyBetweenStepsDoesNotHoldANewEpoch) {
 }
 
 TEST(PsWorkerTest, BadOptionsAndBadStepsAreRefused) {
-  PsWorkerOptions o = Options(0, 1, 0.f, "bad");
-  EXPECT_EQ(PsWorker::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  ps::PsWorkerOptions o = Options(0, 1, 0.f, "bad");
+  EXPECT_EQ(ps::PsWorker::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
   o = Options(0, 1, 0.01f, "bad");
   o.layer_sizes = {};
-  EXPECT_EQ(PsWorker::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ps::PsWorker::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
   o = Options(0, 4, 0.01f, "bad");
   o.max_staleness = 1;  // below workers - 1
-  auto bad = PsWorker::Create(o);
+  auto bad = ps::PsWorker::Create(o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("max_staleness"), std::string::npos);
-  auto w = PsWorker::Create(Options(0, 1, 0.5f, "one"));
+  auto w = ps::PsWorker::Create(Options(0, 1, 0.5f, "one"));
   ASSERT_TRUE(w.ok()) << w.status();
   std::vector<float> g(136), p(137);
   EXPECT_EQ((*w)->Step(g, p, 0.1f).code(), absl::StatusCode::kInvalidArgument);

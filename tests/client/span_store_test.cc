@@ -16,12 +16,12 @@
 namespace gradex::client {
 namespace {
 
-using agent::ParamSpan;
-using agent::SpanStore;
+using pipeline::ParamSpan;
+using pipeline::SpanStore;
 
 // Adds `per_span[key] * (i + 1)` to element i of each span in the slot and
 // records what was added, per span and element.
-void AddTo(agent::BucketSlot* slot, const std::vector<ParamSpan>& spans, float scale,
+void AddTo(pipeline::BucketSlot* slot, const std::vector<ParamSpan>& spans, float scale,
            std::map<uint64_t, std::vector<double>>* added) {
   size_t at = 0;
   for (const ParamSpan& s : spans) {
@@ -56,7 +56,7 @@ TEST(SpanStoreTest, RandomLayoutsConserveEverySpan) {
         bucket.push_back({keys[j], sizes[keys[j]]});
       }
       i += take;
-      absl::StatusOr<agent::BucketSlot*> slot = store.Gather(bucket);
+      absl::StatusOr<pipeline::BucketSlot*> slot = store.Gather(bucket);
       ASSERT_TRUE(slot.ok()) << slot.status();
       size_t n = 0;
       for (const ParamSpan& s : bucket) n += s.elements;
@@ -79,13 +79,13 @@ TEST(SpanStoreTest, RandomLayoutsConserveEverySpan) {
 TEST(SpanStoreTest, RebuildMovesResidualsIntoTheNewLayout) {
   SpanStore store;
   std::vector<ParamSpan> a = {{1, 2}, {2, 3}}, b = {{3, 1}};
-  agent::BucketSlot* sa = *store.Gather(a);
+  pipeline::BucketSlot* sa = *store.Gather(a);
   sa->residual = {1, 2, 3, 4, 5};
   (*store.Gather(b))->residual = {6};
   // Rebuilt: {2, 3} together, {1} alone.
-  agent::BucketSlot* s23 = *store.Gather(std::vector<ParamSpan>{{2, 3}, {3, 1}});
+  pipeline::BucketSlot* s23 = *store.Gather(std::vector<ParamSpan>{{2, 3}, {3, 1}});
   EXPECT_EQ(s23->residual, (std::vector<float>{3, 4, 5, 6}));
-  agent::BucketSlot* s1 = *store.Gather(std::vector<ParamSpan>{{1, 2}});
+  pipeline::BucketSlot* s1 = *store.Gather(std::vector<ParamSpan>{{1, 2}});
   EXPECT_EQ(s1->residual, (std::vector<float>{1, 2}));
   EXPECT_EQ(store.layouts(), 2u) << "the old layouts are empty and dropped";
 }
@@ -95,15 +95,15 @@ TEST(SpanStoreTest, RebuildMovesResidualsIntoTheNewLayout) {
 TEST(SpanStoreTest, TouchedNamesEverySlotAGatherWouldUse) {
   SpanStore store;
   const std::vector<ParamSpan> a = {{1, 4}, {2, 3}}, b = {{3, 5}}, ab = {{2, 3}, {3, 5}};
-  agent::BucketSlot* sa = *store.Gather(a);
-  agent::BucketSlot* sb = *store.Gather(b);
-  using Slots = std::vector<const agent::BucketSlot*>;
+  pipeline::BucketSlot* sa = *store.Gather(a);
+  pipeline::BucketSlot* sb = *store.Gather(b);
+  using Slots = std::vector<const pipeline::BucketSlot*>;
   EXPECT_EQ(store.Touched(a), (Slots{sa, sa, sa}));
   EXPECT_EQ(store.Touched(b), (Slots{sb, sb}));
   EXPECT_EQ(store.Touched(ab), (Slots{sa, sb})) << "a new layout moves spans out of a and b";
   const std::vector<ParamSpan> fresh = {{9, 2}};
   EXPECT_TRUE(store.Touched(fresh).empty()) << "new spans in a new layout touch nothing else";
-  agent::BucketSlot* sab = *store.Gather(ab);
+  pipeline::BucketSlot* sab = *store.Gather(ab);
   EXPECT_EQ(store.Touched(ab), (Slots{sab, sab, sab}));
   EXPECT_EQ(store.Touched(a), (Slots{sa, sa, sab})) << "span 2 lives in ab now";
 }
@@ -128,24 +128,24 @@ TEST(SpanStoreTest, BadLayoutsAreRefusedAndChangeNothing) {
 // been set (a span's first step takes u = g); Export names only set ones.
 TEST(SpanStoreTest, VelocitiesMoveWithTheirSpans) {
   SpanStore store;
-  agent::BucketSlot* a = *store.Gather(std::vector<ParamSpan>{{1, 2}, {2, 1}});
+  pipeline::BucketSlot* a = *store.Gather(std::vector<ParamSpan>{{1, 2}, {2, 1}});
   ASSERT_EQ(a->velocity.size(), 3u);
   ASSERT_EQ(a->velocity_live, (std::vector<uint8_t>{0, 0}));
   a->velocity = {1, 2, 3};
   a->velocity_live = {1, 0};
-  agent::BucketSlot* b = *store.Gather(std::vector<ParamSpan>{{3, 1}, {1, 2}});
+  pipeline::BucketSlot* b = *store.Gather(std::vector<ParamSpan>{{3, 1}, {1, 2}});
   EXPECT_EQ(b->velocity, (std::vector<float>{0, 1, 2}));
   EXPECT_EQ(b->velocity_live, (std::vector<uint8_t>{0, 1}));
-  agent::SpanState s = store.Export();
+  pipeline::SpanState s = store.Export();
   EXPECT_EQ(s.velocities.size(), 1u);
   EXPECT_EQ(s.velocities.at(1), (std::vector<float>{1, 2}));
   // Import restores them; a velocity without its residual is refused.
   SpanStore other;
   ASSERT_TRUE(other.Import(s).ok());
-  agent::BucketSlot* c = *other.Gather(std::vector<ParamSpan>{{1, 2}, {2, 1}, {3, 1}});
+  pipeline::BucketSlot* c = *other.Gather(std::vector<ParamSpan>{{1, 2}, {2, 1}, {3, 1}});
   EXPECT_EQ(c->velocity, (std::vector<float>{1, 2, 0, 0}));
   EXPECT_EQ(c->velocity_live, (std::vector<uint8_t>{1, 0, 0}));
-  agent::SpanState bad;
+  pipeline::SpanState bad;
   bad.velocities[9] = {1};
   EXPECT_EQ(other.Import(bad).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(other.spans(), 3u) << "a refused import changes nothing";

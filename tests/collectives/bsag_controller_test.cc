@@ -1,4 +1,4 @@
-#include "collectives/bsag_controller.h"
+#include "collectives/algorithms/bsag_controller.h"
 
 #include "gtest/gtest.h"
 

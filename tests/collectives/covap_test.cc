@@ -1,4 +1,4 @@
-// COVAP (collectives/covap.cc, covap_schedule.h): the schedule against the
+// COVAP (collectives/algorithms/covap/covap.cc, covap_schedule.h): the schedule against the
 // seed's rules (docs/design.md's constants), and the algorithm over a step of
 // several buckets, where its parts are cut and sent in turn: every element is
 // sent once in I steps, results are consistent, the sent part is the exact
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/covap_schedule.h"
-#include "collectives/ring_allreduce.h"
+#include "collectives/algorithms/covap/covap_schedule.h"
+#include "collectives/algorithms/ring_allreduce.h"
 #include "gtest/gtest.h"
 #include "tests/collectives/harness.h"
 

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cstring>
 
-#include "collectives/frame.h"
+#include "collectives/algorithms/spardl_family.h"
 #include "collectives/link.h"
-#include "collectives/spardl_family.h"
+#include "collectives/wire/frame.h"
 #include "gtest/gtest.h"
 #include "tests/collectives/harness.h"
 #include "transport/loopback_transport.h"

@@ -1,5 +1,5 @@
 // Bad frames are an error Status and a counter, never a crash or a wrong sum.
-#include "collectives/frame.h"
+#include "collectives/wire/frame.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,12 +1,12 @@
-// The one walker of the wire (collectives/frame_walk.h): it finds every
+// The one walker of the wire (collectives/wire/frame_walk.h): it finds every
 // frame each encoder writes, end to end, and names what is not a frame.
-#include "collectives/frame_walk.h"
+#include "collectives/wire/frame_walk.h"
 
 #include <cstddef>
 #include <cstring>
 #include <vector>
 
-#include "collectives/qsgd.h"
+#include "collectives/algorithms/qsgd.h"
 #include "gtest/gtest.h"
 
 namespace gradex {

@@ -12,7 +12,7 @@
 #include "tests/transport/test_util.h"
 #include "transport/loopback_transport.h"
 #include "transport/sim_transport.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace gradex::testing {
 

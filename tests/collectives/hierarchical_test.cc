@@ -1,10 +1,10 @@
-// The hierarchical exchange (collectives/hierarchical.h) against the
+// The hierarchical exchange (collectives/algorithms/hierarchical.h) against the
 // invariants of docs/design.md: every catalog algorithm that may be the
 // inter-node stage, on layouts of several nodes of several ranks (nodes in
 // rank order and interleaved), densities 0.01 and 1, three calls so
 // residuals carry over; plus what the hierarchy is for (the bytes leaving a
 // node), the refusals, and a dead peer.
-#include "collectives/hierarchical.h"
+#include "collectives/algorithms/hierarchical.h"
 
 #include <gtest/gtest.h>
 

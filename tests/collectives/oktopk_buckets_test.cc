@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/oktopk.h"
+#include "collectives/algorithms/oktopk/oktopk.h"
 #include "gtest/gtest.h"
 #include "tests/collectives/harness.h"
 

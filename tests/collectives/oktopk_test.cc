@@ -2,7 +2,7 @@
 // over hundreds of calls on a growing residual (and the authors' nudging rule
 // does not), the periods τ and τ', boundary agreement, data balancing, the
 // residual rule of Algorithm 2 and the volume against Table 1.
-#include "collectives/oktopk.h"
+#include "collectives/algorithms/oktopk/oktopk.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/oktopk/oktopk_exchange.h"
 #include "collectives/block_layout.h"
-#include "collectives/oktopk_exchange.h"
 #include "gtest/gtest.h"
 #include "tests/collectives/harness.h"
 #include "transport/loopback_transport.h"

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "collectives/oktopk.h"
+#include "collectives/algorithms/oktopk/oktopk.h"
 #include "gtest/gtest.h"
 #include "tests/collectives/harness.h"
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "collectives/block_layout.h"
-#include "collectives/frame.h"
 #include "collectives/link.h"
+#include "collectives/wire/frame.h"
 #include "gtest/gtest.h"
 #include "kernels/sparse.h"
 #include "tests/collectives/harness.h"

@@ -1,6 +1,6 @@
 // QSGD: layout, reproducibility, statistical unbiasedness, and the decoder's
 // validation of quantized dense frames.
-#include "collectives/qsgd.h"
+#include "collectives/algorithms/qsgd.h"
 
 #include <cmath>
 #include <cstring>

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "collectives/algorithms/sparcml_split.h"
 #include "collectives/block_layout.h"
 #include "collectives/link.h"
-#include "collectives/sparcml_split.h"
-#include "collectives/sparse_stream.h"
+#include "collectives/wire/sparse_stream.h"
 #include "gtest/gtest.h"
 #include "tests/collectives/harness.h"
 #include "transport/loopback_transport.h"

@@ -1,7 +1,7 @@
 // SparDL's balanced blocks: the boundary rule on hand-made results, and the
 // family over calls that re-balance every other call: the invariants hold on
 // the moved blocks, and the blocks do move.
-#include "collectives/spardl_balance.h"
+#include "collectives/algorithms/spardl_balance.h"
 
 #include <gtest/gtest.h>
 

@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/algorithms/sparse_steps.h"
 #include "collectives/block_layout.h"
 #include "collectives/sparse_allreduce.h"
-#include "collectives/sparse_steps.h"
 #include "tests/collectives/harness.h"
 
 namespace gradex {

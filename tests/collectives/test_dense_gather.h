@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/dense_allreduce.h"
+#include "collectives/algorithms/dense_allreduce.h"
 #include "collectives/link.h"
 #include "collectives/phase_timer.h"
 

@@ -1,9 +1,9 @@
-// The bucket controller (services/coordinator/bucket_controller.h): the
+// The bucket controller (services/coordinator/controllers/bucket_controller.h): the
 // dense fallback's margin, full windows and switch back after the dwell;
 // decisions wait for Apply; dropped or inconsistent reports never count;
 // "auto" picks the cheapest catalog row once every rank's link is in.
 // bucket_dwell_test.cc runs it over simulated hours.
-#include "services/coordinator/bucket_controller.h"
+#include "services/coordinator/controllers/bucket_controller.h"
 
 #include <gtest/gtest.h>
 

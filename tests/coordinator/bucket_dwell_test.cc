@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "services/coordinator/bucket_controller.h"
+#include "services/coordinator/controllers/bucket_controller.h"
 
 namespace gradex::coordinator {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "services/coordinator/bucket_controller.h"
+#include "services/coordinator/controllers/bucket_controller.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/job_config.h"
 #include "services/coordinator/validate.h"

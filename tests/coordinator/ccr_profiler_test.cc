@@ -1,8 +1,8 @@
-// COVAP's CCR profiler (services/coordinator/ccr_profiler.h): ranks aligned
+// COVAP's CCR profiler (services/coordinator/controllers/ccr_profiler.h): ranks aligned
 // at the end of the exchange, medians over a window of complete steps,
 // COVAP steps scaled to the uncompressed exchange, I = ceil(CCR) bounded and
 // moved only past a margin.
-#include "services/coordinator/ccr_profiler.h"
+#include "services/coordinator/controllers/ccr_profiler.h"
 
 #include <gtest/gtest.h>
 

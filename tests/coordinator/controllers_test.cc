@@ -1,16 +1,16 @@
 // The coordinator's controllers: B-SAG k' (step for step against the data
 // plane's controller), stale feedback, Ok-Topk boundary consensus, the COVAP
 // profiler, team choice, stall detection, and the job-config parser.
-#include "services/coordinator/controllers.h"
+#include "services/coordinator/controllers/controllers.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "collectives/algorithms/bsag_controller.h"
 #include "collectives/block_layout.h"
-#include "collectives/bsag_controller.h"
+#include "services/coordinator/hangs/stall_detector.h"
 #include "services/coordinator/job_config.h"
-#include "services/coordinator/stall_detector.h"
 
 namespace gradex::coordinator {
 namespace {

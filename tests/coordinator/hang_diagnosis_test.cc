@@ -11,8 +11,8 @@
 
 #include "prometheus/registry.h"
 #include "services/coordinator/coordinator.h"
+#include "services/coordinator/hangs/wait_graph.h"
 #include "services/coordinator/validate.h"
-#include "services/coordinator/wait_graph.h"
 #include "tests/coordinator/join_all.h"
 #include "version/version.h"
 

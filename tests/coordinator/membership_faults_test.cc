@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "services/coordinator/job_config.h"
-#include "services/coordinator/membership.h"
+#include "services/coordinator/membership/membership.h"
 #include "tests/coordinator/test_job.h"
 
 namespace gradex::coordinator {

@@ -1,7 +1,7 @@
 // Membership and epochs on a fake clock: rendezvous to world size (or the
 // minimum after the timeout), eviction on lease expiry with dense ranks, late
 // joiners admitted at the next plan barrier, rebuild after a restart.
-#include "services/coordinator/membership.h"
+#include "services/coordinator/membership/membership.h"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,9 @@
-// The coordinator's membership view (services/coordinator/membership_view.h):
+// The coordinator's membership view (services/coordinator/membership/membership_view.h):
 // gradex_coordinator_member_info has exactly one series per worker and per
 // shard a server holds, with the shard's parameter range; a member that
 // leaves is removed at once; a new epoch replaces the view; the series are
 // capped. ShardRanges cuts the model as the servers do (DgsLayout::SplitShards).
-#include "services/coordinator/membership_view.h"
+#include "services/coordinator/membership/membership_view.h"
 
 #include <gtest/gtest.h>
 
@@ -61,7 +61,7 @@ std::string Server(int rank, const std::string& host, int shard, uint64_t first,
 TEST(ShardRangesTest, TheSameCutAsTheServers) {
   EXPECT_TRUE(ShardRanges(10, 0).empty());
   for (uint32_t total : {1u, 2u, 7u, 30u, 1000u, 1000003u}) {
-    auto layout = DgsLayout::Create({total});
+    auto layout = ps::DgsLayout::Create({total});
     ASSERT_TRUE(layout.ok());
     for (uint32_t shards : {1u, 2u, 3u, 7u, 64u}) {
       if (shards > total) continue;

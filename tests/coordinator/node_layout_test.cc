@@ -94,10 +94,10 @@ TEST_F(NodeLayoutTest, TwoNodesOfTwoFromJoinToPlan) {
   EXPECT_EQ(p->layout().flat_reason(), "");
   // The agents' view of the same plan: each member's node, and the layout
   // they compute from it is the coordinator's.
-  absl::StatusOr<agent::Plan> decoded = agent::ToPlan(*p, 0);
+  absl::StatusOr<member::Plan> decoded = member::ToPlan(*p, 0);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   std::vector<std::string> nodes;
-  for (const agent::PlanMember& m : decoded->members) nodes.push_back(m.node);
+  for (const member::PlanMember& m : decoded->members) nodes.push_back(m.node);
   EXPECT_EQ(nodes, (std::vector<std::string>{"a", "a", "b", "b"}));
   const catalog::NodeLayout layout = catalog::LayoutOf(nodes);
   EXPECT_EQ(layout.node_ranks, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
@@ -107,9 +107,9 @@ TEST_F(NodeLayoutTest, TwoNodesOfTwoFromJoinToPlan) {
   // A node over the join's bound (255 bytes) makes the plan refused.
   gradex::v1::Plan bad = *p;
   bad.mutable_members(1)->set_host(std::string(256, 'n'));
-  EXPECT_EQ(agent::ToPlan(bad, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(member::ToPlan(bad, 0).status().code(), absl::StatusCode::kInvalidArgument);
   bad.mutable_members(1)->set_host(std::string(255, 'n'));
-  EXPECT_TRUE(agent::ToPlan(bad, 0).ok());
+  EXPECT_TRUE(member::ToPlan(bad, 0).ok());
 }
 
 TEST_F(NodeLayoutTest, AnUnevenLayoutIsPublishedWithItsFlatReason) {
@@ -119,7 +119,7 @@ TEST_F(NodeLayoutTest, AnUnevenLayoutIsPublishedWithItsFlatReason) {
   EXPECT_EQ(p->layout().nodes(), 2u);
   EXPECT_EQ(p->layout().ranks_per_node(), 0u);
   EXPECT_EQ(p->layout().flat_reason(), "uneven nodes (2 nodes of 3, 1 ranks)");
-  absl::StatusOr<agent::Plan> decoded = agent::ToPlan(*p, 0);
+  absl::StatusOr<member::Plan> decoded = member::ToPlan(*p, 0);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->members[3].node, "b");
   EXPECT_EQ(Value(registry_, "gradex_coordinator_nodes"), 2);

@@ -1,7 +1,7 @@
-// ServerShards (services/coordinator/server_shards.h): the count is fixed
+// ServerShards (services/coordinator/controllers/server_shards.h): the count is fixed
 // once (configured, else one per host), shards go round-robin to the SERVER
 // members in rank order, a roster without servers is refused and dated.
-#include "services/coordinator/server_shards.h"
+#include "services/coordinator/controllers/server_shards.h"
 
 #include <gtest/gtest.h>
 

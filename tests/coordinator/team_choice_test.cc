@@ -2,7 +2,7 @@
 // from Table 1's rows (bench/sim/cost_model.cc), the direction of the choice,
 // the R-SAG preference, hysteresis, divisors only, and the per-epoch
 // aggregation of the agents' link estimates.
-#include "services/coordinator/team_choice.h"
+#include "services/coordinator/controllers/team_choice.h"
 
 #include <gtest/gtest.h>
 

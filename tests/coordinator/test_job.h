@@ -11,7 +11,7 @@
 
 #include "gradex/v1/coordinator.pb.h"
 #include "services/coordinator/job_config.h"
-#include "services/coordinator/membership.h"
+#include "services/coordinator/membership/membership.h"
 #include "version/version.h"
 
 namespace gradex::coordinator {

@@ -124,15 +124,15 @@ TEST_F(TlsTest, ServerNameIsVerified) {
 TEST_F(TlsTest, AgentControlPlaneJoinsByAddressWithServerName) {
   auto server = Start();
   ASSERT_NE(server, nullptr);
-  agent::GrpcControlPlaneOptions o;
+  member::GrpcControlPlaneOptions o;
   o.target = absl::StrCat("127.0.0.1:", server->port());
   o.tls_ca = Slurp(dir_ + "/jobca.pem");
   o.tls_client_cert = Slurp(dir_ + "/agent.pem");
   o.tls_client_key = Slurp(dir_ + "/agent.key");
   o.tls_server_name = kServerName;
-  auto cp = agent::CreateGrpcControlPlane(o);
+  auto cp = member::CreateGrpcControlPlane(o);
   ASSERT_TRUE(cp.ok()) << cp.status();
-  agent::JoinRequest req;
+  member::JoinRequest req;
   req.job = "job";
   req.token = kToken;
   req.agent_id = "tls-agent";
@@ -146,7 +146,7 @@ TEST_F(TlsTest, AgentControlPlaneJoinsByAddressWithServerName) {
   EXPECT_TRUE((*cp)->Leave(Clock::now() + std::chrono::seconds(5)).ok());
 
   o.tls_ca.clear();  // a server name without TLS is a configuration error
-  EXPECT_EQ(agent::CreateGrpcControlPlane(o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(member::CreateGrpcControlPlane(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(TlsTest, ListeningRules) {
@@ -185,14 +185,14 @@ namespace {
 TEST_F(TlsTest, AgentWithoutClientCertificateIsToldTheHandshakeWasRefused) {
   auto server = Start();
   ASSERT_NE(server, nullptr);
-  agent::GrpcControlPlaneOptions o;
+  member::GrpcControlPlaneOptions o;
   o.target = absl::StrCat("127.0.0.1:", server->port());
   o.tls_server_name = kServerName;
   o.tls_ca = Slurp(dir_ + "/jobca.pem");
   o.join_timeout = std::chrono::milliseconds(20000);
-  auto cp = agent::CreateGrpcControlPlane(o);
+  auto cp = member::CreateGrpcControlPlane(o);
   ASSERT_TRUE(cp.ok()) << cp.status();
-  agent::JoinRequest r;
+  member::JoinRequest r;
   r.job = "job";
   r.token = kToken;
   r.agent_id = "no-cert";

@@ -16,13 +16,13 @@ TEST_F(DgsFrames, EveryBadFieldOfADenseMessageIsRefusedAndNamed) {
   std::vector<float> change(11, 0);
   change[1] = 2;
   change[7] = -3;
-  absl::StatusOr<Bytes> good = EncodeDgsDensePush(ctx_, 1, 5, 0, change);
+  absl::StatusOr<Bytes> good = ps::EncodeDgsDensePush(ctx_, 1, 5, 0, change);
   ASSERT_TRUE(good.ok());
-  EXPECT_EQ(good->size(), DgsMaxMessageBytes(layout_, {0, 11}));
-  DgsMessage m;
-  DgsRefusal why;
-  ASSERT_TRUE(DecodeDgsFromWorker(*good, ctx_, 1, &m, &why).ok());
-  EXPECT_EQ(m.kind, DgsKind::kDensePush);
+  EXPECT_EQ(good->size(), ps::DgsMaxMessageBytes(layout_, {0, 11}));
+  ps::DgsMessage m;
+  ps::DgsRefusal why;
+  ASSERT_TRUE(ps::DecodeDgsFromWorker(*good, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(m.kind, ps::DgsKind::kDensePush);
   EXPECT_EQ(m.ratio, 1.0f);
   EXPECT_EQ(m.dense, change);
   EXPECT_TRUE(m.sparse.idx.empty());
@@ -40,48 +40,48 @@ TEST_F(DgsFrames, EveryBadFieldOfADenseMessageIsRefusedAndNamed) {
       {"NaN value", [&](Bytes& b) { Put<float>(b, frame1 + sizeof(FrameHeader) + 8, NAN); }},
       {"a trailing byte", [](Bytes& b) { b.push_back(0); }},
   };
-  const std::vector<DgsRefusal> want = {
-      DgsRefusal::kBadRatio,     DgsRefusal::kBadRatio,     DgsRefusal::kWrongKind,
-      DgsRefusal::kWrongPieces,  DgsRefusal::kBadFlags,     DgsRefusal::kWrongPieces,
-      DgsRefusal::kOverCapacity, DgsRefusal::kOverCapacity, DgsRefusal::kWrongPieces,
-      DgsRefusal::kNonFinite,    DgsRefusal::kBadLength};
+  const std::vector<ps::DgsRefusal> want = {
+      ps::DgsRefusal::kBadRatio,     ps::DgsRefusal::kBadRatio,     ps::DgsRefusal::kWrongKind,
+      ps::DgsRefusal::kWrongPieces,  ps::DgsRefusal::kBadFlags,     ps::DgsRefusal::kWrongPieces,
+      ps::DgsRefusal::kOverCapacity, ps::DgsRefusal::kOverCapacity, ps::DgsRefusal::kWrongPieces,
+      ps::DgsRefusal::kNonFinite,    ps::DgsRefusal::kBadLength};
   for (size_t c = 0; c < bad.size(); ++c) {
     Bytes b = *good;
     bad[c].second(b);
     EXPECT_EQ(Decode(b), want[c]) << bad[c].first;
   }
   for (size_t n = 0; n < good->size(); ++n) {
-    EXPECT_NE(Decode(Bytes(good->begin(), good->begin() + n)), DgsRefusal::kNone) << n;
+    EXPECT_NE(Decode(Bytes(good->begin(), good->begin() + n)), ps::DgsRefusal::kNone) << n;
   }
   // A dense pull: taken by the worker, refused from it as a push; a ratio
   // on a pull is refused.
-  DgsMessage pull;
-  pull.kind = DgsKind::kDensePull;
+  ps::DgsMessage pull;
+  pull.kind = ps::DgsKind::kDensePull;
   pull.worker = 1;
   pull.version = 4;
   pull.request = 5;
   pull.dense = change;
-  absl::StatusOr<Bytes> p = EncodeDgsReply(ctx_, pull);
+  absl::StatusOr<Bytes> p = ps::EncodeDgsReply(ctx_, pull);
   ASSERT_TRUE(p.ok());
-  ASSERT_TRUE(DecodeDgsFromShard(*p, ctx_, 1, &m, &why).ok());
-  EXPECT_EQ(m.kind, DgsKind::kDensePull);
+  ASSERT_TRUE(ps::DecodeDgsFromShard(*p, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(m.kind, ps::DgsKind::kDensePull);
   EXPECT_EQ(m.dense, change);
-  EXPECT_EQ(Decode(*p), DgsRefusal::kWrongKind);
+  EXPECT_EQ(Decode(*p), ps::DgsRefusal::kWrongKind);
   Bytes q = *p;
   Put<float>(q, 48, 1.0f);
-  EXPECT_FALSE(DecodeDgsFromShard(q, ctx_, 1, &m, &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kBadRatio);
-  EXPECT_FALSE(DecodeDgsFromShard(*good, ctx_, 1, &m, &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kWrongKind);
+  EXPECT_FALSE(ps::DecodeDgsFromShard(q, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, ps::DgsRefusal::kBadRatio);
+  EXPECT_FALSE(ps::DecodeDgsFromShard(*good, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, ps::DgsRefusal::kWrongKind);
   Bytes u = *p;  // the unapplied number belongs to a full sync only
   Put<uint32_t>(u, 60, 9);
-  EXPECT_FALSE(DecodeDgsFromShard(u, ctx_, 1, &m, &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kBadMagic);
-  pull.kind = DgsKind::kFullSync;
+  EXPECT_FALSE(ps::DecodeDgsFromShard(u, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, ps::DgsRefusal::kBadMagic);
+  pull.kind = ps::DgsKind::kFullSync;
   pull.unapplied = 9;
-  p = EncodeDgsReply(ctx_, pull);
+  p = ps::EncodeDgsReply(ctx_, pull);
   ASSERT_TRUE(p.ok());
-  ASSERT_TRUE(DecodeDgsFromShard(*p, ctx_, 1, &m, &why).ok());
+  ASSERT_TRUE(ps::DecodeDgsFromShard(*p, ctx_, 1, &m, &why).ok());
   EXPECT_EQ(m.unapplied, 9u);
 }
 
@@ -91,10 +91,10 @@ TEST_F(DgsFrames, EveryBadFieldOfADenseMessageIsRefusedAndNamed) {
 TEST_F(DgsFrames, ADensePushAddsOnlyNonzerosAndIsCheckedByTheShard) {
   std::vector<float> init(11, 1.0f);
   init[3] = -0.0f;
-  DgsMessage reply;
+  ps::DgsMessage reply;
   ASSERT_TRUE(shard_.Join(1, init, &reply).ok());
-  DgsMessage push;
-  push.kind = DgsKind::kDensePush;
+  ps::DgsMessage push;
+  push.kind = ps::DgsKind::kDensePush;
   push.worker = 1;
   push.ratio = 1;
   push.dense.assign(11, 0.0f);  // +0 everywhere, 2 at 5
@@ -104,24 +104,24 @@ TEST_F(DgsFrames, ADensePushAddsOnlyNonzerosAndIsCheckedByTheShard) {
   EXPECT_EQ(shard_.model()[5], 3.0f);
   EXPECT_EQ(shard_.stats().pushed_entries, 1u);
   ASSERT_TRUE(shard_.MakePull(1, &reply).ok());
-  EXPECT_EQ(reply.kind, DgsKind::kDensePull);
+  EXPECT_EQ(reply.kind, ps::DgsKind::kDensePull);
   EXPECT_EQ(reply.dense[5], 2.0f);
   EXPECT_EQ(shard_.stats().pulled_entries, 1u);
   const std::vector<float> m(shard_.model().begin(), shard_.model().end());
-  DgsRefusal why;
+  ps::DgsRefusal why;
   push.version = 1;
-  DgsMessage bad = push;
+  ps::DgsMessage bad = push;
   bad.dense.pop_back();
   EXPECT_FALSE(shard_.ApplyPush(1, bad, &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kBadLength);
+  EXPECT_EQ(why, ps::DgsRefusal::kBadLength);
   bad = push;
   bad.ratio = 0.5f;
   EXPECT_FALSE(shard_.ApplyPush(1, bad, &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kBadRatio);
+  EXPECT_EQ(why, ps::DgsRefusal::kBadRatio);
   bad = push;
   bad.dense[10] = INFINITY;
   EXPECT_FALSE(shard_.ApplyPush(1, bad, &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kNonFinite);
+  EXPECT_EQ(why, ps::DgsRefusal::kNonFinite);
   EXPECT_EQ(shard_.version(), 1u);
   EXPECT_TRUE(std::equal(m.begin(), m.end(), shard_.model().begin()));
 }

@@ -15,24 +15,24 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr DgsJob kJob{7, 3};
+constexpr ps::DgsJob kJob{7, 3};
 constexpr uint32_t kWorkers = 3;
 
 // Shards as server threads on ranks kWorkers.. of one loopback fabric.
 class Cluster {
  public:
-  Cluster(const DgsLayout& layout, int nshards, DgsServerOptions options,
+  Cluster(const ps::DgsLayout& layout, int nshards, ps::DgsServerOptions options,
           std::vector<std::unique_ptr<Transport>>* transports)
       : layout_(layout), transports_(*transports) {
     ranges_ = *layout.SplitShards(nshards);
     std::vector<int> ranks;
     for (uint32_t k = 0; k < options.workers; ++k) ranks.push_back(static_cast<int>(k));
     for (uint32_t s = 0; s < ranges_.size(); ++s) {
-      shards_.push_back(std::make_unique<DgsServerShard>(
-          *DgsServerShard::Create(layout, s, ranges_[s], options)));
+      shards_.push_back(std::make_unique<ps::DgsServerShard>(
+          *ps::DgsServerShard::Create(layout, s, ranges_[s], options)));
       peers_.push_back({s, static_cast<int>(options.workers + s)});
-      servers_.push_back(
-          std::make_unique<DgsServer>(*transports_[options.workers + s], kJob, *shards_[s], ranks));
+      servers_.push_back(std::make_unique<ps::DgsServer>(*transports_[options.workers + s], kJob,
+                                                         *shards_[s], ranks));
     }
   }
   ~Cluster() { Stop(); }
@@ -50,21 +50,21 @@ class Cluster {
     for (std::thread& t : threads_) t.join();
     threads_.clear();
   }
-  DgsWorkerState Worker(uint32_t k, DgsWorkerOptions o) {
-    return *DgsWorkerState::Create(layout_, k, ranges_, o);
+  ps::DgsWorkerState Worker(uint32_t k, ps::DgsWorkerOptions o) {
+    return *ps::DgsWorkerState::Create(layout_, k, ranges_, o);
   }
-  DgsPushPull Link(uint32_t k) { return DgsPushPull(*transports_[k], kJob, peers_); }
-  DgsServerShard& shard(size_t s) { return *shards_[s]; }
-  DgsServer& server(size_t s) { return *servers_[s]; }
+  ps::DgsPushPull Link(uint32_t k) { return ps::DgsPushPull(*transports_[k], kJob, peers_); }
+  ps::DgsServerShard& shard(size_t s) { return *shards_[s]; }
+  ps::DgsServer& server(size_t s) { return *servers_[s]; }
   size_t shards() const { return shards_.size(); }
 
  private:
-  DgsLayout layout_;
+  ps::DgsLayout layout_;
   std::vector<std::unique_ptr<Transport>>& transports_;
-  std::vector<DgsRange> ranges_;
-  std::vector<std::unique_ptr<DgsServerShard>> shards_;
-  std::vector<std::unique_ptr<DgsServer>> servers_;
-  std::vector<DgsShardPeer> peers_;
+  std::vector<ps::DgsRange> ranges_;
+  std::vector<std::unique_ptr<ps::DgsServerShard>> shards_;
+  std::vector<std::unique_ptr<ps::DgsServer>> servers_;
+  std::vector<ps::DgsShardPeer> peers_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
 };
@@ -74,7 +74,7 @@ class DgsExchange : public ::testing::TestWithParam<int> {};
 // Worker 2 starts only once workers 0 and 1 have finished all their steps:
 // with any barrier between workers they could not finish.
 TEST_P(DgsExchange, WorkersRunWithoutABarrier) {
-  const DgsLayout layout = MakeLayout({40, 25, 60, 3});
+  const ps::DgsLayout layout = MakeLayout({40, 25, 60, 3});
   auto t = CreateLoopbackTransports(kWorkers + GetParam());
   Cluster c(layout, GetParam(), {.workers = kWorkers}, &t);
   c.Start();
@@ -82,7 +82,7 @@ TEST_P(DgsExchange, WorkersRunWithoutABarrier) {
   std::atomic<int> fast_done{0};
   std::vector<std::vector<float>> params(kWorkers);
   std::vector<absl::Status> status(kWorkers);
-  std::vector<DgsWorkerState> states;
+  std::vector<ps::DgsWorkerState> states;
   // Momentum 1, lr 1, integer gradients: every value stays an integer, so
   // the shard's bookkeeping can be checked exactly at the end.
   for (uint32_t k = 0; k < kWorkers; ++k) {
@@ -93,13 +93,13 @@ TEST_P(DgsExchange, WorkersRunWithoutABarrier) {
     threads.emplace_back([&, k] {
       std::mt19937 rng(k);
       params[k] = IntGrad(layout.total(), rng);
-      DgsPushPull link = c.Link(k);
+      ps::DgsPushPull link = c.Link(k);
       if (k == 2) {
         const Deadline wait = DeadlineIn(milliseconds(30000));
         while (fast_done.load() < 2 && Clock::now() < wait) std::this_thread::yield();
       }
       for (int step = 0; step < kSteps && status[k].ok(); ++step) {
-        DgsStepStats stats;
+        ps::DgsStepStats stats;
         status[k] = link.Step(states[k], IntGrad(layout.total(), rng), params[k], 1.0f,
                               DeadlineIn(milliseconds(20000)), &stats);
         if (status[k].ok() && stats.sent_bytes == 0) status[k] = absl::InternalError("no bytes");
@@ -111,7 +111,7 @@ TEST_P(DgsExchange, WorkersRunWithoutABarrier) {
   c.Stop();
   for (uint32_t k = 0; k < kWorkers; ++k) EXPECT_TRUE(status[k].ok()) << k << ": " << status[k];
   for (size_t s = 0; s < c.shards(); ++s) {
-    DgsServerShard& sh = c.shard(s);
+    ps::DgsServerShard& sh = c.shard(s);
     EXPECT_EQ(sh.version(), kWorkers * kSteps);
     EXPECT_EQ(sh.stats().pushes, kWorkers * kSteps);
     EXPECT_EQ(sh.total_refused(), 0u);
@@ -133,7 +133,7 @@ INSTANTIATE_TEST_SUITE_P(Shards, DgsExchange, ::testing::Values(1, 2));
 // max_staleness 2: while worker 2 idles after joining, at most two pushes
 // of the others are applied; once it moves, everyone finishes.
 TEST(DgsExchangeFaults, MaxStalenessMakesFastWorkersWait) {
-  const DgsLayout layout = MakeLayout({64});
+  const ps::DgsLayout layout = MakeLayout({64});
   auto t = CreateLoopbackTransports(kWorkers + 1);
   Cluster c(layout, 1, {.workers = kWorkers, .max_staleness = 2}, &t);
   c.Start();
@@ -141,7 +141,7 @@ TEST(DgsExchangeFaults, MaxStalenessMakesFastWorkersWait) {
   std::atomic<int> fast_done{0};
   std::atomic<bool> joined{false};
   std::vector<absl::Status> status(kWorkers);
-  std::vector<DgsWorkerState> states;
+  std::vector<ps::DgsWorkerState> states;
   for (uint32_t k = 0; k < kWorkers; ++k) states.push_back(c.Worker(k, {.density = 0.25f}));
   uint64_t slow_first_version = 0;
   std::vector<std::thread> threads;
@@ -149,7 +149,7 @@ TEST(DgsExchangeFaults, MaxStalenessMakesFastWorkersWait) {
     threads.emplace_back([&, k] {
       std::mt19937 rng(k);
       std::vector<float> params = IntGrad(64, rng);
-      DgsPushPull link = c.Link(k);
+      ps::DgsPushPull link = c.Link(k);
       if (k == 2) {
         status[k] = link.Join(states[k], params, DeadlineIn(milliseconds(20000)));
         joined.store(true);
@@ -185,7 +185,7 @@ TEST(DgsExchangeFaults, MaxStalenessMakesFastWorkersWait) {
 // Worker 2 dies after 3 steps (its rank killed); the others finish, even
 // under a staleness bound that the dead worker would otherwise hold.
 TEST(DgsExchangeFaults, ADeadWorkerDoesNotStopTheOthers) {
-  const DgsLayout layout = MakeLayout({30, 30});
+  const ps::DgsLayout layout = MakeLayout({30, 30});
   auto t = CreateLoopbackTransports(kWorkers + 1);
   Cluster c(layout, 1, {.workers = kWorkers, .max_staleness = 2}, &t);
   c.Start();
@@ -195,8 +195,8 @@ TEST(DgsExchangeFaults, ADeadWorkerDoesNotStopTheOthers) {
     threads.emplace_back([&, k] {
       std::mt19937 rng(k);
       std::vector<float> params = IntGrad(60, rng);
-      DgsWorkerState state = c.Worker(k, {.density = 0.2f});
-      DgsPushPull link = c.Link(k);
+      ps::DgsWorkerState state = c.Worker(k, {.density = 0.2f});
+      ps::DgsPushPull link = c.Link(k);
       const int steps = k == 2 ? 3 : 25;
       for (int step = 0; step < steps && status[k].ok(); ++step) {
         status[k] =
@@ -221,11 +221,11 @@ TEST(DgsExchangeFaults, ADeadWorkerDoesNotStopTheOthers) {
 // A shard that is gone: the worker's step fails within its deadline with an
 // error naming the shard (killed rank: at once; silent rank: at the deadline).
 TEST(DgsExchangeFaults, AGoneServerFailsTheWorkerWithinItsDeadline) {
-  const DgsLayout layout = MakeLayout({16});
+  const ps::DgsLayout layout = MakeLayout({16});
   auto t = CreateLoopbackTransports(2);
-  auto state = DgsWorkerState::Create(layout, 0, {{0, 16}}, {});
+  auto state = ps::DgsWorkerState::Create(layout, 0, {{0, 16}}, {});
   std::vector<float> params(16, 1), grad(16, 1);
-  DgsPushPull link(*t[0], kJob, {{0, 1}});
+  ps::DgsPushPull link(*t[0], kJob, {{0, 1}});
   Clock::time_point start = Clock::now();
   absl::Status s = link.Step(*state, grad, params, 0.1f, DeadlineIn(milliseconds(300)));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
@@ -244,8 +244,8 @@ TEST(DgsExchangeFaults, AGoneServerFailsTheWorkerWithinItsDeadline) {
 // workers' next step is refused as not joined, they rejoin, re-sync and
 // push the same entries again; the model goes on from the snapshot.
 TEST(DgsExchangeFaults, AShardRestartedFromASnapshotIsRejoined) {
-  const DgsLayout layout = MakeLayout({20, 12});
-  std::vector<DgsWorkerState> states;
+  const ps::DgsLayout layout = MakeLayout({20, 12});
+  std::vector<ps::DgsWorkerState> states;
   std::vector<std::vector<float>> params(kWorkers);
   Bytes snap;
   std::vector<float> m_before;
@@ -261,7 +261,7 @@ TEST(DgsExchangeFaults, AShardRestartedFromASnapshotIsRejoined) {
     std::mt19937 rng(4);
     for (int step = 0; step < 4; ++step) {
       for (uint32_t k = 0; k < kWorkers; ++k) {
-        DgsPushPull link = c.Link(k);
+        ps::DgsPushPull link = c.Link(k);
         ASSERT_TRUE(
             link.Step(states[k], IntGrad(32, rng), params[k], 1, DeadlineIn(milliseconds(20000)))
                 .ok());
@@ -275,15 +275,15 @@ TEST(DgsExchangeFaults, AShardRestartedFromASnapshotIsRejoined) {
   Cluster c(layout, 1, {.workers = kWorkers}, &t);
   ASSERT_TRUE(c.shard(0).Restore(snap).ok());
   c.Start();
-  DgsPushPull link = c.Link(0);
+  ps::DgsPushPull link = c.Link(0);
   std::vector<float> g(32, 0);
   g[5] = 3;
-  DgsStepStats stats;
+  ps::DgsStepStats stats;
   ASSERT_TRUE(link.Step(states[0], g, params[0], 1, DeadlineIn(milliseconds(20000)), &stats).ok());
   c.Stop();
   EXPECT_EQ(stats.hellos, 1u);
   EXPECT_EQ(c.shard(0).version(), 13u);
-  EXPECT_EQ(c.shard(0).refused()[static_cast<size_t>(DgsRefusal::kNotJoined)], 1u);
+  EXPECT_EQ(c.shard(0).refused()[static_cast<size_t>(ps::DgsRefusal::kNotJoined)], 1u);
   // At density 1 and momentum 1 the re-pushed entries are −(u + g) where u
   // is the worker's accumulated velocity: M moved from the snapshot by them.
   std::vector<float> want = m_before;
@@ -295,35 +295,35 @@ TEST(DgsExchangeFaults, AShardRestartedFromASnapshotIsRejoined) {
 // A rogue message through the server: refused with a kRefused reply naming
 // the reason, counted, never applied; the worker's next real step works.
 TEST(DgsExchangeFaults, ABadFrameIsRefusedCountedAndNotApplied) {
-  const DgsLayout layout = MakeLayout({10});
+  const ps::DgsLayout layout = MakeLayout({10});
   auto t = CreateLoopbackTransports(kWorkers + 1);
   Cluster c(layout, 1, {.workers = kWorkers}, &t);
   c.Start();
-  DgsWorkerState state = c.Worker(1, {.density = 1});
+  ps::DgsWorkerState state = c.Worker(1, {.density = 1});
   std::vector<float> params(10, 2);
-  DgsPushPull link = c.Link(1);
+  ps::DgsPushPull link = c.Link(1);
   ASSERT_TRUE(link.Join(state, params, DeadlineIn(milliseconds(20000))).ok());
   // Worker 1's rank sends a push that names worker 0.
-  DgsWireContext ctx = Context(c.shard(0));
+  ps::DgsWireContext ctx = Context(c.shard(0));
   kernels::SparseVec e;
   e.idx = {3};
   e.val = {100};
-  Bytes bad = *EncodeDgsPush(ctx, 0, 77, 0, 1.0f, kernels::View(e));
-  ASSERT_TRUE(t[1]->PostSend(kWorkers, DgsUpTag(0), bad).ok());
-  auto r = t[1]->PostRecv(kWorkers, DgsDownTag(0));
+  Bytes bad = *ps::EncodeDgsPush(ctx, 0, 77, 0, 1.0f, kernels::View(e));
+  ASSERT_TRUE(t[1]->PostSend(kWorkers, ps::DgsUpTag(0), bad).ok());
+  auto r = t[1]->PostRecv(kWorkers, ps::DgsDownTag(0));
   Bytes reply;
   ASSERT_TRUE(t[1]->Wait(*r, DeadlineIn(milliseconds(20000)), &reply).ok());
-  DgsMessage m;
-  DgsRefusal why;
+  ps::DgsMessage m;
+  ps::DgsRefusal why;
   ctx.workers = kWorkers;
-  ASSERT_TRUE(DecodeDgsFromShard(reply, ctx, 1, &m, &why).ok());
-  EXPECT_EQ(m.kind, DgsKind::kRefused);
-  EXPECT_EQ(m.reason, DgsRefusal::kWrongWorker);
+  ASSERT_TRUE(ps::DecodeDgsFromShard(reply, ctx, 1, &m, &why).ok());
+  EXPECT_EQ(m.kind, ps::DgsKind::kRefused);
+  EXPECT_EQ(m.reason, ps::DgsRefusal::kWrongWorker);
   EXPECT_EQ(m.request, 77u);
   ASSERT_TRUE(
       link.Step(state, std::vector<float>(10, 1), params, 1, DeadlineIn(milliseconds(20000))).ok());
   c.Stop();
-  EXPECT_EQ(c.shard(0).refused()[static_cast<size_t>(DgsRefusal::kWrongWorker)], 1u);
+  EXPECT_EQ(c.shard(0).refused()[static_cast<size_t>(ps::DgsRefusal::kWrongWorker)], 1u);
   EXPECT_EQ(c.shard(0).version(), 1u);
   EXPECT_EQ(c.shard(0).model()[3], params[3]);
   EXPECT_NE(params[3], 102.0f);

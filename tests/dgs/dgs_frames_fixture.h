@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "collectives/frame.h"
+#include "collectives/wire/frame.h"
 #include "tests/dgs/dgs_util.h"
 
 namespace gradex::dgs_test {
@@ -16,14 +16,14 @@ void Put(Bytes& b, size_t at, T v) {
   std::memcpy(b.data() + at, &v, sizeof v);
 }
 
-inline constexpr size_t kFrame0 = sizeof(DgsMessageHeader);         // first frame header
+inline constexpr size_t kFrame0 = sizeof(ps::DgsMessageHeader);     // first frame header
 inline constexpr size_t kPayload0 = kFrame0 + sizeof(FrameHeader);  // its payload
 
 class DgsFrames : public ::testing::Test {
  protected:
   DgsFrames()
       : layout_(MakeLayout({6, 10, 5})),
-        shard_(*DgsServerShard::Create(layout_, 0, {0, 11}, {.workers = 3})) {
+        shard_(*ps::DgsServerShard::Create(layout_, 0, {0, 11}, {.workers = 3})) {
     ctx_ = Context(shard_);
   }
   // Worker 1's push: piece [0,6) holds {1: 2}, piece [6,11) holds {7: -3, 9: 1}.
@@ -31,24 +31,24 @@ class DgsFrames : public ::testing::Test {
     kernels::SparseVec e;
     e.idx = {1, 7, 9};
     e.val = {2, -3, 1};
-    absl::StatusOr<Bytes> b = EncodeDgsPush(ctx_, 1, 5, base, 0.5f, kernels::View(e));
+    absl::StatusOr<Bytes> b = ps::EncodeDgsPush(ctx_, 1, 5, base, 0.5f, kernels::View(e));
     EXPECT_TRUE(b.ok());
     return *b;
   }
-  DgsRefusal Decode(const Bytes& b, uint32_t from = 1) {
-    DgsMessage m;
-    DgsRefusal why = DgsRefusal::kNone;
-    absl::Status s = DecodeDgsFromWorker(b, ctx_, from, &m, &why);
-    EXPECT_EQ(s.ok(), why == DgsRefusal::kNone) << s;
+  ps::DgsRefusal Decode(const Bytes& b, uint32_t from = 1) {
+    ps::DgsMessage m;
+    ps::DgsRefusal why = ps::DgsRefusal::kNone;
+    absl::Status s = ps::DecodeDgsFromWorker(b, ctx_, from, &m, &why);
+    EXPECT_EQ(s.ok(), why == ps::DgsRefusal::kNone) << s;
     if (!s.ok()) {
-      EXPECT_NE(std::string(s.message()).find(DgsRefusalName(why)), std::string::npos) << s;
+      EXPECT_NE(std::string(s.message()).find(ps::DgsRefusalName(why)), std::string::npos) << s;
     }
     return why;
   }
 
-  DgsLayout layout_;
-  DgsServerShard shard_;
-  DgsWireContext ctx_;
+  ps::DgsLayout layout_;
+  ps::DgsServerShard shard_;
+  ps::DgsWireContext ctx_;
 };
 
 }  // namespace gradex::dgs_test

@@ -10,69 +10,71 @@ namespace gradex::dgs_test {
 namespace {
 
 TEST_F(DgsFrames, AValidPushDecodesToItsEntries) {
-  DgsMessage m;
-  DgsRefusal why;
-  ASSERT_TRUE(DecodeDgsFromWorker(Push(), ctx_, 1, &m, &why).ok());
-  EXPECT_EQ(m.kind, DgsKind::kPush);
+  ps::DgsMessage m;
+  ps::DgsRefusal why;
+  ASSERT_TRUE(ps::DecodeDgsFromWorker(Push(), ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(m.kind, ps::DgsKind::kPush);
   EXPECT_EQ(m.request, 5u);
   EXPECT_EQ(m.ratio, 0.5f);
   EXPECT_EQ(m.sparse.idx, (std::vector<uint32_t>{1, 7, 9}));
   EXPECT_EQ(m.sparse.val, (std::vector<float>{2, -3, 1}));
   // Pieces: the shard's range cut at layer 0's end.
-  EXPECT_EQ(layout_.Pieces({0, 11}), (std::vector<DgsRange>{{0, 6}, {6, 11}}));
-  EXPECT_EQ(layout_.Pieces({11, 21}), (std::vector<DgsRange>{{11, 16}, {16, 21}}));
-  EXPECT_LE(Push().size(), DgsMaxMessageBytes(layout_, {0, 11}));
+  EXPECT_EQ(layout_.Pieces({0, 11}), (std::vector<ps::DgsRange>{{0, 6}, {6, 11}}));
+  EXPECT_EQ(layout_.Pieces({11, 21}), (std::vector<ps::DgsRange>{{11, 16}, {16, 21}}));
+  EXPECT_LE(Push().size(), ps::DgsMaxMessageBytes(layout_, {0, 11}));
 }
 
 TEST_F(DgsFrames, EveryBadFieldIsRefusedAndNamed) {
   struct Case {
     const char* what;
     std::function<void(Bytes&)> mutate;
-    DgsRefusal want;
+    ps::DgsRefusal want;
     uint32_t from = 1;
   };
   const std::vector<Case> cases = {
-      {"another worker's id", [](Bytes& b) { Put<uint32_t>(b, 20, 2); }, DgsRefusal::kWrongWorker},
+      {"another worker's id", [](Bytes& b) { Put<uint32_t>(b, 20, 2); },
+       ps::DgsRefusal::kWrongWorker},
       {"a worker id out of range", [](Bytes& b) { Put<uint32_t>(b, 20, 99); },
-       DgsRefusal::kWrongWorker},
-      {"from the rank of another worker", [](Bytes&) {}, DgsRefusal::kWrongWorker, 2},
-      {"magic", [](Bytes& b) { b[0] ^= 1; }, DgsRefusal::kBadMagic},
-      {"format", [](Bytes& b) { Put<uint16_t>(b, 4, 9); }, DgsRefusal::kBadMagic},
+       ps::DgsRefusal::kWrongWorker},
+      {"from the rank of another worker", [](Bytes&) {}, ps::DgsRefusal::kWrongWorker, 2},
+      {"magic", [](Bytes& b) { b[0] ^= 1; }, ps::DgsRefusal::kBadMagic},
+      {"format", [](Bytes& b) { Put<uint16_t>(b, 4, 9); }, ps::DgsRefusal::kBadMagic},
       {"unapplied (a full sync's field) on a push", [](Bytes& b) { Put<uint32_t>(b, 60, 1); },
-       DgsRefusal::kBadMagic},
-      {"kind", [](Bytes& b) { Put<uint16_t>(b, 6, 3); }, DgsRefusal::kWrongKind},
-      {"job", [](Bytes& b) { Put<uint64_t>(b, 8, 8); }, DgsRefusal::kWrongJob},
-      {"epoch", [](Bytes& b) { Put<uint32_t>(b, 16, 4); }, DgsRefusal::kWrongJob},
-      {"shard", [](Bytes& b) { Put<uint32_t>(b, 24, 1); }, DgsRefusal::kWrongShard},
-      {"piece count", [](Bytes& b) { Put<uint32_t>(b, 28, 3); }, DgsRefusal::kWrongPieces},
-      {"layout", [](Bytes& b) { b[32] ^= 0x40; }, DgsRefusal::kWrongLayout},
-      {"ratio 0", [](Bytes& b) { Put<float>(b, 48, 0.0f); }, DgsRefusal::kBadRatio},
-      {"ratio 1.5", [](Bytes& b) { Put<float>(b, 48, 1.5f); }, DgsRefusal::kBadRatio},
-      {"ratio NaN", [](Bytes& b) { Put<float>(b, 48, NAN); }, DgsRefusal::kBadRatio},
-      {"a reason on a push", [](Bytes& b) { Put<uint32_t>(b, 52, 3); }, DgsRefusal::kWrongKind},
-      {"frame magic", [](Bytes& b) { b[kFrame0] ^= 1; }, DgsRefusal::kBadMagic},
-      {"frame job", [](Bytes& b) { Put<uint64_t>(b, kFrame0 + 8, 1); }, DgsRefusal::kWrongJob},
+       ps::DgsRefusal::kBadMagic},
+      {"kind", [](Bytes& b) { Put<uint16_t>(b, 6, 3); }, ps::DgsRefusal::kWrongKind},
+      {"job", [](Bytes& b) { Put<uint64_t>(b, 8, 8); }, ps::DgsRefusal::kWrongJob},
+      {"epoch", [](Bytes& b) { Put<uint32_t>(b, 16, 4); }, ps::DgsRefusal::kWrongJob},
+      {"shard", [](Bytes& b) { Put<uint32_t>(b, 24, 1); }, ps::DgsRefusal::kWrongShard},
+      {"piece count", [](Bytes& b) { Put<uint32_t>(b, 28, 3); }, ps::DgsRefusal::kWrongPieces},
+      {"layout", [](Bytes& b) { b[32] ^= 0x40; }, ps::DgsRefusal::kWrongLayout},
+      {"ratio 0", [](Bytes& b) { Put<float>(b, 48, 0.0f); }, ps::DgsRefusal::kBadRatio},
+      {"ratio 1.5", [](Bytes& b) { Put<float>(b, 48, 1.5f); }, ps::DgsRefusal::kBadRatio},
+      {"ratio NaN", [](Bytes& b) { Put<float>(b, 48, NAN); }, ps::DgsRefusal::kBadRatio},
+      {"a reason on a push", [](Bytes& b) { Put<uint32_t>(b, 52, 3); }, ps::DgsRefusal::kWrongKind},
+      {"frame magic", [](Bytes& b) { b[kFrame0] ^= 1; }, ps::DgsRefusal::kBadMagic},
+      {"frame job", [](Bytes& b) { Put<uint64_t>(b, kFrame0 + 8, 1); }, ps::DgsRefusal::kWrongJob},
       {"frame step (version)", [](Bytes& b) { Put<uint64_t>(b, kFrame0 + 24, 1); },
-       DgsRefusal::kWrongPieces},
+       ps::DgsRefusal::kWrongPieces},
       {"frame block", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 36, 5); },
-       DgsRefusal::kWrongPieces},
+       ps::DgsRefusal::kWrongPieces},
       {"frame sender", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 44, 0); },
-       DgsRefusal::kWrongPieces},
+       ps::DgsRefusal::kWrongPieces},
       {"frame quantized",
        [](Bytes& b) { Put<uint16_t>(b, kFrame0 + 6, kFrameDense | kFrameQuantized); },
-       DgsRefusal::kBadFlags},
+       ps::DgsRefusal::kBadFlags},
       {"count above the piece", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 40, 7); },
-       DgsRefusal::kOverCapacity},
+       ps::DgsRefusal::kOverCapacity},
       {"count beyond the bytes",  // the last frame's
-       [](Bytes& b) { Put<uint32_t>(b, kPayload0 + 8 + 40, 5); }, DgsRefusal::kTruncated},
+       [](Bytes& b) { Put<uint32_t>(b, kPayload0 + 8 + 40, 5); }, ps::DgsRefusal::kTruncated},
       {"index out of its piece", [](Bytes& b) { Put<uint32_t>(b, kPayload0, 6); },
-       DgsRefusal::kIndexOutOfRange},
+       ps::DgsRefusal::kIndexOutOfRange},
       {"index out of the model", [](Bytes& b) { Put<uint32_t>(b, kPayload0, 0xffffffffu); },
-       DgsRefusal::kIndexOutOfRange},
-      {"NaN value", [](Bytes& b) { Put<float>(b, kPayload0 + 4, NAN); }, DgsRefusal::kNonFinite},
+       ps::DgsRefusal::kIndexOutOfRange},
+      {"NaN value", [](Bytes& b) { Put<float>(b, kPayload0 + 4, NAN); },
+       ps::DgsRefusal::kNonFinite},
       {"Inf value", [](Bytes& b) { Put<float>(b, kPayload0 + 4, INFINITY); },
-       DgsRefusal::kNonFinite},
-      {"a trailing byte", [](Bytes& b) { b.push_back(0); }, DgsRefusal::kBadLength},
+       ps::DgsRefusal::kNonFinite},
+      {"a trailing byte", [](Bytes& b) { b.push_back(0); }, ps::DgsRefusal::kBadLength},
   };
   for (const Case& c : cases) {
     Bytes b = Push();
@@ -89,26 +91,26 @@ TEST_F(DgsFrames, EveryBadFieldIsRefusedAndNamed) {
   ASSERT_EQ(i0, 7u);
   Put(b, idx1, i1);
   Put(b, idx1 + 4, i0);
-  EXPECT_EQ(Decode(b), DgsRefusal::kUnsortedIndices);
+  EXPECT_EQ(Decode(b), ps::DgsRefusal::kUnsortedIndices);
   Put(b, idx1, i0);
-  EXPECT_EQ(Decode(b), DgsRefusal::kUnsortedIndices);  // a duplicate
+  EXPECT_EQ(Decode(b), ps::DgsRefusal::kUnsortedIndices);  // a duplicate
   // Every truncation.
   const Bytes full = Push();
   for (size_t n = 0; n < full.size(); ++n) {
     Bytes cut(full.begin(), full.begin() + n);
-    EXPECT_NE(Decode(cut), DgsRefusal::kNone) << n << " bytes";
+    EXPECT_NE(Decode(cut), ps::DgsRefusal::kNone) << n << " bytes";
   }
   // The shard's replies are refused on the worker side when they are for
   // another worker, or are a worker's kind.
-  DgsMessage m;
-  DgsRefusal why;
-  EXPECT_FALSE(DecodeDgsFromShard(full, ctx_, 1, &m, &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kWrongKind);
-  const Bytes refused = EncodeDgsRefused(ctx_, 2, 9, 0, DgsRefusal::kNotJoined);
-  EXPECT_FALSE(DecodeDgsFromShard(refused, ctx_, 1, &m, &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kWrongWorker);
-  ASSERT_TRUE(DecodeDgsFromShard(refused, ctx_, 2, &m, &why).ok());
-  EXPECT_EQ(m.reason, DgsRefusal::kNotJoined);
+  ps::DgsMessage m;
+  ps::DgsRefusal why;
+  EXPECT_FALSE(ps::DecodeDgsFromShard(full, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, ps::DgsRefusal::kWrongKind);
+  const Bytes refused = ps::EncodeDgsRefused(ctx_, 2, 9, 0, ps::DgsRefusal::kNotJoined);
+  EXPECT_FALSE(ps::DecodeDgsFromShard(refused, ctx_, 1, &m, &why).ok());
+  EXPECT_EQ(why, ps::DgsRefusal::kWrongWorker);
+  ASSERT_TRUE(ps::DecodeDgsFromShard(refused, ctx_, 2, &m, &why).ok());
+  EXPECT_EQ(m.reason, ps::DgsRefusal::kNotJoined);
   EXPECT_EQ(m.request, 9u);
 }
 
@@ -118,19 +120,19 @@ TEST_F(DgsFrames, StatefulRefusalsAreCountedAndNeverApplied) {
   std::mt19937 rng(1);
   std::vector<float> init = IntGrad(11, rng);
   auto decode = [&](const Bytes& b) {
-    DgsMessage m;
-    DgsRefusal why;
-    EXPECT_TRUE(DecodeDgsFromWorker(b, ctx_, 1, &m, &why).ok());
+    ps::DgsMessage m;
+    ps::DgsRefusal why;
+    EXPECT_TRUE(ps::DecodeDgsFromWorker(b, ctx_, 1, &m, &why).ok());
     return m;
   };
-  DgsRefusal why;
-  DgsMessage reply;
+  ps::DgsRefusal why;
+  ps::DgsMessage reply;
   // A hello without values to a shard without a model.
   EXPECT_FALSE(shard_.Join(1, {}, &reply, &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kNoModel);
+  EXPECT_EQ(why, ps::DgsRefusal::kNoModel);
   // Not joined yet.
   EXPECT_FALSE(shard_.ApplyPush(1, decode(Push()), &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kNotJoined);
+  EXPECT_EQ(why, ps::DgsRefusal::kNotJoined);
   ASSERT_TRUE(shard_.Join(0, init, &reply).ok());
   ASSERT_TRUE(shard_.Join(1, {}, &reply).ok());
   ASSERT_TRUE(shard_.ApplyPush(1, decode(Push(0))).ok());  // version 1
@@ -140,46 +142,46 @@ TEST_F(DgsFrames, StatefulRefusalsAreCountedAndNeverApplied) {
   struct Case {
     uint64_t base;
     uint32_t as;
-    DgsRefusal want;
+    ps::DgsRefusal want;
   };
   for (const Case& c :
-       {Case{2, 1, DgsRefusal::kVersionAhead}, Case{0, 1, DgsRefusal::kStaleVersion},
-        Case{1, 0, DgsRefusal::kWrongWorker}}) {
+       {Case{2, 1, ps::DgsRefusal::kVersionAhead}, Case{0, 1, ps::DgsRefusal::kStaleVersion},
+        Case{1, 0, ps::DgsRefusal::kWrongWorker}}) {
     EXPECT_FALSE(shard_.ApplyPush(c.as, decode(Push(c.base)), &why).ok());
     EXPECT_EQ(why, c.want);
   }
   EXPECT_EQ(shard_.version(), 1u);
   EXPECT_TRUE(std::equal(m.begin(), m.end(), shard_.model().begin()));
-  const DgsRefusalCounts& r = shard_.refused();
-  EXPECT_EQ(r[static_cast<size_t>(DgsRefusal::kNoModel)], 1u);
-  EXPECT_EQ(r[static_cast<size_t>(DgsRefusal::kNotJoined)], 1u);
-  EXPECT_EQ(r[static_cast<size_t>(DgsRefusal::kVersionAhead)], 1u);
-  EXPECT_EQ(r[static_cast<size_t>(DgsRefusal::kStaleVersion)], 1u);
-  EXPECT_EQ(r[static_cast<size_t>(DgsRefusal::kWrongWorker)], 1u);
+  const ps::DgsRefusalCounts& r = shard_.refused();
+  EXPECT_EQ(r[static_cast<size_t>(ps::DgsRefusal::kNoModel)], 1u);
+  EXPECT_EQ(r[static_cast<size_t>(ps::DgsRefusal::kNotJoined)], 1u);
+  EXPECT_EQ(r[static_cast<size_t>(ps::DgsRefusal::kVersionAhead)], 1u);
+  EXPECT_EQ(r[static_cast<size_t>(ps::DgsRefusal::kStaleVersion)], 1u);
+  EXPECT_EQ(r[static_cast<size_t>(ps::DgsRefusal::kWrongWorker)], 1u);
   EXPECT_EQ(shard_.total_refused(), 5u);
   // An evicted worker must say hello again.
   shard_.Deactivate(1);
   EXPECT_FALSE(shard_.ApplyPush(1, decode(Push(1)), &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kNotJoined);
+  EXPECT_EQ(why, ps::DgsRefusal::kNotJoined);
 }
 
 TEST_F(DgsFrames, SnapshotRoundTripsAndEveryCorruptionIsRefused) {
   std::mt19937 rng(2);
-  DgsMessage reply;
+  ps::DgsMessage reply;
   ASSERT_TRUE(shard_.Join(0, IntGrad(11, rng), &reply).ok());
   kernels::SparseVec e;
   e.idx = {0, 4, 10};
   e.val = {1.5f, -2, 8};
   for (uint64_t v = 0; v < 3; ++v) {
-    absl::StatusOr<Bytes> b = EncodeDgsPush(ctx_, 0, 1, v, 1.0f, kernels::View(e));
-    DgsMessage m;
-    DgsRefusal why;
-    ASSERT_TRUE(DecodeDgsFromWorker(*b, ctx_, 0, &m, &why).ok());
+    absl::StatusOr<Bytes> b = ps::EncodeDgsPush(ctx_, 0, 1, v, 1.0f, kernels::View(e));
+    ps::DgsMessage m;
+    ps::DgsRefusal why;
+    ASSERT_TRUE(ps::DecodeDgsFromWorker(*b, ctx_, 0, &m, &why).ok());
     ASSERT_TRUE(shard_.ApplyPush(0, m).ok());
     ASSERT_TRUE(shard_.MakePull(0, &reply).ok());
   }
   const Bytes snap = *shard_.Snapshot();
-  auto restored = DgsServerShard::Create(layout_, 0, {0, 11}, {.workers = 3});
+  auto restored = ps::DgsServerShard::Create(layout_, 0, {0, 11}, {.workers = 3});
   ASSERT_TRUE(restored.ok());
   const Bytes empty = *restored->Snapshot();  // a shard without a model
   // Every single-byte change, every truncation and an extra byte: refused,
@@ -201,12 +203,12 @@ TEST_F(DgsFrames, SnapshotRoundTripsAndEveryCorruptionIsRefused) {
   EXPECT_FALSE(restored->has_model());
   EXPECT_EQ(restored->version(), 0u);
   // Another shard, range or layout refuses it.
-  auto other_range = DgsServerShard::Create(layout_, 0, {0, 10}, {.workers = 3});
+  auto other_range = ps::DgsServerShard::Create(layout_, 0, {0, 10}, {.workers = 3});
   EXPECT_FALSE(other_range->Restore(snap).ok());
-  auto other_shard = DgsServerShard::Create(layout_, 1, {0, 11}, {.workers = 3});
+  auto other_shard = ps::DgsServerShard::Create(layout_, 1, {0, 11}, {.workers = 3});
   EXPECT_NE(std::string(other_shard->Restore(snap).message()).find("shard"), std::string::npos);
-  const DgsLayout other_layout = MakeLayout({5, 11, 5});
-  auto other_model = DgsServerShard::Create(other_layout, 0, {0, 11}, {.workers = 3});
+  const ps::DgsLayout other_layout = MakeLayout({5, 11, 5});
+  auto other_model = ps::DgsServerShard::Create(other_layout, 0, {0, 11}, {.workers = 3});
   EXPECT_NE(std::string(other_model->Restore(snap).message()).find("fingerprint"),
             std::string::npos);
   // The round trip: M and the version; every worker must rejoin.
@@ -216,7 +218,7 @@ TEST_F(DgsFrames, SnapshotRoundTripsAndEveryCorruptionIsRefused) {
   EXPECT_TRUE(std::equal(shard_.model().begin(), shard_.model().end(), restored->model().begin()));
   EXPECT_FALSE(restored->active(0));
   ASSERT_TRUE(restored->Join(0, {}, &reply).ok());
-  EXPECT_EQ(reply.kind, DgsKind::kFullSync);
+  EXPECT_EQ(reply.kind, ps::DgsKind::kFullSync);
   EXPECT_EQ(reply.version, 3u);
   EXPECT_TRUE(std::equal(reply.dense.begin(), reply.dense.end(), shard_.model().begin()));
   // A snapshot of a shard without a model restores to none.
@@ -225,19 +227,19 @@ TEST_F(DgsFrames, SnapshotRoundTripsAndEveryCorruptionIsRefused) {
 }
 
 TEST(DgsLayoutTest, BadLayoutsAndSplitsAreRefused) {
-  EXPECT_FALSE(DgsLayout::Create({}).ok());
-  EXPECT_FALSE(DgsLayout::Create({3, 0, 2}).ok());
-  EXPECT_FALSE(DgsLayout::Create({0xffffffffu, 1}).ok());
-  const DgsLayout l = MakeLayout({3, 4});
+  EXPECT_FALSE(ps::DgsLayout::Create({}).ok());
+  EXPECT_FALSE(ps::DgsLayout::Create({3, 0, 2}).ok());
+  EXPECT_FALSE(ps::DgsLayout::Create({0xffffffffu, 1}).ok());
+  const ps::DgsLayout l = MakeLayout({3, 4});
   EXPECT_NE(l.fingerprint(), MakeLayout({4, 3}).fingerprint());
   EXPECT_FALSE(l.SplitShards(0).ok());
   EXPECT_FALSE(l.SplitShards(8).ok());
   auto s = l.SplitShards(3);
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(*s, (std::vector<DgsRange>{{0, 3}, {3, 5}, {5, 7}}));
-  EXPECT_FALSE(DgsServerShard::Create(l, 0, {5, 8}, {}).ok());
-  EXPECT_FALSE(DgsServerShard::Create(l, 0, {0, 7}, {.workers = 0}).ok());
-  EXPECT_FALSE(DgsServerShard::Create(l, 0, {0, 7}, {.full_sync_every = 0}).ok());
+  EXPECT_EQ(*s, (std::vector<ps::DgsRange>{{0, 3}, {3, 5}, {5, 7}}));
+  EXPECT_FALSE(ps::DgsServerShard::Create(l, 0, {5, 8}, {}).ok());
+  EXPECT_FALSE(ps::DgsServerShard::Create(l, 0, {0, 7}, {.workers = 0}).ok());
+  EXPECT_FALSE(ps::DgsServerShard::Create(l, 0, {0, 7}, {.full_sync_every = 0}).ok());
 }
 
 }  // namespace

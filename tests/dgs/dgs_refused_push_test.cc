@@ -8,7 +8,7 @@
 #include <atomic>
 #include <thread>
 
-#include "collectives/frame.h"
+#include "collectives/wire/frame.h"
 #include "ps/dgs_exchange.h"
 #include "tests/dgs/dgs_util.h"
 #include "transport/forwarding_transport.h"
@@ -19,7 +19,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr DgsJob kJob{7, 3};
+constexpr ps::DgsJob kJob{7, 3};
 
 enum class Break { kNaN, kTooLong };
 
@@ -29,11 +29,11 @@ class BreakingTransport : public ForwardingTransport {
   BreakingTransport(Transport& inner, uint32_t shard, int nth, Break how, uint64_t cap)
       : ForwardingTransport(inner), shard_(shard), nth_(nth), how_(how), cap_(cap) {}
   absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override {
-    DgsMessageHeader h;
-    if (tag == DgsUpTag(shard_) && payload.size() >= sizeof h) {
+    ps::DgsMessageHeader h;
+    if (tag == ps::DgsUpTag(shard_) && payload.size() >= sizeof h) {
       std::memcpy(&h, payload.data(), sizeof h);
-      const auto kind = static_cast<DgsKind>(h.kind);
-      if ((kind == DgsKind::kPush || kind == DgsKind::kDensePush) && ++pushes_ == nth_) {
+      const auto kind = static_cast<ps::DgsKind>(h.kind);
+      if ((kind == ps::DgsKind::kPush || kind == ps::DgsKind::kDensePush) && ++pushes_ == nth_) {
         if (how_ == Break::kNaN) {
           const float nan = NAN;  // the first value of the first (dense) frame
           std::memcpy(payload.data() + sizeof h + sizeof(FrameHeader), &nan, sizeof nan);
@@ -55,7 +55,7 @@ class BreakingTransport : public ForwardingTransport {
 
 struct Case {
   Break how;
-  DgsRefusal reason;
+  ps::DgsRefusal reason;
 };
 
 class DgsRefusedPush : public ::testing::TestWithParam<Case> {};
@@ -68,15 +68,15 @@ class DgsRefusedPush : public ::testing::TestWithParam<Case> {};
 //   shard 1 (push 2 refused, put back as u = a2/m = 2·a2):
 //                                  M0 − M = g1 + (a2 + g3)
 TEST_P(DgsRefusedPush, TheRefusedPartGoesBackIntoTheVelocityExactly) {
-  const DgsLayout layout = MakeLayout({12, 8});
-  const std::vector<DgsRange> ranges = *layout.SplitShards(2);
+  const ps::DgsLayout layout = MakeLayout({12, 8});
+  const std::vector<ps::DgsRange> ranges = *layout.SplitShards(2);
   auto t = CreateLoopbackTransports(3);
-  std::vector<std::unique_ptr<DgsServerShard>> shards;
-  std::vector<std::unique_ptr<DgsServer>> servers;
+  std::vector<std::unique_ptr<ps::DgsServerShard>> shards;
+  std::vector<std::unique_ptr<ps::DgsServer>> servers;
   for (uint32_t s = 0; s < 2; ++s) {
-    shards.push_back(std::make_unique<DgsServerShard>(
-        *DgsServerShard::Create(layout, s, ranges[s], {.workers = 1})));
-    servers.push_back(std::make_unique<DgsServer>(*t[1 + s], kJob, *shards[s], std::vector{0}));
+    shards.push_back(std::make_unique<ps::DgsServerShard>(
+        *ps::DgsServerShard::Create(layout, s, ranges[s], {.workers = 1})));
+    servers.push_back(std::make_unique<ps::DgsServer>(*t[1 + s], kJob, *shards[s], std::vector{0}));
   }
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
@@ -87,10 +87,11 @@ TEST_P(DgsRefusedPush, TheRefusedPartGoesBackIntoTheVelocityExactly) {
       }
     });
   }
-  BreakingTransport breaking(*t[0], 1, 2, GetParam().how, DgsMaxMessageBytes(layout, ranges[1]));
-  DgsPushPull link(breaking, kJob, {{0, 1}, {1, 2}});
-  DgsWorkerState w = *DgsWorkerState::Create(layout, 0, ranges,
-                                             {.momentum = 0.5f, .weight_decay = 0, .density = 1});
+  BreakingTransport breaking(*t[0], 1, 2, GetParam().how,
+                             ps::DgsMaxMessageBytes(layout, ranges[1]));
+  ps::DgsPushPull link(breaking, kJob, {{0, 1}, {1, 2}});
+  ps::DgsWorkerState w = *ps::DgsWorkerState::Create(
+      layout, 0, ranges, {.momentum = 0.5f, .weight_decay = 0, .density = 1});
   std::mt19937 rng(11);
   std::vector<float> params = IntGrad(20, rng);
   const std::vector<float> m0 = params;
@@ -103,7 +104,7 @@ TEST_P(DgsRefusedPush, TheRefusedPartGoesBackIntoTheVelocityExactly) {
   EXPECT_LT(Clock::now() - start, milliseconds(10000)) << "matched at once, not at the deadline";
   ASSERT_FALSE(s.ok());
   const std::string msg(s.message());
-  EXPECT_NE(msg.find(DgsRefusalName(GetParam().reason)), std::string::npos) << s;
+  EXPECT_NE(msg.find(ps::DgsRefusalName(GetParam().reason)), std::string::npos) << s;
   EXPECT_NE(msg.find("not applied"), std::string::npos) << s;
   EXPECT_NE(msg.find("back in the worker's velocity"), std::string::npos) << s;
   EXPECT_FALSE(w.joined(1));
@@ -123,7 +124,7 @@ TEST_P(DgsRefusedPush, TheRefusedPartGoesBackIntoTheVelocityExactly) {
   EXPECT_EQ(shards[1]->refused()[static_cast<size_t>(GetParam().reason)], 1u);
   for (uint32_t i = 0; i < 20; ++i) {
     const float applied = i < 10 ? g1[i] + a2[i] + (a2[i] / 2 + g3[i]) : g1[i] + (a2[i] + g3[i]);
-    const DgsServerShard& sh = *shards[i < 10 ? 0 : 1];
+    const ps::DgsServerShard& sh = *shards[i < 10 ? 0 : 1];
     EXPECT_EQ(m0[i] - sh.model()[i - sh.range().begin], applied) << "entry " << i;
     EXPECT_EQ(params[i], sh.model()[i - sh.range().begin]) << "entry " << i;  // ASGD: params = M
   }
@@ -136,21 +137,21 @@ TEST_P(DgsRefusedPush, TheRefusedPartGoesBackIntoTheVelocityExactly) {
 // push after (worker 1 has left) carries it. Density 1, m = 1/2, integers:
 //   M0 − M = g1 + (a2 + g3), a2 = g1/2 + g2.
 TEST(DgsHeldPush, AHeldPushDroppedOnTheHelloIsPutBack) {
-  const DgsLayout layout = MakeLayout({12});
+  const ps::DgsLayout layout = MakeLayout({12});
   auto t = CreateLoopbackTransports(3);
-  DgsServerShard shard =
-      *DgsServerShard::Create(layout, 0, {0, 12}, {.workers = 2, .max_staleness = 1});
-  DgsServer server(*t[2], kJob, shard, {0, 1});
+  ps::DgsServerShard shard =
+      *ps::DgsServerShard::Create(layout, 0, {0, 12}, {.workers = 2, .max_staleness = 1});
+  ps::DgsServer server(*t[2], kJob, shard, {0, 1});
   std::atomic<bool> stop{false};
   std::thread serving([&] {
     while (!stop.load()) {
       if (!server.ServeUntil(DeadlineIn(milliseconds(20))).ok()) return;
     }
   });
-  DgsPushPull link0(*t[0], kJob, {{0, 2}}), link1(*t[1], kJob, {{0, 2}});
-  const DgsWorkerOptions o{.momentum = 0.5f, .weight_decay = 0, .density = 1};
-  DgsWorkerState w0 = *DgsWorkerState::Create(layout, 0, {{0, 12}}, o);
-  DgsWorkerState w1 = *DgsWorkerState::Create(layout, 1, {{0, 12}}, o);
+  ps::DgsPushPull link0(*t[0], kJob, {{0, 2}}), link1(*t[1], kJob, {{0, 2}});
+  const ps::DgsWorkerOptions o{.momentum = 0.5f, .weight_decay = 0, .density = 1};
+  ps::DgsWorkerState w0 = *ps::DgsWorkerState::Create(layout, 0, {{0, 12}}, o);
+  ps::DgsWorkerState w1 = *ps::DgsWorkerState::Create(layout, 1, {{0, 12}}, o);
   std::mt19937 rng(12);
   std::vector<float> p0 = IntGrad(12, rng), p1 = p0;
   const std::vector<float> m0 = p0;
@@ -175,8 +176,8 @@ TEST(DgsHeldPush, AHeldPushDroppedOnTheHelloIsPutBack) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Breaks, DgsRefusedPush,
-                         ::testing::Values(Case{Break::kNaN, DgsRefusal::kNonFinite},
-                                           Case{Break::kTooLong, DgsRefusal::kOverCapacity}));
+                         ::testing::Values(Case{Break::kNaN, ps::DgsRefusal::kNonFinite},
+                                           Case{Break::kTooLong, ps::DgsRefusal::kOverCapacity}));
 
 }  // namespace
 }  // namespace gradex::dgs_test

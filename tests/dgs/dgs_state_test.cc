@@ -22,25 +22,25 @@ class DgsEquivalence : public ::testing::TestWithParam<Setup> {};
 // compared bit for bit after every push-pull; and the float ASGD against the
 // same in double, which shows the run stayed in the exact integers/dyadics.
 TEST_P(DgsEquivalence, DensityOneIsAsgdStepForStep) {
-  const DgsLayout layout = MakeLayout({5, 7, 4});
+  const ps::DgsLayout layout = MakeLayout({5, 7, 4});
   const uint32_t workers = 3;
   const float m = 0.5f, wd = 0.5f, lr = 1.0f;
   std::mt19937 rng(11);
   auto ranges = layout.SplitShards(GetParam().shards);
   ASSERT_TRUE(ranges.ok());
-  std::vector<DgsServerShard> shards;
+  std::vector<ps::DgsServerShard> shards;
   for (uint32_t s = 0; s < ranges->size(); ++s) {
-    auto sh =
-        DgsServerShard::Create(layout, s, (*ranges)[s],
-                               {.workers = workers, .full_sync_every = GetParam().full_sync_every});
+    auto sh = ps::DgsServerShard::Create(
+        layout, s, (*ranges)[s],
+        {.workers = workers, .full_sync_every = GetParam().full_sync_every});
     ASSERT_TRUE(sh.ok()) << sh.status();
     shards.push_back(*std::move(sh));
   }
-  std::vector<DgsWorkerState> ws;
+  std::vector<ps::DgsWorkerState> ws;
   std::vector<std::vector<float>> params;
   for (uint32_t k = 0; k < workers; ++k) {
-    auto w = DgsWorkerState::Create(layout, k, *ranges,
-                                    {.momentum = m, .weight_decay = wd, .density = 1.0f});
+    auto w = ps::DgsWorkerState::Create(layout, k, *ranges,
+                                        {.momentum = m, .weight_decay = wd, .density = 1.0f});
     ASSERT_TRUE(w.ok()) << w.status();
     ws.push_back(*std::move(w));
     params.push_back(IntGrad(layout.total(), rng));
@@ -51,7 +51,7 @@ TEST_P(DgsEquivalence, DensityOneIsAsgdStepForStep) {
   std::vector<std::vector<float>> ref_u(workers, std::vector<float>(layout.total(), 0));
   std::vector<std::vector<double>> dref_u(workers, std::vector<double>(layout.total(), 0));
   for (uint32_t k = 0; k < workers; ++k) {
-    for (DgsServerShard& sh : shards) Join(sh, ws[k], params[k]);
+    for (ps::DgsServerShard& sh : shards) Join(sh, ws[k], params[k]);
     ASSERT_EQ(params[k], ref_m);
   }
   std::vector<std::vector<float>> ref_w(workers, ref_m);
@@ -59,10 +59,10 @@ TEST_P(DgsEquivalence, DensityOneIsAsgdStepForStep) {
     for (uint32_t k = 0; k < workers; ++k) {
       SCOPED_TRACE(::testing::Message() << "round " << round << " worker " << k);
       const std::vector<float> g = IntGrad(layout.total(), rng);
-      DgsPush push;
+      ps::DgsPush push;
       ASSERT_TRUE(ws[k].MakePush(g, params[k], lr, &push).ok());
       EXPECT_EQ(push.ratio, 1.0f);
-      for (DgsServerShard& sh : shards) PushPull(sh, ws[k], push, params[k]);
+      for (ps::DgsServerShard& sh : shards) PushPull(sh, ws[k], push, params[k]);
       for (size_t i = 0; i < layout.total(); ++i) {
         const float a = m * ref_u[k][i] + lr * (g[i] + wd * ref_w[k][i]);
         const double da = 0.5 * dref_u[k][i] + (g[i] + 0.5 * double{ref_w[k][i]});
@@ -75,7 +75,7 @@ TEST_P(DgsEquivalence, DensityOneIsAsgdStepForStep) {
       ref_w[k] = ref_m;
       EXPECT_EQ(params[k], ref_m);
       EXPECT_TRUE(std::equal(ws[k].velocity().begin(), ws[k].velocity().end(), ref_u[k].begin()));
-      for (DgsServerShard& sh : shards) {
+      for (ps::DgsServerShard& sh : shards) {
         EXPECT_TRUE(
             std::equal(sh.model().begin(), sh.model().end(), ref_m.begin() + sh.range().begin));
         EXPECT_EQ(sh.total_refused(), 0u);
@@ -100,22 +100,22 @@ class DgsConservation : public ::testing::TestWithParam<std::tuple<float, int>> 
 // bookkeeping does not depend on the worker's momentum.)
 TEST_P(DgsConservation, ModelMinusSentHoldsEveryUnsentEntry) {
   const auto [density, nshards] = GetParam();
-  const DgsLayout layout = MakeLayout({23, 9, 40, 1, 17});
+  const ps::DgsLayout layout = MakeLayout({23, 9, 40, 1, 17});
   const uint32_t workers = 3;
   std::mt19937 rng(5);
   auto ranges = layout.SplitShards(nshards);
   ASSERT_TRUE(ranges.ok());
-  std::vector<DgsServerShard> shards;
+  std::vector<ps::DgsServerShard> shards;
   for (uint32_t s = 0; s < ranges->size(); ++s) {
-    shards.push_back(*DgsServerShard::Create(layout, s, (*ranges)[s],
-                                             {.workers = workers, .full_sync_every = 10}));
+    shards.push_back(*ps::DgsServerShard::Create(layout, s, (*ranges)[s],
+                                                 {.workers = workers, .full_sync_every = 10}));
   }
-  std::vector<DgsWorkerState> ws;
+  std::vector<ps::DgsWorkerState> ws;
   std::vector<std::vector<float>> params(workers, IntGrad(layout.total(), rng));
   for (uint32_t k = 0; k < workers; ++k) {
-    ws.push_back(*DgsWorkerState::Create(
+    ws.push_back(*ps::DgsWorkerState::Create(
         layout, k, *ranges, {.momentum = 1.0f, .weight_decay = 0, .density = density}));
-    for (DgsServerShard& sh : shards) Join(sh, ws[k], params[k]);
+    for (ps::DgsServerShard& sh : shards) Join(sh, ws[k], params[k]);
   }
   std::vector<double> model(params[0].begin(), params[0].end());  // M0 + every push
   std::vector<std::vector<double>> sent(workers, model);          // what each worker got
@@ -126,36 +126,36 @@ TEST_P(DgsConservation, ModelMinusSentHoldsEveryUnsentEntry) {
     std::shuffle(order.begin(), order.end(), rng);
     for (uint32_t k : order) {
       SCOPED_TRACE(::testing::Message() << "round " << round << " worker " << k);
-      DgsPush push;
+      ps::DgsPush push;
       ASSERT_TRUE(ws[k].MakePush(IntGrad(layout.total(), rng), params[k], 1.0f, &push).ok());
       EXPECT_EQ(push.is_dense, push.ratio >= 1.0f);  // R = 1 takes the dense route
-      const kernels::SparseVec entries = DgsPushEntries(push);
+      const kernels::SparseVec entries = ps::DgsPushEntries(push);
       EXPECT_EQ(push.nnz, entries.nnz());
       for (uint32_t j = 0; j < layout.layers(); ++j) {
-        const DgsRange l = layout.layer(j);
+        const ps::DgsRange l = layout.layer(j);
         const auto n = std::count_if(entries.idx.begin(), entries.idx.end(),
                                      [&](uint32_t i) { return i >= l.begin && i < l.end; });
-        EXPECT_LE(static_cast<uint32_t>(n), DgsKeep(l.size(), push.ratio));
+        EXPECT_LE(static_cast<uint32_t>(n), ps::DgsKeep(l.size(), push.ratio));
       }
       for (size_t e = 0; e < entries.nnz(); ++e) model[entries.idx[e]] += entries.val[e];
-      for (DgsServerShard& sh : shards) {
-        const DgsRange r = sh.range();
+      for (ps::DgsServerShard& sh : shards) {
+        const ps::DgsRange r = sh.range();
         std::vector<float> before(r.size());  // M − v_k before the pull, after the push
         for (uint32_t i = 0; i < r.size(); ++i) {
           before[i] = static_cast<float>(model[r.begin + i] - sent[k][r.begin + i]);
         }
         const uint64_t full_before = sh.stats().full_syncs;
-        DgsMessage pull = PushPull(sh, ws[k], push, params[k]);
+        ps::DgsMessage pull = PushPull(sh, ws[k], push, params[k]);
         for (uint32_t i = 0; i < r.size(); ++i) {
           ASSERT_EQ(double{sh.model()[i]}, model[r.begin + i]) << "M at " << r.begin + i;
         }
         if (sh.stats().full_syncs != full_before) {
-          ASSERT_EQ(pull.kind, DgsKind::kFullSync);
+          ASSERT_EQ(pull.kind, ps::DgsKind::kFullSync);
           for (uint32_t i = 0; i < r.size(); ++i) sent[k][r.begin + i] = model[r.begin + i];
         } else {
-          ASSERT_EQ(pull.kind, push.ratio >= 1.0f ? DgsKind::kDensePull : DgsKind::kPull);
+          ASSERT_EQ(pull.kind, push.ratio >= 1.0f ? ps::DgsKind::kDensePull : ps::DgsKind::kPull);
           size_t limit = 0;
-          for (const DgsRange& p : layout.Pieces(r)) limit += DgsKeep(p.size(), push.ratio);
+          for (const ps::DgsRange& p : layout.Pieces(r)) limit += ps::DgsKeep(p.size(), push.ratio);
           EXPECT_LE(pull.sparse.nnz(), limit);
           std::vector<uint8_t> was_sent(r.size(), 0);
           for (size_t e = 0; e < pull.sparse.nnz(); ++e) {
@@ -180,7 +180,7 @@ TEST_P(DgsConservation, ModelMinusSentHoldsEveryUnsentEntry) {
       }
     }
   }
-  for (const DgsServerShard& sh : shards) EXPECT_EQ(sh.total_refused(), 0u);
+  for (const ps::DgsServerShard& sh : shards) EXPECT_EQ(sh.total_refused(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Densities, DgsConservation,
@@ -191,21 +191,21 @@ INSTANTIATE_TEST_SUITE_P(Densities, DgsConservation,
 // |a| per layer is pushed (as −a) and keeps u = a; the rest keeps u = a / m.
 // The last layer (1 element) is kept whole: the one-pass route.
 TEST(DgsWorker, SamomentumFollowsTheSeed) {
-  const DgsLayout layout = MakeLayout({16, 10, 3, 1});
+  const ps::DgsLayout layout = MakeLayout({16, 10, 3, 1});
   const float m = 0.5f, wd = 0.25f, lr = 1.0f, density = 0.25f;
-  auto w = DgsWorkerState::Create(layout, 0, {{0, 30}},
-                                  {.momentum = m, .weight_decay = wd, .density = density});
+  auto w = ps::DgsWorkerState::Create(layout, 0, {{0, 30}},
+                                      {.momentum = m, .weight_decay = wd, .density = density});
   ASSERT_TRUE(w.ok());
   std::mt19937 rng(3);
   const std::vector<float> params = IntGrad(layout.total(), rng);
   std::vector<float> u(layout.total(), 0);
   for (int step = 0; step < 10; ++step) {
     const std::vector<float> g = IntGrad(layout.total(), rng);
-    DgsPush push;
+    ps::DgsPush push;
     ASSERT_TRUE(w->MakePush(g, params, lr, &push).ok());
     kernels::SparseVec want;
     for (uint32_t j = 0; j < layout.layers(); ++j) {
-      const DgsRange l = layout.layer(j);
+      const ps::DgsRange l = layout.layer(j);
       std::vector<uint32_t> order;
       std::vector<float> a(layout.total());
       for (uint32_t i = l.begin; i < l.end; ++i) {
@@ -214,7 +214,7 @@ TEST(DgsWorker, SamomentumFollowsTheSeed) {
       }
       std::stable_sort(order.begin(), order.end(),
                        [&](uint32_t x, uint32_t y) { return std::fabs(a[x]) > std::fabs(a[y]); });
-      order.resize(std::min<size_t>(order.size(), DgsKeep(l.size(), density)));
+      order.resize(std::min<size_t>(order.size(), ps::DgsKeep(l.size(), density)));
       std::sort(order.begin(), order.end());
       for (uint32_t i = l.begin; i < l.end; ++i) {
         const bool sent = std::binary_search(order.begin(), order.end(), i);
@@ -234,17 +234,17 @@ TEST(DgsWorker, SamomentumFollowsTheSeed) {
 // A push the shard did not apply is put back: its entries become unsent
 // (u = a/m) inside that shard's range only, on either route.
 TEST(DgsWorker, UnsendMakesTheEntriesUnsentAgain) {
-  const DgsLayout layout = MakeLayout({12, 8});
+  const ps::DgsLayout layout = MakeLayout({12, 8});
   for (float density : {0.25f, 1.0f}) {
     SCOPED_TRACE(density);
-    auto w = DgsWorkerState::Create(layout, 0, {{0, 10}, {10, 20}},
-                                    {.momentum = 0.5f, .weight_decay = 0, .density = density});
+    auto w = ps::DgsWorkerState::Create(layout, 0, {{0, 10}, {10, 20}},
+                                        {.momentum = 0.5f, .weight_decay = 0, .density = density});
     std::mt19937 rng(5);
-    DgsPush push;
+    ps::DgsPush push;
     ASSERT_TRUE(w->MakePush(IntGrad(20, rng), IntGrad(20, rng), 1, &push).ok());
     EXPECT_EQ(push.is_dense, density == 1.0f);
     const std::vector<float> u(w->velocity().begin(), w->velocity().end());
-    const kernels::SparseVec e = DgsPushEntries(push);
+    const kernels::SparseVec e = ps::DgsPushEntries(push);
     std::vector<uint8_t> sent(20, 0);
     for (uint32_t i : e.idx) sent[i] = 1;
     const uint64_t in_range =
@@ -260,30 +260,30 @@ TEST(DgsWorker, UnsendMakesTheEntriesUnsentAgain) {
 }
 
 TEST(DgsWorker, RatioScalesWithTheLearningRate) {
-  const DgsLayout layout = MakeLayout({100});
-  auto w = DgsWorkerState::Create(layout, 0, {{0, 100}}, {.density = 0.1f, .lr0 = 0.1f});
+  const ps::DgsLayout layout = MakeLayout({100});
+  auto w = ps::DgsWorkerState::Create(layout, 0, {{0, 100}}, {.density = 0.1f, .lr0 = 0.1f});
   ASSERT_TRUE(w.ok());
   EXPECT_NEAR(w->Ratio(0.1f), 0.1, 1e-7);
   EXPECT_NEAR(w->Ratio(0.01f), 0.01, 1e-8);
   EXPECT_EQ(w->Ratio(5.0f), 1.0);
-  auto dense = DgsWorkerState::Create(layout, 0, {{0, 100}}, {.density = 1.0f, .lr0 = 0.1f});
+  auto dense = ps::DgsWorkerState::Create(layout, 0, {{0, 100}}, {.density = 1.0f, .lr0 = 0.1f});
   EXPECT_EQ(dense->Ratio(0.001f), 1.0);  // ASGD stays dense whatever lr
-  EXPECT_EQ(DgsKeep(100, 0.001), 1u);
-  EXPECT_EQ(DgsKeep(100, 0.011), 2u);
-  EXPECT_EQ(DgsKeep(100, 1.0), 100u);
+  EXPECT_EQ(ps::DgsKeep(100, 0.001), 1u);
+  EXPECT_EQ(ps::DgsKeep(100, 0.011), 2u);
+  EXPECT_EQ(ps::DgsKeep(100, 1.0), 100u);
 }
 
 TEST(DgsWorker, BadOptionsAndInputsAreRefused) {
-  const DgsLayout layout = MakeLayout({10, 10});
-  EXPECT_FALSE(DgsWorkerState::Create(layout, 0, {{0, 20}}, {.momentum = 0}).ok());
-  EXPECT_FALSE(DgsWorkerState::Create(layout, 0, {{0, 20}}, {.density = 1.5f}).ok());
-  EXPECT_FALSE(DgsWorkerState::Create(layout, 0, {{0, 20}}, {.weight_decay = -1}).ok());
-  EXPECT_FALSE(DgsWorkerState::Create(layout, 0, {{0, 10}}, {}).ok());            // a gap
-  EXPECT_FALSE(DgsWorkerState::Create(layout, 0, {{0, 10}, {11, 20}}, {}).ok());  // a hole
-  auto w = DgsWorkerState::Create(layout, 0, {{0, 10}, {10, 20}}, {});
+  const ps::DgsLayout layout = MakeLayout({10, 10});
+  EXPECT_FALSE(ps::DgsWorkerState::Create(layout, 0, {{0, 20}}, {.momentum = 0}).ok());
+  EXPECT_FALSE(ps::DgsWorkerState::Create(layout, 0, {{0, 20}}, {.density = 1.5f}).ok());
+  EXPECT_FALSE(ps::DgsWorkerState::Create(layout, 0, {{0, 20}}, {.weight_decay = -1}).ok());
+  EXPECT_FALSE(ps::DgsWorkerState::Create(layout, 0, {{0, 10}}, {}).ok());            // a gap
+  EXPECT_FALSE(ps::DgsWorkerState::Create(layout, 0, {{0, 10}, {11, 20}}, {}).ok());  // a hole
+  auto w = ps::DgsWorkerState::Create(layout, 0, {{0, 10}, {10, 20}}, {});
   ASSERT_TRUE(w.ok());
   std::vector<float> p(20, 1), g(20, 1);
-  DgsPush push;
+  ps::DgsPush push;
   EXPECT_FALSE(w->MakePush(std::span<const float>(g).first(19), p, 0.1f, &push).ok());
   EXPECT_FALSE(w->MakePush(g, p, 0.0f, &push).ok());
   g[3] = NAN;
@@ -291,31 +291,33 @@ TEST(DgsWorker, BadOptionsAndInputsAreRefused) {
   EXPECT_TRUE(
       std::all_of(w->velocity().begin(), w->velocity().end(), [](float x) { return x == 0; }));
   // A pull before a full sync, or for another worker, is refused.
-  DgsMessage pull;
-  pull.kind = DgsKind::kPull;
+  ps::DgsMessage pull;
+  pull.kind = ps::DgsKind::kPull;
   pull.shard = 1;
   EXPECT_FALSE(w->ApplyPull(1, pull, p).ok());
   pull.worker = 5;
-  pull.kind = DgsKind::kFullSync;
+  pull.kind = ps::DgsKind::kFullSync;
   pull.dense.assign(10, 0);
   EXPECT_FALSE(w->ApplyPull(1, pull, p).ok());
   EXPECT_EQ(p, std::vector<float>(20, 1));
 }
 
-TEST(DgsServer, StalenessStaircaseHoldsFastWorkersAndNeverDeadlocks) {
-  const DgsLayout layout = MakeLayout({8});
-  EXPECT_FALSE(DgsServerShard::Create(layout, 0, {0, 8}, {.workers = 3, .max_staleness = 1}).ok());
-  auto sh = DgsServerShard::Create(layout, 0, {0, 8}, {.workers = 3, .max_staleness = 2});
+TEST(ps::DgsServer, StalenessStaircaseHoldsFastWorkersAndNeverDeadlocks) {
+  const ps::DgsLayout layout = MakeLayout({8});
+  EXPECT_FALSE(
+      ps::DgsServerShard::Create(layout, 0, {0, 8}, {.workers = 3, .max_staleness = 1}).ok());
+  auto sh = ps::DgsServerShard::Create(layout, 0, {0, 8}, {.workers = 3, .max_staleness = 2});
   ASSERT_TRUE(sh.ok());
   std::mt19937 rng(9);
-  std::vector<DgsWorkerState> ws;
+  std::vector<ps::DgsWorkerState> ws;
   std::vector<std::vector<float>> params(3, IntGrad(8, rng));
   for (uint32_t k = 0; k < 3; ++k) {
-    ws.push_back(*DgsWorkerState::Create(layout, k, {{0, 8}}, {.momentum = 1, .density = 0.5f}));
+    ws.push_back(
+        *ps::DgsWorkerState::Create(layout, k, {{0, 8}}, {.momentum = 1, .density = 0.5f}));
     Join(*sh, ws[k], params[k]);
   }
   auto step = [&](uint32_t k) {
-    DgsPush push;
+    ps::DgsPush push;
     ASSERT_TRUE(ws[k].MakePush(IntGrad(8, rng), params[k], 1, &push).ok());
     PushPull(*sh, ws[k], push, params[k]);
   };
@@ -347,17 +349,17 @@ TEST(DgsServer, StalenessStaircaseHoldsFastWorkersAndNeverDeadlocks) {
   while (sh->staleness(slow) <= 2) step((slow + 1) % 3);
   const std::vector<float> m(sh->model().begin(), sh->model().end());
   const uint64_t version = sh->version();
-  DgsMessage push;
-  push.kind = DgsKind::kPush;
+  ps::DgsMessage push;
+  push.kind = ps::DgsKind::kPush;
   push.worker = slow;
   push.version = ws[slow].version(0);
   push.ratio = 1;
   push.sparse.idx = {1};
   push.sparse.val = {4};
-  DgsRefusal why;
+  ps::DgsRefusal why;
   EXPECT_FALSE(sh->ApplyPush(slow, push, &why).ok());
-  EXPECT_EQ(why, DgsRefusal::kBeyondStaleness);
-  EXPECT_EQ(sh->refused()[static_cast<size_t>(DgsRefusal::kBeyondStaleness)], 1u);
+  EXPECT_EQ(why, ps::DgsRefusal::kBeyondStaleness);
+  EXPECT_EQ(sh->refused()[static_cast<size_t>(ps::DgsRefusal::kBeyondStaleness)], 1u);
   EXPECT_EQ(sh->version(), version);
   EXPECT_TRUE(std::equal(m.begin(), m.end(), sh->model().begin()));
 }

@@ -16,8 +16,8 @@
 
 namespace gradex::dgs_test {
 
-inline DgsLayout MakeLayout(std::vector<uint32_t> sizes) {
-  absl::StatusOr<DgsLayout> l = DgsLayout::Create(std::move(sizes));
+inline ps::DgsLayout MakeLayout(std::vector<uint32_t> sizes) {
+  absl::StatusOr<ps::DgsLayout> l = ps::DgsLayout::Create(std::move(sizes));
   EXPECT_TRUE(l.ok()) << l.status();
   return *l;
 }
@@ -30,8 +30,8 @@ inline std::vector<float> IntGrad(size_t n, std::mt19937& rng) {
   return g;
 }
 
-inline DgsWireContext Context(const DgsServerShard& shard) {
-  DgsWireContext c;
+inline ps::DgsWireContext Context(const ps::DgsServerShard& shard) {
+  ps::DgsWireContext c;
   c.job_id = 7;
   c.epoch = 3;
   c.layout = &shard.layout();
@@ -42,26 +42,26 @@ inline DgsWireContext Context(const DgsServerShard& shard) {
 }
 
 // Sends `reply` over the wire (encode, decode as the worker does).
-inline DgsMessage ToWorker(const DgsWireContext& ctx, const DgsMessage& reply) {
-  absl::StatusOr<Bytes> b = EncodeDgsReply(ctx, reply);
+inline ps::DgsMessage ToWorker(const ps::DgsWireContext& ctx, const ps::DgsMessage& reply) {
+  absl::StatusOr<Bytes> b = ps::EncodeDgsReply(ctx, reply);
   EXPECT_TRUE(b.ok()) << b.status();
-  DgsMessage m;
-  DgsRefusal why;
-  absl::Status s = DecodeDgsFromShard(*b, ctx, reply.worker, &m, &why);
+  ps::DgsMessage m;
+  ps::DgsRefusal why;
+  absl::Status s = ps::DecodeDgsFromShard(*b, ctx, reply.worker, &m, &why);
   EXPECT_TRUE(s.ok()) << s;
   return m;
 }
 
 // Worker k's hello to `shard` and the full sync applied to params.
-inline void Join(DgsServerShard& shard, DgsWorkerState& w, std::vector<float>& params) {
-  const DgsWireContext ctx = Context(shard);
-  const DgsRange r = shard.range();
-  absl::StatusOr<Bytes> hello =
-      EncodeDgsHello(ctx, w.worker(), 1, std::span<const float>(params).subspan(r.begin, r.size()));
+inline void Join(ps::DgsServerShard& shard, ps::DgsWorkerState& w, std::vector<float>& params) {
+  const ps::DgsWireContext ctx = Context(shard);
+  const ps::DgsRange r = shard.range();
+  absl::StatusOr<Bytes> hello = ps::EncodeDgsHello(
+      ctx, w.worker(), 1, std::span<const float>(params).subspan(r.begin, r.size()));
   ASSERT_TRUE(hello.ok());
-  DgsMessage m, reply;
-  DgsRefusal why;
-  ASSERT_TRUE(DecodeDgsFromWorker(*hello, ctx, w.worker(), &m, &why).ok());
+  ps::DgsMessage m, reply;
+  ps::DgsRefusal why;
+  ASSERT_TRUE(ps::DecodeDgsFromWorker(*hello, ctx, w.worker(), &m, &why).ok());
   ASSERT_TRUE(shard.Join(w.worker(), m.dense, &reply).ok());
   ASSERT_TRUE(w.ApplyPull(shard.shard(), ToWorker(ctx, reply), params).ok());
 }
@@ -80,15 +80,15 @@ inline kernels::SparseVec Nonzeros(std::span<const float> dense, uint32_t base) 
 // The part of `push` for `shard`, over the wire, applied; then the pull back.
 // Returns the decoded pull (what the worker applied); a kDensePull's
 // nonzeros are also put in its `sparse`, for the tests to read as entries.
-inline DgsMessage PushPull(DgsServerShard& shard, DgsWorkerState& w, const DgsPush& push,
-                           std::vector<float>& params) {
-  const DgsWireContext ctx = Context(shard);
+inline ps::DgsMessage PushPull(ps::DgsServerShard& shard, ps::DgsWorkerState& w,
+                               const ps::DgsPush& push, std::vector<float>& params) {
+  const ps::DgsWireContext ctx = Context(shard);
   absl::StatusOr<Bytes> b;
   kernels::SparseVec part;
   std::span<const float> dense_part;
   if (push.is_dense) {
     dense_part = std::span<const float>(push.dense).subspan(ctx.range.begin, ctx.range.size());
-    b = EncodeDgsDensePush(ctx, w.worker(), 2, w.version(shard.shard()), dense_part);
+    b = ps::EncodeDgsDensePush(ctx, w.worker(), 2, w.version(shard.shard()), dense_part);
   } else {
     for (size_t e = 0; e < push.entries.nnz(); ++e) {
       if (push.entries.idx[e] >= ctx.range.begin && push.entries.idx[e] < ctx.range.end) {
@@ -96,15 +96,15 @@ inline DgsMessage PushPull(DgsServerShard& shard, DgsWorkerState& w, const DgsPu
         part.val.push_back(push.entries.val[e]);
       }
     }
-    b = EncodeDgsPush(ctx, w.worker(), 2, w.version(shard.shard()), push.ratio,
-                      kernels::View(part));
+    b = ps::EncodeDgsPush(ctx, w.worker(), 2, w.version(shard.shard()), push.ratio,
+                          kernels::View(part));
   }
   EXPECT_TRUE(b.ok()) << b.status();
-  DgsMessage m, reply;
-  DgsRefusal why;
-  EXPECT_TRUE(DecodeDgsFromWorker(*b, ctx, w.worker(), &m, &why).ok());
+  ps::DgsMessage m, reply;
+  ps::DgsRefusal why;
+  EXPECT_TRUE(ps::DecodeDgsFromWorker(*b, ctx, w.worker(), &m, &why).ok());
   if (push.is_dense) {
-    EXPECT_EQ(m.kind, DgsKind::kDensePush);
+    EXPECT_EQ(m.kind, ps::DgsKind::kDensePush);
     EXPECT_TRUE(std::equal(m.dense.begin(), m.dense.end(), dense_part.begin(), dense_part.end()));
   } else {
     EXPECT_EQ(m.sparse.idx, part.idx);
@@ -114,10 +114,10 @@ inline DgsMessage PushPull(DgsServerShard& shard, DgsWorkerState& w, const DgsPu
   EXPECT_TRUE(s.ok()) << s;
   s = shard.MakePull(w.worker(), &reply);
   EXPECT_TRUE(s.ok()) << s;
-  DgsMessage got = ToWorker(ctx, reply);
+  ps::DgsMessage got = ToWorker(ctx, reply);
   s = w.ApplyPull(shard.shard(), got, params);
   EXPECT_TRUE(s.ok()) << s;
-  if (got.kind == DgsKind::kDensePull) got.sparse = Nonzeros(got.dense, ctx.range.begin);
+  if (got.kind == ps::DgsKind::kDensePull) got.sparse = Nonzeros(got.dense, ctx.range.begin);
   return got;
 }
 

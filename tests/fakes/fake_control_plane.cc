@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::agent {
+namespace gradex::testing {
 namespace {
 
 // The first multiple of tau at least one period past `step`.
@@ -51,7 +51,8 @@ void FakeCoordinator::CheckLeasesLocked() {
   MaybeOpenEpochLocked();
 }
 
-absl::StatusOr<JoinReply> FakeCoordinator::Join(const JoinRequest& request, PlanStore* subscriber) {
+absl::StatusOr<member::JoinReply> FakeCoordinator::Join(const member::JoinRequest& request,
+                                                        member::PlanStore* subscriber) {
   if (request.job != config_.job) {
     return absl::NotFoundError(absl::StrCat("unknown job '", request.job, "'"));
   }
@@ -79,7 +80,7 @@ absl::StatusOr<JoinReply> FakeCoordinator::Join(const JoinRequest& request, Plan
   it->second.subscriber = subscriber;
   MaybeOpenEpochLocked();
   if (plan_ != nullptr) subscriber->Publish(*plan_).IgnoreError();  // already held is fine
-  return JoinReply{.member_id = request.agent_id, .lease = config_.lease};
+  return member::JoinReply{.member_id = request.agent_id, .lease = config_.lease};
 }
 
 absl::Status FakeCoordinator::Heartbeat(const std::string& agent_id) {
@@ -104,7 +105,7 @@ void FakeCoordinator::Unsubscribe(const std::string& agent_id) {
   if (it != members_.end()) it->second.subscriber = nullptr;
 }
 
-void FakeCoordinator::Report(const StepReport& report) {
+void FakeCoordinator::Report(const member::StepReport& report) {
   absl::MutexLock lock(&mu_);
   max_step_ = std::max(max_step_, report.step);
   if (reports_.size() < 1000000) reports_.push_back(report);
@@ -117,7 +118,7 @@ void FakeCoordinator::MaybeOpenEpochLocked() {
     return;
   }
   if (members_.empty()) return;
-  Plan p = plan_ == nullptr ? config_.base : *plan_;
+  member::Plan p = plan_ == nullptr ? config_.base : *plan_;
   p.version = plan_ == nullptr ? 1 : plan_->version + 1;
   p.epoch = plan_ == nullptr ? 1 : plan_->epoch + 1;
   // A lost member breaks the epoch: the next one applies at once (its members
@@ -140,25 +141,25 @@ void FakeCoordinator::MaybeOpenEpochLocked() {
   PublishLocked(std::move(p));
 }
 
-void FakeCoordinator::PublishLocked(Plan plan) {
-  plan_ = std::make_shared<const Plan>(std::move(plan));
+void FakeCoordinator::PublishLocked(member::Plan plan) {
+  plan_ = std::make_shared<const member::Plan>(std::move(plan));
   for (auto& [id, m] : members_) {
     if (m.subscriber != nullptr) m.subscriber->Publish(*plan_).IgnoreError();
   }
 }
 
-void FakeCoordinator::UpdatePlan(const std::function<void(Plan&)>& change,
+void FakeCoordinator::UpdatePlan(const std::function<void(member::Plan&)>& change,
                                  uint64_t effective_step) {
   absl::MutexLock lock(&mu_);
   if (plan_ == nullptr) return;
-  Plan p = *plan_;
+  member::Plan p = *plan_;
   change(p);
   p.version = plan_->version + 1;
   p.effective_step = effective_step;
   PublishLocked(std::move(p));
 }
 
-std::shared_ptr<const Plan> FakeCoordinator::plan() const {
+std::shared_ptr<const member::Plan> FakeCoordinator::plan() const {
   absl::MutexLock lock(&mu_);
   return plan_;
 }
@@ -168,7 +169,7 @@ uint64_t FakeCoordinator::reports_received() const {
   return reports_.size();
 }
 
-std::vector<StepReport> FakeCoordinator::reports() const {
+std::vector<member::StepReport> FakeCoordinator::reports() const {
   absl::MutexLock lock(&mu_);
   return reports_;
 }
@@ -186,8 +187,9 @@ FakeControlPlane::~FakeControlPlane() {
   if (!agent_id_.empty()) coordinator_->Unsubscribe(agent_id_);
 }
 
-absl::StatusOr<JoinReply> FakeControlPlane::Join(const JoinRequest& request, Deadline deadline) {
-  absl::StatusOr<JoinReply> reply = coordinator_->Join(request, &store_);
+absl::StatusOr<member::JoinReply> FakeControlPlane::Join(const member::JoinRequest& request,
+                                                         Deadline deadline) {
+  absl::StatusOr<member::JoinReply> reply = coordinator_->Join(request, &store_);
   if (!reply.ok()) return reply;
   lease_ = reply->lease;
   if (agent_id_.empty()) {
@@ -204,7 +206,8 @@ absl::StatusOr<JoinReply> FakeControlPlane::Join(const JoinRequest& request, Dea
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
           continue;
         }
-        std::optional<StepReport> r = reports_.Pop(DeadlineIn(std::chrono::milliseconds(20)));
+        std::optional<member::StepReport> r =
+            reports_.Pop(DeadlineIn(std::chrono::milliseconds(20)));
         if (r && !stop_.load()) coordinator_->Report(*r);
       }
     });
@@ -233,4 +236,4 @@ void FakeControlPlane::Stop() {
   if (sender_.joinable()) sender_.join();
 }
 
-}  // namespace gradex::agent
+}  // namespace gradex::testing

@@ -29,14 +29,14 @@
 #include "member/plan_store.h"
 #include "member/report_queue.h"
 
-namespace gradex::agent {
+namespace gradex::testing {
 
 struct FakeJobConfig {
   std::string job = "job";
   std::string token = "token";
   int world_size = 4;
   std::chrono::milliseconds lease{1000};
-  Plan base;  // algorithm, density, teams, tau, k', deadline of every epoch
+  member::Plan base;  // algorithm, density, teams, tau, k', deadline of every epoch
 };
 
 class FakeCoordinator {
@@ -44,18 +44,19 @@ class FakeCoordinator {
   explicit FakeCoordinator(FakeJobConfig config);
   ~FakeCoordinator();
 
-  absl::StatusOr<JoinReply> Join(const JoinRequest& request, PlanStore* subscriber);
+  absl::StatusOr<member::JoinReply> Join(const member::JoinRequest& request,
+                                         member::PlanStore* subscriber);
   absl::Status Heartbeat(const std::string& agent_id);
   absl::Status Leave(const std::string& agent_id);
   void Unsubscribe(const std::string& agent_id);
-  void Report(const StepReport& report);
+  void Report(const member::StepReport& report);
 
   // Test hooks. Publishes a new version of the current plan with `change`
   // applied, effective at `effective_step`.
-  void UpdatePlan(const std::function<void(Plan&)>& change, uint64_t effective_step);
-  std::shared_ptr<const Plan> plan() const;
+  void UpdatePlan(const std::function<void(member::Plan&)>& change, uint64_t effective_step);
+  std::shared_ptr<const member::Plan> plan() const;
   uint64_t reports_received() const;
-  std::vector<StepReport> reports() const;
+  std::vector<member::StepReport> reports() const;
   int evictions() const;
 
  private:
@@ -64,23 +65,23 @@ class FakeCoordinator {
     std::string node;  // its JoinRequest.host: the plan's PlanMember.node
     Clock::time_point last_seen;
     uint64_t order = 0;  // first join; ranks follow it
-    PlanStore* subscriber = nullptr;
+    member::PlanStore* subscriber = nullptr;
   };
   void Reap();
   void CheckLeasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Opens a new epoch if the rules above allow it.
   void MaybeOpenEpochLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PublishLocked(Plan plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishLocked(member::Plan plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const FakeJobConfig config_;
   mutable absl::Mutex mu_;
   std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const Plan> plan_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const member::Plan> plan_ ABSL_GUARDED_BY(mu_);
   uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
   bool membership_changed_ ABSL_GUARDED_BY(mu_) = false;
   bool urgent_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t max_step_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<StepReport> reports_ ABSL_GUARDED_BY(mu_);
+  std::vector<member::StepReport> reports_ ABSL_GUARDED_BY(mu_);
   int evictions_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
@@ -88,23 +89,28 @@ class FakeCoordinator {
 
 // One agent's view of a FakeCoordinator: heartbeats and report delivery on
 // background threads, plans pushed into its own store.
-class FakeControlPlane final : public ControlPlane {
+class FakeControlPlane final : public member::ControlPlane {
  public:
   explicit FakeControlPlane(FakeCoordinator* coordinator, size_t report_capacity = 64);
   ~FakeControlPlane() override;
 
-  absl::StatusOr<JoinReply> Join(const JoinRequest& request, Deadline deadline) override;
+  absl::StatusOr<member::JoinReply> Join(const member::JoinRequest& request,
+                                         Deadline deadline) override;
   absl::Status Heartbeat(Deadline deadline) override;
   absl::Status Leave(Deadline deadline) override;
-  std::shared_ptr<const Plan> LatestPlan() const override { return store_.Latest(); }
-  std::shared_ptr<const Plan> PlanVersion(uint64_t v) const override { return store_.Version(v); }
-  bool ReportStep(StepReport report) override { return reports_.Push(std::move(report)); }
+  std::shared_ptr<const member::Plan> LatestPlan() const override { return store_.Latest(); }
+  std::shared_ptr<const member::Plan> PlanVersion(uint64_t v) const override {
+    return store_.Version(v);
+  }
+  bool ReportStep(member::StepReport report) override { return reports_.Push(std::move(report)); }
   uint64_t report_drops() const override { return reports_.drops(); }
   // Kept for tests (the fake coordinator does no hang diagnosis).
-  void SetWaitSource(std::shared_ptr<const WaitSource> source) override {
+  void SetWaitSource(std::shared_ptr<const member::WaitSource> source) override {
     std::atomic_store(&waits_, std::move(source));
   }
-  std::shared_ptr<const WaitSource> wait_source() const { return std::atomic_load(&waits_); }
+  std::shared_ptr<const member::WaitSource> wait_source() const {
+    return std::atomic_load(&waits_);
+  }
 
   // Test hooks: stop delivering reports (the queue fills up), and die like
   // kill -9 (no more heartbeats or reports, no leave).
@@ -115,16 +121,16 @@ class FakeControlPlane final : public ControlPlane {
   void Stop();
 
   FakeCoordinator* const coordinator_;
-  PlanStore store_;
-  ReportQueue reports_;
+  member::PlanStore store_;
+  member::ReportQueue reports_;
   std::atomic<bool> paused_{false};
   std::atomic<bool> stop_{false};
   std::string agent_id_;
-  std::shared_ptr<const WaitSource> waits_;  // std::atomic_load/store only
+  std::shared_ptr<const member::WaitSource> waits_;  // std::atomic_load/store only
   std::chrono::milliseconds lease_{1000};
   std::thread heartbeats_, sender_;
 };
 
-}  // namespace gradex::agent
+}  // namespace gradex::testing
 
 #endif  // GRADEX_TESTS_FAKES_FAKE_CONTROL_PLANE_H_

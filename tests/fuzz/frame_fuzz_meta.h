@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "collectives/frame.h"
+#include "collectives/wire/frame.h"
 
 namespace gradex::fuzz {
 

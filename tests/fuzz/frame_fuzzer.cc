@@ -1,4 +1,4 @@
-// libFuzzer target for the data-plane frame parser (collectives/frame.h).
+// libFuzzer target for the data-plane frame parser (collectives/wire/frame.h).
 // Input: a 14-byte schedule (what the receiver expects) then the message.
 //   byte 0: bit 0 = DecodeDenseBlock (else DecodeSparseBlocks), bit 1 = accumulate
 //   byte 1: expected blocks - 1 (mod 4)
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/frame.h"
+#include "collectives/wire/frame.h"
 #include "tests/fuzz/frame_fuzz_meta.h"
 
 using gradex::BlockRange;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/frame.h"
+#include "collectives/wire/frame.h"
 #include "kernels/qsgd.h"
 #include "tests/fuzz/frame_fuzz_meta.h"
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/frame.h"
+#include "collectives/wire/frame.h"
 #include "gtest/gtest.h"
 #include "pipeline/bucket_pipeline.h"
 #include "services/coordinator/job_config.h"
@@ -27,7 +27,7 @@
 #include "tests/agent/pipeline_step.h"
 #include "transport/forwarding_transport.h"
 
-namespace gradex::agent {
+namespace gradex {
 namespace {
 
 enum class Corruption { kIndexOutOfBlock, kNaN };
@@ -77,14 +77,14 @@ class CorruptingTransport final : public ForwardingTransport {
   const Corruption how_;
 };
 
-class CorruptingProvider final : public ForwardingProvider {
+class CorruptingProvider final : public member::ForwardingProvider {
  public:
   CorruptingProvider(testing::LoopbackPool* pool, const std::atomic<bool>* armed, Corruption how)
-      : ForwardingProvider(std::make_unique<testing::LoopbackProvider>(pool, "addr-bad")),
+      : member::ForwardingProvider(std::make_unique<testing::LoopbackProvider>(pool, "addr-bad")),
         armed_(armed),
         how_(how) {}
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
-                                                     const ConnectHooks& hooks) override {
+  absl::StatusOr<std::unique_ptr<Transport>> Connect(const member::Plan& plan, int rank,
+                                                     const member::ConnectHooks& hooks) override {
     absl::StatusOr<std::unique_ptr<Transport>> t = inner().Connect(plan, rank, hooks);
     if (!t.ok()) return t.status();
     return std::make_unique<CorruptingTransport>(*std::move(t), armed_, how_);
@@ -114,14 +114,15 @@ void RunJob(Corruption how) {
   std::atomic<bool> armed{false};
   CorruptingProvider bad_provider(&pool, &armed, how);
   std::vector<testing::BridgedAgent> agents(kWorld);
-  std::vector<std::unique_ptr<BucketPipeline>> pipelines(kWorld);
+  std::vector<std::unique_ptr<pipeline::BucketPipeline>> pipelines(kWorld);
   for (int i = 0; i < kWorld; ++i) {
     agents[i] = testing::MakeBridgedAgent(hub, pool, i);
     if (i == kWorld - 1) {
       // The bad member gives up on re-joining within 3 s (it is quarantined).
-      AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
+      pipeline::AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
       o.join_timeout = std::chrono::milliseconds(3000);
-      agents[i].agent = std::make_unique<Agent>(o, agents[i].control.get(), &bad_provider, nullptr);
+      agents[i].agent =
+          std::make_unique<pipeline::Agent>(o, agents[i].control.get(), &bad_provider, nullptr);
     }
     pipelines[i] = testing::SequentialPipeline(agents[i].agent.get());
   }
@@ -183,4 +184,4 @@ TEST(HostileBadFrames, AnIndexOutOfItsBlockEvictsTheSenderAndTheOthersGoOn) {
 TEST(HostileBadFrames, NaNValuesEvictTheSenderAndTheOthersGoOn) { RunJob(Corruption::kNaN); }
 
 }  // namespace
-}  // namespace gradex::agent
+}  // namespace gradex

@@ -22,9 +22,9 @@ using std::chrono::milliseconds;
 
 constexpr float kHuge = 3e38f;
 
-DgsMessage DensePush(uint32_t worker, uint64_t base, std::vector<float> values) {
-  DgsMessage m;
-  m.kind = DgsKind::kDensePush;
+ps::DgsMessage DensePush(uint32_t worker, uint64_t base, std::vector<float> values) {
+  ps::DgsMessage m;
+  m.kind = ps::DgsKind::kDensePush;
   m.worker = worker;
   m.shard = 0;
   m.version = base;
@@ -33,9 +33,9 @@ DgsMessage DensePush(uint32_t worker, uint64_t base, std::vector<float> values) 
   return m;
 }
 
-DgsMessage SparsePush(uint32_t worker, uint64_t base, uint32_t at, float value) {
-  DgsMessage m;
-  m.kind = DgsKind::kPush;
+ps::DgsMessage SparsePush(uint32_t worker, uint64_t base, uint32_t at, float value) {
+  ps::DgsMessage m;
+  m.kind = ps::DgsKind::kPush;
   m.worker = worker;
   m.shard = 0;
   m.version = base;
@@ -49,14 +49,14 @@ bool AllFinite(std::span<const float> v) {
   return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
 }
 
-size_t Overflows(const DgsServerShard& s) {
-  return s.refused()[static_cast<size_t>(DgsRefusal::kOverflow)];
+size_t Overflows(const ps::DgsServerShard& s) {
+  return s.refused()[static_cast<size_t>(ps::DgsRefusal::kOverflow)];
 }
 
 TEST(HostileDgs, PushesThatWouldOverflowAreRefusedAndTheModelStaysFinite) {
-  const DgsLayout layout = MakeLayout({16});
-  DgsServerShard shard = *DgsServerShard::Create(layout, 0, {0, 16}, {.workers = 2});
-  DgsMessage reply;
+  const ps::DgsLayout layout = MakeLayout({16});
+  ps::DgsServerShard shard = *ps::DgsServerShard::Create(layout, 0, {0, 16}, {.workers = 2});
+  ps::DgsMessage reply;
   const std::vector<float> ones(16, 1.0f);
   ASSERT_TRUE(shard.Join(0, ones, &reply).ok());
   ASSERT_TRUE(shard.Join(1, {}, &reply).ok());
@@ -68,13 +68,13 @@ TEST(HostileDgs, PushesThatWouldOverflowAreRefusedAndTheModelStaysFinite) {
     const std::vector<float> m(shard.model().begin(), shard.model().end());
     const std::vector<float> d1(shard.unsent(1).begin(), shard.unsent(1).end());
     const uint64_t version = shard.version();
-    DgsRefusal why = DgsRefusal::kNone;
+    ps::DgsRefusal why = ps::DgsRefusal::kNone;
     absl::Status st =
         shard.ApplyPush(0, DensePush(0, version, std::vector<float>(16, kHuge)), &why);
-    EXPECT_EQ(why, DgsRefusal::kOverflow) << st;
+    EXPECT_EQ(why, ps::DgsRefusal::kOverflow) << st;
     EXPECT_NE(st.message().find("element 0: M "), std::string::npos) << st.message();
     st = shard.ApplyPush(0, SparsePush(0, version, 7, kHuge), &why);
-    EXPECT_EQ(why, DgsRefusal::kOverflow) << st;
+    EXPECT_EQ(why, ps::DgsRefusal::kOverflow) << st;
     EXPECT_NE(st.message().find("element 7"), std::string::npos) << st.message();
     // Nothing moved: M, the other worker's M − v_1, the version.
     EXPECT_EQ(std::vector<float>(shard.model().begin(), shard.model().end()), m);
@@ -98,7 +98,7 @@ TEST(HostileDgs, PushesThatWouldOverflowAreRefusedAndTheModelStaysFinite) {
   // The model is finite, so it is snapshotted, and the snapshot restores.
   absl::StatusOr<Bytes> snap = shard.Snapshot();
   ASSERT_TRUE(snap.ok()) << snap.status();
-  DgsServerShard again = *DgsServerShard::Create(layout, 0, {0, 16}, {.workers = 2});
+  ps::DgsServerShard again = *ps::DgsServerShard::Create(layout, 0, {0, 16}, {.workers = 2});
   EXPECT_TRUE(again.Restore(*snap).ok());
 }
 
@@ -106,8 +106,8 @@ TEST(HostileDgs, PushesThatWouldOverflowAreRefusedAndTheModelStaysFinite) {
 // thread while this is in scope.
 class Served {
  public:
-  Served(DgsServerShard& shard, Transport& t)
-      : server_(t, DgsJob{7, 3}, shard, {0}), thread_([this] {
+  Served(ps::DgsServerShard& shard, Transport& t)
+      : server_(t, ps::DgsJob{7, 3}, shard, {0}), thread_([this] {
           while (!stop_.load()) {
             if (!server_.ServeUntil(DeadlineIn(milliseconds(20))).ok()) return;
           }
@@ -116,27 +116,27 @@ class Served {
     stop_.store(true);
     thread_.join();
   }
-  const DgsServerStats& stats() const { return server_.stats(); }
+  const ps::DgsServerStats& stats() const { return server_.stats(); }
 
  private:
-  DgsServer server_;
+  ps::DgsServer server_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
 TEST(HostileDgs, AShardRestoredFromAnOlderSnapshotTellsItsWorkersTheGap) {
-  const DgsLayout layout = MakeLayout({24});
-  const std::vector<DgsRange> ranges = *layout.SplitShards(1);
-  DgsWorkerState w =
-      *DgsWorkerState::Create(layout, 0, ranges, {.momentum = 1, .weight_decay = 0, .density = 1});
+  const ps::DgsLayout layout = MakeLayout({24});
+  const std::vector<ps::DgsRange> ranges = *layout.SplitShards(1);
+  ps::DgsWorkerState w = *ps::DgsWorkerState::Create(
+      layout, 0, ranges, {.momentum = 1, .weight_decay = 0, .density = 1});
   std::mt19937 rng(3);
   std::vector<float> params = IntGrad(24, rng);
   Bytes old;
   uint64_t old_version = 0;
   {
     auto t = CreateLoopbackTransports(2);
-    DgsServerShard shard = *DgsServerShard::Create(layout, 0, ranges[0], {.workers = 1});
-    DgsPushPull link(*t[0], DgsJob{7, 3}, {{0, 1}});
+    ps::DgsServerShard shard = *ps::DgsServerShard::Create(layout, 0, ranges[0], {.workers = 1});
+    ps::DgsPushPull link(*t[0], ps::DgsJob{7, 3}, {{0, 1}});
     Served s(shard, *t[1]);
     for (int step = 0; step < 9; ++step) {
       ASSERT_TRUE(link.Step(w, IntGrad(24, rng), params, 1, DeadlineIn(milliseconds(20000))).ok());
@@ -152,10 +152,10 @@ TEST(HostileDgs, AShardRestoredFromAnOlderSnapshotTellsItsWorkersTheGap) {
   ASSERT_EQ(worker_saw, old_version + 6);
   // The server restarts from the old snapshot (a new epoch, a new fabric).
   auto t = CreateLoopbackTransports(2);
-  DgsServerShard shard = *DgsServerShard::Create(layout, 0, ranges[0], {.workers = 1});
+  ps::DgsServerShard shard = *ps::DgsServerShard::Create(layout, 0, ranges[0], {.workers = 1});
   ASSERT_TRUE(shard.Restore(old).ok());
-  DgsPushPull link(*t[0], DgsJob{7, 3}, {{0, 1}});
-  DgsStepStats stats;
+  ps::DgsPushPull link(*t[0], ps::DgsJob{7, 3}, {{0, 1}});
+  ps::DgsStepStats stats;
   Served s(shard, *t[1]);
   ASSERT_TRUE(
       link.Step(w, IntGrad(24, rng), params, 1, DeadlineIn(milliseconds(20000)), &stats).ok());

@@ -29,7 +29,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gradex/v1/coordinator.grpc.pb.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 #include "version/version.h"
 
 namespace {

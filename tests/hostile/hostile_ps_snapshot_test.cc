@@ -23,7 +23,7 @@ double Get(const std::map<std::string, double>& m, const std::string& key) {
 }
 
 std::map<std::string, double> RunWithSnapshots(const std::string& job, const std::string& dir) {
-  PsWorkerOptions o;
+  ps::PsWorkerOptions o;
   o.client.job = job;
   o.client.rank = 0;
   o.client.world_size = 1;
@@ -33,7 +33,7 @@ std::map<std::string, double> RunWithSnapshots(const std::string& job, const std
   o.density = 0.1f;
   o.snapshot_dir = dir;
   o.snapshot_interval = std::chrono::milliseconds(100);
-  auto w = PsWorker::Create(o);
+  auto w = ps::PsWorker::Create(o);
   EXPECT_TRUE(w.ok()) << w.status();
   if (!w.ok()) return {};
   std::vector<float> p(137, 0.f), g(137, 0.5f);

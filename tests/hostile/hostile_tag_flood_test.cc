@@ -22,7 +22,7 @@
 #include "tests/dgs/dgs_util.h"
 #include "tests/transport/test_util.h"
 #include "tests/transport/ucx_world.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace gradex::testing {
 namespace {
@@ -199,17 +199,17 @@ TEST(HostileTagFlood, EarlyMessagesUnderTheCapAreDeliveredInOrder) {
 // (rank 1): the server blames and drops the flooder, its memory stays
 // bounded, and the honest worker steps on.
 TEST(HostileTagFlood, ADgsServerDropsAFloodingWorkerAndServesTheOthers) {
-  const DgsLayout layout = dgs_test::MakeLayout({4000});
-  constexpr DgsJob kJob{7, 3};
+  const ps::DgsLayout layout = dgs_test::MakeLayout({4000});
+  constexpr ps::DgsJob kJob{7, 3};
   const UcxOptions options = Options();
   std::atomic<bool> flooded{false}, stop{false};
-  DgsServerStats stats;
+  ps::DgsServerStats stats;
   size_t rss_growth = 0;
   absl::Status worker_after;
   std::vector<absl::Status> st = RunUcxWorld(3, options, [&](Transport& t) -> absl::Status {
     if (t.rank() == 2) {
-      DgsServerShard shard = *DgsServerShard::Create(layout, 0, {0, 4000}, {.workers = 2});
-      DgsServer server(t, kJob, shard, {0, 1});
+      ps::DgsServerShard shard = *ps::DgsServerShard::Create(layout, 0, {0, 4000}, {.workers = 2});
+      ps::DgsServer server(t, kJob, shard, {0, 1});
       const size_t rss_before = RssBytes();
       while (!stop.load()) {
         if (absl::Status s = server.ServeUntil(DeadlineIn(milliseconds(20))); !s.ok()) {
@@ -231,9 +231,9 @@ TEST(HostileTagFlood, ADgsServerDropsAFloodingWorkerAndServesTheOthers) {
       flooded = true;
       return absl::OkStatus();  // its later sends may fail: it was dropped
     }
-    DgsPushPull link(t, kJob, {{0, 2}});
-    const DgsWorkerOptions o{.momentum = 0.5f, .weight_decay = 0, .density = 0.1f};
-    DgsWorkerState w = *DgsWorkerState::Create(layout, 0, {{0, 4000}}, o);
+    ps::DgsPushPull link(t, kJob, {{0, 2}});
+    const ps::DgsWorkerOptions o{.momentum = 0.5f, .weight_decay = 0, .density = 0.1f};
+    ps::DgsWorkerState w = *ps::DgsWorkerState::Create(layout, 0, {{0, 4000}}, o);
     std::mt19937 rng(3);
     std::vector<float> params(4000, 0.f);
     absl::Status s = link.Join(w, params, DeadlineIn(milliseconds(20000)));

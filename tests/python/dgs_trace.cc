@@ -49,41 +49,41 @@ int Run() {
   if (!std::cin || workers == 0 || workers > 64) {
     return Fail("input", absl::InvalidArgumentError("header"));
   }
-  absl::StatusOr<DgsLayout> layout = DgsLayout::Create(sizes);
+  absl::StatusOr<ps::DgsLayout> layout = ps::DgsLayout::Create(sizes);
   if (!layout.ok()) return Fail("layout", layout.status());
   const uint32_t total = static_cast<uint32_t>(layout->total());
-  const DgsRange range{0, total};
+  const ps::DgsRange range{0, total};
   std::vector<float> init(total);
   for (float& x : init) std::cin >> x;
-  DgsServerOptions so;
+  ps::DgsServerOptions so;
   so.workers = workers;
   so.full_sync_every = full_sync_every;
-  absl::StatusOr<DgsServerShard> shard = DgsServerShard::Create(*layout, 0, range, so);
+  absl::StatusOr<ps::DgsServerShard> shard = ps::DgsServerShard::Create(*layout, 0, range, so);
   if (!shard.ok()) return Fail("shard", shard.status());
-  DgsWireContext ctx;
+  ps::DgsWireContext ctx;
   ctx.job_id = 1;
   ctx.layout = &*layout;
   ctx.range = range;
   ctx.workers = workers;
-  DgsWorkerOptions wo;
+  ps::DgsWorkerOptions wo;
   wo.momentum = momentum;
   wo.weight_decay = wd;
   wo.density = density;
   wo.lr0 = lr0;
-  std::vector<DgsWorkerState> states;
+  std::vector<ps::DgsWorkerState> states;
   std::vector<std::vector<float>> params(workers, init);
-  DgsRefusal why;
+  ps::DgsRefusal why;
   for (uint32_t k = 0; k < workers; ++k) {
-    absl::StatusOr<DgsWorkerState> w = DgsWorkerState::Create(*layout, k, {range}, wo);
+    absl::StatusOr<ps::DgsWorkerState> w = ps::DgsWorkerState::Create(*layout, k, {range}, wo);
     if (!w.ok()) return Fail("worker", w.status());
     states.push_back(std::move(*w));
-    absl::StatusOr<Bytes> hello = EncodeDgsHello(ctx, k, 1, params[k]);
+    absl::StatusOr<Bytes> hello = ps::EncodeDgsHello(ctx, k, 1, params[k]);
     if (!hello.ok()) return Fail("hello", hello.status());
-    DgsMessage m, reply, got;
-    absl::Status s = DecodeDgsFromWorker(*hello, ctx, k, &m, &why);
+    ps::DgsMessage m, reply, got;
+    absl::Status s = ps::DecodeDgsFromWorker(*hello, ctx, k, &m, &why);
     if (s.ok()) s = shard->Join(k, m.dense, &reply);
-    absl::StatusOr<Bytes> b = s.ok() ? EncodeDgsReply(ctx, reply) : absl::StatusOr<Bytes>(s);
-    if (b.ok()) s = DecodeDgsFromShard(*b, ctx, k, &got, &why);
+    absl::StatusOr<Bytes> b = s.ok() ? ps::EncodeDgsReply(ctx, reply) : absl::StatusOr<Bytes>(s);
+    if (b.ok()) s = ps::DecodeDgsFromShard(*b, ctx, k, &got, &why);
     if (b.ok() && s.ok()) s = states[k].ApplyPull(0, got, params[k]);
     if (!b.ok() || !s.ok()) return Fail("join", b.ok() ? s : b.status());
   }
@@ -94,30 +94,30 @@ int Run() {
     std::cin >> k >> lr;
     for (float& x : grad) std::cin >> x;
     if (!std::cin || k >= workers) return Fail("input", absl::InvalidArgumentError("step"));
-    DgsPush push;
+    ps::DgsPush push;
     absl::Status s = states[k].MakePush(grad, params[k], lr, &push);
     if (!s.ok()) return Fail("push", s);
     absl::StatusOr<Bytes> b =
-        push.is_dense ? EncodeDgsDensePush(ctx, k, 2 + step, states[k].version(0), push.dense)
-                      : EncodeDgsPush(ctx, k, 2 + step, states[k].version(0), push.ratio,
-                                      kernels::View(push.entries));
+        push.is_dense ? ps::EncodeDgsDensePush(ctx, k, 2 + step, states[k].version(0), push.dense)
+                      : ps::EncodeDgsPush(ctx, k, 2 + step, states[k].version(0), push.ratio,
+                                          kernels::View(push.entries));
     if (!b.ok()) return Fail("encode push", b.status());
-    DgsMessage m, reply, got;
-    s = DecodeDgsFromWorker(*b, ctx, k, &m, &why);
+    ps::DgsMessage m, reply, got;
+    s = ps::DecodeDgsFromWorker(*b, ctx, k, &m, &why);
     if (s.ok()) s = shard->ApplyPush(k, m);
     if (s.ok()) s = shard->MakePull(k, &reply);
     if (!s.ok()) return Fail("server", s);
-    b = EncodeDgsReply(ctx, reply);
+    b = ps::EncodeDgsReply(ctx, reply);
     if (!b.ok()) return Fail("encode pull", b.status());
-    s = DecodeDgsFromShard(*b, ctx, k, &got, &why);
+    s = ps::DecodeDgsFromShard(*b, ctx, k, &got, &why);
     if (s.ok()) s = states[k].ApplyPull(0, got, params[k]);
     if (!s.ok()) return Fail("pull", s);
     std::printf("%u", k);
-    PrintSparse(DgsPushEntries(push));
-    if (got.kind == DgsKind::kFullSync) {
+    PrintSparse(ps::DgsPushEntries(push));
+    if (got.kind == ps::DgsKind::kFullSync) {
       std::printf(" F %u", total);
       for (uint32_t i = 0; i < total; ++i) std::printf(" %u %a", i, got.dense[i]);
-    } else if (got.kind == DgsKind::kDensePull) {
+    } else if (got.kind == ps::DgsKind::kDensePull) {
       // R = 1: the dense route's nonzeros are the sparse route's entries.
       kernels::SparseVec e;
       for (uint32_t i = 0; i < total; ++i) {

@@ -23,7 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/transport/test_util.h"
 #include "transport/file_bootstrap.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace gradex::testing {
 namespace {

@@ -9,7 +9,7 @@
 #include "tests/transport/test_util.h"
 #include "tests/transport/ucx_world.h"
 #include "transport/buffer_pool.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace gradex::testing {
 namespace {

@@ -1,8 +1,6 @@
-// The data-plane hello (transport/ucx_hello.h): only a holder of the job's
+// The data-plane hello (transport/ucx/hello.h): only a holder of the job's
 // secret gets a worker's address, only a reply signed with it is taken, and
 // garbage or a flood of connections leaves the listener serving.
-#include "transport/ucx_hello.h"
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -17,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "transport/ucx/hello.h"
 
 namespace gradex {
 namespace {

@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "tests/transport/test_util.h"
 #include "tests/transport/ucx_world.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace gradex::testing {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "tests/transport/test_util.h"
-#include "transport/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace gradex::testing {
 

@@ -1,0 +1,39 @@
+#include "services/coordinator/membership/member_version.h"
+
+#include "absl/strings/str_cat.h"
+#include "version/version.h"
+
+namespace gradex::coordinator {
+namespace {
+
+// A member that sends no protocol predates the field, and every such
+// release spoke protocol 1.
+uint32_t ProtocolOf(const gradex::v1::JoinRequest& r) {
+  return r.wire_protocol() == 0 ? 1 : r.wire_protocol();
+}
+
+std::string ReleaseOf(const gradex::v1::JoinRequest& r) {
+  return r.gradex_version().empty() ? std::string("(unnamed, older than 0.1.0)")
+                                    : r.gradex_version();
+}
+
+}  // namespace
+
+absl::Status CheckWireProtocol(const gradex::v1::JoinRequest& r) {
+  const uint32_t p = ProtocolOf(r);
+  if (p >= kOldestWireProtocol && p <= kWireProtocol) return absl::OkStatus();
+  const std::string speaks =
+      kOldestWireProtocol == kWireProtocol
+          ? absl::StrCat("wire protocol ", kWireProtocol)
+          : absl::StrCat("wire protocols ", kOldestWireProtocol, "..", kWireProtocol);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "wire_protocol: agent '", r.agent_id(), "' runs gradex ", ReleaseOf(r), " (wire protocol ", p,
+      "); this coordinator runs gradex ", Version(), " and speaks ", speaks,
+      ": run the same gradex release on the coordinator and every member"));
+}
+
+bool OtherRelease(const gradex::v1::JoinRequest& r) {
+  return !r.gradex_version().empty() && r.gradex_version() != Version();
+}
+
+}  // namespace gradex::coordinator
