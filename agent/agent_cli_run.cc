@@ -173,7 +173,8 @@ int Run(const Flags& f) {
       if (!s.ok()) {
         // The step's peers are gone or late: give the communicator up so the
         // next step re-joins, as after a failed step.
-        if (Transport* t = agent.transport()) t->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
+        if (transport::Transport* t = agent.transport())
+          t->Abort(transport::DeadlineIn(std::chrono::milliseconds(1000)));
         s = absl::Status(s.code(), absl::StrCat("step ", out.step, " epoch ", out.epoch,
                                                 " invariant check: ", s.message()));
       }
@@ -190,7 +191,7 @@ int Run(const Flags& f) {
     if (!f.quiet) {
       size_t nnz = 0;
       uint64_t sent = 0;
-      for (const CallStats& c : out.stats) {
+      for (const collectives::CallStats& c : out.stats) {
         nnz += c.result_nnz;
         sent += c.sent_bytes;
       }

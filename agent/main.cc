@@ -10,7 +10,7 @@
 #include "version/version.h"
 
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-agent")) return 0;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "gradex-agent")) return 0;
   gradex::agent::Flags f;
   absl::Status s = gradex::agent::Parse(argc, argv, &f);
   if (absl::IsCancelled(s)) {

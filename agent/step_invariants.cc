@@ -39,17 +39,17 @@ void StepInvariants::Before(const pipeline::Agent& agent) {
 absl::Status StepInvariants::After(pipeline::Agent& agent,
                                    std::span<const std::span<const float>> grads,
                                    const pipeline::StepOutcome& out, std::string* violation) {
-  Transport* t = agent.tracked_transport();  // preempted by an eviction like the step
+  transport::Transport* t = agent.tracked_transport();  // preempted by an eviction like the step
   const member::Plan* plan = agent.plan();
   if (t == nullptr || plan == nullptr) {
     return absl::FailedPreconditionError("invariants: no communicator after a completed step");
   }
   if (in_band_ == nullptr || in_band_for_ != t || in_band_epoch_ != out.epoch) {
-    in_band_ = std::make_unique<InBand>(*t);
+    in_band_ = std::make_unique<collectives::InBand>(*t);
     in_band_for_ = t;
     in_band_epoch_ = out.epoch;
   }
-  const Deadline deadline = DeadlineIn(plan->step_deadline);
+  const transport::Deadline deadline = transport::DeadlineIn(plan->step_deadline);
   const size_t buckets = grads.size();
   const std::vector<std::vector<float>> residual_out = agent.residuals();
   if (residual_out.size() != buckets) {
@@ -58,7 +58,7 @@ absl::Status StepInvariants::After(pipeline::Agent& agent,
   uint64_t hash = catalog::kFnv1aOffsetBasis;
   std::string bad;
   for (size_t b = 0; b < buckets; ++b) {
-    const AllreduceResult& r = out.results[b];
+    const collectives::AllreduceResult& r = out.results[b];
     r.ToDense(result_dense_);
     if (out.step == corrupt_step_ && b == 0) result_dense_[0] += 1.0f;
     const uint64_t entries = r.is_dense ? r.CountNonZeros() : r.sparse.nnz();
@@ -66,17 +66,18 @@ absl::Status StepInvariants::After(pipeline::Agent& agent,
       bad = absl::StrCat("bounds: bucket ", b, " has ", entries, " entries, capacity ",
                          out.stats[b].result_capacity);
     }
-    hash = catalog::Fnv1aMix(hash, HashFloats(result_dense_));
+    hash = catalog::Fnv1aMix(hash, collectives::HashFloats(result_dense_));
 
-    CallContext ctx;
+    collectives::CallContext ctx;
     ctx.transport = t;
     ctx.job_id = job_id_;
     ctx.epoch = out.epoch;
     ctx.call_id = pipeline::CallId(out.step, static_cast<uint32_t>(b)) + kCheckStepOffset;
     ctx.training_step = out.step;
     ctx.deadline = deadline;
-    auto cons = CheckConservation(ctx, grads[b], residual_in_[b], residual_out[b], result_dense_,
-                                  contribution_, scratch_, out.results[b].decayed);
+    auto cons = collectives::CheckConservation(ctx, grads[b], residual_in_[b], residual_out[b],
+                                               result_dense_, contribution_, scratch_,
+                                               out.results[b].decayed);
     if (!cons.ok()) return cons.status();
     const double limit = kRelativeTolerance * std::max(cons->scale(), 1e-30);
     if (!(cons->max_abs_err <= limit) && bad.empty()) {  // NaN-safe
@@ -85,7 +86,7 @@ absl::Status StepInvariants::After(pipeline::Agent& agent,
           limit, " (max |sum| ", cons->max_abs_sum, ", max |term| ", cons->max_abs_term, ")");
     }
   }
-  auto consistent = CheckConsistency(*in_band_, hash, deadline);
+  auto consistent = collectives::CheckConsistency(*in_band_, hash, deadline);
   if (!consistent.ok()) return consistent.status();
   if (!*consistent && bad.empty()) bad = "consistency: the result differs between ranks";
   if (!bad.empty()) {

@@ -42,8 +42,8 @@ class StepInvariants {
   const uint64_t corrupt_step_;
   std::vector<std::vector<float>> residual_in_;
   std::vector<float> result_dense_, contribution_, scratch_;
-  std::unique_ptr<InBand> in_band_;  // one per communicator (its seq restarts)
-  Transport* in_band_for_ = nullptr;
+  std::unique_ptr<collectives::InBand> in_band_;  // one per communicator (its seq restarts)
+  transport::Transport* in_band_for_ = nullptr;
   uint32_t in_band_epoch_ = 0;
 };
 

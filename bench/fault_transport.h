@@ -11,17 +11,18 @@
 
 namespace gradex::bench {
 
-class FaultTransport : public ForwardingTransport {
+class FaultTransport : public transport::ForwardingTransport {
  public:
   // Dies when posting send number `sends_before_death` + 1 after Arm().
-  FaultTransport(Transport& inner, int sends_before_death)
-      : ForwardingTransport(inner), sends_before_death_(sends_before_death) {}
+  FaultTransport(transport::Transport& inner, int sends_before_death)
+      : transport::ForwardingTransport(inner), sends_before_death_(sends_before_death) {}
 
   void Arm() { armed_ = true; }
 
-  absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override {
+  absl::StatusOr<transport::RequestId> PostSend(int peer, uint64_t tag,
+                                                transport::Bytes payload) override {
     if (armed_ && sends_++ >= sends_before_death_) std::raise(SIGKILL);
-    return ForwardingTransport::PostSend(peer, tag, std::move(payload));
+    return transport::ForwardingTransport::PostSend(peer, tag, std::move(payload));
   }
 
  private:

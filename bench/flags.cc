@@ -373,7 +373,7 @@ catalog::NodeLayout LayoutFor(const BenchFlags& flags) {
 
 std::string FlatReasonFor(const std::string& algo, const BenchFlags& flags) {
   if (flags.hierarchy == "off") return "--hierarchy off";
-  return FlatReason(algo, LayoutFor(flags));
+  return collectives::algorithms::FlatReason(algo, LayoutFor(flags));
 }
 
 absl::StatusOr<std::vector<std::string>> ResolveAlgorithms(const std::string& algo,

@@ -163,7 +163,7 @@ LaunchResult LaunchProcesses(const BenchFlags& flags, const std::vector<std::str
   }
 
   DoneCounter counter(p, done);
-  const auto overall = Clock::now() + std::chrono::seconds(flags.timeout_s);
+  const auto overall = transport::Clock::now() + std::chrono::seconds(flags.timeout_s);
   auto deadline = overall;
   bool grace_set = false;
   // After a rank dies the others must fail their current wait by then.
@@ -189,7 +189,7 @@ LaunchResult LaunchProcesses(const BenchFlags& flags, const std::vector<std::str
     bool all_done = true;
     for (auto& c : children) all_done = all_done && c.exited && c.fd < 0;
     if (all_done) break;
-    const auto now = Clock::now();
+    const auto now = transport::Clock::now();
     if (now >= deadline || g_interrupted) {
       for (auto& c : children) {
         if (!c.exited && c.pid > 0) {
@@ -241,7 +241,7 @@ LaunchResult LaunchProcesses(const BenchFlags& flags, const std::vector<std::str
         c.exited = true;
         if (Abnormal(c.status) && !grace_set) {
           grace_set = true;
-          deadline = std::min(overall, Clock::now() + grace);
+          deadline = std::min(overall, transport::Clock::now() + grace);
           if (!flags.quiet) {
             std::fprintf(
                 stderr, "[gradex-bench] rank %d %s; waiting up to %lld ms for the others\n", c.rank,
@@ -273,7 +273,7 @@ LaunchResult LaunchProcesses(const BenchFlags& flags, const std::vector<std::str
 LaunchResult LaunchThreads(const BenchFlags& flags, const std::vector<std::string>& algos,
                            const AlgoDone& done) {
   LaunchResult result;
-  auto transports = CreateLoopbackTransports(flags.ranks);
+  auto transports = transport::CreateLoopbackTransports(flags.ranks);
   std::mutex mu;
   DoneCounter counter(flags.ranks, done);
   std::vector<std::thread> threads;
@@ -296,11 +296,11 @@ int RankProcessMain(const BenchFlags& flags, const std::vector<std::string>& alg
   auto sink = [&](const RankAlgoReport& rep) {
     if (flags.report_fd >= 0) WriteAll(flags.report_fd, SerializeReport(rep) + "\n");
   };
-  FileBootstrap bootstrap(flags.bootstrap_dir, rank, flags.ranks);
-  UcxOptions options;
+  transport::FileBootstrap bootstrap(flags.bootstrap_dir, rank, flags.ranks);
+  transport::ucx::UcxOptions options;
   options.listen_ip = member::DataIpFromEnvironment();  // bench/in_netns sets it per rank
   options.connect_timeout = std::chrono::milliseconds(flags.connect_timeout_ms);
-  auto transport = CreateUcxTransport(bootstrap, options);
+  auto transport = transport::ucx::CreateUcxTransport(bootstrap, options);
   if (!transport.ok()) {
     std::fprintf(stderr, "gradex-bench rank %d: UCX transport: %s\n", rank,
                  transport.status().ToString().c_str());
@@ -319,7 +319,7 @@ int RankProcessMain(const BenchFlags& flags, const std::vector<std::string>& alg
       raise(SIGKILL);
     }).detach();
   }
-  Transport* t = transport->get();
+  transport::Transport* t = transport->get();
   std::unique_ptr<FaultTransport> fault;
   std::function<void(uint64_t)> before_call;
   if (flags.fault_rank == rank && flags.fault_call >= 0) {

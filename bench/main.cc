@@ -26,7 +26,7 @@ int Main(int argc, char** argv) {
     std::fputs(HelpText().c_str(), stdout);
     return 0;
   }
-  const std::vector<std::string> known = AllreduceNames();
+  const std::vector<std::string> known = collectives::AllreduceNames();
   auto algos = ResolveAlgorithms(flags.algo, known);
   if (!algos.ok()) {
     std::fprintf(stderr, "gradex-bench: %s\n", std::string(algos.status().message()).c_str());
@@ -93,6 +93,6 @@ int Main(int argc, char** argv) {
 }  // namespace gradex::bench
 
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-bench")) return 0;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "gradex-bench")) return 0;
   return gradex::bench::Main(argc, argv);
 }

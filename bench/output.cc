@@ -55,9 +55,10 @@ std::string NodeLines(const std::vector<AlgoSummary>& all, const BenchFlags& fla
     out += absl::StrFormat(
         "%-16s hierarchical: intra-node sent %.3f MB in %.1f ms, inter-node sent %.3f MB in "
         "%.1f ms\n",
-        s.algo, Detail(s, kDetailIntraNodeSentBytes) / 1e6,
-        Detail(s, kDetailIntraNodeSeconds) * 1e3, Detail(s, kDetailInterNodeSentBytes) / 1e6,
-        Detail(s, kDetailInterNodeSeconds) * 1e3);
+        s.algo, Detail(s, collectives::algorithms::kDetailIntraNodeSentBytes) / 1e6,
+        Detail(s, collectives::algorithms::kDetailIntraNodeSeconds) * 1e3,
+        Detail(s, collectives::algorithms::kDetailInterNodeSentBytes) / 1e6,
+        Detail(s, collectives::algorithms::kDetailInterNodeSeconds) * 1e3);
   }
   return out;
 }

@@ -24,7 +24,7 @@ namespace {
 constexpr uint64_t kJobId = 0x6e7c;  // any value: one job per run
 constexpr uint32_t kEpoch = 1;
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double Seconds(transport::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 absl::Status WriteF32(const std::filesystem::path& path, std::span<const float> x) {
   // x86_64 and aarch64 are little-endian, so the in-memory bytes are the format.
@@ -55,17 +55,17 @@ absl::Status Dump(const std::filesystem::path& dir, int rank, std::span<const fl
 
 class Progress {
  public:
-  explicit Progress(bool on) : on_(on), last_(Clock::now()) {}
+  explicit Progress(bool on) : on_(on), last_(transport::Clock::now()) {}
   void Call(const std::string& algo, int i, int total, double s) {
-    if (!on_ || Clock::now() - last_ < std::chrono::seconds(2)) return;
-    last_ = Clock::now();
+    if (!on_ || transport::Clock::now() - last_ < std::chrono::seconds(2)) return;
+    last_ = transport::Clock::now();
     std::fprintf(stderr, "[gradex-bench] %s: call %d/%d took %.3f s\n", algo.c_str(), i + 1, total,
                  s);
   }
 
  private:
   bool on_;
-  Clock::time_point last_;
+  transport::Clock::time_point last_;
 };
 
 // The stages' bytes and seconds vary from call to call (the inner
@@ -78,12 +78,12 @@ bool PerCallDetail(const std::string& name) {
 }  // namespace
 
 absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& algos,
-                     Transport& transport, const ReportSink& sink,
+                     transport::Transport& transport, const ReportSink& sink,
                      const std::function<void(uint64_t)>& before_call) {
   const int rank = transport.rank();
   const size_t n = flags.elements;
   const auto call_budget = std::chrono::milliseconds(flags.deadline_ms);
-  InBand in_band(transport);
+  collectives::InBand in_band(transport);
   Progress progress(rank == 0 && !flags.quiet);
   uint64_t step = 0;  // unique per call on this transport, identical on every rank
 
@@ -101,22 +101,23 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
     auto fail = [&](const absl::Status& s) {
       // The transport's state is unknown now: give it up, so peers still
       // waiting on this rank fail fast rather than at their deadline.
-      transport.Abort(DeadlineIn(std::chrono::milliseconds(1000)));
+      transport.Abort(transport::DeadlineIn(std::chrono::milliseconds(1000)));
       rep.error = s.ToString();
       sink(rep);
       return s;
     };
-    auto created = CreateAllreduce(algo);
+    auto created = collectives::CreateAllreduce(algo);
     if (!created.ok()) return fail(created.status());
-    std::unique_ptr<SparseAllreduce> owned = *std::move(created);
+    std::unique_ptr<collectives::SparseAllreduce> owned = *std::move(created);
     if (FlatReasonFor(algo, flags).empty()) {
-      auto wrapped = HierarchicalAllreduce::Create(std::move(owned), LayoutFor(flags));
+      auto wrapped = collectives::algorithms::HierarchicalAllreduce::Create(std::move(owned),
+                                                                            LayoutFor(flags));
       if (!wrapped.ok()) return fail(wrapped.status());
       owned = *std::move(wrapped);
     }
-    SparseAllreduce& alg = *owned;
+    collectives::SparseAllreduce& alg = *owned;
 
-    AllreduceOptions opts;
+    collectives::AllreduceOptions opts;
     opts.density = flags.density;
     opts.threshold_reuse = flags.threshold_reuse;
     opts.teams = rep.teams;
@@ -126,8 +127,8 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
       }
     }
     std::fill(residual.begin(), residual.end(), 0.0f);
-    AllreduceResult result;
-    CallStats stats;
+    collectives::AllreduceResult result;
+    collectives::CallStats stats;
     std::map<std::string, std::vector<double>> per_call;  // PerCallDetail, timed calls
     const int total = flags.warmup + flags.iters;
     for (int it = 0; it < total; ++it) {
@@ -135,19 +136,19 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
       GenerateGradient(flags.seed, rank, static_cast<uint64_t>(it), flags.integer, grad);
       if (last) residual_in = residual;
       // Align the start of every call so the slowest rank's time is the call's time.
-      if (auto s = in_band.Barrier(DeadlineIn(call_budget)); !s.ok()) return fail(s);
-      CallContext ctx;
+      if (auto s = in_band.Barrier(transport::DeadlineIn(call_budget)); !s.ok()) return fail(s);
+      collectives::CallContext ctx;
       ctx.transport = &transport;
       ctx.job_id = kJobId;
       ctx.epoch = kEpoch;
       ctx.call_id = step++;
       ctx.training_step = ctx.call_id;  // one bucket: a call per step
-      ctx.deadline = DeadlineIn(call_budget);
+      ctx.deadline = transport::DeadlineIn(call_budget);
       if (before_call) before_call(ctx.call_id);
-      stats = CallStats();
-      const auto t0 = Clock::now();
+      stats = collectives::CallStats();
+      const auto t0 = transport::Clock::now();
       absl::Status s = alg.Run(ctx, opts, grad, residual, &result, &stats);
-      const double took = Seconds(Clock::now() - t0);
+      const double took = Seconds(transport::Clock::now() - t0);
       if (!s.ok()) {
         return fail(absl::Status(
             s.code(), absl::StrCat(algo, " call ", it, " on rank ", rank, ": ", s.message())));
@@ -175,8 +176,9 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
     rep.result_capacity = stats.result_capacity;
     const size_t entries = result.is_dense ? rep.result_nnz : result.sparse.nnz();
     rep.bounds_ok = entries <= stats.result_capacity;
-    rep.result_hash = HashFloats(result_dense);
-    auto consistent = CheckConsistency(in_band, rep.result_hash, DeadlineIn(call_budget));
+    rep.result_hash = collectives::HashFloats(result_dense);
+    auto consistent =
+        collectives::CheckConsistency(in_band, rep.result_hash, transport::DeadlineIn(call_budget));
     if (!consistent.ok()) return fail(consistent.status());
     rep.consistent = *consistent;
 
@@ -188,15 +190,15 @@ absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& al
       }
     }
     // residual_in and grad are no longer needed: they become scratch.
-    CallContext ctx;
+    collectives::CallContext ctx;
     ctx.transport = &transport;
     ctx.job_id = kJobId;
     ctx.epoch = kEpoch;
     ctx.call_id = step++;
     ctx.training_step = ctx.call_id;
-    ctx.deadline = DeadlineIn(call_budget);
-    auto cons = CheckConservation(ctx, grad, residual_in, residual, result_dense, grad, residual_in,
-                                  result.decayed);
+    ctx.deadline = transport::DeadlineIn(call_budget);
+    auto cons = collectives::CheckConservation(ctx, grad, residual_in, residual, result_dense, grad,
+                                               residual_in, result.decayed);
     if (!cons.ok()) return fail(cons.status());
     rep.conservation_checked = true;
     rep.conservation_max_abs_err = cons->max_abs_err;

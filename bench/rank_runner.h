@@ -23,7 +23,7 @@ using ReportSink = std::function<void(const RankAlgoReport&)>;
 // returns it, after reporting it. `before_call`, when set, is told the step
 // of every algorithm call just before it starts (a test hook).
 absl::Status RunRank(const BenchFlags& flags, const std::vector<std::string>& algos,
-                     Transport& transport, const ReportSink& sink,
+                     transport::Transport& transport, const ReportSink& sink,
                      const std::function<void(uint64_t)>& before_call = nullptr);
 
 }  // namespace gradex::bench

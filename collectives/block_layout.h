@@ -11,7 +11,7 @@
 #include "catalog/models.h"
 #include "collectives/wire/frame.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 // The catalog's models (shared with the coordinator and the simulator).
 using catalog::CeilLog2;
@@ -34,7 +34,7 @@ class BlockLayout {
   }
   int parts() const { return parts_; }
   size_t n() const { return n_; }
-  BlockRange range(int b) const {
+  wire::BlockRange range(int b) const {
     return {static_cast<uint32_t>(bounds_[b]), static_cast<uint32_t>(bounds_[b + 1])};
   }
   size_t keep(int b) const { return keep_[b]; }
@@ -45,7 +45,7 @@ class BlockLayout {
     for (size_t k : keep_) t += k;
     return t;
   }
-  ExpectedBlock expect(int b) const { return {range(b), static_cast<uint32_t>(keep_[b])}; }
+  wire::ExpectedBlock expect(int b) const { return {range(b), static_cast<uint32_t>(keep_[b])}; }
 
  private:
   size_t n_;
@@ -85,6 +85,6 @@ inline Group CrossTeamGroup(int rank, int world, int teams) {
   return g;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_BLOCK_LAYOUT_H_

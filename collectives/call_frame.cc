@@ -10,7 +10,7 @@
 #include "collectives/phase_timer.h"
 #include "collectives/residual_ledger.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 absl::Status ValidateCall(const CallContext& ctx, const AllreduceOptions& options,
                           std::span<const float> grad, std::span<float> residual,
@@ -87,7 +87,7 @@ size_t FirstNonFinite(const AllreduceResult& r) {
 
 absl::Status Overflowed(size_t element) {
   return absl::DataLossError(absl::StrCat(
-      kSumOverflowed, " at element ", element,
+      wire::kSumOverflowed, " at element ", element,
       " (every value summed was finite: this epoch refuses NaN and infinite ones); every rank "
       "fails this step and keeps its contribution in its residual"));
 }
@@ -114,13 +114,13 @@ absl::Status NameLargest(absl::Status s, std::span<const float> residual, Residu
 }
 
 // Fills the byte counters and totals of `stats` at the end of a call.
-void FinishStats(const CallContext& ctx, const PeerCounters& before, Clock::time_point start,
-                 CallStats* stats) {
-  PeerCounters after = ctx.transport->TotalCounters();
+void FinishStats(const CallContext& ctx, const transport::PeerCounters& before,
+                 transport::Clock::time_point start, CallStats* stats) {
+  transport::PeerCounters after = ctx.transport->TotalCounters();
   stats->sent_bytes = after.sent_bytes - before.sent_bytes;
   stats->recv_bytes = after.recv_bytes - before.recv_bytes;
   stats->messages_sent = after.sent_messages - before.sent_messages;
-  stats->total_s = std::chrono::duration<double>(Clock::now() - start).count();
+  stats->total_s = std::chrono::duration<double>(transport::Clock::now() - start).count();
 }
 
 }  // namespace
@@ -193,7 +193,7 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   p->options = options;
   p->grad = grad;
   p->residual = residual;
-  const auto start = Clock::now();
+  const auto start = transport::Clock::now();
   // With a coefficient c < 1 the old residual is kept aside (a failed call
   // puts back grad + old residual: nothing decays) and old - c * old is
   // reported as decayed when the call succeeds, so that conservation stays
@@ -244,7 +244,7 @@ absl::Status SparseAllreduce::PrepareCall(const CallContext& caller,
   // before it added the gradient, which Unwind then keeps whole).
   pending_->input.Accumulated();
   if (st.ok()) st = pending_->input.status();
-  pending_->stats.total_s = std::chrono::duration<double>(Clock::now() - start).count();
+  pending_->stats.total_s = std::chrono::duration<double>(transport::Clock::now() - start).count();
   if (!st.ok()) {
     Unwind();
     return st;
@@ -270,7 +270,7 @@ void SparseAllreduce::AbandonCall() {
 }
 
 absl::Status SparseAllreduce::ExchangeCall(AllreduceResult* result, CallStats* stats,
-                                           std::optional<Deadline> deadline) {
+                                           std::optional<transport::Deadline> deadline) {
   if (pending_ == nullptr) return absl::FailedPreconditionError("no prepared call to exchange");
   if (result == nullptr || stats == nullptr) {
     Unwind();
@@ -278,12 +278,12 @@ absl::Status SparseAllreduce::ExchangeCall(AllreduceResult* result, CallStats* s
   }
   Pending& p = *pending_;
   if (deadline) p.ctx.deadline = *deadline;
-  const auto start = Clock::now();
+  const auto start = transport::Clock::now();
   *stats = std::move(p.stats);
   const double prepare_s = stats->total_s;
   // Counted from here: another call's bytes may have moved while this one
   // was prepared.
-  const PeerCounters before = p.ctx.transport->TotalCounters();
+  const transport::PeerCounters before = p.ctx.transport->TotalCounters();
   absl::Status st = Exchange(p.ctx, p.options, p.residual, p.ledger, result, stats);
   // Where the epoch refuses non-finite values every value summed was finite:
   // a non-finite result is a sum that overflowed. Every rank gets the same
@@ -297,7 +297,7 @@ absl::Status SparseAllreduce::ExchangeCall(AllreduceResult* result, CallStats* s
     Unwind();
     // An overflow found here or before a send (CheckFramesFinite) names this
     // rank's largest contribution.
-    if (overflow != SIZE_MAX || (p.ctx.refuse_nonfinite && IsSumOverflow(st))) {
+    if (overflow != SIZE_MAX || (p.ctx.refuse_nonfinite && wire::IsSumOverflow(st))) {
       st = NameLargest(std::move(st), residual, memory);
     }
     return st;
@@ -330,4 +330,4 @@ absl::Status SparseAllreduce::ExchangeCall(AllreduceResult* result, CallStats* s
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives

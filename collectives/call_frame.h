@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 absl::Status ValidateCall(const CallContext& ctx, const AllreduceOptions& options,
                           std::span<const float> grad, std::span<float> residual,
@@ -26,6 +26,6 @@ size_t AccumulateIntoResidual(std::span<const float> grad, std::span<float> resi
 size_t AccumulateIntoResidual(std::span<const float> grad, std::span<float> residual,
                               std::span<float> velocity, float momentum);
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_CALL_FRAME_H_

@@ -4,20 +4,21 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
-absl::Status InBand::Barrier(Deadline deadline) {
+absl::Status InBand::Barrier(transport::Deadline deadline) {
   auto r = AllGather(0, deadline);
   return r.ok() ? absl::OkStatus() : r.status();
 }
 
-absl::StatusOr<std::vector<uint64_t>> InBand::AllGather(uint64_t value, Deadline deadline) {
+absl::StatusOr<std::vector<uint64_t>> InBand::AllGather(uint64_t value,
+                                                        transport::Deadline deadline) {
   const uint64_t tag = kInBandTagBase | seq_++;
   const int p = t_.size();
   const int me = t_.rank();
   std::vector<uint64_t> out(p, 0);
   out[me] = value;
-  std::vector<RequestId> recvs(p, 0), sends;
+  std::vector<transport::RequestId> recvs(p, 0), sends;
   absl::Status status;
   for (int peer = 0; peer < p && status.ok(); ++peer) {
     if (peer == me) continue;
@@ -27,7 +28,7 @@ absl::StatusOr<std::vector<uint64_t>> InBand::AllGather(uint64_t value, Deadline
       break;
     }
     recvs[peer] = *r;
-    Bytes payload(sizeof value);
+    transport::Bytes payload(sizeof value);
     std::memcpy(payload.data(), &value, sizeof value);
     auto s = t_.PostSend(peer, tag, std::move(payload));
     if (!s.ok()) {
@@ -38,7 +39,7 @@ absl::StatusOr<std::vector<uint64_t>> InBand::AllGather(uint64_t value, Deadline
   }
   for (int peer = 0; peer < p && status.ok(); ++peer) {
     if (peer == me) continue;
-    Bytes msg;
+    transport::Bytes msg;
     status = t_.Wait(recvs[peer], deadline, &msg);
     if (status.ok() && msg.size() != sizeof value) {
       status = absl::DataLossError(
@@ -51,10 +52,10 @@ absl::StatusOr<std::vector<uint64_t>> InBand::AllGather(uint64_t value, Deadline
   }
   if (!status.ok()) {
     // Nothing may reference our buffers once we return.
-    t_.CancelAll(DeadlineIn(std::chrono::milliseconds(1000)));
+    t_.CancelAll(transport::DeadlineIn(std::chrono::milliseconds(1000)));
     return absl::Status(status.code(), absl::StrCat("bench all-gather: ", status.message()));
   }
   return out;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives

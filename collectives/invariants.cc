@@ -11,7 +11,7 @@
 #include "catalog/catalog.h"
 #include "catalog/fnv1a.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 uint64_t HashFloats(std::span<const float> x) {
   // FNV-1a over 32-bit words, finished with a mixer: fast enough for 25M floats.
@@ -76,7 +76,8 @@ absl::StatusOr<ConservationResult> CheckConservation(
   return r;
 }
 
-absl::StatusOr<bool> CheckConsistency(InBand& in_band, uint64_t hash, Deadline deadline) {
+absl::StatusOr<bool> CheckConsistency(InBand& in_band, uint64_t hash,
+                                      transport::Deadline deadline) {
   auto all = in_band.AllGather(hash, deadline);
   if (!all.ok()) return all.status();
   for (uint64_t h : *all) {
@@ -85,4 +86,4 @@ absl::StatusOr<bool> CheckConsistency(InBand& in_band, uint64_t hash, Deadline d
   return true;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives

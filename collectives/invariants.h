@@ -12,7 +12,7 @@
 #include "collectives/in_band.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 // Hash of a dense float vector's bits (equal iff bitwise equal, modulo
 // collisions).
@@ -42,8 +42,8 @@ absl::StatusOr<ConservationResult> CheckConservation(
     std::span<float> contribution, std::span<float> scratch, std::span<const float> decayed = {});
 
 // Consistency: true on every rank iff every rank's hash equals every other's.
-absl::StatusOr<bool> CheckConsistency(InBand& in_band, uint64_t hash, Deadline deadline);
+absl::StatusOr<bool> CheckConsistency(InBand& in_band, uint64_t hash, transport::Deadline deadline);
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_INVARIANTS_H_

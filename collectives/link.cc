@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives {
 namespace {
 
 std::string PeerText(bool send, int peer) {
@@ -29,13 +29,13 @@ size_t Link::RecvCap(size_t expect_bytes) const {
   return expect_bytes > 0 ? std::min(expect_bytes, call) : call;
 }
 
-absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase, uint32_t sub,
-                                     size_t expect_bytes) {
+absl::StatusOr<transport::Bytes> Link::Exchange(int to, transport::Bytes out, int from,
+                                                uint16_t phase, uint32_t sub, size_t expect_bytes) {
   PhaseTimer timer(&times_->communication_s);
   uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
   if (absl::Status s = Outgoing(&out); !s.ok()) return Annotate(s, phase, sub, PeerText(true, to));
-  absl::StatusOr<Bytes> in = SendRecv(*ctx_.transport, to, tag, std::move(out), from, tag,
-                                      ctx_.deadline, RecvCap(expect_bytes));
+  absl::StatusOr<transport::Bytes> in = transport::SendRecv(
+      *ctx_.transport, to, tag, std::move(out), from, tag, ctx_.deadline, RecvCap(expect_bytes));
   if (!in.ok()) {
     BlameFlooder(to);
     BlameFlooder(from);
@@ -48,16 +48,17 @@ absl::StatusOr<Bytes> Link::Exchange(int to, Bytes out, int from, uint16_t phase
   return in;
 }
 
-absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_t phase,
+absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, transport::Bytes out, uint16_t phase,
                                          uint32_t sub, size_t expect_bytes) {
   const uint64_t tag = MessageTag(phase, ctx_.call_id, sub);
   if (absl::Status s = send ? Outgoing(&out) : absl::OkStatus(); !s.ok()) {
     return Annotate(s, phase, sub, PeerText(true, peer));
   }
   const size_t cap = RecvCap(expect_bytes);
-  absl::StatusOr<RequestId> id = send ? ctx_.transport->PostSend(peer, tag, std::move(out))
-                                 : cap < SIZE_MAX ? ctx_.transport->PostRecvAtMost(peer, tag, cap)
-                                                  : ctx_.transport->PostRecv(peer, tag);
+  absl::StatusOr<transport::RequestId> id =
+      send             ? ctx_.transport->PostSend(peer, tag, std::move(out))
+      : cap < SIZE_MAX ? ctx_.transport->PostRecvAtMost(peer, tag, cap)
+                       : ctx_.transport->PostRecv(peer, tag);
   if (!id.ok()) {
     BlameFlooder(peer);
     return Annotate(id.status(), phase, sub, PeerText(send, peer));
@@ -65,14 +66,15 @@ absl::StatusOr<Link::Pending> Link::Post(bool send, int peer, Bytes out, uint16_
   return Pending{*id, peer, phase, sub, send};
 }
 
-absl::Status Link::Outgoing(Bytes* out) const {
+absl::Status Link::Outgoing(transport::Bytes* out) const {
   // Every frame names the rank that put it on the link (frame.h).
-  if (absl::Status s = StampFrameSenders(out, static_cast<uint32_t>(rank())); !s.ok()) return s;
-  return ctx_.refuse_nonfinite ? CheckFramesFinite(*out) : absl::OkStatus();
+  if (absl::Status s = wire::StampFrameSenders(out, static_cast<uint32_t>(rank())); !s.ok())
+    return s;
+  return ctx_.refuse_nonfinite ? wire::CheckFramesFinite(*out) : absl::OkStatus();
 }
 
-absl::Status Link::Incoming(const Bytes& in, int from) const {
-  absl::Status s = CheckFrameSenders(in, static_cast<uint32_t>(from));
+absl::Status Link::Incoming(const transport::Bytes& in, int from) const {
+  absl::Status s = wire::CheckFrameSenders(in, static_cast<uint32_t>(from));
   if (!s.ok() && ctx_.blame != nullptr) ctx_.blame->Blame(from, std::string(s.message()));
   return s;
 }
@@ -86,7 +88,7 @@ void Link::BlameFlooder(int peer) const {
   }
 }
 
-absl::Status Link::Complete(const Pending& p, Bytes* in) {
+absl::Status Link::Complete(const Pending& p, transport::Bytes* in) {
   absl::Status s = ctx_.transport->Wait(p.id, ctx_.deadline, p.send ? nullptr : in);
   if (!s.ok()) BlameFlooder(p.peer);
   if (s.ok() && !p.send) s = Incoming(*in, p.peer);
@@ -94,7 +96,8 @@ absl::Status Link::Complete(const Pending& p, Bytes* in) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Link::Pending> Link::PostSend(int to, Bytes out, uint16_t phase, uint32_t sub) {
+absl::StatusOr<Link::Pending> Link::PostSend(int to, transport::Bytes out, uint16_t phase,
+                                             uint32_t sub) {
   PhaseTimer timer(&times_->communication_s);
   return Post(true, to, std::move(out), phase, sub);
 }
@@ -105,26 +108,27 @@ absl::StatusOr<Link::Pending> Link::PostRecv(int from, uint16_t phase, uint32_t 
   return Post(false, from, {}, phase, sub, expect_bytes);
 }
 
-absl::Status Link::Wait(const Pending& p, Bytes* in) {
+absl::Status Link::Wait(const Pending& p, transport::Bytes* in) {
   PhaseTimer timer(&times_->communication_s);
   return Complete(p, in);
 }
 
-absl::Status Link::Send(int to, Bytes out, uint16_t phase, uint32_t sub) {
+absl::Status Link::Send(int to, transport::Bytes out, uint16_t phase, uint32_t sub) {
   PhaseTimer timer(&times_->communication_s);
   absl::StatusOr<Pending> p = Post(true, to, std::move(out), phase, sub);
   if (!p.ok()) return p.status();
   return Complete(*p, nullptr);
 }
 
-absl::StatusOr<Bytes> Link::Recv(int from, uint16_t phase, uint32_t sub, size_t expect_bytes) {
+absl::StatusOr<transport::Bytes> Link::Recv(int from, uint16_t phase, uint32_t sub,
+                                            size_t expect_bytes) {
   PhaseTimer timer(&times_->communication_s);
   absl::StatusOr<Pending> p = Post(false, from, {}, phase, sub, expect_bytes);
   if (!p.ok()) return p.status();
-  Bytes in;
+  transport::Bytes in;
   absl::Status s = Complete(*p, &in);
   if (!s.ok()) return s;
   return in;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives

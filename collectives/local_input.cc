@@ -4,7 +4,7 @@
 #include "collectives/phase_timer.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 std::span<float> LocalInput::Accumulated() {
   if (!accumulated_) {
@@ -23,4 +23,4 @@ std::span<float> LocalInput::Accumulated() {
   return acc_;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives

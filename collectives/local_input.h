@@ -14,7 +14,7 @@
 #include "collectives/residual_memory.h"
 #include "kernels/topk_step.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 struct PhaseTimes;
 
@@ -74,6 +74,6 @@ class LocalInput {
   absl::Status status_;
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_LOCAL_INPUT_H_

@@ -4,7 +4,7 @@
 
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 uint64_t LocalTopK::hits() const {
   uint64_t h = 0;
@@ -88,4 +88,4 @@ void LocalTopK::SelectBlocks(LocalInput& in, const std::vector<size_t>& bounds,
   if (reuse) Report(h0, m0, stats);
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives

@@ -13,7 +13,7 @@
 #include "collectives/sparse_allreduce.h"
 #include "kernels/topk_step.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 // One per algorithm object, which lives as long as its bucket (the agent's
 // bucket slots): the reuse state is the bucket's threshold history.
@@ -41,6 +41,6 @@ class LocalTopK {
   std::vector<kernels::ThresholdReuse> reuse_;  // one per block; Select uses [0]
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_LOCAL_TOPK_H_

@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-namespace gradex {
+namespace gradex::collectives {
 
 class PhaseTimer {
  public:
@@ -20,6 +20,6 @@ class PhaseTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_PHASE_TIMER_H_

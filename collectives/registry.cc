@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives {
 namespace {
 
 struct Factories {
@@ -30,7 +30,7 @@ AlgorithmTraits SparseAllreduce::traits() const {
   return spec == nullptr ? AlgorithmTraits{} : spec->traits;
 }
 
-AlgorithmId SparseAllreduce::id() const { return CatalogId(name()); }
+wire::AlgorithmId SparseAllreduce::id() const { return wire::CatalogId(name()); }
 
 double SparseAllreduce::Param(const AllreduceOptions& options, std::string_view name) const {
   return catalog::ParamOr(catalog::Find(this->name()), options.params, name);
@@ -112,4 +112,4 @@ size_t AllreduceResult::CountNonZeros() const {
   return c;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives

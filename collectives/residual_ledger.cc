@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace gradex {
+namespace gradex::collectives {
 
 void ResidualLedger::SendHomeUndelivered(const kernels::SparseVec& result) {
   // A bit per element: n / 8 bytes, cheaper than sorting the result and
@@ -63,4 +63,4 @@ absl::Status ResidualLedger::Restore() {
   return status;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives

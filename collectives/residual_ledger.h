@@ -13,7 +13,7 @@
 #include "collectives/residual_memory.h"
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 class ResidualLedger {
  public:
@@ -50,6 +50,6 @@ class ResidualLedger {
   std::vector<std::pair<kernels::SparseVec, float>> discarded_;
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_RESIDUAL_LEDGER_H_

@@ -26,7 +26,7 @@
 #include "kernels/sparse.h"
 #include "kernels/topk_step.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 class ResidualMemory {
  public:
@@ -73,6 +73,6 @@ class ResidualMemory {
   virtual absl::Status CopyToHost(std::span<const float> x, std::span<float> host) = 0;
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_RESIDUAL_MEMORY_H_

@@ -23,19 +23,19 @@
 #include "kernels/sparse.h"
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 class ResidualLedger;
 
 // Where a call runs: the communicator and the identity stamped on every frame.
 struct CallContext {
-  Transport* transport = nullptr;
+  transport::Transport* transport = nullptr;
   uint64_t job_id = 0;
   uint32_t epoch = 0;
   // Unique per call in the epoch and the same on every rank (the agent's
   // CallId: step * 65536 + bucket): stamped on every frame and in every tag.
   uint64_t call_id = 0;
-  Deadline deadline;  // every wait inside the call ends by then
+  transport::Deadline deadline;  // every wait inside the call ends by then
   // The training step the call belongs to (every bucket of a step shares it):
   // what step-driven schedules count, such as Ok-Topk's τ and τ'.
   uint64_t training_step = 0;
@@ -50,7 +50,7 @@ struct CallContext {
   size_t max_message_bytes = 0;
   // Where a frame refused in the call blames its sender (null: nowhere; the
   // agent's, which reports it to the coordinator).
-  FrameBlame* blame = nullptr;
+  wire::FrameBlame* blame = nullptr;
   // Received NaN and infinite values are refused as bad frames (a rule the
   // epoch's ranks agree on in-band, so an honest sender sends none).
   bool refuse_nonfinite = false;
@@ -154,7 +154,7 @@ class SparseAllreduce {
   // The catalog entry's traits and frame id (defaults when the catalog lacks
   // the name, which registration refuses).
   AlgorithmTraits traits() const;
-  AlgorithmId id() const;
+  wire::AlgorithmId id() const;
   // The parameter `name` of this algorithm in `options`, else its catalog
   // default (0 when the entry lacks it).
   double Param(const AllreduceOptions& options, std::string_view name) const;
@@ -217,7 +217,7 @@ class SparseAllreduce {
   // context's (a deadline counted from the exchange's start, not from the
   // preparation).
   absl::Status ExchangeCall(AllreduceResult* result, CallStats* stats,
-                            std::optional<Deadline> deadline = std::nullopt);
+                            std::optional<transport::Deadline> deadline = std::nullopt);
   // Gives the prepared call up unexchanged: the residual holds grad + old
   // residual again (exactly: the selected values are put back).
   void AbandonCall();
@@ -282,7 +282,7 @@ absl::Status RegisterAlgorithm(std::string_view name, AllreduceFactory factory);
 // at start-up (a programming error a test would otherwise miss).
 #define GRADEX_REGISTER_ALGORITHM(name, factory)                       \
   [[maybe_unused]] static const bool GRADEX_REGISTER_ALGORITHM_CONCAT( \
-      gradex_registered_algorithm_, __LINE__) = ::gradex::internal::RegisterOrDie(name, factory)
+      gradex_registered_algorithm_, __LINE__) = ::gradex::collectives::internal::RegisterOrDie(name, factory)
 
 namespace internal {
 bool RegisterOrDie(std::string_view name, AllreduceFactory factory);
@@ -300,6 +300,6 @@ struct CatalogAlgorithm {
 std::vector<CatalogAlgorithm> CatalogAlgorithms();
 std::vector<std::string> AllreduceNames();
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_SPARSE_ALLREDUCE_H_

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace gradex {
+namespace gradex::collectives {
 
 // Phases of the algorithms' schedules (each algorithm numbers its own from 1).
 inline constexpr uint16_t kTagPhaseCollectiveFirst = 0x01;
@@ -38,6 +38,6 @@ inline constexpr uint64_t MessageTag(uint16_t phase, uint64_t sequence, uint32_t
   return (uint64_t{phase & 0xffu} << 40) | ((sequence & 0xffffffu) << 16) | (sub & 0xffffu);
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_TAG_SPACE_H_

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace gradex {
+namespace gradex::collectives {
 namespace {
 
 int Mod(int a, int m) { return ((a % m) + m) % m; }
@@ -12,7 +12,7 @@ int Mod(int a, int m) { return ((a % m) + m) % m; }
 Volume SrsAndBruckVolume(const BlockLayout& layout, int me) {
   Volume v;
   const int q = layout.parts();
-  auto bytes = [&](int b) { return FrameBytes(layout.range(b).size(), layout.keep(b)); };
+  auto bytes = [&](int b) { return wire::FrameBytes(layout.range(b).size(), layout.keep(b)); };
   const int steps = CeilLog2(q);
   for (int s = 1; s <= steps; ++s) {
     const int d = 1 << (steps - s);
@@ -34,4 +34,4 @@ Volume SrsAndBruckVolume(const BlockLayout& layout, int me) {
   return v;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives

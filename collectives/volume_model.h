@@ -8,12 +8,12 @@
 #include "collectives/block_layout.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives {
 
 // Spar-Reduce-Scatter then Bruck all-gather inside a group of layout.parts()
 // members, as member `me`.
 Volume SrsAndBruckVolume(const BlockLayout& layout, int me);
 
-}  // namespace gradex
+}  // namespace gradex::collectives
 
 #endif  // GRADEX_COLLECTIVES_VOLUME_MODEL_H_

@@ -93,7 +93,7 @@ struct PoolUse {
 // The error of an allocation past the pool's bound, naming the fixes.
 absl::Status PoolExhausted(size_t bytes, const PoolUse& use, int device);
 
-class Queue : public ResidualMemory {
+class Queue : public collectives::ResidualMemory {
  public:
   ~Queue() override = default;
 

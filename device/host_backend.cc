@@ -102,11 +102,11 @@ class HostQueue : public Queue {
   absl::StatusOr<size_t> DoAccumulate(std::span<const float> grad, std::span<float> residual,
                                       std::span<float> velocity, float momentum) override {
     if (absl::Status s = Reported(); !s.ok()) return s;
-    return AccumulateIntoResidual(grad, residual, velocity, momentum);
+    return collectives::AccumulateIntoResidual(grad, residual, velocity, momentum);
   }
   absl::Status DoAccumulateLater(std::span<const float> grad, std::span<float> residual,
                                  std::span<float> velocity, float momentum) override {
-    (void)AccumulateIntoResidual(grad, residual, velocity, momentum);
+    (void)collectives::AccumulateIntoResidual(grad, residual, velocity, momentum);
     return absl::OkStatus();
   }
   absl::Status DoSelectTopK(std::span<float> x, size_t k, uint32_t index_base,

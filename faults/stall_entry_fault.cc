@@ -19,14 +19,14 @@ class StallingProvider final : public ForwardingProvider {
   StallingProvider(std::unique_ptr<member::TransportProvider> inner, int entry,
                    std::chrono::milliseconds at_most)
       : ForwardingProvider(std::move(inner)), entry_(entry), at_most_(at_most) {}
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
-                                                     const ConnectHooks& hooks) override {
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(
+      const Plan& plan, int rank, const ConnectHooks& hooks) override {
     if (++connects_ != entry_) return inner().Connect(plan, rank, hooks);
     std::cerr << "gradex-agent: --debug-stall-entry: staying out of epoch " << plan.epoch
               << "'s wire-up (rank " << rank << ") for up to " << at_most_.count() << " ms"
               << std::endl;
-    const Deadline until = DeadlineIn(at_most_);
-    while (Clock::now() < until) {
+    const transport::Deadline until = transport::DeadlineIn(at_most_);
+    while (transport::Clock::now() < until) {
       if (hooks.abandon && hooks.abandon()) {
         return absl::AbortedError(absl::StrCat("rank ", rank, ": stalled wire-up of epoch ",
                                                plan.epoch,

@@ -17,16 +17,20 @@ constexpr size_t kFloodMessageBytes = 64 * 1024;  // eager: the receiver's UCX h
 // A phase byte no schedule uses (collectives/tag_space.h numbers them from 1).
 constexpr uint64_t kFloodPhase = 0xEE;
 
-class FloodingTransport final : public ForwardingTransport {
+class FloodingTransport final : public transport::ForwardingTransport {
  public:
-  FloodingTransport(std::unique_ptr<Transport> inner, size_t bytes_per_peer)
-      : ForwardingTransport(std::move(inner)), left_(size(), bytes_per_peer / kFloodMessageBytes) {}
-  absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override {
-    absl::StatusOr<RequestId> id = ForwardingTransport::PostSend(peer, tag, std::move(payload));
+  FloodingTransport(std::unique_ptr<transport::Transport> inner, size_t bytes_per_peer)
+      : transport::ForwardingTransport(std::move(inner)),
+        left_(size(), bytes_per_peer / kFloodMessageBytes) {}
+  absl::StatusOr<transport::RequestId> PostSend(int peer, uint64_t tag,
+                                                transport::Bytes payload) override {
+    absl::StatusOr<transport::RequestId> id =
+        transport::ForwardingTransport::PostSend(peer, tag, std::move(payload));
     // 16 flood messages per real one, each released once sent.
     for (int i = 0; i < 16 && peer != rank() && left_[peer] > 0; ++i, --left_[peer]) {
-      absl::StatusOr<RequestId> f = inner().PostSend(
-          peer, (kFloodPhase << 40) | (sequence_++ & 0xffffffffffu), Bytes(kFloodMessageBytes, 7));
+      absl::StatusOr<transport::RequestId> f =
+          inner().PostSend(peer, (kFloodPhase << 40) | (sequence_++ & 0xffffffffffu),
+                           transport::Bytes(kFloodMessageBytes, 7));
       if (f.ok()) pending_.push_back(*f);
     }
     Reap();
@@ -35,15 +39,15 @@ class FloodingTransport final : public ForwardingTransport {
 
  private:
   void Reap() {
-    std::vector<RequestId> still;
-    for (RequestId f : pending_) {
+    std::vector<transport::RequestId> still;
+    for (transport::RequestId f : pending_) {
       absl::StatusOr<bool> done = inner().Test(f, nullptr);
       if (done.ok() && !*done) still.push_back(f);
     }
     pending_ = std::move(still);
   }
   std::vector<size_t> left_;  // flood messages still to send, per peer
-  std::vector<RequestId> pending_;
+  std::vector<transport::RequestId> pending_;
   uint64_t sequence_ = 0;
 };
 
@@ -51,11 +55,11 @@ class FloodingProvider final : public ForwardingProvider {
  public:
   FloodingProvider(std::unique_ptr<member::TransportProvider> inner, size_t bytes_per_peer)
       : ForwardingProvider(std::move(inner)), bytes_(bytes_per_peer) {}
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
-                                                     const ConnectHooks& hooks) override {
-    absl::StatusOr<std::unique_ptr<Transport>> t = inner().Connect(plan, rank, hooks);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(
+      const Plan& plan, int rank, const ConnectHooks& hooks) override {
+    absl::StatusOr<std::unique_ptr<transport::Transport>> t = inner().Connect(plan, rank, hooks);
     if (!t.ok()) return t;
-    return std::unique_ptr<Transport>(new FloodingTransport(*std::move(t), bytes_));
+    return std::unique_ptr<transport::Transport>(new FloodingTransport(*std::move(t), bytes_));
   }
 
  private:

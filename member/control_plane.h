@@ -195,11 +195,12 @@ class ControlPlane {
 
   // Registers (or re-registers) this agent and starts keeping its lease and
   // watching the plan in the background. Bounded by `deadline`.
-  virtual absl::StatusOr<JoinReply> Join(const JoinRequest& request, Deadline deadline) = 0;
+  virtual absl::StatusOr<JoinReply> Join(const JoinRequest& request,
+                                         transport::Deadline deadline) = 0;
   // Renews the lease now (implementations also do it by themselves).
-  virtual absl::Status Heartbeat(Deadline deadline) = 0;
+  virtual absl::Status Heartbeat(transport::Deadline deadline) = 0;
   // Leaves the job; stops the background work.
-  virtual absl::Status Leave(Deadline deadline) = 0;
+  virtual absl::Status Leave(transport::Deadline deadline) = 0;
 
   // The job's plan config as the last successful Join's reply gave it;
   // absent before one, or when the coordinator does not send it.

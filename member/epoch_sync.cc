@@ -39,7 +39,7 @@ static_assert(kFixedSize + catalog::kMaxParams * (1 + catalog::kMaxParamNameByte
 
 class Writer {
  public:
-  explicit Writer(Bytes* b) : b_(b) {}
+  explicit Writer(transport::Bytes* b) : b_(b) {}
   template <typename T>
   void Put(const T& v) {
     const size_t at = b_->size();
@@ -48,12 +48,12 @@ class Writer {
   }
 
  private:
-  Bytes* b_;
+  transport::Bytes* b_;
 };
 
 class Reader {
  public:
-  explicit Reader(const Bytes& b) : b_(b) {}
+  explicit Reader(const transport::Bytes& b) : b_(b) {}
   template <typename T>
   T Get() {
     T v;
@@ -69,12 +69,12 @@ class Reader {
   }
 
  private:
-  const Bytes& b_;
+  const transport::Bytes& b_;
   size_t at_ = 0;
 };
 
-Bytes Encode(uint32_t epoch, const SyncState& s) {
-  Bytes b;
+transport::Bytes Encode(uint32_t epoch, const SyncState& s) {
+  transport::Bytes b;
   b.reserve(kFixedSize + s.values.params.size() * (1 + catalog::kMaxParamNameBytes + 8));
   Writer w(&b);
   w.Put(kMagic);
@@ -105,7 +105,7 @@ Bytes Encode(uint32_t epoch, const SyncState& s) {
   // BarrierValues::From keeps only lists CheckBucketAlgorithms accepts.
   const std::vector<std::string>& buckets = s.values.bucket_algorithms;
   std::vector<std::string_view> table;
-  Bytes index;
+  transport::Bytes index;
   index.reserve(buckets.size());
   for (const std::string& name : buckets) {
     if (name.empty()) {
@@ -161,7 +161,7 @@ absl::Status DecodeBuckets(Reader& r, std::vector<std::string>* out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int world) {
+absl::StatusOr<SyncState> Decode(const transport::Bytes& b, uint32_t epoch, int from, int world) {
   auto bad = [&](const std::string& why) {
     return absl::DataLossError(absl::StrCat("epoch sync: from rank ", from, ": ", why));
   };
@@ -234,31 +234,33 @@ absl::StatusOr<SyncState> Decode(const Bytes& b, uint32_t epoch, int from, int w
 
 // SendRecv that gives up early, between slices of waiting, when `abandon`
 // says the epoch is already superseded (its peers will never come).
-absl::StatusOr<Bytes> Exchange(Transport& t, int to, Bytes out, int from, uint64_t tag,
-                               Deadline deadline, const std::function<bool()>& abandon) {
-  absl::StatusOr<RequestId> recv = t.PostRecvAtMost(from, tag, kMaxMessageBytes);
+absl::StatusOr<transport::Bytes> Exchange(transport::Transport& t, int to, transport::Bytes out,
+                                          int from, uint64_t tag, transport::Deadline deadline,
+                                          const std::function<bool()>& abandon) {
+  absl::StatusOr<transport::RequestId> recv = t.PostRecvAtMost(from, tag, kMaxMessageBytes);
   if (!recv.ok()) return recv.status();
-  absl::StatusOr<RequestId> send = t.PostSend(to, tag, std::move(out));
+  absl::StatusOr<transport::RequestId> send = t.PostSend(to, tag, std::move(out));
   if (!send.ok()) {
     t.CancelAll(deadline);
     return send.status();
   }
-  Bytes in;
+  transport::Bytes in;
   for (;;) {
-    const Deadline slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(20));
+    const transport::Deadline slice =
+        std::min(deadline, transport::Clock::now() + std::chrono::milliseconds(20));
     absl::Status s = t.Wait(*recv, slice, &in);
     if (s.ok()) break;
-    if (s.code() != absl::StatusCode::kDeadlineExceeded || Clock::now() >= deadline) {
-      t.CancelAll(DeadlineIn(std::chrono::milliseconds(100)));
+    if (s.code() != absl::StatusCode::kDeadlineExceeded || transport::Clock::now() >= deadline) {
+      t.CancelAll(transport::DeadlineIn(std::chrono::milliseconds(100)));
       return s;
     }
     if (abandon && abandon()) {
-      t.CancelAll(DeadlineIn(std::chrono::milliseconds(100)));
+      t.CancelAll(transport::DeadlineIn(std::chrono::milliseconds(100)));
       return absl::AbortedError("superseded by a newer epoch");
     }
   }
   if (absl::Status s = t.Wait(*send, deadline, nullptr); !s.ok()) {
-    t.CancelAll(DeadlineIn(std::chrono::milliseconds(100)));
+    t.CancelAll(transport::DeadlineIn(std::chrono::milliseconds(100)));
     return s;
   }
   return in;
@@ -266,9 +268,10 @@ absl::StatusOr<Bytes> Exchange(Transport& t, int to, Bytes out, int from, uint64
 
 }  // namespace
 
-Bytes EncodeSyncMessage(uint32_t epoch, const SyncState& s) { return Encode(epoch, s); }
+transport::Bytes EncodeSyncMessage(uint32_t epoch, const SyncState& s) { return Encode(epoch, s); }
 
-absl::StatusOr<SyncState> DecodeSyncMessage(const Bytes& b, uint32_t epoch, int from, int world) {
+absl::StatusOr<SyncState> DecodeSyncMessage(const transport::Bytes& b, uint32_t epoch, int from,
+                                            int world) {
   return Decode(b, epoch, from, world);
 }
 
@@ -311,16 +314,18 @@ void BarrierValues::ApplyTo(Plan* plan) const {
   plan->step_deadline = std::chrono::milliseconds(step_deadline_ms);
 }
 
-absl::StatusOr<SyncState> AgreeInBand(Transport& transport, uint32_t epoch, uint64_t sequence,
-                                      SyncState mine, Deadline deadline,
+absl::StatusOr<SyncState> AgreeInBand(transport::Transport& transport, uint32_t epoch,
+                                      uint64_t sequence, SyncState mine,
+                                      transport::Deadline deadline,
                                       const std::function<bool()>& abandon) {
   const int p = transport.size(), r = transport.rank();
   SyncState acc = std::move(mine);
   acc.values_rank = r;
   for (int d = 1, round = 0; d < p; d *= 2, ++round) {
-    const uint64_t tag = MessageTag(kSyncPhase, sequence, static_cast<uint32_t>(round));
+    const uint64_t tag =
+        collectives::MessageTag(kSyncPhase, sequence, static_cast<uint32_t>(round));
     const int to = (r + d) % p, from = (r - d + p) % p;
-    absl::StatusOr<Bytes> got =
+    absl::StatusOr<transport::Bytes> got =
         Exchange(transport, to, Encode(epoch, acc), from, tag, deadline, abandon);
     if (!got.ok()) {
       return absl::Status(got.status().code(),

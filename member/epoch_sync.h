@@ -60,7 +60,7 @@ struct SyncState {
 };
 
 // Phase byte of the agreement's tags (collectives/tag_space.h).
-inline constexpr uint16_t kSyncPhase = kTagPhaseEpochAgreement;
+inline constexpr uint16_t kSyncPhase = collectives::kTagPhaseEpochAgreement;
 
 // `sequence` must be the same on every rank and unique among agreements of
 // this transport (e.g. the barrier's step). Every received message is checked
@@ -69,11 +69,13 @@ inline constexpr uint16_t kSyncPhase = kTagPhaseEpochAgreement;
 // so peers of this one may never come).
 // One agreement message and its checked decoding (from rank `from` of
 // `world`), exposed for tests of the wire bounds.
-Bytes EncodeSyncMessage(uint32_t epoch, const SyncState& s);
-absl::StatusOr<SyncState> DecodeSyncMessage(const Bytes& b, uint32_t epoch, int from, int world);
+transport::Bytes EncodeSyncMessage(uint32_t epoch, const SyncState& s);
+absl::StatusOr<SyncState> DecodeSyncMessage(const transport::Bytes& b, uint32_t epoch, int from,
+                                            int world);
 
-absl::StatusOr<SyncState> AgreeInBand(Transport& transport, uint32_t epoch, uint64_t sequence,
-                                      SyncState mine, Deadline deadline,
+absl::StatusOr<SyncState> AgreeInBand(transport::Transport& transport, uint32_t epoch,
+                                      uint64_t sequence, SyncState mine,
+                                      transport::Deadline deadline,
                                       const std::function<bool()>& abandon = nullptr);
 
 }  // namespace gradex::member

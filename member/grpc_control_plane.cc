@@ -22,7 +22,8 @@ namespace pb = ::gradex::v1;
 
 }  // namespace
 
-absl::StatusOr<JoinReply> GrpcControlPlane::Join(const JoinRequest& request, Deadline deadline) {
+absl::StatusOr<JoinReply> GrpcControlPlane::Join(const JoinRequest& request,
+                                                 transport::Deadline deadline) {
   {
     absl::MutexLock lock(&mu_);
     join_ = request;
@@ -35,7 +36,7 @@ absl::StatusOr<JoinReply> GrpcControlPlane::Join(const JoinRequest& request, Dea
   return r;
 }
 
-absl::Status GrpcControlPlane::Heartbeat(Deadline deadline) {
+absl::Status GrpcControlPlane::Heartbeat(transport::Deadline deadline) {
   pb::HeartbeatRequest req;
   req.set_member_id(member_id_.load());
   req.set_member_secret(Secret());
@@ -49,7 +50,7 @@ absl::Status GrpcControlPlane::Heartbeat(Deadline deadline) {
   return FromGrpc(stub_->Heartbeat(&ctx, req, &resp), "heartbeat");
 }
 
-absl::Status GrpcControlPlane::Leave(Deadline deadline) {
+absl::Status GrpcControlPlane::Leave(transport::Deadline deadline) {
   Stop();
   pb::LeaveRequest req;
   req.set_member_id(member_id_.load());
@@ -61,8 +62,8 @@ absl::Status GrpcControlPlane::Leave(Deadline deadline) {
   return FromGrpc(stub_->Leave(&ctx, req, &resp), "leave");
 }
 
-void GrpcControlPlane::Prepare(grpc::ClientContext& ctx, Deadline deadline) {
-  ctx.set_deadline(std::chrono::system_clock::now() + (deadline - Clock::now()));
+void GrpcControlPlane::Prepare(grpc::ClientContext& ctx, transport::Deadline deadline) {
+  ctx.set_deadline(std::chrono::system_clock::now() + (deadline - transport::Clock::now()));
   absl::MutexLock lock(&mu_);
   ctx.AddMetadata("authorization", "Bearer " + join_.token);
 }

@@ -32,9 +32,9 @@ class GrpcControlPlane final : public ControlPlane {
         reports_(options.report_capacity) {}
   ~GrpcControlPlane() override { Stop(); }
 
-  absl::StatusOr<JoinReply> Join(const JoinRequest& request, Deadline deadline) override;
-  absl::Status Heartbeat(Deadline deadline) override;
-  absl::Status Leave(Deadline deadline) override;
+  absl::StatusOr<JoinReply> Join(const JoinRequest& request, transport::Deadline deadline) override;
+  absl::Status Heartbeat(transport::Deadline deadline) override;
+  absl::Status Leave(transport::Deadline deadline) override;
 
   std::optional<JobPlanConfig> JoinedPlanConfig() const override {
     absl::MutexLock lock(&mu_);
@@ -52,19 +52,19 @@ class GrpcControlPlane final : public ControlPlane {
   }
 
  private:
-  void Prepare(grpc::ClientContext& ctx, Deadline deadline);
+  void Prepare(grpc::ClientContext& ctx, transport::Deadline deadline);
 
   // This membership's secret (JoinResponse.member_secret), sent with every
   // call for it.
   std::string Secret();
 
-  absl::StatusOr<JoinReply> DoJoin(Deadline deadline);
+  absl::StatusOr<JoinReply> DoJoin(transport::Deadline deadline);
 
   // The first join retries what a coordinator coming up would fix (an agent
   // may start before it, e.g. when a scheduler starts every pod at once) until
   // options_.join_timeout (or `deadline` when 0); each attempt is bounded like
   // `deadline`. A refusal (bad token, bad request, job full) is final at once.
-  absl::StatusOr<JoinReply> FirstJoin(Deadline deadline);
+  absl::StatusOr<JoinReply> FirstJoin(transport::Deadline deadline);
 
   // Re-join after NOT_FOUND or a broken connection; `seen` is the member id
   // the failure was seen with. One thread at a time, and not at all when the
@@ -79,7 +79,7 @@ class GrpcControlPlane final : public ControlPlane {
   // gRPC started after its own backoff would otherwise complete only at its
   // backup poll (every 5 s) -- that, plus this agent's own growing backoff,
   // was the ~4-10 s re-registration after a coordinator restart.
-  void AwaitChannel(Deadline until);
+  void AwaitChannel(transport::Deadline until);
 
   void Watch();
 
@@ -123,7 +123,7 @@ class GrpcControlPlane final : public ControlPlane {
   std::unique_ptr<grpc::ClientContext> report_ctx_;
   gradex::v1::ReportAck report_ack_;
   std::unique_ptr<grpc::ClientWriter<gradex::v1::StepReport>> report_writer_;
-  Clock::time_point report_renew_at_{};
+  transport::Clock::time_point report_renew_at_{};
   uint64_t report_written_ = 0;
   std::thread watcher_, sender_;
 };

@@ -29,7 +29,7 @@ std::string JoinRefusalFix(absl::StatusCode code) {
 
 }  // namespace
 
-absl::StatusOr<JoinReply> GrpcControlPlane::DoJoin(Deadline deadline) {
+absl::StatusOr<JoinReply> GrpcControlPlane::DoJoin(transport::Deadline deadline) {
   pb::JoinRequest req;
   {
     absl::MutexLock lock(&mu_);
@@ -79,21 +79,21 @@ absl::StatusOr<JoinReply> GrpcControlPlane::DoJoin(Deadline deadline) {
   return reply;
 }
 
-absl::StatusOr<JoinReply> GrpcControlPlane::FirstJoin(Deadline deadline) {
-  const Clock::time_point start = Clock::now();
-  const Clock::duration per_attempt =
-      std::max<Clock::duration>(deadline - start, std::chrono::milliseconds(100));
-  const Deadline give_up =
+absl::StatusOr<JoinReply> GrpcControlPlane::FirstJoin(transport::Deadline deadline) {
+  const transport::Clock::time_point start = transport::Clock::now();
+  const transport::Clock::duration per_attempt =
+      std::max<transport::Clock::duration>(deadline - start, std::chrono::milliseconds(100));
+  const transport::Deadline give_up =
       options_.join_timeout.count() > 0 ? start + options_.join_timeout : deadline;
   Backoff backoff({std::chrono::milliseconds(100), std::chrono::milliseconds(2000), 2.0, 0.2});
-  Clock::time_point last_note = start;
+  transport::Clock::time_point last_note = start;
   std::string refused;   // the last connection error, kept past a final attempt cut short
   int tls_refusals = 0;  // attempts in a row whose TLS session the coordinator closed
   for (int attempt = 1;; ++attempt) {
-    absl::StatusOr<JoinReply> r = DoJoin(std::min(give_up, Clock::now() + per_attempt));
+    absl::StatusOr<JoinReply> r = DoJoin(std::min(give_up, transport::Clock::now() + per_attempt));
     if (r.ok()) return r;
     const absl::Status& s = r.status();
-    const Clock::time_point now = Clock::now();
+    const transport::Clock::time_point now = transport::Clock::now();
     const double waited = std::chrono::duration<double>(now - start).count();
     if (!IsTransientJoinError(s.code())) {
       return absl::Status(
@@ -129,24 +129,25 @@ absl::StatusOr<JoinReply> GrpcControlPlane::FirstJoin(Deadline deadline) {
 void GrpcControlPlane::Recover(Backoff& backoff, uint64_t seen) {
   absl::MutexLock recovering(&recover_mu_);
   if (member_id_.load() != seen) return;
-  if (DoJoin(DeadlineIn(options_.rpc_timeout)).ok()) {
+  if (DoJoin(transport::DeadlineIn(options_.rpc_timeout)).ok()) {
     backoff.Reset();
     return;
   }
-  AwaitChannel(DeadlineIn(backoff.Next()));
+  AwaitChannel(transport::DeadlineIn(backoff.Next()));
 }
 
-void GrpcControlPlane::AwaitChannel(Deadline until) {
+void GrpcControlPlane::AwaitChannel(transport::Deadline until) {
   const bool was_ready = channel_->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY;
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
     }
-    const Clock::time_point now = Clock::now();
+    const transport::Clock::time_point now = transport::Clock::now();
     if (now >= until) return;
     // Slices of 100 ms, so that Stop() is seen promptly.
-    const Clock::time_point slice = std::min(until, now + std::chrono::milliseconds(100));
+    const transport::Clock::time_point slice =
+        std::min(until, now + std::chrono::milliseconds(100));
     const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
     if (state == GRPC_CHANNEL_READY) {
       // READY from the start: the failure was not the connection (e.g. the

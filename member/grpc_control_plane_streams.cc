@@ -26,7 +26,7 @@ void GrpcControlPlane::Watch() {
   for (;;) {
     pb::WatchPlanRequest req;
     auto ctx = std::make_unique<grpc::ClientContext>();
-    Prepare(*ctx, DeadlineIn(options_.watch_window));
+    Prepare(*ctx, transport::DeadlineIn(options_.watch_window));
     uint64_t offset;
     {
       absl::MutexLock lock(&mu_);
@@ -62,51 +62,55 @@ void GrpcControlPlane::Watch() {
     if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
       Recover(backoff, member);
     } else {
-      AwaitChannel(DeadlineIn(backoff.Next()));
+      AwaitChannel(transport::DeadlineIn(backoff.Next()));
     }
   }
 }
 
 void GrpcControlPlane::Send() {
   Backoff backoff;
-  Clock::time_point next_heartbeat = Clock::now();
+  transport::Clock::time_point next_heartbeat = transport::Clock::now();
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) break;
     }
-    if (Clock::now() >= next_heartbeat) {
+    if (transport::Clock::now() >= next_heartbeat) {
       const uint64_t member = member_id_.load();
-      absl::Status s = Heartbeat(DeadlineIn(options_.rpc_timeout));
+      absl::Status s = Heartbeat(transport::DeadlineIn(options_.rpc_timeout));
       if (s.code() == absl::StatusCode::kNotFound) Recover(backoff, member);
-      next_heartbeat = Clock::now() + heartbeat_.load();
+      next_heartbeat = transport::Clock::now() + heartbeat_.load();
     }
     std::vector<StepReport> batch;
-    Deadline until = std::min(next_heartbeat, DeadlineIn(std::chrono::milliseconds(100)));
+    transport::Deadline until =
+        std::min(next_heartbeat, transport::DeadlineIn(std::chrono::milliseconds(100)));
     while (batch.size() < options_.report_batch) {
       std::optional<StepReport> r = reports_.Pop(until);
       if (!r) break;
-      if (batch.empty()) until = std::min(next_heartbeat, DeadlineIn(options_.report_linger));
+      if (batch.empty())
+        until = std::min(next_heartbeat, transport::DeadlineIn(options_.report_linger));
       batch.push_back(std::move(*r));
     }
     if (!batch.empty()) SendReports(batch);
     // Renewed on time even when idle, so the stream ends (and is
     // acknowledged) before its deadline.
-    if (report_writer_ != nullptr && Clock::now() >= report_renew_at_) CloseReportStream();
+    if (report_writer_ != nullptr && transport::Clock::now() >= report_renew_at_)
+      CloseReportStream();
   }
   CloseReportStream();
 }
 
 void GrpcControlPlane::SendReports(const std::vector<StepReport>& batch) {
-  if (report_writer_ != nullptr && Clock::now() >= report_renew_at_) CloseReportStream();
+  if (report_writer_ != nullptr && transport::Clock::now() >= report_renew_at_) CloseReportStream();
   if (report_writer_ == nullptr) {
     report_ctx_ = std::make_unique<grpc::ClientContext>();
     // The deadline leaves the renewal (checked at least every 100 ms, or
     // after a heartbeat of up to rpc_timeout) room to finish the stream.
-    Prepare(*report_ctx_, DeadlineIn(options_.report_stream_window + 3 * options_.rpc_timeout));
+    Prepare(*report_ctx_,
+            transport::DeadlineIn(options_.report_stream_window + 3 * options_.rpc_timeout));
     report_ack_.Clear();
     report_writer_ = stub_->ReportSteps(report_ctx_.get(), &report_ack_);
-    report_renew_at_ = Clock::now() + options_.report_stream_window;
+    report_renew_at_ = transport::Clock::now() + options_.report_stream_window;
     report_written_ = 0;
   }
   const uint64_t member = member_id_.load();

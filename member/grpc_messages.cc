@@ -162,8 +162,8 @@ pb::JoinRequest JoinToProto(const JoinRequest& j, uint64_t next_step) {
   req.set_last_world_size(j.last_world_size);
   req.set_next_step(std::max(j.next_step, next_step));
   req.set_role(j.server ? pb::ROLE_SERVER : pb::ROLE_WORKER);
-  req.set_gradex_version(Version());
-  req.set_wire_protocol(kWireProtocol);
+  req.set_gradex_version(version::Version());
+  req.set_wire_protocol(version::kWireProtocol);
   return req;
 }
 

@@ -16,14 +16,15 @@ namespace {
 constexpr uint32_t kMagic = 0x504c5847;  // "GXLP" little-endian
 constexpr size_t kHeader = 16;           // magic, epoch, size index, repetition
 
-Bytes Message(size_t size, uint32_t epoch, uint32_t index, uint32_t rep) {
-  Bytes b(std::max(size, kHeader), 0);
+transport::Bytes Message(size_t size, uint32_t epoch, uint32_t index, uint32_t rep) {
+  transport::Bytes b(std::max(size, kHeader), 0);
   const uint32_t h[4] = {kMagic, epoch, index, rep};
   std::memcpy(b.data(), h, kHeader);
   return b;
 }
 
-absl::Status Check(const Bytes& b, size_t size, uint32_t epoch, uint32_t index, uint32_t rep) {
+absl::Status Check(const transport::Bytes& b, size_t size, uint32_t epoch, uint32_t index,
+                   uint32_t rep) {
   const size_t want = std::max(size, kHeader);
   if (b.size() != want) {
     return absl::DataLossError(absl::StrCat(b.size(), " bytes, expected ", want));
@@ -38,25 +39,25 @@ absl::Status Check(const Bytes& b, size_t size, uint32_t epoch, uint32_t index, 
 }
 
 // One ring exchange; the seconds it took.
-absl::StatusOr<double> Exchange(Transport& t, uint32_t epoch, size_t size, uint32_t index,
-                                uint32_t rep, Deadline deadline) {
+absl::StatusOr<double> Exchange(transport::Transport& t, uint32_t epoch, size_t size,
+                                uint32_t index, uint32_t rep, transport::Deadline deadline) {
   const int p = t.size(), r = t.rank();
   const int to = (r + 1) % p, from = (r - 1 + p) % p;
-  const uint64_t tag = MessageTag(kProbePhase, index, rep);
-  Bytes out = Message(size, epoch, index, rep);  // built before the clock starts
-  const Clock::time_point start = Clock::now();
+  const uint64_t tag = collectives::MessageTag(kProbePhase, index, rep);
+  transport::Bytes out = Message(size, epoch, index, rep);  // built before the clock starts
+  const transport::Clock::time_point start = transport::Clock::now();
   // A probe message is exactly `size` bytes: nothing longer is taken.
-  absl::StatusOr<RequestId> recv = t.PostRecvAtMost(from, tag, size);
+  absl::StatusOr<transport::RequestId> recv = t.PostRecvAtMost(from, tag, size);
   if (!recv.ok()) return recv.status();
-  absl::StatusOr<RequestId> send = t.PostSend(to, tag, std::move(out));
+  absl::StatusOr<transport::RequestId> send = t.PostSend(to, tag, std::move(out));
   absl::Status s = send.status();
-  Bytes in;
+  transport::Bytes in;
   if (s.ok()) s = t.Wait(*recv, deadline, &in);
   if (s.ok()) s = t.Wait(*send, deadline, nullptr);
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(transport::Clock::now() - start).count();
   if (s.ok()) s = Check(in, size, epoch, index, rep);
   if (!s.ok()) {
-    t.CancelAll(std::min(deadline, DeadlineIn(std::chrono::milliseconds(100))));
+    t.CancelAll(std::min(deadline, transport::DeadlineIn(std::chrono::milliseconds(100))));
     return absl::Status(
         s.code(), absl::StrCat("link probe (epoch ", epoch, ", rank ", r, ", from rank ", from,
                                ", ", size, " bytes): ", s.message()));
@@ -66,7 +67,8 @@ absl::StatusOr<double> Exchange(Transport& t, uint32_t epoch, size_t size, uint3
 
 }  // namespace
 
-absl::StatusOr<LinkEstimate> ProbeLinks(Transport& transport, uint32_t epoch, Deadline deadline,
+absl::StatusOr<LinkEstimate> ProbeLinks(transport::Transport& transport, uint32_t epoch,
+                                        transport::Deadline deadline,
                                         const LinkProbeOptions& options) {
   if (transport.size() < 2) {
     return absl::FailedPreconditionError("link probe: one rank has no links");

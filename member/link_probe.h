@@ -20,7 +20,7 @@
 namespace gradex::member {
 
 // Phase byte of the probe's tags (collectives/tag_space.h).
-inline constexpr uint16_t kProbePhase = kTagPhaseLinkProbe;
+inline constexpr uint16_t kProbePhase = collectives::kTagPhaseLinkProbe;
 
 struct LinkProbeOptions {
   size_t small_bytes = 16;      // the header alone
@@ -30,7 +30,8 @@ struct LinkProbeOptions {
 
 // FAILED_PRECONDITION for P=1 (no link to measure). Every received message is
 // checked (size, magic, epoch, size index, repetition) before it counts.
-absl::StatusOr<LinkEstimate> ProbeLinks(Transport& transport, uint32_t epoch, Deadline deadline,
+absl::StatusOr<LinkEstimate> ProbeLinks(transport::Transport& transport, uint32_t epoch,
+                                        transport::Deadline deadline,
                                         const LinkProbeOptions& options = {});
 
 }  // namespace gradex::member

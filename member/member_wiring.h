@@ -22,7 +22,7 @@ struct MemberWiringOptions {
   // The data interface asked for (--data-ip, ClientOptions::data_ip; "":
   // GRADEX_DATA_IP, else the interface that routes to the coordinator).
   std::string data_ip;
-  UcxOptions ucx;  // all but listen_ip, which the data interface sets
+  transport::ucx::UcxOptions ucx;  // all but listen_ip, which the data interface sets
 };
 
 struct MemberWiring {

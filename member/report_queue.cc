@@ -20,13 +20,13 @@ bool ReportQueue::Push(StepReport report) {
   return ok;
 }
 
-std::optional<StepReport> ReportQueue::Pop(Deadline deadline) {
+std::optional<StepReport> ReportQueue::Pop(transport::Deadline deadline) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return closed_ || !q_.empty(); };
-  const auto left = deadline - Clock::now();
+  const auto left = deadline - transport::Clock::now();
   mu_.AwaitWithTimeout(absl::Condition(&ready),
                        absl::FromChrono(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           left.count() > 0 ? left : Clock::duration::zero())));
+                           left.count() > 0 ? left : transport::Clock::duration::zero())));
   if (q_.empty()) return std::nullopt;
   StepReport r = std::move(q_.front());
   q_.pop_front();

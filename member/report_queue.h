@@ -22,7 +22,7 @@ class ReportQueue {
   // False (and a drop counted) when full or closed.
   bool Push(StepReport report);
   // The oldest report, or nullopt at the deadline or once closed and empty.
-  std::optional<StepReport> Pop(Deadline deadline);
+  std::optional<StepReport> Pop(transport::Deadline deadline);
   // Wakes Pop; later pushes are dropped.
   void Close();
 

@@ -11,41 +11,44 @@ namespace {
 
 class UcxProvider final : public TransportProvider {
  public:
-  UcxProvider(std::shared_ptr<UcxWorker> worker, const UcxOptions& options)
+  UcxProvider(std::shared_ptr<transport::ucx::UcxWorker> worker,
+              const transport::ucx::UcxOptions& options)
       : worker_(std::move(worker)), options_(options) {}
   std::string address() const override { return worker_->address(); }
   void UseJobSecret(const std::string& token) override { worker_->SetJobSecret(token); }
-  std::string version() const override { return UcxVersion(); }
+  std::string version() const override { return transport::ucx::UcxVersion(); }
   std::string transports() const override {
     if (!options_.tls.empty()) return options_.tls;
     const char* env = std::getenv("UCX_TLS");
     return env != nullptr && *env != '\0' ? env : "all";
   }
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
-                                                     const ConnectHooks& hooks) override {
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(
+      const Plan& plan, int rank, const ConnectHooks& hooks) override {
     absl::StatusOr<std::vector<std::string>> addresses = PlanAddresses(plan);
     if (!addresses.ok()) return addresses.status();
-    UcxOptions o = options_;
+    transport::ucx::UcxOptions o = options_;
     // The agent's entry deadline bounds the wire-up: the coordinator evicts
     // whoever has not entered by then, and a newer epoch follows.
-    o.connect_timeout = std::max(
-        std::chrono::milliseconds(1),
-        std::chrono::duration_cast<std::chrono::milliseconds>(hooks.deadline - Clock::now()));
+    o.connect_timeout = std::max(std::chrono::milliseconds(1),
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     hooks.deadline - transport::Clock::now()));
     o.abandon = hooks.abandon;
     o.on_wire_up_wait = hooks.waiting;
     o.wire_up_quiet = hooks.quiet;
-    return ConnectUcxTransport(worker_, rank, *addresses, plan.epoch, o);
+    return transport::ucx::ConnectUcxTransport(worker_, rank, *addresses, plan.epoch, o);
   }
 
  private:
-  std::shared_ptr<UcxWorker> worker_;
-  UcxOptions options_;
+  std::shared_ptr<transport::ucx::UcxWorker> worker_;
+  transport::ucx::UcxOptions options_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TransportProvider>> CreateUcxProvider(const UcxOptions& options) {
-  absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+absl::StatusOr<std::unique_ptr<TransportProvider>> CreateUcxProvider(
+    const transport::ucx::UcxOptions& options) {
+  absl::StatusOr<std::shared_ptr<transport::ucx::UcxWorker>> worker =
+      transport::ucx::CreateUcxWorker(options);
   if (!worker.ok()) return worker.status();
   return std::unique_ptr<TransportProvider>(new UcxProvider(*std::move(worker), options));
 }
@@ -69,8 +72,8 @@ ControlPlaneBootstrap::ControlPlaneBootstrap(std::shared_ptr<const Plan> plan, s
   rank_ = plan_->RankOf(agent_id_);
 }
 
-absl::StatusOr<std::vector<std::string>> ControlPlaneBootstrap::AllGather(const std::string& mine,
-                                                                          Deadline deadline) {
+absl::StatusOr<std::vector<std::string>> ControlPlaneBootstrap::AllGather(
+    const std::string& mine, transport::Deadline deadline) {
   if (rank_ < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(agent_id_, " is not a member of epoch ", plan_->epoch));

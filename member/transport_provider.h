@@ -23,7 +23,7 @@ namespace gradex::member {
 struct ConnectHooks {
   // The wire-up ends DEADLINE_EXCEEDED by then, or (when non-zero) `quiet`
   // after the last peer that answered it (UcxOptions::wire_up_quiet).
-  Deadline deadline = DeadlineIn(std::chrono::milliseconds(30000));
+  transport::Deadline deadline = transport::DeadlineIn(std::chrono::milliseconds(30000));
   std::chrono::milliseconds quiet{0};
   // May be empty; polled while connecting: true ends it ABORTED (a newer
   // epoch superseded this one).
@@ -49,8 +49,8 @@ class TransportProvider {
   virtual void UseJobSecret(const std::string& token) {}
   // The communicator of `plan`'s epoch as `rank`, wired up by
   // hooks.deadline. The previous one is destroyed before this is called.
-  virtual absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
-                                                             const ConnectHooks& hooks) = 0;
+  virtual absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(
+      const Plan& plan, int rank, const ConnectHooks& hooks) = 0;
 };
 
 // A provider that hands everything to `inner` (which it owns): the base of
@@ -64,8 +64,8 @@ class ForwardingProvider : public TransportProvider {
   std::string version() const override { return inner_->version(); }
   std::string transports() const override { return inner_->transports(); }
   void UseJobSecret(const std::string& token) override { inner_->UseJobSecret(token); }
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const Plan& plan, int rank,
-                                                     const ConnectHooks& hooks) override {
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(
+      const Plan& plan, int rank, const ConnectHooks& hooks) override {
     return inner_->Connect(plan, rank, hooks);
   }
 
@@ -101,12 +101,13 @@ JoinRequest MemberJoin(const Options& o, TransportProvider& t) {
 // One UCX worker for the agent's whole life (its address stays valid across
 // epochs, so the coordinator needs it once), one communicator per epoch on it
 // with the epoch as the generation (an aborted epoch's leftovers are dropped).
-absl::StatusOr<std::unique_ptr<TransportProvider>> CreateUcxProvider(const UcxOptions& options);
+absl::StatusOr<std::unique_ptr<TransportProvider>> CreateUcxProvider(
+    const transport::ucx::UcxOptions& options);
 
 // A Bootstrap whose all-gather is the plan of an epoch: each rank published
 // its address through Join, and the plan lists every rank's. For code that
 // wants a Bootstrap (CreateUcxTransport); the agent connects from the plan.
-class ControlPlaneBootstrap final : public Bootstrap {
+class ControlPlaneBootstrap final : public transport::Bootstrap {
  public:
   ControlPlaneBootstrap(std::shared_ptr<const Plan> plan, std::string agent_id);
   int rank() const override { return rank_; }
@@ -114,7 +115,7 @@ class ControlPlaneBootstrap final : public Bootstrap {
   // Checks that the plan lists `mine` for this rank and returns the plan's
   // addresses by rank.
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine,
-                                                     Deadline deadline) override;
+                                                     transport::Deadline deadline) override;
 
  private:
   std::shared_ptr<const Plan> plan_;

@@ -8,30 +8,35 @@
 namespace gradex::member {
 
 // Overrides only the calls that post, complete or drop a receive.
-class WaitTrackingTransport final : public ForwardingTransport {
+class WaitTrackingTransport final : public transport::ForwardingTransport {
  public:
-  WaitTrackingTransport(std::shared_ptr<WaitTracker> tracker, std::unique_ptr<Transport> inner)
-      : ForwardingTransport(std::move(inner)),
+  WaitTrackingTransport(std::shared_ptr<WaitTracker> tracker,
+                        std::unique_ptr<transport::Transport> inner)
+      : transport::ForwardingTransport(std::move(inner)),
         tracker_(std::move(tracker)),
         owner_(tracker_->NewOwner()) {}
   ~WaitTrackingTransport() override { tracker_->Clear(owner_); }
 
-  absl::StatusOr<RequestId> PostRecv(int peer, uint64_t tag) override {
-    absl::StatusOr<RequestId> id = ForwardingTransport::PostRecv(peer, tag);
+  absl::StatusOr<transport::RequestId> PostRecv(int peer, uint64_t tag) override {
+    absl::StatusOr<transport::RequestId> id = transport::ForwardingTransport::PostRecv(peer, tag);
     if (id.ok()) tracker_->Posted(owner_, *id, peer);
     return id;
   }
-  absl::StatusOr<RequestId> PostRecvAtMost(int peer, uint64_t tag, size_t capacity) override {
-    absl::StatusOr<RequestId> id = ForwardingTransport::PostRecvAtMost(peer, tag, capacity);
+  absl::StatusOr<transport::RequestId> PostRecvAtMost(int peer, uint64_t tag,
+                                                      size_t capacity) override {
+    absl::StatusOr<transport::RequestId> id =
+        transport::ForwardingTransport::PostRecvAtMost(peer, tag, capacity);
     if (id.ok()) tracker_->Posted(owner_, *id, peer);
     return id;
   }
-  absl::Status Wait(RequestId request, Deadline deadline, Bytes* out) override {
+  absl::Status Wait(transport::RequestId request, transport::Deadline deadline,
+                    transport::Bytes* out) override {
     absl::Status s;
     // In slices, so that an eviction of a peer preempts the wait.
     for (;;) {
-      const Deadline slice = std::min(deadline, Clock::now() + WaitTracker::kPreemptPoll);
-      s = ForwardingTransport::Wait(request, slice, out);
+      const transport::Deadline slice =
+          std::min(deadline, transport::Clock::now() + WaitTracker::kPreemptPoll);
+      s = transport::ForwardingTransport::Wait(request, slice, out);
       if (s.code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline) break;
       if (std::optional<std::string> why = tracker_->Preempted()) {
         tracker_->Done(owner_, request);
@@ -47,17 +52,17 @@ class WaitTrackingTransport final : public ForwardingTransport {
     }
     return s;
   }
-  absl::StatusOr<bool> Test(RequestId request, Bytes* out) override {
-    absl::StatusOr<bool> done = ForwardingTransport::Test(request, out);
+  absl::StatusOr<bool> Test(transport::RequestId request, transport::Bytes* out) override {
+    absl::StatusOr<bool> done = transport::ForwardingTransport::Test(request, out);
     if (!done.ok() || *done) tracker_->Done(owner_, request);
     return done;
   }
-  void CancelAll(Deadline deadline) override {
-    ForwardingTransport::CancelAll(deadline);
+  void CancelAll(transport::Deadline deadline) override {
+    transport::ForwardingTransport::CancelAll(deadline);
     tracker_->Clear(owner_);
   }
-  void Abort(Deadline deadline) override {
-    ForwardingTransport::Abort(deadline);
+  void Abort(transport::Deadline deadline) override {
+    transport::ForwardingTransport::Abort(deadline);
     tracker_->Clear(owner_);
   }
 
@@ -72,11 +77,12 @@ void WaitTracker::SetStep(uint32_t epoch, uint64_t step) {
   step_ = step;
 }
 
-std::unique_ptr<Transport> WaitTracker::Wrap(std::unique_ptr<Transport> inner) {
+std::unique_ptr<transport::Transport> WaitTracker::Wrap(
+    std::unique_ptr<transport::Transport> inner) {
   return std::make_unique<WaitTrackingTransport>(shared_from_this(), std::move(inner));
 }
 
-Transport* WaitTracker::Inner(Transport* t) {
+transport::Transport* WaitTracker::Inner(transport::Transport* t) {
   if (auto* w = dynamic_cast<WaitTrackingTransport*>(t)) return &w->inner();
   return t;
 }
@@ -86,8 +92,8 @@ uint64_t WaitTracker::NewOwner() {
   return ++owners_;
 }
 
-void WaitTracker::Posted(uint64_t owner, RequestId id, int peer) {
-  const Clock::time_point now = Clock::now();
+void WaitTracker::Posted(uint64_t owner, transport::RequestId id, int peer) {
+  const transport::Clock::time_point now = transport::Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   pending_.push_back({owner, id, peer, now});
 }
@@ -95,13 +101,13 @@ void WaitTracker::Posted(uint64_t owner, RequestId id, int peer) {
 void WaitTracker::WireUpWaiting(int peer, bool waiting) {
   if (peer < 0) return;
   if (waiting) {
-    Posted(kWireUpOwner, static_cast<RequestId>(peer), peer);
+    Posted(kWireUpOwner, static_cast<transport::RequestId>(peer), peer);
   } else {
-    Done(kWireUpOwner, static_cast<RequestId>(peer));
+    Done(kWireUpOwner, static_cast<transport::RequestId>(peer));
   }
 }
 
-void WaitTracker::Done(uint64_t owner, RequestId id) {
+void WaitTracker::Done(uint64_t owner, transport::RequestId id) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < pending_.size(); ++i) {
     if (pending_[i].id == id && pending_[i].owner == owner) {
@@ -112,8 +118,8 @@ void WaitTracker::Done(uint64_t owner, RequestId id) {
   }
 }
 
-void WaitTracker::TimedOut(uint64_t owner, RequestId id) {
-  const Clock::time_point now = Clock::now();
+void WaitTracker::TimedOut(uint64_t owner, transport::RequestId id) {
+  const transport::Clock::time_point now = transport::Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   for (const Pending& p : pending_) {
     if (p.id == id && p.owner == owner) {
@@ -134,7 +140,7 @@ void WaitTracker::Clear(uint64_t owner) {
 }
 
 std::optional<WaitInfo> WaitTracker::OldestWait(std::chrono::milliseconds at_least) const {
-  const Clock::time_point now = Clock::now();
+  const transport::Clock::time_point now = transport::Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   const Pending* oldest = nullptr;
   for (const Pending& p : pending_) {
@@ -145,7 +151,7 @@ std::optional<WaitInfo> WaitTracker::OldestWait(std::chrono::milliseconds at_lea
                   std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest->posted)};
 }
 
-std::optional<WaitInfo> WaitTracker::LastTimeout(Clock::time_point since) const {
+std::optional<WaitInfo> WaitTracker::LastTimeout(transport::Clock::time_point since) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!last_timeout_ || last_timeout_at_ < since) return std::nullopt;
   return last_timeout_;

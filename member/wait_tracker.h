@@ -30,10 +30,10 @@ class WaitTracker final : public WaitSource, public std::enable_shared_from_this
   void SetStep(uint32_t epoch, uint64_t step);
   // Wraps `inner` (the communicator of one epoch). Only one wrapped transport
   // is expected at a time; an older one's entries are dropped on destruction.
-  std::unique_ptr<Transport> Wrap(std::unique_ptr<Transport> inner);
+  std::unique_ptr<transport::Transport> Wrap(std::unique_ptr<transport::Transport> inner);
   // The transport under a wrapper (tests reach the loopback fabric through
   // it), or `t` itself when it is not one.
-  static Transport* Inner(Transport* t);
+  static transport::Transport* Inner(transport::Transport* t);
 
   // The wire-up of the epoch being entered (ConnectHooks::waiting): it
   // waits on `peer` while `waiting`. Tracked as receives are, under the
@@ -56,22 +56,22 @@ class WaitTracker final : public WaitSource, public std::enable_shared_from_this
 
   // The last receive whose Wait ran past its deadline since `since` (the
   // agent names that peer in its step error), or nothing.
-  std::optional<WaitInfo> LastTimeout(Clock::time_point since) const;
+  std::optional<WaitInfo> LastTimeout(transport::Clock::time_point since) const;
 
  private:
   friend class WaitTrackingTransport;
   struct Pending {
     uint64_t owner = 0;  // which wrapper posted it
-    RequestId id = 0;
+    transport::RequestId id = 0;
     int peer = 0;
-    Clock::time_point posted;
+    transport::Clock::time_point posted;
   };
   static constexpr uint64_t kWireUpOwner = 0;  // wrappers are numbered from 1
   uint64_t NewOwner();
-  void Posted(uint64_t owner, RequestId id, int peer);
+  void Posted(uint64_t owner, transport::RequestId id, int peer);
   // Drops the entry (completed, failed or released); no-op for sends.
-  void Done(uint64_t owner, RequestId id);
-  void TimedOut(uint64_t owner, RequestId id);
+  void Done(uint64_t owner, transport::RequestId id);
+  void TimedOut(uint64_t owner, transport::RequestId id);
   void Clear(uint64_t owner);
 
   std::optional<std::string> Preempted() const;
@@ -83,7 +83,7 @@ class WaitTracker final : public WaitSource, public std::enable_shared_from_this
   uint64_t owners_ = 0;
   std::vector<Pending> pending_;
   std::optional<WaitInfo> last_timeout_;
-  Clock::time_point last_timeout_at_;
+  transport::Clock::time_point last_timeout_at_;
 };
 
 }  // namespace gradex::member

@@ -49,7 +49,8 @@ absl::Status Agent::Rejoin() {
   req.last_rank = rank_;
   req.last_world_size = plan_ == nullptr ? 0 : plan_->world();
   req.next_step = next_step_;
-  absl::StatusOr<member::JoinReply> reply = control_->Join(req, DeadlineIn(options_.rpc_timeout));
+  absl::StatusOr<member::JoinReply> reply =
+      control_->Join(req, transport::DeadlineIn(options_.rpc_timeout));
   if (!reply.ok()) return reply.status();
   lease_ = reply->lease;
   need_rejoin_ = false;
@@ -57,15 +58,15 @@ absl::Status Agent::Rejoin() {
 }
 
 absl::Status Agent::EnterEpoch() {
-  const Deadline deadline = DeadlineIn(options_.join_timeout);
+  const transport::Deadline deadline = transport::DeadlineIn(options_.join_timeout);
   // After a failure the coordinator usually opens the next epoch by itself
   // (it evicts the dead peer); re-joining is the fallback when it does not
   // (everyone alive, e.g. a deadline), after twice the lease so an eviction
   // comes first and re-joins do not churn epochs.
-  Clock::time_point rejoin_at = Clock::now() + 2 * lease_;
+  transport::Clock::time_point rejoin_at = transport::Clock::now() + 2 * lease_;
   absl::Status last = absl::OkStatus();
   for (;;) {
-    if (need_rejoin_ && Clock::now() >= rejoin_at) {
+    if (need_rejoin_ && transport::Clock::now() >= rejoin_at) {
       absl::Status s = Rejoin();
       if (s.code() == absl::StatusCode::kUnauthenticated ||
           s.code() == absl::StatusCode::kPermissionDenied ||
@@ -74,7 +75,7 @@ absl::Status Agent::EnterEpoch() {
       }
       if (!s.ok()) last = s;
       need_rejoin_ = true;  // keep re-joining every period until an epoch comes
-      rejoin_at = Clock::now() + 2 * lease_;
+      rejoin_at = transport::Clock::now() + 2 * lease_;
     }
     std::shared_ptr<const member::Plan> plan = control_->LatestPlan();
     if (plan != nullptr && plan->epoch > last_epoch_ && plan->RankOf(options_.agent_id) >= 0) {
@@ -95,11 +96,11 @@ absl::Status Agent::EnterEpoch() {
       // Superseded: take the newer epoch; anything else: wait for one, and
       // re-join if none comes.
       if (s.code() != absl::StatusCode::kAborted) {
-        if (!need_rejoin_) rejoin_at = Clock::now() + 2 * lease_;
+        if (!need_rejoin_) rejoin_at = transport::Clock::now() + 2 * lease_;
         need_rejoin_ = true;
       }
     }
-    if (Clock::now() >= deadline) {
+    if (transport::Clock::now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(options_.agent_id, ": no epoch after ", last_epoch_, " includes this agent ",
                        "within ", options_.join_timeout.count(), " ms",
@@ -128,20 +129,21 @@ absl::Status Agent::Connect(std::shared_ptr<const member::Plan> plan, uint64_t s
   // A newer epoch without one of this one's members ends the entry and steps.
   auto superseded = member::SupersededBy(control_, plan);
   member::ConnectHooks hooks;
-  hooks.deadline = DeadlineIn(std::max(options_.join_timeout, entry_timeout));
+  hooks.deadline = transport::DeadlineIn(std::max(options_.join_timeout, entry_timeout));
   hooks.quiet = entry_timeout;
   hooks.abandon = [superseded] { return superseded().has_value(); };
   // The wire-up's pending peers are waits like a step's receives: a member
   // that never connects is named in every peer's heartbeats.
   hooks.waiting = [w = waits_.get()](int peer, bool waiting) { w->WireUpWaiting(peer, waiting); };
-  absl::StatusOr<std::unique_ptr<Transport>> t = transports_->Connect(*plan, rank_, hooks);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> t =
+      transports_->Connect(*plan, rank_, hooks);
   waits_->ClearWireUp();
   if (!t.ok()) {
     return absl::Status(t.status().code(),
                         absl::StrCat("epoch ", plan->epoch, " connect: ", t.status().message()));
   }
   transport_ = waits_->Wrap(*std::move(t));
-  const Deadline entry = DeadlineIn(entry_timeout);
+  const transport::Deadline entry = transport::DeadlineIn(entry_timeout);
   waits_->SetPreemption(superseded);
   last_epoch_ = plan->epoch;
   member::SyncState mine;
@@ -151,7 +153,7 @@ absl::Status Agent::Connect(std::shared_ptr<const member::Plan> plan, uint64_t s
   absl::StatusOr<member::SyncState> agreed =
       member::AgreeInBand(*transport_, plan->epoch, sync_sequence, mine, entry);
   if (!agreed.ok()) {
-    transport_->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
+    transport_->Abort(transport::DeadlineIn(std::chrono::milliseconds(1000)));
     transport_.reset();
     return agreed.status();
   }
@@ -167,7 +169,7 @@ absl::Status Agent::Connect(std::shared_ptr<const member::Plan> plan, uint64_t s
     // Every rank of the epoch probes here, right after the entry agreement;
     // a lost peer or the deadline fails like a step (the next epoch follows).
     absl::StatusOr<member::LinkEstimate> l =
-        member::ProbeLinks(*transport_, plan_->epoch, DeadlineIn(plan_->step_deadline));
+        member::ProbeLinks(*transport_, plan_->epoch, transport::DeadlineIn(plan_->step_deadline));
     if (!l.ok()) return Fail(l.status());
     link_ = *l;
     link_epoch_ = plan_->epoch;
@@ -201,9 +203,9 @@ absl::Status Agent::Barrier() {
   mine.values =
       member::BarrierValues::From(*Eligible(next_step_, plan_, &mine.newest_epoch), options_.rules);
   waits_->SetStep(plan_->epoch, next_step_);
-  const Clock::time_point start = Clock::now();
+  const transport::Clock::time_point start = transport::Clock::now();
   absl::StatusOr<member::SyncState> agreed = member::AgreeInBand(
-      *transport_, plan_->epoch, next_step_, mine, DeadlineIn(plan_->step_deadline));
+      *transport_, plan_->epoch, next_step_, mine, transport::DeadlineIn(plan_->step_deadline));
   if (!agreed.ok()) return Fail(NameWait(agreed.status(), start));
   next_step_ = agreed->next_step;
   synced_at_ = next_step_;
@@ -258,19 +260,22 @@ void Agent::AdoptRules(const member::BucketRules& agreed, int from) {
 absl::Status Agent::CheckAlgorithms() const {
   // An algorithm this build lacks fails the epoch's entry (or the barrier)
   // on every rank alike, not a bucket in the middle of a step.
-  absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(plan_->algorithm);
+  absl::StatusOr<std::unique_ptr<collectives::SparseAllreduce>> a =
+      collectives::CreateAllreduce(plan_->algorithm);
   if (!a.ok()) return a.status();
   for (const std::string& name : plan_->bucket_algorithms) {
     if (name.empty()) continue;
-    if (absl::StatusOr<std::unique_ptr<SparseAllreduce>> b = CreateAllreduce(name); !b.ok()) {
+    if (absl::StatusOr<std::unique_ptr<collectives::SparseAllreduce>> b =
+            collectives::CreateAllreduce(name);
+        !b.ok()) {
       return b.status();
     }
   }
   return absl::OkStatus();
 }
 
-AllreduceOptions Agent::Options(int bucket) const {
-  AllreduceOptions o;
+collectives::AllreduceOptions Agent::Options(int bucket) const {
+  collectives::AllreduceOptions o;
   o.density = plan_->density;
   o.teams = plan_->teams;
   o.params = plan_->params;  // agreed at the barrier with the algorithm
@@ -291,7 +296,7 @@ AllreduceOptions Agent::Options(int bucket) const {
   return o;
 }
 
-absl::Status Agent::NameWait(absl::Status s, Clock::time_point since) const {
+absl::Status Agent::NameWait(absl::Status s, transport::Clock::time_point since) const {
   if (s.code() != absl::StatusCode::kDeadlineExceeded) return s;
   std::optional<member::WaitInfo> w = waits_->LastTimeout(since);
   if (!w || plan_ == nullptr || w->peer < 0 || w->peer >= plan_->world()) return s;
@@ -315,7 +320,7 @@ absl::Status Agent::Fail(absl::Status status) {
       }
     }
     // Peers waiting on this rank fail now instead of at their deadline.
-    transport_->Abort(DeadlineIn(std::chrono::milliseconds(1000)));
+    transport_->Abort(transport::DeadlineIn(std::chrono::milliseconds(1000)));
     // Kept (aborted) until the step ends: a bucket of it may still be being
     // planned against it on the client's selection thread (PlanBucket).
     retired_ = std::move(transport_);
@@ -341,7 +346,7 @@ absl::Status Agent::Leave() {
   transport_.reset();
   retired_.reset();
   step_transport_ = nullptr;
-  return control_->Leave(DeadlineIn(options_.rpc_timeout));
+  return control_->Leave(transport::DeadlineIn(options_.rpc_timeout));
 }
 
 }  // namespace gradex::pipeline

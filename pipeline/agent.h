@@ -74,8 +74,8 @@ struct StepOutcome {
   uint64_t plan_version = 0;
   std::string algorithm;
   double density = 0;
-  std::vector<AllreduceResult> results;
-  std::vector<CallStats> stats;
+  std::vector<collectives::AllreduceResult> results;
+  std::vector<collectives::CallStats> stats;
   double seconds = 0;
 };
 
@@ -97,15 +97,15 @@ struct BucketSlot {
   // device path): while set they are the slot's state, and the two vectors
   // above are stale until the pipeline copies them back.
   std::shared_ptr<DeviceResiduals> device;
-  std::unique_ptr<SparseAllreduce> algorithm;
-  std::unique_ptr<SparseAllreduce> dense;  // start_iter, small buckets, probes
-  uint32_t epoch = 0;                      // the epoch the objects were made for
+  std::unique_ptr<collectives::SparseAllreduce> algorithm;
+  std::unique_ptr<collectives::SparseAllreduce> dense;  // start_iter, small buckets, probes
+  uint32_t epoch = 0;                                   // the epoch the objects were made for
 };
 
 // What one bucket produced.
 struct BucketOutcome {
-  AllreduceResult result;
-  CallStats stats;
+  collectives::AllreduceResult result;
+  collectives::CallStats stats;
   std::string algorithm;  // what ran
   // How: "hierarchical (<layout>)" or "flat (<why>)" (Agent::exchange_layout).
   std::string exchange;
@@ -145,7 +145,7 @@ struct BucketCall {
   // The residual the call works on (slot->residual, or the slot's device
   // copy) and where grad, residual and velocity live (null: host memory).
   std::span<float> residual;
-  ResidualMemory* memory = nullptr;
+  collectives::ResidualMemory* memory = nullptr;
   // DGC's momentum correction left to the call (fused into its first pass
   // over the residual): velocity = velocity * momentum + grad, and the
   // velocity joins the residual. Empty: grad joins it as is.
@@ -155,13 +155,13 @@ struct BucketCall {
   std::string algorithm;             // what runs
   bool dense_probe = false;
   bool sparse_probe = false;
-  std::string probe_algorithm;          // sparse_probe: what it times
-  SparseAllreduce* schedule = nullptr;  // null: nothing to exchange (see status)
+  std::string probe_algorithm;                       // sparse_probe: what it times
+  collectives::SparseAllreduce* schedule = nullptr;  // null: nothing to exchange (see status)
   // dense_probe: the slot's dense object, timed on zeros; sparse_probe: the
   // slot's sparse object, timed on a copy of the gradient.
-  SparseAllreduce* probe = nullptr;
-  CallContext ctx;
-  AllreduceOptions options;
+  collectives::SparseAllreduce* probe = nullptr;
+  collectives::CallContext ctx;
+  collectives::AllreduceOptions options;
   // Where the bucket's gradient is: not yet in the residual, prepared (a
   // call pending in `schedule`), kept (in the residual: grad + old residual)
   // or exchanged.
@@ -192,7 +192,7 @@ uint64_t JobId(const std::string& job);
 // or infinite at the call's accumulation pass (the first one's element):
 // reset to 0 and exchanged as 0, so no peer and no later step saw them; OK
 // when there were none (CallStats detail "residual_nonfinite").
-absl::Status NonFiniteResidual(uint32_t bucket, const CallStats& stats);
+absl::Status NonFiniteResidual(uint32_t bucket, const collectives::CallStats& stats);
 
 class Agent {
  public:
@@ -237,10 +237,10 @@ class Agent {
   std::vector<std::vector<float>> residuals() const;
   // The communicator of the current epoch (tests kill it to simulate a crash),
   // under the wait tracker's decorator.
-  Transport* transport() const { return member::WaitTracker::Inner(transport_.get()); }
+  transport::Transport* transport() const { return member::WaitTracker::Inner(transport_.get()); }
   // The same behind the wait tracker: its waits end when an eviction
   // preempts the epoch (the in-band checks after a step use it).
-  Transport* tracked_transport() const { return transport_.get(); }
+  transport::Transport* tracked_transport() const { return transport_.get(); }
 
  private:
   friend class BucketPipeline;
@@ -295,9 +295,9 @@ class Agent {
   std::shared_ptr<const member::Plan> Eligible(uint64_t step,
                                                std::shared_ptr<const member::Plan> base,
                                                uint64_t* newest_epoch = nullptr) const;
-  AllreduceOptions Options(int bucket) const;
+  collectives::AllreduceOptions Options(int bucket) const;
   // `s` with the peer this rank timed out waiting for (since `since`) named.
-  absl::Status NameWait(absl::Status s, Clock::time_point since) const;
+  absl::Status NameWait(absl::Status s, transport::Clock::time_point since) const;
   // The shadow probe of a call: call->probe on zeros of the bucket's size
   // (dense_probe) or on a copy of its gradient with a residual of zeros
   // (sparse_probe), under a call id no bucket of the step uses; its wall
@@ -311,9 +311,8 @@ class Agent {
   // made for another (PlanBucket's, which may not touch the agent).
   // `layout` (null: flat) wraps them in the hierarchical exchange where
   // the algorithm may run across nodes.
-  static absl::StatusOr<SparseAllreduce*> SlotAlgorithm(const std::string& name, uint32_t epoch,
-                                                        BucketSlot* slot,
-                                                        const catalog::NodeLayout* layout);
+  static absl::StatusOr<collectives::SparseAllreduce*> SlotAlgorithm(
+      const std::string& name, uint32_t epoch, BucketSlot* slot, const catalog::NodeLayout* layout);
   // The epoch's node layout and whether it runs hierarchical (BeginStep,
   // once per epoch: the plan's members and the agreed rules fix both).
   void UpdateLayout();
@@ -330,32 +329,33 @@ class Agent {
   uint64_t rules_disagreements_ = 0;
   // Pending receives of the data plane, read by the heartbeat (hang diagnosis).
   const std::shared_ptr<member::WaitTracker> waits_ = std::make_shared<member::WaitTracker>();
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<transport::Transport> transport_;
   // The open step's communicator, fixed at BeginStep (PlanBucket reads it on
   // the client's selection thread); a failure moves the communicator to
   // retired_, which keeps it alive (aborted) until the step ends.
-  Transport* step_transport_ = nullptr;
-  std::unique_ptr<Transport> retired_;
+  transport::Transport* step_transport_ = nullptr;
+  std::unique_ptr<transport::Transport> retired_;
   absl::Status begin_status_;  // BeginStep's result, fixed for the step
   // The first frame refused in the open step and its sender (CallContext::
   // blame); a failed step reports it.
-  mutable FrameBlame step_blame_;  // thread-safe; PlanBucket (const) hands it to calls
+  mutable collectives::wire::FrameBlame
+      step_blame_;  // thread-safe; PlanBucket (const) hands it to calls
   // The open step (BeginStep .. EndStep).
   bool step_open_ = false;
   bool step_ran_ = false;     // a bucket ran (or failed) in it: EndStep spends the number
   absl::Status step_status_;  // its first error
-  Clock::time_point step_start_{};
+  transport::Clock::time_point step_start_{};
   std::chrono::system_clock::time_point step_unix_start_{};
   double step_compute_s_ = 0;
   std::vector<member::StepReport::Bucket> step_buckets_;
-  std::vector<CallStats> step_stats_;
+  std::vector<collectives::CallStats> step_stats_;
   int rank_ = -1;
   uint64_t next_step_ = 0;
   uint64_t synced_at_ = ~uint64_t{0};  // the step the last agreement was made for
   uint32_t last_epoch_ = 0;            // the last epoch this agent ran (or failed) in
   bool need_rejoin_ = false;
   std::chrono::milliseconds lease_{10000};
-  Clock::time_point last_step_end_{};
+  transport::Clock::time_point last_step_end_{};
   // This epoch's link probe (Plan::measure_links), sent with its reports.
   std::optional<member::LinkEstimate> link_;
   uint32_t link_epoch_ = 0;

@@ -16,11 +16,11 @@
 namespace gradex::pipeline {
 namespace {
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double Seconds(transport::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
-absl::Status NonFiniteResidual(uint32_t bucket, const CallStats& stats) {
+absl::Status NonFiniteResidual(uint32_t bucket, const collectives::CallStats& stats) {
   const double bad = stats.Detail("residual_nonfinite");
   if (bad <= 0) return absl::OkStatus();
   return absl::DataLossError(absl::StrCat(
@@ -41,9 +41,8 @@ double CallResidualL2(const BucketCall& call) {
   return sq.ok() ? std::sqrt(*sq) : std::nan("");
 }
 
-absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, uint32_t epoch,
-                                                      BucketSlot* slot,
-                                                      const catalog::NodeLayout* layout) {
+absl::StatusOr<collectives::SparseAllreduce*> Agent::SlotAlgorithm(
+    const std::string& name, uint32_t epoch, BucketSlot* slot, const catalog::NodeLayout* layout) {
   if (slot->epoch != epoch) {
     slot->algorithm.reset();
     slot->dense.reset();
@@ -51,16 +50,17 @@ absl::StatusOr<SparseAllreduce*> Agent::SlotAlgorithm(const std::string& name, u
   }
   // The dense fallback has an object of its own, so a probe or a small
   // bucket's dense run leaves the sparse algorithm's state alone.
-  std::unique_ptr<SparseAllreduce>& held =
+  std::unique_ptr<collectives::SparseAllreduce>& held =
       name == member::DenseAlgorithm() ? slot->dense : slot->algorithm;
   if (held == nullptr || held->name() != name) {
-    absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(name);
+    absl::StatusOr<std::unique_ptr<collectives::SparseAllreduce>> a =
+        collectives::CreateAllreduce(name);
     if (!a.ok()) return a.status();
-    if (layout != nullptr && FlatReason(name, *layout).empty()) {
-      absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> h =
-          HierarchicalAllreduce::Create(*std::move(a), *layout);
+    if (layout != nullptr && collectives::algorithms::FlatReason(name, *layout).empty()) {
+      absl::StatusOr<std::unique_ptr<collectives::algorithms::HierarchicalAllreduce>> h =
+          collectives::algorithms::HierarchicalAllreduce::Create(*std::move(a), *layout);
       if (!h.ok()) return h.status();
-      a = std::unique_ptr<SparseAllreduce>(*std::move(h));
+      a = std::unique_ptr<collectives::SparseAllreduce>(*std::move(h));
     }
     held = *std::move(a);
   }
@@ -122,7 +122,7 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
       member::ChooseBucketAlgorithm(*plan_, rules_, next_step_, bucket, grad.size());
   call->algorithm = choice.algorithm;
   call->dense_probe = choice.dense_probe;
-  absl::StatusOr<SparseAllreduce*> algorithm =
+  absl::StatusOr<collectives::SparseAllreduce*> algorithm =
       SlotAlgorithm(choice.algorithm, plan_->epoch, slot, hierarchical_ ? &layout_ : nullptr);
   if (!algorithm.ok()) {
     call->status = algorithm.status();
@@ -136,7 +136,7 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
   call->sparse_probe = choice.sparse_probe && room;
   if (call->dense_probe || call->sparse_probe) {
     call->probe_algorithm = call->dense_probe ? member::DenseAlgorithm() : choice.probe_algorithm;
-    absl::StatusOr<SparseAllreduce*> probe = SlotAlgorithm(
+    absl::StatusOr<collectives::SparseAllreduce*> probe = SlotAlgorithm(
         call->probe_algorithm, plan_->epoch, slot, hierarchical_ ? &layout_ : nullptr);
     if (!probe.ok()) {
       call->status = probe.status();
@@ -144,14 +144,14 @@ void Agent::PlanBucket(uint32_t bucket, std::span<const size_t> step_buckets,
     }
     call->probe = *probe;
   }
-  CallContext& ctx = call->ctx;
-  ctx = CallContext{};
+  collectives::CallContext& ctx = call->ctx;
+  ctx = collectives::CallContext{};
   ctx.transport = step_transport_;
   ctx.job_id = job_id_;
   ctx.epoch = plan_->epoch;
   ctx.call_id = CallId(next_step_, bucket);
   ctx.training_step = next_step_;
-  ctx.deadline = DeadlineIn(plan_->step_deadline);  // renewed when the exchange starts
+  ctx.deadline = transport::DeadlineIn(plan_->step_deadline);  // renewed when the exchange starts
   ctx.bucket_index = bucket;
   ctx.step_buckets = call->step_buckets;
   ctx.blame = &step_blame_;
@@ -164,10 +164,10 @@ void Agent::PrepareBucket(BucketCall* call) {
       call->state != BucketCall::State::kFresh) {
     return;
   }
-  const Clock::time_point start = Clock::now();
+  const transport::Clock::time_point start = transport::Clock::now();
   absl::Status s = call->schedule->PrepareCall(call->ctx, call->options, call->grad, call->residual,
                                                call->velocity, call->momentum, call->memory);
-  call->prepare_s = Seconds(Clock::now() - start);
+  call->prepare_s = Seconds(transport::Clock::now() - start);
   if (s.ok()) {
     call->state = BucketCall::State::kPrepared;
   } else {
@@ -184,7 +184,8 @@ void Agent::AbandonBucket(BucketCall* call) {
     if (call->memory != nullptr) {
       (void)call->memory->Accumulate(call->grad, call->residual, call->velocity, call->momentum);
     } else {
-      (void)AccumulateIntoResidual(call->grad, call->residual, call->velocity, call->momentum);
+      (void)collectives::AccumulateIntoResidual(call->grad, call->residual, call->velocity,
+                                                call->momentum);
     }
   }
   call->state = BucketCall::State::kKept;
@@ -197,12 +198,13 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
     return absl::FailedPreconditionError("ExchangeBucket: no open step (BeginStep)");
   }
   out->algorithm = call->algorithm;
-  out->exchange = hierarchical_ && dynamic_cast<HierarchicalAllreduce*>(call->schedule) == nullptr
+  out->exchange = hierarchical_ && dynamic_cast<collectives::algorithms::HierarchicalAllreduce*>(
+                                       call->schedule) == nullptr
                       ? absl::StrCat("flat (", call->algorithm, " runs flat only)")
                       : layout_line_;
   out->dense_probe = call->dense_probe;
   out->sparse_probe = call->sparse_probe;
-  out->stats = CallStats{};
+  out->stats = collectives::CallStats{};
   out->seconds = 0;
   if (!step_status_.ok()) return KeepCall(call);
   const uint32_t bucket = call->bucket;
@@ -230,11 +232,11 @@ absl::Status Agent::ExchangeBucket(BucketCall* call, BucketOutcome* out) {
       return step_status_;
     }
   }
-  const Clock::time_point call_start = Clock::now();
-  absl::Status s =
-      call->schedule->ExchangeCall(&out->result, &out->stats, DeadlineIn(plan_->step_deadline));
+  const transport::Clock::time_point call_start = transport::Clock::now();
+  absl::Status s = call->schedule->ExchangeCall(&out->result, &out->stats,
+                                                transport::DeadlineIn(plan_->step_deadline));
   call->state = s.ok() ? BucketCall::State::kDone : BucketCall::State::kKept;
-  out->seconds = Seconds(Clock::now() - call_start) + call->prepare_s;
+  out->seconds = Seconds(transport::Clock::now() - call_start) + call->prepare_s;
   if (!s.ok()) {
     // The algorithm kept grad + old residual; the rest of the step follows.
     s = NameWait(std::move(s), call_start);
@@ -294,15 +296,16 @@ absl::Status Agent::TimeProbe(const BucketCall& call, double* seconds) {
       }
     }
   }
-  CallContext ctx = call.ctx;
+  collectives::CallContext ctx = call.ctx;
   ctx.call_id = CallId(next_step_, static_cast<uint32_t>(kMaxStepBuckets - 1 - call.bucket));
-  ctx.deadline = DeadlineIn(plan_->step_deadline);
-  const Clock::time_point start = Clock::now();
+  ctx.deadline = transport::DeadlineIn(plan_->step_deadline);
+  const transport::Clock::time_point start = transport::Clock::now();
   absl::Status s = call.probe->PrepareCall(ctx, call.options, grad, residual, {}, 0, nullptr);
-  AllreduceResult result;
-  CallStats stats;
-  if (s.ok()) s = call.probe->ExchangeCall(&result, &stats, DeadlineIn(plan_->step_deadline));
-  *seconds = Seconds(Clock::now() - start);
+  collectives::AllreduceResult result;
+  collectives::CallStats stats;
+  if (s.ok())
+    s = call.probe->ExchangeCall(&result, &stats, transport::DeadlineIn(plan_->step_deadline));
+  *seconds = Seconds(transport::Clock::now() - start);
   return s;
 }
 

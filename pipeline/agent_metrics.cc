@@ -48,7 +48,7 @@ AgentMetrics::AgentMetrics() : registry_(std::make_shared<prometheus::Registry>(
   prometheus::Registry& r = *registry_;
   // The agent's registry is also the client's and the PsWorker's, so this
   // one series names the build of agents and trainers alike.
-  RegisterBuildInfo(r);
+  version::RegisterBuildInfo(r);
   call_seconds_ = &BuildHistogram()
                        .Name("gradex_agent_call_duration_seconds")
                        .Help(
@@ -149,9 +149,10 @@ AgentMetrics::AgentMetrics() : registry_(std::make_shared<prometheus::Registry>(
                          "Received data-plane frames rejected by validation, by reason "
                          "(process-wide)")
                      .Register(r);
-  for (int e = 0; e < static_cast<int>(FrameError::kCount); ++e) {
+  for (int e = 0; e < static_cast<int>(collectives::wire::FrameError::kCount); ++e) {
     frame_errors_[e] =
-        &frames.Add({{"reason", std::string(FrameErrorName(static_cast<FrameError>(e)))}});
+        &frames.Add({{"reason", std::string(collectives::wire::FrameErrorName(
+                                    static_cast<collectives::wire::FrameError>(e)))}});
   }
 }
 
@@ -174,9 +175,9 @@ int AgentMetrics::port() const {
   return ports.empty() ? -1 : ports.front();
 }
 
-void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& stats, size_t n,
-                               double residual_l2, const AllreduceResult& result,
-                               int team_position) {
+void AgentMetrics::ObserveCall(const std::string& algorithm, const collectives::CallStats& stats,
+                               size_t n, double residual_l2,
+                               const collectives::AllreduceResult& result, int team_position) {
   if (const double bad = stats.Detail("residual_nonfinite"); bad > 0) {
     residual_nonfinite_->Increment(bad);
   }
@@ -212,9 +213,10 @@ void AgentMetrics::ObserveCall(const std::string& algorithm, const CallStats& st
   }
 }
 
-void AgentMetrics::ObserveStages(const CallStats& stats) {
-  hierarchy_nodes_->Set(stats.Detail(kDetailHierarchyNodes));
-  hierarchy_ranks_per_node_->Set(stats.Detail(kDetailHierarchyRanksPerNode));
+void AgentMetrics::ObserveStages(const collectives::CallStats& stats) {
+  hierarchy_nodes_->Set(stats.Detail(collectives::algorithms::kDetailHierarchyNodes));
+  hierarchy_ranks_per_node_->Set(
+      stats.Detail(collectives::algorithms::kDetailHierarchyRanksPerNode));
   // A flat call sets none of the stage details, so it adds to neither stage:
   // whether its peers share this rank's node is not known here.
   auto add = [&](const Stage& s, std::string_view seconds, std::string_view sent,
@@ -223,8 +225,12 @@ void AgentMetrics::ObserveStages(const CallStats& stats) {
     s.sent->Increment(std::max(stats.Detail(sent), 0.0));
     s.received->Increment(std::max(stats.Detail(received), 0.0));
   };
-  add(intra_node_, kDetailIntraNodeSeconds, kDetailIntraNodeSentBytes, kDetailIntraNodeRecvBytes);
-  add(inter_node_, kDetailInterNodeSeconds, kDetailInterNodeSentBytes, kDetailInterNodeRecvBytes);
+  add(intra_node_, collectives::algorithms::kDetailIntraNodeSeconds,
+      collectives::algorithms::kDetailIntraNodeSentBytes,
+      collectives::algorithms::kDetailIntraNodeRecvBytes);
+  add(inter_node_, collectives::algorithms::kDetailInterNodeSeconds,
+      collectives::algorithms::kDetailInterNodeSentBytes,
+      collectives::algorithms::kDetailInterNodeRecvBytes);
 }
 
 void AgentMetrics::StepOk() { steps_ok_->Increment(); }
@@ -243,7 +249,7 @@ void AgentMetrics::RulesDisagreement(const std::string& field) {
 }
 
 void AgentMetrics::SyncCounters(uint64_t report_drops) {
-  const auto counts = FrameErrorCounts();
+  const auto counts = collectives::wire::FrameErrorCounts();
   for (size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] > frame_seen_[e]) {
       frame_errors_[e]->Increment(static_cast<double>(counts[e] - frame_seen_[e]));

@@ -40,8 +40,9 @@ class AgentMetrics {
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
   // One successful call (one bucket of one step).
-  void ObserveCall(const std::string& algorithm, const CallStats& stats, size_t n,
-                   double residual_l2, const AllreduceResult& result, int team_position);
+  void ObserveCall(const std::string& algorithm, const collectives::CallStats& stats, size_t n,
+                   double residual_l2, const collectives::AllreduceResult& result,
+                   int team_position);
   void StepOk();
   void StepFailed();
   void Membership(uint32_t epoch, int members, int rank);
@@ -55,7 +56,7 @@ class AgentMetrics {
 
  private:
   // The hierarchical exchange's stage details of one successful call.
-  void ObserveStages(const CallStats& stats);
+  void ObserveStages(const collectives::CallStats& stats);
 
   std::shared_ptr<prometheus::Registry> registry_;
   metrics::MetricsExposer exposer_;
@@ -73,8 +74,9 @@ class AgentMetrics {
   };
   Stage intra_node_{}, inter_node_{};
   prometheus::Gauge *hierarchy_nodes_, *hierarchy_ranks_per_node_;
-  std::array<prometheus::Counter*, static_cast<int>(FrameError::kCount)> frame_errors_{};
-  std::array<uint64_t, static_cast<int>(FrameError::kCount)> frame_seen_{};
+  std::array<prometheus::Counter*, static_cast<int>(collectives::wire::FrameError::kCount)>
+      frame_errors_{};
+  std::array<uint64_t, static_cast<int>(collectives::wire::FrameError::kCount)> frame_seen_{};
   uint64_t drops_seen_ = 0;
 };
 

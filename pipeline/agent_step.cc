@@ -10,7 +10,7 @@
 namespace gradex::pipeline {
 namespace {
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double Seconds(transport::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
@@ -30,10 +30,10 @@ absl::Status Agent::BeginStep() {
   step_buckets_.clear();
   step_stats_.clear();
   step_blame_.Clear();
-  step_start_ = Clock::now();
+  step_start_ = transport::Clock::now();
   step_unix_start_ = std::chrono::system_clock::now();
   step_compute_s_ =
-      last_step_end_ == Clock::time_point{} ? 0 : Seconds(step_start_ - last_step_end_);
+      last_step_end_ == transport::Clock::time_point{} ? 0 : Seconds(step_start_ - last_step_end_);
   retired_.reset();
   step_transport_ = nullptr;
   absl::Status s;
@@ -90,7 +90,7 @@ absl::Status Agent::EndStep(StepOutcome* out) {
     return step_status_;
   }
   ++next_step_;
-  last_step_end_ = Clock::now();
+  last_step_end_ = transport::Clock::now();
   if (out != nullptr) out->seconds = Seconds(last_step_end_ - step_start_);
   if (metrics_ != nullptr) {
     metrics_->StepOk();
@@ -128,7 +128,7 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
     ends.push_back(stepper_->Submit({{b, options_.elements}}, grads[b], b + 1 == grads.size()));
   }
   out->results.resize(grads.size());
-  out->stats.assign(grads.size(), CallStats{});
+  out->stats.assign(grads.size(), collectives::CallStats{});
   absl::Status status = absl::InternalError("step: its last bucket did not end the step");
   // Each bucket's wait is bounded by its exchange's deadline (a failed step
   // keeps the later buckets without exchanging them).
@@ -136,8 +136,8 @@ absl::Status Agent::Step(std::span<const std::span<const float>> grads, StepOutc
     BucketEnd e = ends[b].get();
     if (e.step_status) {
       status = *e.step_status;
-      std::vector<AllreduceResult> results = std::move(out->results);
-      std::vector<CallStats> stats = std::move(out->stats);
+      std::vector<collectives::AllreduceResult> results = std::move(out->results);
+      std::vector<collectives::CallStats> stats = std::move(out->stats);
       *out = std::move(e.step_outcome);
       out->results = std::move(results);
       out->stats = std::move(stats);
@@ -171,7 +171,7 @@ void Agent::Report(uint64_t step) {
   r.step = step;
   r.rank = rank_;
   r.compute_s = step_compute_s_;
-  for (const CallStats& s : step_stats_) {
+  for (const collectives::CallStats& s : step_stats_) {
     r.total_s += s.total_s;
     r.selection_s += s.phases.selection_s;
     r.communication_s += s.phases.communication_s;

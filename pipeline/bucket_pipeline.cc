@@ -139,7 +139,7 @@ void BucketPipeline::KeepUnrun(Item& item) {
   if (!slot.ok()) return;
   if (!ToHostPath(item, *slot, queue).ok()) return;
   if (options_.momentum > 0 && item.writable) AddMomentum(item, *slot);
-  (void)AccumulateIntoResidual(item.host, (*slot)->residual);
+  (void)collectives::AccumulateIntoResidual(item.host, (*slot)->residual);
 }
 
 absl::Status BucketPipeline::Close() {

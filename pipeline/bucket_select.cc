@@ -144,7 +144,7 @@ void BucketPipeline::KeepOverflow(Item& item, BucketSlot* slot) {
   item.status = ToHostPath(item, slot, item.queue);
   if (!item.status.ok()) return;
   if (options_.momentum > 0 && item.writable) AddMomentum(item, slot);
-  (void)AccumulateIntoResidual(item.host, slot->residual);
+  (void)collectives::AccumulateIntoResidual(item.host, slot->residual);
   item.status = absl::InvalidArgumentError(
       absl::StrCat("over ", kMaxStepBuckets,
                    " buckets in one step (is last_in_step ever set?); kept in the residual"));

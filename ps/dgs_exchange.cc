@@ -40,11 +40,13 @@ bool CuredByRejoin(const DgsMessage& m) {
 
 }  // namespace
 
-DgsPushPull::DgsPushPull(Transport& transport, DgsJob job, std::vector<DgsShardPeer> shards)
+DgsPushPull::DgsPushPull(transport::Transport& transport, DgsJob job,
+                         std::vector<DgsShardPeer> shards)
     : transport_(transport), job_(job), shards_(std::move(shards)), pending_(shards_.size()) {}
 
 absl::Status DgsPushPull::AwaitReply(const DgsWorkerState& state, size_t i, uint32_t request,
-                                     Deadline deadline, DgsStepStats* stats, DgsMessage* out) {
+                                     transport::Deadline deadline, DgsStepStats* stats,
+                                     DgsMessage* out) {
   const DgsShardPeer& peer = shards_[i];
   const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
   const uint64_t cap = DgsMaxMessageBytes(state.layout(), ctx.range);
@@ -54,12 +56,12 @@ absl::Status DgsPushPull::AwaitReply(const DgsWorkerState& state, size_t i, uint
   const bool alone = !std::exchange(pending_[i].doubt, true);
   for (;;) {
     if (!pending_[i].recv) {
-      absl::StatusOr<RequestId> r =
+      absl::StatusOr<transport::RequestId> r =
           transport_.PostRecvAtMost(peer.rank, DgsDownTag(peer.shard), cap);
       if (!r.ok()) return r.status();
       pending_[i].recv = *r;
     }
-    Bytes bytes;
+    transport::Bytes bytes;
     absl::Status s = transport_.Wait(*pending_[i].recv, deadline, &bytes);
     // A receive that timed out stays posted: the late reply lands in it and
     // is dropped by its request number on the next call.
@@ -94,12 +96,12 @@ absl::Status DgsPushPull::AwaitReply(const DgsWorkerState& state, size_t i, uint
 }
 
 absl::Status DgsPushPull::Hello(DgsWorkerState& state, size_t i, std::span<float> params,
-                                Deadline deadline, DgsStepStats* stats) {
+                                transport::Deadline deadline, DgsStepStats* stats) {
   const DgsShardPeer& peer = shards_[i];
   const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
   const uint32_t request = NextRequest();
   const uint64_t last_version = state.version(peer.shard);
-  absl::StatusOr<Bytes> hello = EncodeDgsHello(
+  absl::StatusOr<transport::Bytes> hello = EncodeDgsHello(
       ctx, state.worker(), request,
       std::span<const float>(params).subspan(ctx.range.begin, ctx.range.size()), last_version);
   if (!hello.ok()) return hello.status();
@@ -107,7 +109,7 @@ absl::Status DgsPushPull::Hello(DgsWorkerState& state, size_t i, std::span<float
     stats->sent_bytes += hello->size();
     ++stats->hellos;
   }
-  absl::StatusOr<RequestId> send =
+  absl::StatusOr<transport::RequestId> send =
       transport_.PostSend(peer.rank, DgsUpTag(peer.shard), *std::move(hello));
   if (!send.ok()) return send.status();
   DgsMessage& reply = reply_;
@@ -133,8 +135,8 @@ absl::Status DgsPushPull::Hello(DgsWorkerState& state, size_t i, std::span<float
   return absl::OkStatus();
 }
 
-absl::Status DgsPushPull::Join(DgsWorkerState& state, std::span<float> params, Deadline deadline,
-                               DgsStepStats* stats) {
+absl::Status DgsPushPull::Join(DgsWorkerState& state, std::span<float> params,
+                               transport::Deadline deadline, DgsStepStats* stats) {
   if (shards_.size() != state.shard_ranges().size()) {
     return absl::InvalidArgumentError(absl::StrCat("DGS: ", shards_.size(), " shard peers for ",
                                                    state.shard_ranges().size(), " shards"));
@@ -161,13 +163,13 @@ absl::Status DgsPushPull::Join(DgsWorkerState& state, std::span<float> params, D
   return absl::OkStatus();
 }
 
-absl::Status DgsPushPull::Leave(DgsWorkerState& state, Deadline deadline) {
+absl::Status DgsPushPull::Leave(DgsWorkerState& state, transport::Deadline deadline) {
   absl::Status first;
   for (const DgsShardPeer& peer : shards_) {
     if (peer.shard >= state.shard_ranges().size() || !state.joined(peer.shard)) continue;
     state.Leave(peer.shard);
     const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
-    absl::StatusOr<RequestId> send = transport_.PostSend(
+    absl::StatusOr<transport::RequestId> send = transport_.PostSend(
         peer.rank, DgsUpTag(peer.shard), EncodeDgsLeave(ctx, state.worker(), NextRequest()));
     absl::Status s = send.status();
     if (s.ok()) s = transport_.Wait(*send, deadline, nullptr);
@@ -177,7 +179,7 @@ absl::Status DgsPushPull::Leave(DgsWorkerState& state, Deadline deadline) {
 }
 
 absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> grad,
-                               std::span<float> params, float lr, Deadline deadline,
+                               std::span<float> params, float lr, transport::Deadline deadline,
                                DgsStepStats* stats) {
   if (absl::Status s = Join(state, params, deadline, stats); !s.ok()) return s;
   DgsPush& push = push_;  // kept between steps: a dense push is the whole model
@@ -187,7 +189,7 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
   // Every shard's push goes out before any reply is awaited.
   struct Out {
     uint32_t request = 0;
-    std::optional<RequestId> send;
+    std::optional<transport::RequestId> send;
     absl::Status status;
   };
   std::vector<Out> out(shards_.size());
@@ -195,7 +197,7 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
     const DgsShardPeer& peer = shards_[i];
     const DgsWireContext ctx = WorkerContext(job_, state, peer.shard);
     out[i].request = NextRequest();
-    absl::StatusOr<Bytes> bytes =
+    absl::StatusOr<transport::Bytes> bytes =
         push.is_dense
             ? EncodeDgsDensePush(
                   ctx, state.worker(), out[i].request, state.version(peer.shard),
@@ -205,7 +207,7 @@ absl::Status DgsPushPull::Step(DgsWorkerState& state, std::span<const float> gra
                             push.ratio, Slice(push.entries, ctx.range));
     if (!bytes.ok()) return bytes.status();
     if (stats != nullptr) stats->sent_bytes += bytes->size();
-    absl::StatusOr<RequestId> send =
+    absl::StatusOr<transport::RequestId> send =
         transport_.PostSend(peer.rank, DgsUpTag(peer.shard), *std::move(bytes));
     if (!send.ok()) return send.status();
     out[i].send = *send;

@@ -28,8 +28,12 @@
 
 namespace gradex::ps {
 
-inline constexpr uint64_t DgsUpTag(uint32_t shard) { return MessageTag(kTagPhaseDgs, shard, 1); }
-inline constexpr uint64_t DgsDownTag(uint32_t shard) { return MessageTag(kTagPhaseDgs, shard, 2); }
+inline constexpr uint64_t DgsUpTag(uint32_t shard) {
+  return collectives::MessageTag(collectives::kTagPhaseDgs, shard, 1);
+}
+inline constexpr uint64_t DgsDownTag(uint32_t shard) {
+  return collectives::MessageTag(collectives::kTagPhaseDgs, shard, 2);
+}
 
 // The identity every DGS message of a job carries (frames check it).
 struct DgsJob {
@@ -76,23 +80,23 @@ struct DgsStepStats {
 class DgsPushPull {
  public:
   // `shards` must name every shard of the state once.
-  DgsPushPull(Transport& transport, DgsJob job, std::vector<DgsShardPeer> shards);
+  DgsPushPull(transport::Transport& transport, DgsJob job, std::vector<DgsShardPeer> shards);
 
   absl::Status Step(DgsWorkerState& state, std::span<const float> grad, std::span<float> params,
-                    float lr, Deadline deadline, DgsStepStats* stats = nullptr);
+                    float lr, transport::Deadline deadline, DgsStepStats* stats = nullptr);
 
   // Joins every shard not joined yet (hello + full sync into params) without
   // pushing: a worker's (re)start.
-  absl::Status Join(DgsWorkerState& state, std::span<float> params, Deadline deadline,
+  absl::Status Join(DgsWorkerState& state, std::span<float> params, transport::Deadline deadline,
                     DgsStepStats* stats = nullptr);
 
   // Tells every joined shard that this worker is done (kLeave; no reply), so
   // that it no longer holds the others back under max_staleness.
-  absl::Status Leave(DgsWorkerState& state, Deadline deadline);
+  absl::Status Leave(DgsWorkerState& state, transport::Deadline deadline);
 
  private:
   struct Pending {
-    std::optional<RequestId> recv;  // the receive posted for the shard's next reply
+    std::optional<transport::RequestId> recv;  // the receive posted for the shard's next reply
     // A request was given up on (or its reply lost) and no later reply has
     // matched since: its reply may still come, so an unnumbered refusal
     // (request 0, a message the shard could not read) cannot be told apart.
@@ -107,21 +111,21 @@ class DgsPushPull {
     if (next_request_ == 0) next_request_ = 1;
     return next_request_++;
   }
-  absl::Status Hello(DgsWorkerState& state, size_t i, std::span<float> params, Deadline deadline,
-                     DgsStepStats* stats);
+  absl::Status Hello(DgsWorkerState& state, size_t i, std::span<float> params,
+                     transport::Deadline deadline, DgsStepStats* stats);
   // Decodes shard i's reply to `request` into *out (dropping replies to
   // requests given up on).
   absl::Status AwaitReply(const DgsWorkerState& state, size_t i, uint32_t request,
-                          Deadline deadline, DgsStepStats* stats, DgsMessage* out);
+                          transport::Deadline deadline, DgsStepStats* stats, DgsMessage* out);
 
-  Transport& transport_;
+  transport::Transport& transport_;
   DgsJob job_;
   std::vector<DgsShardPeer> shards_;
   std::vector<Pending> pending_;
   uint32_t next_request_ = 1;
-  DgsPush push_;      // the last step's push (its room reused)
-  DgsMessage reply_;  // the last reply decoded (its room reused)
-  Bytes spare_;       // the last reply's bytes, decoded: room for the next push
+  DgsPush push_;            // the last step's push (its room reused)
+  DgsMessage reply_;        // the last reply decoded (its room reused)
+  transport::Bytes spare_;  // the last reply's bytes, decoded: room for the next push
 };
 
 // What a DgsServer did since it was built.
@@ -155,12 +159,13 @@ struct DgsServerStats {
 class DgsServer {
  public:
   // worker_ranks[k] is the transport rank of worker k (shard.options().workers entries).
-  DgsServer(Transport& transport, DgsJob job, DgsServerShard& shard, std::vector<int> worker_ranks);
+  DgsServer(transport::Transport& transport, DgsJob job, DgsServerShard& shard,
+            std::vector<int> worker_ranks);
 
   // Serves until `until`: returns OK then (a serving window; call again to go
   // on), or an error only when the transport itself fails for every worker.
   // Polls without blocking past `until`.
-  absl::Status ServeUntil(Deadline until);
+  absl::Status ServeUntil(transport::Deadline until);
   // Handles what has arrived, without waiting; true when it handled anything.
   absl::StatusOr<bool> Poll();
 
@@ -169,28 +174,28 @@ class DgsServer {
 
  private:
   absl::Status Post(uint32_t worker);
-  absl::Status Handle(uint32_t worker, Bytes message);
+  absl::Status Handle(uint32_t worker, transport::Bytes message);
   absl::Status ApplyAndReply(uint32_t worker, const DgsMessage& push);
   DgsMessage in_;                    // the message being handled (its room reused)
   DgsMessage reply_;                 // the reply being made (its room reused)
-  Bytes spare_;                      // the last message decoded: room for the next reply
+  transport::Bytes spare_;           // the last message decoded: room for the next reply
   std::vector<uint32_t> unapplied_;  // per worker: see DgsMessageHeader::unapplied
-  absl::Status Reply(uint32_t worker, Bytes message);
+  absl::Status Reply(uint32_t worker, transport::Bytes message);
   absl::Status Refused(uint32_t worker, uint32_t request, DgsRefusal why);
   void ServeHeld();
   void ReapSends();
   void Lose(uint32_t worker);
 
-  Transport& transport_;
+  transport::Transport& transport_;
   DgsJob job_;
   DgsServerShard& shard_;
   std::vector<int> ranks_;
   DgsWireContext ctx_;
   uint64_t cap_ = 0;
-  std::vector<std::optional<RequestId>> recvs_;
+  std::vector<std::optional<transport::RequestId>> recvs_;
   std::vector<uint8_t> lost_;
   std::vector<std::optional<DgsMessage>> held_;
-  std::vector<std::pair<uint32_t, RequestId>> sends_;  // (worker, send)
+  std::vector<std::pair<uint32_t, transport::RequestId>> sends_;  // (worker, send)
   DgsServerStats stats_;
 };
 

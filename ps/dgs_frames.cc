@@ -20,25 +20,26 @@ absl::Status Refuse(DgsRefusal* why, DgsRefusal reason, std::string_view detail)
       "DGS message refused (", std::string(DgsRefusalName(reason)), "): ", std::string(detail)));
 }
 
-void Append(Bytes* out, const void* p, size_t n) {
+void Append(transport::Bytes* out, const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
   out->insert(out->end(), b, b + n);
 }
 
-FrameMeta MetaOf(const DgsWireContext& ctx, DgsKind kind, uint64_t version, uint32_t sender) {
-  FrameMeta meta;
+collectives::wire::FrameMeta MetaOf(const DgsWireContext& ctx, DgsKind kind, uint64_t version,
+                                    uint32_t sender) {
+  collectives::wire::FrameMeta meta;
   meta.job_id = ctx.job_id;
   meta.epoch = ctx.epoch;
   meta.step = version;
-  meta.algorithm = CatalogId("dgs");
+  meta.algorithm = collectives::wire::CatalogId("dgs");
   meta.phase = static_cast<uint16_t>(kind);
   meta.sender = sender;
   return meta;
 }
 
-Bytes StartMessage(const DgsWireContext& ctx, DgsKind kind, uint32_t worker, uint32_t request,
-                   uint64_t version, float ratio, DgsRefusal reason, uint32_t pieces,
-                   Bytes room = {}) {
+transport::Bytes StartMessage(const DgsWireContext& ctx, DgsKind kind, uint32_t worker,
+                              uint32_t request, uint64_t version, float ratio, DgsRefusal reason,
+                              uint32_t pieces, transport::Bytes room = {}) {
   DgsMessageHeader h{};
   h.magic = kDgsMagic;
   h.format = kDgsFormat;
@@ -53,7 +54,7 @@ Bytes StartMessage(const DgsWireContext& ctx, DgsKind kind, uint32_t worker, uin
   h.ratio = ratio;
   h.reason = static_cast<uint32_t>(reason);
   h.request = request;
-  Bytes out = std::move(room);  // its capacity reused, its bytes not
+  transport::Bytes out = std::move(room);  // its capacity reused, its bytes not
   out.clear();
   Append(&out, &h, sizeof h);
   return out;
@@ -67,46 +68,53 @@ absl::Status CheckContext(const DgsWireContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Bytes> EncodeDense(const DgsWireContext& ctx, DgsKind kind, uint32_t worker,
-                                  uint32_t request, uint64_t version, float ratio, uint32_t sender,
-                                  std::span<const float> values, Bytes room = {}) {
+absl::StatusOr<transport::Bytes> EncodeDense(const DgsWireContext& ctx, DgsKind kind,
+                                             uint32_t worker, uint32_t request, uint64_t version,
+                                             float ratio, uint32_t sender,
+                                             std::span<const float> values,
+                                             transport::Bytes room = {}) {
   if (absl::Status s = CheckContext(ctx); !s.ok()) return s;
   if (values.size() != ctx.range.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("DGS: ", values.size(), " values for a range of ", ctx.range.size()));
   }
   const std::vector<DgsRange> pieces = ctx.layout->Pieces(ctx.range);
-  Bytes out = StartMessage(ctx, kind, worker, request, version, ratio, DgsRefusal::kNone,
-                           static_cast<uint32_t>(pieces.size()), std::move(room));
-  out.reserve(out.size() + pieces.size() * sizeof(FrameHeader) + values.size() * sizeof(float));
-  const FrameMeta meta = MetaOf(ctx, kind, version, sender);
+  transport::Bytes out = StartMessage(ctx, kind, worker, request, version, ratio, DgsRefusal::kNone,
+                                      static_cast<uint32_t>(pieces.size()), std::move(room));
+  out.reserve(out.size() + pieces.size() * sizeof(collectives::wire::FrameHeader) +
+              values.size() * sizeof(float));
+  const collectives::wire::FrameMeta meta = MetaOf(ctx, kind, version, sender);
   for (const DgsRange& p : pieces) {
-    AppendDenseFrame(meta, {p.begin, p.end}, values.data() + (p.begin - ctx.range.begin), &out);
+    collectives::wire::AppendDenseFrame(meta, {p.begin, p.end},
+                                        values.data() + (p.begin - ctx.range.begin), &out);
   }
   return out;
 }
 
-absl::StatusOr<Bytes> EncodeSparse(const DgsWireContext& ctx, DgsKind kind, uint32_t worker,
-                                   uint32_t request, uint64_t version, float ratio, uint32_t sender,
-                                   kernels::SparseView entries, Bytes room = {}) {
+absl::StatusOr<transport::Bytes> EncodeSparse(const DgsWireContext& ctx, DgsKind kind,
+                                              uint32_t worker, uint32_t request, uint64_t version,
+                                              float ratio, uint32_t sender,
+                                              kernels::SparseView entries,
+                                              transport::Bytes room = {}) {
   if (absl::Status s = CheckContext(ctx); !s.ok()) return s;
   if (!kernels::IsSortedUniqueInRange(entries.idx, entries.nnz, ctx.range.begin, ctx.range.end)) {
     return absl::InvalidArgumentError("DGS: entries not sorted, unique and inside the range");
   }
   const std::vector<DgsRange> pieces = ctx.layout->Pieces(ctx.range);
-  Bytes out = StartMessage(ctx, kind, worker, request, version, ratio, DgsRefusal::kNone,
-                           static_cast<uint32_t>(pieces.size()), std::move(room));
+  transport::Bytes out = StartMessage(ctx, kind, worker, request, version, ratio, DgsRefusal::kNone,
+                                      static_cast<uint32_t>(pieces.size()), std::move(room));
   // Room for the whole message at once (each piece takes the smaller of its
   // sparse and dense encodings, so this bounds it): growing piece by piece
   // copied the message once per piece.
-  out.reserve(out.size() + pieces.size() * sizeof(FrameHeader) +
+  out.reserve(out.size() + pieces.size() * sizeof(collectives::wire::FrameHeader) +
               std::min<uint64_t>(uint64_t{entries.nnz} * 8, uint64_t{ctx.range.size()} * 4));
-  const FrameMeta meta = MetaOf(ctx, kind, version, sender);
+  const collectives::wire::FrameMeta meta = MetaOf(ctx, kind, version, sender);
   size_t at = 0;
   for (const DgsRange& p : pieces) {
     size_t end = at;
     while (end < entries.nnz && entries.idx[end] < p.end) ++end;
-    AppendBlockFrame(meta, {p.begin, p.end}, {entries.idx + at, entries.val + at, end - at}, &out);
+    collectives::wire::AppendBlockFrame(meta, {p.begin, p.end},
+                                        {entries.idx + at, entries.val + at, end - at}, &out);
     at = end;
   }
   return out;
@@ -121,7 +129,7 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
     return Refuse(why, DgsRefusal::kWrongPieces,
                   absl::StrCat("pieces ", h.pieces, " != ", pieces.size()));
   }
-  const uint16_t algorithm = static_cast<uint16_t>(CatalogId("dgs"));
+  const uint16_t algorithm = static_cast<uint16_t>(collectives::wire::CatalogId("dgs"));
   if (dense_only) {
     out->dense.reserve(ctx.range.size());  // filled piece by piece, no zero pass
   } else {
@@ -133,14 +141,15 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
   }
   size_t off = kHeader;
   for (const DgsRange& p : pieces) {
-    FrameAt at;
-    const FrameShape shape = ReadFrameAt(m, off, &at);
-    const FrameHeader& f = at.header;
-    if (shape == FrameShape::kTruncatedHeader) {
+    collectives::wire::FrameAt at;
+    const collectives::wire::FrameShape shape = collectives::wire::ReadFrameAt(m, off, &at);
+    const collectives::wire::FrameHeader& f = at.header;
+    if (shape == collectives::wire::FrameShape::kTruncatedHeader) {
       return Refuse(why, DgsRefusal::kTruncated,
                     absl::StrCat("ends inside a frame header at ", off));
     }
-    if (shape == FrameShape::kBadMagic || shape == FrameShape::kBadVersion) {
+    if (shape == collectives::wire::FrameShape::kBadMagic ||
+        shape == collectives::wire::FrameShape::kBadVersion) {
       return Refuse(why, DgsRefusal::kBadMagic, absl::StrCat("frame magic/version at ", off));
     }
     off = at.body();
@@ -154,8 +163,9 @@ absl::Status ReadPieces(std::span<const uint8_t> m, const DgsWireContext& ctx,
                                  " sender ", f.sender, ", expected [", p.begin, ",", p.end, ")"));
     }
     // DGS sends plain float frames only: quantized ones are refused here.
-    const bool dense = f.flags == kFrameDense, sparse = f.flags == kFrameSparse;
-    if (shape != FrameShape::kOk || !(dense || (sparse && !dense_only))) {
+    const bool dense = f.flags == collectives::wire::kFrameDense,
+               sparse = f.flags == collectives::wire::kFrameSparse;
+    if (shape != collectives::wire::FrameShape::kOk || !(dense || (sparse && !dense_only))) {
       return Refuse(why, DgsRefusal::kBadFlags, absl::StrCat("frame flags ", f.flags));
     }
     if (f.count > p.size() || (dense && f.count != p.size())) {
@@ -301,31 +311,33 @@ std::string_view DgsRefusalName(DgsRefusal r) {
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
-absl::StatusOr<Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
-                                     std::span<const float> values, uint64_t last_version) {
+absl::StatusOr<transport::Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker,
+                                                uint32_t request, std::span<const float> values,
+                                                uint64_t last_version) {
   return EncodeDense(ctx, DgsKind::kHello, worker, request, last_version, 0, worker, values);
 }
 
-absl::StatusOr<Bytes> EncodeDgsDensePush(const DgsWireContext& ctx, uint32_t worker,
-                                         uint32_t request, uint64_t base_version,
-                                         std::span<const float> change, Bytes room) {
+absl::StatusOr<transport::Bytes> EncodeDgsDensePush(const DgsWireContext& ctx, uint32_t worker,
+                                                    uint32_t request, uint64_t base_version,
+                                                    std::span<const float> change,
+                                                    transport::Bytes room) {
   return EncodeDense(ctx, DgsKind::kDensePush, worker, request, base_version, 1.0f, worker, change,
                      std::move(room));
 }
 
-absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
-                                    uint64_t base_version, float ratio,
-                                    kernels::SparseView entries) {
+absl::StatusOr<transport::Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker,
+                                               uint32_t request, uint64_t base_version, float ratio,
+                                               kernels::SparseView entries) {
   if (!(ratio > 0.0f && ratio <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("DGS push: ratio ", ratio));
   }
   return EncodeSparse(ctx, DgsKind::kPush, worker, request, base_version, ratio, worker, entries);
 }
 
-absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply,
-                                     Bytes room) {
+absl::StatusOr<transport::Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply,
+                                                transport::Bytes room) {
   if (reply.kind == DgsKind::kFullSync || reply.kind == DgsKind::kDensePull) {
-    absl::StatusOr<Bytes> out =
+    absl::StatusOr<transport::Bytes> out =
         EncodeDense(ctx, reply.kind, reply.worker, reply.request, reply.version, 0, ctx.shard,
                     reply.dense, std::move(room));
     if (out.ok() && reply.kind == DgsKind::kFullSync) {
@@ -341,12 +353,12 @@ absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage
   return absl::InvalidArgumentError("DGS: a reply is a pull, a dense pull or a full sync");
 }
 
-Bytes EncodeDgsLeave(const DgsWireContext& ctx, uint32_t worker, uint32_t request) {
+transport::Bytes EncodeDgsLeave(const DgsWireContext& ctx, uint32_t worker, uint32_t request) {
   return StartMessage(ctx, DgsKind::kLeave, worker, request, 0, 0, DgsRefusal::kNone, 0);
 }
 
-Bytes EncodeDgsRefused(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
-                       uint64_t version, DgsRefusal reason) {
+transport::Bytes EncodeDgsRefused(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
+                                  uint64_t version, DgsRefusal reason) {
   return StartMessage(ctx, DgsKind::kRefused, worker, request, version, 0, reason, 0);
 }
 
@@ -362,7 +374,8 @@ absl::Status DecodeDgsFromShard(std::span<const uint8_t> message, const DgsWireC
 
 uint64_t DgsMaxMessageBytes(const DgsLayout& layout, DgsRange range) {
   const uint64_t pieces = layout.Pieces(range).size();
-  return kHeader + pieces * sizeof(FrameHeader) + uint64_t{range.size()} * sizeof(float);
+  return kHeader + pieces * sizeof(collectives::wire::FrameHeader) +
+         uint64_t{range.size()} * sizeof(float);
 }
 
 }  // namespace gradex::ps

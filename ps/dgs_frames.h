@@ -160,21 +160,23 @@ struct DgsMessage {
 // The shard's replies echo the request number of the message they answer.
 // `room`, when given, is a spent buffer whose capacity the message reuses
 // (a dense message is the whole range: a fresh one costs page faults).
-absl::StatusOr<Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
-                                     std::span<const float> values, uint64_t last_version = 0);
-absl::StatusOr<Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
-                                    uint64_t base_version, float ratio,
-                                    kernels::SparseView entries);
+absl::StatusOr<transport::Bytes> EncodeDgsHello(const DgsWireContext& ctx, uint32_t worker,
+                                                uint32_t request, std::span<const float> values,
+                                                uint64_t last_version = 0);
+absl::StatusOr<transport::Bytes> EncodeDgsPush(const DgsWireContext& ctx, uint32_t worker,
+                                               uint32_t request, uint64_t base_version, float ratio,
+                                               kernels::SparseView entries);
 // A kDensePush: `change` is the range's signed change (range.size() values).
-absl::StatusOr<Bytes> EncodeDgsDensePush(const DgsWireContext& ctx, uint32_t worker,
-                                         uint32_t request, uint64_t base_version,
-                                         std::span<const float> change, Bytes room = {});
+absl::StatusOr<transport::Bytes> EncodeDgsDensePush(const DgsWireContext& ctx, uint32_t worker,
+                                                    uint32_t request, uint64_t base_version,
+                                                    std::span<const float> change,
+                                                    transport::Bytes room = {});
 // A kPull (entries), kDensePull or kFullSync (dense) reply, as DgsServerShard made it.
-absl::StatusOr<Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply,
-                                     Bytes room = {});
-Bytes EncodeDgsLeave(const DgsWireContext& ctx, uint32_t worker, uint32_t request);
-Bytes EncodeDgsRefused(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
-                       uint64_t version, DgsRefusal reason);
+absl::StatusOr<transport::Bytes> EncodeDgsReply(const DgsWireContext& ctx, const DgsMessage& reply,
+                                                transport::Bytes room = {});
+transport::Bytes EncodeDgsLeave(const DgsWireContext& ctx, uint32_t worker, uint32_t request);
+transport::Bytes EncodeDgsRefused(const DgsWireContext& ctx, uint32_t worker, uint32_t request,
+                                  uint64_t version, DgsRefusal reason);
 
 // Decodes a worker's message (kHello, kPush, kDensePush or kLeave) received from the transport
 // rank that belongs to `worker`. On refusal returns DATA_LOSS (or

@@ -11,7 +11,7 @@
 
 namespace gradex::ps {
 
-DgsServer::DgsServer(Transport& transport, DgsJob job, DgsServerShard& shard,
+DgsServer::DgsServer(transport::Transport& transport, DgsJob job, DgsServerShard& shard,
                      std::vector<int> worker_ranks)
     : transport_(transport), job_(job), shard_(shard), ranks_(std::move(worker_ranks)) {
   ctx_.job_id = job.job_id;
@@ -35,17 +35,17 @@ DgsServer::DgsServer(Transport& transport, DgsJob job, DgsServerShard& shard,
 }
 
 absl::Status DgsServer::Post(uint32_t worker) {
-  absl::StatusOr<RequestId> r =
+  absl::StatusOr<transport::RequestId> r =
       transport_.PostRecvAtMost(ranks_[worker], DgsUpTag(ctx_.shard), cap_);
   if (!r.ok()) return r.status();
   recvs_[worker] = *r;
   return absl::OkStatus();
 }
 
-absl::Status DgsServer::Reply(uint32_t worker, Bytes message) {
+absl::Status DgsServer::Reply(uint32_t worker, transport::Bytes message) {
   stats_.bytes_out += message.size();
   ++stats_.messages_out;
-  absl::StatusOr<RequestId> send =
+  absl::StatusOr<transport::RequestId> send =
       transport_.PostSend(ranks_[worker], DgsDownTag(ctx_.shard), std::move(message));
   if (!send.ok()) return send.status();
   sends_.push_back({worker, *send});
@@ -67,12 +67,12 @@ absl::Status DgsServer::ApplyAndReply(uint32_t worker, const DgsMessage& push) {
     return Refused(worker, push.request, why);
   }
   reply.request = push.request;
-  absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply, std::move(spare_));
+  absl::StatusOr<transport::Bytes> bytes = EncodeDgsReply(ctx_, reply, std::move(spare_));
   if (!bytes.ok()) return bytes.status();
   return Reply(worker, *std::move(bytes));
 }
 
-absl::Status DgsServer::Handle(uint32_t worker, Bytes message) {
+absl::Status DgsServer::Handle(uint32_t worker, transport::Bytes message) {
   ++stats_.messages_in;
   stats_.bytes_in += message.size();
   // Whatever the worker sends next supersedes a push of it still held: it
@@ -113,7 +113,7 @@ absl::Status DgsServer::Handle(uint32_t worker, Bytes message) {
     if (!shard_.Join(worker, m.dense, &reply, &why).ok()) return Refused(worker, m.request, why);
     reply.request = m.request;
     reply.unapplied = std::exchange(unapplied_[worker], 0);
-    absl::StatusOr<Bytes> bytes = EncodeDgsReply(ctx_, reply, std::move(spare_));
+    absl::StatusOr<transport::Bytes> bytes = EncodeDgsReply(ctx_, reply, std::move(spare_));
     if (!bytes.ok()) return bytes.status();
     absl::Status s = Reply(worker, *std::move(bytes));
     ServeHeld();  // a join may admit a held push (the staircase changed)
@@ -152,7 +152,7 @@ void DgsServer::Lose(uint32_t worker) {
 }
 
 void DgsServer::ReapSends() {
-  std::vector<std::pair<uint32_t, RequestId>> still;
+  std::vector<std::pair<uint32_t, transport::RequestId>> still;
   for (const auto& [worker, id] : sends_) {
     absl::StatusOr<bool> done = transport_.Test(id, nullptr);
     if (!done.ok()) {
@@ -173,7 +173,7 @@ absl::StatusOr<bool> DgsServer::Poll() {
       Lose(k);
       continue;
     }
-    Bytes bytes;
+    transport::Bytes bytes;
     absl::StatusOr<bool> done = transport_.Test(*recvs_[k], &bytes);
     if (done.ok() && !*done) continue;
     recvs_[k].reset();
@@ -207,18 +207,19 @@ absl::StatusOr<bool> DgsServer::Poll() {
   return handled;
 }
 
-absl::Status DgsServer::ServeUntil(Deadline until) {
+absl::Status DgsServer::ServeUntil(transport::Deadline until) {
   // Polls, backing off from 20 us to 1 ms while idle: the transport has no
   // wait-for-any, and a server must not spin a core its workers need.
   auto idle = std::chrono::microseconds(20);
-  while (Clock::now() < until) {
+  while (transport::Clock::now() < until) {
     absl::StatusOr<bool> handled = Poll();
     if (!handled.ok()) return handled.status();
     if (*handled) {
       idle = std::chrono::microseconds(20);
       continue;
     }
-    std::this_thread::sleep_for(std::min<Clock::duration>(idle, until - Clock::now()));
+    std::this_thread::sleep_for(
+        std::min<transport::Clock::duration>(idle, until - transport::Clock::now()));
     idle = std::min(idle * 2, std::chrono::microseconds(1000));
   }
   return absl::OkStatus();

@@ -118,7 +118,7 @@ class DgsServerShard {
   // the bytes before it.
   // FAILED_PRECONDITION when M holds a non-finite value (it cannot, with the
   // refusals above; checked anyway, since a snapshot outlives the process).
-  absl::StatusOr<Bytes> Snapshot() const;
+  absl::StatusOr<transport::Bytes> Snapshot() const;
   // Replaces M and the version from a snapshot of this layout, shard and
   // range; every worker must rejoin. DATA_LOSS naming what is wrong (length,
   // magic, format, fingerprint, shard, range, checksum, a non-finite value);

@@ -31,7 +31,7 @@ static_assert(sizeof(SnapshotHeader) == 40);
 
 }  // namespace
 
-absl::StatusOr<Bytes> DgsServerShard::Snapshot() const {
+absl::StatusOr<transport::Bytes> DgsServerShard::Snapshot() const {
   const size_t bad = std::count_if(m_.begin(), m_.end(), [](float x) { return !std::isfinite(x); });
   if (bad > 0) {
     return absl::FailedPreconditionError(absl::StrCat("DGS shard ", shard_, ": M holds ", bad,
@@ -47,7 +47,7 @@ absl::StatusOr<Bytes> DgsServerShard::Snapshot() const {
   h.end = range_.end;
   h.version = version_;
   const size_t values = m_.size() * sizeof(float);
-  Bytes out(sizeof h + values + sizeof(uint64_t));
+  transport::Bytes out(sizeof h + values + sizeof(uint64_t));
   std::memcpy(out.data(), &h, sizeof h);
   std::memcpy(out.data() + sizeof h, m_.data(), values);
   // FNV-1a 64: any change of one byte changes the sum (each step is a

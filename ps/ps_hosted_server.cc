@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<HostedServer>> HostedServer::Start(HostedServerOp
   m.server = true;
   m.rpc_timeout = rpc_timeout;
   h->member_ = std::make_unique<ps::PsMember>(m, h->control_.get(), h->transports_.get());
-  if (absl::Status s = h->member_->Join(DeadlineIn(rpc_timeout)); !s.ok()) {
+  if (absl::Status s = h->member_->Join(transport::DeadlineIn(rpc_timeout)); !s.ok()) {
     return absl::Status(
         s.code(), absl::StrCat("parameter server joining ", o.coordinator, ": ", s.message()));
   }
@@ -56,8 +56,8 @@ absl::Status HostedServer::Stop() {
   if (!thread_.joinable()) return result_;
   stop_.store(true);
   thread_.join();
-  (void)member_->Leave(
-      DeadlineIn(std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(5))));
+  (void)member_->Leave(transport::DeadlineIn(
+      std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(5))));
   return result_;
 }
 

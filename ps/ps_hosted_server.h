@@ -1,6 +1,6 @@
 // The server role hosted in a trainer's process (rank 0 with the embedded
 // coordinator, ps_worker.h): its own control plane, UCX worker and member
-// (role SERVER), and one thread running agent::PsServer until Stop.
+// (role SERVER), and one thread running ps::PsServer until Stop.
 #ifndef GRADEX_PS_PS_HOSTED_SERVER_H_
 #define GRADEX_PS_PS_HOSTED_SERVER_H_
 

@@ -31,14 +31,14 @@ PsMember::PsMember(PsMemberOptions options, member::ControlPlane* control,
   control_->SetWaitSource(running_);
 }
 
-absl::Status PsMember::Join(Deadline deadline) {
+absl::Status PsMember::Join(transport::Deadline deadline) {
   member::JoinRequest req = member::MemberJoin(options_, *transports_);
   req.server = options_.server;
   absl::StatusOr<member::JoinReply> reply = control_->Join(req, deadline);
   return reply.status();
 }
 
-absl::Status PsMember::Leave(Deadline deadline) { return control_->Leave(deadline); }
+absl::Status PsMember::Leave(transport::Deadline deadline) { return control_->Leave(deadline); }
 
 std::shared_ptr<const member::Plan> PsMember::Current() const {
   std::shared_ptr<const member::Plan> p = control_->LatestPlan();
@@ -51,12 +51,12 @@ bool PsMember::Superseded(uint32_t epoch) const {
   return p != nullptr && p->epoch > epoch && RankIn(*p) >= 0;
 }
 
-absl::StatusOr<std::shared_ptr<const member::Plan>> PsMember::AwaitEpoch(uint32_t running,
-                                                                         Deadline deadline) const {
+absl::StatusOr<std::shared_ptr<const member::Plan>> PsMember::AwaitEpoch(
+    uint32_t running, transport::Deadline deadline) const {
   for (;;) {
     std::shared_ptr<const member::Plan> p = Current();
     if (p != nullptr && p->epoch != running) return p;
-    if (Clock::now() >= deadline) {
+    if (transport::Clock::now() >= deadline) {
       std::shared_ptr<const member::Plan> latest = control_->LatestPlan();
       std::string why =
           latest == nullptr ? "no plan yet"
@@ -72,8 +72,8 @@ absl::StatusOr<std::shared_ptr<const member::Plan>> PsMember::AwaitEpoch(uint32_
   }
 }
 
-absl::StatusOr<std::unique_ptr<Transport>> PsMember::Connect(const member::Plan& plan,
-                                                             Deadline deadline) {
+absl::StatusOr<std::unique_ptr<transport::Transport>> PsMember::Connect(
+    const member::Plan& plan, transport::Deadline deadline) {
   const int rank = RankIn(plan);
   if (rank < 0) return absl::FailedPreconditionError("not a member of the epoch");
   const uint32_t epoch = plan.epoch;

@@ -36,21 +36,22 @@ class PsMember {
 
   // Joins with the member's role (the control plane re-joins by itself
   // after an eviction or a coordinator restart).
-  absl::Status Join(Deadline deadline);
-  absl::Status Leave(Deadline deadline);
+  absl::Status Join(transport::Deadline deadline);
+  absl::Status Leave(transport::Deadline deadline);
 
   // The newest plan that lists this member and carries server shards, or
   // null.
   std::shared_ptr<const member::Plan> Current() const;
   // Waits (polling the control plane's latest plan) for Current() with an
   // epoch other than `running`; DEADLINE_EXCEEDED naming what it waited for.
-  absl::StatusOr<std::shared_ptr<const member::Plan>> AwaitEpoch(uint32_t running,
-                                                                 Deadline deadline) const;
+  absl::StatusOr<std::shared_ptr<const member::Plan>> AwaitEpoch(
+      uint32_t running, transport::Deadline deadline) const;
   // Whether a newer epoch than `epoch` that lists this member is published.
   bool Superseded(uint32_t epoch) const;
   // The communicator of `plan`'s epoch (the previous one must be gone), wired
   // up by `deadline`; abandoned (ABORTED) when a newer epoch appears meanwhile.
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const member::Plan& plan, Deadline deadline);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(const member::Plan& plan,
+                                                                transport::Deadline deadline);
   // Heartbeats say this epoch runs (the coordinator's entry deadline).
   void SetRunning(uint32_t epoch);
 

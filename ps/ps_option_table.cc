@@ -11,6 +11,8 @@
 namespace gradex::ps {
 namespace {
 
+// The client's option table types, which the macros below name.
+using client::OptionValue;
 using T = client::OptionType;
 
 // The worker's field as the table's value type.

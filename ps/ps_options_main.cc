@@ -23,12 +23,11 @@ constexpr char kHelp[] =
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace gradex::client;
-  return OptionsMarkdownTool(argc, argv,
-                             {.table = PsOptionsMarkdown(),
-                              .begin = kPsDocBegin,
-                              .end = kPsDocEnd,
-                              .tool = "gradex-ps-options",
-                              .source = "ps/ps_option_table.cc"},
-                             kHelp);
+  return gradex::client::OptionsMarkdownTool(argc, argv,
+                                             {.table = gradex::ps::PsOptionsMarkdown(),
+                                              .begin = gradex::ps::kPsDocBegin,
+                                              .end = gradex::ps::kPsDocEnd,
+                                              .tool = "gradex-ps-options",
+                                              .source = "ps/ps_option_table.cc"},
+                                             kHelp);
 }

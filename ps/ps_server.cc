@@ -24,7 +24,7 @@ absl::StatusOr<std::vector<uint8_t>> ReadFile(const std::string& path) {
 // A unique temporary name (mkstemp): servers sharing one volume may write the
 // same shard's snapshot during a hand-off, and a shared "path.tmp" would let
 // one rename the other's half-written file.
-absl::Status WriteAtomically(const std::string& path, const Bytes& bytes) {
+absl::Status WriteAtomically(const std::string& path, const transport::Bytes& bytes) {
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = mkstemp(tmp.data());
   if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
@@ -110,7 +110,7 @@ absl::Status PsServer::Enter(std::shared_ptr<const member::Plan> plan) {
                                   held->second->layout().fingerprint() != layout->fingerprint())) {
       // Given to another server (or cut otherwise): its last state goes to disk.
       if (!options_.snapshot_dir.empty() && held->second->has_model()) {
-        absl::StatusOr<Bytes> snap = held->second->Snapshot();
+        absl::StatusOr<transport::Bytes> snap = held->second->Snapshot();
         absl::Status st =
             snap.ok() ? WriteAtomically(SnapshotPath(s, plan->ps->shards), *snap) : snap.status();
         if (!st.ok()) NoteSnapshotFailure(s, st);
@@ -125,7 +125,8 @@ absl::Status PsServer::Enter(std::shared_ptr<const member::Plan> plan) {
   // Workers wire up at their next step: the epoch's entry bound (else 30 s).
   const auto entry =
       plan->entry_timeout.count() > 0 ? plan->entry_timeout : std::chrono::milliseconds(30000);
-  absl::StatusOr<std::unique_ptr<Transport>> t = member_->Connect(*plan, DeadlineIn(entry));
+  absl::StatusOr<std::unique_ptr<transport::Transport>> t =
+      member_->Connect(*plan, transport::DeadlineIn(entry));
   if (!t.ok()) return t.status();
   transport_ = *std::move(t);
   std::vector<int> worker_ranks(plan->ps->worker_slots, -1);
@@ -151,7 +152,7 @@ absl::Status PsServer::SnapshotNow() {
   absl::Status first = absl::OkStatus();
   for (const auto& [id, shard] : shards_) {
     if (!shard->has_model()) continue;
-    absl::StatusOr<Bytes> snap = shard->Snapshot();
+    absl::StatusOr<transport::Bytes> snap = shard->Snapshot();
     absl::Status st =
         snap.ok() ? WriteAtomically(SnapshotPath(id, plan_->ps->shards), *snap) : snap.status();
     if (!st.ok()) {
@@ -219,20 +220,20 @@ PsServerStatus PsServer::Status() const {
 
 absl::Status PsServer::Run(const std::function<bool()>& stop) {
   absl::StatusOr<std::shared_ptr<const member::Plan>> first =
-      member_->AwaitEpoch(0, DeadlineIn(options_.join_timeout));
+      member_->AwaitEpoch(0, transport::DeadlineIn(options_.join_timeout));
   if (!first.ok()) return first.status();
   std::shared_ptr<const member::Plan> want = *first;
   auto idle = std::chrono::microseconds(20);
-  Clock::time_point refresh_at = Clock::now();
-  Clock::time_point snapshot_at = Clock::time_point::max();
+  transport::Clock::time_point refresh_at = transport::Clock::now();
+  transport::Clock::time_point snapshot_at = transport::Clock::time_point::max();
   while (!stop()) {
     if (std::shared_ptr<const member::Plan> cur = member_->Current();
         cur != nullptr && (plan_ == nullptr || cur->epoch != plan_->epoch) && cur != want) {
       want = cur;
       // Workers move at their next step: answer the pushes already in
       // flight on the old communicator first, so their steps do not time out.
-      const Clock::time_point drain_until = Clock::now() + kDrain;
-      while (plan_ != nullptr && Clock::now() < drain_until) {
+      const transport::Clock::time_point drain_until = transport::Clock::now() + kDrain;
+      while (plan_ != nullptr && transport::Clock::now() < drain_until) {
         for (auto& server : servers_) (void)server->Poll();
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
@@ -247,15 +248,15 @@ absl::Status PsServer::Run(const std::function<bool()>& stop) {
       }
       const auto interval = plan_->ps->snapshot_interval;
       snapshot_at = interval.count() > 0 && !options_.snapshot_dir.empty()
-                        ? Clock::now() + interval
-                        : Clock::time_point::max();
+                        ? transport::Clock::now() + interval
+                        : transport::Clock::time_point::max();
     }
     bool handled = false;
     for (auto& server : servers_) {
       absl::StatusOr<bool> h = server->Poll();  // an error: every worker of it is gone
       handled = handled || (h.ok() && *h);
     }
-    const Clock::time_point now = Clock::now();
+    const transport::Clock::time_point now = transport::Clock::now();
     if (now >= snapshot_at) {
       absl::Status st = SnapshotNow();
       Publish(st.ok() ? "" : std::string(st.message()));

@@ -87,7 +87,7 @@ class PsServer {
   PsServerOptions options_;
   PsServerMetrics* metrics_;
   std::shared_ptr<const member::Plan> plan_;
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<transport::Transport> transport_;
   std::map<uint32_t, std::unique_ptr<DgsServerShard>> shards_;  // held, by shard
   std::vector<std::unique_ptr<DgsServer>> servers_;             // this epoch's
   uint64_t snapshots_ = 0;

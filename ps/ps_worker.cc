@@ -45,7 +45,7 @@ class PsWorkerImpl final : public PsWorker {
   int metrics_port() const override { return metrics_ ? metrics_->port() : -1; }
 
  private:
-  absl::Status EnterEpoch(Deadline deadline);
+  absl::Status EnterEpoch(transport::Deadline deadline);
   void Follow();
   std::string Where() const;
   // Who holds the shards in the current epoch, for errors.
@@ -62,7 +62,7 @@ class PsWorkerImpl final : public PsWorker {
   std::unique_ptr<member::TransportProvider> transports_;
   std::unique_ptr<ps::PsMember> member_;
   std::shared_ptr<const member::Plan> plan_;
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<transport::Transport> transport_;
   std::optional<DgsWorkerState> state_;
   std::optional<DgsPushPull> exchange_;
   std::vector<uint64_t> versions_;  // last version applied, per shard
@@ -133,7 +133,7 @@ absl::Status PsWorkerImpl::Start(const client::Rendezvous& rendezvous) {
   m.device = "cpu";
   m.rpc_timeout = rpc;
   member_ = std::make_unique<ps::PsMember>(m, control_.get(), transports_.get());
-  if (absl::Status s = member_->Join(DeadlineIn(o_.client.timeout)); !s.ok()) {
+  if (absl::Status s = member_->Join(transport::DeadlineIn(o_.client.timeout)); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("gradex PsWorker: joining the coordinator at ",
                                                endpoint_.address, ": ", s.message()));
   }
@@ -157,7 +157,7 @@ void PsWorkerImpl::Follow() {
     const bool due = latest != nullptr && (exchange_ ? member_->Superseded(running_)
                                                      : latest->epoch != failed_between_steps_);
     if (due && !stop_following_.load()) {
-      if (EnterEpoch(DeadlineIn(o_.client.timeout)).ok()) {
+      if (EnterEpoch(transport::DeadlineIn(o_.client.timeout)).ok()) {
         ++entered_between_steps_;
       } else {
         failed_between_steps_ = latest->epoch;  // the next Step tries again, and reports
@@ -185,7 +185,7 @@ std::string PsWorkerImpl::Where() const {
                                          state_ ? static_cast<int>(state_->worker()) : -1, ")");
 }
 
-absl::Status PsWorkerImpl::EnterEpoch(Deadline deadline) {
+absl::Status PsWorkerImpl::EnterEpoch(transport::Deadline deadline) {
   // Leaving a running epoch: wait for another. After a failed entry: the
   // current one will do (its wire-up may succeed this time).
   const uint32_t leaving = exchange_ ? running_ : 0;
@@ -220,7 +220,7 @@ absl::Status PsWorkerImpl::EnterEpoch(Deadline deadline) {
   }
   // Every shard is joined afresh in a new epoch (hello, full sync).
   for (uint32_t s = 0; s < ps.shards; ++s) state_->Leave(s);
-  absl::StatusOr<std::unique_ptr<Transport>> t = member_->Connect(*plan_, deadline);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> t = member_->Connect(*plan_, deadline);
   if (!t.ok()) return t.status();
   transport_ = *std::move(t);
   running_ = plan_->epoch;
@@ -247,8 +247,8 @@ absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> pa
   if (!(lr > 0) || std::isinf(lr)) {
     return absl::InvalidArgumentError("gradex PsWorker: lr must be finite and > 0");
   }
-  const Clock::time_point start = Clock::now();
-  const Deadline deadline = start + o_.client.timeout;
+  const transport::Clock::time_point start = transport::Clock::now();
+  const transport::Deadline deadline = start + o_.client.timeout;
   absl::Status st = absl::OkStatus();
   PsStepRecord rec;
   rec.epochs_entered = entered_between_steps_;
@@ -264,7 +264,7 @@ absl::Status PsWorkerImpl::Step(std::span<const float> grad, std::span<float> pa
     if (!st.ok()) rec.failure = ClassifyExchangeError(st);
   }
   rec.ok = st.ok();
-  rec.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  rec.seconds = std::chrono::duration<double>(transport::Clock::now() - start).count();
   rec.sent_bytes = step.sent_bytes;
   rec.recv_bytes = step.recv_bytes;
   rec.pushed_entries = step.pushed_entries;
@@ -319,19 +319,20 @@ absl::Status PsWorkerImpl::Close() {
   if (closed_) return absl::OkStatus();
   closed_ = true;
   // A finished worker stops counting for the others' staleness bound.
-  if (exchange_ && state_) (void)exchange_->Leave(*state_, DeadlineIn(std::chrono::seconds(1)));
+  if (exchange_ && state_)
+    (void)exchange_->Leave(*state_, transport::DeadlineIn(std::chrono::seconds(1)));
   exchange_.reset();
   transport_.reset();
   absl::Status st = absl::OkStatus();
   if (member_) {
-    st = member_->Leave(DeadlineIn(
+    st = member_->Leave(transport::DeadlineIn(
         std::min<std::chrono::milliseconds>(o_.client.timeout, std::chrono::seconds(5))));
   }
   if (endpoint_.server != nullptr) {
     // The others leave first (bounded): the server keeps serving them.
-    const Deadline until =
-        DeadlineIn(std::min<std::chrono::milliseconds>(o_.client.timeout, std::chrono::seconds(5)));
-    while (endpoint_.server->coordinator().members() > 1 && Clock::now() < until) {
+    const transport::Deadline until = transport::DeadlineIn(
+        std::min<std::chrono::milliseconds>(o_.client.timeout, std::chrono::seconds(5)));
+    while (endpoint_.server->coordinator().members() > 1 && transport::Clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }

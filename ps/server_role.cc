@@ -20,7 +20,7 @@ int RunServerRole(const ServerRoleOptions& o, member::ControlPlane* control,
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   PsMember member(o.member, control, transports);
-  if (absl::Status s = member.Join(DeadlineIn(o.member.rpc_timeout)); !s.ok()) {
+  if (absl::Status s = member.Join(transport::DeadlineIn(o.member.rpc_timeout)); !s.ok()) {
     std::cerr << "gradex-agent --role server: join: " << s << "\n";
     return 1;
   }
@@ -47,7 +47,7 @@ int RunServerRole(const ServerRoleOptions& o, member::ControlPlane* control,
         static_cast<unsigned long long>(shard.refused));
   }
   std::fflush(stdout);
-  (void)member.Leave(DeadlineIn(o.member.rpc_timeout));
+  (void)member.Leave(transport::DeadlineIn(o.member.rpc_timeout));
   if (!s.ok()) {
     std::cerr << "gradex-agent --role server: " << s << "\n";
     return 1;

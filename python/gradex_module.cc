@@ -235,11 +235,12 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception<gradex::python::GradexCppError>(m, "GradexError", PyExc_RuntimeError);
   // The release (VERSION) and what this module was built from: the same
   // values as every binary's --version and the gradex_build_info metric.
-  m.attr("__version__") = gradex::Version();
-  m.attr("build_info") = py::dict(
-      py::arg("version") = gradex::Version(), py::arg("git") = gradex::GitCommit(),
-      py::arg("cuda") = gradex::BuildCudaVersion(), py::arg("ucx") = gradex::BuildUcxVersion(),
-      py::arg("wire_protocol") = gradex::kWireProtocol);
+  m.attr("__version__") = gradex::version::Version();
+  m.attr("build_info") = py::dict(py::arg("version") = gradex::version::Version(),
+                                  py::arg("git") = gradex::version::GitCommit(),
+                                  py::arg("cuda") = gradex::version::BuildCudaVersion(),
+                                  py::arg("ucx") = gradex::version::BuildUcxVersion(),
+                                  py::arg("wire_protocol") = gradex::version::kWireProtocol);
   m.def("ucx_runtime", &gradex::python::UcxRuntime,
         "The UCX this process loaded: version, library, module_dirs, components, transports "
         "(resources: transport/device) and ucp_context_print_info's text.");

@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 class Bootstrap {
  public:
@@ -22,6 +22,6 @@ class Bootstrap {
                                                              Deadline deadline) = 0;
 };
 
-}  // namespace gradex
+}  // namespace gradex::transport
 
 #endif  // GRADEX_TRANSPORT_BOOTSTRAP_H_

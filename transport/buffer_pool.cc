@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-namespace gradex {
+namespace gradex::transport {
 
 int BufferPool::Find(size_t n) const {
   int best = -1;
@@ -49,4 +49,4 @@ void BufferPool::Give(Bytes b) {
   kept_.push_back(std::move(b));
 }
 
-}  // namespace gradex
+}  // namespace gradex::transport

@@ -12,7 +12,7 @@
 
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 class BufferPool {
  public:
@@ -48,6 +48,6 @@ class BufferPool {
   uint64_t reused_ = 0;
 };
 
-}  // namespace gradex
+}  // namespace gradex::transport
 
 #endif  // GRADEX_TRANSPORT_BUFFER_POOL_H_

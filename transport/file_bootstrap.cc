@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 std::string FileBootstrap::PathFor(int rank) const {
   if (round_ == 0) return absl::StrCat(dir_, "/rank-", rank, ".addr");
@@ -98,4 +98,4 @@ absl::StatusOr<std::vector<std::string>> FileBootstrap::AllGather(const std::str
   return out;
 }
 
-}  // namespace gradex
+}  // namespace gradex::transport

@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "transport/bootstrap.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 class FileBootstrap : public Bootstrap {
  public:
@@ -34,6 +34,6 @@ class FileBootstrap : public Bootstrap {
   int round_ = 0;
 };
 
-}  // namespace gradex
+}  // namespace gradex::transport
 
 #endif  // GRADEX_TRANSPORT_FILE_BOOTSTRAP_H_

@@ -9,7 +9,7 @@
 
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 class ForwardingTransport : public Transport {
  public:
@@ -53,6 +53,6 @@ class ForwardingTransport : public Transport {
   Transport* const inner_;
 };
 
-}  // namespace gradex
+}  // namespace gradex::transport
 
 #endif  // GRADEX_TRANSPORT_FORWARDING_TRANSPORT_H_

@@ -19,7 +19,7 @@
 
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 // When messages arrive and sends complete, in the policy's own (virtual)
 // time. Called with the fabric's lock held, in the order the fabric sees the
@@ -157,6 +157,6 @@ std::vector<std::unique_ptr<Transport>> CreateFabricTransports(
 // The fabric of `t`; null when `t` is no LoopbackTransport.
 LoopbackFabric* FabricOf(const Transport& t);
 
-}  // namespace gradex
+}  // namespace gradex::transport
 
 #endif  // GRADEX_TRANSPORT_LOOPBACK_FABRIC_H_

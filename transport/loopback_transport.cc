@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "transport/loopback_fabric.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 LoopbackFabric::LoopbackFabric(int size, std::unique_ptr<DeliveryPolicy> policy)
     : size_(size), policy_(std::move(policy)), ranks_(size) {
@@ -226,4 +226,4 @@ void KillLoopbackRank(Transport& any_rank_of_fabric, int rank) {
   if (LoopbackFabric* f = FabricOf(any_rank_of_fabric)) f->Kill(rank);
 }
 
-}  // namespace gradex
+}  // namespace gradex::transport

@@ -9,7 +9,7 @@
 
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 // Creates a fabric of `size` ranks and returns one Transport per rank.
 std::vector<std::unique_ptr<Transport>> CreateLoopbackTransports(int size);
@@ -19,6 +19,6 @@ std::vector<std::unique_ptr<Transport>> CreateLoopbackTransports(int size);
 // rank of a fabric (a simulated world's too); no-op for other transports.
 void KillLoopbackRank(Transport& any_rank_of_fabric, int rank);
 
-}  // namespace gradex
+}  // namespace gradex::transport
 
 #endif  // GRADEX_TRANSPORT_LOOPBACK_TRANSPORT_H_

@@ -9,7 +9,7 @@
 
 #include "transport/loopback_fabric.h"
 
-namespace gradex {
+namespace gradex::transport {
 namespace {
 
 // Called under the fabric's lock (DeliveryPolicy), which also guards Now and
@@ -87,4 +87,4 @@ void KillSimRank(Transport& any_rank_of_world, int rank) {
   if (WithClocks(any_rank_of_world, [](SimClocks&) {})) FabricOf(any_rank_of_world)->Kill(rank);
 }
 
-}  // namespace gradex
+}  // namespace gradex::transport

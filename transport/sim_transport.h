@@ -29,7 +29,7 @@
 
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 struct SimParams {
   double alpha_s = 20e-6;             // latency per message, seconds
@@ -51,6 +51,6 @@ bool SimResetClock(Transport& t, double now);
 // Marks `rank` dead, as KillLoopbackRank does.
 void KillSimRank(Transport& any_rank_of_world, int rank);
 
-}  // namespace gradex
+}  // namespace gradex::transport
 
 #endif  // GRADEX_TRANSPORT_SIM_TRANSPORT_H_

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 absl::StatusOr<std::unique_ptr<SubgroupTransport>> SubgroupTransport::Create(
     Transport* world, std::vector<int> members) {
@@ -61,4 +61,4 @@ PeerCounters SubgroupTransport::counters(int peer) const {
   return inner().counters(members_[peer]);
 }
 
-}  // namespace gradex
+}  // namespace gradex::transport

@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "transport/forwarding_transport.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 // Waits, tests, cancels, aborts, buffers and the receive profile are the
 // underlying transport's (ForwardingTransport): a view's requests are its
@@ -50,6 +50,6 @@ class SubgroupTransport : public ForwardingTransport {
   const int rank_;
 };
 
-}  // namespace gradex
+}  // namespace gradex::transport
 
 #endif  // GRADEX_TRANSPORT_SUBGROUP_TRANSPORT_H_

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-namespace gradex {
+namespace gradex::transport {
 
 // After a failure the other request is cancelled within a short budget, not
 // the call's whole deadline: a send to a dead or stopped peer cannot be
@@ -37,4 +37,4 @@ absl::StatusOr<Bytes> SendRecv(Transport& t, int to, uint64_t send_tag, Bytes pa
   return in;
 }
 
-}  // namespace gradex
+}  // namespace gradex::transport

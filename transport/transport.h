@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace gradex {
+namespace gradex::transport {
 
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
@@ -160,6 +160,6 @@ class Transport {
 absl::StatusOr<Bytes> SendRecv(Transport& t, int to, uint64_t send_tag, Bytes payload, int from,
                                uint64_t recv_tag, Deadline deadline, size_t capacity = SIZE_MAX);
 
-}  // namespace gradex
+}  // namespace gradex::transport
 
 #endif  // GRADEX_TRANSPORT_TRANSPORT_H_

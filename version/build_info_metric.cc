@@ -3,7 +3,7 @@
 #include "prometheus/gauge.h"
 #include "version/version.h"
 
-namespace gradex {
+namespace gradex::version {
 
 void RegisterBuildInfo(prometheus::Registry& registry) {
   prometheus::BuildGauge()
@@ -17,4 +17,4 @@ void RegisterBuildInfo(prometheus::Registry& registry) {
       .Set(1);
 }
 
-}  // namespace gradex
+}  // namespace gradex::version

@@ -5,10 +5,10 @@
 
 #include "prometheus/registry.h"
 
-namespace gradex {
+namespace gradex::version {
 
 void RegisterBuildInfo(prometheus::Registry& registry);
 
-}  // namespace gradex
+}  // namespace gradex::version
 
 #endif  // GRADEX_VERSION_BUILD_INFO_METRIC_H_

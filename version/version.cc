@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "build_config.h"
 
-namespace gradex {
+namespace gradex::version {
 
 const char* Version() { return GRADEX_BUILD_VERSION; }
 const char* BuildCudaVersion() { return GRADEX_BUILD_CUDA; }
@@ -26,4 +26,4 @@ bool PrintVersionIfAsked(int argc, char** argv, absl::string_view program) {
   return false;
 }
 
-}  // namespace gradex
+}  // namespace gradex::version

@@ -9,7 +9,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace gradex {
+namespace gradex::version {
 
 // The control- and data-plane protocol. Raised only when a member of one
 // protocol can no longer work with a coordinator or peer of another; the
@@ -38,6 +38,6 @@ std::string VersionLine(absl::string_view program);
 // stdout and returns true (main then exits 0 before parsing anything else).
 bool PrintVersionIfAsked(int argc, char** argv, absl::string_view program);
 
-}  // namespace gradex
+}  // namespace gradex::version
 
 #endif  // GRADEX_VERSION_VERSION_H_

@@ -145,7 +145,7 @@ absl::StatusOr<double> Step(const Flags& f, std::vector<std::unique_ptr<Client>>
 }  // namespace gradex::client
 
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-client-pipeline")) return 0;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "gradex-client-pipeline")) return 0;
   using namespace gradex::client;
   Flags f;
   if (!Parse(argc, argv, &f)) return 2;

@@ -151,7 +151,7 @@ absl::StatusOr<LoadResult> RunCoordinatorLoad(const LoadOptions& opts) {
     r.set_ucx_address(absl::StrCat("10.", i / 65536 % 256, ".", i / 256 % 256, ".", i % 256,
                                    ":40000"));  // a data-plane listener
     r.set_ucx_version("1.13");
-    r.set_wire_protocol(gradex::kWireProtocol);
+    r.set_wire_protocol(gradex::version::kWireProtocol);
     r.set_ucx_transports("tcp");
     join_ctx[i] = std::make_unique<grpc::ClientContext>();
     Authorize(join_ctx[i].get());

@@ -31,7 +31,7 @@ bool IntFlag(const std::string& arg, const char* name, char* next, int* out, int
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-coordinator-load")) return 0;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "gradex-coordinator-load")) return 0;
   gradex::bench::LoadOptions o;
   int seconds = 30, lease_ms = 10000;
   for (int i = 1; i < argc; ++i) {

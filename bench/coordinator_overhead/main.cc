@@ -144,7 +144,7 @@ ArmResult RunArm(const Config& c, bool grpc) {
       } else {
         control = std::make_unique<testing::FakeControlPlane>(fake.get());
       }
-      UcxOptions ucx;
+      transport::ucx::UcxOptions ucx;
       ucx.listen_ip = member::DataIpFromEnvironment();
       auto transports = member::CreateUcxProvider(ucx);
       if (!transports.ok()) return (void)failures.fetch_add(1);
@@ -176,7 +176,7 @@ ArmResult RunArm(const Config& c, bool grpc) {
           if (i == 0) cpu_start.store(CpuSeconds());
         }
         if (i == 0) {
-          for (const CallStats& cs : out.stats) sent0 += cs.sent_bytes;
+          for (const collectives::CallStats& cs : out.stats) sent0 += cs.sent_bytes;
         }
       }
       agent_cpu[i] += ThreadCpuSeconds();
@@ -217,8 +217,8 @@ double Pct(std::vector<double> v, double q) {
 }  // namespace gradex::bench
 
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-coordinator-overhead")) return 0;
-  using namespace gradex::agent;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "gradex-coordinator-overhead")) return 0;
+  using namespace gradex::bench;
   Config c;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];

@@ -106,7 +106,7 @@ constexpr ps::DgsJob kJob{1, 1};
 constexpr auto kDeadline = std::chrono::seconds(120);
 
 // One worker: joins, warms up, times `steps` steps, leaves. Prints its line.
-int RunWorker(const Flags& f, Transport& t, uint32_t k) {
+int RunWorker(const Flags& f, transport::Transport& t, uint32_t k) {
   const ps::DgsLayout layout = Layout(f);
   std::vector<ps::DgsShardPeer> peers;
   for (uint32_t s = 0; s < f.shards; ++s) peers.push_back({s, static_cast<int>(f.workers + s)});
@@ -127,7 +127,7 @@ int RunWorker(const Flags& f, Transport& t, uint32_t k) {
     for (float& x : g) x = gauss(rng);
   }
   ps::DgsPushPull link(t, kJob, peers);
-  if (absl::Status s = link.Join(*state, params, Clock::now() + kDeadline); !s.ok()) {
+  if (absl::Status s = link.Join(*state, params, transport::Clock::now() + kDeadline); !s.ok()) {
     std::fprintf(stderr, "worker %u: join: %s\n", k, s.ToString().c_str());
     return 1;
   }
@@ -135,11 +135,13 @@ int RunWorker(const Flags& f, Transport& t, uint32_t k) {
   ps::DgsStepStats total;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
     ps::DgsStepStats st;
-    const auto t0 = Clock::now();
+    const auto t0 = transport::Clock::now();
     const double c0 = ThreadCpuMs();
-    absl::Status s = link.Step(*state, grads[i % 2], params, 0.1f, Clock::now() + kDeadline, &st);
+    absl::Status s =
+        link.Step(*state, grads[i % 2], params, 0.1f, transport::Clock::now() + kDeadline, &st);
     const double dc = ThreadCpuMs() - c0;
-    const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double dt =
+        std::chrono::duration<double, std::milli>(transport::Clock::now() - t0).count();
     if (!s.ok()) {
       std::fprintf(stderr, "worker %u: step %d: %s\n", k, i, s.ToString().c_str());
       return 1;
@@ -153,7 +155,7 @@ int RunWorker(const Flags& f, Transport& t, uint32_t k) {
     total.pulled_entries += st.pulled_entries;
     total.full_syncs += st.full_syncs;
   }
-  (void)link.Leave(*state, Clock::now() + kDeadline);
+  (void)link.Leave(*state, transport::Clock::now() + kDeadline);
   std::printf(
       "worker %u: step median %.1f ms (p10 %.1f, p90 %.1f), its CPU median %.1f ms, over %d "
       "steps; per step: sent %.0f B, received %.0f B, pushed %.0f entries, pulled %.0f entries; "
@@ -167,7 +169,7 @@ int RunWorker(const Flags& f, Transport& t, uint32_t k) {
 }
 
 // One shard: serves until every worker has joined and left.
-int RunShard(const Flags& f, Transport& t, uint32_t s) {
+int RunShard(const Flags& f, transport::Transport& t, uint32_t s) {
   const ps::DgsLayout layout = Layout(f);
   auto ranges = *layout.SplitShards(f.shards);
   auto shard = ps::DgsServerShard::Create(layout, s, ranges[s], {.workers = f.workers});
@@ -182,10 +184,11 @@ int RunShard(const Flags& f, Transport& t, uint32_t s) {
     }
     return true;
   };
-  const auto give_up = Clock::now() + kDeadline * (f.steps + f.warmup + 2);
+  const auto give_up = transport::Clock::now() + kDeadline * (f.steps + f.warmup + 2);
   const double c0 = ThreadCpuMs();
-  while (!done() && Clock::now() < give_up) {
-    if (absl::Status st = server.ServeUntil(DeadlineIn(std::chrono::milliseconds(50))); !st.ok()) {
+  while (!done() && transport::Clock::now() < give_up) {
+    if (absl::Status st = server.ServeUntil(transport::DeadlineIn(std::chrono::milliseconds(50)));
+        !st.ok()) {
       std::fprintf(stderr, "shard %u: %s\n", s, st.ToString().c_str());
       return 1;
     }
@@ -203,7 +206,7 @@ int RunShard(const Flags& f, Transport& t, uint32_t s) {
 }
 
 int RunLoopback(const Flags& f) {
-  auto t = CreateLoopbackTransports(static_cast<int>(f.workers + f.shards));
+  auto t = transport::CreateLoopbackTransports(static_cast<int>(f.workers + f.shards));
   std::vector<int> rc(f.workers + f.shards, 0);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < f.workers + f.shards; ++r) {
@@ -225,8 +228,8 @@ int RunUcx(const Flags& f) {
     const pid_t pid = fork();
     if (pid < 0) return 1;
     if (pid == 0) {
-      FileBootstrap boot(tmpl, r, size);
-      UcxOptions o;
+      transport::FileBootstrap boot(tmpl, r, size);
+      transport::ucx::UcxOptions o;
       o.listen_ip = member::DataIpFromEnvironment();
       o.tls = f.tls;
       const ps::DgsLayout layout = Layout(f);
@@ -235,7 +238,7 @@ int RunUcx(const Flags& f) {
         cap = std::max(cap, ps::DgsMaxMessageBytes(layout, range));
       }
       o.max_message_bytes = cap;
-      auto t = CreateUcxTransport(boot, o);
+      auto t = transport::ucx::CreateUcxTransport(boot, o);
       if (!t.ok()) {
         std::fprintf(stderr, "rank %d: %s\n", r, t.status().ToString().c_str());
         _exit(1);
@@ -261,7 +264,7 @@ int RunUcx(const Flags& f) {
 }  // namespace gradex
 
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-dgs-bench")) return 0;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "gradex-dgs-bench")) return 0;
   gradex::Flags f;
   if (!gradex::Parse(argc, argv, &f)) return 2;
   std::printf(

@@ -322,7 +322,7 @@ BENCHMARK(BM_SelectReuse)
 
 // BENCHMARK_MAIN, with --version first (the library would refuse it).
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-kernels-bench")) return 0;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "gradex-kernels-bench")) return 0;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

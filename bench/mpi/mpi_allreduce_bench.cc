@@ -249,7 +249,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "mpi-allreduce-bench")) return 0;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "mpi-allreduce-bench")) return 0;
   MPI_Init(&argc, &argv);
   // A bad flag is seen by every rank alike, so all return before any collective.
   const int rc = Run(argc, argv);

@@ -12,7 +12,7 @@
 #include "version/version.h"
 
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-sim")) return 0;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "gradex-sim")) return 0;
   using namespace gradex::sim;
   absl::StatusOr<SimFlags> flags = ParseSimFlags(argc, argv);
   if (!flags.ok()) {
@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     std::fputs(SimHelpText().c_str(), stdout);
     return 0;
   }
-  const std::vector<std::string> known = gradex::AllreduceNames();
+  const std::vector<std::string> known = gradex::collectives::AllreduceNames();
   const bool node_model = flags->ranks_per_node > 1;
   std::vector<std::string> algos;
   if (flags->algo == "all") {

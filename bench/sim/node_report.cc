@@ -60,7 +60,8 @@ std::vector<std::string> NodeModelNames() {
   std::vector<std::string> names;
   for (const std::string& name : Table1Names()) {
     const catalog::AlgorithmSpec* spec = catalog::Find(name);
-    if (spec != nullptr && HierarchyExclusion(*spec).empty()) names.push_back(name);
+    if (spec != nullptr && collectives::algorithms::HierarchyExclusion(*spec).empty())
+      names.push_back(name);
   }
   return names;
 }
@@ -73,7 +74,7 @@ NodeRow ModelAlgorithm(const SimFlags& flags, const std::string& algo) {
     row.skipped = "not in the catalog";
     return row;
   }
-  if (std::string why = HierarchyExclusion(*spec); !why.empty()) {
+  if (std::string why = collectives::algorithms::HierarchyExclusion(*spec); !why.empty()) {
     row.skipped = "runs flat only: " + why;
     return row;
   }

@@ -42,10 +42,10 @@ absl::StatusOr<Decomposition> DecomposeTime(const SimConfig& config, uint64_t n1
   }
   SimConfig c = config;
   c.elements = n1;
-  c.params = SimParams{1, 0, 0};
+  c.params = transport::SimParams{1, 0, 0};
   absl::StatusOr<SimOutcome> lat = RunSim(c);
   if (!lat.ok()) return lat.status();
-  c.params = SimParams{0, 1, 0};
+  c.params = transport::SimParams{0, 1, 0};
   absl::StatusOr<SimOutcome> b1 = RunSim(c);
   if (!b1.ok()) return b1.status();
   c.elements = n2;
@@ -81,12 +81,13 @@ SimRow SimulateAlgorithm(const SimFlags& flags, const std::string& algo) {
   row.algo = algo;
   row.ranks = flags.ranks;
   row.elements = flags.elements;
-  absl::StatusOr<std::unique_ptr<SparseAllreduce>> probe = CreateAllreduce(algo);
+  absl::StatusOr<std::unique_ptr<collectives::SparseAllreduce>> probe =
+      collectives::CreateAllreduce(algo);
   if (!probe.ok()) {
     row.error = std::string(probe.status().message());
     return row;
   }
-  const AlgorithmTraits traits = (*probe)->traits();
+  const collectives::AlgorithmTraits traits = (*probe)->traits();
   row.teams = ResolveTeams(traits.uses_teams, flags, &row.skipped, traits.teams_power_of_two);
   if (!row.skipped.empty()) return row;
   if (absl::StatusOr<CostRange> m =
@@ -116,7 +117,7 @@ SimRow SimulateAlgorithm(const SimFlags& flags, const std::string& algo) {
   cfg.ranks = flags.ranks;
   cfg.density = flags.density;
   cfg.teams = row.teams;
-  cfg.params = SimParams{flags.alpha, flags.beta, flags.gamma};
+  cfg.params = transport::SimParams{flags.alpha, flags.beta, flags.gamma};
   cfg.iters = flags.iters;
   cfg.seed = flags.seed;
   cfg.integer = flags.integer;

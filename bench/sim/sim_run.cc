@@ -22,7 +22,7 @@ namespace {
 
 // Hash of the result's non-zero-bit entries in index order: the same for a
 // dense and a sparse form of one vector, different iff some entry's bits differ.
-uint64_t HashResult(const AllreduceResult& r) {
+uint64_t HashResult(const collectives::AllreduceResult& r) {
   uint64_t h = catalog::kFnv1aOffsetBasis;
   auto mix = [&h](uint64_t i, float v) {
     uint32_t bits;
@@ -55,7 +55,7 @@ struct Shared {
   std::vector<double> sum, abs_sum;  // reference: sum of contributions, sum of magnitudes
   std::vector<uint64_t> hashes;
   std::vector<double> clocks;
-  std::vector<CallStats> stats;
+  std::vector<collectives::CallStats> stats;
   std::vector<absl::Status> errors;
   std::atomic<bool> failed{false};
   bool exact = false;
@@ -64,7 +64,7 @@ struct Shared {
 
 // Rank 0 only, after every rank has run call `it`: checks the invariants and
 // books the call's time and bytes.
-void CheckCall(Shared& sh, const AllreduceResult& result0, int it) {
+void CheckCall(Shared& sh, const collectives::AllreduceResult& result0, int it) {
   const int p = sh.cfg.ranks;
   SimOutcome& o = sh.out;
   for (int r = 1; r < p; ++r) o.consistent = o.consistent && sh.hashes[r] == sh.hashes[0];
@@ -84,7 +84,7 @@ void CheckCall(Shared& sh, const AllreduceResult& result0, int it) {
   o.time_last_s = t;
   o.sent_max = o.recv_max = o.messages_max = 0;
   o.sent_mean = o.recv_mean = 0;
-  for (const CallStats& s : sh.stats) {
+  for (const collectives::CallStats& s : sh.stats) {
     o.sent_max = std::max(o.sent_max, s.sent_bytes);
     o.recv_max = std::max(o.recv_max, s.recv_bytes);
     o.messages_max = std::max(o.messages_max, s.messages_sent);
@@ -96,31 +96,31 @@ void CheckCall(Shared& sh, const AllreduceResult& result0, int it) {
   (void)it;
 }
 
-void RankMain(Shared& sh, Transport& t, SparseAllreduce& algo) {
+void RankMain(Shared& sh, transport::Transport& t, collectives::SparseAllreduce& algo) {
   const SimConfig& c = sh.cfg;
   const int r = t.rank();
   const size_t n = c.elements;
   std::vector<float> grad(n), residual(n, 0.0f), residual_in(n);
-  AllreduceOptions options;
+  collectives::AllreduceOptions options;
   options.density = c.density;
   options.teams = c.teams;
   for (int it = 0; it < c.iters; ++it) {
     bench::GenerateGradient(c.seed, r, it, c.integer, grad);
     residual_in = residual;
-    AllreduceResult result;
-    CallContext ctx{&t,
-                    /*job_id=*/1,
-                    /*epoch=*/1,
-                    /*call_id=*/static_cast<uint64_t>(it),
-                    DeadlineIn(std::chrono::milliseconds(c.deadline_ms)),
-                    /*training_step=*/static_cast<uint64_t>(it)};
+    collectives::AllreduceResult result;
+    collectives::CallContext ctx{&t,
+                                 /*job_id=*/1,
+                                 /*epoch=*/1,
+                                 /*call_id=*/static_cast<uint64_t>(it),
+                                 transport::DeadlineIn(std::chrono::milliseconds(c.deadline_ms)),
+                                 /*training_step=*/static_cast<uint64_t>(it)};
     sh.sync.arrive_and_wait();  // the previous call is over everywhere
-    SimResetClock(t, 0);
+    transport::SimResetClock(t, 0);
     absl::Status st = algo.Run(ctx, options, grad, residual, &result, &sh.stats[r]);
-    sh.clocks[r] = SimNow(t);
+    sh.clocks[r] = transport::SimNow(t);
     if (!st.ok()) {
       // The owner of a failed call gives the transport up (peers fail now).
-      t.Abort(DeadlineIn(std::chrono::milliseconds(500)));
+      t.Abort(transport::DeadlineIn(std::chrono::milliseconds(500)));
       sh.errors[r] = st;
       sh.failed = true;
     } else {
@@ -147,15 +147,17 @@ void RankMain(Shared& sh, Transport& t, SparseAllreduce& algo) {
 absl::StatusOr<SimOutcome> RunSim(const SimConfig& config) {
   if (config.ranks < 1) return absl::InvalidArgumentError("ranks must be >= 1");
   if (config.iters < 1) return absl::InvalidArgumentError("iters must be >= 1");
-  std::vector<std::unique_ptr<SparseAllreduce>> algos;
+  std::vector<std::unique_ptr<collectives::SparseAllreduce>> algos;
   for (int r = 0; r < config.ranks; ++r) {
-    absl::StatusOr<std::unique_ptr<SparseAllreduce>> a = CreateAllreduce(config.algo);
+    absl::StatusOr<std::unique_ptr<collectives::SparseAllreduce>> a =
+        collectives::CreateAllreduce(config.algo);
     if (!a.ok()) return a.status();
     algos.push_back(std::move(*a));
   }
   auto shared = std::make_unique<Shared>(config);
   shared->exact = config.integer && algos[0]->traits().exact_on_integers;
-  std::vector<std::unique_ptr<Transport>> world = CreateSimTransports(config.ranks, config.params);
+  std::vector<std::unique_ptr<transport::Transport>> world =
+      transport::CreateSimTransports(config.ranks, config.params);
   std::vector<std::thread> threads;
   threads.reserve(config.ranks);
   for (int r = 0; r < config.ranks; ++r) {

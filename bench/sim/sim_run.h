@@ -17,7 +17,7 @@ struct SimConfig {
   uint64_t elements = 1'000'000;
   double density = 0.01;
   int teams = 1;  // already resolved for the algorithm (1 when it has none)
-  SimParams params;
+  transport::SimParams params;
   int iters = 1;  // calls, residuals carried across them; all are timed
   uint64_t seed = 1;
   bool integer = false;  // integer gradients: conservation checked exactly

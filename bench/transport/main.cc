@@ -81,7 +81,7 @@ struct Row {
 std::string Fmt(double v, const char* f = "%.0f") { return absl::StrFormat(f, v); }
 
 void PrintProfile(const char* name, const P2pResult& r) {
-  const RecvProfile& p = r.profile;
+  const transport::RecvProfile& p = r.profile;
   const double n = p.receives > 0 ? static_cast<double>(p.receives) : 1;
   std::printf(
       "  %-7s %9zu B: %5.2f GB/s  per message: match wait %8.1f us, receive %8.1f us, "
@@ -91,28 +91,29 @@ void PrintProfile(const char* name, const P2pResult& r) {
       static_cast<unsigned long long>(p.receives));
 }
 
-absl::StatusOr<std::unique_ptr<Transport>> Connect(const std::string& dir, int rank,
-                                                   size_t direct_bytes) {
-  FileBootstrap boot(dir, rank, 2);
-  UcxOptions options;
+absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(const std::string& dir, int rank,
+                                                              size_t direct_bytes) {
+  transport::FileBootstrap boot(dir, rank, 2);
+  transport::ucx::UcxOptions options;
   options.listen_ip = member::DataIpFromEnvironment();
   options.direct_receive_bytes = direct_bytes;
-  return CreateUcxTransport(boot, options);
+  return transport::ucx::CreateUcxTransport(boot, options);
 }
 
 int RankMain(int rank, const std::string& dir, const std::vector<size_t>& sizes, int report_fd) {
-  absl::StatusOr<std::unique_ptr<Transport>> direct = Connect(dir, rank, 64 * 1024);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> direct = Connect(dir, rank, 64 * 1024);
   if (!direct.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, direct.status().ToString().c_str());
     return 1;
   }
-  std::unique_ptr<Transport> probed;
+  std::unique_ptr<transport::Transport> probed;
   if (absl::GetFlag(FLAGS_probe)) {
-    FileBootstrap boot2(dir + "/probe", rank, 2);
-    UcxOptions options;
+    transport::FileBootstrap boot2(dir + "/probe", rank, 2);
+    transport::ucx::UcxOptions options;
     options.listen_ip = member::DataIpFromEnvironment();
     options.direct_receive_bytes = 0;
-    absl::StatusOr<std::unique_ptr<Transport>> t = CreateUcxTransport(boot2, options);
+    absl::StatusOr<std::unique_ptr<transport::Transport>> t =
+        transport::ucx::CreateUcxTransport(boot2, options);
     if (!t.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, t.status().ToString().c_str());
       return 1;
@@ -127,14 +128,15 @@ int RankMain(int rank, const std::string& dir, const std::vector<size_t>& sizes,
     // A window's worth untimed first: the receives posted before any buffer
     // came back are probed; the timed ones are the steady state.
     o.warmup = std::max(2, o.window);
-    const auto run = [&](Transport& t, bool bandwidth) -> absl::StatusOr<P2pResult> {
-      o.deadline = DeadlineIn(std::chrono::milliseconds(absl::GetFlag(FLAGS_deadline_ms)));
+    const auto run = [&](transport::Transport& t, bool bandwidth) -> absl::StatusOr<P2pResult> {
+      o.deadline =
+          transport::DeadlineIn(std::chrono::milliseconds(absl::GetFlag(FLAGS_deadline_ms)));
       return bandwidth ? MeasureBandwidth(t, o) : MeasureLatency(t, o);
     };
     Row row;
     // Alternated within the size so that both see the same machine.
     for (int which = 0; which < 2; ++which) {
-      Transport* t = which == 0 ? direct->get() : probed.get();
+      transport::Transport* t = which == 0 ? direct->get() : probed.get();
       if (t == nullptr) continue;
       absl::StatusOr<P2pResult> bw = run(*t, true);
       if (!bw.ok()) {
@@ -163,7 +165,9 @@ int Main(int argc, char** argv) {
       "machine, beside ucx_perftest's (UCX_TLS and other UCX_* variables apply to both).");
   // absl's --version prints this (and --help, --helpfull are absl's too).
   absl::FlagsUsageConfig usage;
-  usage.version_string = [] { return gradex::VersionLine("gradex-transport-bench") + "\n"; };
+  usage.version_string = [] {
+    return gradex::version::VersionLine("gradex-transport-bench") + "\n";
+  };
   // absl's --help lists the flags of files named after the program; ours
   // live in main.cc.
   usage.contains_help_flags = [](absl::string_view path) {
@@ -232,7 +236,8 @@ int Main(int argc, char** argv) {
   const char* tls = std::getenv("UCX_TLS");
   std::printf(
       "gradex-transport-bench: 2 processes on this machine, UCX %s, UCX_TLS=%s, window %d\n",
-      UcxVersion().c_str(), tls == nullptr ? "(default)" : tls, absl::GetFlag(FLAGS_window));
+      transport::ucx::UcxVersion().c_str(), tls == nullptr ? "(default)" : tls,
+      absl::GetFlag(FLAGS_window));
   std::printf("%10s %8s | %11s %11s %13s %13s %7s | %8s %11s %11s\n", "bytes", "iters",
               "direct GB/s", "probed GB/s", "perftest GB/s", "perftest -e", "ratio", "lat us",
               "perftest us", "-e us");

@@ -16,19 +16,21 @@ using Seconds = std::chrono::duration<double>;
 constexpr uint64_t kDataTag = 1;
 constexpr uint64_t kAckTag = 2;
 
-absl::Status CheckPair(const Transport& t) {
+absl::Status CheckPair(const transport::Transport& t) {
   if (t.size() < 2) return absl::InvalidArgumentError("the transport benchmark needs 2 ranks");
   return absl::OkStatus();
 }
 
-absl::StatusOr<RequestId> PostReceive(Transport& t, int peer, uint64_t tag, const P2pOptions& o) {
+absl::StatusOr<transport::RequestId> PostReceive(transport::Transport& t, int peer, uint64_t tag,
+                                                 const P2pOptions& o) {
   return o.capped ? t.PostRecvAtMost(peer, tag, o.bytes) : t.PostRecv(peer, tag);
 }
 
 // Receives one message and checks its size and its first and last bytes,
 // which the sender stamps with the message number.
-absl::Status Expect(Transport& t, RequestId id, const P2pOptions& o, int number) {
-  Bytes in;
+absl::Status Expect(transport::Transport& t, transport::RequestId id, const P2pOptions& o,
+                    int number) {
+  transport::Bytes in;
   if (absl::Status s = t.Wait(id, o.deadline, &in); !s.ok()) return s;
   if (in.size() != o.bytes) {
     return absl::DataLossError(absl::StrCat("got ", in.size(), " bytes, want ", o.bytes));
@@ -41,37 +43,37 @@ absl::Status Expect(Transport& t, RequestId id, const P2pOptions& o, int number)
   return absl::OkStatus();
 }
 
-Bytes Message(size_t bytes, int number) {
-  Bytes b(bytes, 0x5a);
+transport::Bytes Message(size_t bytes, int number) {
+  transport::Bytes b(bytes, 0x5a);
   if (bytes > 0) b.front() = b.back() = static_cast<uint8_t>(number);
   return b;
 }
 
 }  // namespace
 
-absl::StatusOr<P2pResult> MeasureLatency(Transport& t, const P2pOptions& o) {
+absl::StatusOr<P2pResult> MeasureLatency(transport::Transport& t, const P2pOptions& o) {
   if (absl::Status s = CheckPair(t); !s.ok()) return s;
   const bool sender = t.rank() == 0;
   const int peer = sender ? 1 : 0;
   std::vector<double> rtt;
   for (int i = 0; i < o.warmup + o.iters; ++i) {
-    const auto start = Clock::now();
+    const auto start = transport::Clock::now();
     if (sender) {
-      absl::StatusOr<RequestId> send = t.PostSend(peer, kDataTag, Message(o.bytes, i));
+      absl::StatusOr<transport::RequestId> send = t.PostSend(peer, kDataTag, Message(o.bytes, i));
       if (!send.ok()) return send.status();
-      absl::StatusOr<RequestId> recv = PostReceive(t, peer, kDataTag, o);
+      absl::StatusOr<transport::RequestId> recv = PostReceive(t, peer, kDataTag, o);
       if (!recv.ok()) return recv.status();
       if (absl::Status s = Expect(t, *recv, o, i); !s.ok()) return s;
       if (absl::Status s = t.Wait(*send, o.deadline, nullptr); !s.ok()) return s;
     } else {
-      absl::StatusOr<RequestId> recv = PostReceive(t, peer, kDataTag, o);
+      absl::StatusOr<transport::RequestId> recv = PostReceive(t, peer, kDataTag, o);
       if (!recv.ok()) return recv.status();
       if (absl::Status s = Expect(t, *recv, o, i); !s.ok()) return s;
-      absl::StatusOr<RequestId> send = t.PostSend(peer, kDataTag, Message(o.bytes, i));
+      absl::StatusOr<transport::RequestId> send = t.PostSend(peer, kDataTag, Message(o.bytes, i));
       if (!send.ok()) return send.status();
       if (absl::Status s = t.Wait(*send, o.deadline, nullptr); !s.ok()) return s;
     }
-    if (i >= o.warmup) rtt.push_back(Seconds(Clock::now() - start).count());
+    if (i >= o.warmup) rtt.push_back(Seconds(transport::Clock::now() - start).count());
   }
   P2pResult r;
   r.bytes = o.bytes;
@@ -79,21 +81,21 @@ absl::StatusOr<P2pResult> MeasureLatency(Transport& t, const P2pOptions& o) {
   return r;
 }
 
-absl::StatusOr<P2pResult> MeasureBandwidth(Transport& t, const P2pOptions& o) {
+absl::StatusOr<P2pResult> MeasureBandwidth(transport::Transport& t, const P2pOptions& o) {
   if (absl::Status s = CheckPair(t); !s.ok()) return s;
   const bool sender = t.rank() == 0;
   const int peer = sender ? 1 : 0;
   const int total = o.warmup + o.iters;
   const int window = std::max(1, o.window);
-  Clock::time_point start = Clock::now();
-  std::deque<std::pair<int, RequestId>> inflight;  // (message number, request)
+  transport::Clock::time_point start = transport::Clock::now();
+  std::deque<std::pair<int, transport::RequestId>> inflight;  // (message number, request)
   auto retire_one = [&]() -> absl::Status {
     auto [number, id] = inflight.front();
     inflight.pop_front();
     absl::Status s = sender ? t.Wait(id, o.deadline, nullptr) : Expect(t, id, o, number);
     if (s.ok() && !sender && number == o.warmup - 1) {
       // The timed part starts once the warm-up messages are in.
-      start = Clock::now();
+      start = transport::Clock::now();
       t.ResetCounters();
     }
     return s;
@@ -103,8 +105,9 @@ absl::StatusOr<P2pResult> MeasureBandwidth(Transport& t, const P2pOptions& o) {
     if (static_cast<int>(inflight.size()) >= window) {
       if (absl::Status s = retire_one(); !s.ok()) return s;
     }
-    absl::StatusOr<RequestId> id = sender ? t.PostSend(peer, kDataTag, Message(o.bytes, i))
-                                          : PostReceive(t, peer, kDataTag, o);
+    absl::StatusOr<transport::RequestId> id = sender
+                                                  ? t.PostSend(peer, kDataTag, Message(o.bytes, i))
+                                                  : PostReceive(t, peer, kDataTag, o);
     if (!id.ok()) return id.status();
     inflight.emplace_back(i, *id);
   }
@@ -116,16 +119,16 @@ absl::StatusOr<P2pResult> MeasureBandwidth(Transport& t, const P2pOptions& o) {
   // The receiver's clock: from the last warm-up message in to the last timed
   // one in; then one byte back so the sender does not leave early.
   if (!sender) {
-    r.wall_s = Seconds(Clock::now() - start).count();
+    r.wall_s = Seconds(transport::Clock::now() - start).count();
     r.profile = t.recv_profile();
     r.bandwidth_mbs = r.wall_s > 0 ? static_cast<double>(o.bytes) * o.iters / r.wall_s / 1e6 : 0;
-    absl::StatusOr<RequestId> ack = t.PostSend(peer, kAckTag, Bytes{1});
+    absl::StatusOr<transport::RequestId> ack = t.PostSend(peer, kAckTag, transport::Bytes{1});
     if (!ack.ok()) return ack.status();
     if (absl::Status s = t.Wait(*ack, o.deadline, nullptr); !s.ok()) return s;
   } else {
-    absl::StatusOr<RequestId> ack = t.PostRecvAtMost(peer, kAckTag, 1);
+    absl::StatusOr<transport::RequestId> ack = t.PostRecvAtMost(peer, kAckTag, 1);
     if (!ack.ok()) return ack.status();
-    Bytes in;
+    transport::Bytes in;
     if (absl::Status s = t.Wait(*ack, o.deadline, &in); !s.ok()) return s;
   }
   return r;

@@ -9,7 +9,7 @@
 
 #include "catalog/models.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 class BsagController {
  public:
@@ -31,6 +31,6 @@ class BsagController {
   int teams_ = 0;
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_BSAG_CONTROLLER_H_

@@ -4,7 +4,7 @@
 
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 absl::Status DenseAllreduce::Exchange(const CallContext& ctx, const AllreduceOptions&,
                                       std::span<float> acc, ResidualLedger&,
@@ -24,4 +24,4 @@ absl::Status DenseAllreduce::Exchange(const CallContext& ctx, const AllreduceOpt
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -6,7 +6,7 @@
 
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 class DenseAllreduce : public SparseAllreduce {
  public:
@@ -21,6 +21,6 @@ class DenseAllreduce : public SparseAllreduce {
                                    PhaseTimes* times) = 0;
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_DENSE_ALLREDUCE_H_

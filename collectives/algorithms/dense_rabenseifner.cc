@@ -13,7 +13,7 @@
 #include "collectives/link.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 enum : uint16_t {
@@ -24,19 +24,21 @@ enum : uint16_t {
 };
 
 // Elements of blocks [first, first + count) of `layout`.
-BlockRange Blocks(const BlockLayout& layout, int first, int count) {
+wire::BlockRange Blocks(const BlockLayout& layout, int first, int count) {
   return {static_cast<uint32_t>(layout.bounds()[first]),
           static_cast<uint32_t>(layout.bounds()[first + count])};
 }
 
-uint64_t DenseBytes(BlockRange r) { return sizeof(FrameHeader) + 4 * uint64_t{r.size()}; }
+uint64_t DenseBytes(wire::BlockRange r) {
+  return sizeof(wire::FrameHeader) + 4 * uint64_t{r.size()};
+}
 
 // The schedule as (send range, receive range) per message of an active rank,
 // shared by Run and the volume model so both walk the same blocks.
 struct Step {
   uint16_t phase;
   int peer;  // active rank
-  BlockRange send, recv;
+  wire::BlockRange send, recv;
 };
 
 std::vector<Step> ActiveSteps(const BlockLayout& layout, int me) {
@@ -65,7 +67,7 @@ class DenseRabenseifner final : public DenseAllreduce {
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions&,
                                      const CallStats&) const override {
     const PowerOfTwoFold fold(rank, world);
-    const BlockRange whole{0, static_cast<uint32_t>(n)};
+    const wire::BlockRange whole{0, static_cast<uint32_t>(n)};
     Volume v;
     if (fold.partner >= 0) {  // the whole gradient once each way
       v.sent_bytes += DenseBytes(whole);
@@ -85,54 +87,55 @@ class DenseRabenseifner final : public DenseAllreduce {
                            PhaseTimes* times) override {
     const PowerOfTwoFold fold(ctx.transport->rank(), ctx.transport->size());
     Link link(ctx, id(), times);
-    const BlockRange whole{0, static_cast<uint32_t>(n)};
+    const wire::BlockRange whole{0, static_cast<uint32_t>(n)};
     if (fold.folded_out) {
-      Bytes out;
-      AppendDenseFrame(link.meta(kPhaseFoldIn), whole, data, &out);
+      transport::Bytes out;
+      wire::AppendDenseFrame(link.meta(kPhaseFoldIn), whole, data, &out);
       absl::Status st = link.Send(fold.partner, std::move(out), kPhaseFoldIn, 0);
       if (!st.ok()) return st;
-      absl::StatusOr<Bytes> in =
-          link.Recv(fold.partner, kPhaseFoldOut, 0, FrameBytes(whole.size(), whole.size()));
+      absl::StatusOr<transport::Bytes> in =
+          link.Recv(fold.partner, kPhaseFoldOut, 0, wire::FrameBytes(whole.size(), whole.size()));
       if (!in.ok()) return in.status();
       PhaseTimer t(&times->communication_s);
       absl::Status decoded =
-          DecodeDenseBlock(*in, link.meta(kPhaseFoldOut, fold.partner), whole, false, data);
+          wire::DecodeDenseBlock(*in, link.meta(kPhaseFoldOut, fold.partner), whole, false, data);
       link.Recycle(std::move(*in));
       return decoded;
     }
     if (fold.partner >= 0) {
-      absl::StatusOr<Bytes> in =
-          link.Recv(fold.partner, kPhaseFoldIn, 0, FrameBytes(whole.size(), whole.size()));
+      absl::StatusOr<transport::Bytes> in =
+          link.Recv(fold.partner, kPhaseFoldIn, 0, wire::FrameBytes(whole.size(), whole.size()));
       if (!in.ok()) return in.status();
       PhaseTimer t(&times->reduction_s);
       absl::Status st =
-          DecodeDenseBlock(*in, link.meta(kPhaseFoldIn, fold.partner), whole, true, data);
+          wire::DecodeDenseBlock(*in, link.meta(kPhaseFoldIn, fold.partner), whole, true, data);
       link.Recycle(std::move(*in));
       if (!st.ok()) return st;
     }
     uint32_t sub = 0;
     for (const Step& s : ActiveSteps(BlockLayout(n, fold.p2, 1.0), fold.active)) {
-      Bytes out;
+      transport::Bytes out;
       {
         PhaseTimer t(&times->communication_s);
-        out = link.Buffer(FrameBytes(s.send.size(), s.send.size()));
-        AppendDenseFrame(link.meta(s.phase), s.send, data + s.send.begin, &out);
+        out = link.Buffer(wire::FrameBytes(s.send.size(), s.send.size()));
+        wire::AppendDenseFrame(link.meta(s.phase), s.send, data + s.send.begin, &out);
       }
       const int peer = fold.Global(s.peer);
       // One dense frame of the range this step receives.
-      absl::StatusOr<Bytes> in = link.Exchange(peer, std::move(out), peer, s.phase, sub++,
-                                               FrameBytes(s.recv.size(), s.recv.size()));
+      absl::StatusOr<transport::Bytes> in =
+          link.Exchange(peer, std::move(out), peer, s.phase, sub++,
+                        wire::FrameBytes(s.recv.size(), s.recv.size()));
       if (!in.ok()) return in.status();
       const bool reduce = s.phase == kPhaseReduceScatter;
       PhaseTimer t(reduce ? &times->reduction_s : &times->communication_s);
-      absl::Status st =
-          DecodeDenseBlock(*in, link.meta(s.phase, peer), s.recv, reduce, data + s.recv.begin);
+      absl::Status st = wire::DecodeDenseBlock(*in, link.meta(s.phase, peer), s.recv, reduce,
+                                               data + s.recv.begin);
       link.Recycle(std::move(*in));
       if (!st.ok()) return st;
     }
     if (fold.partner >= 0) {
-      Bytes out;
-      AppendDenseFrame(link.meta(kPhaseFoldOut), whole, data, &out);
+      transport::Bytes out;
+      wire::AppendDenseFrame(link.meta(kPhaseFoldOut), whole, data, &out);
       return link.Send(fold.partner, std::move(out), kPhaseFoldOut, 0);
     }
     return absl::OkStatus();
@@ -144,4 +147,4 @@ class DenseRabenseifner final : public DenseAllreduce {
 GRADEX_REGISTER_ALGORITHM("dense-rabenseifner",
                           [] { return std::make_unique<DenseRabenseifner>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -5,7 +5,7 @@
 #include "collectives/algorithms/ring_allreduce.h"
 #include "collectives/link.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 class DenseRing final : public DenseAllreduce {
@@ -28,4 +28,4 @@ class DenseRing final : public DenseAllreduce {
 
 GRADEX_REGISTER_ALGORITHM("dense-ring", [] { return std::make_unique<DenseRing>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -8,7 +8,7 @@
 #include "collectives/call_frame.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 enum : uint16_t { kPhaseAllGather = 1 };
@@ -52,7 +52,7 @@ absl::Status GatherSumAlgorithm::Exchange(const CallContext& ctx, const Allreduc
   Group all;
   for (int r = 0; r < world; ++r) all.ranks.push_back(r);
   all.me = rank;
-  const std::vector<ExpectedBlock> expect(world, {{0, static_cast<uint32_t>(n)}, capacity});
+  const std::vector<wire::ExpectedBlock> expect(world, {{0, static_cast<uint32_t>(n)}, capacity});
   std::vector<kernels::SparseVec> parts;
   absl::Status st =
       BruckAllGather(link, all, expect, kPhaseAllGather, &stats->phases, std::move(mine), &parts);
@@ -76,4 +76,4 @@ absl::Status GatherSumAlgorithm::Exchange(const CallContext& ctx, const Allreduc
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

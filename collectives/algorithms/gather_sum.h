@@ -15,7 +15,7 @@
 #include "collectives/sparse_allreduce.h"
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 // A selection-then-all-gather algorithm: Select() picks this rank's entries
 // out of gradient + residual (zeroing them there), the rest is shared.
@@ -53,14 +53,14 @@ Volume GatherSumAlgorithm::GatherVolume(int rank, int world, size_t n, CountFn c
   for (int dist = 1; dist < world; dist <<= 1) {
     const int blocks = dist < world - dist ? dist : world - dist;
     for (int j = 0; j < blocks; ++j) {
-      v.sent_bytes += FrameBytes(size, count((rank + j) % world));
-      v.recv_bytes += FrameBytes(size, count((rank + dist + j) % world));
+      v.sent_bytes += wire::FrameBytes(size, count((rank + j) % world));
+      v.recv_bytes += wire::FrameBytes(size, count((rank + dist + j) % world));
     }
     ++v.messages;
   }
   return v;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_GATHER_SUM_H_

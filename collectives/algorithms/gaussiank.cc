@@ -16,7 +16,7 @@
 #include "collectives/block_layout.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 constexpr int kMaxHalvings = 5;
@@ -187,4 +187,4 @@ class GaussianK final : public GatherSumAlgorithm {
 
 GRADEX_REGISTER_ALGORITHM("gaussiank", [] { return std::make_unique<GaussianK>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

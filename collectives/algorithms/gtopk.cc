@@ -19,7 +19,7 @@
 #include "collectives/phase_timer.h"
 #include "collectives/residual_ledger.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 enum : uint16_t { kPhaseFoldIn = 1, kPhaseReduce = 2, kPhaseBroadcast = 3, kPhaseFoldOut = 4 };
@@ -69,7 +69,8 @@ class GTopk final : public SparseAllreduce {
   // hence the default 3% slack).
   absl::StatusOr<Volume> ModelVolume(int rank, int world, size_t n, const AllreduceOptions& options,
                                      const CallStats&) const override {
-    const uint64_t bytes = FrameBytes(static_cast<uint32_t>(n), KeepCount(options.density, n));
+    const uint64_t bytes =
+        wire::FrameBytes(static_cast<uint32_t>(n), KeepCount(options.density, n));
     Volume v;
     for (const Move& m : Schedule(rank, world)) {
       (m.send ? v.sent_bytes : v.recv_bytes) += bytes;
@@ -95,7 +96,7 @@ class GTopk final : public SparseAllreduce {
     kernels::SparseVec current = std::move(selected_);
     selected_ = {};
     Link link(ctx, id(), &stats->phases);
-    const ExpectedBlock whole{{0, static_cast<uint32_t>(n)}, static_cast<uint32_t>(k)};
+    const wire::ExpectedBlock whole{{0, static_cast<uint32_t>(n)}, static_cast<uint32_t>(k)};
     for (const Move& m : Schedule(ctx.transport->rank(), ctx.transport->size())) {
       st = m.send ? SendTopK(link, m, whole.range, current)
                   : ReceiveTopK(link, m, whole, k, ledger, &stats->phases, &current);
@@ -120,25 +121,27 @@ class GTopk final : public SparseAllreduce {
   bool DeviceLocalPart() const override { return true; }
 
  private:
-  static absl::Status SendTopK(Link& link, const Move& m, BlockRange range,
+  static absl::Status SendTopK(Link& link, const Move& m, wire::BlockRange range,
                                const kernels::SparseVec& v) {
-    Bytes out;
-    AppendBlockFrame(link.meta(m.phase), range, kernels::View(v), &out);
+    transport::Bytes out;
+    wire::AppendBlockFrame(link.meta(m.phase), range, kernels::View(v), &out);
     return link.Send(m.peer, std::move(out), m.phase, m.sub);
   }
 
   // Receives a top-k; on the way up (fold in, reduce) sums it into `current`
   // and keeps the top k, dropping the rest into this rank's residual; on the
   // way down (broadcast, fold out) it replaces `current`.
-  static absl::Status ReceiveTopK(Link& link, const Move& m, const ExpectedBlock& whole, size_t k,
-                                  ResidualLedger& ledger, PhaseTimes* times,
+  static absl::Status ReceiveTopK(Link& link, const Move& m, const wire::ExpectedBlock& whole,
+                                  size_t k, ResidualLedger& ledger, PhaseTimes* times,
                                   kernels::SparseVec* current) {
-    absl::StatusOr<Bytes> in = link.Recv(m.peer, m.phase, m.sub, ExpectedMessageBytes({&whole, 1}));
+    absl::StatusOr<transport::Bytes> in =
+        link.Recv(m.peer, m.phase, m.sub, wire::ExpectedMessageBytes({&whole, 1}));
     if (!in.ok()) return in.status();
     std::vector<kernels::SparseVec> got;
     {
       PhaseTimer t(&times->communication_s);
-      absl::Status st = DecodeSparseBlocks(*in, link.meta(m.phase, m.peer), {&whole, 1}, &got);
+      absl::Status st =
+          wire::DecodeSparseBlocks(*in, link.meta(m.phase, m.peer), {&whole, 1}, &got);
       if (!st.ok()) return st;
       // A dense frame carries no count: hold its nonzeros to k too.
       if (got[0].nnz() > k) {
@@ -174,4 +177,4 @@ class GTopk final : public SparseAllreduce {
 
 GRADEX_REGISTER_ALGORITHM("gtopk", [] { return std::make_unique<GTopk>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -17,18 +17,19 @@
 #include "kernels/sparse.h"
 #include "transport/subgroup_transport.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
-double Since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+double Since(transport::Clock::time_point start) {
+  return std::chrono::duration<double>(transport::Clock::now() - start).count();
 }
 
 // A failure inside a group: its ranks (the error's ranks are positions in
 // that list) named, and a refused frame blamed on its sender's rank in the
 // whole job.
-absl::Status Blamed(absl::Status s, const FrameBlame& local, const SubgroupTransport& view,
-                    FrameBlame* into, const char* stage) {
+absl::Status Blamed(absl::Status s, const wire::FrameBlame& local,
+                    const transport::SubgroupTransport& view, wire::FrameBlame* into,
+                    const char* stage) {
   if (into != nullptr && local.peer() >= 0 && local.peer() < view.size()) {
     into->Blame(view.world_rank(local.peer()), local.why());
   }
@@ -45,12 +46,12 @@ int ShardOf(int local, int ranks_per_node) { return (local + 1) % ranks_per_node
 // A shard's capacity (the most entries its result may hold) travels beside
 // its result as a dense frame of two 16-bit halves, which a float holds
 // exactly: the receiver then reports the bucket's whole capacity.
-constexpr BlockRange kCapacityRange{0, 2};
+constexpr wire::BlockRange kCapacityRange{0, 2};
 
-void AppendCapacity(const FrameMeta& meta, uint32_t capacity, Bytes* out) {
+void AppendCapacity(const wire::FrameMeta& meta, uint32_t capacity, transport::Bytes* out) {
   const float halves[2] = {static_cast<float>(capacity & 0xffffu),
                            static_cast<float>(capacity >> 16)};
-  AppendDenseFrame(meta, kCapacityRange, halves, out);
+  wire::AppendDenseFrame(meta, kCapacityRange, halves, out);
 }
 
 absl::StatusOr<uint32_t> ReadCapacity(const kernels::SparseVec& frame, uint32_t shard_size,
@@ -154,19 +155,19 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
   const int node = layout_.node_of[me], local = layout_.local_of[me];
   const int per_node = layout_.ranks_per_node(), nodes = layout_.nodes();
   const size_t n = acc.size();
-  absl::StatusOr<std::unique_ptr<SubgroupTransport>> node_view =
-      SubgroupTransport::Create(ctx.transport, layout_.node_ranks[node]);
+  absl::StatusOr<std::unique_ptr<transport::SubgroupTransport>> node_view =
+      transport::SubgroupTransport::Create(ctx.transport, layout_.node_ranks[node]);
   if (!node_view.ok()) return node_view.status();
-  absl::StatusOr<std::unique_ptr<SubgroupTransport>> group_view =
-      SubgroupTransport::Create(ctx.transport, layout_.Group(local));
+  absl::StatusOr<std::unique_ptr<transport::SubgroupTransport>> group_view =
+      transport::SubgroupTransport::Create(ctx.transport, layout_.Group(local));
   if (!group_view.ok()) return group_view.status();
-  FrameBlame node_blame, group_blame;
+  wire::FrameBlame node_blame, group_blame;
   CallContext node_ctx = ctx;
   node_ctx.transport = node_view->get();
   node_ctx.blame = &node_blame;
   Link link(node_ctx, id(), &stats->phases);
-  const PeerCounters intra_before = (*node_view)->TotalCounters();
-  const Clock::time_point start = Clock::now();
+  const transport::PeerCounters intra_before = (*node_view)->TotalCounters();
+  const transport::Clock::time_point start = transport::Clock::now();
 
   // 1. The node's sum of one shard. `acc` stays the rank's contribution
   // (grad + old residual) until the call has its result: the ring works on
@@ -177,12 +178,12 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
   if (!held.ok())
     return Blamed(held.status(), node_blame, **node_view, ctx.blame, "inside the node");
   const BlockLayout shards(n, per_node, 1.0);
-  const BlockRange mine = shards.range(*held);
+  const wire::BlockRange mine = shards.range(*held);
   double intra_s = Since(start);
 
   // 2. The shard across nodes.
-  const Clock::time_point inter_start = Clock::now();
-  const PeerCounters inter_before = (*group_view)->TotalCounters();
+  const transport::Clock::time_point inter_start = transport::Clock::now();
+  const transport::PeerCounters inter_before = (*group_view)->TotalCounters();
   AllreduceResult shard_result;
   shard_result.is_dense = traits().dense;
   CallStats inner_stats;
@@ -203,7 +204,7 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
     }
     capacity = static_cast<uint32_t>(std::min<size_t>(inner_stats.result_capacity, mine.size()));
   }
-  const PeerCounters inter_after = (*group_view)->TotalCounters();
+  const transport::PeerCounters inter_after = (*group_view)->TotalCounters();
   const double inter_s = Since(inter_start);
 
   // The shard's result in the bucket's indices, zeros dropped: what every
@@ -227,7 +228,7 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
   }
 
   // 3. Every shard's result to every rank of the node.
-  const Clock::time_point gather_start = Clock::now();
+  const transport::Clock::time_point gather_start = transport::Clock::now();
   std::vector<kernels::SparseVec> by_shard(per_node);
   std::vector<uint32_t> capacities(per_node, 0);
   uint64_t gather_recv_model = 0;
@@ -238,18 +239,19 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
     std::vector<Link::Pending> recvs(per_node), sends(per_node);
     for (int q = 0; q < per_node; ++q) {
       if (q == local) continue;
-      const BlockRange theirs = shards.range(ShardOf(q, per_node));
+      const wire::BlockRange theirs = shards.range(ShardOf(q, per_node));
       absl::StatusOr<Link::Pending> r =
           link.PostRecv(q, kTagPhaseNodeAllGather, 0,
-                        FrameBytes(theirs.size(), theirs.size()) + FrameBytes(2, 2));
+                        wire::FrameBytes(theirs.size(), theirs.size()) + wire::FrameBytes(2, 2));
       if (!r.ok()) return Blamed(r.status(), node_blame, **node_view, ctx.blame, "inside the node");
       recvs[q] = *r;
     }
     for (int q = 0; q < per_node; ++q) {
       if (q == local) continue;
-      Bytes out = link.Buffer(FrameBytes(mine.size(), by_shard[*held].nnz()) + FrameBytes(2, 2));
-      AppendBlockFrame(link.meta(kTagPhaseNodeAllGather), mine, kernels::View(by_shard[*held]),
-                       &out);
+      transport::Bytes out = link.Buffer(wire::FrameBytes(mine.size(), by_shard[*held].nnz()) +
+                                         wire::FrameBytes(2, 2));
+      wire::AppendBlockFrame(link.meta(kTagPhaseNodeAllGather), mine,
+                             kernels::View(by_shard[*held]), &out);
       AppendCapacity(link.meta(kTagPhaseNodeAllGather), capacity, &out);
       absl::StatusOr<Link::Pending> s = link.PostSend(q, std::move(out), kTagPhaseNodeAllGather, 0);
       if (!s.ok()) return Blamed(s.status(), node_blame, **node_view, ctx.blame, "inside the node");
@@ -257,15 +259,15 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
     }
     for (int q = 0; q < per_node; ++q) {
       if (q == local) continue;
-      Bytes in;
+      transport::Bytes in;
       absl::Status s = link.Wait(recvs[q], &in);
       const int shard = ShardOf(q, per_node);
-      const BlockRange theirs = shards.range(shard);
+      const wire::BlockRange theirs = shards.range(shard);
       std::vector<kernels::SparseVec> frames;
       if (s.ok()) {
         PhaseTimer t(&stats->phases.reduction_s);
-        const ExpectedBlock expected[2] = {{theirs, theirs.size()}, {kCapacityRange, 2}};
-        s = DecodeSparseBlocks(in, link.meta(kTagPhaseNodeAllGather, q), expected, &frames);
+        const wire::ExpectedBlock expected[2] = {{theirs, theirs.size()}, {kCapacityRange, 2}};
+        s = wire::DecodeSparseBlocks(in, link.meta(kTagPhaseNodeAllGather, q), expected, &frames);
         link.Recycle(std::move(in));
       }
       if (s.ok()) {
@@ -276,7 +278,8 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
         }
         if (c.ok()) {
           capacities[shard] = *c;
-          gather_recv_model += FrameBytes(theirs.size(), frames[0].nnz()) + FrameBytes(2, 2);
+          gather_recv_model +=
+              wire::FrameBytes(theirs.size(), frames[0].nnz()) + wire::FrameBytes(2, 2);
           by_shard[shard] = std::move(frames[0]);
         } else {
           node_blame.Blame(q, std::string(c.status().message()));
@@ -321,7 +324,7 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
     const size_t bad = kernels::FirstNonFinite(values.data(), values.size());
     if (bad < values.size()) {
       return absl::DataLossError(absl::StrCat(
-          kSumOverflowed, " at element ", result->is_dense ? bad : result->sparse.idx[bad],
+          wire::kSumOverflowed, " at element ", result->is_dense ? bad : result->sparse.idx[bad],
           "; every rank fails this step and keeps its contribution in its residual"));
     }
   }
@@ -341,7 +344,7 @@ absl::Status HierarchicalAllreduce::Exchange(const CallContext& ctx,
   for (uint32_t c : capacities) total_capacity += c;
   stats->result_capacity = result->is_dense ? n : total_capacity;
   stats->result_nnz = result->CountNonZeros();
-  const PeerCounters intra_after = (*node_view)->TotalCounters();
+  const transport::PeerCounters intra_after = (*node_view)->TotalCounters();
   stats->details[std::string(kDetailHierarchyNodes)] = nodes;
   stats->details[std::string(kDetailHierarchyRanksPerNode)] = per_node;
   stats->details[std::string(kDetailIntraNodeSentBytes)] =
@@ -370,7 +373,7 @@ absl::StatusOr<Volume> HierarchicalAllreduce::ModelVolume(int rank, int world, s
   const int per_node = layout_.ranks_per_node(), nodes = layout_.nodes();
   const int local = layout_.local_of[rank];
   const BlockLayout shards(n, per_node, 1.0);
-  const BlockRange mine = shards.range(ShardOf(local, per_node));
+  const wire::BlockRange mine = shards.range(ShardOf(local, per_node));
   Volume v = RingReduceScatterVolume(local, per_node, n);
   if (mine.size() > 0) {
     absl::StatusOr<Volume> inner = inner_->ModelVolume(layout_.node_of[rank], nodes, mine.size(),
@@ -384,13 +387,13 @@ absl::StatusOr<Volume> HierarchicalAllreduce::ModelVolume(int rank, int world, s
   // smaller encoding) and capacity frame to each of the node's other ranks;
   // theirs back, priced from what was received.
   const uint64_t sent =
-      FrameBytes(mine.size(),
-                 static_cast<uint64_t>(observed.Detail(kDetailNodeGatherEntriesSent))) +
-      FrameBytes(2, 2);
+      wire::FrameBytes(mine.size(),
+                       static_cast<uint64_t>(observed.Detail(kDetailNodeGatherEntriesSent))) +
+      wire::FrameBytes(2, 2);
   v.sent_bytes += sent * (per_node - 1);
   v.messages += per_node - 1;
   v.recv_bytes += static_cast<uint64_t>(observed.Detail(kDetailNodeGatherFrameBytesRecv));
   return v;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -29,7 +29,7 @@
 #include "catalog/node_layout.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 // Why a catalog algorithm cannot be the inter-node stage ("" when it can):
 // parameter-server entries (dgs) are not allreduces; COVAP's error feedback
@@ -98,6 +98,6 @@ class HierarchicalAllreduce : public SparseAllreduce {
 // with the team count kept only where it divides N (else 1: one team).
 AllreduceOptions InterNodeOptions(const AllreduceOptions& options, int nodes);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_HIERARCHICAL_H_

@@ -6,7 +6,7 @@
 #ifndef GRADEX_COLLECTIVES_ALGORITHMS_POWER_OF_TWO_FOLD_H_
 #define GRADEX_COLLECTIVES_ALGORITHMS_POWER_OF_TWO_FOLD_H_
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 struct PowerOfTwoFold {
   PowerOfTwoFold(int rank, int world) {
@@ -36,6 +36,6 @@ struct PowerOfTwoFold {
   int active = -1;          // rank among the p2 active ones, -1 when folded out
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_POWER_OF_TWO_FOLD_H_

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/qsgd.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 uint64_t Mix(uint64_t h, uint64_t x) {
@@ -23,7 +23,7 @@ absl::Status ValidateQuantizeBits(int bits) {
   return absl::InvalidArgumentError(absl::StrCat("quantize_bits ", bits, " not in {0, 2, 4, 8}"));
 }
 
-uint64_t QsgdSeed(const FrameMeta& meta, int rank, BlockRange range) {
+uint64_t QsgdSeed(const wire::FrameMeta& meta, int rank, wire::BlockRange range) {
   uint64_t h = 0x5153474400000000ull;  // "QSGD"
   for (uint64_t x : {meta.job_id, uint64_t{meta.epoch}, meta.step,
                      uint64_t{static_cast<uint16_t>(meta.algorithm)}, uint64_t{meta.phase},
@@ -33,9 +33,11 @@ uint64_t QsgdSeed(const FrameMeta& meta, int rank, BlockRange range) {
   return h;
 }
 
-void AppendQuantizedFrame(const FrameMeta& meta, BlockRange range, const float* values, int bits,
-                          uint64_t seed, Bytes* out, std::vector<float>* decoded) {
-  const FrameHeader h = MakeFrameHeader(meta, range, kFrameDense | kFrameQuantized, range.size());
+void AppendQuantizedFrame(const wire::FrameMeta& meta, wire::BlockRange range, const float* values,
+                          int bits, uint64_t seed, transport::Bytes* out,
+                          std::vector<float>* decoded) {
+  const wire::FrameHeader h =
+      wire::MakeFrameHeader(meta, range, wire::kFrameDense | wire::kFrameQuantized, range.size());
   const size_t payload = kernels::QsgdPayloadBytes(range.size(), bits);
   const size_t at = out->size();
   out->resize(at + sizeof h + payload);
@@ -49,7 +51,7 @@ void AppendQuantizedFrame(const FrameMeta& meta, BlockRange range, const float* 
 }
 
 uint64_t QuantizedFrameBytes(uint32_t size, int bits) {
-  return sizeof(FrameHeader) + kernels::QsgdPayloadBytes(size, bits);
+  return sizeof(wire::FrameHeader) + kernels::QsgdPayloadBytes(size, bits);
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

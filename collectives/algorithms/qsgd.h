@@ -10,7 +10,7 @@
 #include "collectives/wire/frame.h"
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 // 0 (off), 2, 4 or 8.
 absl::Status ValidateQuantizeBits(int bits);
@@ -18,16 +18,17 @@ absl::Status ValidateQuantizeBits(int bits);
 // Seed of the stochastic rounding of one frame: a hash of the call's
 // identity (job, epoch, step, algorithm, phase), the quantizing rank and the
 // frame's segment, so a rerun with the same inputs sends the same bytes.
-uint64_t QsgdSeed(const FrameMeta& meta, int rank, BlockRange range);
+uint64_t QsgdSeed(const wire::FrameMeta& meta, int rank, wire::BlockRange range);
 
 // Appends a quantized dense frame of values[0 .. range.size()) and writes the
 // dequantized values (exactly what a receiver decodes) to `decoded`.
-void AppendQuantizedFrame(const FrameMeta& meta, BlockRange range, const float* values, int bits,
-                          uint64_t seed, Bytes* out, std::vector<float>* decoded);
+void AppendQuantizedFrame(const wire::FrameMeta& meta, wire::BlockRange range, const float* values,
+                          int bits, uint64_t seed, transport::Bytes* out,
+                          std::vector<float>* decoded);
 
 // Bytes of a quantized frame for `size` values (header included).
 uint64_t QuantizedFrameBytes(uint32_t size, int bits);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_QSGD_H_

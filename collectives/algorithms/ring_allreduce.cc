@@ -5,7 +5,7 @@
 #include "collectives/block_layout.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 enum : uint16_t { kPhaseReduceScatter = 1, kPhaseAllGather = 2 };
@@ -17,22 +17,23 @@ int Mod(int a, int p) { return ((a % p) + p) % p; }
 absl::Status Step(Link& link, const BlockLayout& layout, float* data, int send_b, int recv_b,
                   uint16_t phase, int sub, bool accumulate, PhaseTimes* times) {
   const int p = link.size(), r = link.rank();
-  Bytes out;
+  transport::Bytes out;
   {
     PhaseTimer t(&times->communication_s);
-    BlockRange range = layout.range(send_b);
-    out = link.Buffer(FrameBytes(range.size(), range.size()));
-    AppendDenseFrame(link.meta(phase), range, data + range.begin, &out);
+    wire::BlockRange range = layout.range(send_b);
+    out = link.Buffer(wire::FrameBytes(range.size(), range.size()));
+    wire::AppendDenseFrame(link.meta(phase), range, data + range.begin, &out);
   }
   // The message is one dense frame of block recv_b: capped at exactly that.
-  const BlockRange want = layout.range(recv_b);
-  absl::StatusOr<Bytes> in = link.Exchange((r + 1) % p, std::move(out), (r + p - 1) % p, phase, sub,
-                                           FrameBytes(want.size(), want.size()));
+  const wire::BlockRange want = layout.range(recv_b);
+  absl::StatusOr<transport::Bytes> in =
+      link.Exchange((r + 1) % p, std::move(out), (r + p - 1) % p, phase, sub,
+                    wire::FrameBytes(want.size(), want.size()));
   if (!in.ok()) return in.status();
   PhaseTimer t(accumulate ? &times->reduction_s : &times->communication_s);
-  BlockRange range = layout.range(recv_b);
-  absl::Status st = DecodeDenseBlock(*in, link.meta(phase, (r + p - 1) % p), range, accumulate,
-                                     data + range.begin);
+  wire::BlockRange range = layout.range(recv_b);
+  absl::Status st = wire::DecodeDenseBlock(*in, link.meta(phase, (r + p - 1) % p), range,
+                                           accumulate, data + range.begin);
   link.Recycle(std::move(*in));
   return st;
 }
@@ -92,4 +93,4 @@ Volume RingAllreduceVolume(int rank, int world, size_t n) {
   return v;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -11,7 +11,7 @@
 #include "collectives/link.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 // Reduces `data` (n elements) in place to the sum over the link's ranks,
 // bitwise the same on every rank. Phases 1 and 2 of the link's algorithm.
@@ -29,6 +29,6 @@ Volume RingReduceScatterVolume(int rank, int world, size_t n);
 // elements: 2(P-1) dense frames of one block each, headers included.
 Volume RingAllreduceVolume(int rank, int world, size_t n);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_RING_ALLREDUCE_H_

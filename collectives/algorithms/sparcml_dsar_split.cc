@@ -5,7 +5,7 @@
 // --quantize-bits), and the result is returned dense.
 #include "collectives/algorithms/sparcml_split.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 class SparcmlDsarSplit final : public SparcmlSplit {
@@ -13,7 +13,7 @@ class SparcmlDsarSplit final : public SparcmlSplit {
   std::string_view name() const override { return "sparcml-dsar-split"; }
 
  protected:
-  StreamPolicy policy() const override { return StreamPolicy::kDynamic; }
+  wire::StreamPolicy policy() const override { return wire::StreamPolicy::kDynamic; }
   GatherForm gather_form() const override { return GatherForm::kDense; }
 };
 
@@ -22,4 +22,4 @@ class SparcmlDsarSplit final : public SparcmlSplit {
 GRADEX_REGISTER_ALGORITHM("sparcml-dsar-split",
                           [] { return std::make_unique<SparcmlDsarSplit>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

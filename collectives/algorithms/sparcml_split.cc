@@ -10,13 +10,13 @@
 #include "collectives/link.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 int Mod(int a, int m) { return ((a % m) + m) % m; }
 
 // The entries of sorted `v` inside `range`, as a vector.
-kernels::SparseVec Part(const kernels::SparseVec& v, BlockRange range) {
+kernels::SparseVec Part(const kernels::SparseVec& v, wire::BlockRange range) {
   auto lo = std::lower_bound(v.idx.begin(), v.idx.end(), range.begin);
   auto hi = std::lower_bound(lo, v.idx.end(), range.end);
   const size_t a = lo - v.idx.begin(), b = hi - v.idx.begin();
@@ -29,7 +29,7 @@ kernels::SparseVec Part(const kernels::SparseVec& v, BlockRange range) {
 // A slice the all-gather holds: its frame (forwarded verbatim), the frame's
 // mark for the volume model, and its nonzeros.
 struct Gathered {
-  Bytes frame;
+  transport::Bytes frame;
   uint64_t mark = 0;
   kernels::SparseVec values;
 };
@@ -57,14 +57,14 @@ absl::StatusOr<Volume> SparcmlSplit::ModelVolume(int rank, int world, size_t n,
   Volume v;
   size_t f = 0;
   for (int s = 1; s < world; ++s, ++f) {
-    v.sent_bytes += StreamFrameBytes(size(rank + s), sent[f], bits);
-    v.recv_bytes += StreamFrameBytes(size(rank), recv[f], bits);
+    v.sent_bytes += wire::StreamFrameBytes(size(rank + s), sent[f], bits);
+    v.recv_bytes += wire::StreamFrameBytes(size(rank), recv[f], bits);
     ++v.messages;
   }
   for (int dist = 1; dist < world; dist <<= 1) {
     for (int j = 0; j < std::min(dist, world - dist); ++j, ++f) {
-      v.sent_bytes += StreamFrameBytes(size(rank + j), sent[f], bits);
-      v.recv_bytes += StreamFrameBytes(size(rank + dist + j), recv[f], bits);
+      v.sent_bytes += wire::StreamFrameBytes(size(rank + j), sent[f], bits);
+      v.recv_bytes += wire::StreamFrameBytes(size(rank + dist + j), recv[f], bits);
     }
     ++v.messages;
   }
@@ -102,37 +102,38 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
 
   // Split reduce-scatter: step s sends slice r+s to its owner, receives this
   // rank's slice from r-s and adds it (the owner alone sums: any order works).
-  SparseStream owned(layout.range(r), policy());
+  wire::SparseStream owned(layout.range(r), policy());
   owned.Assign(Part(mine, layout.range(r)));
   std::vector<kernels::SparseVec> received;
   std::vector<std::pair<size_t, size_t>> spans;
   std::vector<uint64_t> marks;
-  const FrameMeta scatter_meta = link.meta(kPhaseSplitScatter);
-  const ExpectedBlock mine_expected{
+  const wire::FrameMeta scatter_meta = link.meta(kPhaseSplitScatter);
+  const wire::ExpectedBlock mine_expected{
       layout.range(r), static_cast<uint32_t>(std::min<size_t>(k, layout.range(r).size()))};
   for (int s = 1; s < p && st.ok(); ++s) {
     const int to = Mod(r + s, p), from = Mod(r - s, p);
-    Bytes out;
+    transport::Bytes out;
     {
       PhaseTimer t(&times->communication_s);
-      SparseStream part(layout.range(to), policy());
+      wire::SparseStream part(layout.range(to), policy());
       part.Assign(Part(mine, layout.range(to)));
       stats->stream_frames_sent.push_back(part.AppendFrame(
           scatter_meta, bits, QsgdSeed(scatter_meta, r, layout.range(to)), &out, &error));
       if (part.dense() && bits > 0) ledger.Discarded(std::move(error), 1.0f);
     }
-    absl::StatusOr<Bytes> in = link.Exchange(to, std::move(out), from, kPhaseSplitScatter, s);
+    absl::StatusOr<transport::Bytes> in =
+        link.Exchange(to, std::move(out), from, kPhaseSplitScatter, s);
     if (!in.ok()) {
       st = in.status();
       break;
     }
     {
       PhaseTimer t(&times->communication_s);
-      st = DecodeSparseBlocks(*in, link.meta(kPhaseSplitScatter, from), {&mine_expected, 1},
-                              &received);
-      if (st.ok()) st = CheckDecodedCapacity(received, {&mine_expected, 1});
+      st = wire::DecodeSparseBlocks(*in, link.meta(kPhaseSplitScatter, from), {&mine_expected, 1},
+                                    &received);
+      if (st.ok()) st = wire::CheckDecodedCapacity(received, {&mine_expected, 1});
       if (!st.ok()) break;
-      SplitFrames(*in, &spans, &marks);
+      wire::SplitFrames(*in, &spans, &marks);
       stats->stream_frames_recv.push_back(marks[0]);
     }
     PhaseTimer t(&times->reduction_s);
@@ -143,7 +144,7 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
   // slice reaches everyone with the bytes its owner encoded.
   const size_t slice_cap = std::min(n, static_cast<size_t>(p) * k);
   std::vector<Gathered> gathered(1);
-  const FrameMeta gather_meta = link.meta(kPhaseSplitGather);
+  const wire::FrameMeta gather_meta = link.meta(kPhaseSplitGather);
   if (st.ok()) {
     PhaseTimer t(&times->communication_s);
     if (gather_form() == GatherForm::kDense) owned.Densify();
@@ -154,15 +155,15 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
     if (owned.dense() && gather_bits > 0) ledger.Discarded(std::move(error), 1.0f);
     owned.NonZeros(&gathered[0].values);
   }
-  std::vector<ExpectedBlock> want;
+  std::vector<wire::ExpectedBlock> want;
   for (int dist = 1, sub = 0; dist < p && st.ok(); dist <<= 1, ++sub) {
     const int count = std::min(dist, p - dist);
-    Bytes out;
+    transport::Bytes out;
     for (int j = 0; j < count; ++j) {
       out.insert(out.end(), gathered[j].frame.begin(), gathered[j].frame.end());
       stats->stream_frames_sent.push_back(gathered[j].mark);
     }
-    absl::StatusOr<Bytes> in =
+    absl::StatusOr<transport::Bytes> in =
         link.Exchange(Mod(r - dist, p), std::move(out), Mod(r + dist, p), kPhaseSplitGather, sub);
     if (!in.ok()) {
       st = in.status();
@@ -171,13 +172,14 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
     PhaseTimer t(&times->communication_s);
     want.clear();
     for (int j = 0; j < count; ++j) {
-      BlockRange range = layout.range(Mod(r + dist + j, p));
+      wire::BlockRange range = layout.range(Mod(r + dist + j, p));
       want.push_back({range, static_cast<uint32_t>(std::min<size_t>(slice_cap, range.size()))});
     }
-    st = DecodeSparseBlocks(*in, link.meta(kPhaseSplitGather, Mod(r + dist, p)), want, &received);
-    if (st.ok()) st = CheckDecodedCapacity(received, want);
+    st = wire::DecodeSparseBlocks(*in, link.meta(kPhaseSplitGather, Mod(r + dist, p)), want,
+                                  &received);
+    if (st.ok()) st = wire::CheckDecodedCapacity(received, want);
     if (!st.ok()) break;
-    SplitFrames(*in, &spans, &marks);
+    wire::SplitFrames(*in, &spans, &marks);
     for (int j = 0; j < count; ++j) {
       Gathered g;
       g.frame.assign(in->begin() + spans[j].first, in->begin() + spans[j].first + spans[j].second);
@@ -206,4 +208,4 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

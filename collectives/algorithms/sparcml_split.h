@@ -13,7 +13,7 @@
 #include "collectives/wire/frame.h"
 #include "collectives/wire/sparse_stream.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 enum SparcmlPhase : uint16_t {
   kPhaseSplitScatter = 1,
@@ -46,7 +46,7 @@ class SparcmlSplit : public SparseAllreduce {
 
  protected:
   absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions& options) const final;
-  virtual StreamPolicy policy() const = 0;  // of the reduce-scatter streams
+  virtual wire::StreamPolicy policy() const = 0;  // of the reduce-scatter streams
   virtual GatherForm gather_form() const = 0;
 
  protected:
@@ -59,6 +59,6 @@ class SparcmlSplit : public SparseAllreduce {
   LocalTopK local_;
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_SPARCML_SPLIT_H_

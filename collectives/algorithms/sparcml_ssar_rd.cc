@@ -15,7 +15,7 @@
 #include "collectives/link.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 int FloorPow2(int p) {
@@ -54,8 +54,8 @@ class SparcmlSsarRd final : public SparseAllreduce {
     }
     Volume v;
     const uint32_t size = static_cast<uint32_t>(n);
-    for (uint64_t m : sent) v.sent_bytes += StreamFrameBytes(size, m, 0);
-    for (uint64_t m : recv) v.recv_bytes += StreamFrameBytes(size, m, 0);
+    for (uint64_t m : sent) v.sent_bytes += wire::StreamFrameBytes(size, m, 0);
+    for (uint64_t m : recv) v.recv_bytes += wire::StreamFrameBytes(size, m, 0);
     v.messages = sent.size();  // one frame per message
     return v;
   }
@@ -79,19 +79,20 @@ class SparcmlSsarRd final : public SparseAllreduce {
     Link link(ctx, id(), times);
     const size_t k = KeepCount(options.density, n);
     const int p2 = FloorPow2(p);
-    const BlockRange all{0, static_cast<uint32_t>(n)};
+    const wire::BlockRange all{0, static_cast<uint32_t>(n)};
     kernels::SparseVec mine = std::move(mine_);
     mine_ = {};
-    SparseStream sum(all, StreamPolicy::kStatic);
+    wire::SparseStream sum(all, wire::StreamPolicy::kStatic);
     sum.Assign(std::move(mine));
 
     std::vector<kernels::SparseVec> received;
     // Receives one frame of (phase) whose entries are at most `cap`, adds it.
-    auto absorb = [&](const Bytes& in, int from, uint16_t phase, uint32_t cap, bool add) {
+    auto absorb = [&](const transport::Bytes& in, int from, uint16_t phase, uint32_t cap,
+                      bool add) {
       PhaseTimer t(&times->communication_s);
-      ExpectedBlock want{all, cap};
-      absl::Status s = DecodeSparseBlocks(in, link.meta(phase, from), {&want, 1}, &received);
-      if (s.ok()) s = CheckDecodedCapacity(received, {&want, 1});
+      wire::ExpectedBlock want{all, cap};
+      absl::Status s = wire::DecodeSparseBlocks(in, link.meta(phase, from), {&want, 1}, &received);
+      if (s.ok()) s = wire::CheckDecodedCapacity(received, {&want, 1});
       if (!s.ok()) return s;
       stats->stream_frames_recv.push_back(received[0].nnz());
       PhaseTimer reduce(&times->reduction_s);
@@ -102,40 +103,40 @@ class SparcmlSsarRd final : public SparseAllreduce {
       }
       return absl::OkStatus();
     };
-    auto frame = [&](uint16_t phase, Bytes* out) {
+    auto frame = [&](uint16_t phase, transport::Bytes* out) {
       PhaseTimer t(&times->communication_s);
       stats->stream_frames_sent.push_back(
-          AppendSparseFrame(link.meta(phase), all, kernels::View(sum.sparse()), out));
+          wire::AppendSparseFrame(link.meta(phase), all, kernels::View(sum.sparse()), out));
     };
     const uint32_t result_cap =
         static_cast<uint32_t>(SumOfSelectionsCapacity(p, n, options.density));
     if (r >= p2) {
       // Folded out: hand the selection over, get the result back.
-      Bytes out;
+      transport::Bytes out;
       frame(kPhaseRdFold, &out);
       st = link.Send(r - p2, std::move(out), kPhaseRdFold, 0);
-      absl::StatusOr<Bytes> in =
-          st.ok() ? link.Recv(r - p2, kPhaseRdUnfold, 0) : absl::StatusOr<Bytes>(st);
+      absl::StatusOr<transport::Bytes> in =
+          st.ok() ? link.Recv(r - p2, kPhaseRdUnfold, 0) : absl::StatusOr<transport::Bytes>(st);
       st = in.ok() ? absorb(*in, r - p2, kPhaseRdUnfold, result_cap, false) : in.status();
     } else {
       if (r + p2 < p) {
-        absl::StatusOr<Bytes> in = link.Recv(r + p2, kPhaseRdFold, 0);
+        absl::StatusOr<transport::Bytes> in = link.Recv(r + p2, kPhaseRdFold, 0);
         st = in.ok()
                  ? absorb(*in, r + p2, kPhaseRdFold, static_cast<uint32_t>(std::min(n, k)), true)
                  : in.status();
       }
       for (int bit = 1, sub = 0; bit < p2 && st.ok(); bit <<= 1, ++sub) {
         const int partner = r ^ bit;
-        Bytes out;
+        transport::Bytes out;
         frame(kPhaseRdExchange, &out);
-        absl::StatusOr<Bytes> in =
+        absl::StatusOr<transport::Bytes> in =
             link.Exchange(partner, std::move(out), partner, kPhaseRdExchange, sub);
         st = in.ok() ? absorb(*in, partner, kPhaseRdExchange,
                               CubeCapacity(partner & ~(bit - 1), bit, p, p2, n, k), true)
                      : in.status();
       }
       if (st.ok() && r + p2 < p) {
-        Bytes out;
+        transport::Bytes out;
         frame(kPhaseRdUnfold, &out);
         st = link.Send(r + p2, std::move(out), kPhaseRdUnfold, 0);
       }
@@ -166,4 +167,4 @@ class SparcmlSsarRd final : public SparseAllreduce {
 
 GRADEX_REGISTER_ALGORITHM("sparcml-ssar-rd", [] { return std::make_unique<SparcmlSsarRd>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

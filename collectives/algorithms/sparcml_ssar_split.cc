@@ -5,7 +5,7 @@
 // dense phases, never does.
 #include "collectives/algorithms/sparcml_split.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 class SparcmlSsarSplit final : public SparcmlSplit {
@@ -13,7 +13,7 @@ class SparcmlSsarSplit final : public SparcmlSplit {
   std::string_view name() const override { return "sparcml-ssar-split"; }
 
  protected:
-  StreamPolicy policy() const override { return StreamPolicy::kStatic; }
+  wire::StreamPolicy policy() const override { return wire::StreamPolicy::kStatic; }
   GatherForm gather_form() const override { return GatherForm::kStatic; }
 };
 
@@ -22,4 +22,4 @@ class SparcmlSsarSplit final : public SparcmlSplit {
 GRADEX_REGISTER_ALGORITHM("sparcml-ssar-split",
                           [] { return std::make_unique<SparcmlSsarSplit>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -3,7 +3,7 @@
 
 #include "collectives/algorithms/spardl_family.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 class SparDL final : public SparDLFamily {
@@ -13,7 +13,7 @@ class SparDL final : public SparDLFamily {
  protected:
   // Teams belong to the SAG variants; plain SparDL is one team of P.
   absl::StatusOr<int> Teams(const AllreduceOptions&, int) const override { return 1; }
-  absl::Status SyncTeams(Link&, const Group&, const ExpectedBlock&, const AllreduceOptions&,
+  absl::Status SyncTeams(Link&, const Group&, const wire::ExpectedBlock&, const AllreduceOptions&,
                          ResidualLedger&, CallStats*, kernels::SparseVec*) override {
     return absl::OkStatus();
   }
@@ -24,4 +24,4 @@ class SparDL final : public SparDLFamily {
 
 GRADEX_REGISTER_ALGORITHM("spardl", [] { return std::make_unique<SparDL>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 std::vector<size_t> BalancedBounds(const kernels::SparseVec& result,
                                    const std::vector<size_t>& bounds,
@@ -46,4 +46,4 @@ std::vector<size_t> BalancedBounds(const kernels::SparseVec& result,
   return next;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -17,7 +17,7 @@
 
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 // Balancing is off above this density: a block must stay at least
 // kMinBlockPerKeep times its quota, so that its frames stay sparse (the
@@ -40,6 +40,6 @@ std::vector<size_t> BalancedBounds(const kernels::SparseVec& result,
                                    const std::vector<size_t>& bounds,
                                    const std::vector<size_t>& keeps);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_SPARDL_BALANCE_H_

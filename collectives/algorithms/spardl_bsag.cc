@@ -12,7 +12,7 @@
 #include "collectives/algorithms/sparse_steps.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 class SparDLBsag final : public SparDLFamily {
@@ -24,8 +24,8 @@ class SparDLBsag final : public SparDLFamily {
   void SyncVolume(int teams, uint32_t size, size_t, size_t kprime, Volume* v) const override {
     for (int dist = 1; dist < teams; dist <<= 1) {
       const int count = std::min(dist, teams - dist);
-      v->sent_bytes += count * FrameBytes(size, kprime);
-      v->recv_bytes += count * FrameBytes(size, kprime);
+      v->sent_bytes += count * wire::FrameBytes(size, kprime);
+      v->recv_bytes += count * wire::FrameBytes(size, kprime);
       ++v->messages;
     }
   }
@@ -39,7 +39,7 @@ class SparDLBsag final : public SparDLFamily {
     return t;
   }
 
-  absl::Status SyncTeams(Link& link, const Group& cross, const ExpectedBlock& block,
+  absl::Status SyncTeams(Link& link, const Group& cross, const wire::ExpectedBlock& block,
                          const AllreduceOptions& options, ResidualLedger& ledger, CallStats* stats,
                          kernels::SparseVec* owned) override {
     PhaseTimes* times = &stats->phases;
@@ -60,7 +60,7 @@ class SparDLBsag final : public SparDLFamily {
       ledger.Discarded(std::move(dropped), 1.0f);
       dropped = {};
     }
-    std::vector<ExpectedBlock> expect(teams, block);
+    std::vector<wire::ExpectedBlock> expect(teams, block);
     std::vector<kernels::SparseVec> pieces;
     absl::Status st =
         BruckAllGather(link, cross, expect, kPhaseTeamSync, times, std::move(mine), &pieces);
@@ -94,4 +94,4 @@ class SparDLBsag final : public SparDLFamily {
 
 GRADEX_REGISTER_ALGORITHM("spardl-bsag", [] { return std::make_unique<SparDLBsag>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -7,7 +7,7 @@
 #include "collectives/phase_timer.h"
 #include "collectives/volume_model.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 absl::StatusOr<Volume> SparDLFamily::ModelVolume(int rank, int world, size_t n,
                                                  const AllreduceOptions& options,
@@ -74,7 +74,7 @@ absl::Status SparDLFamily::Exchange(const CallContext& ctx, const AllreduceOptio
   }
   if (st.ok()) {
     DropZeros(&owned);
-    std::vector<ExpectedBlock> expect;
+    std::vector<wire::ExpectedBlock> expect;
     for (int b = 0; b < layout.parts(); ++b) expect.push_back(layout.expect(b));
     st = BruckAllGather(link, team, expect, kPhaseAllGather, &stats->phases, std::move(owned),
                         &blocks);
@@ -123,4 +123,4 @@ void SparDLFamily::Rebalance(const CallContext& ctx, const AllreduceOptions& opt
   bounds_ = BalancedBounds(result, layout.bounds(), layout.keeps());
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

@@ -11,7 +11,7 @@
 #include "collectives/residual_ledger.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 // Phases stamped on SparDL frames (and used in tags).
 enum SparDLPhase : uint16_t {
@@ -41,7 +41,7 @@ class SparDLFamily : public SparseAllreduce {
   // Makes `owned` (this rank's reduced block of the team layout) the same on
   // every rank of `cross` (the ranks at this position in every team), cut to
   // `keep` entries; discards go to the ledger.
-  virtual absl::Status SyncTeams(Link& link, const Group& cross, const ExpectedBlock& block,
+  virtual absl::Status SyncTeams(Link& link, const Group& cross, const wire::ExpectedBlock& block,
                                  const AllreduceOptions& options, ResidualLedger& ledger,
                                  CallStats* stats, kernels::SparseVec* owned) = 0;
   // Adds the bytes SyncTeams sends and receives on a block of `size`
@@ -59,7 +59,7 @@ class SparDLFamily : public SparseAllreduce {
   // cancels is kept as -0 (kernels::MergeAddKeepCancelled), so that it is
   // delivered (as 0) and its parts do not return home at every call.
   void MergeSums(kernels::SparseView a, kernels::SparseView b, kernels::SparseVec* out) const {
-    gradex::MergeSums(a, b, keep_cancelled_, out);
+    gradex::collectives::algorithms::MergeSums(a, b, keep_cancelled_, out);
   }
   // The top `k` of `in` (kernels::SparseTopK); with the residuals sent home,
   // room left is filled with cancelled sums (CutToKeep).
@@ -95,6 +95,6 @@ class SparDLFamily : public SparseAllreduce {
   uint32_t epoch_ = 0;
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_SPARDL_FAMILY_H_

@@ -7,7 +7,7 @@
 #include "collectives/algorithms/sparse_steps.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 class SparDLRsag final : public SparDLFamily {
@@ -18,8 +18,8 @@ class SparDLRsag final : public SparDLFamily {
   // log2(T) recursive-doubling exchanges of the block.
   void SyncVolume(int teams, uint32_t size, size_t keep, size_t, Volume* v) const override {
     for (int bit = 1; bit < teams; bit <<= 1) {
-      v->sent_bytes += FrameBytes(size, keep);
-      v->recv_bytes += FrameBytes(size, keep);
+      v->sent_bytes += wire::FrameBytes(size, keep);
+      v->recv_bytes += wire::FrameBytes(size, keep);
       ++v->messages;
     }
   }
@@ -33,7 +33,7 @@ class SparDLRsag final : public SparDLFamily {
     return t;
   }
 
-  absl::Status SyncTeams(Link& link, const Group& cross, const ExpectedBlock& block,
+  absl::Status SyncTeams(Link& link, const Group& cross, const wire::ExpectedBlock& block,
                          const AllreduceOptions&, ResidualLedger& ledger, CallStats* stats,
                          kernels::SparseVec* owned) override {
     PhaseTimes* times = &stats->phases;
@@ -42,18 +42,19 @@ class SparDLRsag final : public SparDLFamily {
     int holders = 1;
     for (int bit = 1, sub = 0; bit < cross.size(); bit <<= 1, ++sub) {
       const int partner = cross.ranks[cross.me ^ bit];
-      Bytes out;
+      transport::Bytes out;
       {
         PhaseTimer t(&times->communication_s);
-        AppendBlockFrame(link.meta(kPhaseTeamSync), block.range, kernels::View(*owned), &out);
+        wire::AppendBlockFrame(link.meta(kPhaseTeamSync), block.range, kernels::View(*owned), &out);
       }
-      absl::StatusOr<Bytes> in = link.Exchange(partner, std::move(out), partner, kPhaseTeamSync,
-                                               sub, ExpectedMessageBytes({&block, 1}));
+      absl::StatusOr<transport::Bytes> in =
+          link.Exchange(partner, std::move(out), partner, kPhaseTeamSync, sub,
+                        wire::ExpectedMessageBytes({&block, 1}));
       if (!in.ok()) return in.status();
       {
         PhaseTimer t(&times->communication_s);
-        absl::Status st =
-            DecodeSparseBlocks(*in, link.meta(kPhaseTeamSync, partner), {&block, 1}, &received);
+        absl::Status st = wire::DecodeSparseBlocks(*in, link.meta(kPhaseTeamSync, partner),
+                                                   {&block, 1}, &received);
         if (!st.ok()) return st;
       }
       {
@@ -75,4 +76,4 @@ class SparDLRsag final : public SparDLFamily {
 
 GRADEX_REGISTER_ALGORITHM("spardl-rsag", [] { return std::make_unique<SparDLRsag>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

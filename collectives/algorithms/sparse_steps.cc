@@ -4,7 +4,7 @@
 
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 int Mod(int a, int m) { return ((a % m) + m) % m; }
@@ -97,13 +97,13 @@ absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout
     return absl::InternalError("Spar-Reduce-Scatter without its first selection");
   }
   const int steps = CeilLog2(q);
-  std::vector<ExpectedBlock> expect;
+  std::vector<wire::ExpectedBlock> expect;
   std::vector<kernels::SparseVec> received;
   kernels::SparseVec merged;
   for (int s = 1; s <= steps; ++s) {
     const int d = 1 << (steps - s);
     const int count = std::min(d, q - d);  // blocks in the bag, sent and received
-    Bytes out;
+    transport::Bytes out;
     {
       PhaseTimer t(&times->selection_s);
       for (int j = 0; j < count; ++j)
@@ -114,19 +114,20 @@ absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout
       PhaseTimer t(&times->communication_s);
       for (int j = 0; j < count; ++j) {
         int b = Mod(me + d + j, q);
-        AppendBlockFrame(link.meta(phase), layout.range(b), kernels::View(held[b]), &out);
+        wire::AppendBlockFrame(link.meta(phase), layout.range(b), kernels::View(held[b]), &out);
         held[b] = {};  // sent: no longer ours
       }
     }
     expect.clear();
     for (int j = 0; j < count; ++j) expect.push_back(layout.expect(Mod(me + j, q)));
     // The bag holds `count` blocks of at most their kept entries.
-    absl::StatusOr<Bytes> in = link.Exchange(group.at(d), std::move(out), group.at(-d), phase, s,
-                                             ExpectedMessageBytes(expect));
+    absl::StatusOr<transport::Bytes> in = link.Exchange(
+        group.at(d), std::move(out), group.at(-d), phase, s, wire::ExpectedMessageBytes(expect));
     if (!in.ok()) return in.status();
     {
       PhaseTimer t(&times->communication_s);
-      absl::Status st = DecodeSparseBlocks(*in, link.meta(phase, group.at(-d)), expect, &received);
+      absl::Status st =
+          wire::DecodeSparseBlocks(*in, link.meta(phase, group.at(-d)), expect, &received);
       if (!st.ok()) return st;
     }
     PhaseTimer t(&times->reduction_s);
@@ -144,8 +145,9 @@ absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout
   return absl::OkStatus();
 }
 
-absl::Status BruckAllGather(Link& link, const Group& group, std::span<const ExpectedBlock> expect,
-                            uint16_t phase, PhaseTimes* times, kernels::SparseVec mine,
+absl::Status BruckAllGather(Link& link, const Group& group,
+                            std::span<const wire::ExpectedBlock> expect, uint16_t phase,
+                            PhaseTimes* times, kernels::SparseVec mine,
                             std::vector<kernels::SparseVec>* all) {
   const int q = group.size();
   const int me = group.me;
@@ -153,26 +155,28 @@ absl::Status BruckAllGather(Link& link, const Group& group, std::span<const Expe
   std::vector<kernels::SparseVec> gathered;
   gathered.reserve(q);
   gathered.push_back(std::move(mine));
-  std::vector<ExpectedBlock> want;
+  std::vector<wire::ExpectedBlock> want;
   std::vector<kernels::SparseVec> received;
   int sub = 0;
   for (int dist = 1; dist < q; dist <<= 1, ++sub) {
     const int count = std::min(dist, q - dist);
-    Bytes out;
+    transport::Bytes out;
     {
       PhaseTimer t(&times->communication_s);
       for (int j = 0; j < count; ++j) {
-        AppendBlockFrame(link.meta(phase), expect[Mod(me + j, q)].range, kernels::View(gathered[j]),
-                         &out);
+        wire::AppendBlockFrame(link.meta(phase), expect[Mod(me + j, q)].range,
+                               kernels::View(gathered[j]), &out);
       }
     }
     want.clear();
     for (int j = 0; j < count; ++j) want.push_back(expect[Mod(me + dist + j, q)]);
-    absl::StatusOr<Bytes> in = link.Exchange(group.at(-dist), std::move(out), group.at(dist), phase,
-                                             sub, ExpectedMessageBytes(want));
+    absl::StatusOr<transport::Bytes> in =
+        link.Exchange(group.at(-dist), std::move(out), group.at(dist), phase, sub,
+                      wire::ExpectedMessageBytes(want));
     if (!in.ok()) return in.status();
     PhaseTimer t(&times->communication_s);
-    absl::Status st = DecodeSparseBlocks(*in, link.meta(phase, group.at(dist)), want, &received);
+    absl::Status st =
+        wire::DecodeSparseBlocks(*in, link.meta(phase, group.at(dist)), want, &received);
     if (!st.ok()) return st;
     for (auto& r : received) gathered.push_back(std::move(r));
   }
@@ -181,4 +185,4 @@ absl::Status BruckAllGather(Link& link, const Group& group, std::span<const Expe
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

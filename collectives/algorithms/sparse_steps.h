@@ -12,7 +12,7 @@
 #include "collectives/residual_ledger.h"
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 
 // The local selection's quota per block of `layout` for member `me` of
 // Spar-Reduce-Scatter: block me + t keeps keep * (1 + the bags that bring it
@@ -43,8 +43,9 @@ absl::Status SparReduceScatter(Link& link, const Group& group, const BlockLayout
 // Bruck all-gather: member j contributes one block described by expect[j];
 // at step s everything gathered so far goes to me - 2^s and comes from
 // me + 2^s. On return (*all)[j] is member j's block (own block included).
-absl::Status BruckAllGather(Link& link, const Group& group, std::span<const ExpectedBlock> expect,
-                            uint16_t phase, PhaseTimes* times, kernels::SparseVec mine,
+absl::Status BruckAllGather(Link& link, const Group& group,
+                            std::span<const wire::ExpectedBlock> expect, uint16_t phase,
+                            PhaseTimes* times, kernels::SparseVec mine,
                             std::vector<kernels::SparseVec>* all);
 
 // out = a + b: kernels::MergeAddKeepCancelled with `keep_cancelled` (a sum
@@ -65,6 +66,6 @@ void DropZeros(kernels::SparseVec* v);
 // Concatenates blocks covering ascending, disjoint ranges into one COO vector.
 void ConcatBlocks(std::vector<kernels::SparseVec>& blocks, kernels::SparseVec* out);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_SPARSE_STEPS_H_

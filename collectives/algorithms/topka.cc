@@ -7,7 +7,7 @@
 #include "collectives/block_layout.h"
 #include "collectives/local_topk.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 class TopkA final : public GatherSumAlgorithm {
@@ -45,4 +45,4 @@ class TopkA final : public GatherSumAlgorithm {
 
 GRADEX_REGISTER_ALGORITHM("topka", [] { return std::make_unique<TopkA>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

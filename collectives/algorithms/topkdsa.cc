@@ -6,7 +6,7 @@
 // from sparcml-dsar-split only there: dsar-split always gathers dense.
 #include "collectives/algorithms/sparcml_split.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms {
 namespace {
 
 class TopkDsa final : public SparcmlSplit {
@@ -14,7 +14,7 @@ class TopkDsa final : public SparcmlSplit {
   std::string_view name() const override { return "topkdsa"; }
 
  protected:
-  StreamPolicy policy() const override { return StreamPolicy::kDynamic; }
+  wire::StreamPolicy policy() const override { return wire::StreamPolicy::kDynamic; }
   GatherForm gather_form() const override { return GatherForm::kPerSlice; }
 };
 
@@ -22,4 +22,4 @@ class TopkDsa final : public SparcmlSplit {
 
 GRADEX_REGISTER_ALGORITHM("topkdsa", [] { return std::make_unique<TopkDsa>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms

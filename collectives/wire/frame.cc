@@ -7,10 +7,10 @@
 
 #include "catalog/catalog.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 namespace {
 
-void Append(Bytes* out, const void* p, size_t n) {
+void Append(transport::Bytes* out, const void* p, size_t n) {
   if (n == 0) return;
   // insert copies once; resize would zero the room first (a second pass).
   const auto* b = static_cast<const uint8_t*>(p);
@@ -55,7 +55,7 @@ size_t ExpectedMessageBytes(std::span<const ExpectedBlock> blocks) {
 }
 
 void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseView block,
-                      Bytes* out) {
+                      transport::Bytes* out) {
   // Only present entries (all but +0, kernels::IsPresent) go on the wire. A
   // sparse frame carries a -0 (a sum that cancelled); a dense frame's reader
   // takes it for absent, so a block whose cancelled sums must arrive is kept
@@ -92,11 +92,12 @@ void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseVi
   }
 }
 
-void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* values, Bytes* out) {
+void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* values,
+                      transport::Bytes* out) {
   FrameHeader h = MakeFrameHeader(meta, range, kFrameDense, range.size());
   out->reserve(out->size() + sizeof h + range.size() * sizeof(float));
   Append(out, &h, sizeof h);
   Append(out, values, range.size() * sizeof(float));
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire

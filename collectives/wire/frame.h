@@ -21,7 +21,7 @@
 #include "kernels/sparse.h"
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 
 static_assert(std::endian::native == std::endian::little, "frames are little-endian structs");
 
@@ -106,9 +106,10 @@ size_t ExpectedMessageBytes(std::span<const ExpectedBlock> blocks);
 
 // Appends one frame for a sparse block (dense encoding when smaller).
 void AppendBlockFrame(const FrameMeta& meta, BlockRange range, kernels::SparseView block,
-                      Bytes* out);
+                      transport::Bytes* out);
 // Appends one dense frame of range.size() values.
-void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* values, Bytes* out);
+void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* values,
+                      transport::Bytes* out);
 
 // The rank that put a frame on the link: stamped on every frame of a message
 // as it is sent (a forwarded frame carries the last hop, e.g. SparCML's
@@ -116,15 +117,15 @@ void AppendDenseFrame(const FrameMeta& meta, BlockRange range, const float* valu
 // arrives, so a frame routed from the wrong peer (a replay from another
 // exchange, a misdelivery) is a clear error and a counter. Headers are read
 // as DecodeSparseBlocks reads them (magic, version, lengths).
-absl::Status StampFrameSenders(Bytes* message, uint32_t sender);
-absl::Status CheckFrameSenders(const Bytes& message, uint32_t expected);
+absl::Status StampFrameSenders(transport::Bytes* message, uint32_t sender);
+absl::Status CheckFrameSenders(const transport::Bytes& message, uint32_t expected);
 
 // Before a message goes out where the epoch refuses non-finite values: a NaN
 // or infinite value in it (not a QSGD payload) can only be a sum this rank
 // computed that overflowed, since every value it received was finite. It
 // fails here, DATA_LOSS naming the element, so no honest rank forwards one
 // and gets blamed for it.
-absl::Status CheckFramesFinite(const Bytes& message);
+absl::Status CheckFramesFinite(const transport::Bytes& message);
 // How such a failure (and the call frame's own check of a result) begins.
 inline constexpr char kSumOverflowed[] = "the sum overflowed to a non-finite value";
 bool IsSumOverflow(const absl::Status& s);
@@ -132,15 +133,15 @@ bool IsSumOverflow(const absl::Status& s);
 // Parses a message holding exactly one frame per expected block, in order.
 // Dense frames decode to their nonzeros. Indices are validated (sorted,
 // unique, inside the block), counts against capacity, lengths exactly.
-absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
+absl::Status DecodeSparseBlocks(const transport::Bytes& message, const FrameMeta& meta,
                                 std::span<const ExpectedBlock> expected,
                                 std::vector<kernels::SparseVec>* out);
 
 // Parses a message of one dense frame for `range` and adds (accumulate) or
 // copies its values into out[0 .. range.size()).
-absl::Status DecodeDenseBlock(const Bytes& message, const FrameMeta& meta, BlockRange range,
-                              bool accumulate, float* out);
+absl::Status DecodeDenseBlock(const transport::Bytes& message, const FrameMeta& meta,
+                              BlockRange range, bool accumulate, float* out);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire
 
 #endif  // GRADEX_COLLECTIVES_WIRE_FRAME_H_

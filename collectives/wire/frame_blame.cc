@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-namespace gradex {
+namespace gradex::collectives::wire {
 
 void FrameBlame::Blame(int peer, std::string why) {
   absl::MutexLock lock(&mu_);
@@ -28,4 +28,4 @@ void FrameBlame::Clear() {
   why_.clear();
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire

@@ -7,7 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 
 // The first frame a rank refused in a call and the peer that sent it: a
 // receiver validates every frame and knows whom it received from, so the
@@ -27,6 +27,6 @@ class FrameBlame {
   std::string why_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire
 
 #endif  // GRADEX_COLLECTIVES_WIRE_FRAME_BLAME_H_

@@ -9,13 +9,13 @@
 #include "collectives/wire/frame_walk.h"
 #include "kernels/qsgd.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 namespace {
 
 // Reads and checks one header at `*offset` (its shape by ReadFrameAt, then
 // every field against `meta` and `want`); on success advances past it and
 // returns the payload length the header implies.
-absl::Status ReadHeader(const Bytes& m, size_t* offset, const FrameMeta& meta,
+absl::Status ReadHeader(const transport::Bytes& m, size_t* offset, const FrameMeta& meta,
                         const ExpectedBlock& want, FrameHeader* h, size_t* payload) {
   FrameAt f;
   const FrameShape shape = ReadFrameAt(m, *offset, &f);
@@ -105,7 +105,7 @@ absl::Status Blamed(absl::Status s, const FrameMeta& meta) {
   return s;
 }
 
-absl::Status DecodeSparseBlocksImpl(const Bytes& message, const FrameMeta& meta,
+absl::Status DecodeSparseBlocksImpl(const transport::Bytes& message, const FrameMeta& meta,
                                     std::span<const ExpectedBlock> expected,
                                     std::vector<kernels::SparseVec>* out) {
   out->resize(expected.size());
@@ -164,8 +164,8 @@ absl::Status DecodeSparseBlocksImpl(const Bytes& message, const FrameMeta& meta,
   return absl::OkStatus();
 }
 
-absl::Status DecodeDenseBlockImpl(const Bytes& message, const FrameMeta& meta, BlockRange range,
-                                  bool accumulate, float* out) {
+absl::Status DecodeDenseBlockImpl(const transport::Bytes& message, const FrameMeta& meta,
+                                  BlockRange range, bool accumulate, float* out) {
   size_t offset = 0;
   FrameHeader h;
   size_t payload = 0;
@@ -199,15 +199,15 @@ absl::Status DecodeDenseBlockImpl(const Bytes& message, const FrameMeta& meta, B
 
 }  // namespace
 
-absl::Status DecodeSparseBlocks(const Bytes& message, const FrameMeta& meta,
+absl::Status DecodeSparseBlocks(const transport::Bytes& message, const FrameMeta& meta,
                                 std::span<const ExpectedBlock> expected,
                                 std::vector<kernels::SparseVec>* out) {
   return Blamed(DecodeSparseBlocksImpl(message, meta, expected, out), meta);
 }
 
-absl::Status DecodeDenseBlock(const Bytes& message, const FrameMeta& meta, BlockRange range,
-                              bool accumulate, float* out) {
+absl::Status DecodeDenseBlock(const transport::Bytes& message, const FrameMeta& meta,
+                              BlockRange range, bool accumulate, float* out) {
   return Blamed(DecodeDenseBlockImpl(message, meta, range, accumulate, out), meta);
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 namespace {
 
 constexpr int kNumErrors = static_cast<int>(FrameError::kCount);
@@ -73,4 +73,4 @@ uint64_t TotalFrameErrors() {
   return t;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire

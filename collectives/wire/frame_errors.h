@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 
 enum class FrameError : int {
   kTruncated = 0,
@@ -42,6 +42,6 @@ absl::Status RejectFrame(FrameError e, std::string_view detail);
 std::array<uint64_t, static_cast<int>(FrameError::kCount)> FrameErrorCounts();
 uint64_t TotalFrameErrors();
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire
 
 #endif  // GRADEX_COLLECTIVES_WIRE_FRAME_ERRORS_H_

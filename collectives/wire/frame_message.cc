@@ -10,7 +10,7 @@
 #include "collectives/wire/frame_walk.h"
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 namespace {
 
 // Walks the frames of a message (ReadFrameAt), handing each header and its
@@ -18,7 +18,7 @@ namespace {
 // lengths) ends the walk with OUT_OF_RANGE, uncounted: the decoder rejects
 // it with the precise reason.
 template <typename Fn>
-absl::Status ForEachFrame(const Bytes& m, Fn&& fn) {
+absl::Status ForEachFrame(const transport::Bytes& m, Fn&& fn) {
   size_t offset = 0;
   while (offset < m.size()) {
     FrameAt f;
@@ -34,7 +34,7 @@ absl::Status ForEachFrame(const Bytes& m, Fn&& fn) {
 
 }  // namespace
 
-absl::Status StampFrameSenders(Bytes* m, uint32_t sender) {
+absl::Status StampFrameSenders(transport::Bytes* m, uint32_t sender) {
   absl::Status s = ForEachFrame(*m, [&](size_t offset, const FrameHeader&) {
     std::memcpy(m->data() + offset + offsetof(FrameHeader, sender), &sender, sizeof sender);
     return absl::OkStatus();
@@ -43,7 +43,7 @@ absl::Status StampFrameSenders(Bytes* m, uint32_t sender) {
   return absl::InternalError("sending a message that is not frames");
 }
 
-absl::Status CheckFrameSenders(const Bytes& m, uint32_t expected) {
+absl::Status CheckFrameSenders(const transport::Bytes& m, uint32_t expected) {
   absl::Status s = ForEachFrame(m, [&](size_t, const FrameHeader& h) {
     if (h.sender == expected) return absl::OkStatus();
     return RejectFrame(FrameError::kWrongSender, absl::StrCat("frame from rank ", h.sender,
@@ -58,7 +58,7 @@ bool IsSumOverflow(const absl::Status& s) {
              std::string_view::npos;
 }
 
-absl::Status CheckFramesFinite(const Bytes& m) {
+absl::Status CheckFramesFinite(const transport::Bytes& m) {
   absl::Status s = ForEachFrame(m, [&](size_t offset, const FrameHeader& h) {
     if ((h.flags & kFrameQuantized) != 0) return absl::OkStatus();
     const bool sparse = (h.flags & kFrameSparse) != 0;
@@ -78,4 +78,4 @@ absl::Status CheckFramesFinite(const Bytes& m) {
   return s.code() == absl::StatusCode::kOutOfRange ? absl::OkStatus() : s;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire

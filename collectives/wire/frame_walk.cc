@@ -4,7 +4,7 @@
 
 #include "kernels/qsgd.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 
 FrameShape ReadFrameAt(std::span<const uint8_t> m, size_t offset, FrameAt* out) {
   out->offset = offset;
@@ -38,4 +38,4 @@ FrameShape ReadFrameAt(std::span<const uint8_t> m, size_t offset, FrameAt* out) 
   return FrameShape::kOk;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire

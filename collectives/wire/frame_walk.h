@@ -12,7 +12,7 @@
 
 #include "collectives/wire/frame.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 
 // Why the bytes at an offset are not a frame.
 enum class FrameShape {
@@ -42,6 +42,6 @@ struct FrameAt {
 // a count for a more precise reason; no other field is checked.
 FrameShape ReadFrameAt(std::span<const uint8_t> m, size_t offset, FrameAt* out);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire
 
 #endif  // GRADEX_COLLECTIVES_WIRE_FRAME_WALK_H_

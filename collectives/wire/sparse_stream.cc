@@ -6,7 +6,7 @@
 #include "collectives/algorithms/qsgd.h"
 #include "collectives/wire/frame_walk.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 
 void SparseStream::Assign(kernels::SparseVec v) {
   dense_ = false;
@@ -41,14 +41,15 @@ void SparseStream::Densify() {
 }
 
 uint64_t SparseStream::AppendFrame(const FrameMeta& meta, int quantize_bits, uint64_t seed,
-                                   Bytes* out, kernels::SparseVec* error) {
+                                   transport::Bytes* out, kernels::SparseVec* error) {
   if (!dense_) return AppendSparseFrame(meta, range_, kernels::View(sparse_), out);
   if (quantize_bits == 0) {
     AppendDenseFrame(meta, range_, dense_values_.data(), out);
     return kDenseFrameMark;
   }
   std::vector<float> q;
-  AppendQuantizedFrame(meta, range_, dense_values_.data(), quantize_bits, seed, out, &q);
+  algorithms::AppendQuantizedFrame(meta, range_, dense_values_.data(), quantize_bits, seed, out,
+                                   &q);
   // Error feedback: x - Q(x) stays with this rank; it holds Q(x) like everyone.
   error->clear();
   for (uint32_t i = 0; i < range_.size(); ++i) {
@@ -76,7 +77,7 @@ void SparseStream::NonZeros(kernels::SparseVec* out) const {
 }
 
 uint64_t AppendSparseFrame(const FrameMeta& meta, BlockRange range, kernels::SparseView v,
-                           Bytes* out) {
+                           transport::Bytes* out) {
   uint32_t nnz = 0;
   for (size_t i = 0; i < v.nnz; ++i) nnz += v.val[i] != 0.0f;
   const FrameHeader h = MakeFrameHeader(meta, range, kFrameSparse, nnz);
@@ -95,7 +96,7 @@ uint64_t AppendSparseFrame(const FrameMeta& meta, BlockRange range, kernels::Spa
 
 uint64_t StreamFrameBytes(uint32_t size, uint64_t mark, int quantize_bits) {
   if (mark != kDenseFrameMark) return sizeof(FrameHeader) + mark * 8;
-  if (quantize_bits > 0) return QuantizedFrameBytes(size, quantize_bits);
+  if (quantize_bits > 0) return algorithms::QuantizedFrameBytes(size, quantize_bits);
   return sizeof(FrameHeader) + uint64_t{size} * 4;
 }
 
@@ -112,7 +113,7 @@ absl::Status CheckDecodedCapacity(const std::vector<kernels::SparseVec>& blocks,
   return absl::OkStatus();
 }
 
-void SplitFrames(const Bytes& message, std::vector<std::pair<size_t, size_t>>* spans,
+void SplitFrames(const transport::Bytes& message, std::vector<std::pair<size_t, size_t>>* spans,
                  std::vector<uint64_t>* marks) {
   spans->clear();
   marks->clear();
@@ -129,4 +130,4 @@ void SplitFrames(const Bytes& message, std::vector<std::pair<size_t, size_t>>* s
   }
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire

@@ -15,7 +15,7 @@
 #include "collectives/wire/frame.h"
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives::wire {
 
 // δ of a segment of `size` elements, as an entry count: the stream stays
 // sparse while entries <= δ.
@@ -56,8 +56,8 @@ class SparseStream {
   // receiver will see, and `error` gets x - Q(x) as global-index COO for the
   // caller's error feedback); sparse form as a sparse frame of its nonzeros.
   // Returns the frame's mark for the volume model.
-  uint64_t AppendFrame(const FrameMeta& meta, int quantize_bits, uint64_t seed, Bytes* out,
-                       kernels::SparseVec* error);
+  uint64_t AppendFrame(const FrameMeta& meta, int quantize_bits, uint64_t seed,
+                       transport::Bytes* out, kernels::SparseVec* error);
 
   // The nonzeros, global indices (what every receiver of the frame decodes).
   void NonZeros(kernels::SparseVec* out) const;
@@ -79,7 +79,7 @@ class SparseStream {
 // Appends a sparse frame of the nonzeros of `v` whatever its size (static
 // streams never switch). Returns the entries written.
 uint64_t AppendSparseFrame(const FrameMeta& meta, BlockRange range, kernels::SparseView v,
-                           Bytes* out);
+                           transport::Bytes* out);
 
 // Bytes of a frame with mark `mark` for a segment of `size` elements, dense
 // frames quantized at `quantize_bits` (0: plain float32).
@@ -92,9 +92,9 @@ absl::Status CheckDecodedCapacity(const std::vector<kernels::SparseVec>& blocks,
                                   std::span<const ExpectedBlock> expected);
 
 // Splits an already validated message into its frames: byte spans and marks.
-void SplitFrames(const Bytes& message, std::vector<std::pair<size_t, size_t>>* spans,
+void SplitFrames(const transport::Bytes& message, std::vector<std::pair<size_t, size_t>>* spans,
                  std::vector<uint64_t>* marks);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::wire
 
 #endif  // GRADEX_COLLECTIVES_WIRE_SPARSE_STREAM_H_

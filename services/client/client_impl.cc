@@ -44,7 +44,7 @@ absl::Status ClientImpl::Start(const Rendezvous& rendezvous) {
   // late) until the client's timeout, counting the attempt in flight.
   g.join_timeout = std::max(options_.timeout - rpc, std::chrono::milliseconds(0));
   wire.data_ip = options_.data_ip;
-  UcxOptions& ucx = wire.ucx;
+  transport::ucx::UcxOptions& ucx = wire.ucx;
   ucx.connect_timeout = options_.timeout;
   // No schedule sends more in one message than a bucket in dense frames plus
   // a header per block, twice over (as gradex-agent); the link probe's 1 MiB

@@ -135,10 +135,12 @@ void ClientImpl::Record(const pipeline::BucketEnd& end) {
   b.device_allocations = end.device_allocations;
   b.device_pool_bytes = end.device_pool_bytes;
   b.exchange = out.exchange;
-  b.intra_node_bytes = static_cast<uint64_t>(out.stats.Detail(kDetailIntraNodeSentBytes));
-  b.inter_node_bytes = static_cast<uint64_t>(out.stats.Detail(kDetailInterNodeSentBytes));
-  b.intra_node_s = out.stats.Detail(kDetailIntraNodeSeconds);
-  b.inter_node_s = out.stats.Detail(kDetailInterNodeSeconds);
+  b.intra_node_bytes =
+      static_cast<uint64_t>(out.stats.Detail(collectives::algorithms::kDetailIntraNodeSentBytes));
+  b.inter_node_bytes =
+      static_cast<uint64_t>(out.stats.Detail(collectives::algorithms::kDetailInterNodeSentBytes));
+  b.intra_node_s = out.stats.Detail(collectives::algorithms::kDetailIntraNodeSeconds);
+  b.inter_node_s = out.stats.Detail(collectives::algorithms::kDetailInterNodeSeconds);
   if (!b.exchange.empty() && b.exchange != exchange_logged_) {
     // Rank 0's one line (and again when an epoch changes it): which
     // exchange runs, so a user sees the node layout gradex found.

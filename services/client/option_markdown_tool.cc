@@ -27,7 +27,7 @@ int OptionsMarkdownTool(int argc, char** argv, const MarkdownBlock& block, const
   const std::string& table = block.table;
   const char* tool = block.tool;
   const std::string begin_marker(block.begin), end_marker(block.end);
-  if (PrintVersionIfAsked(argc, argv, tool)) return 0;
+  if (version::PrintVersionIfAsked(argc, argv, tool)) return 0;
   if (argc == 1 || (argc == 2 && std::strcmp(argv[1], "--markdown") == 0)) {
     std::fputs(table.c_str(), stdout);
     return 0;

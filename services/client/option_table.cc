@@ -176,7 +176,7 @@ std::vector<OptionSpec> Build() {
                GRADEX_FIELD(params, catalog::ParamValues)});
   t.push_back({.name = "start_iter",
                .type = T::kUint,
-               .range = OptionRange{0, static_cast<double>(agent::kMaxRuleSteps)},
+               .range = OptionRange{0, static_cast<double>(member::kMaxRuleSteps)},
                .c_key = "start_iter",
                .py_keyword = "start_iter",
                .example = "10",
@@ -195,7 +195,7 @@ std::vector<OptionSpec> Build() {
                GRADEX_FIELD(min_compression_rate, double)});
   t.push_back({.name = "dense_probe_period",
                .type = T::kUint,
-               .range = OptionRange{0, static_cast<double>(agent::kMaxRuleSteps)},
+               .range = OptionRange{0, static_cast<double>(member::kMaxRuleSteps)},
                .c_key = "dense_probe_period",
                .py_keyword = "dense_probe_period",
                .example = "7",

@@ -25,8 +25,8 @@ Coordinator::Coordinator(JobSettings settings, CoordinatorMetrics* metrics)
       shards_(s_.ps.server_shards, s_.ps.max_workers),
       view_(metrics ? &metrics->member_info : nullptr,
             metrics ? &metrics->members_unlisted : nullptr) {
-  agreed_.teams =
-      ChooseTeams(s_.algorithm, s_.teams, s_.world_size, s_.prefer_rsag || s_.auto_teams);
+  agreed_.teams = controllers::ChooseTeams(s_.algorithm, s_.teams, s_.world_size,
+                                           s_.prefer_rsag || s_.auto_teams);
   // A pinned interval (params.covap_interval) is what the plan carries.
   auto pinned = s_.params.find(kCovapInterval);
   agreed_.covap_interval =
@@ -37,13 +37,13 @@ Coordinator::Coordinator(JobSettings settings, CoordinatorMetrics* metrics)
 
 absl::StatusOr<gradex::v1::JoinResponse> Coordinator::Join(const gradex::v1::JoinRequest& r,
                                                            absl::Time now) {
-  if (absl::Status v = CheckWireProtocol(r); !v.ok()) return v;
+  if (absl::Status v = membership::CheckWireProtocol(r); !v.ok()) return v;
   absl::MutexLock lock(&mu_);
-  if (OtherRelease(r)) {
+  if (membership::OtherRelease(r)) {
     if (metrics_) metrics_->version_mismatch_joins.Increment();
     if (release_warnings_.FirstSight(r.gradex_version())) {
       Log("warning: agent '", Quote(r.agent_id()), "' on '", Quote(r.host()), "' runs gradex ",
-          Quote(r.gradex_version()), ", this coordinator ", Version(),
+          Quote(r.gradex_version()), ", this coordinator ", version::Version(),
           " (same wire protocol, so it joins; run one release in a job)");
     }
   }
@@ -53,7 +53,7 @@ absl::StatusOr<gradex::v1::JoinResponse> Coordinator::Join(const gradex::v1::Joi
   absl::Status st = membership_.Join(r, id, now, &replaced);
   if (!st.ok()) return st;
   if (replaced != 0) gone_.push_back(replaced);  // its watchers end at the next tick
-  std::string secret = NewMemberSecret();
+  std::string secret = membership::NewMemberSecret();
   membership_.SetSecret(id, secret);
   if (metrics_) (r.last_epoch() > 0 ? metrics_->joins_rejoin : metrics_->joins_fresh).Increment();
   Log("join: member ", id, " agent '", Quote(r.agent_id()), "' host '", Quote(r.host()),
@@ -106,7 +106,7 @@ absl::Status Coordinator::Leave(const gradex::v1::LeaveRequest& r, absl::Time no
 absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now, bool* accepted) {
   absl::MutexLock lock(&mu_);
   *accepted = false;
-  const MemberRecord* m = membership_.Find(r.member_id());
+  const membership::MemberRecord* m = membership_.Find(r.member_id());
   if (m == nullptr) return absl::NotFoundError("unknown member: join again");
   if (absl::Status st = membership_.CheckEpoch("epoch", r.epoch()); !st.ok()) return st;
   if (r.step() >= kMaxStep) return absl::InvalidArgumentError("step: over 2^48");
@@ -115,7 +115,7 @@ absl::Status Coordinator::Report(const gradex::v1::StepReport& r, absl::Time now
   }
   membership_.NoteStep(r.member_id(), r.step(), now);
   membership_.NoteEpoch(r.member_id(), r.epoch());
-  const Epoch* e = membership_.FindEpoch(r.epoch());
+  const membership::Epoch* e = membership_.FindEpoch(r.epoch());
   const int rank = e ? membership_.RankIn(*e, r.member_id()) : -1;
   if (rank < 0) {
     if (metrics_) metrics_->reports_ignored.Increment();
@@ -155,9 +155,9 @@ std::shared_ptr<const gradex::v1::Plan> Coordinator::plan() const {
 
 absl::Status Coordinator::Authorize(uint64_t member, absl::string_view secret) const {
   absl::MutexLock lock(&mu_);
-  const MemberRecord* m = membership_.Find(member);
+  const membership::MemberRecord* m = membership_.Find(member);
   if (m == nullptr) return absl::NotFoundError("unknown member: join again");
-  if (!SecretMatches(m->secret, secret)) {
+  if (!membership::SecretMatches(m->secret, secret)) {
     return absl::PermissionDeniedError(absl::StrCat("member_secret is not member ", member,
                                                     "'s (a member speaks only for itself)"));
   }

@@ -76,12 +76,13 @@ class Coordinator {
   void PublishLocked(uint64_t effective_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NewEpochLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A parameter-server job's new epoch: assigns the server shards, logs them.
-  void AssignShardsLocked(const Epoch& e, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AssignShardsLocked(const membership::Epoch& e, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FeedControllersLocked(const gradex::v1::StepReport& r, int rank, int world, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckStallsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a stalled step against each of `ranks` of `run` (metrics).
-  void BlameLocked(const Epoch& run, const std::vector<int>& ranks)
+  void BlameLocked(const membership::Epoch& run, const std::vector<int>& ranks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // auto_teams: feeds the epoch's link estimates and decides T once.
   void FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank, int world)
@@ -116,20 +117,20 @@ class Coordinator {
 
   mutable absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
-  Membership membership_ ABSL_GUARDED_BY(mu_);
-  ReleaseWarnings release_warnings_ ABSL_GUARDED_BY(mu_);
+  membership::Membership membership_ ABSL_GUARDED_BY(mu_);
+  membership::ReleaseWarnings release_warnings_ ABSL_GUARDED_BY(mu_);
   AgreedParams agreed_ ABSL_GUARDED_BY(mu_);
-  KPrimeTable kprime_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<BoundaryConsensus> consensus_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<CcrProfiler> profiler_ ABSL_GUARDED_BY(mu_);
+  controllers::KPrimeTable kprime_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<controllers::BoundaryConsensus> consensus_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<controllers::CcrProfiler> profiler_ ABSL_GUARDED_BY(mu_);
   // (effective step, COVAP interval) of the latest publications that changed
   // it, oldest first; a few suffice (reports lag the plan by a few barriers).
   std::vector<std::pair<uint64_t, int>> covap_history_ ABSL_GUARDED_BY(mu_);
-  BucketController buckets_ ABSL_GUARDED_BY(mu_);
-  StallDetector stalls_ ABSL_GUARDED_BY(mu_);
+  controllers::BucketController buckets_ ABSL_GUARDED_BY(mu_);
+  hangs::StallDetector stalls_ ABSL_GUARDED_BY(mu_);
   bool agreed_dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool kprime_dirty_ ABSL_GUARDED_BY(mu_) = false;
-  AutoTeams auto_teams_ ABSL_GUARDED_BY(mu_);
+  controllers::AutoTeams auto_teams_ ABSL_GUARDED_BY(mu_);
   int auto_last_teams_ ABSL_GUARDED_BY(mu_) = 0;  // the last automatic choice, for new epochs
   // k' feedback counts from this step on (reports of an older team layout
   // are ignored); the maximum while a new T waits for its barrier.
@@ -145,9 +146,9 @@ class Coordinator {
   std::vector<uint64_t> gone_ ABSL_GUARDED_BY(mu_);
   bool published_ ABSL_GUARDED_BY(mu_) = false;
   // Parameter-server jobs: who holds the server shards (server_shards.h).
-  ServerShards shards_ ABSL_GUARDED_BY(mu_);
+  controllers::ServerShards shards_ ABSL_GUARDED_BY(mu_);
   // The membership view (gradex_coordinator_member_info), kept by UpdateGaugesLocked.
-  MembershipView view_ ABSL_GUARDED_BY(mu_);
+  membership::MembershipView view_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex watch_mu_;
   std::vector<std::pair<uint64_t, std::shared_ptr<PlanWatcher>>> watchers_

@@ -33,7 +33,7 @@ void Coordinator::FeedControllersLocked(const gradex::v1::StepReport& r, int ran
     }
     if (s_.coordinate_oktopk_regions && b.local_boundaries_size() > 0 && consensus_) {
       std::vector<uint32_t> inner(b.local_boundaries().begin(), b.local_boundaries().end());
-      std::optional<AgreedRegions> done;
+      std::optional<controllers::AgreedRegions> done;
       consensus_->Feed(rank, b.bucket(), b.elements(), r.step(), inner, &done);
       if (done) {
         agreed_.regions[done->bucket] = std::move(*done);
@@ -49,21 +49,21 @@ void Coordinator::FeedBucketsLocked(const gradex::v1::StepReport& r, int rank, a
   if (r.has_link()) {
     buckets_.FeedLink(rank, r.step(), r.link().alpha_seconds(), r.link().beta_seconds_per_byte());
   }
-  std::vector<BucketSample> samples;
+  std::vector<controllers::BucketSample> samples;
   samples.reserve(r.buckets_size());
   for (const gradex::v1::BucketReport& b : r.buckets()) {
     if (b.bucket() != samples.size()) return;  // agents send a step's buckets in issue order
     samples.push_back({b.elements(), b.algorithm(), b.seconds(), b.dense_probe()});
   }
   buckets_.Feed(rank, r.step(), samples, now);
-  for (const BucketSwitch& v : buckets_.TakeKeptSparse()) {
+  for (const controllers::BucketSwitch& v : buckets_.TakeKeptSparse()) {
     Log("bucket ", v.bucket, ": sparse exchange ", v.sparse_seconds, " s, dense ", v.dense_seconds,
         " s (medians of the slowest rank over ", v.sparse_samples, " and ", v.dense_samples,
         " steps, to step ", v.decided_step,
         ") -> stays sparse (the warm-up's verdict: dense not faster by the margin; it will not "
         "switch to dense)");
   }
-  for (const BucketSwitch& sw : buckets_.TakeSwitches()) {
+  for (const controllers::BucketSwitch& sw : buckets_.TakeSwitches()) {
     Log("bucket ", sw.bucket, ": sparse exchange ", sw.sparse_seconds, " s, dense ",
         sw.dense_seconds, " s (medians of the slowest rank over ", sw.sparse_samples, " and ",
         sw.dense_samples, " steps, to step ", sw.decided_step, ") -> ",
@@ -111,7 +111,7 @@ bool Coordinator::ApplyBucketChoicesLocked(uint64_t at) {
         absl::StrJoin(changed, ", "), count > 8 ? absl::StrCat(" and ", count - 8, " more") : "",
         " from step ", at);
   }
-  if (pending != BucketController::kNone && at > BucketSwitchStepLocked(pending)) {
+  if (pending != controllers::BucketController::kNone && at > BucketSwitchStepLocked(pending)) {
     Log("bucket choices decided by step ", pending, " run from step ", at, ", not ",
         BucketSwitchStepLocked(pending), ": the ranks were past that barrier when they went out");
   }
@@ -167,14 +167,14 @@ void Coordinator::FeedProfilerLocked(const gradex::v1::StepReport& r, int rank) 
 }
 
 void Coordinator::FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank, int world) {
-  const TeamChoice& cur = agreed_.teams;
+  const controllers::TeamChoice& cur = agreed_.teams;
   const int q = std::max(world / std::max(cur.teams, 1), 1);
   for (const gradex::v1::BucketReport& b : r.buckets()) {
     // k'/k_block is only B-SAG's with teams; otherwise the model uses the
     // controller's start, 1/T.
     const bool observed = catalog::TraitsOf(cur.algorithm).kprime_controlled && cur.teams > 1 &&
                           b.team_position() < q && r.step() >= kprime_from_step_;
-    auto kb = observed ? BlockKeep(b.elements(), q, b.team_position(), s_.density) : 0;
+    auto kb = observed ? catalog::BlockKeep(b.elements(), q, b.team_position(), s_.density) : 0;
     auto_teams_.FeedBucket(b.elements(), observed ? b.kprime_used() : 0, kb);
   }
   if (!r.has_link()) return;
@@ -184,7 +184,7 @@ void Coordinator::FeedAutoTeamsLocked(const gradex::v1::StepReport& r, int rank,
     metrics_->link_alpha.Set(auto_teams_.alpha());
     metrics_->link_beta.Set(auto_teams_.beta());
   }
-  std::optional<TeamDecision> d = auto_teams_.Decide(cur, s_.density);
+  std::optional<controllers::TeamDecision> d = auto_teams_.Decide(cur, s_.density);
   if (!d) return;
   Log("auto teams: alpha ", auto_teams_.alpha(), " s, beta ", auto_teams_.beta(), " s/B over ",
       world, " ranks: T=", cur.teams, " ", cur.algorithm, " ", d->current_seconds, " s, best ",

@@ -11,17 +11,17 @@
 namespace gradex::coordinator {
 
 void Coordinator::NewEpochLocked() {
-  const Epoch& e = membership_.latest();
+  const membership::Epoch& e = membership_.latest();
   const int world = static_cast<int>(e.roster.size());
-  agreed_.teams =
-      ChooseTeams(s_.algorithm, s_.auto_teams && auto_last_teams_ > 0 ? auto_last_teams_ : s_.teams,
-                  world, s_.prefer_rsag || s_.auto_teams);
+  agreed_.teams = controllers::ChooseTeams(
+      s_.algorithm, s_.auto_teams && auto_last_teams_ > 0 ? auto_last_teams_ : s_.teams, world,
+      s_.prefer_rsag || s_.auto_teams);
   auto_teams_.Reset(world);
   kprime_from_step_ = 0;
   agreed_.regions.clear();  // P+1 boundaries of another P mean nothing now
   kprime_.Reset();
   kprime_dirty_ = false;
-  consensus_ = std::make_unique<BoundaryConsensus>(world);
+  consensus_ = std::make_unique<controllers::BoundaryConsensus>(world);
   buckets_.SetCovapInterval(agreed_.covap_interval, e.effective_step);
   buckets_.Configure(agreed_.teams.algorithm, s_.auto_algorithm, s_.density, world,
                      agreed_.teams.teams, e.effective_step);
@@ -30,13 +30,13 @@ void Coordinator::NewEpochLocked() {
   // COVAP is in play (the plan's algorithm or a bucket's).
   profiler_.reset();
   if (s_.covap_profile_steps > 0 && s_.params.count(kCovapInterval) == 0) {
-    profiler_ =
-        std::make_unique<CcrProfiler>(world, s_.covap_profile_steps, agreed_.covap_interval);
+    profiler_ = std::make_unique<controllers::CcrProfiler>(world, s_.covap_profile_steps,
+                                                           agreed_.covap_interval);
   }
   stalls_.Reset();
   if (metrics_) {
     for (int r = 0; r < world; ++r) {
-      const MemberRecord* m = membership_.Find(e.roster[r]);
+      const membership::MemberRecord* m = membership_.Find(e.roster[r]);
       metrics_->ExpectStallBlame(r, m ? m->host : "");
     }
   }
@@ -52,17 +52,17 @@ void Coordinator::NewEpochLocked() {
       flat.empty() ? " (hierarchical exchange possible)" : absl::StrCat(" (flat: ", flat, ")"));
 }
 
-void Coordinator::AssignShardsLocked(const Epoch& e, absl::Time now) {
-  std::vector<ShardCandidate> roster;
+void Coordinator::AssignShardsLocked(const membership::Epoch& e, absl::Time now) {
+  std::vector<controllers::ShardCandidate> roster;
   int servers = 0;
   for (uint64_t id : e.roster) {
-    const MemberRecord* r = membership_.Find(id);
+    const membership::MemberRecord* r = membership_.Find(id);
     roster.push_back({id, r ? r->host : "", r != nullptr && r->server});
     servers += roster.back().server ? 1 : 0;
   }
   const uint64_t moves = shards_.moves();
-  absl::StatusOr<ShardAssignment> a = shards_.Assign(roster, now);
-  agreed_.ps = a.ok() ? *a : ShardAssignment{};
+  absl::StatusOr<controllers::ShardAssignment> a = shards_.Assign(roster, now);
+  agreed_.ps = a.ok() ? *a : controllers::ShardAssignment{};
   if (metrics_) {
     metrics_->ps_shards.Set(shards_.shards());
     metrics_->ps_workers.Set(static_cast<double>(roster.size()) - servers);
@@ -76,10 +76,11 @@ void Coordinator::AssignShardsLocked(const Epoch& e, absl::Time now) {
     return;
   }
   std::vector<std::string> who;
-  const std::vector<ShardRange> range = ShardRanges(s_.ps.layer_sizes, a->shards);
+  const std::vector<controllers::ShardRange> range =
+      controllers::ShardRanges(s_.ps.layer_sizes, a->shards);
   for (uint32_t s = 0; s < a->shards; ++s) {
     const int rank = a->rank_of_shard[s];
-    const MemberRecord* r = membership_.Find(e.roster[rank]);
+    const membership::MemberRecord* r = membership_.Find(e.roster[rank]);
     who.push_back(absl::StrCat("shard ", s, " on rank ", rank, " [", range[s].first, ", ",
                                range[s].last, ") (agent '", Quote(r ? r->agent_id : ""), "' host '",
                                Quote(r ? r->host : ""), "')"));
@@ -111,14 +112,15 @@ void Coordinator::Tick(absl::Time now) {
     absl::MutexLock lock(&mu_);
     std::vector<uint64_t> evicted;
     const bool formed = membership_.Tick(now, &evicted);
-    for (const MemberRecord& m : membership_.last_evicted()) {
+    for (const membership::MemberRecord& m : membership_.last_evicted()) {
       const uint64_t id = m.id;
       Log("evicted member ", id, " (agent '", Quote(m.agent_id), "' on host '", Quote(m.host),
           "'): ", m.eviction);
       if (metrics_) {
         metrics_->evictions.Increment();
-        if (m.cause == MemberRecord::Cause::kEntry) metrics_->entry_evictions.Increment();
-        if (m.cause == MemberRecord::Cause::kNode) metrics_->node_evictions.Increment();
+        if (m.cause == membership::MemberRecord::Cause::kEntry)
+          metrics_->entry_evictions.Increment();
+        if (m.cause == membership::MemberRecord::Cause::kNode) metrics_->node_evictions.Increment();
       }
       gone_.push_back(id);
     }
@@ -129,7 +131,7 @@ void Coordinator::Tick(absl::Time now) {
       PublishLocked(membership_.latest().effective_step);
       last_publish_ = now;
     } else if (membership_.has_epoch() &&
-               (agreed_dirty_ || buckets_.PendingSince() != BucketController::kNone)) {
+               (agreed_dirty_ || buckets_.PendingSince() != controllers::BucketController::kNone)) {
       // Values all ranks agree on: at a barrier the running ranks can still
       // see coming, never before the plan they replace. Bucket choices go
       // out alone at the barrier their deciding steps name (one plan per

@@ -27,7 +27,7 @@ bool SharesTransport(absl::string_view a, absl::string_view b) {
 
 }  // namespace
 
-absl::Status Membership::CheckDataPlane(const gradex::v1::JoinRequest& r) const {
+absl::Status membership::Membership::CheckDataPlane(const gradex::v1::JoinRequest& r) const {
   // Tests of the logic join without a data plane; the gRPC service requires
   // both fields (validate.cc).
   if (r.ucx_version().empty()) return absl::OkStatus();

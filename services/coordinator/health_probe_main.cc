@@ -46,7 +46,7 @@ bool ReadFile(const std::string& path, std::string* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-health-probe")) return 0;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "gradex-health-probe")) return 0;
   std::string addr, service, ca, server_name, cert, key;
   int timeout_ms = 1000;
   for (int i = 1; i < argc; ++i) {

@@ -22,7 +22,7 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (gradex::PrintVersionIfAsked(argc, argv, "gradex-coordinator")) return 0;
+  if (gradex::version::PrintVersionIfAsked(argc, argv, "gradex-coordinator")) return 0;
   using namespace gradex::coordinator;
   absl::StatusOr<Flags> flags = ParseFlags(std::vector<std::string>(argv + 1, argv + argc));
   if (!flags.ok()) {

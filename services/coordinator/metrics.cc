@@ -140,7 +140,7 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                         "no descriptor left)")),
       connections_over_cap(connections_refused_family.Add({{"reason", "over_cap"}})),
       connections_exhausted(connections_refused_family.Add({{"reason", "exhausted"}})) {
-  RegisterBuildInfo(r);
+  version::RegisterBuildInfo(r);
 }
 
 void CoordinatorMetrics::ObserveRpc(const std::string& method, int code, double seconds) {

@@ -9,17 +9,17 @@
 
 namespace gradex::coordinator {
 
-catalog::NodeLayout EpochLayout(const Membership& m, const Epoch& epoch) {
+catalog::NodeLayout EpochLayout(const membership::Membership& m, const membership::Epoch& epoch) {
   std::vector<std::string> nodes;
   for (uint64_t id : epoch.roster) {
-    if (const MemberRecord* r = m.Find(id)) nodes.push_back(r->host);
+    if (const membership::MemberRecord* r = m.Find(id)) nodes.push_back(r->host);
   }
   return catalog::LayoutOf(nodes);
 }
 
 gradex::v1::Plan BuildPlan(
-    const JobSettings& s, const Membership& m, const Epoch& epoch, uint64_t version,
-    uint64_t effective_step, const AgreedParams& agreed,
+    const JobSettings& s, const membership::Membership& m, const membership::Epoch& epoch,
+    uint64_t version, uint64_t effective_step, const AgreedParams& agreed,
     const std::vector<std::pair<std::pair<uint32_t, int>, uint64_t>>& kprime) {
   gradex::v1::Plan p;
   p.set_version(version);
@@ -28,7 +28,7 @@ gradex::v1::Plan BuildPlan(
   p.set_job_id(s.job_id);
   int rank = 0;
   for (uint64_t id : epoch.roster) {
-    const MemberRecord* r = m.Find(id);
+    const membership::MemberRecord* r = m.Find(id);
     if (r == nullptr) continue;  // Tick forms a new epoch before this can happen
     gradex::v1::Member* out = p.add_members();
     out->set_member_id(id);

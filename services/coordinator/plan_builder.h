@@ -23,25 +23,25 @@ inline constexpr char kCovapInterval[] = "covap_interval";
 
 // What all ranks must agree on, beyond membership; changes at barriers.
 struct AgreedParams {
-  TeamChoice teams;
+  controllers::TeamChoice teams;
   int covap_interval = 3;
   double covap_ccr = 0;
-  std::map<uint32_t, AgreedRegions> regions;  // by bucket
+  std::map<uint32_t, controllers::AgreedRegions> regions;  // by bucket
   // Per bucket index: its own algorithm ("" = the plan's), from the bucket
   // controller.
   std::vector<std::string> bucket_algorithms;
   // Parameter-server jobs: the epoch's shard assignment (shards == 0: none,
   // e.g. no server member yet: the plan then carries no PsPlan).
-  ShardAssignment ps;
+  controllers::ShardAssignment ps;
 };
 
 // The epoch's node layout (catalog/node_layout.h): each member's node is its
 // host, over the members still known, in rank order (as the plan lists them).
-catalog::NodeLayout EpochLayout(const Membership& m, const Epoch& epoch);
+catalog::NodeLayout EpochLayout(const membership::Membership& m, const membership::Epoch& epoch);
 
 gradex::v1::Plan BuildPlan(
-    const JobSettings& s, const Membership& m, const Epoch& epoch, uint64_t version,
-    uint64_t effective_step, const AgreedParams& agreed,
+    const JobSettings& s, const membership::Membership& m, const membership::Epoch& epoch,
+    uint64_t version, uint64_t effective_step, const AgreedParams& agreed,
     const std::vector<std::pair<std::pair<uint32_t, int>, uint64_t>>& kprime);
 
 }  // namespace gradex::coordinator

@@ -23,7 +23,7 @@ uint64_t StepsIn(absl::Duration d) {
 
 }  // namespace
 
-uint64_t Membership::StepBound(uint64_t id, absl::Time now) const {
+uint64_t membership::Membership::StepBound(uint64_t id, absl::Time now) const {
   // Every rank of an epoch runs the same steps, so no member is ahead of the
   // others by more than what runs between their reports. With no other
   // member to compare with, the member's own last claim bounds its next.
@@ -45,8 +45,8 @@ uint64_t Membership::StepBound(uint64_t id, absl::Time now) const {
   return std::min(bound + slack, kMaxStep);
 }
 
-absl::Status Membership::CheckStep(uint64_t id, const char* field, uint64_t step,
-                                   absl::Time now) const {
+absl::Status membership::Membership::CheckStep(uint64_t id, const char* field, uint64_t step,
+                                               absl::Time now) const {
   const uint64_t bound = StepBound(id, now);
   if (step <= bound) return absl::OkStatus();
   return Bad(
@@ -55,12 +55,13 @@ absl::Status Membership::CheckStep(uint64_t id, const char* field, uint64_t step
                    ": the furthest step the coordinator heard of, plus what can run since)"));
 }
 
-absl::Status Membership::CheckEpoch(const char* field, uint64_t epoch) const {
+absl::Status membership::Membership::CheckEpoch(const char* field, uint64_t epoch) const {
   if (epoch <= epoch_counter_) return absl::OkStatus();
   return Bad(field, epoch, absl::StrCat("was never published (latest epoch ", epoch_counter_, ")"));
 }
 
-absl::Status Membership::CheckJoinBounds(const gradex::v1::JoinRequest& r, absl::Time now) const {
+absl::Status membership::Membership::CheckJoinBounds(const gradex::v1::JoinRequest& r,
+                                                     absl::Time now) const {
   auto old = by_agent_.find(r.agent_id());
   const uint64_t id = old == by_agent_.end() ? 0 : old->second;
   if (absl::Status s = CheckStep(id, "next_step", r.next_step(), now); !s.ok()) return s;

@@ -305,7 +305,7 @@ TEST(AgentBucketsTest, RulesOutOfBoundsAreRefusedAtStart) {
   testing::FakeCoordinator coordinator(Job(1, "spardl"));
   testing::LoopbackPool pool;
   member::BucketRules rules;
-  rules.start_iter = kMaxRuleSteps + 1;
+  rules.start_iter = member::kMaxRuleSteps + 1;
   BucketBox box = testing::MakeBucketAgent(coordinator, pool, "solo", rules);
   absl::Status s = box.agent->Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -49,8 +49,8 @@ double Gauge(const pipeline::AgentMetrics& m, const std::string& name) {
 
 // A hierarchical call on `nodes` x `per_node` whose stage details are
 // `scale` times distinct base values, so a swapped field shows.
-CallStats Hierarchical(double nodes, double per_node, double scale) {
-  CallStats s;
+collectives::CallStats Hierarchical(double nodes, double per_node, double scale) {
+  collectives::CallStats s;
   s.total_s = 1.0 * scale;
   s.sent_bytes = static_cast<uint64_t>(1000 * scale);
   s.recv_bytes = static_cast<uint64_t>(2000 * scale);
@@ -65,8 +65,8 @@ CallStats Hierarchical(double nodes, double per_node, double scale) {
   return s;
 }
 
-void Observe(pipeline::AgentMetrics& m, const CallStats& s) {
-  AllreduceResult result;
+void Observe(pipeline::AgentMetrics& m, const collectives::CallStats& s) {
+  collectives::AllreduceResult result;
   result.is_dense = true;
   result.dense.assign(8, 0.0f);
   m.ObserveCall("spardl", s, 8, 0.0, result, 0);
@@ -105,7 +105,7 @@ TEST(AgentMetricsTest, FlatCallsAddNothingToTheStagesAndZeroTheLayout) {
   Observe(m, Hierarchical(4, 2, 1));
   EXPECT_EQ(Gauge(m, "gradex_agent_hierarchy_nodes"), 4);
   EXPECT_EQ(Gauge(m, "gradex_agent_hierarchy_ranks_per_node"), 2);
-  CallStats flat;
+  collectives::CallStats flat;
   flat.total_s = 7;
   flat.sent_bytes = 5000;
   flat.recv_bytes = 6000;
@@ -123,7 +123,7 @@ TEST(AgentMetricsTest, FlatCallsAddNothingToTheStagesAndZeroTheLayout) {
 
 TEST(AgentMetricsTest, AbsentStageDetailsCountAsZero) {
   pipeline::AgentMetrics m;
-  CallStats s;
+  collectives::CallStats s;
   s.details = {{"hierarchy_nodes", 2},
                {"hierarchy_ranks_per_node", 2},
                {"inter_node_s", 1.5},

@@ -52,8 +52,10 @@ class FailingSelection final : public gradex::testing::TestDenseGather {
   FailingSelection() : TestDenseGather(kFailing) {}
 
  protected:
-  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions&, LocalInput& in,
-                              ResidualLedger& ledger, CallStats*) override {
+  absl::Status LocalSelection(const collectives::CallContext& ctx,
+                              const collectives::AllreduceOptions&, collectives::LocalInput& in,
+                              collectives::ResidualLedger& ledger,
+                              collectives::CallStats*) override {
     if (ctx.call_id != g_fail_call.load() || ctx.transport->rank() != g_fail_rank.load()) {
       return absl::OkStatus();
     }

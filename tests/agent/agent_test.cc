@@ -66,7 +66,7 @@ struct Record {
   int world = 0;
   uint64_t plan_version = 0;
   double density = 0;
-  CallStats stats;
+  collectives::CallStats stats;
   RankCall call;
 };
 
@@ -107,13 +107,13 @@ void Drive(Box& box, int seed_rank, uint64_t last, Recorder& rec, std::vector<Fa
     call.residual_in = a.residuals()[0];
     std::span<const float> g(call.grad);
     pipeline::StepOutcome out;
-    const auto t0 = Clock::now();
+    const auto t0 = transport::Clock::now();
     absl::Status s = a.Step({&g, 1}, &out);
     call.residual_out = a.residuals()[0];
     if (!s.ok()) {
       ASSERT_NE(failures, nullptr) << s;
-      failures->push_back({s, std::chrono::duration<double>(Clock::now() - t0).count(), call.grad,
-                           call.residual_in, call.residual_out});
+      failures->push_back({s, std::chrono::duration<double>(transport::Clock::now() - t0).count(),
+                           call.grad, call.residual_in, call.residual_out});
       ASSERT_LT(failures->size(), 5u) << s;
       continue;
     }
@@ -195,7 +195,7 @@ TEST(AgentTest, KilledAgentFailsSurvivorsFastAndNextEpochRunsToTheEnd) {
         if (i != 2 || step != kKillAt) return true;
         // kill -9: no leave, no more heartbeats, connections gone.
         pipeline::Agent& a = *boxes[i].agent;
-        KillLoopbackRank(*a.transport(), a.rank());
+        transport::KillLoopbackRank(*a.transport(), a.rank());
         boxes[i].control->Crash();
         return false;
       };
@@ -313,9 +313,9 @@ TEST(AgentTest, FullReportQueueDropsWithoutBlockingSteps) {
   Box box = MakeAgent(coordinator, pool, "solo", /*report_capacity=*/4);
   box.control->PauseReports(true);
   Recorder rec;
-  const auto t0 = Clock::now();
+  const auto t0 = transport::Clock::now();
   Drive(box, 0, 29, rec, nullptr);
-  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double took = std::chrono::duration<double>(transport::Clock::now() - t0).count();
   EXPECT_LT(took, 10.0);
   EXPECT_EQ(box.control->report_drops(), 26u) << "30 reports, 4 queued";
   box.control->PauseReports(false);

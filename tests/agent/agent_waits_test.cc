@@ -64,8 +64,8 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
         if (a.connected() && a.next_step() > kLast) return;
         if (a.connected() && a.next_step() == kLateStep && i == 2) {
           late_rank.store(a.rank());
-          const Clock::time_point until = Clock::now() + milliseconds(20000);
-          while (!late_may_go.load() && Clock::now() < until) {
+          const transport::Clock::time_point until = transport::Clock::now() + milliseconds(20000);
+          while (!late_may_go.load() && transport::Clock::now() < until) {
             std::this_thread::sleep_for(milliseconds(5));
           }
         }
@@ -78,8 +78,8 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
   }
   // Wait until agent 2 holds back and both others have waited 300 ms.
   std::optional<member::WaitInfo> w0, w1;
-  const Clock::time_point until = Clock::now() + milliseconds(15000);
-  while (Clock::now() < until && !(w0 && w1)) {
+  const transport::Clock::time_point until = transport::Clock::now() + milliseconds(15000);
+  while (transport::Clock::now() < until && !(w0 && w1)) {
     std::this_thread::sleep_for(milliseconds(10));
     if (late_rank.load() < 0) continue;
     w0 = boxes[0].control->wait_source()->OldestWait(milliseconds(300));

@@ -43,7 +43,8 @@ class SlowOnBucketZero final : public gradex::testing::TestDenseGather {
   SlowOnBucketZero() : TestDenseGather(kSlow) {}
 
  protected:
-  absl::Status CheckOptions(const CallContext& ctx, const AllreduceOptions&) const override {
+  absl::Status CheckOptions(const collectives::CallContext& ctx,
+                            const collectives::AllreduceOptions&) const override {
     if (ctx.bucket_index == 0) std::this_thread::sleep_for(kDelay);
     return absl::OkStatus();
   }
@@ -165,7 +166,7 @@ TEST(BucketFallbackE2E, AutoRunsTheModelsChoicePerBucketFromABarrier) {
   for (double alpha : {1e-6, 1e-3}) {
     for (double beta : {1e-11, 1e-8}) {
       for (size_t n : kSizes) {
-        ASSERT_EQ(coordinator::CheapestAlgorithm(2, 1, n, 0.05, alpha, beta), "topka");
+        ASSERT_EQ(coordinator::controllers::CheapestAlgorithm(2, 1, n, 0.05, alpha, beta), "topka");
       }
     }
   }

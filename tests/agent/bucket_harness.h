@@ -170,7 +170,7 @@ inline std::vector<std::vector<StepRun>> RunKillingRank2(FakeCoordinator& coordi
           if (it != kill_step || b != 0) return;
           after_first.arrive_and_wait();  // bucket 0 done on every rank
           if (i == 2) {
-            KillLoopbackRank(*a.transport(), a.rank());
+            transport::KillLoopbackRank(*a.transport(), a.rank());
             boxes[i].control->Crash();
           }
         };

@@ -96,8 +96,8 @@ TEST(BucketPlan, BarrierMessageRoundTripsTheLargestListInAFewKiB) {
   for (size_t i = 0; i < buckets.size(); ++i) {
     buckets[i] = i % 3 == 0 ? "" : (i % 3 == 1 ? "dense-ring" : "oktopk");
   }
-  const Bytes b = member::EncodeSyncMessage(5, State(buckets));
-  const Bytes empty = member::EncodeSyncMessage(5, State({}));
+  const transport::Bytes b = member::EncodeSyncMessage(5, State(buckets));
+  const transport::Bytes empty = member::EncodeSyncMessage(5, State({}));
   // One byte per bucket plus the two names.
   EXPECT_EQ(b.size(), empty.size() + buckets.size() + 2 + 10 + 6);
   EXPECT_LT(b.size(), 8u << 10);
@@ -111,44 +111,45 @@ TEST(BucketPlan, BarrierMessageRoundTripsTheLargestListInAFewKiB) {
 }
 
 TEST(BucketPlan, BarrierMessageOutOfBoundsIsRefused) {
-  const Bytes empty = member::EncodeSyncMessage(5, State({}));
+  const transport::Bytes empty = member::EncodeSyncMessage(5, State({}));
   const size_t section = empty.size() - 3;  // u16 count, u8 name count
-  const Bytes good = member::EncodeSyncMessage(5, State({"", "dense-ring", "dense-ring"}));
+  const transport::Bytes good =
+      member::EncodeSyncMessage(5, State({"", "dense-ring", "dense-ring"}));
   ASSERT_TRUE(member::DecodeSyncMessage(good, 5, 0, 2).ok());
-  auto refused = [](const Bytes& b) {
+  auto refused = [](const transport::Bytes& b) {
     absl::StatusOr<member::SyncState> d = member::DecodeSyncMessage(b, 5, 0, 2);
     return !d.ok() && d.status().code() == absl::StatusCode::kDataLoss;
   };
   // A count over the bound (the indices present or not).
-  Bytes over = good;
+  transport::Bytes over = good;
   const uint16_t too_many = catalog::kMaxBucketAlgorithms + 1;
   std::memcpy(over.data() + section, &too_many, 2);
   over.resize(over.size() + too_many);
   EXPECT_TRUE(refused(over));
   // More distinct names than the bound.
-  Bytes names = good;
+  transport::Bytes names = good;
   names[section + 2] = catalog::kMaxDistinctBucketAlgorithms + 1;
   EXPECT_TRUE(refused(names));
   // A name the catalog lacks ("dense-rinG"), a zero-length name.
-  Bytes unknown = good;
+  transport::Bytes unknown = good;
   unknown[section + 13] = 'G';
   EXPECT_TRUE(refused(unknown));
-  Bytes zero = good;
+  transport::Bytes zero = good;
   zero[section + 3] = 0;
   EXPECT_TRUE(refused(zero));
   // A name longer than what is left.
-  Bytes longname = good;
+  transport::Bytes longname = good;
   longname[section + 3] = 60;
   EXPECT_TRUE(refused(longname));
   // An index past the table.
-  Bytes index = good;
+  transport::Bytes index = good;
   index[section + 15] = 2;
   EXPECT_TRUE(refused(index));
   // Truncated anywhere in the section, or trailing bytes.
   for (size_t cut = section; cut < good.size(); ++cut) {
-    EXPECT_TRUE(refused(Bytes(good.begin(), good.begin() + cut))) << cut;
+    EXPECT_TRUE(refused(transport::Bytes(good.begin(), good.begin() + cut))) << cut;
   }
-  Bytes trailing = good;
+  transport::Bytes trailing = good;
   trailing.push_back(0);
   EXPECT_TRUE(refused(trailing));
   // A bucket's parameter is checked against the bucket's algorithm.
@@ -180,9 +181,9 @@ TEST(BucketPlan, BarrierMessageCarriesTheRules) {
   EXPECT_EQ(d->values.rules.dense_probe_period, 50u);
   EXPECT_EQ(d->values.bucket_algorithms, s.values.bucket_algorithms);
   // The bounds themselves are accepted.
-  s.values.rules.start_iter = kMaxRuleSteps;
+  s.values.rules.start_iter = member::kMaxRuleSteps;
   s.values.rules.min_compression_rate = member::kMaxMinCompressionRate;
-  s.values.rules.dense_probe_period = kMaxRuleSteps;
+  s.values.rules.dense_probe_period = member::kMaxRuleSteps;
   d = member::DecodeSyncMessage(member::EncodeSyncMessage(5, s), 5, 1, 4);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->values.rules == s.values.rules);
@@ -190,18 +191,18 @@ TEST(BucketPlan, BarrierMessageCarriesTheRules) {
   // nothing a receiver would refuse goes out.
   member::Plan p;
   p.algorithm = "spardl";
-  EXPECT_EQ(member::BarrierValues::From(p, s.values.rules).rules.start_iter, kMaxRuleSteps);
+  EXPECT_EQ(member::BarrierValues::From(p, s.values.rules).rules.start_iter, member::kMaxRuleSteps);
   member::BucketRules over;
   over.start_iter = 7;
-  over.dense_probe_period = kMaxRuleSteps + 1;
+  over.dense_probe_period = member::kMaxRuleSteps + 1;
   EXPECT_TRUE(member::BarrierValues::From(p, over).rules == member::BucketRules{});
 }
 
 TEST(BucketPlan, BarrierMessageRulesOutOfBoundsAreRefused) {
-  const Bytes good = member::EncodeSyncMessage(5, State({}));
+  const transport::Bytes good = member::EncodeSyncMessage(5, State({}));
   ASSERT_TRUE(member::DecodeSyncMessage(good, 5, 0, 2).ok());
   auto with = [&](size_t at, auto value) {
-    Bytes b = good;
+    transport::Bytes b = good;
     std::memcpy(b.data() + kRulesAt + at, &value, sizeof(value));
     absl::StatusOr<member::SyncState> d = member::DecodeSyncMessage(b, 5, 0, 2);
     return d.ok() ? std::string("accepted") : std::string(d.status().message());
@@ -211,9 +212,9 @@ TEST(BucketPlan, BarrierMessageRulesOutOfBoundsAreRefused) {
   EXPECT_EQ(with(8, 1.5), "accepted");
   EXPECT_EQ(with(16, uint64_t{9}), "accepted");
   // Out of range: refused, naming the field.
-  EXPECT_NE(with(0, kMaxRuleSteps + 1).find("start_iter"), std::string::npos);
+  EXPECT_NE(with(0, member::kMaxRuleSteps + 1).find("start_iter"), std::string::npos);
   EXPECT_NE(with(0, ~uint64_t{0}).find("start_iter"), std::string::npos);
-  EXPECT_NE(with(16, kMaxRuleSteps + 1).find("dense_probe_period"), std::string::npos);
+  EXPECT_NE(with(16, member::kMaxRuleSteps + 1).find("dense_probe_period"), std::string::npos);
   for (double rate :
        {-1.0, member::kMaxMinCompressionRate * 2, std::numeric_limits<double>::infinity(),
         std::numeric_limits<double>::quiet_NaN()}) {
@@ -221,7 +222,8 @@ TEST(BucketPlan, BarrierMessageRulesOutOfBoundsAreRefused) {
   }
   // Truncated anywhere before the variable part.
   for (size_t cut = 0; cut < kRulesAt + 25; ++cut) {
-    EXPECT_FALSE(member::DecodeSyncMessage(Bytes(good.begin(), good.begin() + cut), 5, 0, 2).ok())
+    EXPECT_FALSE(
+        member::DecodeSyncMessage(transport::Bytes(good.begin(), good.begin() + cut), 5, 0, 2).ok())
         << cut;
   }
 }
@@ -229,13 +231,13 @@ TEST(BucketPlan, BarrierMessageRulesOutOfBoundsAreRefused) {
 TEST(BucketPlan, RulesBoundsOnOptions) {
   member::BucketRules r;
   EXPECT_TRUE(member::CheckBucketRules(r).ok());
-  r.start_iter = kMaxRuleSteps + 1;
+  r.start_iter = member::kMaxRuleSteps + 1;
   EXPECT_EQ(member::CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
   r = {};
   r.min_compression_rate = -0.5;
   EXPECT_EQ(member::CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
   r = {};
-  r.dense_probe_period = kMaxRuleSteps + 1;
+  r.dense_probe_period = member::kMaxRuleSteps + 1;
   EXPECT_EQ(member::CheckBucketRules(r).code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -56,7 +56,8 @@ class BridgeControlPlane final : public member::ControlPlane {
   explicit BridgeControlPlane(CoordinatorHub* hub) : hub_(hub), reports_(256) {}
   ~BridgeControlPlane() override { Stop(); }
 
-  absl::StatusOr<member::JoinReply> Join(const member::JoinRequest& request, Deadline) override {
+  absl::StatusOr<member::JoinReply> Join(const member::JoinRequest& request,
+                                         transport::Deadline) override {
     gradex::v1::JoinRequest req = member::JoinToProto(request, request.next_step);
     req.set_job_id(hub_->coordinator().settings().job_id);
     // Not ValidateJoin: loopback agents have no UCX listener address or version.
@@ -69,12 +70,12 @@ class BridgeControlPlane final : public member::ControlPlane {
     reply.lease = std::chrono::milliseconds(r->lease_duration_ms());
     return reply;
   }
-  absl::Status Heartbeat(Deadline) override {
+  absl::Status Heartbeat(transport::Deadline) override {
     gradex::v1::HeartbeatRequest h;
     h.set_member_id(member_);
     return hub_->coordinator().Heartbeat(h, absl::Now()).status();
   }
-  absl::Status Leave(Deadline) override {
+  absl::Status Leave(transport::Deadline) override {
     Stop();
     gradex::v1::LeaveRequest l;
     l.set_member_id(member_);
@@ -102,11 +103,11 @@ class BridgeControlPlane final : public member::ControlPlane {
         if (plan.ok()) store_.Publish(*std::move(plan)).IgnoreError();
       }
       if (std::chrono::steady_clock::now() - last_beat > std::chrono::milliseconds(200)) {
-        Heartbeat(Deadline{}).IgnoreError();
+        Heartbeat(transport::Deadline{}).IgnoreError();
         last_beat = std::chrono::steady_clock::now();
       }
       while (std::optional<member::StepReport> r =
-                 reports_.Pop(DeadlineIn(std::chrono::milliseconds(2)))) {
+                 reports_.Pop(transport::DeadlineIn(std::chrono::milliseconds(2)))) {
         gradex::v1::StepReport m = member::ToProto(*r, member_, "");
         bool accepted = false;
         if (!coordinator::ValidateReport(m).ok() ||

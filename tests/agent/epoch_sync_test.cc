@@ -29,13 +29,13 @@ member::SyncState State(uint64_t next_step) {
 }
 
 TEST(EpochSync, HonestPeersAgree) {
-  std::vector<std::unique_ptr<Transport>> ts = CreateLoopbackTransports(3);
+  std::vector<std::unique_ptr<transport::Transport>> ts = transport::CreateLoopbackTransports(3);
   std::vector<absl::StatusOr<member::SyncState>> out(3, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
       out[r] = member::AgreeInBand(*ts[r], kEpoch, kSequence, State(10 + r),
-                                   DeadlineIn(std::chrono::seconds(10)));
+                                   transport::DeadlineIn(std::chrono::seconds(10)));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -47,14 +47,15 @@ TEST(EpochSync, HonestPeersAgree) {
 }
 
 TEST(EpochSync, AnOversizedAgreementMessageIsRefusedNamingThePeer) {
-  std::vector<std::unique_ptr<Transport>> ts = CreateLoopbackTransports(2);
+  std::vector<std::unique_ptr<transport::Transport>> ts = transport::CreateLoopbackTransports(2);
   // Rank 1 plays a hostile member: 1 MiB where its agreement message goes.
   constexpr size_t kHuge = size_t{1} << 20;
-  const uint64_t tag = MessageTag(member::kSyncPhase, kSequence, 0);
-  absl::StatusOr<RequestId> sent = ts[1]->PostSend(0, tag, Bytes(kHuge, 0x5a));
+  const uint64_t tag = collectives::MessageTag(member::kSyncPhase, kSequence, 0);
+  absl::StatusOr<transport::RequestId> sent =
+      ts[1]->PostSend(0, tag, transport::Bytes(kHuge, 0x5a));
   ASSERT_TRUE(sent.ok()) << sent.status();
-  absl::StatusOr<member::SyncState> got = member::AgreeInBand(*ts[0], kEpoch, kSequence, State(10),
-                                                              DeadlineIn(std::chrono::seconds(5)));
+  absl::StatusOr<member::SyncState> got = member::AgreeInBand(
+      *ts[0], kEpoch, kSequence, State(10), transport::DeadlineIn(std::chrono::seconds(5)));
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
   EXPECT_TRUE(absl::StrContains(got.status().message(), absl::StrCat("peer 1 sent ", kHuge)))

@@ -151,9 +151,12 @@ TEST(HierarchyE2E, TheLayoutGoesFromTheJoinsToTheExchange) {
   for (auto& [step, calls] : log.steps()) {
     for (auto& [i, c] : calls) {
       EXPECT_EQ(c.layout, "hierarchical (2 nodes x 2 ranks)") << "agent " << i;
-      EXPECT_EQ(c.call.stats.Detail(kDetailHierarchyNodes), 2) << "agent " << i;
-      EXPECT_GT(c.call.stats.Detail(kDetailInterNodeSentBytes), 0) << "agent " << i;
-      EXPECT_GT(c.call.stats.Detail(kDetailIntraNodeSentBytes), 0) << "agent " << i;
+      EXPECT_EQ(c.call.stats.Detail(collectives::algorithms::kDetailHierarchyNodes), 2)
+          << "agent " << i;
+      EXPECT_GT(c.call.stats.Detail(collectives::algorithms::kDetailInterNodeSentBytes), 0)
+          << "agent " << i;
+      EXPECT_GT(c.call.stats.Detail(collectives::algorithms::kDetailIntraNodeSentBytes), 0)
+          << "agent " << i;
     }
   }
   const catalog::NodeLayout& layout = agents[3].agent->node_layout();
@@ -186,7 +189,8 @@ TEST(HierarchyE2E, RankZerosHierarchyRuleHoldsForEveryRank) {
   for (auto& [step, calls] : log.steps()) {
     for (auto& [i, c] : calls) {
       EXPECT_EQ(c.layout, want) << "agent " << i << " step " << step;
-      EXPECT_EQ(c.call.stats.Detail(kDetailHierarchyNodes), rules[zero].hierarchy ? 2 : 0);
+      EXPECT_EQ(c.call.stats.Detail(collectives::algorithms::kDetailHierarchyNodes),
+                rules[zero].hierarchy ? 2 : 0);
     }
   }
   for (auto& a : agents) EXPECT_TRUE(a.agent->Leave().ok());
@@ -207,7 +211,7 @@ TEST(HierarchyE2E, AKilledRankTakesItsNodeOutAndTheOtherNodeFinishes) {
       Drive(a, i, kLast, log, &failures[i], [&, i](uint64_t step) {
         if (i == 3 && step == kKillAt) {
           // kill -9 of one rank of node b: no leave, no heartbeats.
-          KillLoopbackRank(*a.transport(), a.rank());
+          transport::KillLoopbackRank(*a.transport(), a.rank());
           agents[i].control->Crash();
           return true;
         }

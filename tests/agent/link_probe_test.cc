@@ -30,21 +30,22 @@ using gradex::testing::RunRanks;
 using gradex::testing::Values;
 using std::chrono::milliseconds;
 
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
+double Since(transport::Clock::time_point t) {
+  return std::chrono::duration<double>(transport::Clock::now() - t).count();
 }
 
 TEST(LinkProbeTest, FourRanksGetPositiveFiniteEstimates) {
   absl::Mutex mu;
   std::vector<member::LinkEstimate> got(4);
-  std::vector<absl::Status> st = RunRanks(4, [&](int rank, Transport& t) -> absl::Status {
-    absl::StatusOr<member::LinkEstimate> e =
-        member::ProbeLinks(t, 3, DeadlineIn(milliseconds(20000)));
-    if (!e.ok()) return e.status();
-    absl::MutexLock lock(&mu);
-    got[rank] = *e;
-    return absl::OkStatus();
-  });
+  std::vector<absl::Status> st =
+      RunRanks(4, [&](int rank, transport::Transport& t) -> absl::Status {
+        absl::StatusOr<member::LinkEstimate> e =
+            member::ProbeLinks(t, 3, transport::DeadlineIn(milliseconds(20000)));
+        if (!e.ok()) return e.status();
+        absl::MutexLock lock(&mu);
+        got[rank] = *e;
+        return absl::OkStatus();
+      });
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(st[r].ok()) << st[r];
     EXPECT_GT(got[r].alpha_s, 0) << r;
@@ -57,20 +58,21 @@ TEST(LinkProbeTest, FourRanksGetPositiveFiniteEstimates) {
 }
 
 TEST(LinkProbeTest, OneRankHasNothingToProbe) {
-  auto t = CreateLoopbackTransports(1);
-  EXPECT_EQ(member::ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(1000))).status().code(),
+  auto t = transport::CreateLoopbackTransports(1);
+  EXPECT_EQ(member::ProbeLinks(*t[0], 1, transport::DeadlineIn(milliseconds(1000))).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(LinkProbeTest, DeadPeerFailsBeforeTheDeadline) {
-  auto t = CreateLoopbackTransports(3);
-  t[2]->Abort(DeadlineIn(milliseconds(100)));  // a dead rank
+  auto t = transport::CreateLoopbackTransports(3);
+  t[2]->Abort(transport::DeadlineIn(milliseconds(100)));  // a dead rank
   std::vector<absl::Status> st(2);
-  const auto start = Clock::now();
+  const auto start = transport::Clock::now();
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
-    threads.emplace_back(
-        [&, r] { st[r] = member::ProbeLinks(*t[r], 1, DeadlineIn(milliseconds(10000))).status(); });
+    threads.emplace_back([&, r] {
+      st[r] = member::ProbeLinks(*t[r], 1, transport::DeadlineIn(milliseconds(10000))).status();
+    });
   }
   for (auto& th : threads) th.join();
   EXPECT_LT(Since(start), 5.0);
@@ -81,18 +83,20 @@ TEST(LinkProbeTest, DeadPeerFailsBeforeTheDeadline) {
 }
 
 TEST(LinkProbeTest, AbsentPeerEndsAtTheDeadline) {
-  auto t = CreateLoopbackTransports(2);  // rank 1 never probes
-  const auto start = Clock::now();
-  absl::Status s = member::ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(300))).status();
+  auto t = transport::CreateLoopbackTransports(2);  // rank 1 never probes
+  const auto start = transport::Clock::now();
+  absl::Status s = member::ProbeLinks(*t[0], 1, transport::DeadlineIn(milliseconds(300))).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_LT(Since(start), 3.0);
 }
 
 TEST(LinkProbeTest, WrongSizedMessageIsRefused) {
-  auto t = CreateLoopbackTransports(2);
+  auto t = transport::CreateLoopbackTransports(2);
   // Rank 1 sends a short message under the probe's first tag.
-  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(member::kProbePhase, 0, 0), Bytes(3, 0)).ok());
-  absl::Status s = member::ProbeLinks(*t[0], 1, DeadlineIn(milliseconds(2000))).status();
+  ASSERT_TRUE(
+      t[1]->PostSend(0, collectives::MessageTag(member::kProbePhase, 0, 0), transport::Bytes(3, 0))
+          .ok());
+  absl::Status s = member::ProbeLinks(*t[0], 1, transport::DeadlineIn(milliseconds(2000))).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
 }
 

@@ -19,10 +19,10 @@ namespace gradex::testing {
 
 class LoopbackPool {
  public:
-  absl::StatusOr<std::unique_ptr<Transport>> Take(const member::Plan& plan, int rank) {
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Take(const member::Plan& plan, int rank) {
     absl::MutexLock lock(&mu_);
     auto& fabric = fabrics_[plan.epoch];
-    if (fabric.empty()) fabric = CreateLoopbackTransports(plan.world());
+    if (fabric.empty()) fabric = transport::CreateLoopbackTransports(plan.world());
     if (rank < 0 || rank >= static_cast<int>(fabric.size()) || fabric[rank] == nullptr) {
       return absl::FailedPreconditionError(
           absl::StrCat("loopback: rank ", rank, " of epoch ", plan.epoch, " unavailable"));
@@ -32,7 +32,8 @@ class LoopbackPool {
 
  private:
   absl::Mutex mu_;
-  std::map<uint32_t, std::vector<std::unique_ptr<Transport>>> fabrics_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, std::vector<std::unique_ptr<transport::Transport>>> fabrics_
+      ABSL_GUARDED_BY(mu_);
 };
 
 class LoopbackProvider final : public member::TransportProvider {
@@ -41,8 +42,8 @@ class LoopbackProvider final : public member::TransportProvider {
       : pool_(pool), address_(std::move(address)) {}
   std::string address() const override { return address_; }
   // Connects at once: nothing to abandon.
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const member::Plan& plan, int rank,
-                                                     const member::ConnectHooks&) override {
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(
+      const member::Plan& plan, int rank, const member::ConnectHooks&) override {
     return pool_->Take(plan, rank);
   }
 

@@ -55,8 +55,8 @@ class ParamProbe final : public gradex::testing::TestDenseGather {
   ParamProbe() : TestDenseGather(kName) {}
 
  protected:
-  absl::Status CheckOptions(const CallContext& ctx,
-                            const AllreduceOptions& options) const override {
+  absl::Status CheckOptions(const collectives::CallContext& ctx,
+                            const collectives::AllreduceOptions& options) const override {
     absl::MutexLock lock(&seen_mu);
     Seen()[{ctx.training_step, ctx.transport->rank()}] = Param(options, kParam);
     return absl::OkStatus();

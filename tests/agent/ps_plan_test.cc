@@ -44,7 +44,7 @@ gradex::v1::Plan PsPlanMessage() {
   return m;
 }
 
-TEST(member::PsPlan, AGoodPlanCarriesRolesShardsAndSlots) {
+TEST(PsPlan, AGoodPlanCarriesRolesShardsAndSlots) {
   absl::StatusOr<member::Plan> p = member::ToPlan(PsPlanMessage(), 0);
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_TRUE(p->ps.has_value());
@@ -66,7 +66,7 @@ TEST(member::PsPlan, AGoodPlanCarriesRolesShardsAndSlots) {
   EXPECT_FALSE(q->ps.has_value());
 }
 
-TEST(member::PsPlan, EveryOutOfRangeFieldRefusesThePlanNamingIt) {
+TEST(PsPlan, EveryOutOfRangeFieldRefusesThePlanNamingIt) {
   using Edit = std::function<void(gradex::v1::PsPlan*)>;
   const std::vector<std::pair<Edit, const char*>> bad = {
       {[](auto* p) { p->set_shards(0); }, "ps.shards"},

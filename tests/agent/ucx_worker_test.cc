@@ -24,30 +24,32 @@ namespace gradex {
 namespace {
 
 TEST(UcxWorkerTest, StaleMessagesOfAnEarlierGenerationAreDropped) {
-  UcxOptions options;
+  transport::ucx::UcxOptions options;
   options.tls = "tcp";
   std::vector<std::string> addresses(2);
   std::barrier sync(2);
   std::vector<std::string> got(2);
   auto rank = [&](int r) {
-    absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+    absl::StatusOr<std::shared_ptr<transport::ucx::UcxWorker>> worker =
+        transport::ucx::CreateUcxWorker(options);
     ASSERT_TRUE(worker.ok()) << worker.status();
     addresses[r] = (*worker)->address();
     sync.arrive_and_wait();
     for (uint32_t generation : {1u, 2u}) {
-      absl::StatusOr<std::unique_ptr<Transport>> t =
-          ConnectUcxTransport(*worker, r, addresses, generation, options);
+      absl::StatusOr<std::unique_ptr<transport::Transport>> t =
+          transport::ucx::ConnectUcxTransport(*worker, r, addresses, generation, options);
       ASSERT_TRUE(t.ok()) << t.status();
-      const Deadline deadline = DeadlineIn(std::chrono::milliseconds(10000));
+      const transport::Deadline deadline = transport::DeadlineIn(std::chrono::milliseconds(10000));
       if (r == 0) {
         std::string text = generation == 1 ? "stale" : "fresh";
-        absl::StatusOr<RequestId> id = (*t)->PostSend(1, 5, Bytes(text.begin(), text.end()));
+        absl::StatusOr<transport::RequestId> id =
+            (*t)->PostSend(1, 5, transport::Bytes(text.begin(), text.end()));
         ASSERT_TRUE(id.ok());
         ASSERT_TRUE((*t)->Wait(*id, deadline, nullptr).ok());
       } else if (generation == 2) {
-        absl::StatusOr<RequestId> id = (*t)->PostRecv(0, 5);
+        absl::StatusOr<transport::RequestId> id = (*t)->PostRecv(0, 5);
         ASSERT_TRUE(id.ok());
-        Bytes in;
+        transport::Bytes in;
         ASSERT_TRUE((*t)->Wait(*id, deadline, &in).ok());
         got[r].assign(in.begin(), in.end());
       }
@@ -70,38 +72,40 @@ TEST(UcxWorkerTest, StaleMessagesOfAnEarlierGenerationAreDropped) {
 // replacement's, to a parameter server that enters the eviction's epoch
 // first): entering the earlier one must not drop it.
 TEST(UcxWorkerTest, AMessageOfALaterGenerationSurvivesAnEarlierOnesConnect) {
-  UcxOptions options;
+  transport::ucx::UcxOptions options;
   options.tls = "tcp";
   options.connect_timeout = std::chrono::milliseconds(5000);
   std::vector<std::string> addresses(2);
   std::barrier sync(2);
   absl::Status late_wire_up[2];
   auto rank = [&](int r) {
-    absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+    absl::StatusOr<std::shared_ptr<transport::ucx::UcxWorker>> worker =
+        transport::ucx::CreateUcxWorker(options);
     ASSERT_TRUE(worker.ok()) << worker.status();
     addresses[r] = (*worker)->address();
     sync.arrive_and_wait();
     {
-      absl::StatusOr<std::unique_ptr<Transport>> t =
-          ConnectUcxTransport(*worker, r, addresses, 1, options);
+      absl::StatusOr<std::unique_ptr<transport::Transport>> t =
+          transport::ucx::ConnectUcxTransport(*worker, r, addresses, 1, options);
       ASSERT_TRUE(t.ok()) << t.status();
       sync.arrive_and_wait();
       if (r == 1) {
         // Drives the worker while rank 0 connects generation 3 and sends its
         // wire-up byte, which lands in this worker's unexpected queue.
-        absl::StatusOr<RequestId> id = (*t)->PostRecv(0, 9);
+        absl::StatusOr<transport::RequestId> id = (*t)->PostRecv(0, 9);
         ASSERT_TRUE(id.ok());
-        EXPECT_FALSE((*t)->Wait(*id, DeadlineIn(std::chrono::milliseconds(500)), nullptr).ok());
+        EXPECT_FALSE(
+            (*t)->Wait(*id, transport::DeadlineIn(std::chrono::milliseconds(500)), nullptr).ok());
       }
     }
     if (r == 1) {
       // Generation 2, with this rank alone, is entered before 3.
-      absl::StatusOr<std::unique_ptr<Transport>> alone =
-          ConnectUcxTransport(*worker, 0, {addresses[1]}, 2, options);
+      absl::StatusOr<std::unique_ptr<transport::Transport>> alone =
+          transport::ucx::ConnectUcxTransport(*worker, 0, {addresses[1]}, 2, options);
       ASSERT_TRUE(alone.ok()) << alone.status();
     }
-    absl::StatusOr<std::unique_ptr<Transport>> t =
-        ConnectUcxTransport(*worker, r, addresses, 3, options);
+    absl::StatusOr<std::unique_ptr<transport::Transport>> t =
+        transport::ucx::ConnectUcxTransport(*worker, r, addresses, 3, options);
     late_wire_up[r] = t.status();
     sync.arrive_and_wait();  // nobody leaves before both wire-ups ended
   };
@@ -113,19 +117,21 @@ TEST(UcxWorkerTest, AMessageOfALaterGenerationSurvivesAnEarlierOnesConnect) {
 }
 
 TEST(UcxWorkerTest, OneCommunicatorAtATime) {
-  UcxOptions options;
+  transport::ucx::UcxOptions options;
   options.tls = "tcp";
-  absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+  absl::StatusOr<std::shared_ptr<transport::ucx::UcxWorker>> worker =
+      transport::ucx::CreateUcxWorker(options);
   ASSERT_TRUE(worker.ok()) << worker.status();
   std::vector<std::string> one = {(*worker)->address()};
-  absl::StatusOr<std::unique_ptr<Transport>> t = ConnectUcxTransport(*worker, 0, one, 1, options);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> t =
+      transport::ucx::ConnectUcxTransport(*worker, 0, one, 1, options);
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_EQ(ConnectUcxTransport(*worker, 0, one, 2, options).status().code(),
+  EXPECT_EQ(transport::ucx::ConnectUcxTransport(*worker, 0, one, 2, options).status().code(),
             absl::StatusCode::kFailedPrecondition);
   t->reset();
-  EXPECT_TRUE(ConnectUcxTransport(*worker, 0, one, 2, options).ok());
+  EXPECT_TRUE(transport::ucx::ConnectUcxTransport(*worker, 0, one, 2, options).ok());
   std::vector<std::string> two = {(*worker)->address(), ""};
-  EXPECT_EQ(ConnectUcxTransport(*worker, 0, two, 3, options).status().code(),
+  EXPECT_EQ(transport::ucx::ConnectUcxTransport(*worker, 0, two, 3, options).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -165,24 +171,26 @@ class SilentPeer {
 TEST(UcxWorkerTest, AWireUpIsAbandonedWhenTheEpochIsSuperseded) {
   SilentPeer hole;
   ASSERT_FALSE(hole.address().empty());
-  UcxOptions options;
+  transport::ucx::UcxOptions options;
   options.tls = "tcp";
   options.connect_timeout = std::chrono::seconds(20);
-  absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+  absl::StatusOr<std::shared_ptr<transport::ucx::UcxWorker>> worker =
+      transport::ucx::CreateUcxWorker(options);
   ASSERT_TRUE(worker.ok()) << worker.status();
   const std::vector<std::string> addresses = {(*worker)->address(), hole.address()};
   const auto start = std::chrono::steady_clock::now();
   options.abandon = [start] {
     return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(300);
   };
-  absl::StatusOr<std::unique_ptr<Transport>> t =
-      ConnectUcxTransport(*worker, 0, addresses, 1, options);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> t =
+      transport::ucx::ConnectUcxTransport(*worker, 0, addresses, 1, options);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(t.status().code(), absl::StatusCode::kAborted) << t.status();
   EXPECT_LT(seconds, 5.0) << "the wire-up ran on past its abandon";
   options.abandon = nullptr;
-  EXPECT_TRUE(ConnectUcxTransport(*worker, 0, {(*worker)->address()}, 2, options).ok());
+  EXPECT_TRUE(
+      transport::ucx::ConnectUcxTransport(*worker, 0, {(*worker)->address()}, 2, options).ok());
 }
 
 // The wire-up tells which peers it waits on (UcxOptions::on_wire_up_wait):
@@ -195,7 +203,7 @@ TEST(UcxWorkerTest, AWireUpIsAbandonedWhenTheEpochIsSuperseded) {
 TEST(UcxWorkerTest, AWireUpTellsWhichPeersItStillWaitsOn) {
   SilentPeer hole;
   ASSERT_FALSE(hole.address().empty());
-  UcxOptions options;
+  transport::ucx::UcxOptions options;
   options.tls = "tcp";
   options.connect_timeout = std::chrono::seconds(20);
   options.wire_up_quiet = std::chrono::milliseconds(2500);
@@ -209,18 +217,19 @@ TEST(UcxWorkerTest, AWireUpTellsWhichPeersItStillWaitsOn) {
   std::vector<absl::Status> status(2);
   std::barrier sync(2);
   auto rank = [&](int r) {
-    absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+    absl::StatusOr<std::shared_ptr<transport::ucx::UcxWorker>> worker =
+        transport::ucx::CreateUcxWorker(options);
     ASSERT_TRUE(worker.ok()) << worker.status();
     addresses[r] = (*worker)->address();
     sync.arrive_and_wait();
-    UcxOptions o = options;
+    transport::ucx::UcxOptions o = options;
     const auto start = std::chrono::steady_clock::now();
     o.on_wire_up_wait = [&, r, start](int peer, bool waiting) {
       events[r].push_back(
           {peer, waiting,
            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
     };
-    status[r] = ConnectUcxTransport(*worker, r, addresses, 1, o).status();
+    status[r] = transport::ucx::ConnectUcxTransport(*worker, r, addresses, 1, o).status();
   };
   std::thread t0(rank, 0), t1(rank, 1);
   t0.join();
@@ -277,17 +286,19 @@ TEST(UcxWorkerTest, TheDataPlaneListensOnTheChosenInterfaceOnly) {
   ASSERT_TRUE(ip.ok()) << ip.status();
   EXPECT_EQ(*ip, "127.0.0.1");
   EXPECT_EQ(*member::DataPlaneIp("10.1.2.3", "127.0.0.1:50051"), "10.1.2.3");
-  UcxOptions options;
+  transport::ucx::UcxOptions options;
   options.tls = "tcp";
   options.listen_ip = *ip;
-  absl::StatusOr<std::shared_ptr<UcxWorker>> worker = CreateUcxWorker(options);
+  absl::StatusOr<std::shared_ptr<transport::ucx::UcxWorker>> worker =
+      transport::ucx::CreateUcxWorker(options);
   ASSERT_TRUE(worker.ok()) << worker.status();
   const std::string& address = (*worker)->address();
   ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
   const int port = std::stoi(address.substr(address.find(':') + 1));
   EXPECT_EQ(ListenersOn(port), (std::vector<std::string>{"0100007F"}));
   options.listen_ip = "0.0.0.0";
-  absl::StatusOr<std::shared_ptr<UcxWorker>> wildcard = CreateUcxWorker(options);
+  absl::StatusOr<std::shared_ptr<transport::ucx::UcxWorker>> wildcard =
+      transport::ucx::CreateUcxWorker(options);
   EXPECT_EQ(wildcard.status().code(), absl::StatusCode::kInvalidArgument) << wildcard.status();
 }
 

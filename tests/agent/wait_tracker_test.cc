@@ -14,20 +14,20 @@ namespace {
 
 using std::chrono::milliseconds;
 
-TEST(member::WaitTracker, LateSenderShowsUpAndCompletedReceivesDisappear) {
-  auto fabric = CreateLoopbackTransports(3);
+TEST(WaitTracker, LateSenderShowsUpAndCompletedReceivesDisappear) {
+  auto fabric = transport::CreateLoopbackTransports(3);
   auto tracker = std::make_shared<member::WaitTracker>();
-  std::unique_ptr<Transport> t = tracker->Wrap(std::move(fabric[0]));
+  std::unique_ptr<transport::Transport> t = tracker->Wrap(std::move(fabric[0]));
   EXPECT_EQ(member::WaitTracker::Inner(t.get())->rank(), 0);
   EXPECT_EQ(t->size(), 3);
   tracker->SetStep(7, 42);
   EXPECT_EQ(tracker->running_epoch(), 7u);
   EXPECT_FALSE(tracker->OldestWait(milliseconds(0)));
 
-  absl::StatusOr<RequestId> from2 = t->PostRecv(2, 5);
+  absl::StatusOr<transport::RequestId> from2 = t->PostRecv(2, 5);
   ASSERT_TRUE(from2.ok());
   std::this_thread::sleep_for(milliseconds(30));
-  absl::StatusOr<RequestId> from1 = t->PostRecv(1, 5);
+  absl::StatusOr<transport::RequestId> from1 = t->PostRecv(1, 5);
   ASSERT_TRUE(from1.ok());
 
   std::optional<member::WaitInfo> w = tracker->OldestWait(milliseconds(20));
@@ -44,16 +44,16 @@ TEST(member::WaitTracker, LateSenderShowsUpAndCompletedReceivesDisappear) {
 
   // Rank 2 sends: the receive completes through Wait and leaves; rank 1's
   // is now the oldest.
-  ASSERT_TRUE(fabric[2]->PostSend(0, 5, Bytes{1, 2, 3}).ok());
-  Bytes in;
-  ASSERT_TRUE(t->Wait(*from2, DeadlineIn(milliseconds(2000)), &in).ok());
-  EXPECT_EQ(in, (Bytes{1, 2, 3}));
+  ASSERT_TRUE(fabric[2]->PostSend(0, 5, transport::Bytes{1, 2, 3}).ok());
+  transport::Bytes in;
+  ASSERT_TRUE(t->Wait(*from2, transport::DeadlineIn(milliseconds(2000)), &in).ok());
+  EXPECT_EQ(in, (transport::Bytes{1, 2, 3}));
   w = tracker->OldestWait(milliseconds(0));
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->peer, 1);
 
   // Completed through Test: nothing left.
-  ASSERT_TRUE(fabric[1]->PostSend(0, 5, Bytes{9}).ok());
+  ASSERT_TRUE(fabric[1]->PostSend(0, 5, transport::Bytes{9}).ok());
   bool done = false;
   for (int i = 0; i < 2000 && !done; ++i) {
     absl::StatusOr<bool> r = t->Test(*from1, &in);
@@ -65,38 +65,39 @@ TEST(member::WaitTracker, LateSenderShowsUpAndCompletedReceivesDisappear) {
   EXPECT_FALSE(tracker->OldestWait(milliseconds(0)));
 }
 
-TEST(member::WaitTracker, TimeoutNamesThePeerAndCancelClears) {
-  auto fabric = CreateLoopbackTransports(2);
+TEST(WaitTracker, TimeoutNamesThePeerAndCancelClears) {
+  auto fabric = transport::CreateLoopbackTransports(2);
   auto tracker = std::make_shared<member::WaitTracker>();
-  std::unique_ptr<Transport> t = tracker->Wrap(std::move(fabric[0]));
+  std::unique_ptr<transport::Transport> t = tracker->Wrap(std::move(fabric[0]));
   tracker->SetStep(3, 9);
-  const Clock::time_point start = Clock::now();
+  const transport::Clock::time_point start = transport::Clock::now();
   EXPECT_FALSE(tracker->LastTimeout(start));
-  absl::StatusOr<RequestId> id = t->PostRecv(1, 77);
+  absl::StatusOr<transport::RequestId> id = t->PostRecv(1, 77);
   ASSERT_TRUE(id.ok());
-  absl::Status s = t->Wait(*id, DeadlineIn(milliseconds(50)), nullptr);
+  absl::Status s = t->Wait(*id, transport::DeadlineIn(milliseconds(50)), nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   std::optional<member::WaitInfo> to = tracker->LastTimeout(start);
   ASSERT_TRUE(to.has_value());
   EXPECT_EQ(to->peer, 1);
   EXPECT_EQ(to->step, 9u);
   EXPECT_GE(to->waited.count(), 45);
-  EXPECT_FALSE(tracker->LastTimeout(Clock::now() + milliseconds(1)));  // an older timeout
+  EXPECT_FALSE(
+      tracker->LastTimeout(transport::Clock::now() + milliseconds(1)));  // an older timeout
   // Still posted after a deadline (the caller may wait again) until cancelled.
   EXPECT_TRUE(tracker->OldestWait(milliseconds(0)).has_value());
-  t->CancelAll(DeadlineIn(milliseconds(100)));
+  t->CancelAll(transport::DeadlineIn(milliseconds(100)));
   EXPECT_FALSE(tracker->OldestWait(milliseconds(0)));
 }
 
-TEST(member::WaitTracker, AnOldCommunicatorsEntriesLeaveWithIt) {
+TEST(WaitTracker, AnOldCommunicatorsEntriesLeaveWithIt) {
   auto tracker = std::make_shared<member::WaitTracker>();
-  auto fabric_a = CreateLoopbackTransports(2);
-  auto fabric_b = CreateLoopbackTransports(2);
-  std::unique_ptr<Transport> a = tracker->Wrap(std::move(fabric_a[0]));
-  std::unique_ptr<Transport> b = tracker->Wrap(std::move(fabric_b[0]));
+  auto fabric_a = transport::CreateLoopbackTransports(2);
+  auto fabric_b = transport::CreateLoopbackTransports(2);
+  std::unique_ptr<transport::Transport> a = tracker->Wrap(std::move(fabric_a[0]));
+  std::unique_ptr<transport::Transport> b = tracker->Wrap(std::move(fabric_b[0]));
   ASSERT_TRUE(a->PostRecv(1, 1).ok());
   ASSERT_TRUE(b->PostRecv(1, 2).ok());
-  a->Abort(DeadlineIn(milliseconds(100)));
+  a->Abort(transport::DeadlineIn(milliseconds(100)));
   EXPECT_TRUE(a->aborted());
   ASSERT_TRUE(tracker->OldestWait(milliseconds(0)).has_value());  // b's is still pending
   b.reset();
@@ -108,7 +109,7 @@ TEST(member::WaitTracker, AnOldCommunicatorsEntriesLeaveWithIt) {
 // epoch being entered, so a member that never connects shows in its peers'
 // heartbeats; a peer that answered, or the end of the
 // connect, removes them, and a communicator's own receives are kept apart.
-TEST(member::WaitTracker, WireUpWaitsShowUntilThePeerAnswersOrTheConnectEnds) {
+TEST(WaitTracker, WireUpWaitsShowUntilThePeerAnswersOrTheConnectEnds) {
   auto tracker = std::make_shared<member::WaitTracker>();
   tracker->SetStep(4, 64);
   tracker->WireUpWaiting(3, true);
@@ -126,8 +127,8 @@ TEST(member::WaitTracker, WireUpWaitsShowUntilThePeerAnswersOrTheConnectEnds) {
   EXPECT_EQ(w->peer, 1);
   // A communicator's receive with the same id as a wire-up entry is another
   // wait: clearing the wire-up leaves it.
-  auto fabric = CreateLoopbackTransports(2);
-  std::unique_ptr<Transport> t = tracker->Wrap(std::move(fabric[0]));
+  auto fabric = transport::CreateLoopbackTransports(2);
+  std::unique_ptr<transport::Transport> t = tracker->Wrap(std::move(fabric[0]));
   ASSERT_TRUE(t->PostRecv(1, 9).ok());
   tracker->ClearWireUp();
   w = tracker->OldestWait(milliseconds(0));

@@ -296,19 +296,19 @@ namespace {
 // max(err, NaN) is err, so a NaN in the result used to
 // pass the conservation check as conserved.
 TEST(Invariants, ANaNResultIsNotConserved) {
-  std::vector<std::unique_ptr<Transport>> t = CreateLoopbackTransports(1);
-  CallContext ctx;
+  std::vector<std::unique_ptr<transport::Transport>> t = transport::CreateLoopbackTransports(1);
+  collectives::CallContext ctx;
   ctx.transport = t[0].get();
   ctx.job_id = 1;
   ctx.epoch = 1;
-  ctx.deadline = DeadlineIn(std::chrono::seconds(5));
+  ctx.deadline = transport::DeadlineIn(std::chrono::seconds(5));
   std::vector<float> grad = {1, 2, 3, 4}, zero(4, 0), result = {1, 2, 3, 4}, contrib(4), scratch(4);
-  auto ok = CheckConservation(ctx, grad, zero, zero, result, contrib, scratch);
+  auto ok = collectives::CheckConservation(ctx, grad, zero, zero, result, contrib, scratch);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->max_abs_err, 0.0);
   result[0] = std::nanf("");
   ctx.call_id = 1;
-  auto nan = CheckConservation(ctx, grad, zero, zero, result, contrib, scratch);
+  auto nan = collectives::CheckConservation(ctx, grad, zero, zero, result, contrib, scratch);
   ASSERT_TRUE(nan.ok()) << nan.status();
   EXPECT_FALSE(nan->max_abs_err <= 1e-6) << nan->max_abs_err;  // never "within tolerance"
 }

@@ -24,7 +24,7 @@ namespace {
 constexpr double kFrameHeader = 48;
 
 struct RankOut {
-  CallStats stats;
+  collectives::CallStats stats;
   absl::Status status;
 };
 
@@ -34,31 +34,35 @@ std::vector<RankOut> RunHierarchy(const std::string& algo, int nodes, int per_no
   std::vector<std::string> node_of(p);
   for (int r = 0; r < p; ++r) node_of[r] = "node" + std::to_string(r / per_node);
   const catalog::NodeLayout layout = catalog::LayoutOf(node_of);
-  std::vector<std::unique_ptr<Transport>> world = CreateSimTransports(p, SimParams{0, 1e-9, 0});
+  std::vector<std::unique_ptr<transport::Transport>> world =
+      transport::CreateSimTransports(p, transport::SimParams{0, 1e-9, 0});
   std::vector<RankOut> out(p);
   std::vector<std::thread> threads;
   for (int r = 0; r < p; ++r) {
     threads.emplace_back([&, r] {
-      absl::StatusOr<std::unique_ptr<SparseAllreduce>> inner = CreateAllreduce(algo);
+      absl::StatusOr<std::unique_ptr<collectives::SparseAllreduce>> inner =
+          collectives::CreateAllreduce(algo);
       if (!inner.ok()) {
         out[r].status = inner.status();
         return;
       }
-      absl::StatusOr<std::unique_ptr<HierarchicalAllreduce>> h =
-          HierarchicalAllreduce::Create(std::move(*inner), layout);
+      absl::StatusOr<std::unique_ptr<collectives::algorithms::HierarchicalAllreduce>> h =
+          collectives::algorithms::HierarchicalAllreduce::Create(std::move(*inner), layout);
       if (!h.ok()) {
         out[r].status = h.status();
         return;
       }
       std::vector<float> grad(n), residual(n, 0.0f);
       bench::GenerateGradient(1, r, 0, false, grad);
-      AllreduceOptions options;
+      collectives::AllreduceOptions options;
       options.density = density;
       options.teams = 1;
-      CallContext ctx{world[r].get(), 1, 1, 0, DeadlineIn(std::chrono::seconds(60)), 0};
-      AllreduceResult result;
+      collectives::CallContext ctx{
+          world[r].get(), 1, 1, 0, transport::DeadlineIn(std::chrono::seconds(60)), 0};
+      collectives::AllreduceResult result;
       out[r].status = (*h)->Run(ctx, options, grad, residual, &result, &out[r].stats);
-      if (!out[r].status.ok()) world[r]->Abort(DeadlineIn(std::chrono::milliseconds(500)));
+      if (!out[r].status.ok())
+        world[r]->Abort(transport::DeadlineIn(std::chrono::milliseconds(500)));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -94,7 +98,8 @@ TEST_P(HierarchyBytes, RealBytesLieInTheModel) {
   for (int node = 0; node < c.nodes; ++node) {
     double sent = 0;
     for (int l = 0; l < c.per_node; ++l) {
-      sent += out[node * c.per_node + l].stats.Detail(kDetailInterNodeSentBytes);
+      sent += out[node * c.per_node + l].stats.Detail(
+          collectives::algorithms::kDetailInterNodeSentBytes);
     }
     SCOPED_TRACE("node " + std::to_string(node));
     if (c.symmetric) EXPECT_GE(sent, model->inter.nic_bytes_lo * (1 - slack));
@@ -105,7 +110,7 @@ TEST_P(HierarchyBytes, RealBytesLieInTheModel) {
                           3 * (c.per_node - 1) * kFrameHeader + 4.0 * 2 * (c.per_node - 1);
   for (int r = 0; r < c.nodes * c.per_node; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    const double sent = out[r].stats.Detail(kDetailIntraNodeSentBytes);
+    const double sent = out[r].stats.Detail(collectives::algorithms::kDetailIntraNodeSentBytes);
     // A shard is ⌈n/L⌉ or one less; the model prices the larger.
     EXPECT_GE(sent, intra_lo - 4.0 * (c.per_node - 1));
     EXPECT_LE(sent, intra_hi);

@@ -30,7 +30,7 @@ constexpr double kDensity = 0.01;
 constexpr int kIters = 2;  // residuals carry over; the mean call is checked
 
 bool Registered(const std::string& name) {
-  for (const std::string& n : AllreduceNames()) {
+  for (const std::string& n : collectives::AllreduceNames()) {
     if (n == name) return true;
   }
   return false;
@@ -195,7 +195,7 @@ TEST(Sim, DecompositionBracketsTheDirectRun) {
     cfg.algo = algo;
     cfg.ranks = 16;
     cfg.density = kDensity;
-    cfg.params = SimParams{f.alpha, f.beta, 0};
+    cfg.params = transport::SimParams{f.alpha, f.beta, 0};
     cfg.iters = kIters;
     absl::StatusOr<Decomposition> d = DecomposeTime(cfg, kN / 4, kN / 8, kN);
     ASSERT_TRUE(d.ok()) << d.status();

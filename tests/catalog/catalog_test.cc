@@ -22,7 +22,7 @@ TEST(Catalog, EveryEntryHasAScheduleOfTheSameName) {
   const auto servers = std::count_if(all.begin(), all.end(), [](const catalog::AlgorithmSpec* s) {
     return s->traits.parameter_server;
   });
-  EXPECT_EQ(CatalogAlgorithms().size() + servers, all.size());
+  EXPECT_EQ(collectives::CatalogAlgorithms().size() + servers, all.size());
   std::set<uint16_t> ids;
   for (const catalog::AlgorithmSpec* spec : all) {
     SCOPED_TRACE(spec->name);
@@ -31,7 +31,7 @@ TEST(Catalog, EveryEntryHasAScheduleOfTheSameName) {
     EXPECT_FALSE(spec->description.empty());
     if (spec->traits.parameter_server) continue;
     EXPECT_NE(spec->table1_cost, nullptr);
-    auto algo = CreateAllreduce(spec->name);
+    auto algo = collectives::CreateAllreduce(spec->name);
     ASSERT_TRUE(algo.ok()) << algo.status();
     EXPECT_EQ((*algo)->name(), spec->name);
     EXPECT_EQ(static_cast<uint16_t>((*algo)->id()), spec->id);
@@ -40,11 +40,11 @@ TEST(Catalog, EveryEntryHasAScheduleOfTheSameName) {
 }
 
 TEST(Catalog, UnknownNamesListTheKnownOnes) {
-  auto algo = CreateAllreduce("no-such-algorithm");
+  auto algo = collectives::CreateAllreduce("no-such-algorithm");
   ASSERT_EQ(algo.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(algo.status().message().find("spardl-bsag"), std::string::npos);
   EXPECT_EQ(catalog::Find("no-such-algorithm"), nullptr);
-  EXPECT_EQ(CatalogId("no-such-algorithm"), AlgorithmId{0});
+  EXPECT_EQ(collectives::wire::CatalogId("no-such-algorithm"), collectives::wire::AlgorithmId{0});
 }
 
 // DGS is described truthfully: a parameter-server exchange (collectives/
@@ -54,12 +54,12 @@ TEST(Catalog, DgsIsAParameterServerEntry) {
   const catalog::AlgorithmSpec* dgs = catalog::Find("dgs");
   ASSERT_NE(dgs, nullptr);
   EXPECT_EQ(dgs->id, 15);
-  EXPECT_EQ(CatalogId("dgs"), AlgorithmId{15});
+  EXPECT_EQ(collectives::wire::CatalogId("dgs"), collectives::wire::AlgorithmId{15});
   EXPECT_TRUE(dgs->traits.parameter_server);
   EXPECT_FALSE(dgs->traits.synchronous);
   EXPECT_FALSE(dgs->traits.equals_dense_at_density_one);
   EXPECT_EQ(dgs->table1_cost, nullptr);
-  EXPECT_EQ(CreateAllreduce("dgs").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(collectives::CreateAllreduce("dgs").status().code(), absl::StatusCode::kNotFound);
   const std::vector<std::pair<std::string, double>> defaults = {
       {"momentum", 0.9}, {"weight_decay", 5e-4}, {"full_sync_every", 150}, {"max_staleness", 0}};
   for (const auto& [name, value] : defaults) {
@@ -82,7 +82,9 @@ TEST(Catalog, ClashingEntriesAreRefused) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(catalog::FindId(60999), nullptr);
   // A schedule without an entry is refused too.
-  EXPECT_EQ(RegisterAlgorithm("no-entry", [] { return std::unique_ptr<SparseAllreduce>(); }).code(),
+  EXPECT_EQ(collectives::RegisterAlgorithm(
+                "no-entry", [] { return std::unique_ptr<collectives::SparseAllreduce>(); })
+                .code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -117,7 +119,7 @@ TEST(Catalog, DefaultAndReferenceAreEntries) {
   // catalog entries; the reference is dense, exact on integers, option-free.
   const catalog::AlgorithmSpec* def = catalog::Find(catalog::DefaultAlgorithm());
   ASSERT_NE(def, nullptr);
-  EXPECT_TRUE(CreateAllreduce(def->name).ok());
+  EXPECT_TRUE(collectives::CreateAllreduce(def->name).ok());
   const catalog::AlgorithmSpec* ref = catalog::Find(catalog::ReferenceSumAlgorithm());
   ASSERT_NE(ref, nullptr);
   EXPECT_TRUE(ref->traits.dense);

@@ -221,7 +221,7 @@ TEST_P(DeviceBucketsTest, GiveTheBitsOfHostBuckets) {
     if (device) {
       // The last step (3) is sparse: an algorithm with a device local part
       // ran it on the device, any other staged the bucket whole.
-      std::unique_ptr<SparseAllreduce> a = *CreateAllreduce(GetParam());
+      std::unique_ptr<collectives::SparseAllreduce> a = *collectives::CreateAllreduce(GetParam());
       const std::string want = a->DeviceLocalPart() ? "device selection" : "whole-bucket staging";
       for (int r = 0; r < kWorld; ++r) {
         for (const BucketStats& b : clients[r]->Stats()) {
@@ -245,7 +245,8 @@ TEST_P(DeviceBucketsTest, GiveTheBitsOfHostBuckets) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, DeviceBucketsTest, ::testing::ValuesIn(AllreduceNames()),
+INSTANTIATE_TEST_SUITE_P(Algorithms, DeviceBucketsTest,
+                         ::testing::ValuesIn(collectives::AllreduceNames()),
                          gradex::testing::AlgorithmTestName);
 
 // Two ranks, spardl, the mean, momentum correction: rank 0 passes every
@@ -302,7 +303,9 @@ TEST(ClientDeviceTest, DeviceSelectionMovesOnlyTheSelectedEntries) {
       // spardl_full_reselect a rank keeps twice the keep of the block it
       // owns at P = 2; collectives/algorithms/sparse_steps.h).
       size_t local = 0;
-      for (size_t q : SrsLocalKeeps(BlockLayout(n, kWorld, density), 0)) local += q;
+      for (size_t q :
+           collectives::algorithms::SrsLocalKeeps(collectives::BlockLayout(n, kWorld, density), 0))
+        local += q;
       EXPECT_LE(local, 2 * k);
       EXPECT_LE(b.device_to_host_bytes, 8 * (local + kWorld));
       const uint64_t moved_up = step == 1 ? 2 * n * sizeof(float) : 0;

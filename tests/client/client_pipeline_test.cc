@@ -47,15 +47,16 @@ class OverlapProbe final : public gradex::testing::TestDenseGather {
   OverlapProbe() : TestDenseGather(kOverlap) {}
 
  protected:
-  absl::Status LocalSelection(const CallContext& ctx, const AllreduceOptions&, LocalInput&,
-                              ResidualLedger&, CallStats*) override {
+  absl::Status LocalSelection(const collectives::CallContext& ctx,
+                              const collectives::AllreduceOptions&, collectives::LocalInput&,
+                              collectives::ResidualLedger&, collectives::CallStats*) override {
     std::lock_guard<std::mutex> lock(g_mu);
     g_started.insert({ctx.transport->rank(), ctx.call_id});
     g_cv.notify_all();
     return absl::OkStatus();
   }
-  absl::Status ReduceDense(const CallContext& ctx, float* data, size_t n,
-                           PhaseTimes* times) override {
+  absl::Status ReduceDense(const collectives::CallContext& ctx, float* data, size_t n,
+                           collectives::PhaseTimes* times) override {
     if (static_cast<int>(ctx.bucket_index) + 1 < kBuckets) {
       const std::pair<int, uint64_t> next{ctx.transport->rank(), ctx.call_id + 1};
       std::unique_lock<std::mutex> lock(g_mu);

@@ -17,7 +17,7 @@
 namespace gradex::client {
 namespace {
 
-TEST(ps::PsOptionTable, EveryOptionHasEachFormOnce) {
+TEST(PsOptionTable, EveryOptionHasEachFormOnce) {
   std::set<std::string> names, keys, keywords, vars;
   for (const ps::PsOptionSpec& s : ps::PsOptionTable()) {
     EXPECT_TRUE(names.insert(std::string(s.spec.name)).second) << s.spec.name;
@@ -36,7 +36,7 @@ TEST(ps::PsOptionTable, EveryOptionHasEachFormOnce) {
   EXPECT_EQ(ps::FindPsCKey("rank"), nullptr);  // the client's
 }
 
-TEST(ps::PsOptionTable, DefaultsAreTheStructsAndPass) {
+TEST(PsOptionTable, DefaultsAreTheStructsAndPass) {
   const ps::PsWorkerOptions d;
   EXPECT_EQ(std::get<double>(ps::FindPsCKey("density")->get(d)), 0.01);
   EXPECT_EQ(std::get<double>(ps::FindPsCKey("momentum")->get(d)), 0.9);
@@ -45,7 +45,7 @@ TEST(ps::PsOptionTable, DefaultsAreTheStructsAndPass) {
   EXPECT_TRUE(ps::CheckPsOptionValues(d).ok());
 }
 
-TEST(ps::PsOptionTable, EachExampleRoundTripsThroughItsCKey) {
+TEST(PsOptionTable, EachExampleRoundTripsThroughItsCKey) {
   for (const ps::PsOptionSpec& s : ps::PsOptionTable()) {
     ps::PsWorkerOptions o;
     ASSERT_TRUE(ps::SetPsFromCKey(&o, s.spec.c_key, s.spec.example).ok()) << s.spec.name;
@@ -55,7 +55,7 @@ TEST(ps::PsOptionTable, EachExampleRoundTripsThroughItsCKey) {
   }
 }
 
-TEST(ps::PsOptionTable, OutOfRangeIsRefusedNamingTheKey) {
+TEST(PsOptionTable, OutOfRangeIsRefusedNamingTheKey) {
   const char* bad[][2] = {{"density", "0"},
                           {"density", "1.5"},
                           {"momentum", "0"},
@@ -82,7 +82,7 @@ TEST(ps::PsOptionTable, OutOfRangeIsRefusedNamingTheKey) {
   EXPECT_NE(s.message().find("momentum"), absl::string_view::npos) << s.message();
 }
 
-TEST(ps::PsOptionTable, OtherKeysAreTheClients) {
+TEST(PsOptionTable, OtherKeysAreTheClients) {
   ps::PsWorkerOptions o;
   ASSERT_TRUE(ps::SetPsFromCKey(&o, "world_size", "4").ok());
   EXPECT_EQ(o.client.world_size, 4);
@@ -91,7 +91,7 @@ TEST(ps::PsOptionTable, OtherKeysAreTheClients) {
   EXPECT_NE(s.message().find("unknown option"), absl::string_view::npos) << s.message();
 }
 
-TEST(ps::PsOptionTable, TheEnvironmentSetsAndIsChecked) {
+TEST(PsOptionTable, TheEnvironmentSetsAndIsChecked) {
   ASSERT_EQ(setenv("GRADEX_PS_MOMENTUM", "0.5", 1), 0);
   ASSERT_EQ(setenv("GRADEX_PS_SNAPSHOT_DIR", "/tmp/snaps", 1), 0);
   ps::PsWorkerOptions o;
@@ -113,7 +113,7 @@ TEST(ps::PsOptionTable, TheEnvironmentSetsAndIsChecked) {
   unsetenv("GRADEX_PS_SNAPSHOT_DIR");
 }
 
-TEST(ps::PsOptionTable, TheMarkdownHasARowPerOption) {
+TEST(PsOptionTable, TheMarkdownHasARowPerOption) {
   const std::string md = ps::PsOptionsMarkdown();
   std::vector<std::string> lines = absl::StrSplit(md, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 2 + ps::PsOptionTable().size());

@@ -33,18 +33,19 @@ TEST(AddedAlgorithm, IsInTheCatalogAndTheSweep) {
   ASSERT_NE(spec, nullptr);
   EXPECT_EQ(spec->id, 60001);
   bool listed = false;
-  for (const CatalogAlgorithm& a : CatalogAlgorithms()) listed |= a.spec->name == kName;
+  for (const collectives::CatalogAlgorithm& a : collectives::CatalogAlgorithms())
+    listed |= a.spec->name == kName;
   // AllreduceNames() is what InvariantsTest is instantiated over: the sweep
   // runs Algorithms/InvariantsTest.*/test_dense_gather.
   EXPECT_TRUE(listed);
-  auto algo = CreateAllreduce(kName);
+  auto algo = collectives::CreateAllreduce(kName);
   ASSERT_TRUE(algo.ok()) << algo.status();
   EXPECT_EQ(static_cast<uint16_t>((*algo)->id()), 60001);
   EXPECT_TRUE((*algo)->traits().dense);
 }
 
 TEST(AddedAlgorithm, RunsAndStampsItsCatalogId) {
-  auto runs = RunAlgorithm(kName, 3, 101, AllreduceOptions{}, 2, Values::kIntegers);
+  auto runs = RunAlgorithm(kName, 3, 101, collectives::AllreduceOptions{}, 2, Values::kIntegers);
   for (const auto& calls : runs) {
     for (const RankCall& c : calls) ASSERT_TRUE(c.status.ok()) << c.status;
     EXPECT_TRUE(Consistent(calls));

@@ -6,7 +6,7 @@ namespace gradex {
 namespace {
 
 TEST(BsagControllerTest, StartsAtKOverTAndStaysInRange) {
-  BsagController c;
+  collectives::algorithms::BsagController c;
   EXPECT_EQ(c.KPrime(1000, 4), 250u);
   EXPECT_EQ(c.step(), 7);  // (1000 - 250) / 100
   for (int i = 0; i < 200; ++i) {
@@ -18,7 +18,7 @@ TEST(BsagControllerTest, StartsAtKOverTAndStaysInRange) {
 }
 
 TEST(BsagControllerTest, GrowsWhileTooFewAndDoublesOnRightMoves) {
-  BsagController c;
+  collectives::algorithms::BsagController c;
   c.KPrime(1000, 4);
   c.Update(100);  // too few, step +7 right: 257
   EXPECT_EQ(c.KPrime(1000, 4), 257u);
@@ -33,7 +33,7 @@ TEST(BsagControllerTest, GrowsWhileTooFewAndDoublesOnRightMoves) {
 // Converges to the k' where the post-gather count crosses k_block, for a
 // synthetic overlap model u = 3.2 k' (k' = 312.5 gives u = k_block).
 TEST(BsagControllerTest, SettlesNearTheCrossing) {
-  BsagController c;
+  collectives::algorithms::BsagController c;
   size_t k = c.KPrime(1000, 4);
   for (int i = 0; i < 300; ++i) {
     c.Update(static_cast<size_t>(3.2 * k));
@@ -43,7 +43,7 @@ TEST(BsagControllerTest, SettlesNearTheCrossing) {
 }
 
 TEST(BsagControllerTest, ResetsWhenBlockOrTeamsChange) {
-  BsagController c;
+  collectives::algorithms::BsagController c;
   c.KPrime(1000, 4);
   c.Update(10);
   EXPECT_EQ(c.KPrime(900, 3), 300u);

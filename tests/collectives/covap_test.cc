@@ -17,39 +17,40 @@
 namespace gradex::testing {
 namespace {
 
-using covap::BucketParts;
+using collectives::algorithms::covap::BucketParts;
 
 TEST(CovapSchedule, PartCountsFollowTheSeedsFormula) {
   // VGG-19's buckets (the seed's Table V). Median of six: (7079424 +
   // 7669760) / 2 = 7374592; min(int(s/median - 0.3) + 1, I).
   const std::vector<size_t> vgg = {4101096, 16781312, 107480576, 7079424, 7669760, 555072};
-  EXPECT_EQ(covap::MedianSize(vgg), 7374592.0);
+  EXPECT_EQ(collectives::algorithms::covap::MedianSize(vgg), 7374592.0);
   const std::vector<int> want32 = {1, 2, 15, 1, 1, 1}, want4 = {1, 2, 4, 1, 1, 1};
   for (size_t b = 0; b < vgg.size(); ++b) {
-    EXPECT_EQ(covap::PartCount(vgg[b], 7374592.0, 32), want32[b]) << b;
-    EXPECT_EQ(covap::PartCount(vgg[b], 7374592.0, 4), want4[b]) << b;
-    EXPECT_EQ(covap::PartCount(vgg[b], 7374592.0, 1), 1) << b;  // I = 1: nothing is cut
+    EXPECT_EQ(collectives::algorithms::covap::PartCount(vgg[b], 7374592.0, 32), want32[b]) << b;
+    EXPECT_EQ(collectives::algorithms::covap::PartCount(vgg[b], 7374592.0, 4), want4[b]) << b;
+    EXPECT_EQ(collectives::algorithms::covap::PartCount(vgg[b], 7374592.0, 1), 1)
+        << b;  // I = 1: nothing is cut
   }
   // With the median the seed states (5590260) its example's 3 and 19 parts.
-  EXPECT_EQ(covap::PartCount(16781312, 5590260, 32), 3);
-  EXPECT_EQ(covap::PartCount(107480576, 5590260, 32), 19);
-  EXPECT_EQ(covap::PartCount(107480576, 5590260, 8), 8);
+  EXPECT_EQ(collectives::algorithms::covap::PartCount(16781312, 5590260, 32), 3);
+  EXPECT_EQ(collectives::algorithms::covap::PartCount(107480576, 5590260, 32), 19);
+  EXPECT_EQ(collectives::algorithms::covap::PartCount(107480576, 5590260, 8), 8);
   // Odd count: the middle size; 250/129 - 0.3 = 1.64 -> 2; 1000/129 -> 8.
   const std::vector<size_t> odd = {100, 100, 250, 1000, 129};
-  EXPECT_EQ(covap::MedianSize(odd), 129.0);
-  EXPECT_EQ(covap::PartCount(250, 129, 16), 2);
-  EXPECT_EQ(covap::PartCount(1000, 129, 16), 8);
-  EXPECT_EQ(covap::PartCount(1000, 129, 3), 3);
-  EXPECT_EQ(covap::PartCount(100, 129, 16), 1);
+  EXPECT_EQ(collectives::algorithms::covap::MedianSize(odd), 129.0);
+  EXPECT_EQ(collectives::algorithms::covap::PartCount(250, 129, 16), 2);
+  EXPECT_EQ(collectives::algorithms::covap::PartCount(1000, 129, 16), 8);
+  EXPECT_EQ(collectives::algorithms::covap::PartCount(1000, 129, 3), 3);
+  EXPECT_EQ(collectives::algorithms::covap::PartCount(100, 129, 16), 1);
   // The 0.3 margin: 1.2 and 1.4 times the median.
-  EXPECT_EQ(covap::PartCount(12, 10, 5), 1);
-  EXPECT_EQ(covap::PartCount(14, 10, 5), 2);
-  EXPECT_EQ(covap::PartCount(0, 0, 5), 1);  // empty step: no cut
+  EXPECT_EQ(collectives::algorithms::covap::PartCount(12, 10, 5), 1);
+  EXPECT_EQ(collectives::algorithms::covap::PartCount(14, 10, 5), 2);
+  EXPECT_EQ(collectives::algorithms::covap::PartCount(0, 0, 5), 1);  // empty step: no cut
   // Parts are counted across buckets in order.
-  const BucketParts third = covap::PartsOf(vgg, 2, 4);
+  const BucketParts third = collectives::algorithms::covap::PartsOf(vgg, 2, 4);
   EXPECT_EQ(third.first, 1u + 2u);
   EXPECT_EQ(third.count, 4);
-  EXPECT_EQ(covap::PartsOf(vgg, 5, 4).first, 1u + 2 + 4 + 1 + 1);
+  EXPECT_EQ(collectives::algorithms::covap::PartsOf(vgg, 5, 4).first, 1u + 2 + 4 + 1 + 1);
 }
 
 TEST(CovapSchedule, EveryPartOfEveryBucketOnceInIConsecutiveSteps) {
@@ -66,20 +67,20 @@ TEST(CovapSchedule, EveryPartOfEveryBucketOnceInIConsecutiveSteps) {
         std::map<std::pair<size_t, int>, int> sent;  // (bucket, part) -> times
         size_t total_parts = 0;
         for (size_t b = 0; b < buckets.size(); ++b) {
-          const BucketParts parts = covap::PartsOf(buckets, b, interval);
+          const BucketParts parts = collectives::algorithms::covap::PartsOf(buckets, b, interval);
           ASSERT_GE(parts.count, 1);
           ASSERT_LE(parts.count, interval);
           total_parts += parts.count;
           // The strided parts cover the bucket exactly.
           size_t elements = 0;
           for (int j = 0; j < parts.count; ++j) {
-            elements += covap::PartElements(buckets[b], parts.count, j);
+            elements += collectives::algorithms::covap::PartElements(buckets[b], parts.count, j);
           }
           EXPECT_EQ(elements, buckets[b]);
           for (uint64_t s = start; s < start + interval; ++s) {
-            const int j = covap::SentPart(parts, s, interval);
+            const int j = collectives::algorithms::covap::SentPart(parts, s, interval);
             if (j < 0) continue;
-            EXPECT_TRUE(covap::PartSent(parts.first + j, s, interval));
+            EXPECT_TRUE(collectives::algorithms::covap::PartSent(parts.first + j, s, interval));
             ++sent[{b, j}];
           }
         }
@@ -93,26 +94,26 @@ TEST(CovapSchedule, EveryPartOfEveryBucketOnceInIConsecutiveSteps) {
 
 TEST(CovapSchedule, ErrorFeedbackCoefficient) {
   // 0.5 + 0.1 * min(floor(step / 50), 5) for I <= 8.
-  EXPECT_EQ(covap::Coefficient(0, 3), 0.5f);
-  EXPECT_EQ(covap::Coefficient(49, 3), 0.5f);
-  EXPECT_EQ(covap::Coefficient(50, 3), 0.6f);
-  EXPECT_EQ(covap::Coefficient(249, 8), 0.9f);
-  EXPECT_EQ(covap::Coefficient(250, 3), 1.0f);
-  EXPECT_EQ(covap::Coefficient(300, 3), 1.0f);
-  EXPECT_EQ(covap::Coefficient(1u << 30, 1), 1.0f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(0, 3), 0.5f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(49, 3), 0.5f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(50, 3), 0.6f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(249, 8), 0.9f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(250, 3), 1.0f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(300, 3), 1.0f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(1u << 30, 1), 1.0f);
   // I > 8: 0.2, then 0.1 more every 100 steps.
-  EXPECT_EQ(covap::Coefficient(0, 9), 0.2f);
-  EXPECT_EQ(covap::Coefficient(99, 9), 0.2f);
-  EXPECT_EQ(covap::Coefficient(100, 9), 0.3f);
-  EXPECT_EQ(covap::Coefficient(300, 16), 0.5f);
-  EXPECT_EQ(covap::Coefficient(800, 9), 1.0f);
-  EXPECT_EQ(covap::Coefficient(5000, 9), 1.0f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(0, 9), 0.2f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(99, 9), 0.2f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(100, 9), 0.3f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(300, 16), 0.5f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(800, 9), 1.0f);
+  EXPECT_EQ(collectives::algorithms::covap::Coefficient(5000, 9), 1.0f);
 }
 
 // One rank's view of one bucket's call.
 struct BucketCall {
   std::vector<float> grad, residual_in, residual_out, result, decayed;
-  CallStats stats;
+  collectives::CallStats stats;
   absl::Status status;
 };
 
@@ -124,10 +125,10 @@ std::vector<std::vector<std::vector<BucketCall>>> RunSteps(int world,
                                                            uint64_t first_step = 0) {
   std::vector<std::vector<std::vector<BucketCall>>> out(
       steps, std::vector<std::vector<BucketCall>>(buckets.size(), std::vector<BucketCall>(world)));
-  AllreduceOptions options;
+  collectives::AllreduceOptions options;
   options.params["covap_interval"] = interval;
-  RunRanks(world, [&](int rank, Transport& t) -> absl::Status {
-    auto algo = CreateAllreduce("covap");
+  RunRanks(world, [&](int rank, transport::Transport& t) -> absl::Status {
+    auto algo = collectives::CreateAllreduce("covap");
     if (!algo.ok()) return algo.status();
     std::vector<std::vector<float>> residual(buckets.size());
     for (size_t b = 0; b < buckets.size(); ++b) residual[b].assign(buckets[b], 0.0f);
@@ -136,15 +137,15 @@ std::vector<std::vector<std::vector<BucketCall>>> RunSteps(int world,
         BucketCall& c = out[s][b][rank];
         c.grad = MakeGradient(5 + b, rank, s, buckets[b], kind);
         c.residual_in = residual[b];
-        CallContext ctx{&t,
-                        42,
-                        1,
-                        s * buckets.size() + b,
-                        DeadlineIn(std::chrono::seconds(20)),
-                        first_step + s};
+        collectives::CallContext ctx{&t,
+                                     42,
+                                     1,
+                                     s * buckets.size() + b,
+                                     transport::DeadlineIn(std::chrono::seconds(20)),
+                                     first_step + s};
         ctx.bucket_index = static_cast<uint32_t>(b);
         ctx.step_buckets = buckets;
-        AllreduceResult result;
+        collectives::AllreduceResult result;
         c.status = RunOrAbort(**algo, ctx, options, c.grad, residual[b], &result, &c.stats);
         if (!c.status.ok()) return c.status;
         c.residual_out = residual[b];
@@ -168,14 +169,16 @@ TEST(Covap, StepOfBucketsSendsEveryElementOnceInIStepsExactly) {
       std::vector<std::vector<int>> times(buckets.size());
       for (size_t b = 0; b < buckets.size(); ++b) times[b].assign(buckets[b], 0);
       for (int s = 0; s < steps; ++s) {
-        const float c = covap::Coefficient(s, interval);
+        const float c = collectives::algorithms::covap::Coefficient(s, interval);
         for (size_t b = 0; b < buckets.size(); ++b) {
           SCOPED_TRACE("step " + std::to_string(s) + " bucket " + std::to_string(b));
           const auto& calls = run[s][b];
           for (const BucketCall& r : calls) ASSERT_TRUE(r.status.ok()) << r.status;
-          const BucketParts parts = covap::PartsOf(buckets, static_cast<uint32_t>(b), interval);
-          const int j = covap::SentPart(parts, s, interval);
-          const size_t m = j < 0 ? 0 : covap::PartElements(buckets[b], parts.count, j);
+          const BucketParts parts =
+              collectives::algorithms::covap::PartsOf(buckets, static_cast<uint32_t>(b), interval);
+          const int j = collectives::algorithms::covap::SentPart(parts, s, interval);
+          const size_t m =
+              j < 0 ? 0 : collectives::algorithms::covap::PartElements(buckets[b], parts.count, j);
           for (size_t i = 0; i < buckets[b]; ++i) {
             const bool sent = j >= 0 && static_cast<int>(i % parts.count) == j;
             if (sent && s < interval) ++times[b][i];
@@ -194,12 +197,14 @@ TEST(Covap, StepOfBucketsSendsEveryElementOnceInIStepsExactly) {
             ASSERT_EQ(calls[0].result[i], sent ? static_cast<float>(want) : 0.0f) << i;
           }
           for (int rank = 0; rank < world; ++rank) {
-            const CallStats& st = calls[rank].stats;
+            const collectives::CallStats& st = calls[rank].stats;
             EXPECT_EQ(st.result_capacity, m);
             EXPECT_LE(st.result_nnz, m);
             EXPECT_EQ(st.Detail("sent_elements"), static_cast<double>(m));
             // Volume: a dense ring over the m sent elements, nothing else.
-            const Volume v = m == 0 ? Volume{} : RingAllreduceVolume(rank, world, m);
+            const collectives::Volume v =
+                m == 0 ? collectives::Volume{}
+                       : collectives::algorithms::RingAllreduceVolume(rank, world, m);
             EXPECT_EQ(st.sent_bytes, v.sent_bytes);
             EXPECT_EQ(st.recv_bytes, v.recv_bytes);
           }
@@ -238,14 +243,14 @@ TEST(Covap, ConservationAcrossTheCoefficientSchedule) {
 }
 
 TEST(Covap, BadBucketsAreRefusedAndTheResidualKept) {
-  auto results = RunRanks(2, [](int rank, Transport& t) -> absl::Status {
-    auto algo = CreateAllreduce("covap");
+  auto results = RunRanks(2, [](int rank, transport::Transport& t) -> absl::Status {
+    auto algo = collectives::CreateAllreduce("covap");
     if (!algo.ok()) return algo.status();
     const std::vector<size_t> sizes = {10, 20};
     std::vector<float> grad(10, 1.0f), residual(10, 2.0f);
-    AllreduceResult result;
-    CallStats stats;
-    CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(5)), 0};
+    collectives::AllreduceResult result;
+    collectives::CallStats stats;
+    collectives::CallContext ctx{&t, 42, 1, 0, transport::DeadlineIn(std::chrono::seconds(5)), 0};
     ctx.step_buckets = sizes;
     ctx.bucket_index = 1;  // says 20 elements: this bucket has 10
     absl::Status s = (*algo)->Run(ctx, {}, grad, residual, &result, &stats);
@@ -256,7 +261,7 @@ TEST(Covap, BadBucketsAreRefusedAndTheResidualKept) {
     ctx.bucket_index = 2;  // no such bucket
     s = (*algo)->Run(ctx, {}, grad, residual, &result, &stats);
     if (s.code() != absl::StatusCode::kInvalidArgument) return absl::InternalError("index");
-    AllreduceOptions zero;
+    collectives::AllreduceOptions zero;
     zero.params["covap_interval"] = 0;
     ctx.bucket_index = 0;
     s = (*algo)->Run(ctx, zero, grad, residual, &result, &stats);

@@ -22,7 +22,7 @@ constexpr size_t kN = 10007;
 
 // A team count that exercises teams at P = 4 where the algorithm has them.
 int TeamsAtFour(const std::string& algo) {
-  auto a = CreateAllreduce(algo);
+  auto a = collectives::CreateAllreduce(algo);
   EXPECT_TRUE(a.ok()) << a.status();
   return a.ok() && (*a)->traits().uses_teams ? 2 : 1;
 }
@@ -52,8 +52,8 @@ std::vector<Loss> Losses(const std::string& algo) {
   return out;
 }
 
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
+double Seconds(transport::Clock::time_point since) {
+  return std::chrono::duration<double>(transport::Clock::now() - since).count();
 }
 
 struct Param {
@@ -71,29 +71,29 @@ TEST_P(DeadPeerTest, EverySurvivorFailsFastAndKeepsItsContribution) {
     std::vector<double> seconds(loss.world, 0.0);
     auto status = RunRanks(
         loss.world,
-        [&](int rank, Transport& t) -> absl::Status {
+        [&](int rank, transport::Transport& t) -> absl::Status {
           if (rank == loss.victim) {
-            t.Abort(DeadlineIn(std::chrono::milliseconds(500)));
+            t.Abort(transport::DeadlineIn(std::chrono::milliseconds(500)));
             return absl::OkStatus();
           }
-          auto a = CreateAllreduce(algo);
+          auto a = collectives::CreateAllreduce(algo);
           if (!a.ok()) return a.status();
           std::vector<float> grad = MakeGradient(1, rank, 0, kN, Values::kGrid);
           std::vector<float> residual(kN, loss.residual), expected(kN);
           for (size_t i = 0; i < kN; ++i) expected[i] = grad[i] + loss.residual;
-          AllreduceOptions opt;
+          collectives::AllreduceOptions opt;
           opt.density = loss.density;
           opt.teams = loss.teams;
           opt.params["quantize_bits"] = loss.quantize_bits;
-          AllreduceResult result;
-          CallStats stats;
-          const Clock::time_point start = Clock::now();
-          CallContext ctx{&t, 42, 1, 0, DeadlineIn(deadline)};
+          collectives::AllreduceResult result;
+          collectives::CallStats stats;
+          const transport::Clock::time_point start = transport::Clock::now();
+          collectives::CallContext ctx{&t, 42, 1, 0, transport::DeadlineIn(deadline)};
           absl::Status s = (*a)->Run(ctx, opt, grad, residual, &result, &stats);
           seconds[rank] = Seconds(start);
           // The owner of a failed call aborts the transport, as the agent
           // does, so peers still waiting on this rank fail now.
-          if (!s.ok()) t.Abort(DeadlineIn(std::chrono::milliseconds(500)));
+          if (!s.ok()) t.Abort(transport::DeadlineIn(std::chrono::milliseconds(500)));
           if (!s.ok() && residual != expected) return absl::InternalError("residual not restored");
           return s.ok() ? absl::InternalError("call succeeded without the victim") : s;
         },
@@ -115,18 +115,20 @@ class AbsentPeerTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(AbsentPeerTest, TimesOutAtDeadline) {
   const std::string algo = GetParam();
   const int p = 4;
-  auto start = Clock::now();
-  auto status = RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
+  auto start = transport::Clock::now();
+  auto status = RunRanks(p, [&](int rank, transport::Transport& t) -> absl::Status {
     if (rank == 3) return absl::OkStatus();
-    auto a = CreateAllreduce(algo);
+    auto a = collectives::CreateAllreduce(algo);
     if (!a.ok()) return a.status();
     std::vector<float> grad = MakeGradient(1, rank, 0, kN, Values::kGrid);
     std::vector<float> residual(grad.size(), 0.0f);
-    AllreduceResult result;
-    CallStats stats;
-    CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::milliseconds(800))};
+    collectives::AllreduceResult result;
+    collectives::CallStats stats;
+    collectives::CallContext ctx{&t, 42, 1, 0,
+                                 transport::DeadlineIn(std::chrono::milliseconds(800))};
     absl::Status s = (*a)->Run(ctx, {0.01, TeamsAtFour(algo)}, grad, residual, &result, &stats);
-    if (!s.ok()) t.Abort(DeadlineIn(std::chrono::milliseconds(500)));  // as the owner does
+    if (!s.ok())
+      t.Abort(transport::DeadlineIn(std::chrono::milliseconds(500)));  // as the owner does
     return s;
   });
   int timed_out = 0;
@@ -141,7 +143,7 @@ TEST_P(AbsentPeerTest, TimesOutAtDeadline) {
 std::vector<Param> Params() {
   std::vector<Param> out;
   for (Fabric f : kAllFabrics) {
-    for (const std::string& algo : AllreduceNames()) out.push_back({algo, f});
+    for (const std::string& algo : collectives::AllreduceNames()) out.push_back({algo, f});
   }
   return out;
 }
@@ -149,8 +151,8 @@ std::vector<Param> Params() {
 INSTANTIATE_TEST_SUITE_P(All, DeadPeerTest, ::testing::ValuesIn(Params()), [](const auto& info) {
   return FabricName(info.param.fabric) + "_" + TestName(info.param.algo);
 });
-INSTANTIATE_TEST_SUITE_P(Loopback, AbsentPeerTest, ::testing::ValuesIn(AllreduceNames()),
-                         AlgorithmTestName);
+INSTANTIATE_TEST_SUITE_P(Loopback, AbsentPeerTest,
+                         ::testing::ValuesIn(collectives::AllreduceNames()), AlgorithmTestName);
 
 }  // namespace
 }  // namespace gradex::testing

@@ -18,26 +18,35 @@ constexpr size_t kN = 1000;
 
 struct Corruption {
   const char* name;
-  void (*apply)(Bytes*);
-  FrameError reason;
+  void (*apply)(transport::Bytes*);
+  collectives::wire::FrameError reason;
 };
 
-FrameHeader& Header(Bytes* b) { return *reinterpret_cast<FrameHeader*>(b->data()); }
-uint32_t* Indices(Bytes* b) { return reinterpret_cast<uint32_t*>(b->data() + sizeof(FrameHeader)); }
+collectives::wire::FrameHeader& Header(transport::Bytes* b) {
+  return *reinterpret_cast<collectives::wire::FrameHeader*>(b->data());
+}
+uint32_t* Indices(transport::Bytes* b) {
+  return reinterpret_cast<uint32_t*>(b->data() + sizeof(collectives::wire::FrameHeader));
+}
 
 // Rank 0 runs spardl on P = 2; rank 1 answers its SRS step with a corrupted
 // copy of an honest frame.
 TEST(FaultsTest, BadFramesAreRejectedAndResidualKept) {
   const Corruption cases[] = {
-      {"magic", [](Bytes* b) { Header(b).magic = 0; }, FrameError::kBadMagic},
-      {"epoch", [](Bytes* b) { Header(b).epoch = 99; }, FrameError::kWrongEpoch},
-      {"index", [](Bytes* b) { Indices(b)[0] = 999; }, FrameError::kIndexOutOfRange},
-      {"unsorted", [](Bytes* b) { Indices(b)[1] = Indices(b)[0]; }, FrameError::kUnsortedIndices},
-      {"capacity", [](Bytes* b) { Header(b).count = 6; }, FrameError::kOverCapacity},
+      {"magic", [](transport::Bytes* b) { Header(b).magic = 0; },
+       collectives::wire::FrameError::kBadMagic},
+      {"epoch", [](transport::Bytes* b) { Header(b).epoch = 99; },
+       collectives::wire::FrameError::kWrongEpoch},
+      {"index", [](transport::Bytes* b) { Indices(b)[0] = 999; },
+       collectives::wire::FrameError::kIndexOutOfRange},
+      {"unsorted", [](transport::Bytes* b) { Indices(b)[1] = Indices(b)[0]; },
+       collectives::wire::FrameError::kUnsortedIndices},
+      {"capacity", [](transport::Bytes* b) { Header(b).count = 6; },
+       collectives::wire::FrameError::kOverCapacity},
   };
   for (const Corruption& c : cases) {
     SCOPED_TRACE(c.name);
-    auto t = CreateLoopbackTransports(2);
+    auto t = transport::CreateLoopbackTransports(2);
     std::vector<float> grad = MakeGradient(5, 0, 0, kN, Values::kGrid);
     std::vector<float> residual(kN, 0.25f), expected(kN);
     for (size_t i = 0; i < kN; ++i) expected[i] = grad[i] + residual[i];
@@ -45,21 +54,23 @@ TEST(FaultsTest, BadFramesAreRejectedAndResidualKept) {
     kernels::SparseVec honest;
     honest.idx = {1, 2, 3, 4, 5};
     honest.val = {1, 1, 1, 1, 1};
-    Bytes bad;
-    AppendBlockFrame({42, 1, 0, CatalogId("spardl"), kPhaseSrs, /*sender=*/1}, {0, 500},
-                     kernels::View(honest), &bad);
+    transport::Bytes bad;
+    collectives::wire::AppendBlockFrame({42, 1, 0, collectives::wire::CatalogId("spardl"),
+                                         collectives::algorithms::kPhaseSrs, /*sender=*/1},
+                                        {0, 500}, kernels::View(honest), &bad);
     c.apply(&bad);
-    const uint64_t tag = MessageTag(kPhaseSrs, 0, 1);
+    const uint64_t tag = collectives::MessageTag(collectives::algorithms::kPhaseSrs, 0, 1);
     ASSERT_TRUE(t[1]->PostSend(0, tag, bad).ok());
-    auto before = FrameErrorCounts()[static_cast<int>(c.reason)];
-    auto algo = CreateAllreduce("spardl");
+    auto before = collectives::wire::FrameErrorCounts()[static_cast<int>(c.reason)];
+    auto algo = collectives::CreateAllreduce("spardl");
     ASSERT_TRUE(algo.ok());
-    AllreduceResult result;
-    CallStats stats;
-    CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
+    collectives::AllreduceResult result;
+    collectives::CallStats stats;
+    collectives::CallContext ctx{t[0].get(), 42, 1, 0,
+                                 transport::DeadlineIn(std::chrono::seconds(5))};
     absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1}, grad, residual, &result, &stats);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
-    EXPECT_EQ(FrameErrorCounts()[static_cast<int>(c.reason)], before + 1);
+    EXPECT_EQ(collectives::wire::FrameErrorCounts()[static_cast<int>(c.reason)], before + 1);
     EXPECT_EQ(residual, expected);  // nothing lost, nothing added
   }
 }
@@ -68,18 +79,21 @@ TEST(FaultsTest, BadFramesAreRejectedAndResidualKept) {
 // (MessageBound: every rank's whole bucket as COO) is refused at the receive,
 // never allocated at its length; the rank keeps its whole contribution.
 TEST(FaultsTest, AMessageBeyondTheCallsBoundIsRefusedNamingThePeer) {
-  auto t = CreateLoopbackTransports(2);
+  auto t = transport::CreateLoopbackTransports(2);
   std::vector<float> grad = MakeGradient(5, 0, 0, kN, Values::kGrid);
   std::vector<float> residual(kN, 0.25f), expected(kN);
   for (size_t i = 0; i < kN; ++i) expected[i] = grad[i] + residual[i];
-  const size_t bound = MessageBound(kN, 2);
+  const size_t bound = collectives::MessageBound(kN, 2);
   ASSERT_GT(bound, 2 * 8 * kN);  // honest traffic fits
-  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(kPhaseSrs, 0, 1), Bytes(bound + 1, 0)).ok());
-  auto algo = CreateAllreduce("spardl");
+  ASSERT_TRUE(t[1]->PostSend(0, collectives::MessageTag(collectives::algorithms::kPhaseSrs, 0, 1),
+                             transport::Bytes(bound + 1, 0))
+                  .ok());
+  auto algo = collectives::CreateAllreduce("spardl");
   ASSERT_TRUE(algo.ok());
-  AllreduceResult result;
-  CallStats stats;
-  CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
+  collectives::AllreduceResult result;
+  collectives::CallStats stats;
+  collectives::CallContext ctx{t[0].get(), 42, 1, 0,
+                               transport::DeadlineIn(std::chrono::seconds(5))};
   absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1}, grad, residual, &result, &stats);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find("peer 1"), std::string::npos) << s.message();
@@ -96,17 +110,20 @@ TEST(FaultsTest, AMessageBeyondTheCallsBoundIsRefusedNamingThePeer) {
 void ExpectRefusedOverTheSchedulesBound(const char* algorithm, uint16_t phase, uint32_t sub,
                                         size_t bound) {
   SCOPED_TRACE(algorithm);
-  auto t = CreateLoopbackTransports(2);
+  auto t = transport::CreateLoopbackTransports(2);
   std::vector<float> grad = MakeGradient(5, 0, 0, kN, Values::kGrid);
   std::vector<float> residual(kN, 0.25f), expected(kN);
   for (size_t i = 0; i < kN; ++i) expected[i] = grad[i] + residual[i];
-  ASSERT_LT(bound + 1, MessageBound(kN, 2));  // the call's bound would take it
-  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(phase, 0, sub), Bytes(bound + 1, 0)).ok());
-  auto algo = CreateAllreduce(algorithm);
+  ASSERT_LT(bound + 1, collectives::MessageBound(kN, 2));  // the call's bound would take it
+  ASSERT_TRUE(
+      t[1]->PostSend(0, collectives::MessageTag(phase, 0, sub), transport::Bytes(bound + 1, 0))
+          .ok());
+  auto algo = collectives::CreateAllreduce(algorithm);
   ASSERT_TRUE(algo.ok());
-  AllreduceResult result;
-  CallStats stats;
-  CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
+  collectives::AllreduceResult result;
+  collectives::CallStats stats;
+  collectives::CallContext ctx{t[0].get(), 42, 1, 0,
+                               transport::DeadlineIn(std::chrono::seconds(5))};
   absl::Status s = RunOrAbort(**algo, ctx, {0.01, 1}, grad, residual, &result, &stats);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find("peer 1 sent " + std::to_string(bound + 1) + " bytes"),
@@ -119,10 +136,12 @@ void ExpectRefusedOverTheSchedulesBound(const char* algorithm, uint16_t phase, u
 TEST(FaultsTest, AMessageOverTheSchedulesBoundIsRefusedNamingThePeer) {
   // SparDL's SRS step 1 on P = 2: one block of kN / 2 elements keeping
   // ceil(0.01 * 500) = 5 entries, as a sparse frame.
-  ExpectRefusedOverTheSchedulesBound("spardl", kPhaseSrs, 1, sizeof(FrameHeader) + 5 * 8);
+  ExpectRefusedOverTheSchedulesBound("spardl", collectives::algorithms::kPhaseSrs, 1,
+                                     sizeof(collectives::wire::FrameHeader) + 5 * 8);
   // The dense ring's first reduce-scatter step (phase 1, sub 0): one dense
   // frame of block 1, kN / 2 floats.
-  ExpectRefusedOverTheSchedulesBound("dense-ring", 1, 0, sizeof(FrameHeader) + kN / 2 * 4);
+  ExpectRefusedOverTheSchedulesBound("dense-ring", 1, 0,
+                                     sizeof(collectives::wire::FrameHeader) + kN / 2 * 4);
 }
 
 }  // namespace

@@ -30,12 +30,14 @@ std::vector<float> MakeGradient(uint64_t seed, int rank, int iteration, size_t n
   return g;
 }
 
-absl::Status RunOrAbort(SparseAllreduce& algo, const CallContext& ctx,
-                        const AllreduceOptions& options, std::span<const float> grad,
-                        std::span<float> residual, AllreduceResult* result, CallStats* stats) {
+absl::Status RunOrAbort(collectives::SparseAllreduce& algo, const collectives::CallContext& ctx,
+                        const collectives::AllreduceOptions& options, std::span<const float> grad,
+                        std::span<float> residual, collectives::AllreduceResult* result,
+                        collectives::CallStats* stats) {
   absl::Status s = algo.Run(ctx, options, grad, residual, result, stats);
   if (!s.ok() && ctx.transport != nullptr) {
-    ctx.transport->Abort(std::min(ctx.deadline, DeadlineIn(std::chrono::milliseconds(500))));
+    ctx.transport->Abort(
+        std::min(ctx.deadline, transport::DeadlineIn(std::chrono::milliseconds(500))));
   }
   return s;
 }
@@ -55,8 +57,9 @@ std::string FabricName(Fabric fabric) {
 namespace {
 
 // Ranks of an in-process fabric (loopback or sim), created up front.
-std::vector<absl::Status> RunFabric(std::vector<std::unique_ptr<Transport>> transports,
-                                    const std::function<absl::Status(int, Transport&)>& fn) {
+std::vector<absl::Status> RunFabric(
+    std::vector<std::unique_ptr<transport::Transport>> transports,
+    const std::function<absl::Status(int, transport::Transport&)>& fn) {
   std::vector<absl::Status> status(transports.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < transports.size(); ++r) {
@@ -73,9 +76,9 @@ std::vector<absl::Status> RunFabric(std::vector<std::unique_ptr<Transport>> tran
 // (over TCP, peers of a rank aborted but kept idle were seen to wait to their
 // deadline; destroying it fails them at once); the others wait for every
 // rank first, so that no rank tears down endpoints a peer still uses.
-std::vector<absl::Status> RunUcx(int world,
-                                 const std::function<absl::Status(int, Transport&)>& fn) {
-  UcxOptions opt;
+std::vector<absl::Status> RunUcx(
+    int world, const std::function<absl::Status(int, transport::Transport&)>& fn) {
+  transport::ucx::UcxOptions opt;
   opt.tls = "tcp";
   opt.connect_timeout = std::chrono::milliseconds(20000);
   auto exchange = std::make_shared<InProcessExchange>(world);
@@ -85,9 +88,11 @@ std::vector<absl::Status> RunUcx(int world,
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       InProcessBootstrap boot(exchange, r);
-      absl::StatusOr<std::unique_ptr<Transport>> t = CreateUcxTransport(boot, opt);
+      absl::StatusOr<std::unique_ptr<transport::Transport>> t =
+          transport::ucx::CreateUcxTransport(boot, opt);
       absl::Status ready = t.status();
-      if (ready.ok()) ready = boot.AllGather("", DeadlineIn(opt.connect_timeout)).status();
+      if (ready.ok())
+        ready = boot.AllGather("", transport::DeadlineIn(opt.connect_timeout)).status();
       status[r] = ready.ok() ? fn(r, **t) : ready;
       if (t.ok() && (*t)->aborted()) t->reset();
       done.arrive_and_wait();
@@ -99,14 +104,13 @@ std::vector<absl::Status> RunUcx(int world,
 
 }  // namespace
 
-std::vector<absl::Status> RunRanks(int world,
-                                   const std::function<absl::Status(int, Transport&)>& fn,
-                                   Fabric fabric) {
+std::vector<absl::Status> RunRanks(
+    int world, const std::function<absl::Status(int, transport::Transport&)>& fn, Fabric fabric) {
   switch (fabric) {
     case Fabric::kLoopback:
-      return RunFabric(CreateLoopbackTransports(world), fn);
+      return RunFabric(transport::CreateLoopbackTransports(world), fn);
     case Fabric::kSim:
-      return RunFabric(CreateSimTransports(world, SimParams{}), fn);
+      return RunFabric(transport::CreateSimTransports(world, transport::SimParams{}), fn);
     case Fabric::kUcx:
       return RunUcx(world, fn);
   }
@@ -114,8 +118,9 @@ std::vector<absl::Status> RunRanks(int world,
 }
 
 std::vector<std::vector<RankCall>> RunAlgorithm(const std::string& algorithm, int world, size_t n,
-                                                const AllreduceOptions& options, int iterations,
-                                                Values kind, uint64_t seed, Fabric fabric) {
+                                                const collectives::AllreduceOptions& options,
+                                                int iterations, Values kind, uint64_t seed,
+                                                Fabric fabric) {
   RunSpec spec{world, n, options, iterations, kind, seed};
   return RunAlgorithmCases(algorithm, {spec}, fabric)[0];
 }
@@ -134,23 +139,23 @@ std::vector<std::vector<std::vector<RankCall>>> RunAlgorithmCases(const std::str
   for (const auto& [world, indices] : by_world) {
     RunRanks(
         world,
-        [&, &indices = indices](int rank, Transport& t) -> absl::Status {
+        [&, &indices = indices](int rank, transport::Transport& t) -> absl::Status {
           for (size_t i : indices) {
             const RunSpec& spec = specs[i];
-            auto algo = CreateAllreduce(algorithm);
+            auto algo = collectives::CreateAllreduce(algorithm);
             if (!algo.ok()) return algo.status();
             std::vector<float> residual(spec.n, 0.0f);
             for (int it = 0; it < spec.iterations; ++it) {
               RankCall& c = out[i][it][rank];
               c.grad = MakeGradient(spec.seed, rank, it, spec.n, spec.kind);
               c.residual_in = residual;
-              CallContext ctx{&t,
-                              /*job_id=*/42,
-                              /*epoch=*/1,
-                              /*call_id=*/static_cast<uint64_t>(it),
-                              DeadlineIn(std::chrono::seconds(20)),
-                              /*training_step=*/static_cast<uint64_t>(it)};
-              AllreduceResult result;
+              collectives::CallContext ctx{&t,
+                                           /*job_id=*/42,
+                                           /*epoch=*/1,
+                                           /*call_id=*/static_cast<uint64_t>(it),
+                                           transport::DeadlineIn(std::chrono::seconds(20)),
+                                           /*training_step=*/static_cast<uint64_t>(it)};
+              collectives::AllreduceResult result;
               c.status = RunOrAbort(**algo, ctx, spec.options, c.grad, residual, &result, &c.stats);
               c.residual_out = residual;
               c.result.assign(spec.n, 0.0f);

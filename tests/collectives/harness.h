@@ -48,37 +48,38 @@ inline std::string AlgorithmTestName(const ::testing::TestParamInfo<std::string>
   return TestName(info.param);
 }
 
-std::vector<absl::Status> RunRanks(int world,
-                                   const std::function<absl::Status(int, Transport&)>& fn,
-                                   Fabric fabric = Fabric::kLoopback);
+std::vector<absl::Status> RunRanks(
+    int world, const std::function<absl::Status(int, transport::Transport&)>& fn,
+    Fabric fabric = Fabric::kLoopback);
 
 // Runs one call as its owners do (agent, bench): a failed call aborts the
 // transport, so that peers waiting on this rank fail now, not at their
 // deadline.
-absl::Status RunOrAbort(SparseAllreduce& algo, const CallContext& ctx,
-                        const AllreduceOptions& options, std::span<const float> grad,
-                        std::span<float> residual, AllreduceResult* result, CallStats* stats);
+absl::Status RunOrAbort(collectives::SparseAllreduce& algo, const collectives::CallContext& ctx,
+                        const collectives::AllreduceOptions& options, std::span<const float> grad,
+                        std::span<float> residual, collectives::AllreduceResult* result,
+                        collectives::CallStats* stats);
 
 // What one rank saw in one call.
 struct RankCall {
   std::vector<float> grad, residual_in, residual_out, result;  // result as dense
   std::vector<float> decayed;  // AllreduceResult::decayed: empty when nothing decays
-  CallStats stats;
+  collectives::CallStats stats;
   absl::Status status;
 };
 
 // Runs `iterations` calls of `algorithm` on `world` ranks; every rank keeps its
 // residual across calls. Returns per iteration, per rank.
 std::vector<std::vector<RankCall>> RunAlgorithm(const std::string& algorithm, int world, size_t n,
-                                                const AllreduceOptions& options, int iterations,
-                                                Values kind, uint64_t seed = 1,
+                                                const collectives::AllreduceOptions& options,
+                                                int iterations, Values kind, uint64_t seed = 1,
                                                 Fabric fabric = Fabric::kLoopback);
 
 // One run of RunAlgorithm, for RunAlgorithmCases.
 struct RunSpec {
   int world = 1;
   size_t n = 0;
-  AllreduceOptions options;
+  collectives::AllreduceOptions options;
   int iterations = 1;
   Values kind = Values::kIntegers;
   uint64_t seed = 1;

@@ -43,20 +43,22 @@ std::vector<std::string> Nodes(int nodes, int per_node, bool interleaved) {
 // Per iteration, per rank.
 std::vector<std::vector<RankCall>> RunLayout(
     const std::string& algorithm, const std::vector<std::string>& node_ids, size_t n,
-    const AllreduceOptions& options, int iterations, bool hierarchical,
+    const collectives::AllreduceOptions& options, int iterations, bool hierarchical,
     Fabric fabric = Fabric::kLoopback, Values kind = Values::kIntegers,
     const std::vector<std::vector<float>>* start = nullptr) {
   const int world = static_cast<int>(node_ids.size());
   std::vector<std::vector<RankCall>> out(iterations, std::vector<RankCall>(world));
   RunRanks(
       world,
-      [&](int rank, Transport& t) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<SparseAllreduce>> algo = CreateAllreduce(algorithm);
+      [&](int rank, transport::Transport& t) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<collectives::SparseAllreduce>> algo =
+            collectives::CreateAllreduce(algorithm);
         if (!algo.ok()) return algo.status();
         if (hierarchical) {
-          auto h = HierarchicalAllreduce::Create(*std::move(algo), catalog::LayoutOf(node_ids));
+          auto h = collectives::algorithms::HierarchicalAllreduce::Create(
+              *std::move(algo), catalog::LayoutOf(node_ids));
           if (!h.ok()) return h.status();
-          algo = std::unique_ptr<SparseAllreduce>(*std::move(h));
+          algo = std::unique_ptr<collectives::SparseAllreduce>(*std::move(h));
         }
         std::vector<float> residual =
             start != nullptr ? (*start)[rank] : std::vector<float>(n, 0.0f);
@@ -64,13 +66,13 @@ std::vector<std::vector<RankCall>> RunLayout(
           RankCall& c = out[it][rank];
           c.grad = MakeGradient(7, rank, it, n, kind);
           c.residual_in = residual;
-          CallContext ctx{&t,
-                          42,
-                          1,
-                          static_cast<uint64_t>(it),
-                          DeadlineIn(std::chrono::seconds(20)),
-                          static_cast<uint64_t>(it)};
-          AllreduceResult result;
+          collectives::CallContext ctx{&t,
+                                       42,
+                                       1,
+                                       static_cast<uint64_t>(it),
+                                       transport::DeadlineIn(std::chrono::seconds(20)),
+                                       static_cast<uint64_t>(it)};
+          collectives::AllreduceResult result;
           c.status = RunOrAbort(**algo, ctx, options, c.grad, residual, &result, &c.stats);
           c.residual_out = residual;
           c.result.assign(n, 0.0f);
@@ -86,8 +88,8 @@ std::vector<std::vector<RankCall>> RunLayout(
 
 std::vector<std::string> InterNodeAlgorithms() {
   std::vector<std::string> names;
-  for (const CatalogAlgorithm& a : CatalogAlgorithms()) {
-    if (HierarchyExclusion(*a.spec).empty()) names.push_back(a.spec->name);
+  for (const collectives::CatalogAlgorithm& a : collectives::CatalogAlgorithms()) {
+    if (collectives::algorithms::HierarchyExclusion(*a.spec).empty()) names.push_back(a.spec->name);
   }
   return names;
 }
@@ -107,7 +109,7 @@ TEST_P(HierarchicalInvariants, HoldOnEveryLayout) {
     const catalog::NodeLayout layout = catalog::LayoutOf(ids);
     for (size_t n : {size_t{10007}, size_t{3}}) {
       for (double density : {0.01, 1.0}) {
-        AllreduceOptions options;
+        collectives::AllreduceOptions options;
         options.density = density;
         // Teams run across nodes: two where the node count allows.
         if (spec->traits.uses_teams && lc.nodes % 2 == 0) options.teams = 2;
@@ -128,13 +130,15 @@ TEST_P(HierarchicalInvariants, HoldOnEveryLayout) {
             EXPECT_LE(err, 1e-6) << "iteration " << it;
           }
           for (int r = 0; r < layout.world(); ++r) {
-            const CallStats& st = c[r].stats;
+            const collectives::CallStats& st = c[r].stats;
             EXPECT_LE(st.result_nnz, st.result_capacity);
-            EXPECT_EQ(st.Detail(kDetailHierarchyNodes), lc.nodes);
-            EXPECT_EQ(st.Detail(kDetailHierarchyRanksPerNode), lc.per_node);
+            EXPECT_EQ(st.Detail(collectives::algorithms::kDetailHierarchyNodes), lc.nodes);
+            EXPECT_EQ(st.Detail(collectives::algorithms::kDetailHierarchyRanksPerNode),
+                      lc.per_node);
             // Every byte is inside the node or across nodes, and the
             // volume model bounds them.
-            EXPECT_EQ(st.Detail(kDetailIntraNodeSentBytes) + st.Detail(kDetailInterNodeSentBytes),
+            EXPECT_EQ(st.Detail(collectives::algorithms::kDetailIntraNodeSentBytes) +
+                          st.Detail(collectives::algorithms::kDetailInterNodeSentBytes),
                       static_cast<double>(st.sent_bytes));
           }
           // At density 1 the sum is the dense sum (integers: exactly).
@@ -161,17 +165,18 @@ TEST(HierarchicalTest, BytesStayWithinTheVolumeModel) {
   for (const std::string name : {"spardl", "topka", "dense-ring", "spardl-bsag"}) {
     const std::vector<std::string> ids = Nodes(2, 3, false);
     const catalog::NodeLayout layout = catalog::LayoutOf(ids);
-    AllreduceOptions options;
+    collectives::AllreduceOptions options;
     options.density = 0.01;
     auto calls = RunLayout(name, ids, 20011, options, 2, true);
-    auto inner = CreateAllreduce(name);
+    auto inner = collectives::CreateAllreduce(name);
     ASSERT_TRUE(inner.ok());
-    auto h = HierarchicalAllreduce::Create(*std::move(inner), layout);
+    auto h = collectives::algorithms::HierarchicalAllreduce::Create(*std::move(inner), layout);
     ASSERT_TRUE(h.ok()) << h.status();
     for (int r = 0; r < layout.world(); ++r) {
-      const CallStats& st = calls[1][r].stats;
+      const collectives::CallStats& st = calls[1][r].stats;
       ASSERT_TRUE(calls[1][r].status.ok()) << calls[1][r].status;
-      absl::StatusOr<Volume> v = (*h)->ModelVolume(r, layout.world(), 20011, options, st);
+      absl::StatusOr<collectives::Volume> v =
+          (*h)->ModelVolume(r, layout.world(), 20011, options, st);
       ASSERT_TRUE(v.ok()) << v.status();
       EXPECT_LE(st.sent_bytes, v->sent_bytes) << name << " rank " << r;
       EXPECT_LE(st.recv_bytes, v->recv_bytes) << name << " rank " << r;
@@ -184,7 +189,7 @@ TEST(HierarchicalTest, BytesStayWithinTheVolumeModel) {
 // rank of a one-rank-per-node job sends, not L times that.
 TEST(HierarchicalTest, ANodeSendsWhatOneFlatRankSends) {
   const size_t n = 200003;
-  AllreduceOptions options;
+  collectives::AllreduceOptions options;
   options.density = 0.01;
   for (const std::string name : {"spardl", "topka"}) {
     for (auto [nodes, per_node] : {std::pair{2, 4}, std::pair{4, 2}}) {
@@ -195,7 +200,7 @@ TEST(HierarchicalTest, ANodeSendsWhatOneFlatRankSends) {
       double hier_node = 0, flat_node = 0, one_node = 0;
       for (int r = 0; r < per_node; ++r) {  // node 0's ranks
         ASSERT_TRUE(hier[1][r].status.ok()) << hier[1][r].status;
-        hier_node += hier[1][r].stats.Detail(kDetailInterNodeSentBytes);
+        hier_node += hier[1][r].stats.Detail(collectives::algorithms::kDetailInterNodeSentBytes);
         flat_node += flat[1][r].stats.sent_bytes;  // to every rank (upper bound off-node)
       }
       one_node = one[1][0].stats.sent_bytes;
@@ -210,7 +215,7 @@ TEST(HierarchicalTest, ANodeSendsWhatOneFlatRankSends) {
 // both conserve, and at density 1 both are the dense sum.
 TEST(HierarchicalTest, FlatAndHierarchicalAgreeAtDensityOne) {
   const std::vector<std::string> ids = Nodes(2, 2, false);
-  AllreduceOptions options;
+  collectives::AllreduceOptions options;
   options.density = 1.0;
   auto hier = RunLayout("spardl", ids, 4099, options, 2, true);
   auto flat = RunLayout("spardl", ids, 4099, options, 2, false);
@@ -231,7 +236,7 @@ TEST(HierarchicalTest, FlatAndHierarchicalAgreeAtDensityOne) {
 // another (a flat epoch, a checkpoint restored on other nodes) the
 // reduce-scatter carries it to the shard's new holder: nothing is lost.
 TEST(HierarchicalTest, ResidualsFromAnotherLayoutAreCarried) {
-  AllreduceOptions options;
+  collectives::AllreduceOptions options;
   options.density = 0.01;
   const size_t n = 10007;
   auto first = RunLayout("spardl", Nodes(2, 4, false), n, options, 2, true);
@@ -256,7 +261,7 @@ TEST(HierarchicalTest, ResidualsFromAnotherLayoutAreCarried) {
 }
 
 TEST(HierarchicalTest, RunsOverUcx) {
-  AllreduceOptions options;
+  collectives::AllreduceOptions options;
   options.density = 0.01;
   auto calls = RunLayout("spardl-bsag", Nodes(2, 2, false), 10007, options, 2, true, Fabric::kUcx);
   for (int it = 0; it < 2; ++it) {
@@ -268,9 +273,10 @@ TEST(HierarchicalTest, RunsOverUcx) {
 
 TEST(HierarchicalTest, RefusesWhatCannotRunHierarchically) {
   auto make = [](const std::string& name, const std::vector<std::string>& ids) {
-    auto a = CreateAllreduce(name);
+    auto a = collectives::CreateAllreduce(name);
     EXPECT_TRUE(a.ok());
-    return HierarchicalAllreduce::Create(*std::move(a), catalog::LayoutOf(ids));
+    return collectives::algorithms::HierarchicalAllreduce::Create(*std::move(a),
+                                                                  catalog::LayoutOf(ids));
   };
   EXPECT_TRUE(make("spardl", Nodes(2, 2, false)).ok());
   auto uneven = make("spardl", {"a", "a", "a", "b"});
@@ -294,26 +300,28 @@ TEST(HierarchicalTest, ADeadRankFailsEverySurvivorWithItsContributionKept) {
     std::vector<absl::Status> status(4);
     std::vector<std::vector<float>> kept(4), expected(4);
     std::vector<double> seconds(4, 0);
-    RunRanks(4, [&](int rank, Transport& t) -> absl::Status {
+    RunRanks(4, [&](int rank, transport::Transport& t) -> absl::Status {
       if (rank == victim) {
-        t.Abort(DeadlineIn(std::chrono::seconds(1)));
+        t.Abort(transport::DeadlineIn(std::chrono::seconds(1)));
         return absl::OkStatus();
       }
-      auto algo = CreateAllreduce("spardl");
+      auto algo = collectives::CreateAllreduce("spardl");
       if (!algo.ok()) return algo.status();
-      auto h = HierarchicalAllreduce::Create(*std::move(algo), catalog::LayoutOf(ids));
+      auto h = collectives::algorithms::HierarchicalAllreduce::Create(*std::move(algo),
+                                                                      catalog::LayoutOf(ids));
       if (!h.ok()) return h.status();
       std::vector<float> grad = MakeGradient(3, rank, 0, n, Values::kIntegers);
       std::vector<float> residual(n, 0.5f);
       expected[rank] = residual;
       for (size_t i = 0; i < n; ++i) expected[rank][i] += grad[i];
-      AllreduceOptions options;
-      CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20)), 0};
-      AllreduceResult result;
-      CallStats stats;
-      const auto start = Clock::now();
+      collectives::AllreduceOptions options;
+      collectives::CallContext ctx{&t, 42, 1, 0, transport::DeadlineIn(std::chrono::seconds(20)),
+                                   0};
+      collectives::AllreduceResult result;
+      collectives::CallStats stats;
+      const auto start = transport::Clock::now();
       status[rank] = RunOrAbort(**h, ctx, options, grad, residual, &result, &stats);
-      seconds[rank] = std::chrono::duration<double>(Clock::now() - start).count();
+      seconds[rank] = std::chrono::duration<double>(transport::Clock::now() - start).count();
       kept[rank] = residual;
       return absl::OkStatus();
     });
@@ -327,24 +335,25 @@ TEST(HierarchicalTest, ADeadRankFailsEverySurvivorWithItsContributionKept) {
 }
 
 TEST(SubgroupTransportTest, MapsRanksAndRefusesStrangers) {
-  RunRanks(4, [](int rank, Transport& t) -> absl::Status {
-    auto bad = SubgroupTransport::Create(&t, {rank == 0 ? 1 : 0});
+  RunRanks(4, [](int rank, transport::Transport& t) -> absl::Status {
+    auto bad = transport::SubgroupTransport::Create(&t, {rank == 0 ? 1 : 0});
     EXPECT_FALSE(bad.ok());
-    EXPECT_FALSE(SubgroupTransport::Create(&t, {rank, rank}).ok());
-    EXPECT_FALSE(SubgroupTransport::Create(&t, {rank, 9}).ok());
+    EXPECT_FALSE(transport::SubgroupTransport::Create(&t, {rank, rank}).ok());
+    EXPECT_FALSE(transport::SubgroupTransport::Create(&t, {rank, 9}).ok());
     // Ranks {1, 3} and {0, 2}: the view's rank 1 is the world's 3 or 2.
     std::vector<int> members = rank % 2 == 1 ? std::vector<int>{1, 3} : std::vector<int>{0, 2};
-    auto view = SubgroupTransport::Create(&t, members);
+    auto view = transport::SubgroupTransport::Create(&t, members);
     if (!view.ok()) return view.status();
     EXPECT_EQ((*view)->size(), 2);
     EXPECT_EQ((*view)->rank(), rank / 2);
     const int peer = 1 - (*view)->rank();
-    absl::StatusOr<Bytes> got = SendRecv(**view, peer, 5, Bytes{static_cast<uint8_t>(rank)}, peer,
-                                         5, DeadlineIn(std::chrono::seconds(10)));
+    absl::StatusOr<transport::Bytes> got =
+        transport::SendRecv(**view, peer, 5, transport::Bytes{static_cast<uint8_t>(rank)}, peer, 5,
+                            transport::DeadlineIn(std::chrono::seconds(10)));
     if (!got.ok()) return got.status();
     EXPECT_EQ(got->size(), 1u);
     EXPECT_EQ((*got)[0], static_cast<uint8_t>(members[peer]));
-    EXPECT_FALSE((*view)->PostSend(2, 5, Bytes{}).ok());
+    EXPECT_FALSE((*view)->PostSend(2, 5, transport::Bytes{}).ok());
     EXPECT_EQ((*view)->counters(peer).sent_bytes, t.counters(members[peer]).sent_bytes);
     return absl::OkStatus();
   });

@@ -44,15 +44,15 @@ std::string Str(const Case& c) {
          " density=" + std::to_string(c.density) + " N=" + std::to_string(c.n);
 }
 
-AlgorithmTraits Traits(const std::string& algo) {
-  auto a = CreateAllreduce(algo);
+collectives::AlgorithmTraits Traits(const std::string& algo) {
+  auto a = collectives::CreateAllreduce(algo);
   EXPECT_TRUE(a.ok()) << a.status();
-  return a.ok() ? (*a)->traits() : AlgorithmTraits{};
+  return a.ok() ? (*a)->traits() : collectives::AlgorithmTraits{};
 }
 
 bool TeamsValid(const std::string& algo, int world, int teams) {
   if (world % teams != 0) return false;
-  AlgorithmTraits t = Traits(algo);
+  collectives::AlgorithmTraits t = Traits(algo);
   if (!t.uses_teams) return teams == 1;
   return !t.teams_power_of_two || (teams & (teams - 1)) == 0;
 }
@@ -75,7 +75,7 @@ std::vector<Case> Sweep(const std::string& algo, Fabric fabric) {
 
 // The most non-zeros the SparDL family promises: every team block's keep count.
 size_t SparDLCapacity(const Case& c) {
-  BlockLayout layout(c.n, c.world / c.teams, c.density);
+  collectives::BlockLayout layout(c.n, c.world / c.teams, c.density);
   return layout.total_keep();
 }
 
@@ -83,13 +83,13 @@ size_t SparDLCapacity(const Case& c) {
 // spardl 2(P-1)k/P; rsag 2(Q-1)k/Q + log2(T) k/Q; bsag 2(Q-1)k/Q + (T-1) k';
 // dense-ring 2(P-1)/P * 4n. Used to show the exact model is the paper's.
 double PaperSentBytes(std::string_view algorithm, int world, size_t n,
-                      const AllreduceOptions& options, size_t kprime = 0) {
+                      const collectives::AllreduceOptions& options, size_t kprime = 0) {
   const double k = options.density * static_cast<double>(n);
   if (algorithm == "dense-ring") return 2.0 * (world - 1) / world * 4.0 * n;
   const int teams = algorithm == "spardl" ? 1 : options.teams;
   const int q = world / teams;
   double entries = 2.0 * (q - 1) * k / q;
-  if (algorithm == "spardl-rsag") entries += CeilLog2(teams) * k / q;
+  if (algorithm == "spardl-rsag") entries += catalog::CeilLog2(teams) * k / q;
   if (algorithm == "spardl-bsag") entries += (teams - 1) * static_cast<double>(kprime);
   return 8.0 * entries;
 }
@@ -207,11 +207,11 @@ TEST_P(InvariantsTest, BytesMatchVolumeModel) {
     }
   }
   auto all = RunAlgorithmCases(algo, specs, GetParam().fabric);
-  auto algorithm = CreateAllreduce(algo);
+  auto algorithm = collectives::CreateAllreduce(algo);
   ASSERT_TRUE(algorithm.ok());
   for (size_t i = 0; i < specs.size(); ++i) {
     const int p = specs[i].world, t = specs[i].options.teams;
-    const AllreduceOptions& opt = specs[i].options;
+    const collectives::AllreduceOptions& opt = specs[i].options;
     SCOPED_TRACE("P=" + std::to_string(p) + " T=" + std::to_string(t) +
                  " density=" + std::to_string(opt.density));
     for (auto& calls : all[i]) {
@@ -239,7 +239,7 @@ TEST_P(InvariantsTest, BytesMatchVolumeModel) {
 // Every registered algorithm runs the whole sweep on every fabric.
 std::vector<Param> Params(Fabric fabric) {
   std::vector<Param> out;
-  for (const std::string& algo : AllreduceNames()) out.push_back({algo, fabric});
+  for (const std::string& algo : collectives::AllreduceNames()) out.push_back({algo, fabric});
   return out;
 }
 

@@ -19,31 +19,33 @@ namespace {
 TEST(OkTopkTest, EveryBucketRefreshesWhenDue) {
   const int p = 3, buckets = 3, steps = 9;
   const size_t n = 4001;
-  AllreduceOptions opt;
+  collectives::AllreduceOptions opt;
   opt.density = 0.02;
   const int tau = 4, tau_prime = 2;
   opt.params["oktopk_tau"] = tau;
   opt.params["oktopk_tau_prime"] = tau_prime;
   // [step][bucket] on rank 0.
-  std::vector<std::vector<OkTopkCallInfo>> info(steps, std::vector<OkTopkCallInfo>(buckets));
-  auto status = RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
-    std::vector<std::unique_ptr<SparseAllreduce>> algos;
+  std::vector<std::vector<collectives::algorithms::oktopk::OkTopkCallInfo>> info(
+      steps, std::vector<collectives::algorithms::oktopk::OkTopkCallInfo>(buckets));
+  auto status = RunRanks(p, [&](int rank, transport::Transport& t) -> absl::Status {
+    std::vector<std::unique_ptr<collectives::SparseAllreduce>> algos;
     std::vector<std::vector<float>> residual(buckets, std::vector<float>(n, 0.0f));
-    for (int b = 0; b < buckets; ++b) algos.push_back(CreateOkTopk());
+    for (int b = 0; b < buckets; ++b)
+      algos.push_back(collectives::algorithms::oktopk::CreateOkTopk());
     for (int step = 0; step < steps; ++step) {
       for (int b = 0; b < buckets; ++b) {
         std::vector<float> grad = MakeGradient(21 + b, rank, step, n, Values::kGrid);
-        CallContext ctx{&t,
-                        42,
-                        1,
-                        /*call_id=*/static_cast<uint64_t>(step * buckets + b),
-                        DeadlineIn(std::chrono::seconds(20)),
-                        /*training_step=*/static_cast<uint64_t>(step)};
-        AllreduceResult result;
-        CallStats stats;
+        collectives::CallContext ctx{&t,
+                                     42,
+                                     1,
+                                     /*call_id=*/static_cast<uint64_t>(step * buckets + b),
+                                     transport::DeadlineIn(std::chrono::seconds(20)),
+                                     /*training_step=*/static_cast<uint64_t>(step)};
+        collectives::AllreduceResult result;
+        collectives::CallStats stats;
         absl::Status s = RunOrAbort(*algos[b], ctx, opt, grad, residual[b], &result, &stats);
         if (!s.ok()) return s;
-        if (rank == 0) info[step][b] = *OkTopkLastCall(*algos[b]);
+        if (rank == 0) info[step][b] = *collectives::algorithms::oktopk::OkTopkLastCall(*algos[b]);
       }
     }
     return absl::OkStatus();

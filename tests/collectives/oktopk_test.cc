@@ -41,30 +41,32 @@ std::vector<float> Normal(int rank, int call, size_t n) {
 }
 
 struct CallRecord {
-  CallStats stats;
-  OkTopkCallInfo info;
+  collectives::CallStats stats;
+  collectives::algorithms::oktopk::OkTopkCallInfo info;
 };
 
 // Runs `calls` calls of an oktopk instance per rank on normal gradients with
 // a persistent residual; returns records[call][rank].
-std::vector<std::vector<CallRecord>> RunNormal(ThresholdRule rule, int world, size_t n,
-                                               const AllreduceOptions& opt, int calls) {
+std::vector<std::vector<CallRecord>> RunNormal(collectives::algorithms::oktopk::ThresholdRule rule,
+                                               int world, size_t n,
+                                               const collectives::AllreduceOptions& opt,
+                                               int calls) {
   std::vector<std::vector<CallRecord>> rec(calls, std::vector<CallRecord>(world));
-  auto status = RunRanks(world, [&](int rank, Transport& t) -> absl::Status {
-    auto algo = CreateOkTopk({.rule = rule, .agreement = nullptr});
+  auto status = RunRanks(world, [&](int rank, transport::Transport& t) -> absl::Status {
+    auto algo = collectives::algorithms::oktopk::CreateOkTopk({.rule = rule, .agreement = nullptr});
     std::vector<float> residual(n, 0.0f);
     for (int c = 0; c < calls; ++c) {
       std::vector<float> grad = Normal(rank, c, n);
-      CallContext ctx{&t,
-                      42,
-                      1,
-                      static_cast<uint64_t>(c),
-                      DeadlineIn(std::chrono::seconds(20)),
-                      static_cast<uint64_t>(c)};
-      AllreduceResult result;
+      collectives::CallContext ctx{&t,
+                                   42,
+                                   1,
+                                   static_cast<uint64_t>(c),
+                                   transport::DeadlineIn(std::chrono::seconds(20)),
+                                   static_cast<uint64_t>(c)};
+      collectives::AllreduceResult result;
       absl::Status s = RunOrAbort(*algo, ctx, opt, grad, residual, &result, &rec[c][rank].stats);
       if (!s.ok()) return s;
-      rec[c][rank].info = *OkTopkLastCall(*algo);
+      rec[c][rank].info = *collectives::algorithms::oktopk::OkTopkLastCall(*algo);
     }
     return absl::OkStatus();
   });
@@ -92,13 +94,15 @@ BandReport Measure(const std::vector<std::vector<CallRecord>>& rec, size_t k, in
   for (size_t c = warmup; c < rec.size(); ++c) {
     const size_t g = static_cast<size_t>(rec[c][0].stats.Detail("global_selected"));
     r.global_max = std::max(r.global_max, g);
-    r.global_out += g < BandLow(k) || g > BandHigh(k);
+    r.global_out += g < collectives::algorithms::oktopk::BandLow(k) ||
+                    g > collectives::algorithms::oktopk::BandHigh(k);
     r.global_fallbacks += rec[c][0].info.global.fell_back;
     r.global_dev += std::fabs(double(g) / k - 1) / (rec.size() - warmup);
     for (const CallRecord& x : rec[c]) {
       const size_t l = static_cast<size_t>(x.stats.Detail("local_selected"));
       r.local_max = std::max(r.local_max, l);
-      r.local_out += l < BandLow(k) || l > BandHigh(k);
+      r.local_out += l < collectives::algorithms::oktopk::BandLow(k) ||
+                     l > collectives::algorithms::oktopk::BandHigh(k);
       r.local_fallbacks += x.info.local.fell_back;
       r.local_dev += std::fabs(double(l) / k - 1) / ((rec.size() - warmup) * rec[c].size());
       r.reuse_calls += !x.info.local.exact || x.info.local.fell_back;
@@ -112,12 +116,14 @@ BandReport Measure(const std::vector<std::vector<CallRecord>>& rec, size_t k, in
 // rarely needs its exact redo; the authors' ×1.025 rule leaves the band.
 TEST(OkTopkTest, SelectedCountsStayNearKWhereTheAuthorsRuleDrifts) {
   const int p = 4, calls = 500, warmup = 5;
-  const size_t n = 200003, k = KeepCount(0.01, n);
-  AllreduceOptions opt;
+  const size_t n = 200003, k = catalog::KeepCount(0.01, n);
+  collectives::AllreduceOptions opt;
   opt.density = 0.01;
-  auto ours = RunNormal(ThresholdRule::kTracking, p, n, opt, calls);
+  auto ours =
+      RunNormal(collectives::algorithms::oktopk::ThresholdRule::kTracking, p, n, opt, calls);
   BandReport a = Measure(ours, k, warmup);
-  auto theirs = RunNormal(ThresholdRule::kAuthors, p, n, opt, calls);
+  auto theirs =
+      RunNormal(collectives::algorithms::oktopk::ThresholdRule::kAuthors, p, n, opt, calls);
   BandReport b = Measure(theirs, k, warmup);
   std::printf(
       "k=%zu ours: local out-of-band %zu max %zu (%.2fk) mean |c/k-1| %.3f fallbacks %zu/%zu; "
@@ -160,13 +166,13 @@ TEST(OkTopkTest, SelectedCountsStayNearKWhereTheAuthorsRuleDrifts) {
 TEST(OkTopkTest, BalancingAndAlgorithmTwoResidualsConserveExactly) {
   const int p = 5, calls = 6;
   const size_t n = 20011;
-  AllreduceOptions opt;
+  collectives::AllreduceOptions opt;
   opt.density = 0.01;
   opt.params["oktopk_tau"] = 1000;
   std::vector<std::vector<RankCall>> runs(calls, std::vector<RankCall>(p));
   std::vector<int> balanced(calls, 0);
-  auto status = RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
-    auto algo = CreateOkTopk();
+  auto status = RunRanks(p, [&](int rank, transport::Transport& t) -> absl::Status {
+    auto algo = collectives::algorithms::oktopk::CreateOkTopk();
     std::vector<float> residual(n, 0.0f);
     for (int c = 0; c < calls; ++c) {
       RankCall& rc = runs[c][rank];
@@ -175,19 +181,19 @@ TEST(OkTopkTest, BalancingAndAlgorithmTwoResidualsConserveExactly) {
         for (size_t i = 0; i < n; ++i) rc.grad[i] *= i >= n - n / 20 ? 64.0f : 1.0f;
       }
       rc.residual_in = residual;
-      CallContext ctx{&t,
-                      42,
-                      1,
-                      static_cast<uint64_t>(c),
-                      DeadlineIn(std::chrono::seconds(20)),
-                      static_cast<uint64_t>(c)};
-      AllreduceResult result;
+      collectives::CallContext ctx{&t,
+                                   42,
+                                   1,
+                                   static_cast<uint64_t>(c),
+                                   transport::DeadlineIn(std::chrono::seconds(20)),
+                                   static_cast<uint64_t>(c)};
+      collectives::AllreduceResult result;
       rc.status = RunOrAbort(*algo, ctx, opt, rc.grad, residual, &result, &rc.stats);
       if (!rc.status.ok()) return rc.status;
       rc.residual_out = residual;
       rc.result.assign(n, 0.0f);
       result.ToDense(rc.result);
-      if (rank == 0) balanced[c] = OkTopkLastCall(*algo)->balanced;
+      if (rank == 0) balanced[c] = collectives::algorithms::oktopk::OkTopkLastCall(*algo)->balanced;
     }
     return absl::OkStatus();
   });
@@ -212,13 +218,16 @@ TEST(OkTopkTest, BalancingAndAlgorithmTwoResidualsConserveExactly) {
 
 // The coordinator can take the boundary agreement over: an injected
 // agreement is asked at step 0 and every τ steps, and its boundaries are used.
-class FixedAgreement final : public BoundaryAgreement {
+class FixedAgreement final : public collectives::algorithms::oktopk::BoundaryAgreement {
  public:
   explicit FixedAgreement(std::atomic<int>* calls) : calls_(calls) {}
-  absl::StatusOr<Boundaries> Agree(Link& link, std::span<const uint32_t> proposal, size_t n,
-                                   PhaseTimes*, WireCount*) override {
+  absl::StatusOr<collectives::algorithms::oktopk::Boundaries> Agree(
+      collectives::Link& link, std::span<const uint32_t> proposal, size_t n,
+      collectives::PhaseTimes*, collectives::algorithms::oktopk::WireCount*) override {
     ++*calls_;
-    Boundaries b = EqualBoundaries(n / 2, link.size());  // all regions in the first half
+    collectives::algorithms::oktopk::Boundaries b =
+        collectives::algorithms::oktopk::EqualBoundaries(
+            n / 2, link.size());  // all regions in the first half
     b.back() = static_cast<uint32_t>(n);
     return b;
   }
@@ -231,25 +240,26 @@ TEST(OkTopkTest, InjectedBoundaryAgreementIsAskedEveryTau) {
   const int p = 3, calls = 7;
   const size_t n = 3001;
   std::atomic<int> asked{0};
-  AllreduceOptions opt;
+  collectives::AllreduceOptions opt;
   opt.density = 0.05;
   opt.params["oktopk_tau"] = 3;
   std::vector<std::vector<RankCall>> runs(calls, std::vector<RankCall>(p));
-  auto status = RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
-    auto algo = CreateOkTopk(
-        {.rule = ThresholdRule::kTracking, .agreement = std::make_unique<FixedAgreement>(&asked)});
+  auto status = RunRanks(p, [&](int rank, transport::Transport& t) -> absl::Status {
+    auto algo = collectives::algorithms::oktopk::CreateOkTopk(
+        {.rule = collectives::algorithms::oktopk::ThresholdRule::kTracking,
+         .agreement = std::make_unique<FixedAgreement>(&asked)});
     std::vector<float> residual(n, 0.0f);
     for (int c = 0; c < calls; ++c) {
       RankCall& rc = runs[c][rank];
       rc.grad = MakeGradient(4, rank, c, n, Values::kGrid);
       rc.residual_in = residual;
-      CallContext ctx{&t,
-                      42,
-                      1,
-                      static_cast<uint64_t>(c),
-                      DeadlineIn(std::chrono::seconds(20)),
-                      static_cast<uint64_t>(c)};
-      AllreduceResult result;
+      collectives::CallContext ctx{&t,
+                                   42,
+                                   1,
+                                   static_cast<uint64_t>(c),
+                                   transport::DeadlineIn(std::chrono::seconds(20)),
+                                   static_cast<uint64_t>(c)};
+      collectives::AllreduceResult result;
       absl::Status s = RunOrAbort(*algo, ctx, opt, rc.grad, residual, &result, &rc.stats);
       if (!s.ok()) return s;
       rc.residual_out = residual;
@@ -271,33 +281,38 @@ TEST(OkTopkTest, InjectedBoundaryAgreementIsAskedEveryTau) {
 TEST(OkTopkTest, MeanBoundaryAgreement) {
   const int p = 4;
   const size_t n = 1000;
-  std::vector<Boundaries> got(p);
-  auto status = RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
-    CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(10))};
-    PhaseTimes times;
-    WireCount wire;
-    Link link(ctx, CatalogId("oktopk"), &times);
+  std::vector<collectives::algorithms::oktopk::Boundaries> got(p);
+  auto status = RunRanks(p, [&](int rank, transport::Transport& t) -> absl::Status {
+    collectives::CallContext ctx{&t, 42, 1, 0, transport::DeadlineIn(std::chrono::seconds(10))};
+    collectives::PhaseTimes times;
+    collectives::algorithms::oktopk::WireCount wire;
+    collectives::Link link(ctx, collectives::wire::CatalogId("oktopk"), &times);
     const uint32_t base = 100 * rank;  // proposals 100r + {10, 20, 30}
     std::vector<uint32_t> proposal = {base + 10, base + 20, base + 30};
-    auto b = MeanBoundaryAgreement().Agree(link, proposal, n, &times, &wire);
+    auto b = collectives::algorithms::oktopk::MeanBoundaryAgreement().Agree(link, proposal, n,
+                                                                            &times, &wire);
     if (!b.ok()) return b.status();
     got[rank] = *b;
     return absl::OkStatus();
   });
   for (const auto& s : status) ASSERT_TRUE(s.ok()) << s;
-  for (int r = 0; r < p; ++r) EXPECT_EQ(got[r], (Boundaries{0, 160, 170, 180, 1000}));
+  for (int r = 0; r < p; ++r)
+    EXPECT_EQ(got[r], (collectives::algorithms::oktopk::Boundaries{0, 160, 170, 180, 1000}));
   // Quantile proposal: 8 selected indices, 4 regions -> idx[2], idx[4], idx[6].
   kernels::SparseVec sel;
   sel.idx = {1, 5, 9, 13, 20, 40, 80, 99};
   sel.val.assign(8, 1.0f);
-  EXPECT_EQ(ProposeBoundaries(sel, 100, 4), (std::vector<uint32_t>{9, 20, 80}));
-  status = RunRanks(2, [&](int rank, Transport& t) -> absl::Status {
-    CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(10))};
-    PhaseTimes times;
-    WireCount wire;
-    Link link(ctx, CatalogId("oktopk"), &times);
+  EXPECT_EQ(collectives::algorithms::oktopk::ProposeBoundaries(sel, 100, 4),
+            (std::vector<uint32_t>{9, 20, 80}));
+  status = RunRanks(2, [&](int rank, transport::Transport& t) -> absl::Status {
+    collectives::CallContext ctx{&t, 42, 1, 0, transport::DeadlineIn(std::chrono::seconds(10))};
+    collectives::PhaseTimes times;
+    collectives::algorithms::oktopk::WireCount wire;
+    collectives::Link link(ctx, collectives::wire::CatalogId("oktopk"), &times);
     std::vector<uint32_t> proposal = {rank == 1 ? 5000u : 10u};  // rank 1: beyond n
-    return MeanBoundaryAgreement().Agree(link, proposal, n, &times, &wire).status();
+    return collectives::algorithms::oktopk::MeanBoundaryAgreement()
+        .Agree(link, proposal, n, &times, &wire)
+        .status();
   });
   for (const auto& s : status) EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
 }
@@ -305,7 +320,7 @@ TEST(OkTopkTest, MeanBoundaryAgreement) {
 // A peer whose control word is not an integer half fails the call with
 // DATA_LOSS, and the rank keeps grad + old residual.
 TEST(OkTopkTest, BadControlWordFailsAndKeepsContribution) {
-  auto t = CreateLoopbackTransports(2);
+  auto t = transport::CreateLoopbackTransports(2);
   const size_t n = 1000;
   std::vector<float> grad = MakeGradient(5, 0, 0, n, Values::kGrid);
   std::vector<float> residual(n, 0.25f), expected(n);
@@ -314,14 +329,20 @@ TEST(OkTopkTest, BadControlWordFailsAndKeepsContribution) {
   kernels::SparseVec bad;
   bad.idx = {2};
   bad.val = {0.5f};
-  Bytes msg;
-  AppendBlockFrame({42, 1, 0, CatalogId("oktopk"), kOkPhaseBoundaries}, {2, 4}, kernels::View(bad),
-                   &msg);
-  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(kOkPhaseBoundaries, 0, 0), msg).ok());
-  auto algo = CreateOkTopk();
-  AllreduceResult result;
-  CallStats stats;
-  CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
+  transport::Bytes msg;
+  collectives::wire::AppendBlockFrame({42, 1, 0, collectives::wire::CatalogId("oktopk"),
+                                       collectives::algorithms::oktopk::kOkPhaseBoundaries},
+                                      {2, 4}, kernels::View(bad), &msg);
+  ASSERT_TRUE(
+      t[1]->PostSend(
+              0, collectives::MessageTag(collectives::algorithms::oktopk::kOkPhaseBoundaries, 0, 0),
+              msg)
+          .ok());
+  auto algo = collectives::algorithms::oktopk::CreateOkTopk();
+  collectives::AllreduceResult result;
+  collectives::CallStats stats;
+  collectives::CallContext ctx{t[0].get(), 42, 1, 0,
+                               transport::DeadlineIn(std::chrono::seconds(5))};
   absl::Status s = RunOrAbort(*algo, ctx, {0.01, 1}, grad, residual, &result, &stats);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_EQ(residual, expected);
@@ -334,11 +355,12 @@ TEST(OkTopkTest, BadControlWordFailsAndKeepsContribution) {
 // reduced value instead).
 TEST(OkTopkTest, BytesWithinTableOneBound) {
   for (int p : {4, 8}) {
-    const size_t n = 200003, k = KeepCount(0.01, n);
-    AllreduceOptions opt;
+    const size_t n = 200003, k = catalog::KeepCount(0.01, n);
+    collectives::AllreduceOptions opt;
     opt.density = 0.01;
-    auto rec = RunNormal(ThresholdRule::kTracking, p, n, opt, 40);
-    const double bound = 8.0 * 3 * BandHigh(k) * (p - 1) / p + 48.0 * 6 * p;
+    auto rec = RunNormal(collectives::algorithms::oktopk::ThresholdRule::kTracking, p, n, opt, 40);
+    const double bound =
+        8.0 * 3 * collectives::algorithms::oktopk::BandHigh(k) * (p - 1) / p + 48.0 * 6 * p;
     double worst = 0, worst_exact = 0;
     int reused = 0;
     for (int c = 1; c < 40; ++c) {

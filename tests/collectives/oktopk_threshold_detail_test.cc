@@ -16,11 +16,11 @@ namespace {
 TEST(OkTopkThresholdDetail, SelectionsAreAtOrAboveTheReportedThresholds) {
   const int world = 4, calls = 40;
   const size_t n = 20011;
-  AllreduceOptions opt;
+  collectives::AllreduceOptions opt;
   opt.density = 0.01;
   std::vector<std::vector<int>> checked(world, std::vector<int>(2, 0));
-  auto status = RunRanks(world, [&](int rank, Transport& t) -> absl::Status {
-    auto algo = CreateOkTopk();
+  auto status = RunRanks(world, [&](int rank, transport::Transport& t) -> absl::Status {
+    auto algo = collectives::algorithms::oktopk::CreateOkTopk();
     std::vector<float> residual(n, 0.0f);
     std::mt19937_64 rng(17 + rank);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -29,14 +29,14 @@ TEST(OkTopkThresholdDetail, SelectionsAreAtOrAboveTheReportedThresholds) {
       for (float& g : grad) g = normal(rng);
       std::vector<float> acc(n);
       for (size_t i = 0; i < n; ++i) acc[i] = grad[i] + residual[i];
-      CallContext ctx{&t,
-                      42,
-                      1,
-                      static_cast<uint64_t>(c),
-                      DeadlineIn(std::chrono::seconds(20)),
-                      static_cast<uint64_t>(c)};
-      AllreduceResult result;
-      CallStats stats;
+      collectives::CallContext ctx{&t,
+                                   42,
+                                   1,
+                                   static_cast<uint64_t>(c),
+                                   transport::DeadlineIn(std::chrono::seconds(20)),
+                                   static_cast<uint64_t>(c)};
+      collectives::AllreduceResult result;
+      collectives::CallStats stats;
       absl::Status s = RunOrAbort(*algo, ctx, opt, grad, residual, &result, &stats);
       if (!s.ok()) return s;
       const double local = stats.Detail("local_threshold");
@@ -51,7 +51,7 @@ TEST(OkTopkThresholdDetail, SelectionsAreAtOrAboveTheReportedThresholds) {
       for (float v : result.sparse.val) {
         if (v != 0.0f) EXPECT_GE(std::fabs(v), global) << "rank " << rank << " call " << c;
       }
-      checked[rank][OkTopkLastCall(*algo)->local.exact]++;
+      checked[rank][collectives::algorithms::oktopk::OkTopkLastCall(*algo)->local.exact]++;
     }
     return absl::OkStatus();
   });

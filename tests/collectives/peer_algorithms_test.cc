@@ -59,7 +59,7 @@ TEST(DenseRabenseifnerTest, BytesAreTheClosedForm) {
     const uint64_t active = 2 * (p2 - 1) * 4 * n / p2 + 48 * 2 * Log2(p2);
     const uint64_t whole = 4 * n + 48;
     for (int rank = 0; rank < p; ++rank) {
-      const CallStats& s = runs[0][rank].stats;
+      const collectives::CallStats& s = runs[0][rank].stats;
       ASSERT_TRUE(runs[0][rank].status.ok());
       uint64_t want = active;
       uint64_t messages = 2 * Log2(p2);
@@ -97,7 +97,7 @@ TEST(TopkATest, SumsTheLocalTopKAndMovesPMinusOneSelections) {
   for (int p : {1, 2, 3, 5, 8, 9}) {
     for (double d : {0.001, 0.01, 0.1}) {
       SCOPED_TRACE("P=" + std::to_string(p) + " density=" + std::to_string(d));
-      const size_t n = 20011, k = KeepCount(d, n);
+      const size_t n = 20011, k = catalog::KeepCount(d, n);
       auto runs = RunAlgorithm("topka", p, n, {d, 1}, 3, Values::kIntegers, 5);
       for (const auto& calls : runs) {
         std::vector<float> want = SumOfLocalTopK(calls, k);
@@ -121,18 +121,18 @@ TEST(TopkATest, SumsTheLocalTopKAndMovesPMinusOneSelections) {
 // and zero residuals.
 std::vector<RankCall> RunWith(const std::string& algorithm,
                               const std::vector<std::vector<float>>& grads,
-                              const AllreduceOptions& options) {
+                              const collectives::AllreduceOptions& options) {
   const int p = static_cast<int>(grads.size());
   std::vector<RankCall> calls(p);
-  RunRanks(p, [&](int rank, Transport& t) -> absl::Status {
-    auto algo = CreateAllreduce(algorithm);
+  RunRanks(p, [&](int rank, transport::Transport& t) -> absl::Status {
+    auto algo = collectives::CreateAllreduce(algorithm);
     if (!algo.ok()) return algo.status();
     RankCall& c = calls[rank];
     c.grad = grads[rank];
     c.residual_in.assign(c.grad.size(), 0.0f);
     std::vector<float> residual = c.residual_in;
-    CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20))};
-    AllreduceResult result;
+    collectives::CallContext ctx{&t, 42, 1, 0, transport::DeadlineIn(std::chrono::seconds(20))};
+    collectives::AllreduceResult result;
     c.status = RunOrAbort(**algo, ctx, options, c.grad, residual, &result, &c.stats);
     c.residual_out = residual;
     c.result.assign(c.grad.size(), 0.0f);
@@ -172,7 +172,7 @@ TEST(GaussianKTest, SelectsBetweenThreeQuartersKAndTwoKOnNormalData) {
   for (int p : {1, 4, 9}) {
     for (double d : {0.001, 0.01, 0.1}) {
       SCOPED_TRACE("P=" + std::to_string(p) + " density=" + std::to_string(d));
-      const size_t k = KeepCount(d, n);
+      const size_t k = catalog::KeepCount(d, n);
       auto runs = RunAlgorithm("gaussiank", p, n, {d, 1}, 6, Values::kGrid, 13);
       double ratio = 0;
       for (const auto& calls : runs) {
@@ -195,7 +195,7 @@ TEST(GaussianKTest, SelectsBetweenThreeQuartersKAndTwoKOnNormalData) {
 TEST(GaussianKTest, CapsAtTwoKOnIntegers) {
   const size_t n = 20011;
   for (double d : {0.001, 0.01}) {
-    const size_t k = KeepCount(d, n);
+    const size_t k = catalog::KeepCount(d, n);
     auto runs = RunAlgorithm("gaussiank", 3, n, {d, 1}, 2, Values::kIntegers, 2);
     for (const auto& calls : runs) {
       for (const RankCall& c : calls) {
@@ -220,7 +220,7 @@ TEST(GaussianKTest, FallsBackToExactTopKWhenTheFitIsFarOff) {
   auto calls = RunWith("gaussiank", grads, {0.01, 1});
   for (const RankCall& c : calls) {
     ASSERT_TRUE(c.status.ok()) << c.status;
-    EXPECT_EQ(c.stats.Detail("local_selected"), KeepCount(0.01, n));
+    EXPECT_EQ(c.stats.Detail("local_selected"), catalog::KeepCount(0.01, n));
     EXPECT_EQ(CheckThresholdSelection(c), c.stats.Detail("local_selected"));
     EXPECT_EQ(c.result[17], 2e30f);
   }
@@ -263,7 +263,7 @@ TEST(GTopkTest, MatchesTheTreeDefinitionAndTwoLogPKAtTheRoot) {
   for (int p = 1; p <= 9; ++p) {
     for (double d : {0.001, 0.01, 0.1}) {
       SCOPED_TRACE("P=" + std::to_string(p) + " density=" + std::to_string(d));
-      const size_t k = KeepCount(d, n);
+      const size_t k = catalog::KeepCount(d, n);
       auto runs = RunAlgorithm("gtopk", p, n, {d, 1}, 3, Values::kIntegers, 21);
       const int p2 = FloorPow2(p), r = p - p2, root = r > 0 ? 1 : 0;
       const uint64_t msg = 48 + 8 * k;
@@ -277,7 +277,7 @@ TEST(GTopkTest, MatchesTheTreeDefinitionAndTwoLogPKAtTheRoot) {
           EXPECT_LE(c.stats.result_nnz, k);
           total_sent += c.stats.sent_bytes;
         }
-        const CallStats& s = calls[root].stats;
+        const collectives::CallStats& s = calls[root].stats;
         const uint64_t fold = r > 0 ? msg : 0;
         EXPECT_EQ(s.sent_bytes, Log2(p2) * msg + fold);
         EXPECT_EQ(s.recv_bytes, Log2(p2) * msg + fold);
@@ -297,32 +297,34 @@ TEST(GTopkTest, MatchesTheTreeDefinitionAndTwoLogPKAtTheRoot) {
 TEST(PeerFramesTest, DenseFrameOverCapacityIsRejectedAndResidualKept) {
   struct Case {
     const char* algo;
-    AlgorithmId id;
+    collectives::wire::AlgorithmId id;
     uint16_t phase;  // topka's all-gather, gtopk's reduction
     double density;
     absl::StatusCode code;
   };
   const absl::StatusCode refused = absl::StatusCode::kResourceExhausted;
   const absl::StatusCode counted = absl::StatusCode::kDataLoss;
-  for (const Case& c : {Case{"topka", CatalogId("topka"), 1, 0.01, refused},
-                        Case{"gtopk", CatalogId("gtopk"), 2, 0.01, refused},
-                        Case{"topka", CatalogId("topka"), 1, 0.6, counted},
-                        Case{"gtopk", CatalogId("gtopk"), 2, 0.6, counted}}) {
+  for (const Case& c : {Case{"topka", collectives::wire::CatalogId("topka"), 1, 0.01, refused},
+                        Case{"gtopk", collectives::wire::CatalogId("gtopk"), 2, 0.01, refused},
+                        Case{"topka", collectives::wire::CatalogId("topka"), 1, 0.6, counted},
+                        Case{"gtopk", collectives::wire::CatalogId("gtopk"), 2, 0.6, counted}}) {
     SCOPED_TRACE(std::string(c.algo) + " at density " + std::to_string(c.density));
     const size_t n = 1000;
-    auto t = CreateLoopbackTransports(2);
+    auto t = transport::CreateLoopbackTransports(2);
     std::vector<float> ones(n, 1.0f);
-    Bytes bad;
-    AppendDenseFrame({42, 1, 0, c.id, c.phase, 1}, {0, uint32_t(n)}, ones.data(), &bad);
-    ASSERT_TRUE(t[1]->PostSend(0, MessageTag(c.phase, 0, 0), bad).ok());
+    transport::Bytes bad;
+    collectives::wire::AppendDenseFrame({42, 1, 0, c.id, c.phase, 1}, {0, uint32_t(n)}, ones.data(),
+                                        &bad);
+    ASSERT_TRUE(t[1]->PostSend(0, collectives::MessageTag(c.phase, 0, 0), bad).ok());
     std::vector<float> grad = MakeGradient(5, 0, 0, n, Values::kGrid);
     std::vector<float> residual(n, 0.5f), expected(n);
     for (size_t i = 0; i < n; ++i) expected[i] = grad[i] + residual[i];
-    auto algo = CreateAllreduce(c.algo);
+    auto algo = collectives::CreateAllreduce(c.algo);
     ASSERT_TRUE(algo.ok());
-    AllreduceResult result;
-    CallStats stats;
-    CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
+    collectives::AllreduceResult result;
+    collectives::CallStats stats;
+    collectives::CallContext ctx{t[0].get(), 42, 1, 0,
+                                 transport::DeadlineIn(std::chrono::seconds(5))};
     absl::Status s = RunOrAbort(**algo, ctx, {c.density, 1}, grad, residual, &result, &stats);
     EXPECT_EQ(s.code(), c.code) << s;
     if (c.code == refused) {

@@ -43,7 +43,7 @@ TEST(QsgdTest, PayloadLayout) {
   EXPECT_EQ(kernels::QsgdPayloadBytes(1024, 8), 8u + 4 + 1024);
   EXPECT_EQ(kernels::QsgdPayloadBytes(1025, 4), 8u + 8 + 4 * 129);
   EXPECT_EQ(kernels::QsgdPayloadBytes(3, 2), 8u + 4 + 4);
-  EXPECT_EQ(QuantizedFrameBytes(1000, 2), 48u + 8 + 4 + 4 * 63);
+  EXPECT_EQ(collectives::algorithms::QuantizedFrameBytes(1000, 2), 48u + 8 + 4 + 4 * 63);
 }
 
 TEST(QsgdTest, WithinOneStepZerosExactScaleExact) {
@@ -67,12 +67,16 @@ TEST(QsgdTest, SameSeedSameBytesOtherSeedOtherBytes) {
   const auto x = Values(2048, 2);
   EXPECT_EQ(RoundTrip(x, 4, 5), RoundTrip(x, 4, 5));
   EXPECT_NE(RoundTrip(x, 4, 5), RoundTrip(x, 4, 6));
-  const FrameMeta meta{1, 2, 3, CatalogId("sparcml-dsar-split"), 2};
-  EXPECT_NE(QsgdSeed(meta, 0, {0, 10}), QsgdSeed(meta, 1, {0, 10}));
-  EXPECT_NE(QsgdSeed(meta, 0, {0, 10}), QsgdSeed(meta, 0, {10, 20}));
-  FrameMeta next = meta;
+  const collectives::wire::FrameMeta meta{1, 2, 3,
+                                          collectives::wire::CatalogId("sparcml-dsar-split"), 2};
+  EXPECT_NE(collectives::algorithms::QsgdSeed(meta, 0, {0, 10}),
+            collectives::algorithms::QsgdSeed(meta, 1, {0, 10}));
+  EXPECT_NE(collectives::algorithms::QsgdSeed(meta, 0, {0, 10}),
+            collectives::algorithms::QsgdSeed(meta, 0, {10, 20}));
+  collectives::wire::FrameMeta next = meta;
   next.step = 4;
-  EXPECT_NE(QsgdSeed(meta, 0, {0, 10}), QsgdSeed(next, 0, {0, 10}));
+  EXPECT_NE(collectives::algorithms::QsgdSeed(meta, 0, {0, 10}),
+            collectives::algorithms::QsgdSeed(next, 0, {0, 10}));
 }
 
 // Unbiasedness: over T seeds, the mean of decode(encode(x_i)) is within
@@ -126,43 +130,46 @@ TEST(QsgdTest, NonFiniteValuesStayAtZeroWithAFiniteScale) {
 }
 
 // Quantized dense frames through the frame decoder.
-const FrameMeta kMeta{7, 3, 11, CatalogId("sparcml-dsar-split"), 2};
-const BlockRange kRange{100, 1300};
+const collectives::wire::FrameMeta kMeta{7, 3, 11,
+                                         collectives::wire::CatalogId("sparcml-dsar-split"), 2};
+const collectives::wire::BlockRange kRange{100, 1300};
 
-Bytes GoodFrame(int bits, std::vector<float>* decoded) {
+transport::Bytes GoodFrame(int bits, std::vector<float>* decoded) {
   const auto x = Values(kRange.size(), 4);
-  Bytes b;
-  AppendQuantizedFrame(kMeta, kRange, x.data(), bits, 17, &b, decoded);
+  transport::Bytes b;
+  collectives::algorithms::AppendQuantizedFrame(kMeta, kRange, x.data(), bits, 17, &b, decoded);
   return b;
 }
 
-uint8_t* Payload(Bytes* b) { return b->data() + sizeof(FrameHeader); }
+uint8_t* Payload(transport::Bytes* b) { return b->data() + sizeof(collectives::wire::FrameHeader); }
 
-void ExpectRejected(const Bytes& b, FrameError reason) {
-  auto before = FrameErrorCounts()[static_cast<int>(reason)];
+void ExpectRejected(const transport::Bytes& b, collectives::wire::FrameError reason) {
+  auto before = collectives::wire::FrameErrorCounts()[static_cast<int>(reason)];
   std::vector<float> out(kRange.size());
-  absl::Status s = DecodeDenseBlock(b, kMeta, kRange, false, out.data());
+  absl::Status s = collectives::wire::DecodeDenseBlock(b, kMeta, kRange, false, out.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
-  EXPECT_NE(std::string(s.message()).find(FrameErrorName(reason)), std::string::npos) << s;
-  EXPECT_EQ(FrameErrorCounts()[static_cast<int>(reason)], before + 1);
+  EXPECT_NE(std::string(s.message()).find(collectives::wire::FrameErrorName(reason)),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(collectives::wire::FrameErrorCounts()[static_cast<int>(reason)], before + 1);
 }
 
 TEST(QsgdFrameTest, RoundTripThroughBothDecoders) {
   for (int bits : {2, 4, 8}) {
     std::vector<float> decoded;
-    Bytes b = GoodFrame(bits, &decoded);
-    EXPECT_EQ(b.size(), QuantizedFrameBytes(kRange.size(), bits));
-    FrameHeader h;
+    transport::Bytes b = GoodFrame(bits, &decoded);
+    EXPECT_EQ(b.size(), collectives::algorithms::QuantizedFrameBytes(kRange.size(), bits));
+    collectives::wire::FrameHeader h;
     std::memcpy(&h, b.data(), sizeof h);
-    EXPECT_EQ(h.flags, kFrameDense | kFrameQuantized);
+    EXPECT_EQ(h.flags, collectives::wire::kFrameDense | collectives::wire::kFrameQuantized);
     std::vector<float> out(kRange.size(), 1.0f);
-    ASSERT_TRUE(DecodeDenseBlock(b, kMeta, kRange, false, out.data()).ok());
+    ASSERT_TRUE(collectives::wire::DecodeDenseBlock(b, kMeta, kRange, false, out.data()).ok());
     EXPECT_EQ(out, decoded);
-    ASSERT_TRUE(DecodeDenseBlock(b, kMeta, kRange, true, out.data()).ok());
+    ASSERT_TRUE(collectives::wire::DecodeDenseBlock(b, kMeta, kRange, true, out.data()).ok());
     for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], decoded[i] + decoded[i]);
     std::vector<kernels::SparseVec> sparse;
-    const ExpectedBlock want{kRange, 0};
-    ASSERT_TRUE(DecodeSparseBlocks(b, kMeta, {&want, 1}, &sparse).ok());
+    const collectives::wire::ExpectedBlock want{kRange, 0};
+    ASSERT_TRUE(collectives::wire::DecodeSparseBlocks(b, kMeta, {&want, 1}, &sparse).ok());
     std::vector<float> dense(kRange.size());
     kernels::SparseToDense(kernels::View(sparse[0]), kRange.begin, dense.data(), dense.size());
     EXPECT_EQ(dense, decoded);
@@ -172,75 +179,75 @@ TEST(QsgdFrameTest, RoundTripThroughBothDecoders) {
 TEST(QsgdFrameTest, RejectsEveryMalformedField) {
   std::vector<float> d;
   auto with_bits = [&](uint32_t bits) {
-    Bytes b = GoodFrame(4, &d);
+    transport::Bytes b = GoodFrame(4, &d);
     std::memcpy(Payload(&b), &bits, 4);
     return b;
   };
-  ExpectRejected(with_bits(3), FrameError::kBadFlags);
-  ExpectRejected(with_bits(16), FrameError::kBadFlags);
-  ExpectRejected(with_bits(0), FrameError::kBadFlags);
+  ExpectRejected(with_bits(3), collectives::wire::FrameError::kBadFlags);
+  ExpectRejected(with_bits(16), collectives::wire::FrameError::kBadFlags);
+  ExpectRejected(with_bits(0), collectives::wire::FrameError::kBadFlags);
   // 2 bits declared on a 4-bit payload: the length no longer matches.
-  ExpectRejected(with_bits(2), FrameError::kBadLength);
+  ExpectRejected(with_bits(2), collectives::wire::FrameError::kBadLength);
   {
-    Bytes b = GoodFrame(4, &d);
+    transport::Bytes b = GoodFrame(4, &d);
     uint32_t bucket = 512;
     std::memcpy(Payload(&b) + 4, &bucket, 4);
-    ExpectRejected(b, FrameError::kBadQuantized);
+    ExpectRejected(b, collectives::wire::FrameError::kBadQuantized);
   }
   for (float scale : {NAN, INFINITY, -1.0f}) {
-    Bytes b = GoodFrame(4, &d);
+    transport::Bytes b = GoodFrame(4, &d);
     std::memcpy(Payload(&b) + 8, &scale, 4);
-    ExpectRejected(b, FrameError::kBadQuantized);
+    ExpectRejected(b, collectives::wire::FrameError::kBadQuantized);
   }
   {
-    Bytes b = GoodFrame(4, &d);  // code 15 is above the top level 2·7
+    transport::Bytes b = GoodFrame(4, &d);  // code 15 is above the top level 2·7
     Payload(&b)[8 + 8] |= 0x0f;
-    ExpectRejected(b, FrameError::kBadQuantized);
+    ExpectRejected(b, collectives::wire::FrameError::kBadQuantized);
   }
   {
-    Bytes b = GoodFrame(2, &d);  // code 3 is above the top level 2·1
+    transport::Bytes b = GoodFrame(2, &d);  // code 3 is above the top level 2·1
     Payload(&b)[8 + 8] |= 0x03;
-    ExpectRejected(b, FrameError::kBadQuantized);
+    ExpectRejected(b, collectives::wire::FrameError::kBadQuantized);
   }
   {
     // 1200 values at 8 bits fill their words exactly; at 2 bits too; use a
     // range whose last word is partial to test the padding.
-    const BlockRange odd{0, 1201};
+    const collectives::wire::BlockRange odd{0, 1201};
     const auto x = Values(odd.size(), 5);
-    Bytes b;
-    AppendQuantizedFrame(kMeta, odd, x.data(), 8, 1, &b, &d);
+    transport::Bytes b;
+    collectives::algorithms::AppendQuantizedFrame(kMeta, odd, x.data(), 8, 1, &b, &d);
     b.back() |= 0x80;  // a padding bit of the last word
     std::vector<float> out(odd.size());
-    absl::Status s = DecodeDenseBlock(b, kMeta, odd, false, out.data());
+    absl::Status s = collectives::wire::DecodeDenseBlock(b, kMeta, odd, false, out.data());
     EXPECT_NE(std::string(s.message()).find("padding"), std::string::npos) << s;
   }
   {
-    Bytes b = GoodFrame(4, &d);
+    transport::Bytes b = GoodFrame(4, &d);
     b.resize(b.size() - 4);
-    ExpectRejected(b, FrameError::kTruncated);
+    ExpectRejected(b, collectives::wire::FrameError::kTruncated);
   }
   {
-    Bytes b = GoodFrame(4, &d);
+    transport::Bytes b = GoodFrame(4, &d);
     b.resize(b.size() + 4, 0);
-    ExpectRejected(b, FrameError::kBadLength);
+    ExpectRejected(b, collectives::wire::FrameError::kBadLength);
   }
   {
-    Bytes b = GoodFrame(4, &d);
-    FrameHeader h;
+    transport::Bytes b = GoodFrame(4, &d);
+    collectives::wire::FrameHeader h;
     std::memcpy(&h, b.data(), sizeof h);
-    h.flags = kFrameSparse | kFrameQuantized;
+    h.flags = collectives::wire::kFrameSparse | collectives::wire::kFrameQuantized;
     std::memcpy(b.data(), &h, sizeof h);
-    ExpectRejected(b, FrameError::kBadFlags);
-    h.flags = kFrameDense | kFrameQuantized | 8;
+    ExpectRejected(b, collectives::wire::FrameError::kBadFlags);
+    h.flags = collectives::wire::kFrameDense | collectives::wire::kFrameQuantized | 8;
     std::memcpy(b.data(), &h, sizeof h);
-    ExpectRejected(b, FrameError::kBadFlags);
+    ExpectRejected(b, collectives::wire::FrameError::kBadFlags);
   }
 }
 
 TEST(QsgdFrameTest, BitsOption) {
-  EXPECT_TRUE(ValidateQuantizeBits(0).ok());
-  for (int b : {2, 4, 8}) EXPECT_TRUE(ValidateQuantizeBits(b).ok());
-  for (int b : {1, 3, 16, -2}) EXPECT_FALSE(ValidateQuantizeBits(b).ok());
+  EXPECT_TRUE(collectives::algorithms::ValidateQuantizeBits(0).ok());
+  for (int b : {2, 4, 8}) EXPECT_TRUE(collectives::algorithms::ValidateQuantizeBits(b).ok());
+  for (int b : {1, 3, 16, -2}) EXPECT_FALSE(collectives::algorithms::ValidateQuantizeBits(b).ok());
 }
 
 }  // namespace

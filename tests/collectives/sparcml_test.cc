@@ -25,23 +25,23 @@ kernels::SparseVec Seq(uint32_t begin, uint32_t count, uint32_t stride = 1) {
   return v;
 }
 
-uint16_t FlagsOf(const Bytes& b) {
-  FrameHeader h;
+uint16_t FlagsOf(const transport::Bytes& b) {
+  collectives::wire::FrameHeader h;
   std::memcpy(&h, b.data(), sizeof h);
   return h.flags;
 }
 
 TEST(SparseStreamTest, DeltaIsHalfTheSegmentForFloatAndUint32) {
-  EXPECT_EQ(SparseStreamDelta(1000), 500.0);
-  EXPECT_EQ(SparseStreamDelta(1001), 500.5);
+  EXPECT_EQ(collectives::wire::SparseStreamDelta(1000), 500.0);
+  EXPECT_EQ(collectives::wire::SparseStreamDelta(1001), 500.5);
 }
 
 TEST(SparseStreamTest, SwitchesExactlyWhenEntriesPassDelta) {
   for (uint32_t size : {1000u, 1001u}) {
     SCOPED_TRACE(size);
     const uint32_t at_delta = size / 2;  // floor(δ): still sparse
-    const BlockRange range{10, 10 + size};
-    SparseStream s(range, StreamPolicy::kDynamic);
+    const collectives::wire::BlockRange range{10, 10 + size};
+    collectives::wire::SparseStream s(range, collectives::wire::StreamPolicy::kDynamic);
     s.Assign(Seq(10, at_delta));
     EXPECT_FALSE(s.dense());
     s.Assign(Seq(10, at_delta + 1));
@@ -56,31 +56,33 @@ TEST(SparseStreamTest, SwitchesExactlyWhenEntriesPassDelta) {
     s.Add(kernels::View(Seq(10, at_delta)));
     EXPECT_FALSE(s.dense());
     // The wire form follows: same choice as AppendBlockFrame (FrameBytes).
-    Bytes sparse_frame, dense_frame, block_frame;
+    transport::Bytes sparse_frame, dense_frame, block_frame;
     kernels::SparseVec err;
-    SparseStream a(range, StreamPolicy::kDynamic), b(range, StreamPolicy::kDynamic);
+    collectives::wire::SparseStream a(range, collectives::wire::StreamPolicy::kDynamic),
+        b(range, collectives::wire::StreamPolicy::kDynamic);
     a.Assign(Seq(10, at_delta));
     b.Assign(Seq(10, at_delta + 1));
     EXPECT_EQ(a.AppendFrame({}, 0, 0, &sparse_frame, &err), at_delta);
-    EXPECT_EQ(b.AppendFrame({}, 0, 0, &dense_frame, &err), kDenseFrameMark);
-    EXPECT_EQ(FlagsOf(sparse_frame), kFrameSparse);
-    EXPECT_EQ(FlagsOf(dense_frame), kFrameDense);
-    EXPECT_EQ(sparse_frame.size(), FrameBytes(size, at_delta));
-    EXPECT_EQ(dense_frame.size(), FrameBytes(size, at_delta + 1));
-    AppendBlockFrame({}, range, kernels::View(Seq(10, at_delta + 1)), &block_frame);
+    EXPECT_EQ(b.AppendFrame({}, 0, 0, &dense_frame, &err), collectives::wire::kDenseFrameMark);
+    EXPECT_EQ(FlagsOf(sparse_frame), collectives::wire::kFrameSparse);
+    EXPECT_EQ(FlagsOf(dense_frame), collectives::wire::kFrameDense);
+    EXPECT_EQ(sparse_frame.size(), collectives::wire::FrameBytes(size, at_delta));
+    EXPECT_EQ(dense_frame.size(), collectives::wire::FrameBytes(size, at_delta + 1));
+    collectives::wire::AppendBlockFrame({}, range, kernels::View(Seq(10, at_delta + 1)),
+                                        &block_frame);
     EXPECT_EQ(block_frame, dense_frame);
   }
 }
 
 TEST(SparseStreamTest, StaticNeverSwitchesAndDenseStaysDense) {
-  SparseStream s({0, 100}, StreamPolicy::kStatic);
+  collectives::wire::SparseStream s({0, 100}, collectives::wire::StreamPolicy::kStatic);
   s.Assign(Seq(0, 100));
   EXPECT_FALSE(s.dense());
-  Bytes b;
+  transport::Bytes b;
   kernels::SparseVec err;
   EXPECT_EQ(s.AppendFrame({}, 4, 0, &b, &err), 100u);
-  EXPECT_EQ(FlagsOf(b), kFrameSparse);
-  SparseStream d({0, 100}, StreamPolicy::kDynamic);
+  EXPECT_EQ(FlagsOf(b), collectives::wire::kFrameSparse);
+  collectives::wire::SparseStream d({0, 100}, collectives::wire::StreamPolicy::kDynamic);
   d.Assign(Seq(0, 60));
   kernels::SparseVec neg = Seq(0, 60);
   for (float& v : neg.val) v = -v;
@@ -93,18 +95,18 @@ TEST(SparseStreamTest, StaticNeverSwitchesAndDenseStaysDense) {
 
 // One call of `algo` on P ranks where rank r's gradient is `grad(r)`.
 std::vector<RankCall> RunOnce(const std::string& algo, int world, size_t n,
-                              const AllreduceOptions& opt,
+                              const collectives::AllreduceOptions& opt,
                               const std::function<std::vector<float>(int)>& grad) {
   std::vector<RankCall> calls(world);
-  RunRanks(world, [&](int rank, Transport& t) -> absl::Status {
-    auto a = CreateAllreduce(algo);
+  RunRanks(world, [&](int rank, transport::Transport& t) -> absl::Status {
+    auto a = collectives::CreateAllreduce(algo);
     if (!a.ok()) return a.status();
     RankCall& c = calls[rank];
     c.grad = grad(rank);
     std::vector<float> residual(n, 0.0f);
     c.residual_in = residual;
-    CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20))};
-    AllreduceResult result;
+    collectives::CallContext ctx{&t, 42, 1, 0, transport::DeadlineIn(std::chrono::seconds(20))};
+    collectives::AllreduceResult result;
     c.status = RunOrAbort(**a, ctx, opt, c.grad, residual, &result, &c.stats);
     c.residual_out = residual;
     c.result.assign(n, 0.0f);
@@ -135,7 +137,7 @@ struct Expect {
 // exact for P | k and (n/P) | gap: best case (full overlap) and worst case
 // (disjoint selections) per algorithm, bytes sent by one rank.
 Expect Model(const std::string& algo, int p, size_t n, size_t k, bool overlap) {
-  const int logp = CeilLog2(p);
+  const int logp = catalog::CeilLog2(p);
   const uint64_t rs = k * (p - 1) / p;         // split reduce-scatter: k/P to each other rank
   const uint64_t slice = overlap ? k / p : k;  // entries of a reduced slice
   const uint64_t ag_frames = p - 1;            // Bruck forwards every other slice once
@@ -156,7 +158,7 @@ TEST(SparcmlVolumeTest, BestAndWorstCasesOfTheCostModel) {
            {"sparcml-ssar-rd", "sparcml-ssar-split", "sparcml-dsar-split", "topkdsa"}) {
         const size_t k = 512;
         SCOPED_TRACE(algo + " P=" + std::to_string(p) + (overlap ? " overlap" : " disjoint"));
-        AllreduceOptions opt;
+        collectives::AllreduceOptions opt;
         opt.density = double(k) / n;
         auto calls =
             RunOnce(algo, p, n, opt, [&](int r) { return GridGradient(n, k, overlap ? 0 : r, r); });
@@ -178,7 +180,7 @@ TEST(SparcmlVolumeTest, TopkDsaSlicesGoDenseOnlyPastDelta) {
   const size_t n = 4096;
   const int p = 4;
   for (size_t k : {size_t{512}, size_t{1024}}) {
-    AllreduceOptions opt;
+    collectives::AllreduceOptions opt;
     opt.density = double(k) / n;
     auto calls = RunOnce("topkdsa", p, n, opt, [&](int r) { return GridGradient(n, k, r, r); });
     for (const RankCall& c : calls) {
@@ -188,7 +190,7 @@ TEST(SparcmlVolumeTest, TopkDsaSlicesGoDenseOnlyPastDelta) {
       if (k == 512) {
         EXPECT_EQ(own, 512u);
       } else {
-        EXPECT_EQ(own, kDenseFrameMark);
+        EXPECT_EQ(own, collectives::wire::kDenseFrameMark);
       }
     }
     EXPECT_TRUE(Consistent(calls));
@@ -204,13 +206,13 @@ TEST(SparcmlQuantizedTest, ConsistentConservingAndSmaller) {
       for (int p : {1, 2, 3, 4, 5, 8, 9}) {
         SCOPED_TRACE(algo + " bits=" + std::to_string(bits) + " P=" + std::to_string(p));
         // Density 0.4 makes topkdsa's reduced slices dense too (fill-in).
-        AllreduceOptions opt;
+        collectives::AllreduceOptions opt;
         opt.density = algo == "topkdsa" ? 0.4 : 0.05;
         opt.params["quantize_bits"] = bits;
         auto runs = RunAlgorithm(algo, p, 10007, opt, 3, Values::kGrid, 5);
         opt.params["quantize_bits"] = 0;
         auto plain = RunAlgorithm(algo, p, 10007, opt, 1, Values::kGrid, 5);
-        auto model_algo = CreateAllreduce(algo);
+        auto model_algo = collectives::CreateAllreduce(algo);
         ASSERT_TRUE(model_algo.ok());
         for (auto& calls : runs) {
           for (const RankCall& c : calls) ASSERT_TRUE(c.status.ok()) << c.status;
@@ -219,7 +221,7 @@ TEST(SparcmlQuantizedTest, ConsistentConservingAndSmaller) {
         }
         opt.params["quantize_bits"] = bits;
         for (int r = 0; r < p; ++r) {
-          const CallStats& s = runs[0][r].stats;
+          const collectives::CallStats& s = runs[0][r].stats;
           auto model = (*model_algo)->ModelVolume(r, p, 10007, opt, s);
           ASSERT_TRUE(model.ok()) << model.status();
           EXPECT_EQ(s.sent_bytes, model->sent_bytes);
@@ -241,7 +243,7 @@ TEST(SparcmlQuantizedTest, TinyGradientsWithEmptySlices) {
     for (int p = 1; p <= 9; ++p) {
       for (size_t n : {size_t{1}, size_t{3}}) {
         SCOPED_TRACE(algo + " P=" + std::to_string(p) + " N=" + std::to_string(n));
-        AllreduceOptions opt;
+        collectives::AllreduceOptions opt;
         opt.density = 1.0;
         opt.params["quantize_bits"] = 2;
         auto runs = RunAlgorithm(algo, p, n, opt, 2, Values::kGrid, 9);
@@ -257,7 +259,7 @@ TEST(SparcmlQuantizedTest, TinyGradientsWithEmptySlices) {
 
 TEST(SparcmlQuantizedTest, StaticAlgorithmsHaveNoDensePhaseToQuantize) {
   for (const std::string algo : {"sparcml-ssar-rd", "sparcml-ssar-split"}) {
-    AllreduceOptions opt;
+    collectives::AllreduceOptions opt;
     opt.density = 0.3;
     opt.params["quantize_bits"] = 4;
     auto q = RunAlgorithm(algo, 4, 5003, opt, 1, Values::kGrid, 2);
@@ -269,7 +271,7 @@ TEST(SparcmlQuantizedTest, StaticAlgorithmsHaveNoDensePhaseToQuantize) {
 
 TEST(SparcmlQuantizedTest, BadBitsFailBeforeTouchingTheResidual) {
   for (const std::string algo : {"sparcml-dsar-split", "topkdsa", "sparcml-ssar-split"}) {
-    AllreduceOptions opt;
+    collectives::AllreduceOptions opt;
     opt.params["quantize_bits"] = 3;
     auto runs = RunAlgorithm(algo, 2, 100, opt, 1, Values::kGrid, 2);
     for (const RankCall& c : runs[0]) {
@@ -283,22 +285,27 @@ TEST(SparcmlQuantizedTest, BadBitsFailBeforeTouchingTheResidual) {
 // rejected (a dense frame carries no count for the frame layer to check).
 TEST(SparcmlFaultsTest, DenseFrameOverCapacityIsRejected) {
   const size_t n = 1000;
-  auto t = CreateLoopbackTransports(2);
+  auto t = transport::CreateLoopbackTransports(2);
   std::vector<float> grad = MakeGradient(5, 0, 0, n, Values::kGrid);
   std::vector<float> residual(n, 0.25f), expected(n);
   for (size_t i = 0; i < n; ++i) expected[i] = grad[i] + residual[i];
   std::vector<float> forged(500, 1.0f);  // slice [0, 500): keep count is 10
-  Bytes bad;
-  AppendDenseFrame({42, 1, 0, CatalogId("sparcml-dsar-split"), kPhaseSplitScatter, /*sender=*/1},
-                   {0, 500}, forged.data(), &bad);
-  ASSERT_TRUE(t[1]->PostSend(0, MessageTag(kPhaseSplitScatter, 0, 1), bad).ok());
-  auto algo = CreateAllreduce("sparcml-dsar-split");
+  transport::Bytes bad;
+  collectives::wire::AppendDenseFrame({42, 1, 0, collectives::wire::CatalogId("sparcml-dsar-split"),
+                                       collectives::algorithms::kPhaseSplitScatter, /*sender=*/1},
+                                      {0, 500}, forged.data(), &bad);
+  ASSERT_TRUE(
+      t[1]->PostSend(0, collectives::MessageTag(collectives::algorithms::kPhaseSplitScatter, 0, 1),
+                     bad)
+          .ok());
+  auto algo = collectives::CreateAllreduce("sparcml-dsar-split");
   ASSERT_TRUE(algo.ok());
-  AllreduceResult result;
-  CallStats stats;
-  AllreduceOptions opt;
+  collectives::AllreduceResult result;
+  collectives::CallStats stats;
+  collectives::AllreduceOptions opt;
   opt.density = 0.01;
-  CallContext ctx{t[0].get(), 42, 1, 0, DeadlineIn(std::chrono::seconds(5))};
+  collectives::CallContext ctx{t[0].get(), 42, 1, 0,
+                               transport::DeadlineIn(std::chrono::seconds(5))};
   absl::Status s = RunOrAbort(**algo, ctx, opt, grad, residual, &result, &stats);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_NE(std::string(s.message()).find("over_capacity"), std::string::npos) << s;

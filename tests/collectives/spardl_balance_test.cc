@@ -38,7 +38,8 @@ std::vector<size_t> Equal(size_t n, size_t parts) {
 TEST(BalancedBounds, EqualThresholdsKeepEqualBlocks) {
   const size_t n = 40000;
   const std::vector<size_t> keeps(4, 100);
-  const auto next = BalancedBounds(Result(n, {1, 1, 1, 1}, 100), Equal(n, 4), keeps);
+  const auto next =
+      collectives::algorithms::BalancedBounds(Result(n, {1, 1, 1, 1}, 100), Equal(n, 4), keeps);
   EXPECT_EQ(next, Equal(n, 4));
 }
 
@@ -48,7 +49,8 @@ TEST(BalancedBounds, AHotBlockShrinksAndTheOthersGrow) {
   // Block 0's smallest kept value (10) is the others' largest: theta = 10,
   // and the 103 entries at or above it are block 0's 100 (at 0, 100, ...,
   // 9900) and one of each other block. Quantiles 25, 51, 77 of them.
-  const auto next = BalancedBounds(Result(n, {10, 0.1f, 0.1f, 0.1f}, 100), Equal(n, 4), keeps);
+  const auto next = collectives::algorithms::BalancedBounds(Result(n, {10, 0.1f, 0.1f, 0.1f}, 100),
+                                                            Equal(n, 4), keeps);
   EXPECT_EQ(next, (std::vector<size_t>{0, 2500, 5100, 7700, n}));
   for (size_t j = 0; j < 4; ++j) EXPECT_GE(next[j + 1] - next[j], 4 * keeps[j]) << j;
 }
@@ -56,11 +58,11 @@ TEST(BalancedBounds, AHotBlockShrinksAndTheOthersGrow) {
 TEST(BalancedBounds, MinimumSpanWins) {
   // The same skew, with quotas that fit only as 4 x their size: the hot
   // block keeps 4 x 100 elements, and with 4 x 250 nothing can move.
-  EXPECT_EQ(BalancedBounds(Result(4000, {10, 0.1f, 0.1f, 0.1f}, 100), Equal(4000, 4),
-                           std::vector<size_t>(4, 100)),
+  EXPECT_EQ(collectives::algorithms::BalancedBounds(Result(4000, {10, 0.1f, 0.1f, 0.1f}, 100),
+                                                    Equal(4000, 4), std::vector<size_t>(4, 100)),
             (std::vector<size_t>{0, 400, 800, 1200, 4000}));
-  EXPECT_EQ(BalancedBounds(Result(4000, {10, 0.1f, 0.1f, 0.1f}, 250), Equal(4000, 4),
-                           std::vector<size_t>(4, 250)),
+  EXPECT_EQ(collectives::algorithms::BalancedBounds(Result(4000, {10, 0.1f, 0.1f, 0.1f}, 250),
+                                                    Equal(4000, 4), std::vector<size_t>(4, 250)),
             Equal(4000, 4));
 }
 
@@ -68,12 +70,16 @@ TEST(BalancedBounds, NothingToLearnLeavesTheBounds) {
   const size_t n = 40000;
   const std::vector<size_t> bounds = {0, 5000, 20000, 30000, n};
   // No block kept its full quota: the quotas did not bind.
-  EXPECT_EQ(BalancedBounds(Result(n, {1, 2, 3, 4}, 50), bounds, std::vector<size_t>(4, 100)),
+  EXPECT_EQ(collectives::algorithms::BalancedBounds(Result(n, {1, 2, 3, 4}, 50), bounds,
+                                                    std::vector<size_t>(4, 100)),
             bounds);
   // An empty result, and a layout of one block.
-  EXPECT_EQ(BalancedBounds(kernels::SparseVec{}, bounds, std::vector<size_t>(4, 100)), bounds);
-  EXPECT_EQ(BalancedBounds(Result(n, {1}, 10), std::vector<size_t>{0, n}, {10}),
-            (std::vector<size_t>{0, n}));
+  EXPECT_EQ(collectives::algorithms::BalancedBounds(kernels::SparseVec{}, bounds,
+                                                    std::vector<size_t>(4, 100)),
+            bounds);
+  EXPECT_EQ(
+      collectives::algorithms::BalancedBounds(Result(n, {1}, 10), std::vector<size_t>{0, n}, {10}),
+      (std::vector<size_t>{0, n}));
 }
 
 // The family, re-balancing after every second call (training steps 1, 3, 5).
@@ -91,7 +97,7 @@ TEST_P(SparDLBalanceFamilyTest, InvariantsHoldOnMovedBlocks) {
   constexpr int kCalls = 7;
   const int parts = kWorld / c.teams;
   for (double tau : {0.0, 2.0}) {
-    AllreduceOptions options;
+    collectives::AllreduceOptions options;
     options.density = 0.01;
     options.teams = c.teams;
     options.params["spardl_balance_tau"] = tau;

@@ -25,19 +25,24 @@ namespace {
 TEST(SrsLocalKeeps, OneKeepPerBagThatArrivesBeforeTheBlockLeaves) {
   // q = 4: bags of blocks me+2, me+3 leave at step 1 (me, me+1 arrive);
   // block me+1 leaves at step 2 (me arrives); me is kept.
-  const BlockLayout four(40000, 4, 0.01);  // keep 100 each
-  EXPECT_EQ(SrsLocalKeeps(four, 0), (std::vector<size_t>{300, 200, 100, 100}));
-  EXPECT_EQ(SrsLocalKeeps(four, 2), (std::vector<size_t>{100, 100, 300, 200}));
+  const collectives::BlockLayout four(40000, 4, 0.01);  // keep 100 each
+  EXPECT_EQ(collectives::algorithms::SrsLocalKeeps(four, 0),
+            (std::vector<size_t>{300, 200, 100, 100}));
+  EXPECT_EQ(collectives::algorithms::SrsLocalKeeps(four, 2),
+            (std::vector<size_t>{100, 100, 300, 200}));
   // q = 2: the other block leaves at once.
-  EXPECT_EQ(SrsLocalKeeps(BlockLayout(20000, 2, 0.01), 1), (std::vector<size_t>{100, 200}));
+  EXPECT_EQ(collectives::algorithms::SrsLocalKeeps(collectives::BlockLayout(20000, 2, 0.01), 1),
+            (std::vector<size_t>{100, 200}));
   // q = 3: block me+2 leaves at step 1, me+1 at step 2; only me arrives.
-  EXPECT_EQ(SrsLocalKeeps(BlockLayout(30000, 3, 0.01), 0), (std::vector<size_t>{300, 100, 100}));
+  EXPECT_EQ(collectives::algorithms::SrsLocalKeeps(collectives::BlockLayout(30000, 3, 0.01), 0),
+            (std::vector<size_t>{300, 100, 100}));
   // q = 8: me gets a bag every step (4), me+1 two (steps 1, 2), me+2 and
   // me+3 one (step 1), the rest none.
-  EXPECT_EQ(SrsLocalKeeps(BlockLayout(80000, 8, 0.01), 0),
+  EXPECT_EQ(collectives::algorithms::SrsLocalKeeps(collectives::BlockLayout(80000, 8, 0.01), 0),
             (std::vector<size_t>{400, 300, 200, 200, 100, 100, 100, 100}));
   // Capped at the block's size.
-  EXPECT_EQ(SrsLocalKeeps(BlockLayout(40, 4, 0.5), 0), (std::vector<size_t>{10, 10, 5, 5}));
+  EXPECT_EQ(collectives::algorithms::SrsLocalKeeps(collectives::BlockLayout(40, 4, 0.5), 0),
+            (std::vector<size_t>{10, 10, 5, 5}));
 }
 
 // One spardl call (or `algorithm` with `teams`) on 4 ranks of 400 elements
@@ -49,10 +54,10 @@ std::vector<testing::RankCall> OneCall(const std::string& param, int value,
                                        const std::string& algorithm = "spardl", int teams = 1) {
   constexpr int kWorld = 4;
   std::vector<testing::RankCall> calls(kWorld);
-  std::vector<absl::Status> st = testing::RunRanks(kWorld, [&](int rank, Transport& t) {
-    auto algo = CreateAllreduce(algorithm);
+  std::vector<absl::Status> st = testing::RunRanks(kWorld, [&](int rank, transport::Transport& t) {
+    auto algo = collectives::CreateAllreduce(algorithm);
     if (!algo.ok()) return algo.status();
-    AllreduceOptions options;
+    collectives::AllreduceOptions options;
     options.density = 0.05;
     options.threshold_reuse = false;
     options.teams = teams;
@@ -62,8 +67,8 @@ std::vector<testing::RankCall> OneCall(const std::string& param, int value,
     c.grad = grad(rank);
     c.residual_in.assign(c.grad.size(), 0.0f);
     std::vector<float> residual = c.residual_in;
-    CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20)), 0};
-    AllreduceResult result;
+    collectives::CallContext ctx{&t, 42, 1, 0, transport::DeadlineIn(std::chrono::seconds(20)), 0};
+    collectives::AllreduceResult result;
     c.status = testing::RunOrAbort(**algo, ctx, options, c.grad, residual, &result, &c.stats);
     c.residual_out = residual;
     c.result.assign(c.grad.size(), 0.0f);

@@ -17,35 +17,37 @@
 
 namespace gradex::testing {
 
-class TestDenseGather : public DenseAllreduce {
+class TestDenseGather : public collectives::algorithms::DenseAllreduce {
  public:
   explicit TestDenseGather(std::string_view name) : name_(name) {}
   std::string_view name() const override { return name_; }
-  absl::StatusOr<Volume> ModelVolume(int, int world, size_t n, const AllreduceOptions&,
-                                     const CallStats&) const override {
-    const uint64_t frame = sizeof(FrameHeader) + 4 * uint64_t{n};
+  absl::StatusOr<collectives::Volume> ModelVolume(int, int world, size_t n,
+                                                  const collectives::AllreduceOptions&,
+                                                  const collectives::CallStats&) const override {
+    const uint64_t frame = sizeof(collectives::wire::FrameHeader) + 4 * uint64_t{n};
     const uint64_t peers = world - 1;
-    return Volume{peers * frame, peers * frame, peers};
+    return collectives::Volume{peers * frame, peers * frame, peers};
   }
 
  protected:
-  absl::Status ReduceDense(const CallContext& ctx, float* data, size_t n,
-                           PhaseTimes* times) override {
+  absl::Status ReduceDense(const collectives::CallContext& ctx, float* data, size_t n,
+                           collectives::PhaseTimes* times) override {
     const int p = ctx.transport->size(), r = ctx.transport->rank();
-    Link link(ctx, id(), times);
-    const BlockRange whole{0, static_cast<uint32_t>(n)};
+    collectives::Link link(ctx, id(), times);
+    const collectives::wire::BlockRange whole{0, static_cast<uint32_t>(n)};
     std::vector<std::vector<float>> from(p, std::vector<float>(n, 0.0f));
     std::memcpy(from[r].data(), data, n * sizeof(float));
     for (int d = 1; d < p; ++d) {
-      Bytes out;
-      AppendDenseFrame(link.meta(1), whole, data, &out);
+      transport::Bytes out;
+      collectives::wire::AppendDenseFrame(link.meta(1), whole, data, &out);
       const int src = (r - d + p) % p;
-      absl::StatusOr<Bytes> in = link.Exchange((r + d) % p, std::move(out), src, 1, d);
+      absl::StatusOr<transport::Bytes> in = link.Exchange((r + d) % p, std::move(out), src, 1, d);
       if (!in.ok()) return in.status();
-      absl::Status st = DecodeDenseBlock(*in, link.meta(1), whole, false, from[src].data());
+      absl::Status st =
+          collectives::wire::DecodeDenseBlock(*in, link.meta(1), whole, false, from[src].data());
       if (!st.ok()) return st;
     }
-    PhaseTimer t(&times->reduction_s);
+    collectives::PhaseTimer t(&times->reduction_s);
     for (size_t i = 0; i < n; ++i) {
       float s = 0.0f;
       for (int q = 0; q < p; ++q) s += from[q][i];

@@ -18,8 +18,8 @@ constexpr int kWorld = 3;
 constexpr size_t kN = 20011;
 constexpr int kCalls = 8;
 
-AllreduceOptions Opts(bool reuse) {
-  AllreduceOptions o;
+collectives::AllreduceOptions Opts(bool reuse) {
+  collectives::AllreduceOptions o;
   o.density = 0.01;
   o.teams = 1;
   o.threshold_reuse = reuse;
@@ -65,8 +65,8 @@ TEST_P(ThresholdReuseTest, SameBitsWithAndWithoutReuse) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, ThresholdReuseTest, ::testing::ValuesIn(AllreduceNames()),
-                         AlgorithmTestName);
+INSTANTIATE_TEST_SUITE_P(Algorithms, ThresholdReuseTest,
+                         ::testing::ValuesIn(collectives::AllreduceNames()), AlgorithmTestName);
 
 }  // namespace
 }  // namespace gradex::testing

@@ -191,10 +191,10 @@ TEST(DataPlane, MalformedAddressesAreRefusedNamingTheField) {
   r.set_ucx_version("1.13");
   r.set_ucx_transports("tcp");
   r.set_ucx_address("127.0.0.1:4000");
-  r.set_wire_protocol(gradex::kWireProtocol);
+  r.set_wire_protocol(gradex::version::kWireProtocol);
   EXPECT_TRUE(ValidateJoin(r).ok()) << ValidateJoin(r);
   r.set_ucx_address("[::1]:4000");
-  r.set_wire_protocol(gradex::kWireProtocol);
+  r.set_wire_protocol(gradex::version::kWireProtocol);
   EXPECT_TRUE(ValidateJoin(r).ok()) << ValidateJoin(r);
   for (const std::string& bad :
        {std::string(64, '\x07'), std::string("127.0.0.1"), std::string("127.0.0.1:0"),
@@ -202,11 +202,11 @@ TEST(DataPlane, MalformedAddressesAreRefusedNamingTheField) {
         std::string("127.attacker.example:7006"), std::string("1.2.3.4:5x"),
         std::string("[::1:4000")}) {
     r.set_ucx_address(bad);
-    r.set_wire_protocol(gradex::kWireProtocol);
+    r.set_wire_protocol(gradex::version::kWireProtocol);
     ExpectRefused(ValidateJoin(r), absl::StatusCode::kInvalidArgument, "ucx_address");
   }
   r.set_ucx_address("127.0.0.1:4000");
-  r.set_wire_protocol(gradex::kWireProtocol);
+  r.set_wire_protocol(gradex::version::kWireProtocol);
   r.set_ucx_version("");
   ExpectRefused(ValidateJoin(r), absl::StatusCode::kInvalidArgument, "ucx_version");
   r.set_ucx_version("1.13.1x");

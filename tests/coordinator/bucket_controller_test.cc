@@ -19,27 +19,29 @@ namespace gradex::coordinator {
 namespace {
 
 constexpr uint64_t kN = 100000;
-constexpr uint64_t kNone = BucketController::kNone;
+constexpr uint64_t kNone = controllers::BucketController::kNone;
 const absl::Time t0 = absl::FromUnixSeconds(1000);
 
 // Every rank of a P-rank step reports the same buckets; rank r's time is
 // `seconds` scaled by (1 + r/10), so the slowest rank's is seconds*(1+(P-1)/10).
 // The step ends at t0 + step seconds.
-void FeedStep(BucketController& c, int world, uint64_t step, std::vector<BucketSample> buckets) {
+void FeedStep(controllers::BucketController& c, int world, uint64_t step,
+              std::vector<controllers::BucketSample> buckets) {
   for (int r = 0; r < world; ++r) {
-    std::vector<BucketSample> mine = buckets;
-    for (BucketSample& b : mine) b.seconds *= 1 + r / 10.0;
+    std::vector<controllers::BucketSample> mine = buckets;
+    for (controllers::BucketSample& b : mine) b.seconds *= 1 + r / 10.0;
     c.Feed(r, step, mine, t0 + absl::Seconds(static_cast<double>(step)));
   }
 }
 
-BucketSample Sparse(double s, uint64_t n = kN) { return {n, "spardl", s, false}; }
-BucketSample Probe(double s, uint64_t n = kN) { return {n, "dense-ring", s, true}; }
-BucketSample Dense(double s, uint64_t n = kN) { return {n, "dense-ring", s, false}; }
+controllers::BucketSample Sparse(double s, uint64_t n = kN) { return {n, "spardl", s, false}; }
+controllers::BucketSample Probe(double s, uint64_t n = kN) { return {n, "dense-ring", s, true}; }
+controllers::BucketSample Dense(double s, uint64_t n = kN) { return {n, "dense-ring", s, false}; }
 
 // Sparse steps and dense probes alternating (probes on odd steps), every
 // decision applied at once from the next step, until `until` (exclusive).
-void Alternate(BucketController& c, uint64_t& step, uint64_t until, double sparse, double probe) {
+void Alternate(controllers::BucketController& c, uint64_t& step, uint64_t until, double sparse,
+               double probe) {
   for (; step < until; ++step) {
     FeedStep(c, 2, step, {step % 2 ? Probe(probe) : Sparse(sparse)});
     c.Apply(kNone, step + 1);
@@ -47,7 +49,7 @@ void Alternate(BucketController& c, uint64_t& step, uint64_t until, double spars
 }
 
 TEST(BucketController, FallsBackToDenseOnlyWhenDenseWinsByTheMarginInTwoFullWindows) {
-  BucketController c;
+  controllers::BucketController c;
   c.Configure("spardl", false, 0.01, 2, 1, 0);
   // Bucket 0: dense twice as fast; bucket 1: dense 5% faster (inside the
   // margin); bucket 2: dense slower. Sparse runs on even steps: its 8th
@@ -63,7 +65,7 @@ TEST(BucketController, FallsBackToDenseOnlyWhenDenseWinsByTheMarginInTwoFullWind
   }
   EXPECT_TRUE(c.Choices().empty()) << "decided, not applied";
   EXPECT_EQ(c.dense_buckets(), 0);
-  std::vector<BucketSwitch> sw = c.TakeSwitches();
+  std::vector<controllers::BucketSwitch> sw = c.TakeSwitches();
   ASSERT_EQ(sw.size(), 1u);
   EXPECT_EQ(sw[0].bucket, 0u);
   EXPECT_TRUE(sw[0].to_dense);
@@ -85,7 +87,7 @@ TEST(BucketController, FallsBackToDenseOnlyWhenDenseWinsByTheMarginInTwoFullWind
 }
 
 TEST(BucketController, GoesBackToSparseAfterTheDwellAndMediansIgnoreOneOutlier) {
-  BucketController c;
+  controllers::BucketController c;
   c.Configure("spardl", false, 0.01, 2, 1, 0);
   uint64_t step = 0;
   Alternate(c, step, 31, 0.10, 0.05);
@@ -105,7 +107,7 @@ TEST(BucketController, GoesBackToSparseAfterTheDwellAndMediansIgnoreOneOutlier) 
     FeedStep(c, 2, step, {Dense(0.2)});
     EXPECT_EQ(c.PendingSince(), step < 62 ? kNone : 62u) << step;
   }
-  std::vector<BucketSwitch> sw = c.TakeSwitches();
+  std::vector<controllers::BucketSwitch> sw = c.TakeSwitches();
   ASSERT_EQ(sw.size(), 1u);
   EXPECT_FALSE(sw[0].to_dense);
   EXPECT_EQ(sw[0].switches, 2);
@@ -115,10 +117,12 @@ TEST(BucketController, GoesBackToSparseAfterTheDwellAndMediansIgnoreOneOutlier) 
 }
 
 TEST(BucketController, DroppedOrInconsistentReportsAreNotSamples) {
-  BucketController c;
+  controllers::BucketController c;
   c.Configure("spardl", false, 0.01, 3, 1, 0);
   uint64_t step = 0;
-  auto feed = [&](int rank, std::vector<BucketSample> b) { c.Feed(rank, step, b, t0); };
+  auto feed = [&](int rank, std::vector<controllers::BucketSample> b) {
+    c.Feed(rank, step, b, t0);
+  };
   // Only two of three ranks report: no step completes (and the open steps
   // stay bounded however many there are).
   for (int i = 0; i < 500; ++i) {
@@ -152,7 +156,7 @@ TEST(BucketController, DroppedOrInconsistentReportsAreNotSamples) {
 }
 
 TEST(BucketController, ANewSizeAtAnIndexOrANewWorldStartsAfresh) {
-  BucketController c;
+  controllers::BucketController c;
   c.Configure("spardl", false, 0.01, 2, 1, 0);
   uint64_t step = 0;
   Alternate(c, step, 31, 0.10, 0.05);
@@ -181,11 +185,13 @@ TEST(BucketController, TheCheapestRowWinsAndOnlyAlgorithmsThatRunOnThisP) {
         for (uint64_t n : {uint64_t{1000}, uint64_t{10000000}}) {
           double best_s = 0;
           const std::string best =
-              CheapestAlgorithm(world, teams, n, density, 50e-6, 8e-10, &best_s);
+              controllers::CheapestAlgorithm(world, teams, n, density, 50e-6, 8e-10, &best_s);
           ASSERT_FALSE(best.empty());
-          EXPECT_EQ(best_s, ModelSeconds(best, world, teams, n, density, 50e-6, 8e-10));
+          EXPECT_EQ(best_s,
+                    controllers::ModelSeconds(best, world, teams, n, density, 50e-6, 8e-10));
           for (const catalog::AlgorithmSpec* spec : catalog::All()) {
-            EXPECT_LE(best_s, ModelSeconds(spec->name, world, teams, n, density, 50e-6, 8e-10))
+            EXPECT_LE(best_s,
+                      controllers::ModelSeconds(spec->name, world, teams, n, density, 50e-6, 8e-10))
                 << spec->name << " P=" << world << " T=" << teams;
           }
         }
@@ -196,33 +202,35 @@ TEST(BucketController, TheCheapestRowWinsAndOnlyAlgorithmsThatRunOnThisP) {
   // wins sends whole values (dense, or COVAP's whole parts, a third of them
   // per step at its default interval); at interval 1 COVAP is a dense ring
   // and the tie goes to the dense algorithm.
-  const std::string whole = CheapestAlgorithm(8, 1, 10000000, 1.0, 50e-6, 8e-10);
+  const std::string whole = controllers::CheapestAlgorithm(8, 1, 10000000, 1.0, 50e-6, 8e-10);
   EXPECT_TRUE(catalog::TraitsOf(whole).dense || whole == "covap") << whole;
-  EXPECT_TRUE(
-      catalog::TraitsOf(CheapestAlgorithm(8, 1, 10000000, 1.0, 50e-6, 8e-10, nullptr, 1)).dense);
-  EXPECT_FALSE(catalog::TraitsOf(CheapestAlgorithm(8, 1, 10000000, 0.001, 50e-6, 8e-10)).dense);
+  EXPECT_TRUE(catalog::TraitsOf(
+                  controllers::CheapestAlgorithm(8, 1, 10000000, 1.0, 50e-6, 8e-10, nullptr, 1))
+                  .dense);
+  EXPECT_FALSE(
+      catalog::TraitsOf(controllers::CheapestAlgorithm(8, 1, 10000000, 0.001, 50e-6, 8e-10)).dense);
   // R-SAG needs a power-of-two team count; no row, no price.
-  EXPECT_EQ(ModelSeconds("spardl-rsag", 6, 3, 1000, 0.01, 1e-5, 1e-9), HUGE_VAL);
-  EXPECT_LT(ModelSeconds("spardl-bsag", 6, 3, 1000, 0.01, 1e-5, 1e-9), HUGE_VAL);
-  EXPECT_EQ(ModelSeconds("no-such", 6, 1, 1000, 0.01, 1e-5, 1e-9), HUGE_VAL);
+  EXPECT_EQ(controllers::ModelSeconds("spardl-rsag", 6, 3, 1000, 0.01, 1e-5, 1e-9), HUGE_VAL);
+  EXPECT_LT(controllers::ModelSeconds("spardl-bsag", 6, 3, 1000, 0.01, 1e-5, 1e-9), HUGE_VAL);
+  EXPECT_EQ(controllers::ModelSeconds("no-such", 6, 1, 1000, 0.01, 1e-5, 1e-9), HUGE_VAL);
 }
 
 TEST(BucketController, AutoChoosesPerBucketFromTheModelAndTheMeasuredLinks) {
-  BucketController c;
+  controllers::BucketController c;
   const std::string plan = "spardl-bsag";
   c.Configure(plan, true, 0.01, 4, 1, 0);
   FeedStep(c, 4, 0, {{1000, "", 0.001, false}, {10000000, "", 0.1, false}});
   auto expect = [&](double alpha, double beta) {
     std::vector<std::string> want;
     for (uint64_t n : {uint64_t{1000}, uint64_t{10000000}}) {
-      std::string a = CheapestAlgorithm(4, 1, n, 0.01, alpha, beta);
+      std::string a = controllers::CheapestAlgorithm(4, 1, n, 0.01, alpha, beta);
       want.push_back(a == plan ? "" : a);
     }
     while (!want.empty() && want.back().empty()) want.pop_back();
     return want;
   };
   // Before any link estimate: the stated default, decided by step 0.
-  EXPECT_DOUBLE_EQ(c.alpha(), BucketControllerOptions().default_alpha);
+  EXPECT_DOUBLE_EQ(c.alpha(), controllers::BucketControllerOptions().default_alpha);
   EXPECT_EQ(c.PendingSince(), 0u);
   c.Apply(kNone, 64);
   EXPECT_EQ(c.Choices(), expect(50e-6, 8e-10));
@@ -231,14 +239,14 @@ TEST(BucketController, AutoChoosesPerBucketFromTheModelAndTheMeasuredLinks) {
   c.FeedLink(0, 5, 1e-3, 8e-11);
   c.FeedLink(1, 5, 1e-5, 8e-11);
   c.FeedLink(2, 6, 1e-5, 8e-11);
-  EXPECT_DOUBLE_EQ(c.alpha(), BucketControllerOptions().default_alpha);
+  EXPECT_DOUBLE_EQ(c.alpha(), controllers::BucketControllerOptions().default_alpha);
   EXPECT_EQ(c.PendingSince(), kNone);
   c.FeedLink(3, 5, 1e-5, 8e-11);
   EXPECT_DOUBLE_EQ(c.alpha(), 1e-3);
   EXPECT_EQ(c.PendingSince(), 6u) << "decided by the latest probe's step, not the last arrival";
   c.Apply(kNone, 128);
   EXPECT_EQ(c.Choices(), expect(1e-3, 8e-11));
-  const std::string small = CheapestAlgorithm(4, 1, 1000, 0.01, 1e-3, 8e-11);
+  const std::string small = controllers::CheapestAlgorithm(4, 1, 1000, 0.01, 1e-3, 8e-11);
   const catalog::CostRange r =
       catalog::Find(small)->table1_cost({.world = 4, .elements = 1000, .density = 0.01});
   EXPECT_LE(r.latency_hi, 2 * 2) << small << ": at most 2 log2(P) messages";
@@ -267,7 +275,8 @@ TEST(BucketController, AutoChoosesPerBucketFromTheModelAndTheMeasuredLinks) {
 // given a verdict for sparse never switches to dense later. Barriers every 64
 // steps, a decision of step d applied at the first barrier at or after
 // d + 128 (the Coordinator's plan lead and one period).
-TEST(BucketController, AutosWarmUpGivesOneVerdictWithoutMarginBeforeTheBucketRunsSparse) {
+TEST(BucketController,
+     AutosWarmUpGivesOneVerdictWithoutMarginBeforeTheBucketRunsSparse) {
   constexpr uint64_t kBucket = 235146, kWarmup = 384;
   const std::string dense = std::string(catalog::DenseFallbackAlgorithm());
   auto barrier = [](uint64_t d) { return (d + 128 + 63) / 64 * 64; };
@@ -277,26 +286,27 @@ TEST(BucketController, AutosWarmUpGivesOneVerdictWithoutMarginBeforeTheBucketRun
            {0.017, 0.017}, {0.0084, 0.0084}, {0.004, 0.004}, {0.004, 0.02}}) {
     SCOPED_TRACE(late_s);
     const bool dense_wins = 0.008 < sparse_s * 0.9;
-    BucketController c;
+    controllers::BucketController c;
     const std::string plan = "spardl-bsag";
     c.Configure(plan, true, 0.01, 4, 1, 0);
     for (int r = 0; r < 4; ++r) c.FeedLink(r, 0, 1.6e-5, 4.3e-10);  // loopback's
-    std::vector<BucketSwitch> switches, kept;
+    std::vector<controllers::BucketSwitch> switches, kept;
     for (uint64_t step = 0; step < kWarmup + 200; ++step) {
       const std::vector<std::string> applied = c.Choices();
       const std::string runs = applied.empty() || applied[0].empty() ? plan : applied[0];
       if (step >= kWarmup) {  // what runs, and a dense probe every 50 steps
         FeedStep(c, 4, step,
                  {step % 50 == 49 && runs != dense
-                      ? BucketSample{kBucket, dense, 0.008, true}
-                      : BucketSample{kBucket, runs, runs == dense ? 0.008 : late_s, false}});
+                      ? controllers::BucketSample{kBucket, dense, 0.008, true}
+                      : controllers::BucketSample{kBucket, runs, runs == dense ? 0.008 : late_s,
+                                                  false}});
       } else if (step % 2 == 0 || runs == dense) {  // the warm-up's own dense run
         FeedStep(c, 4, step, {{kBucket, "dense-ring", 0.008, false}});
       } else {  // the sparse probe of what is planned
         FeedStep(c, 4, step, {{kBucket, runs, sparse_s, false}});
       }
-      for (const BucketSwitch& sw : c.TakeSwitches()) switches.push_back(sw);
-      for (const BucketSwitch& v : c.TakeKeptSparse()) kept.push_back(v);
+      for (const controllers::BucketSwitch& sw : c.TakeSwitches()) switches.push_back(sw);
+      for (const controllers::BucketSwitch& v : c.TakeKeptSparse()) kept.push_back(v);
       const uint64_t pending = c.PendingSince();
       if (pending != kNone && barrier(pending) == step + 1) c.Apply(pending, step + 1);
     }
@@ -322,7 +332,7 @@ TEST(BucketController, AutosWarmUpGivesOneVerdictWithoutMarginBeforeTheBucketRun
   }
   // Without a warm-up the margin holds: a sparse bucket whose dense probes
   // are 5% faster stays sparse (no own dense run: no verdict).
-  BucketController c;
+  controllers::BucketController c;
   c.Configure("spardl", false, 0.01, 2, 1, 0);
   for (uint64_t step = 0; step < 200; ++step) {
     FeedStep(c, 2, step, {step % 2 ? Probe(0.095) : Sparse(0.10)});

@@ -24,7 +24,7 @@ namespace {
 constexpr uint64_t kN = 100000;
 
 struct Switch {
-  BucketSwitch sw;
+  controllers::BucketSwitch sw;
   absl::Time at;
 };
 
@@ -32,7 +32,8 @@ struct Switch {
 // "spardl"; every decision applied from NextBarrier(decided + lead), as
 // Coordinator::Tick publishes it on an idle machine.
 struct Sim {
-  explicit Sim(BucketControllerOptions o = {}, absl::Duration step_time = absl::Milliseconds(20))
+  explicit Sim(controllers::BucketControllerOptions o = {},
+               absl::Duration step_time = absl::Milliseconds(20))
       : c(o), step_time(step_time) {
     c.Configure("spardl", false, 0.01, 2, 1, 0);
   }
@@ -50,7 +51,7 @@ struct Sim {
     for (int r = 0; r < 2; ++r) {
       c.Feed(r, step, {{kN, dense ? "dense-ring" : "spardl", s * (1 + r / 10.0), probe}}, now);
     }
-    for (const BucketSwitch& sw : c.TakeSwitches()) switches.push_back({sw, now});
+    for (const controllers::BucketSwitch& sw : c.TakeSwitches()) switches.push_back({sw, now});
     ++step;
     now += step_time;
   }
@@ -60,7 +61,7 @@ struct Sim {
   bool dense() const { return !c.Choices().empty(); }
 
   static constexpr uint64_t kProbePeriod = 50, kBarrier = 64, kLead = 128;
-  BucketController c;
+  controllers::BucketController c;
   absl::Duration step_time;
   absl::Time now = absl::FromUnixSeconds(1000);
   uint64_t step = 0;
@@ -87,14 +88,14 @@ std::function<double(bool)> AroundEquality(uint32_t seed, const Sim& sim) {
 }
 
 // The holds the options give: dwell, doubled per switch, capped.
-absl::Duration Hold(const BucketControllerOptions& o, int n) {
+absl::Duration Hold(const controllers::BucketControllerOptions& o, int n) {
   absl::Duration d = o.dwell;
   for (int i = 1; i < n; ++i) d = std::min(d * 2, o.max_dwell);
   return d;
 }
 
 TEST(BucketDwell, TimingsAroundEqualitySwitchABucketAtMostSevenTimesInAnHour) {
-  const BucketControllerOptions o;
+  const controllers::BucketControllerOptions o;
   // The bound: a switch after each of 30 + 60 + ... + 1920 s fits an hour
   // (3810 s do not, with the first switch at once).
   int bound = 1;
@@ -106,7 +107,7 @@ TEST(BucketDwell, TimingsAroundEqualitySwitchABucketAtMostSevenTimesInAnHour) {
     EXPECT_GE(sim.switches.size(), 1u) << "seed " << seed << ": the noise crosses the margin";
     EXPECT_LE(sim.switches.size(), static_cast<size_t>(bound)) << "seed " << seed;
     for (size_t i = 0; i < sim.switches.size(); ++i) {
-      const BucketSwitch& sw = sim.switches[i].sw;
+      const controllers::BucketSwitch& sw = sim.switches[i].sw;
       EXPECT_EQ(sw.switches, static_cast<int>(i + 1));
       EXPECT_EQ(sw.hold, Hold(o, sw.switches));
       EXPECT_EQ(sw.to_dense, i % 2 == 0);
@@ -117,7 +118,7 @@ TEST(BucketDwell, TimingsAroundEqualitySwitchABucketAtMostSevenTimesInAnHour) {
   // Without the dwell and the second window the same noise flips the bucket
   // tens of times an hour (once per window, for 8 steps, at most): what the
   // rule is for.
-  BucketControllerOptions eager;
+  controllers::BucketControllerOptions eager;
   eager.dwell = absl::ZeroDuration();
   eager.confirm_windows = 1;
   size_t flips = 0;
@@ -134,7 +135,7 @@ TEST(BucketDwell, TheDwellDoublesWithEachSwitchBackUpToTheCap) {
   // 120 s at a time (sparse is measured only while it runs: its last runs
   // stand for it while dense runs). The bucket follows, but never sooner
   // than its dwell after its last switch.
-  const BucketControllerOptions o;
+  const controllers::BucketControllerOptions o;
   Sim sim(o, absl::Milliseconds(100));
   const absl::Time start = sim.now;
   const auto alternating = [&](bool dense) {
@@ -144,7 +145,7 @@ TEST(BucketDwell, TheDwellDoublesWithEachSwitchBackUpToTheCap) {
   sim.RunFor(absl::Hours(4), alternating);
   ASSERT_GE(sim.switches.size(), 9u);
   for (size_t i = 0; i < sim.switches.size(); ++i) {
-    const BucketSwitch& sw = sim.switches[i].sw;
+    const controllers::BucketSwitch& sw = sim.switches[i].sw;
     EXPECT_EQ(sw.switches, static_cast<int>(i + 1));
     EXPECT_EQ(sw.to_dense, i % 2 == 0);
     EXPECT_EQ(sw.hold,

@@ -112,12 +112,12 @@ TEST_F(BucketSwitchStep, AutoChoosesOnceEveryRanksLinkIsIn) {
   const int teams = c_->plan()->teams();
   // A bucket size the model prices differently on the stated default link
   // and on a slow one (1 ms per message, 100 Gbit/s).
-  const BucketControllerOptions o;
+  const controllers::BucketControllerOptions o;
   uint64_t n = 0;
   std::string by_default, by_links;
   for (uint64_t m = 1000; m <= 100000000 && n == 0; m *= 10) {
-    by_default = CheapestAlgorithm(4, teams, m, 0.01, o.default_alpha, o.default_beta);
-    by_links = CheapestAlgorithm(4, teams, m, 0.01, 1e-3, 8e-11);
+    by_default = controllers::CheapestAlgorithm(4, teams, m, 0.01, o.default_alpha, o.default_beta);
+    by_links = controllers::CheapestAlgorithm(4, teams, m, 0.01, 1e-3, 8e-11);
     if (by_default != by_links) n = m;
   }
   ASSERT_NE(n, 0u);

@@ -14,7 +14,7 @@ namespace {
 TEST(CcrProfiler, AlignsAtTheEndOfCommunicationAndNeedsEveryRank) {
   // Rank 0 starts 0.3 s early and waits: the exchange is the shortest
   // (end - start), 0.2 s; compute 0.1 s -> CCR 2, I 2 (from the start 3).
-  CcrProfiler p(2, 3, 3);
+  controllers::CcrProfiler p(2, 3, 3);
   for (uint64_t step = 0; step < 3; ++step) {
     EXPECT_FALSE(p.Feed(0, step, 0.5, 0.1, 1));
     EXPECT_FALSE(p.Feed(0, step, 0.5, 0.1, 1)) << "a rank counts once per step";
@@ -23,7 +23,7 @@ TEST(CcrProfiler, AlignsAtTheEndOfCommunicationAndNeedsEveryRank) {
   EXPECT_NEAR(p.ccr(), 2.0, 1e-9);
   EXPECT_EQ(p.interval(), 2);
   // One rank's reports only: no step completes, nothing changes.
-  CcrProfiler q(2, 1, 3);
+  controllers::CcrProfiler q(2, 1, 3);
   for (uint64_t step = 0; step < 200; ++step) EXPECT_FALSE(q.Feed(0, step, 10, 0.1, 1));
   EXPECT_EQ(q.interval(), 3);
   EXPECT_EQ(q.samples(), 0);
@@ -36,7 +36,7 @@ TEST(CcrProfiler, AlignsAtTheEndOfCommunicationAndNeedsEveryRank) {
 
 TEST(CcrProfiler, CovapStepsCountAsTheUncompressedExchange) {
   // COVAP at I = 4 sent a quarter: 0.1 s counts as 0.4 s; compute 0.1 s.
-  CcrProfiler p(1, 2, 4);
+  controllers::CcrProfiler p(1, 2, 4);
   EXPECT_FALSE(p.Feed(0, 0, 0.1, 0.1, 4));
   EXPECT_FALSE(p.Feed(0, 1, 0.1, 0.1, 4));  // ceil(4.0) = 4 = the start: no change
   EXPECT_NEAR(p.ccr(), 4.0, 1e-9);
@@ -44,7 +44,7 @@ TEST(CcrProfiler, CovapStepsCountAsTheUncompressedExchange) {
 }
 
 TEST(CcrProfiler, MediansOverTheWindowAndAMarginAroundTheInterval) {
-  CcrProfiler p(1, 4, 3, /*max_interval=*/16, /*window=*/4);
+  controllers::CcrProfiler p(1, 4, 3, /*max_interval=*/16, /*window=*/4);
   uint64_t step = 0;
   // CCR 3.5 with one outlier step: the median ignores it; I = 4.
   for (double comm : {0.35, 0.35, 50.0, 0.35}) p.Feed(0, step++, comm, 0.1, 1);
@@ -66,13 +66,13 @@ TEST(CcrProfiler, MediansOverTheWindowAndAMarginAroundTheInterval) {
 }
 
 TEST(CcrProfiler, BoundedAboveAndBelow) {
-  CcrProfiler hi(1, 1, 3);
+  controllers::CcrProfiler hi(1, 1, 3);
   EXPECT_TRUE(hi.Feed(0, 0, 100, 0.1, 1));  // CCR 1000
-  EXPECT_EQ(hi.interval(), kMaxCovapInterval);
-  CcrProfiler none(1, 1, 3);
+  EXPECT_EQ(hi.interval(), controllers::kMaxCovapInterval);
+  controllers::CcrProfiler none(1, 1, 3);
   none.Feed(0, 0, 1, 0, 1);  // no computation measured
-  EXPECT_EQ(none.interval(), kMaxCovapInterval);
-  CcrProfiler lo(1, 1, 3);
+  EXPECT_EQ(none.interval(), controllers::kMaxCovapInterval);
+  controllers::CcrProfiler lo(1, 1, 3);
   EXPECT_TRUE(lo.Feed(0, 0, 0.01, 1, 1));  // CCR 0.01: I >= 1
   EXPECT_EQ(lo.interval(), 1);
 }

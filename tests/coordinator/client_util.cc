@@ -33,7 +33,7 @@ gradex::v1::JoinRequest JoinRequestFor(const std::string& agent, int local_rank)
   r.set_local_rank(local_rank);
   r.set_device("cpu");
   r.set_ucx_address("127.0.0.1:" + std::to_string(10000 + local_rank));
-  r.set_wire_protocol(gradex::kWireProtocol);
+  r.set_wire_protocol(gradex::version::kWireProtocol);
   r.set_ucx_version("1.13");
   r.set_ucx_transports("tcp");
   return r;

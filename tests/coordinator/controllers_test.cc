@@ -19,8 +19,8 @@ TEST(KPrime, SameSequenceAsTheDataPlaneController) {
   std::mt19937 rng(7);
   for (int teams : {2, 3, 4, 8}) {
     for (size_t k_block : {size_t{1}, size_t{7}, size_t{100}, size_t{5000}}) {
-      gradex::BsagController ref;
-      KPrimeController mine(k_block, teams);
+      gradex::collectives::algorithms::BsagController ref;
+      catalog::KPrimeController mine(k_block, teams);
       for (int step = 0; step < 400; ++step) {
         ASSERT_EQ(mine.kprime(), ref.KPrime(k_block, teams))
             << teams << " " << k_block << " " << step;
@@ -38,15 +38,15 @@ TEST(KPrime, BlockKeepMatchesBlockLayout) {
   for (uint64_t n : {1u, 7u, 1000u, 10007u, 6250000u}) {
     for (int q : {1, 2, 3, 5}) {
       for (double d : {0.001, 0.01, 0.1, 1.0}) {
-        gradex::BlockLayout layout(n, q, d);
-        for (int b = 0; b < q; ++b) EXPECT_EQ(BlockKeep(n, q, b, d), layout.keep(b));
+        gradex::collectives::BlockLayout layout(n, q, d);
+        for (int b = 0; b < q; ++b) EXPECT_EQ(catalog::BlockKeep(n, q, b, d), layout.keep(b));
       }
     }
   }
 }
 
 TEST(KPrime, TableIgnoresStaleAndRepeatedFeedback) {
-  KPrimeTable t;
+  controllers::KPrimeTable t;
   // P=4, T=2: q=2 positions; n=10000 -> block 5000, density 0.1 -> k_block 500.
   const uint64_t start = 250;                                   // ceil(500/2)
   EXPECT_TRUE(t.Feed(0, 10000, 1, start, 200, 10, 4, 2, 0.1));  // too few: grow
@@ -63,8 +63,8 @@ TEST(KPrime, TableIgnoresStaleAndRepeatedFeedback) {
 }
 
 TEST(BoundaryConsensus, MeanOverAllRanksOnce) {
-  BoundaryConsensus c(3);
-  std::optional<AgreedRegions> done;
+  controllers::BoundaryConsensus c(3);
+  std::optional<controllers::AgreedRegions> done;
   EXPECT_TRUE(c.Feed(0, 0, 100, 64, {10, 50}, &done));
   EXPECT_FALSE(c.Feed(0, 0, 100, 64, {10, 50}, &done));  // a rank counts once
   EXPECT_FALSE(c.Feed(1, 0, 100, 64, {10}, &done));      // wrong length for P=3
@@ -77,19 +77,19 @@ TEST(BoundaryConsensus, MeanOverAllRanksOnce) {
 }
 
 TEST(Teams, DivisorsAndRsagPreference) {
-  EXPECT_EQ(ChooseTeams("spardl-bsag", 3, 6, false).teams, 3);
-  EXPECT_EQ(ChooseTeams("spardl-bsag", 3, 5, false).teams, 1);  // 5 is prime
-  EXPECT_EQ(ChooseTeams("spardl-bsag", 4, 6, false).teams, 3);
-  auto c = ChooseTeams("spardl-bsag", 4, 8, true);
+  EXPECT_EQ(controllers::ChooseTeams("spardl-bsag", 3, 6, false).teams, 3);
+  EXPECT_EQ(controllers::ChooseTeams("spardl-bsag", 3, 5, false).teams, 1);  // 5 is prime
+  EXPECT_EQ(controllers::ChooseTeams("spardl-bsag", 4, 6, false).teams, 3);
+  auto c = controllers::ChooseTeams("spardl-bsag", 4, 8, true);
   EXPECT_EQ(c.teams, 4);
   EXPECT_EQ(c.algorithm, "spardl-rsag");
-  c = ChooseTeams("spardl-rsag", 3, 6, false);
+  c = controllers::ChooseTeams("spardl-rsag", 3, 6, false);
   EXPECT_EQ(c.algorithm, "spardl-bsag");  // R-SAG cannot run 3 teams
-  EXPECT_EQ(ChooseTeams("oktopk", 4, 8, true).algorithm, "oktopk");
+  EXPECT_EQ(controllers::ChooseTeams("oktopk", 4, 8, true).algorithm, "oktopk");
 }
 
 TEST(StallDetector, ReportsOncePerFrontierAfterTheDeadline) {
-  StallDetector d(absl::Seconds(1));
+  hangs::StallDetector d(absl::Seconds(1));
   absl::Time t = absl::FromUnixSeconds(50);
   int behind = 0;
   EXPECT_FALSE(d.Check({5, 5, 5}, t, &behind));

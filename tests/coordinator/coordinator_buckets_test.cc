@@ -119,7 +119,7 @@ TEST_F(CoordinatorBuckets, AutoChoosesPerBucketFromTheMeasuredLinks) {
   c_->Tick(t0 + absl::Seconds(1));
   std::vector<std::string> want;
   for (uint64_t n : {uint64_t{1000}, uint64_t{10000000}}) {
-    const std::string a = CheapestAlgorithm(4, first->teams(), n, 0.01, 1e-3, 8e-11);
+    const std::string a = controllers::CheapestAlgorithm(4, first->teams(), n, 0.01, 1e-3, 8e-11);
     want.push_back(a == first->algorithm() ? "" : a);
   }
   while (!want.empty() && want.back().empty()) want.pop_back();

@@ -24,7 +24,7 @@ void Contains(const std::string& text, const std::string& part) {
 }
 
 TEST(DiagnoseWaits, AllWaitOnOneRankNotInTheExchange) {
-  WaitDiagnosis d = DiagnoseWaits({2, 2, -1, 2});
+  hangs::WaitDiagnosis d = hangs::DiagnoseWaits({2, 2, -1, 2});
   ASSERT_EQ(d.causes.size(), 1u);
   EXPECT_EQ(d.causes[0].ranks, (std::vector<int>{2}));
   EXPECT_EQ(d.causes[0].waiters, (std::vector<int>{0, 1, 3}));
@@ -33,7 +33,7 @@ TEST(DiagnoseWaits, AllWaitOnOneRankNotInTheExchange) {
 
 TEST(DiagnoseWaits, ChainEndsAtTheIdleRank) {
   // 0 -> 1 -> 2, 2 idle; 3 idle and waited on by nobody: not named.
-  WaitDiagnosis d = DiagnoseWaits({1, 2, -1, -1});
+  hangs::WaitDiagnosis d = hangs::DiagnoseWaits({1, 2, -1, -1});
   ASSERT_EQ(d.causes.size(), 1u);
   EXPECT_EQ(d.causes[0].ranks, (std::vector<int>{2}));
   EXPECT_EQ(d.causes[0].waiters, (std::vector<int>{0, 1}));
@@ -42,7 +42,7 @@ TEST(DiagnoseWaits, ChainEndsAtTheIdleRank) {
 
 TEST(DiagnoseWaits, CycleAndItsWaiters) {
   // 2 -> 3 -> 1 -> 2 is a cycle, 0 waits on it, 4 waits on 5 (idle).
-  WaitDiagnosis d = DiagnoseWaits({3, 2, 3, 1, 5, -1});
+  hangs::WaitDiagnosis d = hangs::DiagnoseWaits({3, 2, 3, 1, 5, -1});
   ASSERT_EQ(d.cycles.size(), 1u);
   EXPECT_EQ(d.cycles[0].ranks, (std::vector<int>{1, 2, 3}));
   EXPECT_EQ(d.cycles[0].waiters, (std::vector<int>{0}));
@@ -52,9 +52,9 @@ TEST(DiagnoseWaits, CycleAndItsWaiters) {
 }
 
 TEST(DiagnoseWaits, OutOfRangeAndSelfWaits) {
-  WaitDiagnosis d = DiagnoseWaits({7, -5, -1});
+  hangs::WaitDiagnosis d = hangs::DiagnoseWaits({7, -5, -1});
   EXPECT_TRUE(d.empty());
-  d = DiagnoseWaits({0, -1});  // waiting on itself: a cycle of one
+  d = hangs::DiagnoseWaits({0, -1});  // waiting on itself: a cycle of one
   ASSERT_EQ(d.cycles.size(), 1u);
   EXPECT_EQ(d.cycles[0].ranks, (std::vector<int>{0}));
 }
@@ -329,7 +329,7 @@ TEST(DescribeHang, OlderEpochIsNamed) {
   s.lease = absl::Seconds(3);
   s.barrier_period = 8;
   s.plan_lead_steps = 8;
-  Membership m(s);
+  membership::Membership m(s);
   uint64_t rep = 0;
   std::vector<uint64_t> ev;
   for (int i = 0; i < 3; ++i) {
@@ -339,7 +339,7 @@ TEST(DescribeHang, OlderEpochIsNamed) {
     r.set_host("h" + std::to_string(i));
     r.set_local_rank(i);
     r.set_ucx_address("addr");
-    r.set_wire_protocol(gradex::kWireProtocol);
+    r.set_wire_protocol(gradex::version::kWireProtocol);
     ASSERT_TRUE(m.Join(r, 10 + i, t0, &rep).ok());
     m.Tick(t0, &ev);  // epoch 1 of two, then epoch 2 admitting the third
   }
@@ -361,11 +361,11 @@ TEST(DescribeHang, OlderEpochIsNamed) {
   beat(10, 2, 2);
   beat(11, 1, -1);  // never entered epoch 2
   beat(12, 2, 1);
-  EpochWaits w = ScanWaits(m, m.latest(), t0);
+  hangs::EpochWaits w = hangs::ScanWaits(m, m.latest(), t0);
   ASSERT_TRUE(w.any);
   EXPECT_EQ(w.step, 8u);
   EXPECT_EQ(w.oldest, absl::Milliseconds(1500));
-  EXPECT_EQ(DescribeHang(m, m.latest(), w, t0, absl::Seconds(2)),
+  EXPECT_EQ(hangs::DescribeHang(m, m.latest(), w, t0, absl::Seconds(2)),
             "rank 1 (host 'h1', agent 'a1') still runs epoch 1: ranks 0, 2 wait on it");
 }
 

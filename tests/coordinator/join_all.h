@@ -26,7 +26,7 @@ inline std::vector<uint64_t> JoinAll(Coordinator& c, int world, absl::Time now) 
     r.set_host("h" + std::to_string(i));
     r.set_local_rank(i);
     r.set_ucx_address("addr");
-    r.set_wire_protocol(gradex::kWireProtocol);
+    r.set_wire_protocol(gradex::version::kWireProtocol);
     auto resp = c.Join(r, now);
     if (!resp.ok()) {
       ADD_FAILURE() << "join " << i << ": " << resp.status();

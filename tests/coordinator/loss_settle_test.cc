@@ -23,7 +23,7 @@ JobSettings Job(int world) { return FaultsTestJob(world); }
 // evictions' causes.
 struct StopRun {
   std::vector<uint64_t> epochs;
-  std::vector<MemberRecord::Cause> causes;
+  std::vector<membership::MemberRecord::Cause> causes;
 };
 StopRun StopTwo(absl::Duration settle, absl::Duration lease, absl::Duration apart) {
   JobSettings s = Job(4);
@@ -31,7 +31,7 @@ StopRun StopTwo(absl::Duration settle, absl::Duration lease, absl::Duration apar
   s.lease = lease;
   s.entry_timeout = 10 * lease;
   s.loss_settle = settle;
-  Membership m(s);
+  membership::Membership m(s);
   StartTestEpoch(m, t0, 4);
   StopRun out;
   std::vector<uint64_t> ev;
@@ -41,7 +41,7 @@ StopRun StopTwo(absl::Duration settle, absl::Duration lease, absl::Duration apar
     // 3 stops at t0 (its last heartbeat), 4 `apart` later.
     if (t - t0 <= apart) Beat(m, 4, 1, t);
     if (m.Tick(t, &ev)) out.epochs.push_back(m.latest().number);
-    for (const MemberRecord& r : m.last_evicted()) out.causes.push_back(r.cause);
+    for (const membership::MemberRecord& r : m.last_evicted()) out.causes.push_back(r.cause);
   }
   EXPECT_EQ(ev.size(), 2u);
   EXPECT_EQ(m.latest().roster, (std::vector<uint64_t>{1, 2}));
@@ -49,7 +49,7 @@ StopRun StopTwo(absl::Duration settle, absl::Duration lease, absl::Duration apar
 }
 
 TEST(LossSettle, TwoFailuresWithinTheWindowMakeOneEpochChange) {
-  using C = MemberRecord::Cause;
+  using C = membership::MemberRecord::Cause;
   // Without the window: one epoch per lost lease.
   StopRun each = StopTwo(absl::ZeroDuration(), absl::Seconds(3), absl::Milliseconds(800));
   EXPECT_EQ(each.epochs, (std::vector<uint64_t>{2, 3}));
@@ -60,7 +60,7 @@ TEST(LossSettle, TwoFailuresWithinTheWindowMakeOneEpochChange) {
 }
 
 TEST(LossSettle, AMemberSilentForTwoHeartbeatsFoldsIntoTheChange) {
-  using C = MemberRecord::Cause;
+  using C = membership::MemberRecord::Cause;
   // Lease 9 s (heartbeats every 3 s): the second lease lapses 2.5 s after
   // the first, past the 1 s window, but by then it has been silent for more
   // than two heartbeat intervals: it goes in the same change.
@@ -75,7 +75,7 @@ TEST(LossSettle, ASingleLossWaitsOnlyTheWindow) {
   JobSettings s = Job(3);
   s.min_world_size = 2;
   s.loss_settle = absl::Milliseconds(500);
-  Membership m(s);
+  membership::Membership m(s);
   StartTestEpoch(m, t0, 3);
   std::vector<uint64_t> ev;
   ASSERT_TRUE(m.Leave(3).ok());

@@ -46,19 +46,21 @@ TEST(MemberVersion, OtherWireProtocolIsRefusedNamingBoth) {
   prometheus::Registry reg;
   CoordinatorMetrics metrics(reg);
   Coordinator c(TestJob(2, absl::Seconds(5)), &metrics);
-  auto r = c.Join(Versioned("a", 0, "9.0.0", kWireProtocol + 1), t0);
+  auto r = c.Join(Versioned("a", 0, "9.0.0", version::kWireProtocol + 1), t0);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   const std::string msg(r.status().message());
   EXPECT_TRUE(absl::StrContains(msg, "9.0.0")) << msg;
-  EXPECT_TRUE(absl::StrContains(msg, absl::StrCat("wire protocol ", kWireProtocol + 1))) << msg;
-  EXPECT_TRUE(absl::StrContains(msg, Version())) << msg;
-  EXPECT_TRUE(absl::StrContains(msg, absl::StrCat("speaks wire protocol ", kWireProtocol))) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, absl::StrCat("wire protocol ", version::kWireProtocol + 1)))
+      << msg;
+  EXPECT_TRUE(absl::StrContains(msg, version::Version())) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, absl::StrCat("speaks wire protocol ", version::kWireProtocol)))
+      << msg;
   EXPECT_TRUE(absl::StrContains(msg, "same gradex release")) << msg;  // the fix
   EXPECT_EQ(Series(reg, "gradex_coordinator_members", "state", "pending"), 0);
   // An older protocol than this coordinator speaks is refused the same way.
-  if (kOldestWireProtocol > 1) {
-    EXPECT_FALSE(c.Join(Versioned("b", 1, "0.0.1", kOldestWireProtocol - 1), t0).ok());
+  if (version::kOldestWireProtocol > 1) {
+    EXPECT_FALSE(c.Join(Versioned("b", 1, "0.0.1", version::kOldestWireProtocol - 1), t0).ok());
   }
 }
 
@@ -66,12 +68,12 @@ TEST(MemberVersion, OtherReleaseOfTheSameProtocolJoinsAndIsCounted) {
   prometheus::Registry reg;
   CoordinatorMetrics metrics(reg);
   Coordinator c(TestJob(4, absl::Seconds(5)), &metrics);
-  const std::string other = absl::StrCat(Version(), "-other");
+  const std::string other = absl::StrCat(version::Version(), "-other");
   EXPECT_EQ(Series(reg, "gradex_coordinator_version_mismatch_joins_total"), 0);
-  ASSERT_TRUE(c.Join(Versioned("a", 0, Version(), kWireProtocol), t0).ok());
+  ASSERT_TRUE(c.Join(Versioned("a", 0, version::Version(), version::kWireProtocol), t0).ok());
   EXPECT_EQ(Series(reg, "gradex_coordinator_version_mismatch_joins_total"), 0);
-  ASSERT_TRUE(c.Join(Versioned("b", 1, other, kWireProtocol), t0).ok());
-  ASSERT_TRUE(c.Join(Versioned("c", 2, other, kWireProtocol), t0).ok());
+  ASSERT_TRUE(c.Join(Versioned("b", 1, other, version::kWireProtocol), t0).ok());
+  ASSERT_TRUE(c.Join(Versioned("c", 2, other, version::kWireProtocol), t0).ok());
   EXPECT_EQ(Series(reg, "gradex_coordinator_version_mismatch_joins_total"), 2);
   // A member that predates the fields (no release, protocol 0) speaks protocol 1.
   ASSERT_TRUE(c.Join(TestJoin("d", 3, "addr-d"), t0).ok());
@@ -81,12 +83,13 @@ TEST(MemberVersion, OtherReleaseOfTheSameProtocolJoinsAndIsCounted) {
 TEST(MemberVersion, RegistryNamesTheBuild) {
   prometheus::Registry reg;
   CoordinatorMetrics metrics(reg);
-  EXPECT_EQ(Series(reg, "gradex_build_info", "version", Version()), 1);
-  EXPECT_EQ(Series(reg, "gradex_build_info", "git", GitCommit()), 1);
-  EXPECT_EQ(Series(reg, "gradex_build_info", "ucx", BuildUcxVersion()), 1);
-  EXPECT_EQ(Series(reg, "gradex_build_info", "cuda", BuildCudaVersion()), 1);
-  EXPECT_FALSE(std::string(Version()).empty());
-  EXPECT_TRUE(absl::StrContains(VersionLine("gradex-x"), absl::StrCat("gradex-x ", Version())));
+  EXPECT_EQ(Series(reg, "gradex_build_info", "version", version::Version()), 1);
+  EXPECT_EQ(Series(reg, "gradex_build_info", "git", version::GitCommit()), 1);
+  EXPECT_EQ(Series(reg, "gradex_build_info", "ucx", version::BuildUcxVersion()), 1);
+  EXPECT_EQ(Series(reg, "gradex_build_info", "cuda", version::BuildCudaVersion()), 1);
+  EXPECT_FALSE(std::string(version::Version()).empty());
+  EXPECT_TRUE(absl::StrContains(version::VersionLine("gradex-x"),
+                                absl::StrCat("gradex-x ", version::Version())));
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ struct IdleFixture {
     j.max_world_size = 4;
     return j;
   }();
-  Membership m{s};
+  membership::Membership m{s};
   std::vector<uint64_t> ev;
   absl::Time barrier_at;
 
@@ -78,7 +78,7 @@ TEST(EntryDeadline, AMemberThatNeverEntersIsEvictedAndNamedAtTheDeadline) {
   EXPECT_EQ(f.ev, (std::vector<uint64_t>{9}));
   ASSERT_EQ(f.m.last_evicted().size(), 1u);
   EXPECT_EQ(f.m.last_evicted()[0].agent_id, "idle");
-  EXPECT_EQ(f.m.last_evicted()[0].cause, MemberRecord::Cause::kEntry);
+  EXPECT_EQ(f.m.last_evicted()[0].cause, membership::MemberRecord::Cause::kEntry);
   EXPECT_NE(f.m.last_evicted()[0].eviction.find("did not enter epoch 2 within 4000 ms"),
             std::string::npos);
   // The others form the next epoch at once, without it.
@@ -173,7 +173,7 @@ TEST(EntryDeadline, AReportFromTheEpochShowsEntry) {
 TEST(EntryDeadline, AMemberStillInAnOlderEntryStays) {
   JobSettings s = Job(3);
   s.min_world_size = 2;
-  Membership m(s);
+  membership::Membership m(s);
   StartTestEpoch(m, t0, 3);
   std::vector<uint64_t> ev;
   ASSERT_TRUE(m.Leave(3).ok());
@@ -191,8 +191,8 @@ TEST(EntryDeadline, AMemberStillInAnOlderEntryStays) {
 
 // A heartbeat of a member in `epoch` whose entry waits on `peer` for
 // `waited` already.
-void BeatWaiting(Membership& m, uint64_t id, uint64_t epoch, uint64_t peer, absl::Duration waited,
-                 absl::Time t) {
+void BeatWaiting(membership::Membership& m, uint64_t id, uint64_t epoch, uint64_t peer,
+                 absl::Duration waited, absl::Time t) {
   gradex::v1::HeartbeatRequest h;
   h.set_member_id(id);
   h.set_epoch(epoch);
@@ -212,14 +212,14 @@ void BeatWaiting(Membership& m, uint64_t id, uint64_t epoch, uint64_t peer, absl
 // Returns the evictions by the deadline, and their records.
 struct BlameRun {
   std::vector<uint64_t> evicted;
-  std::vector<MemberRecord> records;
+  std::vector<membership::MemberRecord> records;
   uint64_t latest = 0;
 };
 BlameRun RunBlame(int n, const std::vector<std::pair<uint64_t, uint64_t>>& waiters,
                   absl::Duration waited) {
   JobSettings s = Job(n + 1);
   s.min_world_size = 1;
-  Membership m(s);
+  membership::Membership m(s);
   BlameRun run;
   StartTestEpoch(m, t0, n + 1);
   if (::testing::Test::HasFatalFailure()) return run;
@@ -243,7 +243,7 @@ BlameRun RunBlame(int n, const std::vector<std::pair<uint64_t, uint64_t>>& waite
     if (d < s.entry_timeout) {
       EXPECT_TRUE(ev.empty()) << "before the deadline, at " << d;
     }
-    for (const MemberRecord& r : m.last_evicted()) run.records.push_back(r);
+    for (const membership::MemberRecord& r : m.last_evicted()) run.records.push_back(r);
   }
   run.evicted = ev;
   run.latest = m.latest().number;
@@ -257,7 +257,7 @@ TEST(EntryDeadline, AMemberAMajorityOfItsPeersWaitOnIsEvictedAndNamed) {
   EXPECT_EQ(run.evicted, (std::vector<uint64_t>{4}));
   ASSERT_EQ(run.records.size(), 1u);
   EXPECT_EQ(run.records[0].agent_id, "a4");
-  EXPECT_EQ(run.records[0].cause, MemberRecord::Cause::kEntry);
+  EXPECT_EQ(run.records[0].cause, membership::MemberRecord::Cause::kEntry);
   EXPECT_NE(run.records[0].eviction.find("blamed by 2 of 3 members for not entering epoch 2"),
             std::string::npos)
       << run.records[0].eviction;
@@ -269,7 +269,7 @@ TEST(EntryDeadline, AMemberAMajorityOfItsPeersWaitOnIsEvictedAndNamed) {
 // entered the epoch long ago, so it stays (the stall detector names it).
 TEST(EntryDeadline, AMemberThatRanStepsOfTheEpochIsNotBlamedForItsEntry) {
   JobSettings s = Job(4);
-  Membership m(s);
+  membership::Membership m(s);
   StartTestEpoch(m, t0, 4);
   std::vector<uint64_t> ev;
   const absl::Time ran = t0 + absl::Seconds(1);
@@ -282,7 +282,8 @@ TEST(EntryDeadline, AMemberThatRanStepsOfTheEpochIsNotBlamedForItsEntry) {
     m.Tick(t, &ev);
   }
   EXPECT_TRUE(ev.empty());
-  for (const MemberRecord& r : m.last_evicted()) ADD_FAILURE() << r.agent_id << ": " << r.eviction;
+  for (const membership::MemberRecord& r : m.last_evicted())
+    ADD_FAILURE() << r.agent_id << ": " << r.eviction;
   EXPECT_EQ(m.latest().number, 1u);
 }
 
@@ -314,7 +315,7 @@ TEST(EntryDeadline, ABlamedMemberThatJoinsAgainWaitsForTheNextBarrier) {
   JobSettings s = Job(4);
   s.min_world_size = 1;
   s.loss_settle = absl::Seconds(1);  // the re-join comes within it
-  Membership m(s);
+  membership::Membership m(s);
   StartTestEpoch(m, t0, 4);
   std::vector<uint64_t> ev;
   ASSERT_TRUE(m.Leave(4).ok());

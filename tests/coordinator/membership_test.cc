@@ -27,7 +27,7 @@ gradex::v1::JoinRequest Req(const std::string& agent, int local_rank = 0) {
 const absl::Time t0 = absl::FromUnixSeconds(1000);
 
 TEST(Membership, FirstEpochWhenWorldSizeJoined) {
-  Membership m(Job(3));
+  membership::Membership m(Job(3));
   std::vector<uint64_t> ev;
   uint64_t rep = 0;
   ASSERT_TRUE(m.Join(Req("a", 0), 11, t0, &rep).ok());
@@ -67,7 +67,7 @@ TEST(Membership, JoinResponseCarriesThePlanConfig) {
 }
 
 TEST(Membership, WrongJobAndMinimumAfterTimeout) {
-  Membership m(Job(4, 2));
+  membership::Membership m(Job(4, 2));
   uint64_t rep = 0;
   gradex::v1::JoinRequest other = Req("x");
   other.set_job_id("other");
@@ -89,7 +89,7 @@ TEST(Membership, WrongJobAndMinimumAfterTimeout) {
 }
 
 TEST(Membership, EvictionOnLeaseExpiryGivesNewEpochWithDenseRanks) {
-  Membership m(Job(4));
+  membership::Membership m(Job(4));
   uint64_t rep = 0;
   std::vector<uint64_t> ev;
   for (int i = 0; i < 4; ++i)
@@ -114,7 +114,7 @@ TEST(Membership, EvictionOnLeaseExpiryGivesNewEpochWithDenseRanks) {
 TEST(Membership, LateJoinerAdmittedAtNextBarrier) {
   JobSettings s = Job(2);
   s.max_world_size = 3;  // elastic growth by one
-  Membership m(s);
+  membership::Membership m(s);
   uint64_t rep = 0;
   std::vector<uint64_t> ev;
   ASSERT_TRUE(m.Join(Req("a", 0), 1, t0, &rep).ok());
@@ -136,7 +136,7 @@ TEST(Membership, LateJoinerAdmittedAtNextBarrier) {
 TEST(Membership, RestartRebuildKeepsEpochMonotonicAndRanks) {
   // A fresh Membership stands for the restarted coordinator; agents report
   // epoch 7, P=3, ranks 2,0,1 and the steps they are at.
-  Membership m(Job(3));
+  membership::Membership m(Job(3));
   uint64_t rep = 0;
   std::vector<uint64_t> ev;
   auto rejoin = [&](const std::string& agent, int rank, uint64_t id, uint64_t step) {
@@ -160,7 +160,7 @@ TEST(Membership, RestartRebuildKeepsEpochMonotonicAndRanks) {
 
 TEST(Membership, RestartRebuildWithAMemberMissingStartsAtOnce) {
   JobSettings s = Job(3, 1);
-  Membership m(s);
+  membership::Membership m(s);
   uint64_t rep = 0;
   std::vector<uint64_t> ev;
   gradex::v1::JoinRequest r = Req("x");
@@ -178,7 +178,7 @@ TEST(Membership, RestartRebuildWithAMemberMissingStartsAtOnce) {
 }
 
 TEST(Membership, ReRegistrationReplacesTheOldMember) {
-  Membership m(Job(2));
+  membership::Membership m(Job(2));
   uint64_t rep = 0;
   std::vector<uint64_t> ev;
   ASSERT_TRUE(m.Join(Req("a", 0), 1, t0, &rep).ok());
@@ -200,7 +200,7 @@ TEST(Membership, ReRegistrationReplacesTheOldMember) {
 // id, and the member and its epoch stay. Once its lease lapsed (a restarted
 // process of the same agent) the id is free without the secret.
 TEST(Membership, ALiveAgentIdIsRefusedWithoutItsMembersSecret) {
-  Membership m(Job(2));
+  membership::Membership m(Job(2));
   uint64_t rep = 0;
   std::vector<uint64_t> ev;
   ASSERT_TRUE(m.Join(Req("a", 0), 1, t0, &rep).ok());

@@ -28,7 +28,7 @@ gradex::v1::JoinRequest Req(const std::string& job, const std::string& agent,
   r.set_agent_id(agent);
   r.set_host(host);
   r.set_ucx_address("127.0.0.1:1");
-  r.set_wire_protocol(gradex::kWireProtocol);
+  r.set_wire_protocol(gradex::version::kWireProtocol);
   r.set_role(server ? gradex::v1::ROLE_SERVER : gradex::v1::ROLE_WORKER);
   return r;
 }
@@ -59,7 +59,7 @@ std::string Server(int rank, const std::string& host, int shard, uint64_t first,
 }
 
 TEST(ShardRangesTest, TheSameCutAsTheServers) {
-  EXPECT_TRUE(ShardRanges(10, 0).empty());
+  EXPECT_TRUE(controllers::ShardRanges(10, 0).empty());
   for (uint32_t total : {1u, 2u, 7u, 30u, 1000u, 1000003u}) {
     auto layout = ps::DgsLayout::Create({total});
     ASSERT_TRUE(layout.ok());
@@ -67,7 +67,7 @@ TEST(ShardRangesTest, TheSameCutAsTheServers) {
       if (shards > total) continue;
       auto want = layout->SplitShards(shards);
       ASSERT_TRUE(want.ok());
-      std::vector<ShardRange> got = ShardRanges(total, shards);
+      std::vector<controllers::ShardRange> got = controllers::ShardRanges(total, shards);
       ASSERT_EQ(got.size(), want->size());
       for (size_t s = 0; s < got.size(); ++s) {
         EXPECT_EQ(got[s].first, (*want)[s].begin) << total << "/" << shards << " shard " << s;
@@ -192,7 +192,7 @@ TEST_F(PsViewTest, AServerHoldsSeveralShardsAndAStandbyNone) {
 }
 
 TEST(MembershipViewTest, CollectiveJobsAreListedAndTheSeriesCapped) {
-  const int n = static_cast<int>(kMaxMemberInfoSeries) + 8;
+  const int n = static_cast<int>(membership::kMaxMemberInfoSeries) + 8;
   auto s = ParseJobConfig(absl::StrCat(R"({"job_id":"c","world_size":)", n,
                                        R"(,"algorithm":"spardl","density":0.01})"));
   ASSERT_TRUE(s.ok()) << s.status();
@@ -206,12 +206,12 @@ TEST(MembershipViewTest, CollectiveJobsAreListedAndTheSeriesCapped) {
   ASSERT_NE(c.plan(), nullptr);
   ASSERT_EQ(c.plan()->members_size(), n);
   const auto info = Info(registry);
-  ASSERT_EQ(info.size(), kMaxMemberInfoSeries);
+  ASSERT_EQ(info.size(), membership::kMaxMemberInfoSeries);
   EXPECT_EQ(metrics.members_unlisted.Value(), 8);
   // The first kMaxMemberInfoSeries ranks, each with its own host, no slot.
   std::set<std::string> want;
   for (const auto& m : c.plan()->members()) {
-    if (m.rank() >= static_cast<int>(kMaxMemberInfoSeries)) continue;
+    if (m.rank() >= static_cast<int>(membership::kMaxMemberInfoSeries)) continue;
     want.insert(absl::StrCat("host=", m.host(), ",rank=", m.rank(), ",role=worker"));
   }
   std::set<std::string> got;

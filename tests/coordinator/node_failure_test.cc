@@ -15,13 +15,13 @@
 namespace gradex::coordinator {
 namespace {
 
-using C = MemberRecord::Cause;
+using C = membership::MemberRecord::Cause;
 const absl::Time t0 = absl::FromUnixSeconds(1000);
 
 // Members 1..n on `hosts` (agent "<host><local rank>"), joined at t0; epoch 1
 // formed and entered by all. Ranks follow host then local rank, so member i
 // has rank i-1 when the hosts are sorted.
-void Start(Membership& m, const std::vector<std::string>& hosts) {
+void Start(membership::Membership& m, const std::vector<std::string>& hosts) {
   std::map<std::string, int> local;
   uint64_t rep = 0;
   for (size_t i = 0; i < hosts.size(); ++i) {
@@ -39,7 +39,7 @@ void Start(Membership& m, const std::vector<std::string>& hosts) {
 
 // Every member but `dead` heartbeats each second until its lease (3 s)
 // lapses; returns the evictions of the Tick that saw it.
-std::vector<uint64_t> LoseLease(Membership& m, uint64_t dead, size_t members) {
+std::vector<uint64_t> LoseLease(membership::Membership& m, uint64_t dead, size_t members) {
   std::vector<uint64_t> ev;
   for (int s = 1; s <= 3; ++s) {
     const absl::Time t = t0 + absl::Seconds(s);
@@ -51,9 +51,9 @@ std::vector<uint64_t> LoseLease(Membership& m, uint64_t dead, size_t members) {
   return ev;
 }
 
-std::vector<C> Causes(const Membership& m) {
+std::vector<C> Causes(const membership::Membership& m) {
   std::vector<C> out;
-  for (const MemberRecord& r : m.last_evicted()) out.push_back(r.cause);
+  for (const membership::MemberRecord& r : m.last_evicted()) out.push_back(r.cause);
   return out;
 }
 
@@ -64,7 +64,7 @@ JobSettings Job(int world) {
 }
 
 TEST(NodeFailure, ALostLeaseTakesItsNodeOutAndTheOtherNodeStays) {
-  Membership m(Job(4));
+  membership::Membership m(Job(4));
   Start(m, {"a", "a", "b", "b"});  // members 1, 2 on a; 3, 4 on b
   EXPECT_EQ(m.latest().nodes, 2);
   const std::vector<uint64_t> ev = LoseLease(m, 4, 4);
@@ -83,7 +83,7 @@ TEST(NodeFailure, ALostLeaseTakesItsNodeOutAndTheOtherNodeStays) {
 }
 
 TEST(NodeFailure, ACleanLeaveTakesOutOnlyTheLeaver) {
-  Membership m(Job(4));
+  membership::Membership m(Job(4));
   Start(m, {"a", "a", "b", "b"});
   ASSERT_TRUE(m.Leave(4).ok());
   std::vector<uint64_t> ev;
@@ -93,7 +93,7 @@ TEST(NodeFailure, ACleanLeaveTakesOutOnlyTheLeaver) {
 }
 
 TEST(NodeFailure, ABadFrameSenderTakesItsNodeOut) {
-  Membership m(Job(4));
+  membership::Membership m(Job(4));
   Start(m, {"a", "a", "b", "b"});
   // Rank 0 (member 1) refused a frame from rank 1 (member 2, node a).
   ASSERT_TRUE(m.BlameBadFrames(1, m.latest(), 1, "bad frame"));
@@ -105,7 +105,7 @@ TEST(NodeFailure, ABadFrameSenderTakesItsNodeOut) {
 }
 
 TEST(NodeFailure, UnevenNodesFailAsAWholeToo) {
-  Membership m(Job(4));
+  membership::Membership m(Job(4));
   Start(m, {"a", "a", "a", "b"});
   LoseLease(m, 2, 4);
   EXPECT_EQ(Causes(m), (std::vector<C>{C::kLease, C::kNode, C::kNode}));
@@ -113,7 +113,7 @@ TEST(NodeFailure, UnevenNodesFailAsAWholeToo) {
 }
 
 TEST(NodeFailure, InAOneNodeJobTheSurvivorsGoOn) {
-  Membership m(Job(4));
+  membership::Membership m(Job(4));
   Start(m, {"h", "h", "h", "h"});
   EXPECT_EQ(m.latest().nodes, 1);
   EXPECT_EQ(LoseLease(m, 4, 4), (std::vector<uint64_t>{4}));
@@ -124,7 +124,7 @@ TEST(NodeFailure, NotInAParameterServerJob) {
   JobSettings s = Job(4);
   s.algorithm = "dgs";
   s.ps.enabled = true;
-  Membership m(s);
+  membership::Membership m(s);
   Start(m, {"a", "a", "b", "b"});
   EXPECT_EQ(LoseLease(m, 4, 4), (std::vector<uint64_t>{4}));
   EXPECT_EQ(m.latest().roster, (std::vector<uint64_t>{1, 2, 3}));
@@ -133,7 +133,7 @@ TEST(NodeFailure, NotInAParameterServerJob) {
 TEST(NodeFailure, ANodeMemberThatJoinsAgainComesInAtTheNextBarrier) {
   JobSettings s = Job(4);
   s.loss_settle = absl::Seconds(1);
-  Membership m(s);
+  membership::Membership m(s);
   Start(m, {"a", "a", "b", "b"});
   EXPECT_EQ(LoseLease(m, 4, 4), (std::vector<uint64_t>{4, 3}));
   EXPECT_EQ(m.latest().number, 1u);  // the settle window holds the new epoch

@@ -57,7 +57,7 @@ class NodeLayoutTest : public ::testing::Test {
       r.set_host(h);
       r.set_local_rank(l);
       r.set_ucx_address("127.0.0.1:1");
-      r.set_wire_protocol(gradex::kWireProtocol);
+      r.set_wire_protocol(gradex::version::kWireProtocol);
       auto resp = c_->Join(r, t0);
       ASSERT_TRUE(resp.ok()) << resp.status();
       ids_.push_back(resp->member_id());

@@ -69,7 +69,7 @@ gradex::v1::JoinRequest Req(const std::string& agent, const std::string& host, b
   r.set_agent_id(agent);
   r.set_host(host);
   r.set_ucx_address("127.0.0.1:1");
-  r.set_wire_protocol(gradex::kWireProtocol);
+  r.set_wire_protocol(gradex::version::kWireProtocol);
   r.set_role(server ? gradex::v1::ROLE_SERVER : gradex::v1::ROLE_WORKER);
   return r;
 }

@@ -10,13 +10,13 @@
 namespace gradex::coordinator {
 namespace {
 
-ShardCandidate W(uint64_t id, const char* host) { return {id, host, false}; }
-ShardCandidate S(uint64_t id, const char* host) { return {id, host, true}; }
+controllers::ShardCandidate W(uint64_t id, const char* host) { return {id, host, false}; }
+controllers::ShardCandidate S(uint64_t id, const char* host) { return {id, host, true}; }
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
 
 TEST(ServerShardsTest, OnePerHostByDefaultRoundRobinOverServers) {
-  ServerShards s(0, 8);
+  controllers::ServerShards s(0, 8);
   // Three hosts, two servers (ranks 1 and 3).
   auto a = s.Assign({W(10, "a"), S(11, "a"), W(12, "b"), S(13, "c")}, kT0);
   ASSERT_TRUE(a.ok()) << a.status();
@@ -29,7 +29,7 @@ TEST(ServerShardsTest, OnePerHostByDefaultRoundRobinOverServers) {
 }
 
 TEST(ServerShardsTest, ConfiguredCountWins) {
-  ServerShards s(5, 8);
+  controllers::ServerShards s(5, 8);
   auto a = s.Assign({S(1, "a"), W(2, "a")}, kT0);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->shards, 5u);
@@ -37,7 +37,7 @@ TEST(ServerShardsTest, ConfiguredCountWins) {
 }
 
 TEST(ServerShardsTest, CountIsFixedAfterTheFirstAssignment) {
-  ServerShards s(0, 8);
+  controllers::ServerShards s(0, 8);
   ASSERT_TRUE(s.Assign({S(1, "a"), W(2, "b")}, kT0).ok());
   EXPECT_EQ(s.shards(), 2u);
   // A later epoch on four hosts keeps two shards: servers hold one range each.
@@ -47,7 +47,7 @@ TEST(ServerShardsTest, CountIsFixedAfterTheFirstAssignment) {
 }
 
 TEST(ServerShardsTest, NoServerIsRefusedAndDatedUntilOneComes) {
-  ServerShards s(1, 8);
+  controllers::ServerShards s(1, 8);
   ASSERT_TRUE(s.Assign({S(1, "a"), W(2, "a")}, kT0).ok());
   auto none = s.Assign({W(2, "a")}, kT0 + absl::Seconds(1));
   EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -66,19 +66,19 @@ TEST(ServerShardsTest, NoServerIsRefusedAndDatedUntilOneComes) {
 }
 
 TEST(ServerShardsTest, ManyHostsAreCappedAtTheLimit) {
-  ServerShards s(0, 5000);
-  std::vector<ShardCandidate> roster;
+  controllers::ServerShards s(0, 5000);
+  std::vector<controllers::ShardCandidate> roster;
   std::vector<std::string> hosts;
   for (int i = 0; i < 5000; ++i) hosts.push_back(absl::StrCat("h", i));
   for (int i = 0; i < 5000; ++i) roster.push_back({uint64_t(i + 1), hosts[i], i == 0});
   auto a = s.Assign(roster, kT0);
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->shards, kMaxServerShards);
+  EXPECT_EQ(a->shards, controllers::kMaxServerShards);
   for (int r : a->rank_of_shard) EXPECT_EQ(r, 0);
 }
 
 TEST(ServerShardsTest, WorkersKeepTheirSlotsAndNewcomersTakeTheLowestFree) {
-  ServerShards s(1, 3);
+  controllers::ServerShards s(1, 3);
   auto a = s.Assign({S(1, "a"), W(2, "a"), W(3, "a"), W(4, "a")}, kT0);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->slot_of_rank, (std::vector<int>{-1, 0, 1, 2}));
@@ -94,7 +94,7 @@ TEST(ServerShardsTest, WorkersKeepTheirSlotsAndNewcomersTakeTheLowestFree) {
 }
 
 TEST(ServerShardsTest, MoreWorkersThanSlotsIsRefused) {
-  ServerShards s(1, 1);
+  controllers::ServerShards s(1, 1);
   auto a = s.Assign({S(1, "a"), W(2, "a"), W(3, "a")}, kT0);
   EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(std::string(a.status().message()).find("2 workers"), std::string::npos);

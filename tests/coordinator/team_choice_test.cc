@@ -16,24 +16,27 @@ constexpr double kD = 0.01;
 TEST(TeamChoiceTest, CostMatchesTable1RowsWorkedByHand) {
   const double a = 1e-5, b = 1e-9;
   // R-SAG T=2: Q=4, 2*2+1 = 5 messages; 2*(3/4)*8e4 + 1*8e4/4 = 140000 bytes.
-  EXPECT_NEAR(SagSeconds("spardl-rsag", 8, kN, kD, 2, 0, a, b), 5e-5 + 1.4e-4, 1e-12);
+  EXPECT_NEAR(controllers::SagSeconds("spardl-rsag", 8, kN, kD, 2, 0, a, b), 5e-5 + 1.4e-4, 1e-12);
   // B-SAG T=2 at the controller's start k' = k_block/2: Table1Cost's bytes_lo,
   // 120000 + 8e4/(4*2) = 130000; at k' = k_block its bytes_hi, 140000.
-  EXPECT_NEAR(SagSeconds("spardl-bsag", 8, kN, kD, 2, 0, a, b), 5e-5 + 1.3e-4, 1e-12);
-  EXPECT_NEAR(SagSeconds("spardl-bsag", 8, kN, kD, 2, 1.0, a, b), 5e-5 + 1.4e-4, 1e-12);
-  // The ratio is clamped to its range [1/T, 1].
-  EXPECT_NEAR(SagSeconds("spardl-bsag", 8, kN, kD, 2, 0.1, a, b), 5e-5 + 1.3e-4, 1e-12);
-  // T=1: SparDL's own row, 2 log2(8) = 6 messages, 2*(7/8)*8e4 = 140000 bytes.
-  EXPECT_NEAR(SagSeconds("spardl-rsag", 8, kN, kD, 1, 0, a, b), 6e-5 + 1.4e-4, 1e-12);
-  // T=P: Q=1, 3 messages, log2(8)*8e4 = 240000 bytes.
-  EXPECT_NEAR(SagSeconds("spardl-rsag", 8, kN, kD, 8, 0, a, b), 3e-5 + 2.4e-4, 1e-12);
-  // B-SAG P=6, T=3: Q=2, 2*1+2 = 4 messages; 8e4 + 2*8e4*(1/3)/2 bytes.
-  EXPECT_NEAR(SagSeconds("spardl-bsag", 6, kN, kD, 3, 0, a, b), 4e-5 + (8e4 + 8e4 / 3) * 1e-9,
+  EXPECT_NEAR(controllers::SagSeconds("spardl-bsag", 8, kN, kD, 2, 0, a, b), 5e-5 + 1.3e-4, 1e-12);
+  EXPECT_NEAR(controllers::SagSeconds("spardl-bsag", 8, kN, kD, 2, 1.0, a, b), 5e-5 + 1.4e-4,
               1e-12);
+  // The ratio is clamped to its range [1/T, 1].
+  EXPECT_NEAR(controllers::SagSeconds("spardl-bsag", 8, kN, kD, 2, 0.1, a, b), 5e-5 + 1.3e-4,
+              1e-12);
+  // T=1: SparDL's own row, 2 log2(8) = 6 messages, 2*(7/8)*8e4 = 140000 bytes.
+  EXPECT_NEAR(controllers::SagSeconds("spardl-rsag", 8, kN, kD, 1, 0, a, b), 6e-5 + 1.4e-4, 1e-12);
+  // T=P: Q=1, 3 messages, log2(8)*8e4 = 240000 bytes.
+  EXPECT_NEAR(controllers::SagSeconds("spardl-rsag", 8, kN, kD, 8, 0, a, b), 3e-5 + 2.4e-4, 1e-12);
+  // B-SAG P=6, T=3: Q=2, 2*1+2 = 4 messages; 8e4 + 2*8e4*(1/3)/2 bytes.
+  EXPECT_NEAR(controllers::SagSeconds("spardl-bsag", 6, kN, kD, 3, 0, a, b),
+              4e-5 + (8e4 + 8e4 / 3) * 1e-9, 1e-12);
 }
 
 TEST(TeamChoiceTest, OnlyDivisorsWithRsagOnPowersOfTwo) {
-  std::vector<TeamCandidate> c = TeamCandidates(12, kN, kD, 0, 1e-5, 1e-9);
+  std::vector<controllers::TeamCandidate> c =
+      controllers::TeamCandidates(12, kN, kD, 0, 1e-5, 1e-9);
   std::vector<int> teams;
   for (const auto& x : c) {
     teams.push_back(x.teams);
@@ -43,22 +46,24 @@ TEST(TeamChoiceTest, OnlyDivisorsWithRsagOnPowersOfTwo) {
   }
   EXPECT_EQ(teams, (std::vector<int>{1, 2, 3, 4, 6, 12}));
   // A prime P has two divisors; P=1 one.
-  c = TeamCandidates(7, kN, kD, 0, 1e-5, 1e-9);
+  c = controllers::TeamCandidates(7, kN, kD, 0, 1e-5, 1e-9);
   ASSERT_EQ(c.size(), 2u);
   EXPECT_EQ(c[1].teams, 7);
   EXPECT_EQ(c[1].algorithm, "spardl-bsag");
-  c = TeamCandidates(1, kN, kD, 0, 1e-5, 1e-9);
+  c = controllers::TeamCandidates(1, kN, kD, 0, 1e-5, 1e-9);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].teams, 1);
 }
 
 TEST(TeamChoiceTest, LatencyBoundChoosesMoreTeamsBandwidthBoundFewer) {
-  const TeamChoice start{1, "spardl-rsag"};
-  TeamDecision lat = DecideTeams(start, 8, kN, kD, 0, /*alpha=*/1e-3, /*beta=*/1e-12);
+  const controllers::TeamChoice start{1, "spardl-rsag"};
+  controllers::TeamDecision lat =
+      controllers::DecideTeams(start, 8, kN, kD, 0, /*alpha=*/1e-3, /*beta=*/1e-12);
   EXPECT_TRUE(lat.changed);
   EXPECT_EQ(lat.choice.teams, 8);  // 3 messages instead of 6
   EXPECT_EQ(lat.choice.algorithm, "spardl-rsag");
-  TeamDecision bw = DecideTeams(TeamChoice{8, "spardl-rsag"}, 8, kN, kD, 0, 1e-9, 1e-8);
+  controllers::TeamDecision bw =
+      controllers::DecideTeams(controllers::TeamChoice{8, "spardl-rsag"}, 8, kN, kD, 0, 1e-9, 1e-8);
   EXPECT_TRUE(bw.changed);
   EXPECT_EQ(bw.choice.teams, 2);  // 140000 bytes (T=1 too, but one message more)
   EXPECT_LT(bw.best_seconds, bw.current_seconds);
@@ -66,47 +71,51 @@ TEST(TeamChoiceTest, LatencyBoundChoosesMoreTeamsBandwidthBoundFewer) {
 
 TEST(TeamChoiceTest, PowerOfTwoAndFewerTeamsWinTies) {
   // Free links: every candidate costs 0; T=1 (R-SAG) is kept or chosen.
-  TeamDecision d = DecideTeams(TeamChoice{3, "spardl-bsag"}, 6, kN, kD, 0, 0, 0, 0.0);
+  controllers::TeamDecision d =
+      controllers::DecideTeams(controllers::TeamChoice{3, "spardl-bsag"}, 6, kN, kD, 0, 0, 0, 0.0);
   EXPECT_EQ(d.choice.teams, 3);  // no gain at all: kept
   EXPECT_FALSE(d.changed);
-  d = DecideTeams(TeamChoice{4, "spardl-rsag"}, 6, kN, kD, 0, 0, 0);  // 4 does not divide 6
+  d = controllers::DecideTeams(controllers::TeamChoice{4, "spardl-rsag"}, 6, kN, kD, 0, 0,
+                               0);  // 4 does not divide 6
   EXPECT_TRUE(d.changed);
   EXPECT_EQ(d.choice.teams, 1);
   EXPECT_EQ(d.choice.algorithm, "spardl-rsag");
   // R-SAG on a non-power-of-two T is invalid and replaced.
-  d = DecideTeams(TeamChoice{3, "spardl-rsag"}, 6, kN, kD, 0, 1e-5, 1e-9);
+  d = controllers::DecideTeams(controllers::TeamChoice{3, "spardl-rsag"}, 6, kN, kD, 0, 1e-5, 1e-9);
   EXPECT_TRUE(d.changed);
 }
 
 TEST(TeamChoiceTest, HysteresisKeepsTheCurrentUnderTenPercent) {
-  const TeamChoice cur{2, "spardl-rsag"};
+  const controllers::TeamChoice cur{2, "spardl-rsag"};
   // α = 2.5e-5, β = 1e-9: T=4 costs 2.60e-4 against T=2's 2.65e-4 (1.9%).
-  TeamDecision d = DecideTeams(cur, 8, kN, kD, 0, 2.5e-5, 1e-9);
+  controllers::TeamDecision d = controllers::DecideTeams(cur, 8, kN, kD, 0, 2.5e-5, 1e-9);
   EXPECT_FALSE(d.changed);
   EXPECT_EQ(d.choice.teams, 2);
   EXPECT_NEAR(d.best_seconds, 2.6e-4, 1e-12);
   // α = 1e-4: T=8 costs 5.4e-4 against 6.4e-4 (16%): switch.
-  d = DecideTeams(cur, 8, kN, kD, 0, 1e-4, 1e-9);
+  d = controllers::DecideTeams(cur, 8, kN, kD, 0, 1e-4, 1e-9);
   EXPECT_TRUE(d.changed);
   EXPECT_EQ(d.choice.teams, 8);
   // The current best is never changed.
-  d = DecideTeams(TeamChoice{8, "spardl-rsag"}, 8, kN, kD, 0, 1e-4, 1e-9);
+  d = controllers::DecideTeams(controllers::TeamChoice{8, "spardl-rsag"}, 8, kN, kD, 0, 1e-4, 1e-9);
   EXPECT_FALSE(d.changed);
 }
 
 TEST(TeamChoiceTest, SingleAndPrimeWorlds) {
-  TeamDecision d = DecideTeams(TeamChoice{1, "spardl-bsag"}, 1, kN, kD, 0, 1e-3, 1e-9);
+  controllers::TeamDecision d =
+      controllers::DecideTeams(controllers::TeamChoice{1, "spardl-bsag"}, 1, kN, kD, 0, 1e-3, 1e-9);
   EXPECT_EQ(d.choice.teams, 1);
-  d = DecideTeams(TeamChoice{1, "spardl-rsag"}, 7, kN, kD, 0, 1e-2, 1e-12);
+  d = controllers::DecideTeams(controllers::TeamChoice{1, "spardl-rsag"}, 7, kN, kD, 0, 1e-2,
+                               1e-12);
   EXPECT_TRUE(d.changed);
   EXPECT_EQ(d.choice.teams, 7);
   EXPECT_EQ(d.choice.algorithm, "spardl-bsag");
 }
 
 TEST(TeamChoiceTest, AutoTeamsDecidesOnceOnTheSlowestLinks) {
-  AutoTeams a;
+  controllers::AutoTeams a;
   a.Reset(4);
-  const TeamChoice cur{1, "spardl-rsag"};
+  const controllers::TeamChoice cur{1, "spardl-rsag"};
   a.FeedBucket(kN, 0, 0);
   a.FeedLink(0, 1e-6, 1e-9);
   a.FeedLink(1, 1e-3, 1e-10);  // one slow-latency rank decides α
@@ -117,7 +126,7 @@ TEST(TeamChoiceTest, AutoTeamsDecidesOnceOnTheSlowestLinks) {
   a.FeedLink(3, 1e-6, 1e-9);
   EXPECT_DOUBLE_EQ(a.alpha(), 1e-3);
   EXPECT_DOUBLE_EQ(a.beta(), 2e-9);
-  std::optional<TeamDecision> d = a.Decide(cur, kD);
+  std::optional<controllers::TeamDecision> d = a.Decide(cur, kD);
   ASSERT_TRUE(d.has_value());
   EXPECT_TRUE(d->changed);
   EXPECT_EQ(d->choice.teams, 4);

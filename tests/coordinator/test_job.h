@@ -47,12 +47,12 @@ inline gradex::v1::JoinRequest TestJoin(const std::string& agent, int local_rank
   r.set_host("h");
   r.set_local_rank(local_rank);
   r.set_ucx_address(ucx_address);
-  r.set_wire_protocol(gradex::kWireProtocol);
+  r.set_wire_protocol(gradex::version::kWireProtocol);
   return r;
 }
 
 // A heartbeat saying the member enters or runs `epoch` (0: says none).
-inline void Beat(Membership& m, uint64_t id, uint64_t epoch, absl::Time t) {
+inline void Beat(membership::Membership& m, uint64_t id, uint64_t epoch, absl::Time t) {
   gradex::v1::HeartbeatRequest h;
   h.set_member_id(id);
   h.set_epoch(epoch);
@@ -62,7 +62,7 @@ inline void Beat(Membership& m, uint64_t id, uint64_t epoch, absl::Time t) {
 
 // Members 1..n ("a1".."an", local ranks 1..n) join at t and form epoch 1;
 // each heartbeat says it runs it.
-inline void StartTestEpoch(Membership& m, absl::Time t, int n) {
+inline void StartTestEpoch(membership::Membership& m, absl::Time t, int n) {
   uint64_t rep = 0;
   std::vector<uint64_t> ev;
   for (int i = 1; i <= n; ++i) {

@@ -140,10 +140,10 @@ TEST_F(TlsTest, AgentControlPlaneJoinsByAddressWithServerName) {
   req.ucx_address = "127.0.0.1:10000";  // a data-plane listener
   req.ucx_version = "1.13";
   req.ucx_transports = "tcp";
-  auto reply = (*cp)->Join(req, Clock::now() + std::chrono::seconds(10));
+  auto reply = (*cp)->Join(req, transport::Clock::now() + std::chrono::seconds(10));
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(server->coordinator().members(), 1u);
-  EXPECT_TRUE((*cp)->Leave(Clock::now() + std::chrono::seconds(5)).ok());
+  EXPECT_TRUE((*cp)->Leave(transport::Clock::now() + std::chrono::seconds(5)).ok());
 
   o.tls_ca.clear();  // a server name without TLS is a configuration error
   EXPECT_EQ(member::CreateGrpcControlPlane(o).status().code(), absl::StatusCode::kInvalidArgument);
@@ -201,7 +201,7 @@ TEST_F(TlsTest, AgentWithoutClientCertificateIsToldTheHandshakeWasRefused) {
   r.ucx_version = "1.13";
   r.ucx_transports = "tcp";
   const absl::Time t0 = absl::Now();
-  auto reply = (*cp)->Join(r, DeadlineIn(std::chrono::milliseconds(2000)));
+  auto reply = (*cp)->Join(r, transport::DeadlineIn(std::chrono::milliseconds(2000)));
   ASSERT_FALSE(reply.ok());
   EXPECT_NE(reply.status().message().find("TLS handshake refused"), absl::string_view::npos)
       << reply.status();

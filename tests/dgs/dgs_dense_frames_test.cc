@@ -16,7 +16,7 @@ TEST_F(DgsFrames, EveryBadFieldOfADenseMessageIsRefusedAndNamed) {
   std::vector<float> change(11, 0);
   change[1] = 2;
   change[7] = -3;
-  absl::StatusOr<Bytes> good = ps::EncodeDgsDensePush(ctx_, 1, 5, 0, change);
+  absl::StatusOr<transport::Bytes> good = ps::EncodeDgsDensePush(ctx_, 1, 5, 0, change);
   ASSERT_TRUE(good.ok());
   EXPECT_EQ(good->size(), ps::DgsMaxMessageBytes(layout_, {0, 11}));
   ps::DgsMessage m;
@@ -27,18 +27,22 @@ TEST_F(DgsFrames, EveryBadFieldOfADenseMessageIsRefusedAndNamed) {
   EXPECT_EQ(m.dense, change);
   EXPECT_TRUE(m.sparse.idx.empty());
   const size_t frame1 = kPayload0 + 6 * 4;  // after piece 0's 6 values
-  const std::vector<std::pair<const char*, std::function<void(Bytes&)>>> bad = {
-      {"ratio 0.5", [](Bytes& b) { Put<float>(b, 48, 0.5f); }},
-      {"ratio 0", [](Bytes& b) { Put<float>(b, 48, 0.0f); }},
-      {"a pull's kind from a worker", [](Bytes& b) { Put<uint16_t>(b, 6, 8); }},
-      {"piece count", [](Bytes& b) { Put<uint32_t>(b, 28, 1); }},
-      {"frame sparse", [](Bytes& b) { Put<uint16_t>(b, kFrame0 + 6, kFrameSparse); }},
-      {"frame phase", [](Bytes& b) { Put<uint16_t>(b, kFrame0 + 22, 2); }},
-      {"count below the piece", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 40, 5); }},
-      {"count above the piece", [&](Bytes& b) { Put<uint32_t>(b, frame1 + 40, 6); }},
-      {"second frame block", [&](Bytes& b) { Put<uint32_t>(b, frame1 + 36, 7); }},
-      {"NaN value", [&](Bytes& b) { Put<float>(b, frame1 + sizeof(FrameHeader) + 8, NAN); }},
-      {"a trailing byte", [](Bytes& b) { b.push_back(0); }},
+  const std::vector<std::pair<const char*, std::function<void(transport::Bytes&)>>> bad = {
+      {"ratio 0.5", [](transport::Bytes& b) { Put<float>(b, 48, 0.5f); }},
+      {"ratio 0", [](transport::Bytes& b) { Put<float>(b, 48, 0.0f); }},
+      {"a pull's kind from a worker", [](transport::Bytes& b) { Put<uint16_t>(b, 6, 8); }},
+      {"piece count", [](transport::Bytes& b) { Put<uint32_t>(b, 28, 1); }},
+      {"frame sparse",
+       [](transport::Bytes& b) { Put<uint16_t>(b, kFrame0 + 6, collectives::wire::kFrameSparse); }},
+      {"frame phase", [](transport::Bytes& b) { Put<uint16_t>(b, kFrame0 + 22, 2); }},
+      {"count below the piece", [](transport::Bytes& b) { Put<uint32_t>(b, kFrame0 + 40, 5); }},
+      {"count above the piece", [&](transport::Bytes& b) { Put<uint32_t>(b, frame1 + 40, 6); }},
+      {"second frame block", [&](transport::Bytes& b) { Put<uint32_t>(b, frame1 + 36, 7); }},
+      {"NaN value",
+       [&](transport::Bytes& b) {
+         Put<float>(b, frame1 + sizeof(collectives::wire::FrameHeader) + 8, NAN);
+       }},
+      {"a trailing byte", [](transport::Bytes& b) { b.push_back(0); }},
   };
   const std::vector<ps::DgsRefusal> want = {
       ps::DgsRefusal::kBadRatio,     ps::DgsRefusal::kBadRatio,     ps::DgsRefusal::kWrongKind,
@@ -46,12 +50,13 @@ TEST_F(DgsFrames, EveryBadFieldOfADenseMessageIsRefusedAndNamed) {
       ps::DgsRefusal::kOverCapacity, ps::DgsRefusal::kOverCapacity, ps::DgsRefusal::kWrongPieces,
       ps::DgsRefusal::kNonFinite,    ps::DgsRefusal::kBadLength};
   for (size_t c = 0; c < bad.size(); ++c) {
-    Bytes b = *good;
+    transport::Bytes b = *good;
     bad[c].second(b);
     EXPECT_EQ(Decode(b), want[c]) << bad[c].first;
   }
   for (size_t n = 0; n < good->size(); ++n) {
-    EXPECT_NE(Decode(Bytes(good->begin(), good->begin() + n)), ps::DgsRefusal::kNone) << n;
+    EXPECT_NE(Decode(transport::Bytes(good->begin(), good->begin() + n)), ps::DgsRefusal::kNone)
+        << n;
   }
   // A dense pull: taken by the worker, refused from it as a push; a ratio
   // on a pull is refused.
@@ -61,19 +66,19 @@ TEST_F(DgsFrames, EveryBadFieldOfADenseMessageIsRefusedAndNamed) {
   pull.version = 4;
   pull.request = 5;
   pull.dense = change;
-  absl::StatusOr<Bytes> p = ps::EncodeDgsReply(ctx_, pull);
+  absl::StatusOr<transport::Bytes> p = ps::EncodeDgsReply(ctx_, pull);
   ASSERT_TRUE(p.ok());
   ASSERT_TRUE(ps::DecodeDgsFromShard(*p, ctx_, 1, &m, &why).ok());
   EXPECT_EQ(m.kind, ps::DgsKind::kDensePull);
   EXPECT_EQ(m.dense, change);
   EXPECT_EQ(Decode(*p), ps::DgsRefusal::kWrongKind);
-  Bytes q = *p;
+  transport::Bytes q = *p;
   Put<float>(q, 48, 1.0f);
   EXPECT_FALSE(ps::DecodeDgsFromShard(q, ctx_, 1, &m, &why).ok());
   EXPECT_EQ(why, ps::DgsRefusal::kBadRatio);
   EXPECT_FALSE(ps::DecodeDgsFromShard(*good, ctx_, 1, &m, &why).ok());
   EXPECT_EQ(why, ps::DgsRefusal::kWrongKind);
-  Bytes u = *p;  // the unapplied number belongs to a full sync only
+  transport::Bytes u = *p;  // the unapplied number belongs to a full sync only
   Put<uint32_t>(u, 60, 9);
   EXPECT_FALSE(ps::DecodeDgsFromShard(u, ctx_, 1, &m, &why).ok());
   EXPECT_EQ(why, ps::DgsRefusal::kBadMagic);

@@ -22,7 +22,7 @@ constexpr uint32_t kWorkers = 3;
 class Cluster {
  public:
   Cluster(const ps::DgsLayout& layout, int nshards, ps::DgsServerOptions options,
-          std::vector<std::unique_ptr<Transport>>* transports)
+          std::vector<std::unique_ptr<transport::Transport>>* transports)
       : layout_(layout), transports_(*transports) {
     ranges_ = *layout.SplitShards(nshards);
     std::vector<int> ranks;
@@ -40,7 +40,7 @@ class Cluster {
     for (auto& server : servers_) {
       threads_.emplace_back([this, s = server.get()] {
         while (!stop_.load()) {
-          if (!s->ServeUntil(DeadlineIn(milliseconds(20))).ok()) return;
+          if (!s->ServeUntil(transport::DeadlineIn(milliseconds(20))).ok()) return;
         }
       });
     }
@@ -60,7 +60,7 @@ class Cluster {
 
  private:
   ps::DgsLayout layout_;
-  std::vector<std::unique_ptr<Transport>>& transports_;
+  std::vector<std::unique_ptr<transport::Transport>>& transports_;
   std::vector<ps::DgsRange> ranges_;
   std::vector<std::unique_ptr<ps::DgsServerShard>> shards_;
   std::vector<std::unique_ptr<ps::DgsServer>> servers_;
@@ -75,7 +75,7 @@ class DgsExchange : public ::testing::TestWithParam<int> {};
 // with any barrier between workers they could not finish.
 TEST_P(DgsExchange, WorkersRunWithoutABarrier) {
   const ps::DgsLayout layout = MakeLayout({40, 25, 60, 3});
-  auto t = CreateLoopbackTransports(kWorkers + GetParam());
+  auto t = transport::CreateLoopbackTransports(kWorkers + GetParam());
   Cluster c(layout, GetParam(), {.workers = kWorkers}, &t);
   c.Start();
   constexpr int kSteps = 20;
@@ -95,13 +95,13 @@ TEST_P(DgsExchange, WorkersRunWithoutABarrier) {
       params[k] = IntGrad(layout.total(), rng);
       ps::DgsPushPull link = c.Link(k);
       if (k == 2) {
-        const Deadline wait = DeadlineIn(milliseconds(30000));
-        while (fast_done.load() < 2 && Clock::now() < wait) std::this_thread::yield();
+        const transport::Deadline wait = transport::DeadlineIn(milliseconds(30000));
+        while (fast_done.load() < 2 && transport::Clock::now() < wait) std::this_thread::yield();
       }
       for (int step = 0; step < kSteps && status[k].ok(); ++step) {
         ps::DgsStepStats stats;
         status[k] = link.Step(states[k], IntGrad(layout.total(), rng), params[k], 1.0f,
-                              DeadlineIn(milliseconds(20000)), &stats);
+                              transport::DeadlineIn(milliseconds(20000)), &stats);
         if (status[k].ok() && stats.sent_bytes == 0) status[k] = absl::InternalError("no bytes");
       }
       if (k != 2) fast_done.fetch_add(1);
@@ -134,7 +134,7 @@ INSTANTIATE_TEST_SUITE_P(Shards, DgsExchange, ::testing::Values(1, 2));
 // of the others are applied; once it moves, everyone finishes.
 TEST(DgsExchangeFaults, MaxStalenessMakesFastWorkersWait) {
   const ps::DgsLayout layout = MakeLayout({64});
-  auto t = CreateLoopbackTransports(kWorkers + 1);
+  auto t = transport::CreateLoopbackTransports(kWorkers + 1);
   Cluster c(layout, 1, {.workers = kWorkers, .max_staleness = 2}, &t);
   c.Start();
   constexpr int kSteps = 8;
@@ -151,23 +151,24 @@ TEST(DgsExchangeFaults, MaxStalenessMakesFastWorkersWait) {
       std::vector<float> params = IntGrad(64, rng);
       ps::DgsPushPull link = c.Link(k);
       if (k == 2) {
-        status[k] = link.Join(states[k], params, DeadlineIn(milliseconds(20000)));
+        status[k] = link.Join(states[k], params, transport::DeadlineIn(milliseconds(20000)));
         joined.store(true);
         std::this_thread::sleep_for(milliseconds(300));
         for (int step = 0; status[k].ok() && (step < kSteps || fast_done.load() < 2); ++step) {
-          status[k] =
-              link.Step(states[k], IntGrad(64, rng), params, 0.1f, DeadlineIn(milliseconds(20000)));
+          status[k] = link.Step(states[k], IntGrad(64, rng), params, 0.1f,
+                                transport::DeadlineIn(milliseconds(20000)));
           if (step == 0) slow_first_version = states[k].version(0);
         }
         return;
       }
       while (!joined.load()) std::this_thread::yield();
       for (int step = 0; step < kSteps && status[k].ok(); ++step) {
-        status[k] =
-            link.Step(states[k], IntGrad(64, rng), params, 0.1f, DeadlineIn(milliseconds(20000)));
+        status[k] = link.Step(states[k], IntGrad(64, rng), params, 0.1f,
+                              transport::DeadlineIn(milliseconds(20000)));
       }
       // Done: leaving, so that the others are no longer held by this worker.
-      if (status[k].ok()) status[k] = link.Leave(states[k], DeadlineIn(milliseconds(20000)));
+      if (status[k].ok())
+        status[k] = link.Leave(states[k], transport::DeadlineIn(milliseconds(20000)));
       fast_done.fetch_add(1);
     });
   }
@@ -186,7 +187,7 @@ TEST(DgsExchangeFaults, MaxStalenessMakesFastWorkersWait) {
 // under a staleness bound that the dead worker would otherwise hold.
 TEST(DgsExchangeFaults, ADeadWorkerDoesNotStopTheOthers) {
   const ps::DgsLayout layout = MakeLayout({30, 30});
-  auto t = CreateLoopbackTransports(kWorkers + 1);
+  auto t = transport::CreateLoopbackTransports(kWorkers + 1);
   Cluster c(layout, 1, {.workers = kWorkers, .max_staleness = 2}, &t);
   c.Start();
   std::vector<absl::Status> status(kWorkers);
@@ -199,14 +200,14 @@ TEST(DgsExchangeFaults, ADeadWorkerDoesNotStopTheOthers) {
       ps::DgsPushPull link = c.Link(k);
       const int steps = k == 2 ? 3 : 25;
       for (int step = 0; step < steps && status[k].ok(); ++step) {
-        status[k] =
-            link.Step(state, IntGrad(60, rng), params, 0.1f, DeadlineIn(milliseconds(20000)));
+        status[k] = link.Step(state, IntGrad(60, rng), params, 0.1f,
+                              transport::DeadlineIn(milliseconds(20000)));
       }
       if (k == 2) {
-        KillLoopbackRank(*t[2], 2);
+        transport::KillLoopbackRank(*t[2], 2);
       } else {
         // Done: so that the other live worker is not held by this one.
-        (void)link.Leave(state, DeadlineIn(milliseconds(20000)));
+        (void)link.Leave(state, transport::DeadlineIn(milliseconds(20000)));
       }
     });
   }
@@ -222,20 +223,20 @@ TEST(DgsExchangeFaults, ADeadWorkerDoesNotStopTheOthers) {
 // error naming the shard (killed rank: at once; silent rank: at the deadline).
 TEST(DgsExchangeFaults, AGoneServerFailsTheWorkerWithinItsDeadline) {
   const ps::DgsLayout layout = MakeLayout({16});
-  auto t = CreateLoopbackTransports(2);
+  auto t = transport::CreateLoopbackTransports(2);
   auto state = ps::DgsWorkerState::Create(layout, 0, {{0, 16}}, {});
   std::vector<float> params(16, 1), grad(16, 1);
   ps::DgsPushPull link(*t[0], kJob, {{0, 1}});
-  Clock::time_point start = Clock::now();
-  absl::Status s = link.Step(*state, grad, params, 0.1f, DeadlineIn(milliseconds(300)));
+  transport::Clock::time_point start = transport::Clock::now();
+  absl::Status s = link.Step(*state, grad, params, 0.1f, transport::DeadlineIn(milliseconds(300)));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(std::string(s.message()).find("shard 0"), std::string::npos) << s;
-  EXPECT_LT(Clock::now() - start, milliseconds(3000));
-  KillLoopbackRank(*t[0], 1);
-  start = Clock::now();
-  s = link.Step(*state, grad, params, 0.1f, DeadlineIn(milliseconds(10000)));
+  EXPECT_LT(transport::Clock::now() - start, milliseconds(3000));
+  transport::KillLoopbackRank(*t[0], 1);
+  start = transport::Clock::now();
+  s = link.Step(*state, grad, params, 0.1f, transport::DeadlineIn(milliseconds(10000)));
   EXPECT_FALSE(s.ok());
-  EXPECT_LT(Clock::now() - start, milliseconds(3000)) << s;
+  EXPECT_LT(transport::Clock::now() - start, milliseconds(3000)) << s;
   EXPECT_FALSE(state->joined(0));
   EXPECT_EQ(params, std::vector<float>(16, 1));
 }
@@ -247,10 +248,10 @@ TEST(DgsExchangeFaults, AShardRestartedFromASnapshotIsRejoined) {
   const ps::DgsLayout layout = MakeLayout({20, 12});
   std::vector<ps::DgsWorkerState> states;
   std::vector<std::vector<float>> params(kWorkers);
-  Bytes snap;
+  transport::Bytes snap;
   std::vector<float> m_before;
   {
-    auto t = CreateLoopbackTransports(kWorkers + 1);
+    auto t = transport::CreateLoopbackTransports(kWorkers + 1);
     Cluster c(layout, 1, {.workers = kWorkers}, &t);
     c.Start();
     for (uint32_t k = 0; k < kWorkers; ++k) {
@@ -262,16 +263,16 @@ TEST(DgsExchangeFaults, AShardRestartedFromASnapshotIsRejoined) {
     for (int step = 0; step < 4; ++step) {
       for (uint32_t k = 0; k < kWorkers; ++k) {
         ps::DgsPushPull link = c.Link(k);
-        ASSERT_TRUE(
-            link.Step(states[k], IntGrad(32, rng), params[k], 1, DeadlineIn(milliseconds(20000)))
-                .ok());
+        ASSERT_TRUE(link.Step(states[k], IntGrad(32, rng), params[k], 1,
+                              transport::DeadlineIn(milliseconds(20000)))
+                        .ok());
       }
     }
     c.Stop();
     snap = *c.shard(0).Snapshot();
     m_before.assign(c.shard(0).model().begin(), c.shard(0).model().end());
   }
-  auto t = CreateLoopbackTransports(kWorkers + 1);
+  auto t = transport::CreateLoopbackTransports(kWorkers + 1);
   Cluster c(layout, 1, {.workers = kWorkers}, &t);
   ASSERT_TRUE(c.shard(0).Restore(snap).ok());
   c.Start();
@@ -279,7 +280,9 @@ TEST(DgsExchangeFaults, AShardRestartedFromASnapshotIsRejoined) {
   std::vector<float> g(32, 0);
   g[5] = 3;
   ps::DgsStepStats stats;
-  ASSERT_TRUE(link.Step(states[0], g, params[0], 1, DeadlineIn(milliseconds(20000)), &stats).ok());
+  ASSERT_TRUE(
+      link.Step(states[0], g, params[0], 1, transport::DeadlineIn(milliseconds(20000)), &stats)
+          .ok());
   c.Stop();
   EXPECT_EQ(stats.hellos, 1u);
   EXPECT_EQ(c.shard(0).version(), 13u);
@@ -296,23 +299,23 @@ TEST(DgsExchangeFaults, AShardRestartedFromASnapshotIsRejoined) {
 // the reason, counted, never applied; the worker's next real step works.
 TEST(DgsExchangeFaults, ABadFrameIsRefusedCountedAndNotApplied) {
   const ps::DgsLayout layout = MakeLayout({10});
-  auto t = CreateLoopbackTransports(kWorkers + 1);
+  auto t = transport::CreateLoopbackTransports(kWorkers + 1);
   Cluster c(layout, 1, {.workers = kWorkers}, &t);
   c.Start();
   ps::DgsWorkerState state = c.Worker(1, {.density = 1});
   std::vector<float> params(10, 2);
   ps::DgsPushPull link = c.Link(1);
-  ASSERT_TRUE(link.Join(state, params, DeadlineIn(milliseconds(20000))).ok());
+  ASSERT_TRUE(link.Join(state, params, transport::DeadlineIn(milliseconds(20000))).ok());
   // Worker 1's rank sends a push that names worker 0.
   ps::DgsWireContext ctx = Context(c.shard(0));
   kernels::SparseVec e;
   e.idx = {3};
   e.val = {100};
-  Bytes bad = *ps::EncodeDgsPush(ctx, 0, 77, 0, 1.0f, kernels::View(e));
+  transport::Bytes bad = *ps::EncodeDgsPush(ctx, 0, 77, 0, 1.0f, kernels::View(e));
   ASSERT_TRUE(t[1]->PostSend(kWorkers, ps::DgsUpTag(0), bad).ok());
   auto r = t[1]->PostRecv(kWorkers, ps::DgsDownTag(0));
-  Bytes reply;
-  ASSERT_TRUE(t[1]->Wait(*r, DeadlineIn(milliseconds(20000)), &reply).ok());
+  transport::Bytes reply;
+  ASSERT_TRUE(t[1]->Wait(*r, transport::DeadlineIn(milliseconds(20000)), &reply).ok());
   ps::DgsMessage m;
   ps::DgsRefusal why;
   ctx.workers = kWorkers;
@@ -320,8 +323,9 @@ TEST(DgsExchangeFaults, ABadFrameIsRefusedCountedAndNotApplied) {
   EXPECT_EQ(m.kind, ps::DgsKind::kRefused);
   EXPECT_EQ(m.reason, ps::DgsRefusal::kWrongWorker);
   EXPECT_EQ(m.request, 77u);
-  ASSERT_TRUE(
-      link.Step(state, std::vector<float>(10, 1), params, 1, DeadlineIn(milliseconds(20000))).ok());
+  ASSERT_TRUE(link.Step(state, std::vector<float>(10, 1), params, 1,
+                        transport::DeadlineIn(milliseconds(20000)))
+                  .ok());
   c.Stop();
   EXPECT_EQ(c.shard(0).refused()[static_cast<size_t>(ps::DgsRefusal::kWrongWorker)], 1u);
   EXPECT_EQ(c.shard(0).version(), 1u);

@@ -12,12 +12,13 @@
 namespace gradex::dgs_test {
 
 template <typename T>
-void Put(Bytes& b, size_t at, T v) {
+void Put(transport::Bytes& b, size_t at, T v) {
   std::memcpy(b.data() + at, &v, sizeof v);
 }
 
-inline constexpr size_t kFrame0 = sizeof(ps::DgsMessageHeader);     // first frame header
-inline constexpr size_t kPayload0 = kFrame0 + sizeof(FrameHeader);  // its payload
+inline constexpr size_t kFrame0 = sizeof(ps::DgsMessageHeader);  // first frame header
+inline constexpr size_t kPayload0 =
+    kFrame0 + sizeof(collectives::wire::FrameHeader);  // its payload
 
 class DgsFrames : public ::testing::Test {
  protected:
@@ -27,15 +28,16 @@ class DgsFrames : public ::testing::Test {
     ctx_ = Context(shard_);
   }
   // Worker 1's push: piece [0,6) holds {1: 2}, piece [6,11) holds {7: -3, 9: 1}.
-  Bytes Push(uint64_t base = 0) {
+  transport::Bytes Push(uint64_t base = 0) {
     kernels::SparseVec e;
     e.idx = {1, 7, 9};
     e.val = {2, -3, 1};
-    absl::StatusOr<Bytes> b = ps::EncodeDgsPush(ctx_, 1, 5, base, 0.5f, kernels::View(e));
+    absl::StatusOr<transport::Bytes> b =
+        ps::EncodeDgsPush(ctx_, 1, 5, base, 0.5f, kernels::View(e));
     EXPECT_TRUE(b.ok());
     return *b;
   }
-  ps::DgsRefusal Decode(const Bytes& b, uint32_t from = 1) {
+  ps::DgsRefusal Decode(const transport::Bytes& b, uint32_t from = 1) {
     ps::DgsMessage m;
     ps::DgsRefusal why = ps::DgsRefusal::kNone;
     absl::Status s = ps::DecodeDgsFromWorker(b, ctx_, from, &m, &why);

@@ -27,64 +27,74 @@ TEST_F(DgsFrames, AValidPushDecodesToItsEntries) {
 TEST_F(DgsFrames, EveryBadFieldIsRefusedAndNamed) {
   struct Case {
     const char* what;
-    std::function<void(Bytes&)> mutate;
+    std::function<void(transport::Bytes&)> mutate;
     ps::DgsRefusal want;
     uint32_t from = 1;
   };
   const std::vector<Case> cases = {
-      {"another worker's id", [](Bytes& b) { Put<uint32_t>(b, 20, 2); },
+      {"another worker's id", [](transport::Bytes& b) { Put<uint32_t>(b, 20, 2); },
        ps::DgsRefusal::kWrongWorker},
-      {"a worker id out of range", [](Bytes& b) { Put<uint32_t>(b, 20, 99); },
+      {"a worker id out of range", [](transport::Bytes& b) { Put<uint32_t>(b, 20, 99); },
        ps::DgsRefusal::kWrongWorker},
-      {"from the rank of another worker", [](Bytes&) {}, ps::DgsRefusal::kWrongWorker, 2},
-      {"magic", [](Bytes& b) { b[0] ^= 1; }, ps::DgsRefusal::kBadMagic},
-      {"format", [](Bytes& b) { Put<uint16_t>(b, 4, 9); }, ps::DgsRefusal::kBadMagic},
-      {"unapplied (a full sync's field) on a push", [](Bytes& b) { Put<uint32_t>(b, 60, 1); },
-       ps::DgsRefusal::kBadMagic},
-      {"kind", [](Bytes& b) { Put<uint16_t>(b, 6, 3); }, ps::DgsRefusal::kWrongKind},
-      {"job", [](Bytes& b) { Put<uint64_t>(b, 8, 8); }, ps::DgsRefusal::kWrongJob},
-      {"epoch", [](Bytes& b) { Put<uint32_t>(b, 16, 4); }, ps::DgsRefusal::kWrongJob},
-      {"shard", [](Bytes& b) { Put<uint32_t>(b, 24, 1); }, ps::DgsRefusal::kWrongShard},
-      {"piece count", [](Bytes& b) { Put<uint32_t>(b, 28, 3); }, ps::DgsRefusal::kWrongPieces},
-      {"layout", [](Bytes& b) { b[32] ^= 0x40; }, ps::DgsRefusal::kWrongLayout},
-      {"ratio 0", [](Bytes& b) { Put<float>(b, 48, 0.0f); }, ps::DgsRefusal::kBadRatio},
-      {"ratio 1.5", [](Bytes& b) { Put<float>(b, 48, 1.5f); }, ps::DgsRefusal::kBadRatio},
-      {"ratio NaN", [](Bytes& b) { Put<float>(b, 48, NAN); }, ps::DgsRefusal::kBadRatio},
-      {"a reason on a push", [](Bytes& b) { Put<uint32_t>(b, 52, 3); }, ps::DgsRefusal::kWrongKind},
-      {"frame magic", [](Bytes& b) { b[kFrame0] ^= 1; }, ps::DgsRefusal::kBadMagic},
-      {"frame job", [](Bytes& b) { Put<uint64_t>(b, kFrame0 + 8, 1); }, ps::DgsRefusal::kWrongJob},
-      {"frame step (version)", [](Bytes& b) { Put<uint64_t>(b, kFrame0 + 24, 1); },
+      {"from the rank of another worker", [](transport::Bytes&) {}, ps::DgsRefusal::kWrongWorker,
+       2},
+      {"magic", [](transport::Bytes& b) { b[0] ^= 1; }, ps::DgsRefusal::kBadMagic},
+      {"format", [](transport::Bytes& b) { Put<uint16_t>(b, 4, 9); }, ps::DgsRefusal::kBadMagic},
+      {"unapplied (a full sync's field) on a push",
+       [](transport::Bytes& b) { Put<uint32_t>(b, 60, 1); }, ps::DgsRefusal::kBadMagic},
+      {"kind", [](transport::Bytes& b) { Put<uint16_t>(b, 6, 3); }, ps::DgsRefusal::kWrongKind},
+      {"job", [](transport::Bytes& b) { Put<uint64_t>(b, 8, 8); }, ps::DgsRefusal::kWrongJob},
+      {"epoch", [](transport::Bytes& b) { Put<uint32_t>(b, 16, 4); }, ps::DgsRefusal::kWrongJob},
+      {"shard", [](transport::Bytes& b) { Put<uint32_t>(b, 24, 1); }, ps::DgsRefusal::kWrongShard},
+      {"piece count", [](transport::Bytes& b) { Put<uint32_t>(b, 28, 3); },
        ps::DgsRefusal::kWrongPieces},
-      {"frame block", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 36, 5); },
+      {"layout", [](transport::Bytes& b) { b[32] ^= 0x40; }, ps::DgsRefusal::kWrongLayout},
+      {"ratio 0", [](transport::Bytes& b) { Put<float>(b, 48, 0.0f); }, ps::DgsRefusal::kBadRatio},
+      {"ratio 1.5", [](transport::Bytes& b) { Put<float>(b, 48, 1.5f); },
+       ps::DgsRefusal::kBadRatio},
+      {"ratio NaN", [](transport::Bytes& b) { Put<float>(b, 48, NAN); }, ps::DgsRefusal::kBadRatio},
+      {"a reason on a push", [](transport::Bytes& b) { Put<uint32_t>(b, 52, 3); },
+       ps::DgsRefusal::kWrongKind},
+      {"frame magic", [](transport::Bytes& b) { b[kFrame0] ^= 1; }, ps::DgsRefusal::kBadMagic},
+      {"frame job", [](transport::Bytes& b) { Put<uint64_t>(b, kFrame0 + 8, 1); },
+       ps::DgsRefusal::kWrongJob},
+      {"frame step (version)", [](transport::Bytes& b) { Put<uint64_t>(b, kFrame0 + 24, 1); },
        ps::DgsRefusal::kWrongPieces},
-      {"frame sender", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 44, 0); },
+      {"frame block", [](transport::Bytes& b) { Put<uint32_t>(b, kFrame0 + 36, 5); },
+       ps::DgsRefusal::kWrongPieces},
+      {"frame sender", [](transport::Bytes& b) { Put<uint32_t>(b, kFrame0 + 44, 0); },
        ps::DgsRefusal::kWrongPieces},
       {"frame quantized",
-       [](Bytes& b) { Put<uint16_t>(b, kFrame0 + 6, kFrameDense | kFrameQuantized); },
+       [](transport::Bytes& b) {
+         Put<uint16_t>(b, kFrame0 + 6,
+                       collectives::wire::kFrameDense | collectives::wire::kFrameQuantized);
+       },
        ps::DgsRefusal::kBadFlags},
-      {"count above the piece", [](Bytes& b) { Put<uint32_t>(b, kFrame0 + 40, 7); },
+      {"count above the piece", [](transport::Bytes& b) { Put<uint32_t>(b, kFrame0 + 40, 7); },
        ps::DgsRefusal::kOverCapacity},
       {"count beyond the bytes",  // the last frame's
-       [](Bytes& b) { Put<uint32_t>(b, kPayload0 + 8 + 40, 5); }, ps::DgsRefusal::kTruncated},
-      {"index out of its piece", [](Bytes& b) { Put<uint32_t>(b, kPayload0, 6); },
+       [](transport::Bytes& b) { Put<uint32_t>(b, kPayload0 + 8 + 40, 5); },
+       ps::DgsRefusal::kTruncated},
+      {"index out of its piece", [](transport::Bytes& b) { Put<uint32_t>(b, kPayload0, 6); },
        ps::DgsRefusal::kIndexOutOfRange},
-      {"index out of the model", [](Bytes& b) { Put<uint32_t>(b, kPayload0, 0xffffffffu); },
+      {"index out of the model",
+       [](transport::Bytes& b) { Put<uint32_t>(b, kPayload0, 0xffffffffu); },
        ps::DgsRefusal::kIndexOutOfRange},
-      {"NaN value", [](Bytes& b) { Put<float>(b, kPayload0 + 4, NAN); },
+      {"NaN value", [](transport::Bytes& b) { Put<float>(b, kPayload0 + 4, NAN); },
        ps::DgsRefusal::kNonFinite},
-      {"Inf value", [](Bytes& b) { Put<float>(b, kPayload0 + 4, INFINITY); },
+      {"Inf value", [](transport::Bytes& b) { Put<float>(b, kPayload0 + 4, INFINITY); },
        ps::DgsRefusal::kNonFinite},
-      {"a trailing byte", [](Bytes& b) { b.push_back(0); }, ps::DgsRefusal::kBadLength},
+      {"a trailing byte", [](transport::Bytes& b) { b.push_back(0); }, ps::DgsRefusal::kBadLength},
   };
   for (const Case& c : cases) {
-    Bytes b = Push();
+    transport::Bytes b = Push();
     c.mutate(b);
     EXPECT_EQ(Decode(b, c.from), c.want) << c.what;
   }
   // The second piece's two indices swapped: not increasing.
-  Bytes b = Push();
+  transport::Bytes b = Push();
   const size_t frame1 = kPayload0 + 8;  // after piece 0's one entry
-  const size_t idx1 = frame1 + sizeof(FrameHeader);
+  const size_t idx1 = frame1 + sizeof(collectives::wire::FrameHeader);
   uint32_t i0, i1;
   std::memcpy(&i0, b.data() + idx1, 4);
   std::memcpy(&i1, b.data() + idx1 + 4, 4);
@@ -95,9 +105,9 @@ TEST_F(DgsFrames, EveryBadFieldIsRefusedAndNamed) {
   Put(b, idx1, i0);
   EXPECT_EQ(Decode(b), ps::DgsRefusal::kUnsortedIndices);  // a duplicate
   // Every truncation.
-  const Bytes full = Push();
+  const transport::Bytes full = Push();
   for (size_t n = 0; n < full.size(); ++n) {
-    Bytes cut(full.begin(), full.begin() + n);
+    transport::Bytes cut(full.begin(), full.begin() + n);
     EXPECT_NE(Decode(cut), ps::DgsRefusal::kNone) << n << " bytes";
   }
   // The shard's replies are refused on the worker side when they are for
@@ -106,7 +116,7 @@ TEST_F(DgsFrames, EveryBadFieldIsRefusedAndNamed) {
   ps::DgsRefusal why;
   EXPECT_FALSE(ps::DecodeDgsFromShard(full, ctx_, 1, &m, &why).ok());
   EXPECT_EQ(why, ps::DgsRefusal::kWrongKind);
-  const Bytes refused = ps::EncodeDgsRefused(ctx_, 2, 9, 0, ps::DgsRefusal::kNotJoined);
+  const transport::Bytes refused = ps::EncodeDgsRefused(ctx_, 2, 9, 0, ps::DgsRefusal::kNotJoined);
   EXPECT_FALSE(ps::DecodeDgsFromShard(refused, ctx_, 1, &m, &why).ok());
   EXPECT_EQ(why, ps::DgsRefusal::kWrongWorker);
   ASSERT_TRUE(ps::DecodeDgsFromShard(refused, ctx_, 2, &m, &why).ok());
@@ -119,7 +129,7 @@ TEST_F(DgsFrames, EveryBadFieldIsRefusedAndNamed) {
 TEST_F(DgsFrames, StatefulRefusalsAreCountedAndNeverApplied) {
   std::mt19937 rng(1);
   std::vector<float> init = IntGrad(11, rng);
-  auto decode = [&](const Bytes& b) {
+  auto decode = [&](const transport::Bytes& b) {
     ps::DgsMessage m;
     ps::DgsRefusal why;
     EXPECT_TRUE(ps::DecodeDgsFromWorker(b, ctx_, 1, &m, &why).ok());
@@ -173,22 +183,22 @@ TEST_F(DgsFrames, SnapshotRoundTripsAndEveryCorruptionIsRefused) {
   e.idx = {0, 4, 10};
   e.val = {1.5f, -2, 8};
   for (uint64_t v = 0; v < 3; ++v) {
-    absl::StatusOr<Bytes> b = ps::EncodeDgsPush(ctx_, 0, 1, v, 1.0f, kernels::View(e));
+    absl::StatusOr<transport::Bytes> b = ps::EncodeDgsPush(ctx_, 0, 1, v, 1.0f, kernels::View(e));
     ps::DgsMessage m;
     ps::DgsRefusal why;
     ASSERT_TRUE(ps::DecodeDgsFromWorker(*b, ctx_, 0, &m, &why).ok());
     ASSERT_TRUE(shard_.ApplyPush(0, m).ok());
     ASSERT_TRUE(shard_.MakePull(0, &reply).ok());
   }
-  const Bytes snap = *shard_.Snapshot();
+  const transport::Bytes snap = *shard_.Snapshot();
   auto restored = ps::DgsServerShard::Create(layout_, 0, {0, 11}, {.workers = 3});
   ASSERT_TRUE(restored.ok());
-  const Bytes empty = *restored->Snapshot();  // a shard without a model
+  const transport::Bytes empty = *restored->Snapshot();  // a shard without a model
   // Every single-byte change, every truncation and an extra byte: refused,
   // and the shard unchanged.
   for (size_t i = 0; i < snap.size(); ++i) {
     for (uint8_t flip : {uint8_t{0x01}, uint8_t{0x80}, uint8_t{0xff}}) {
-      Bytes bad = snap;
+      transport::Bytes bad = snap;
       bad[i] ^= flip;
       absl::Status s = restored->Restore(bad);
       ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << "byte " << i;
@@ -197,7 +207,7 @@ TEST_F(DgsFrames, SnapshotRoundTripsAndEveryCorruptionIsRefused) {
   for (size_t n = 0; n < snap.size(); ++n) {
     ASSERT_FALSE(restored->Restore(std::span<const uint8_t>(snap).first(n)).ok()) << n;
   }
-  Bytes longer = snap;
+  transport::Bytes longer = snap;
   longer.push_back(0);
   EXPECT_FALSE(restored->Restore(longer).ok());
   EXPECT_FALSE(restored->has_model());

@@ -24,11 +24,12 @@ constexpr ps::DgsJob kJob{7, 3};
 enum class Break { kNaN, kTooLong };
 
 // Breaks the `nth` push (1-based) the worker sends to `shard`.
-class BreakingTransport : public ForwardingTransport {
+class BreakingTransport : public transport::ForwardingTransport {
  public:
-  BreakingTransport(Transport& inner, uint32_t shard, int nth, Break how, uint64_t cap)
-      : ForwardingTransport(inner), shard_(shard), nth_(nth), how_(how), cap_(cap) {}
-  absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override {
+  BreakingTransport(transport::Transport& inner, uint32_t shard, int nth, Break how, uint64_t cap)
+      : transport::ForwardingTransport(inner), shard_(shard), nth_(nth), how_(how), cap_(cap) {}
+  absl::StatusOr<transport::RequestId> PostSend(int peer, uint64_t tag,
+                                                transport::Bytes payload) override {
     ps::DgsMessageHeader h;
     if (tag == ps::DgsUpTag(shard_) && payload.size() >= sizeof h) {
       std::memcpy(&h, payload.data(), sizeof h);
@@ -36,13 +37,14 @@ class BreakingTransport : public ForwardingTransport {
       if ((kind == ps::DgsKind::kPush || kind == ps::DgsKind::kDensePush) && ++pushes_ == nth_) {
         if (how_ == Break::kNaN) {
           const float nan = NAN;  // the first value of the first (dense) frame
-          std::memcpy(payload.data() + sizeof h + sizeof(FrameHeader), &nan, sizeof nan);
+          std::memcpy(payload.data() + sizeof h + sizeof(collectives::wire::FrameHeader), &nan,
+                      sizeof nan);
         } else {
           payload.resize(cap_ + 1, 0);
         }
       }
     }
-    return ForwardingTransport::PostSend(peer, tag, std::move(payload));
+    return transport::ForwardingTransport::PostSend(peer, tag, std::move(payload));
   }
 
  private:
@@ -70,7 +72,7 @@ class DgsRefusedPush : public ::testing::TestWithParam<Case> {};
 TEST_P(DgsRefusedPush, TheRefusedPartGoesBackIntoTheVelocityExactly) {
   const ps::DgsLayout layout = MakeLayout({12, 8});
   const std::vector<ps::DgsRange> ranges = *layout.SplitShards(2);
-  auto t = CreateLoopbackTransports(3);
+  auto t = transport::CreateLoopbackTransports(3);
   std::vector<std::unique_ptr<ps::DgsServerShard>> shards;
   std::vector<std::unique_ptr<ps::DgsServer>> servers;
   for (uint32_t s = 0; s < 2; ++s) {
@@ -83,7 +85,7 @@ TEST_P(DgsRefusedPush, TheRefusedPartGoesBackIntoTheVelocityExactly) {
   for (auto& server : servers) {
     threads.emplace_back([&stop, s = server.get()] {
       while (!stop.load()) {
-        if (!s->ServeUntil(DeadlineIn(milliseconds(20))).ok()) return;
+        if (!s->ServeUntil(transport::DeadlineIn(milliseconds(20))).ok()) return;
       }
     });
   }
@@ -96,12 +98,13 @@ TEST_P(DgsRefusedPush, TheRefusedPartGoesBackIntoTheVelocityExactly) {
   std::vector<float> params = IntGrad(20, rng);
   const std::vector<float> m0 = params;
   const std::vector<float> g1 = IntGrad(20, rng), g2 = IntGrad(20, rng), g3 = IntGrad(20, rng);
-  const Deadline far = DeadlineIn(milliseconds(20000));
+  const transport::Deadline far = transport::DeadlineIn(milliseconds(20000));
 
   ASSERT_TRUE(link.Step(w, g1, params, 1, far).ok());
-  const Clock::time_point start = Clock::now();
+  const transport::Clock::time_point start = transport::Clock::now();
   absl::Status s = link.Step(w, g2, params, 1, far);
-  EXPECT_LT(Clock::now() - start, milliseconds(10000)) << "matched at once, not at the deadline";
+  EXPECT_LT(transport::Clock::now() - start, milliseconds(10000))
+      << "matched at once, not at the deadline";
   ASSERT_FALSE(s.ok());
   const std::string msg(s.message());
   EXPECT_NE(msg.find(ps::DgsRefusalName(GetParam().reason)), std::string::npos) << s;
@@ -138,14 +141,14 @@ TEST_P(DgsRefusedPush, TheRefusedPartGoesBackIntoTheVelocityExactly) {
 //   M0 − M = g1 + (a2 + g3), a2 = g1/2 + g2.
 TEST(DgsHeldPush, AHeldPushDroppedOnTheHelloIsPutBack) {
   const ps::DgsLayout layout = MakeLayout({12});
-  auto t = CreateLoopbackTransports(3);
+  auto t = transport::CreateLoopbackTransports(3);
   ps::DgsServerShard shard =
       *ps::DgsServerShard::Create(layout, 0, {0, 12}, {.workers = 2, .max_staleness = 1});
   ps::DgsServer server(*t[2], kJob, shard, {0, 1});
   std::atomic<bool> stop{false};
   std::thread serving([&] {
     while (!stop.load()) {
-      if (!server.ServeUntil(DeadlineIn(milliseconds(20))).ok()) return;
+      if (!server.ServeUntil(transport::DeadlineIn(milliseconds(20))).ok()) return;
     }
   });
   ps::DgsPushPull link0(*t[0], kJob, {{0, 2}}), link1(*t[1], kJob, {{0, 2}});
@@ -156,14 +159,14 @@ TEST(DgsHeldPush, AHeldPushDroppedOnTheHelloIsPutBack) {
   std::vector<float> p0 = IntGrad(12, rng), p1 = p0;
   const std::vector<float> m0 = p0;
   const std::vector<float> g1 = IntGrad(12, rng), g2 = IntGrad(12, rng), g3 = IntGrad(12, rng);
-  ASSERT_TRUE(link1.Join(w1, p1, DeadlineIn(milliseconds(20000))).ok());
-  ASSERT_TRUE(link0.Step(w0, g1, p0, 1, DeadlineIn(milliseconds(20000))).ok());
-  absl::Status s = link0.Step(w0, g2, p0, 1, DeadlineIn(milliseconds(300)));
+  ASSERT_TRUE(link1.Join(w1, p1, transport::DeadlineIn(milliseconds(20000))).ok());
+  ASSERT_TRUE(link0.Step(w0, g1, p0, 1, transport::DeadlineIn(milliseconds(20000))).ok());
+  absl::Status s = link0.Step(w0, g2, p0, 1, transport::DeadlineIn(milliseconds(300)));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(std::string(s.message()).find("unknown"), std::string::npos) << s;
   EXPECT_EQ(shard.version(), 1u);
-  ASSERT_TRUE(link1.Leave(w1, DeadlineIn(milliseconds(20000))).ok());
-  ASSERT_TRUE(link0.Step(w0, g3, p0, 1, DeadlineIn(milliseconds(20000))).ok());
+  ASSERT_TRUE(link1.Leave(w1, transport::DeadlineIn(milliseconds(20000))).ok());
+  ASSERT_TRUE(link0.Step(w0, g3, p0, 1, transport::DeadlineIn(milliseconds(20000))).ok());
   stop.store(true);
   serving.join();
   EXPECT_EQ(shard.version(), 2u);

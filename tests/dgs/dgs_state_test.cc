@@ -302,7 +302,7 @@ TEST(DgsWorker, BadOptionsAndInputsAreRefused) {
   EXPECT_EQ(p, std::vector<float>(20, 1));
 }
 
-TEST(ps::DgsServer, StalenessStaircaseHoldsFastWorkersAndNeverDeadlocks) {
+TEST(DgsServer, StalenessStaircaseHoldsFastWorkersAndNeverDeadlocks) {
   const ps::DgsLayout layout = MakeLayout({8});
   EXPECT_FALSE(
       ps::DgsServerShard::Create(layout, 0, {0, 8}, {.workers = 3, .max_staleness = 1}).ok());

@@ -43,7 +43,7 @@ inline ps::DgsWireContext Context(const ps::DgsServerShard& shard) {
 
 // Sends `reply` over the wire (encode, decode as the worker does).
 inline ps::DgsMessage ToWorker(const ps::DgsWireContext& ctx, const ps::DgsMessage& reply) {
-  absl::StatusOr<Bytes> b = ps::EncodeDgsReply(ctx, reply);
+  absl::StatusOr<transport::Bytes> b = ps::EncodeDgsReply(ctx, reply);
   EXPECT_TRUE(b.ok()) << b.status();
   ps::DgsMessage m;
   ps::DgsRefusal why;
@@ -56,7 +56,7 @@ inline ps::DgsMessage ToWorker(const ps::DgsWireContext& ctx, const ps::DgsMessa
 inline void Join(ps::DgsServerShard& shard, ps::DgsWorkerState& w, std::vector<float>& params) {
   const ps::DgsWireContext ctx = Context(shard);
   const ps::DgsRange r = shard.range();
-  absl::StatusOr<Bytes> hello = ps::EncodeDgsHello(
+  absl::StatusOr<transport::Bytes> hello = ps::EncodeDgsHello(
       ctx, w.worker(), 1, std::span<const float>(params).subspan(r.begin, r.size()));
   ASSERT_TRUE(hello.ok());
   ps::DgsMessage m, reply;
@@ -83,7 +83,7 @@ inline kernels::SparseVec Nonzeros(std::span<const float> dense, uint32_t base) 
 inline ps::DgsMessage PushPull(ps::DgsServerShard& shard, ps::DgsWorkerState& w,
                                const ps::DgsPush& push, std::vector<float>& params) {
   const ps::DgsWireContext ctx = Context(shard);
-  absl::StatusOr<Bytes> b;
+  absl::StatusOr<transport::Bytes> b;
   kernels::SparseVec part;
   std::span<const float> dense_part;
   if (push.is_dense) {

@@ -38,7 +38,7 @@ void FakeCoordinator::Reap() {
 }
 
 void FakeCoordinator::CheckLeasesLocked() {
-  const Clock::time_point now = Clock::now();
+  const transport::Clock::time_point now = transport::Clock::now();
   for (auto it = members_.begin(); it != members_.end();) {
     if (now - it->second.last_seen > config_.lease) {
       it = members_.erase(it);
@@ -76,7 +76,7 @@ absl::StatusOr<member::JoinReply> FakeCoordinator::Join(const member::JoinReques
     it->second.node = request.host;
     urgent_ = true;
   }
-  it->second.last_seen = Clock::now();
+  it->second.last_seen = transport::Clock::now();
   it->second.subscriber = subscriber;
   MaybeOpenEpochLocked();
   if (plan_ != nullptr) subscriber->Publish(*plan_).IgnoreError();  // already held is fine
@@ -87,7 +87,7 @@ absl::Status FakeCoordinator::Heartbeat(const std::string& agent_id) {
   absl::MutexLock lock(&mu_);
   auto it = members_.find(agent_id);
   if (it == members_.end()) return absl::NotFoundError(agent_id + " is not a member");
-  it->second.last_seen = Clock::now();
+  it->second.last_seen = transport::Clock::now();
   return absl::OkStatus();
 }
 
@@ -188,7 +188,7 @@ FakeControlPlane::~FakeControlPlane() {
 }
 
 absl::StatusOr<member::JoinReply> FakeControlPlane::Join(const member::JoinRequest& request,
-                                                         Deadline deadline) {
+                                                         transport::Deadline deadline) {
   absl::StatusOr<member::JoinReply> reply = coordinator_->Join(request, &store_);
   if (!reply.ok()) return reply;
   lease_ = reply->lease;
@@ -207,7 +207,7 @@ absl::StatusOr<member::JoinReply> FakeControlPlane::Join(const member::JoinReque
           continue;
         }
         std::optional<member::StepReport> r =
-            reports_.Pop(DeadlineIn(std::chrono::milliseconds(20)));
+            reports_.Pop(transport::DeadlineIn(std::chrono::milliseconds(20)));
         if (r && !stop_.load()) coordinator_->Report(*r);
       }
     });
@@ -215,11 +215,11 @@ absl::StatusOr<member::JoinReply> FakeControlPlane::Join(const member::JoinReque
   return reply;
 }
 
-absl::Status FakeControlPlane::Heartbeat(Deadline deadline) {
+absl::Status FakeControlPlane::Heartbeat(transport::Deadline deadline) {
   return coordinator_->Heartbeat(agent_id_);
 }
 
-absl::Status FakeControlPlane::Leave(Deadline deadline) {
+absl::Status FakeControlPlane::Leave(transport::Deadline deadline) {
   Stop();
   return coordinator_->Leave(agent_id_);
 }

@@ -63,7 +63,7 @@ class FakeCoordinator {
   struct Member {
     std::string address;
     std::string node;  // its JoinRequest.host: the plan's PlanMember.node
-    Clock::time_point last_seen;
+    transport::Clock::time_point last_seen;
     uint64_t order = 0;  // first join; ranks follow it
     member::PlanStore* subscriber = nullptr;
   };
@@ -95,9 +95,9 @@ class FakeControlPlane final : public member::ControlPlane {
   ~FakeControlPlane() override;
 
   absl::StatusOr<member::JoinReply> Join(const member::JoinRequest& request,
-                                         Deadline deadline) override;
-  absl::Status Heartbeat(Deadline deadline) override;
-  absl::Status Leave(Deadline deadline) override;
+                                         transport::Deadline deadline) override;
+  absl::Status Heartbeat(transport::Deadline deadline) override;
+  absl::Status Leave(transport::Deadline deadline) override;
   std::shared_ptr<const member::Plan> LatestPlan() const override { return store_.Latest(); }
   std::shared_ptr<const member::Plan> PlanVersion(uint64_t v) const override {
     return store_.Version(v);

@@ -17,16 +17,16 @@ struct Schedule {
   bool dense = false;
   bool accumulate = false;
   size_t count = 1;
-  std::array<ExpectedBlock, 4> blocks{};
+  std::array<collectives::wire::ExpectedBlock, 4> blocks{};
 };
 
 // Fixed header fields: a mismatch is one of the rejections worth reaching.
-inline FrameMeta Meta() {
-  FrameMeta m;
+inline collectives::wire::FrameMeta Meta() {
+  collectives::wire::FrameMeta m;
   m.job_id = 7;
   m.epoch = 3;
   m.step = 42;
-  m.algorithm = CatalogId("spardl");
+  m.algorithm = collectives::wire::CatalogId("spardl");
   m.phase = 2;
   return m;
 }
@@ -40,7 +40,7 @@ inline Schedule ReadSchedule(const uint8_t* d) {
   for (size_t b = 0; b < 4; ++b) {
     const uint8_t* p = d + 2 + 3 * b;
     uint32_t n = (p[0] | (uint32_t{p[1]} << 8)) % 2048;
-    s.blocks[b].range = BlockRange{begin, begin + n};
+    s.blocks[b].range = collectives::wire::BlockRange{begin, begin + n};
     s.blocks[b].capacity = p[2];
     begin += n;
   }

@@ -13,25 +13,26 @@
 #include "collectives/wire/frame.h"
 #include "tests/fuzz/frame_fuzz_meta.h"
 
-using gradex::BlockRange;
-using gradex::ExpectedBlock;
+using gradex::collectives::wire::BlockRange;
+using gradex::collectives::wire::ExpectedBlock;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < gradex::fuzz::kScheduleBytes) return 0;
   const gradex::fuzz::Schedule sched = gradex::fuzz::ReadSchedule(data);
   // The message in its own buffer, as a transport delivers it.
-  const gradex::Bytes message(data + gradex::fuzz::kScheduleBytes, data + size);
-  const gradex::FrameMeta meta = gradex::fuzz::Meta();
+  const gradex::transport::Bytes message(data + gradex::fuzz::kScheduleBytes, data + size);
+  const gradex::collectives::wire::FrameMeta meta = gradex::fuzz::Meta();
 
   if (sched.dense) {
     const BlockRange range = sched.blocks[0].range;
     std::vector<float> out(range.size(), 1.0f);
-    absl::Status s = gradex::DecodeDenseBlock(message, meta, range, sched.accumulate, out.data());
+    absl::Status s = gradex::collectives::wire::DecodeDenseBlock(message, meta, range,
+                                                                 sched.accumulate, out.data());
     (void)s;
     return 0;
   }
   std::vector<gradex::kernels::SparseVec> out;
-  absl::Status s = gradex::DecodeSparseBlocks(
+  absl::Status s = gradex::collectives::wire::DecodeSparseBlocks(
       message, meta, std::span<const ExpectedBlock>(sched.blocks.data(), sched.count), &out);
   if (!s.ok()) return 0;
   if (out.size() != sched.count) std::abort();

@@ -17,8 +17,8 @@ struct Block {
   uint8_t capacity;
 };
 
-Bytes ScheduleBytes(bool dense, bool accumulate, std::vector<Block> blocks) {
-  Bytes s(kScheduleBytes, 0);
+transport::Bytes ScheduleBytes(bool dense, bool accumulate, std::vector<Block> blocks) {
+  transport::Bytes s(kScheduleBytes, 0);
   s[0] = (dense ? 1 : 0) | (accumulate ? 2 : 0);
   s[1] = static_cast<uint8_t>(blocks.size() - 1);
   for (size_t b = 0; b < blocks.size(); ++b) {
@@ -29,14 +29,23 @@ Bytes ScheduleBytes(bool dense, bool accumulate, std::vector<Block> blocks) {
   return s;
 }
 
-void AppendQuantized(BlockRange r, int bits, Bytes* out) {
+void AppendQuantized(collectives::wire::BlockRange r, int bits, transport::Bytes* out) {
   std::vector<float> x(r.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? 0.5f - 0.01f * i : 0.0f;
-  FrameMeta m = Meta();
-  FrameHeader h{kFrameMagic, kFrameVersion, kFrameDense | kFrameQuantized,
-                m.job_id,    m.epoch,       static_cast<uint16_t>(m.algorithm),
-                m.phase,     m.step,        r.begin,
-                r.end,       r.size(),      0};
+  collectives::wire::FrameMeta m = Meta();
+  collectives::wire::FrameHeader h{
+      collectives::wire::kFrameMagic,
+      collectives::wire::kFrameVersion,
+      collectives::wire::kFrameDense | collectives::wire::kFrameQuantized,
+      m.job_id,
+      m.epoch,
+      static_cast<uint16_t>(m.algorithm),
+      m.phase,
+      m.step,
+      r.begin,
+      r.end,
+      r.size(),
+      0};
   const uint8_t* hp = reinterpret_cast<const uint8_t*>(&h);
   out->insert(out->end(), hp, hp + sizeof h);
   size_t at = out->size();
@@ -44,17 +53,20 @@ void AppendQuantized(BlockRange r, int bits, Bytes* out) {
   kernels::QsgdEncode(x.data(), x.size(), bits, 1234, out->data() + at);
 }
 
-void AppendSparse(BlockRange r, std::vector<uint32_t> offsets, Bytes* out) {
+void AppendSparse(collectives::wire::BlockRange r, std::vector<uint32_t> offsets,
+                  transport::Bytes* out) {
   std::vector<uint32_t> idx;
   std::vector<float> val;
   for (uint32_t o : offsets) {
     idx.push_back(r.begin + o);
     val.push_back(1.0f + o);
   }
-  AppendBlockFrame(Meta(), r, kernels::SparseView{idx.data(), val.data(), idx.size()}, out);
+  collectives::wire::AppendBlockFrame(Meta(), r,
+                                      kernels::SparseView{idx.data(), val.data(), idx.size()}, out);
 }
 
-void Write(const std::string& dir, const std::string& name, const Bytes& sched, const Bytes& msg) {
+void Write(const std::string& dir, const std::string& name, const transport::Bytes& sched,
+           const transport::Bytes& msg) {
   std::FILE* f = std::fopen((dir + "/" + name).c_str(), "wb");
   if (f == nullptr) {
     std::perror(name.c_str());

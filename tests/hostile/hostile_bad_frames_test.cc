@@ -36,25 +36,28 @@ enum class Corruption { kIndexOutOfBlock, kNaN };
 // of each sparse frame moved past its block (a dense frame's block start
 // moved by one), or every value NaN. Headers stay well formed, so the
 // receiver's sender check passes and its decoder is what refuses them.
-class CorruptingTransport final : public ForwardingTransport {
+class CorruptingTransport final : public transport::ForwardingTransport {
  public:
-  CorruptingTransport(std::unique_ptr<Transport> inner, const std::atomic<bool>* armed,
+  CorruptingTransport(std::unique_ptr<transport::Transport> inner, const std::atomic<bool>* armed,
                       Corruption how)
-      : ForwardingTransport(std::move(inner)), armed_(armed), how_(how) {}
+      : transport::ForwardingTransport(std::move(inner)), armed_(armed), how_(how) {}
 
-  absl::StatusOr<RequestId> PostSend(int peer, uint64_t tag, Bytes payload) override {
+  absl::StatusOr<transport::RequestId> PostSend(int peer, uint64_t tag,
+                                                transport::Bytes payload) override {
     if (armed_->load()) Corrupt(&payload);
-    return ForwardingTransport::PostSend(peer, tag, std::move(payload));
+    return transport::ForwardingTransport::PostSend(peer, tag, std::move(payload));
   }
 
  private:
-  void Corrupt(Bytes* m) const {
+  void Corrupt(transport::Bytes* m) const {
     size_t at = 0;
-    while (m->size() - at >= sizeof(FrameHeader)) {
-      FrameHeader h;
+    while (m->size() - at >= sizeof(collectives::wire::FrameHeader)) {
+      collectives::wire::FrameHeader h;
       std::memcpy(&h, m->data() + at, sizeof h);
-      if (h.magic != kFrameMagic || (h.flags & kFrameQuantized) != 0) return;
-      const bool sparse = (h.flags & kFrameSparse) != 0;
+      if (h.magic != collectives::wire::kFrameMagic ||
+          (h.flags & collectives::wire::kFrameQuantized) != 0)
+        return;
+      const bool sparse = (h.flags & collectives::wire::kFrameSparse) != 0;
       const size_t payload = size_t{h.count} * (sparse ? 8 : 4);
       if (m->size() - at - sizeof h < payload) return;
       uint8_t* body = m->data() + at + sizeof h;
@@ -83,9 +86,9 @@ class CorruptingProvider final : public member::ForwardingProvider {
       : member::ForwardingProvider(std::make_unique<testing::LoopbackProvider>(pool, "addr-bad")),
         armed_(armed),
         how_(how) {}
-  absl::StatusOr<std::unique_ptr<Transport>> Connect(const member::Plan& plan, int rank,
-                                                     const member::ConnectHooks& hooks) override {
-    absl::StatusOr<std::unique_ptr<Transport>> t = inner().Connect(plan, rank, hooks);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> Connect(
+      const member::Plan& plan, int rank, const member::ConnectHooks& hooks) override {
+    absl::StatusOr<std::unique_ptr<transport::Transport>> t = inner().Connect(plan, rank, hooks);
     if (!t.ok()) return t.status();
     return std::make_unique<CorruptingTransport>(*std::move(t), armed_, how_);
   }

@@ -96,7 +96,7 @@ TEST(HostileDgs, PushesThatWouldOverflowAreRefusedAndTheModelStaysFinite) {
   EXPECT_TRUE(AllFinite(shard.model()));
   EXPECT_TRUE(AllFinite(shard.unsent(1)));
   // The model is finite, so it is snapshotted, and the snapshot restores.
-  absl::StatusOr<Bytes> snap = shard.Snapshot();
+  absl::StatusOr<transport::Bytes> snap = shard.Snapshot();
   ASSERT_TRUE(snap.ok()) << snap.status();
   ps::DgsServerShard again = *ps::DgsServerShard::Create(layout, 0, {0, 16}, {.workers = 2});
   EXPECT_TRUE(again.Restore(*snap).ok());
@@ -106,10 +106,10 @@ TEST(HostileDgs, PushesThatWouldOverflowAreRefusedAndTheModelStaysFinite) {
 // thread while this is in scope.
 class Served {
  public:
-  Served(ps::DgsServerShard& shard, Transport& t)
+  Served(ps::DgsServerShard& shard, transport::Transport& t)
       : server_(t, ps::DgsJob{7, 3}, shard, {0}), thread_([this] {
           while (!stop_.load()) {
-            if (!server_.ServeUntil(DeadlineIn(milliseconds(20))).ok()) return;
+            if (!server_.ServeUntil(transport::DeadlineIn(milliseconds(20))).ok()) return;
           }
         }) {}
   ~Served() {
@@ -131,15 +131,17 @@ TEST(HostileDgs, AShardRestoredFromAnOlderSnapshotTellsItsWorkersTheGap) {
       layout, 0, ranges, {.momentum = 1, .weight_decay = 0, .density = 1});
   std::mt19937 rng(3);
   std::vector<float> params = IntGrad(24, rng);
-  Bytes old;
+  transport::Bytes old;
   uint64_t old_version = 0;
   {
-    auto t = CreateLoopbackTransports(2);
+    auto t = transport::CreateLoopbackTransports(2);
     ps::DgsServerShard shard = *ps::DgsServerShard::Create(layout, 0, ranges[0], {.workers = 1});
     ps::DgsPushPull link(*t[0], ps::DgsJob{7, 3}, {{0, 1}});
     Served s(shard, *t[1]);
     for (int step = 0; step < 9; ++step) {
-      ASSERT_TRUE(link.Step(w, IntGrad(24, rng), params, 1, DeadlineIn(milliseconds(20000))).ok());
+      ASSERT_TRUE(
+          link.Step(w, IntGrad(24, rng), params, 1, transport::DeadlineIn(milliseconds(20000)))
+              .ok());
       // Between steps the shard is idle (each Step waits for its reply).
       if (step == 2) {  // the snapshot that will be restored: 6 versions old by the end
         old = *shard.Snapshot();
@@ -151,14 +153,15 @@ TEST(HostileDgs, AShardRestoredFromAnOlderSnapshotTellsItsWorkersTheGap) {
   const uint64_t worker_saw = w.version(0);
   ASSERT_EQ(worker_saw, old_version + 6);
   // The server restarts from the old snapshot (a new epoch, a new fabric).
-  auto t = CreateLoopbackTransports(2);
+  auto t = transport::CreateLoopbackTransports(2);
   ps::DgsServerShard shard = *ps::DgsServerShard::Create(layout, 0, ranges[0], {.workers = 1});
   ASSERT_TRUE(shard.Restore(old).ok());
   ps::DgsPushPull link(*t[0], ps::DgsJob{7, 3}, {{0, 1}});
   ps::DgsStepStats stats;
   Served s(shard, *t[1]);
   ASSERT_TRUE(
-      link.Step(w, IntGrad(24, rng), params, 1, DeadlineIn(milliseconds(20000)), &stats).ok());
+      link.Step(w, IntGrad(24, rng), params, 1, transport::DeadlineIn(milliseconds(20000)), &stats)
+          .ok());
   // The shard counted the gap from the worker's hello, naming both versions.
   EXPECT_EQ(s.stats().version_gaps, 1u);
   EXPECT_EQ(s.stats().last_gap, 6u);

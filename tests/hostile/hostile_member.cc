@@ -91,10 +91,11 @@ pb::JoinRequest Base(const Ctx& x, const std::string& agent) {
   r.set_job_id(x.job);
   r.set_agent_id(agent);
   r.set_host("hostile-host");
-  r.set_ucx_address("127.0.0.1:1");         // nothing listens on port 1
-  r.set_ucx_version(gradex::UcxVersion());  // the agents' own: only the named fields are hostile
+  r.set_ucx_address("127.0.0.1:1");  // nothing listens on port 1
+  r.set_ucx_version(
+      gradex::transport::ucx::UcxVersion());  // the agents' own: only the named fields are hostile
   r.set_ucx_transports("tcp");
-  r.set_wire_protocol(gradex::kWireProtocol);
+  r.set_wire_protocol(gradex::version::kWireProtocol);
   return r;
 }
 
@@ -209,7 +210,7 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
     }
     pb::JoinRequest r = Base(x, "hostile-address");
     r.set_ucx_address(bytes);
-    r.set_wire_protocol(gradex::kWireProtocol);
+    r.set_wire_protocol(gradex::version::kWireProtocol);
     Print("join", Join(x, r, &me));
   } else if (action == "join-version" && args.size() == 1) {
     pb::JoinRequest r = Base(x, "hostile-version");
@@ -300,7 +301,7 @@ int Run(const Ctx& x, const std::string& action, const std::vector<std::string>&
     }
     pb::JoinRequest r = Base(x, "hostile-idle");
     r.set_ucx_address(absl::StrCat("127.0.0.1:", ntohs(a.sin_port)));
-    r.set_wire_protocol(gradex::kWireProtocol);
+    r.set_wire_protocol(gradex::version::kWireProtocol);
     grpc::Status joined = Join(x, r, &me);
     Print("join", joined);
     if (!joined.ok()) return 0;

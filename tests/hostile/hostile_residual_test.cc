@@ -27,24 +27,27 @@ TEST(HostileResidual, NaNsLeftInTheResidualAreCountedResetAndNeverSent) {
     SCOPED_TRACE(algorithm);
     std::vector<std::vector<float>> residual(2, std::vector<float>(kN, 0.25f));
     for (size_t i : {10, 500, 999}) residual[0][i] = std::numeric_limits<float>::quiet_NaN();
-    std::vector<std::vector<CallStats>> stats(2, std::vector<CallStats>(3));
+    std::vector<std::vector<collectives::CallStats>> stats(2,
+                                                           std::vector<collectives::CallStats>(3));
     std::vector<std::vector<std::vector<float>>> results(2, std::vector<std::vector<float>>(3));
-    std::vector<absl::Status> st = RunRanks(2, [&](int rank, Transport& t) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<SparseAllreduce>> algo = CreateAllreduce(algorithm);
-      if (!algo.ok()) return algo.status();
-      for (int call = 0; call < 3; ++call) {
-        const std::vector<float> grad = MakeGradient(5, rank, call, kN, Values::kGrid);
-        CallContext ctx{&t, 42, 1, static_cast<uint64_t>(call),
-                        DeadlineIn(std::chrono::seconds(20))};
-        AllreduceResult r;
-        absl::Status s =
-            RunOrAbort(**algo, ctx, {0.05, 1}, grad, residual[rank], &r, &stats[rank][call]);
-        if (!s.ok()) return s;
-        results[rank][call].assign(kN, 0.0f);
-        r.ToDense(results[rank][call]);
-      }
-      return absl::OkStatus();
-    });
+    std::vector<absl::Status> st =
+        RunRanks(2, [&](int rank, transport::Transport& t) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<collectives::SparseAllreduce>> algo =
+              collectives::CreateAllreduce(algorithm);
+          if (!algo.ok()) return algo.status();
+          for (int call = 0; call < 3; ++call) {
+            const std::vector<float> grad = MakeGradient(5, rank, call, kN, Values::kGrid);
+            collectives::CallContext ctx{&t, 42, 1, static_cast<uint64_t>(call),
+                                         transport::DeadlineIn(std::chrono::seconds(20))};
+            collectives::AllreduceResult r;
+            absl::Status s =
+                RunOrAbort(**algo, ctx, {0.05, 1}, grad, residual[rank], &r, &stats[rank][call]);
+            if (!s.ok()) return s;
+            results[rank][call].assign(kN, 0.0f);
+            r.ToDense(results[rank][call]);
+          }
+          return absl::OkStatus();
+        });
     ASSERT_TRUE(st[0].ok()) << st[0];
     ASSERT_TRUE(st[1].ok()) << st[1];
     EXPECT_EQ(stats[0][0].Detail("residual_nonfinite"), 3);
@@ -65,18 +68,22 @@ TEST(HostileResidual, AnInfTheSelectionSendsIsSummedAsDdpWould) {
     SCOPED_TRACE(algorithm);
     std::vector<std::vector<float>> residual(2, std::vector<float>(kN, 0.0f));
     residual[0][321] = std::numeric_limits<float>::infinity();
-    std::vector<CallStats> stats(2);
+    std::vector<collectives::CallStats> stats(2);
     std::vector<std::vector<float>> results(2, std::vector<float>(kN, 0.0f));
-    std::vector<absl::Status> st = RunRanks(2, [&](int rank, Transport& t) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<SparseAllreduce>> algo = CreateAllreduce(algorithm);
-      if (!algo.ok()) return algo.status();
-      const std::vector<float> grad = MakeGradient(5, rank, 0, kN, Values::kGrid);
-      CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20))};
-      AllreduceResult r;
-      absl::Status s = RunOrAbort(**algo, ctx, {0.05, 1}, grad, residual[rank], &r, &stats[rank]);
-      if (s.ok()) r.ToDense(results[rank]);
-      return s;
-    });
+    std::vector<absl::Status> st =
+        RunRanks(2, [&](int rank, transport::Transport& t) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<collectives::SparseAllreduce>> algo =
+              collectives::CreateAllreduce(algorithm);
+          if (!algo.ok()) return algo.status();
+          const std::vector<float> grad = MakeGradient(5, rank, 0, kN, Values::kGrid);
+          collectives::CallContext ctx{&t, 42, 1, 0,
+                                       transport::DeadlineIn(std::chrono::seconds(20))};
+          collectives::AllreduceResult r;
+          absl::Status s =
+              RunOrAbort(**algo, ctx, {0.05, 1}, grad, residual[rank], &r, &stats[rank]);
+          if (s.ok()) r.ToDense(results[rank]);
+          return s;
+        });
     ASSERT_TRUE(st[0].ok()) << st[0];
     ASSERT_TRUE(st[1].ok()) << st[1];
     EXPECT_EQ(stats[0].Detail("residual_nonfinite"), 0);
@@ -105,15 +112,18 @@ TEST(HostileResidual, AnOverflowingSumFailsEveryRankAndKeepsItsContribution) {
       grads[rank][77] = 3e38f;
     }
     std::vector<std::vector<float>> before = residual;
-    std::vector<absl::Status> st = RunRanks(2, [&](int rank, Transport& t) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<SparseAllreduce>> algo = CreateAllreduce(algorithm);
-      if (!algo.ok()) return algo.status();
-      CallContext ctx{&t, 42, 1, 0, DeadlineIn(std::chrono::seconds(20))};
-      ctx.refuse_nonfinite = true;
-      AllreduceResult r;
-      CallStats stats;
-      return RunOrAbort(**algo, ctx, {0.05, 1}, grads[rank], residual[rank], &r, &stats);
-    });
+    std::vector<absl::Status> st =
+        RunRanks(2, [&](int rank, transport::Transport& t) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<collectives::SparseAllreduce>> algo =
+              collectives::CreateAllreduce(algorithm);
+          if (!algo.ok()) return algo.status();
+          collectives::CallContext ctx{&t, 42, 1, 0,
+                                       transport::DeadlineIn(std::chrono::seconds(20))};
+          ctx.refuse_nonfinite = true;
+          collectives::AllreduceResult r;
+          collectives::CallStats stats;
+          return RunOrAbort(**algo, ctx, {0.05, 1}, grads[rank], residual[rank], &r, &stats);
+        });
     int named = 0;
     for (int rank = 0; rank < 2; ++rank) {
       EXPECT_FALSE(st[rank].ok()) << "rank " << rank;

@@ -55,67 +55,71 @@ struct Flood {
 struct Outcome {
   absl::Status wait;
   size_t rss_growth = 0;  // the largest seen
-  PeerCounters counters;
+  transport::PeerCounters counters;
 };
 
-Outcome RunFlood(const Flood& flood, const UcxOptions& options) {
+Outcome RunFlood(const Flood& flood, const transport::ucx::UcxOptions& options) {
   constexpr uint64_t kLegitTag = 7;
   Outcome out;
   std::atomic<bool> sent{false};
-  std::vector<absl::Status> st = RunUcxWorld(2, options, [&](Transport& t) -> absl::Status {
-    if (t.rank() == 1) {
-      absl::Status failed;
-      for (int i = 0; i < flood.messages && failed.ok(); ++i) {
-        // Tags no schedule receives: a phase and sequences no call uses.
-        absl::StatusOr<RequestId> s =
-            t.PostSend(0, (uint64_t{0xEE} << 40) | i, Bytes(flood.bytes, 1));
-        // Eager sends end at once; waiting keeps the sender's memory flat.
-        failed = s.ok() ? t.Wait(*s, DeadlineIn(milliseconds(10000)), nullptr) : s.status();
-      }
-      if (failed.ok()) {
-        absl::StatusOr<RequestId> s = t.PostSend(0, kLegitTag, Bytes(8, 2));
-        if (s.ok()) (void)t.Wait(*s, DeadlineIn(milliseconds(5000)), nullptr);
-      }
-      sent = true;
-      return failed;
-    }
-    const size_t rss_before = RssBytes();
-    auto sample = [&] {
-      const size_t now = RssBytes();
-      out.rss_growth = std::max(out.rss_growth, now > rss_before ? now - rss_before : 0);
-    };
-    auto drive = [&] {  // progress (and the drain) through receives nobody sends to
-      absl::StatusOr<RequestId> more = t.PostRecv(1, kLegitTag + 1);
-      if (more.ok()) (void)t.Test(*more, nullptr);
-    };
-    // The legitimate message is received once the flood is in: posted
-    // before it, UCX could match it as it arrives while the drain (256
-    // messages a progress call) is still behind the sender's cap.
-    const bool guarded = options.unexpected_messages_per_peer > 0;
-    const Deadline end = DeadlineIn(milliseconds(30000));
-    for (int i = 0; (guarded ? t.blame(1).ok() : !sent) && Clock::now() < end; ++i) {
-      drive();
-      if (i % 64 == 0) sample();
-    }
-    absl::StatusOr<RequestId> r = t.PostRecv(1, kLegitTag);
-    Bytes got;
-    out.wait = r.ok() ? t.Wait(*r, DeadlineIn(milliseconds(30000)), &got) : r.status();
-    for (int i = 0; !sent && Clock::now() < end; ++i) {
-      drive();
-      if (i % 64 == 0) sample();
-    }
-    for (int i = 0; i < 100; ++i) drive();  // what is still in the socket
-    sample();
-    out.counters = t.counters(1);
-    t.CancelAll(DeadlineIn(milliseconds(1000)));
-    return absl::OkStatus();
-  });
+  std::vector<absl::Status> st =
+      RunUcxWorld(2, options, [&](transport::Transport& t) -> absl::Status {
+        if (t.rank() == 1) {
+          absl::Status failed;
+          for (int i = 0; i < flood.messages && failed.ok(); ++i) {
+            // Tags no schedule receives: a phase and sequences no call uses.
+            absl::StatusOr<transport::RequestId> s =
+                t.PostSend(0, (uint64_t{0xEE} << 40) | i, transport::Bytes(flood.bytes, 1));
+            // Eager sends end at once; waiting keeps the sender's memory flat.
+            failed = s.ok() ? t.Wait(*s, transport::DeadlineIn(milliseconds(10000)), nullptr)
+                            : s.status();
+          }
+          if (failed.ok()) {
+            absl::StatusOr<transport::RequestId> s =
+                t.PostSend(0, kLegitTag, transport::Bytes(8, 2));
+            if (s.ok()) (void)t.Wait(*s, transport::DeadlineIn(milliseconds(5000)), nullptr);
+          }
+          sent = true;
+          return failed;
+        }
+        const size_t rss_before = RssBytes();
+        auto sample = [&] {
+          const size_t now = RssBytes();
+          out.rss_growth = std::max(out.rss_growth, now > rss_before ? now - rss_before : 0);
+        };
+        auto drive = [&] {  // progress (and the drain) through receives nobody sends to
+          absl::StatusOr<transport::RequestId> more = t.PostRecv(1, kLegitTag + 1);
+          if (more.ok()) (void)t.Test(*more, nullptr);
+        };
+        // The legitimate message is received once the flood is in: posted
+        // before it, UCX could match it as it arrives while the drain (256
+        // messages a progress call) is still behind the sender's cap.
+        const bool guarded = options.unexpected_messages_per_peer > 0;
+        const transport::Deadline end = transport::DeadlineIn(milliseconds(30000));
+        for (int i = 0; (guarded ? t.blame(1).ok() : !sent) && transport::Clock::now() < end; ++i) {
+          drive();
+          if (i % 64 == 0) sample();
+        }
+        absl::StatusOr<transport::RequestId> r = t.PostRecv(1, kLegitTag);
+        transport::Bytes got;
+        out.wait =
+            r.ok() ? t.Wait(*r, transport::DeadlineIn(milliseconds(30000)), &got) : r.status();
+        for (int i = 0; !sent && transport::Clock::now() < end; ++i) {
+          drive();
+          if (i % 64 == 0) sample();
+        }
+        for (int i = 0; i < 100; ++i) drive();  // what is still in the socket
+        sample();
+        out.counters = t.counters(1);
+        t.CancelAll(transport::DeadlineIn(milliseconds(1000)));
+        return absl::OkStatus();
+      });
   for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
   return out;
 }
 
-UcxOptions Options() {
-  UcxOptions o;
+transport::ucx::UcxOptions Options() {
+  transport::ucx::UcxOptions o;
   o.tls = "tcp";
   o.connect_timeout = milliseconds(10000);
   o.unexpected_bytes_per_peer = size_t{16} << 20;
@@ -158,32 +162,35 @@ TEST(HostileTagFlood, AMessageFloodIsBlamedOnItsSender) {
 // Messages sent ahead of their receives, under the cap, are all delivered in
 // order once the receives come (what a faster peer does every step).
 TEST(HostileTagFlood, EarlyMessagesUnderTheCapAreDeliveredInOrder) {
-  UcxOptions o = Options();
-  std::vector<absl::Status> st = RunUcxWorld(2, o, [&](Transport& t) -> absl::Status {
+  transport::ucx::UcxOptions o = Options();
+  std::vector<absl::Status> st = RunUcxWorld(2, o, [&](transport::Transport& t) -> absl::Status {
     const int other = 1 - t.rank();
     // 1,000 messages on 10 tags (100 each, FIFO per tag), sizes up to 300 KiB
     // (past the eager threshold), all sent before any receive is posted.
-    std::vector<RequestId> sends;
+    std::vector<transport::RequestId> sends;
     for (int i = 0; i < 1000; ++i) {
       const size_t len = (i % 50 == 0) ? 300 * 1024 : 100 + i;
-      absl::StatusOr<RequestId> s = t.PostSend(other, i % 10, Pattern(t.rank(), other, i, len));
+      absl::StatusOr<transport::RequestId> s =
+          t.PostSend(other, i % 10, Pattern(t.rank(), other, i, len));
       if (!s.ok()) return s.status();
       sends.push_back(*s);
     }
     std::this_thread::sleep_for(milliseconds(200));
     for (int i = 0; i < 1000; ++i) {
       const size_t len = (i % 50 == 0) ? 300 * 1024 : 100 + i;
-      absl::StatusOr<RequestId> r =
+      absl::StatusOr<transport::RequestId> r =
           i % 3 == 0 ? t.PostRecvAtMost(other, i % 10, len) : t.PostRecv(other, i % 10);
       if (!r.ok()) return r.status();
-      Bytes got;
-      if (absl::Status w = t.Wait(*r, DeadlineIn(milliseconds(10000)), &got); !w.ok()) return w;
+      transport::Bytes got;
+      if (absl::Status w = t.Wait(*r, transport::DeadlineIn(milliseconds(10000)), &got); !w.ok())
+        return w;
       if (std::string e = CheckPattern(got, other, t.rank(), i, len); !e.empty()) {
         return absl::DataLossError(absl::StrCat("message ", i, ": ", e));
       }
     }
-    for (RequestId s : sends) {
-      if (absl::Status w = t.Wait(s, DeadlineIn(milliseconds(10000)), nullptr); !w.ok()) {
+    for (transport::RequestId s : sends) {
+      if (absl::Status w = t.Wait(s, transport::DeadlineIn(milliseconds(10000)), nullptr);
+          !w.ok()) {
         return w;
       }
     }
@@ -201,52 +208,59 @@ TEST(HostileTagFlood, EarlyMessagesUnderTheCapAreDeliveredInOrder) {
 TEST(HostileTagFlood, ADgsServerDropsAFloodingWorkerAndServesTheOthers) {
   const ps::DgsLayout layout = dgs_test::MakeLayout({4000});
   constexpr ps::DgsJob kJob{7, 3};
-  const UcxOptions options = Options();
+  const transport::ucx::UcxOptions options = Options();
   std::atomic<bool> flooded{false}, stop{false};
   ps::DgsServerStats stats;
   size_t rss_growth = 0;
   absl::Status worker_after;
-  std::vector<absl::Status> st = RunUcxWorld(3, options, [&](Transport& t) -> absl::Status {
-    if (t.rank() == 2) {
-      ps::DgsServerShard shard = *ps::DgsServerShard::Create(layout, 0, {0, 4000}, {.workers = 2});
-      ps::DgsServer server(t, kJob, shard, {0, 1});
-      const size_t rss_before = RssBytes();
-      while (!stop.load()) {
-        if (absl::Status s = server.ServeUntil(DeadlineIn(milliseconds(20))); !s.ok()) {
-          return s;
+  std::vector<absl::Status> st =
+      RunUcxWorld(3, options, [&](transport::Transport& t) -> absl::Status {
+        if (t.rank() == 2) {
+          ps::DgsServerShard shard =
+              *ps::DgsServerShard::Create(layout, 0, {0, 4000}, {.workers = 2});
+          ps::DgsServer server(t, kJob, shard, {0, 1});
+          const size_t rss_before = RssBytes();
+          while (!stop.load()) {
+            if (absl::Status s = server.ServeUntil(transport::DeadlineIn(milliseconds(20)));
+                !s.ok()) {
+              return s;
+            }
+            const size_t now = RssBytes();
+            rss_growth = std::max(rss_growth, now > rss_before ? now - rss_before : 0);
+          }
+          stats = server.stats();
+          return absl::OkStatus();
         }
-        const size_t now = RssBytes();
-        rss_growth = std::max(rss_growth, now > rss_before ? now - rss_before : 0);
-      }
-      stats = server.stats();
-      return absl::OkStatus();
-    }
-    if (t.rank() == 1) {
-      absl::Status failed;
-      for (int i = 0; i < 3000 && failed.ok(); ++i) {
-        absl::StatusOr<RequestId> s =
-            t.PostSend(2, MessageTag(kTagPhaseDgs, 999, i), Bytes(64 * 1024, 1));
-        failed = s.ok() ? t.Wait(*s, DeadlineIn(milliseconds(10000)), nullptr) : s.status();
-      }
-      flooded = true;
-      return absl::OkStatus();  // its later sends may fail: it was dropped
-    }
-    ps::DgsPushPull link(t, kJob, {{0, 2}});
-    const ps::DgsWorkerOptions o{.momentum = 0.5f, .weight_decay = 0, .density = 0.1f};
-    ps::DgsWorkerState w = *ps::DgsWorkerState::Create(layout, 0, {{0, 4000}}, o);
-    std::mt19937 rng(3);
-    std::vector<float> params(4000, 0.f);
-    absl::Status s = link.Join(w, params, DeadlineIn(milliseconds(20000)));
-    while (s.ok() && !flooded.load()) {
-      s = link.Step(w, dgs_test::IntGrad(4000, rng), params, 1, DeadlineIn(milliseconds(20000)));
-    }
-    for (int i = 0; i < 5 && s.ok(); ++i) {
-      s = link.Step(w, dgs_test::IntGrad(4000, rng), params, 1, DeadlineIn(milliseconds(20000)));
-    }
-    worker_after = s;
-    stop = true;
-    return absl::OkStatus();
-  });
+        if (t.rank() == 1) {
+          absl::Status failed;
+          for (int i = 0; i < 3000 && failed.ok(); ++i) {
+            absl::StatusOr<transport::RequestId> s =
+                t.PostSend(2, collectives::MessageTag(collectives::kTagPhaseDgs, 999, i),
+                           transport::Bytes(64 * 1024, 1));
+            failed = s.ok() ? t.Wait(*s, transport::DeadlineIn(milliseconds(10000)), nullptr)
+                            : s.status();
+          }
+          flooded = true;
+          return absl::OkStatus();  // its later sends may fail: it was dropped
+        }
+        ps::DgsPushPull link(t, kJob, {{0, 2}});
+        const ps::DgsWorkerOptions o{.momentum = 0.5f, .weight_decay = 0, .density = 0.1f};
+        ps::DgsWorkerState w = *ps::DgsWorkerState::Create(layout, 0, {{0, 4000}}, o);
+        std::mt19937 rng(3);
+        std::vector<float> params(4000, 0.f);
+        absl::Status s = link.Join(w, params, transport::DeadlineIn(milliseconds(20000)));
+        while (s.ok() && !flooded.load()) {
+          s = link.Step(w, dgs_test::IntGrad(4000, rng), params, 1,
+                        transport::DeadlineIn(milliseconds(20000)));
+        }
+        for (int i = 0; i < 5 && s.ok(); ++i) {
+          s = link.Step(w, dgs_test::IntGrad(4000, rng), params, 1,
+                        transport::DeadlineIn(milliseconds(20000)));
+        }
+        worker_after = s;
+        stop = true;
+        return absl::OkStatus();
+      });
   for (const absl::Status& s : st) EXPECT_TRUE(s.ok()) << s;
   std::printf("DGS server: RSS +%.1f MiB, workers blamed %llu: %s\n", rss_growth / 1048576.0,
               static_cast<unsigned long long>(stats.workers_blamed), stats.last_blame.c_str());

@@ -77,12 +77,13 @@ int Run() {
     absl::StatusOr<ps::DgsWorkerState> w = ps::DgsWorkerState::Create(*layout, k, {range}, wo);
     if (!w.ok()) return Fail("worker", w.status());
     states.push_back(std::move(*w));
-    absl::StatusOr<Bytes> hello = ps::EncodeDgsHello(ctx, k, 1, params[k]);
+    absl::StatusOr<transport::Bytes> hello = ps::EncodeDgsHello(ctx, k, 1, params[k]);
     if (!hello.ok()) return Fail("hello", hello.status());
     ps::DgsMessage m, reply, got;
     absl::Status s = ps::DecodeDgsFromWorker(*hello, ctx, k, &m, &why);
     if (s.ok()) s = shard->Join(k, m.dense, &reply);
-    absl::StatusOr<Bytes> b = s.ok() ? ps::EncodeDgsReply(ctx, reply) : absl::StatusOr<Bytes>(s);
+    absl::StatusOr<transport::Bytes> b =
+        s.ok() ? ps::EncodeDgsReply(ctx, reply) : absl::StatusOr<transport::Bytes>(s);
     if (b.ok()) s = ps::DecodeDgsFromShard(*b, ctx, k, &got, &why);
     if (b.ok() && s.ok()) s = states[k].ApplyPull(0, got, params[k]);
     if (!b.ok() || !s.ok()) return Fail("join", b.ok() ? s : b.status());
@@ -97,7 +98,7 @@ int Run() {
     ps::DgsPush push;
     absl::Status s = states[k].MakePush(grad, params[k], lr, &push);
     if (!s.ok()) return Fail("push", s);
-    absl::StatusOr<Bytes> b =
+    absl::StatusOr<transport::Bytes> b =
         push.is_dense ? ps::EncodeDgsDensePush(ctx, k, 2 + step, states[k].version(0), push.dense)
                       : ps::EncodeDgsPush(ctx, k, 2 + step, states[k].version(0), push.ratio,
                                           kernels::View(push.entries));

@@ -58,20 +58,23 @@ class TransportConformance : public ::testing::TestWithParam<BackendParam> {
   std::vector<absl::Status> RunStatuses(const RankBody& body) {
     const BackendParam& p = GetParam();
     if (p.backend == "loopback" || p.backend == "sim" || p.backend == "forwarding") {
-      auto ts = std::make_shared<std::vector<std::unique_ptr<Transport>>>(
-          p.backend == "sim" ? CreateSimTransports(p.size, SimParams{})
-                             : CreateLoopbackTransports(p.size));
+      auto ts = std::make_shared<std::vector<std::unique_ptr<transport::Transport>>>(
+          p.backend == "sim" ? transport::CreateSimTransports(p.size, transport::SimParams{})
+                             : transport::CreateLoopbackTransports(p.size));
       for (auto& t : *ts) {
-        if (p.backend == "forwarding") t = std::make_unique<ForwardingTransport>(std::move(t));
+        if (p.backend == "forwarding")
+          t = std::make_unique<transport::ForwardingTransport>(std::move(t));
       }
       return RunWorld(
           p.size,
           [ts](int r, int, std::shared_ptr<InProcessExchange>)
-              -> absl::StatusOr<std::unique_ptr<Transport>> { return std::move((*ts)[r]); },
+              -> absl::StatusOr<std::unique_ptr<transport::Transport>> {
+            return std::move((*ts)[r]);
+          },
           body);
     }
 #ifdef GRADEX_TEST_UCX
-    UcxOptions opt;
+    transport::ucx::UcxOptions opt;
     opt.tls = p.tls;
     opt.connect_timeout = milliseconds(20000);
     return RunUcxWorld(p.size, opt, body);
@@ -82,9 +85,9 @@ class TransportConformance : public ::testing::TestWithParam<BackendParam> {
 };
 
 // Waits for every request, collecting received payloads by request id order.
-inline absl::Status WaitAll(Transport& t, const std::vector<RequestId>& ids,
-                            std::vector<Bytes>* out, Deadline deadline) {
-  if (out != nullptr) out->assign(ids.size(), Bytes());
+inline absl::Status WaitAll(transport::Transport& t, const std::vector<transport::RequestId>& ids,
+                            std::vector<transport::Bytes>* out, transport::Deadline deadline) {
+  if (out != nullptr) out->assign(ids.size(), transport::Bytes());
   for (size_t i = 0; i < ids.size(); ++i) {
     absl::Status s = t.Wait(ids[i], deadline, out == nullptr ? nullptr : &(*out)[i]);
     if (!s.ok()) {

@@ -17,10 +17,10 @@ namespace {
 TEST_P(TransportConformance, ReceivesAtMostTheirPostedCapacity) {
   constexpr size_t kCap = 100;
   const std::vector<size_t> sizes = {kCap + 1, kCap, size_t{1} << 20, 0, kCap};
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank(), next = (me + 1) % P(), prev = (me + P() - 1) % P();
-    const Deadline d = DeadlineIn(kStepTimeout);
-    std::vector<RequestId> sends;
+    const transport::Deadline d = transport::DeadlineIn(kStepTimeout);
+    std::vector<transport::RequestId> sends;
     for (size_t i = 0; i < sizes.size(); ++i) {
       auto s = t.PostSend(next, 17, Pattern(me, next, i, sizes[i]));
       if (!s.ok()) return s.status();
@@ -30,7 +30,7 @@ TEST_P(TransportConformance, ReceivesAtMostTheirPostedCapacity) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       auto r = t.PostRecvAtMost(prev, 17, kCap);
       if (!r.ok()) return r.status();
-      Bytes got;
+      transport::Bytes got;
       absl::Status s = t.Wait(*r, d, &got);
       if (sizes[i] > kCap) {
         ++refused;

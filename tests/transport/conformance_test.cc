@@ -10,7 +10,7 @@ namespace gradex::testing {
 namespace {
 
 TEST_P(TransportConformance, RankAndSize) {
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     if (t.size() != P() || t.rank() < 0 || t.rank() >= P()) {
       return absl::InternalError(absl::StrCat("rank ", t.rank(), " size ", t.size()));
     }
@@ -19,21 +19,22 @@ TEST_P(TransportConformance, RankAndSize) {
 }
 
 TEST_P(TransportConformance, SelfSend) {
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank();
-    absl::StatusOr<Bytes> got =
-        SendRecv(t, me, 5, Pattern(me, me, 0, 100), me, 5, DeadlineIn(kStepTimeout));
+    absl::StatusOr<transport::Bytes> got = transport::SendRecv(
+        t, me, 5, Pattern(me, me, 0, 100), me, 5, transport::DeadlineIn(kStepTimeout));
     if (!got.ok()) return got.status();
     return Check(CheckPattern(*got, me, me, 0, 100));
   });
 }
 
 TEST_P(TransportConformance, Ring) {
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank(), next = (me + 1) % P(), prev = (me + P() - 1) % P();
     for (int step = 0; step < 3; ++step) {
-      absl::StatusOr<Bytes> got = SendRecv(t, next, step, Pattern(me, next, step, 1000 + step),
-                                           prev, step, DeadlineIn(kStepTimeout));
+      absl::StatusOr<transport::Bytes> got =
+          transport::SendRecv(t, next, step, Pattern(me, next, step, 1000 + step), prev, step,
+                              transport::DeadlineIn(kStepTimeout));
       if (!got.ok()) return got.status();
       if (auto s = Check(CheckPattern(*got, prev, me, step, 1000 + step)); !s.ok()) return s;
     }
@@ -45,10 +46,10 @@ TEST_P(TransportConformance, Ring) {
 // receives are of unknown size. Also checks the counters exactly.
 TEST_P(TransportConformance, AllToAllAndCounters) {
   auto len = [](int src, int dst) -> size_t { return 1 + 1000 * src + 37 * dst; };
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank();
-    Deadline d = DeadlineIn(kStepTimeout);
-    std::vector<RequestId> recvs, sends;
+    transport::Deadline d = transport::DeadlineIn(kStepTimeout);
+    std::vector<transport::RequestId> recvs, sends;
     for (int p = 0; p < P(); ++p) {
       auto r = t.PostRecv(p, 42);
       if (!r.ok()) return r.status();
@@ -59,12 +60,12 @@ TEST_P(TransportConformance, AllToAllAndCounters) {
       if (!s.ok()) return s.status();
       sends.push_back(*s);
     }
-    std::vector<Bytes> got;
+    std::vector<transport::Bytes> got;
     if (auto s = WaitAll(t, recvs, &got, d); !s.ok()) return s;
     if (auto s = WaitAll(t, sends, nullptr, d); !s.ok()) return s;
     for (int p = 0; p < P(); ++p) {
       if (auto s = Check(CheckPattern(got[p], p, me, 0, len(p, me))); !s.ok()) return s;
-      PeerCounters c = t.counters(p);
+      transport::PeerCounters c = t.counters(p);
       if (c.sent_bytes != len(me, p) || c.recv_bytes != len(p, me) || c.sent_messages != 1 ||
           c.recv_messages != 1) {
         return absl::InternalError(absl::StrCat("rank ", me, " counters for ", p, ": sent ",
@@ -72,7 +73,7 @@ TEST_P(TransportConformance, AllToAllAndCounters) {
                                                 c.recv_bytes, "/", c.recv_messages));
       }
     }
-    PeerCounters total = t.TotalCounters();
+    transport::PeerCounters total = t.TotalCounters();
     if (total.sent_messages != static_cast<uint64_t>(P())) {
       return absl::InternalError("total sent_messages");
     }
@@ -89,10 +90,10 @@ TEST_P(TransportConformance, AllToAllAndCounters) {
 // receives are posted before or after the messages arrive.
 TEST_P(TransportConformance, SameTagFifo) {
   constexpr int kMessages = 6;
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank(), next = (me + 1) % P(), prev = (me + P() - 1) % P();
-    Deadline d = DeadlineIn(kStepTimeout);
-    std::vector<RequestId> recvs, sends;
+    transport::Deadline d = transport::DeadlineIn(kStepTimeout);
+    std::vector<transport::RequestId> recvs, sends;
     for (int i = 0; i < kMessages / 2; ++i) {
       auto r = t.PostRecv(prev, 9);
       if (!r.ok()) return r.status();
@@ -109,7 +110,7 @@ TEST_P(TransportConformance, SameTagFifo) {
       if (!r.ok()) return r.status();
       recvs.push_back(*r);
     }
-    std::vector<Bytes> got;
+    std::vector<transport::Bytes> got;
     if (auto s = WaitAll(t, recvs, &got, d); !s.ok()) return s;
     if (auto s = WaitAll(t, sends, nullptr, d); !s.ok()) return s;
     for (int i = 0; i < kMessages; ++i) {
@@ -122,17 +123,17 @@ TEST_P(TransportConformance, SameTagFifo) {
 
 // Messages with different tags are matched by tag, not arrival order.
 TEST_P(TransportConformance, DifferentTagsOutOfOrder) {
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank(), next = (me + 1) % P(), prev = (me + P() - 1) % P();
-    Deadline d = DeadlineIn(kStepTimeout);
-    std::vector<RequestId> sends;
-    for (uint64_t tag : {uint64_t{1}, uint64_t{2}, uint64_t{3}, kMaxTag}) {
+    transport::Deadline d = transport::DeadlineIn(kStepTimeout);
+    std::vector<transport::RequestId> sends;
+    for (uint64_t tag : {uint64_t{1}, uint64_t{2}, uint64_t{3}, transport::kMaxTag}) {
       auto s = t.PostSend(next, tag, Pattern(me, next, static_cast<int>(tag % 1000), 64 + tag % 7));
       if (!s.ok()) return s.status();
       sends.push_back(*s);
     }
-    for (uint64_t tag : {kMaxTag, uint64_t{3}, uint64_t{2}, uint64_t{1}}) {
-      Bytes got;
+    for (uint64_t tag : {transport::kMaxTag, uint64_t{3}, uint64_t{2}, uint64_t{1}}) {
+      transport::Bytes got;
       auto r = t.PostRecv(prev, tag);
       if (!r.ok()) return r.status();
       if (auto s = t.Wait(*r, d, &got); !s.ok()) return s;
@@ -144,9 +145,10 @@ TEST_P(TransportConformance, DifferentTagsOutOfOrder) {
 }
 
 TEST_P(TransportConformance, ZeroLength) {
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank(), next = (me + 1) % P(), prev = (me + P() - 1) % P();
-    absl::StatusOr<Bytes> got = SendRecv(t, next, 11, Bytes(), prev, 11, DeadlineIn(kStepTimeout));
+    absl::StatusOr<transport::Bytes> got = transport::SendRecv(
+        t, next, 11, transport::Bytes(), prev, 11, transport::DeadlineIn(kStepTimeout));
     if (!got.ok()) return got.status();
     if (!got->empty()) return absl::InternalError("zero-length message arrived non-empty");
     if (t.counters(next).sent_messages != 1 || t.counters(prev).recv_messages != 1 ||
@@ -159,10 +161,10 @@ TEST_P(TransportConformance, ZeroLength) {
 
 TEST_P(TransportConformance, Large30MB) {
   constexpr size_t kLen = 30u << 20;
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank(), next = (me + 1) % P(), prev = (me + P() - 1) % P();
-    absl::StatusOr<Bytes> got =
-        SendRecv(t, next, 12, Pattern(me, next, 0, kLen), prev, 12, DeadlineIn(kStepTimeout));
+    absl::StatusOr<transport::Bytes> got = transport::SendRecv(
+        t, next, 12, Pattern(me, next, 0, kLen), prev, 12, transport::DeadlineIn(kStepTimeout));
     if (!got.ok()) return got.status();
     if (auto s = Check(CheckPattern(*got, prev, me, 0, kLen)); !s.ok()) return s;
     if (t.counters(prev).recv_bytes != kLen || t.counters(next).sent_bytes != kLen) {
@@ -176,10 +178,10 @@ TEST_P(TransportConformance, Large30MB) {
 // rendezvous protocols, received into exactly sized buffers.
 TEST_P(TransportConformance, UnknownSizes) {
   const std::vector<size_t> sizes = {1, 7, 8192, 8193, 65537, 1 << 20, 3};
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank(), next = (me + 1) % P(), prev = (me + P() - 1) % P();
-    Deadline d = DeadlineIn(kStepTimeout);
-    std::vector<RequestId> sends;
+    transport::Deadline d = transport::DeadlineIn(kStepTimeout);
+    std::vector<transport::RequestId> sends;
     for (size_t i = 0; i < sizes.size(); ++i) {
       auto s = t.PostSend(next, 13, Pattern(me, next, i, sizes[i]));
       if (!s.ok()) return s.status();
@@ -189,13 +191,13 @@ TEST_P(TransportConformance, UnknownSizes) {
       auto r = t.PostRecv(prev, 13);
       if (!r.ok()) return r.status();
       // Poll with Test for odd messages, Wait for even ones.
-      Bytes got;
+      transport::Bytes got;
       if (i % 2) {
         for (;;) {
           absl::StatusOr<bool> done = t.Test(*r, &got);
           if (!done.ok()) return done.status();
           if (*done) break;
-          if (Clock::now() > d) return absl::DeadlineExceededError("Test polling");
+          if (transport::Clock::now() > d) return absl::DeadlineExceededError("Test polling");
         }
       } else if (auto s = t.Wait(*r, d, &got); !s.ok()) {
         return s;
@@ -210,13 +212,13 @@ TEST_P(TransportConformance, UnknownSizes) {
 // the peer and tag, and leaves the transport usable after CancelAll.
 TEST_P(TransportConformance, DeadlineExceeded) {
   constexpr milliseconds kWait{300};
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank(), next = (me + 1) % P(), prev = (me + P() - 1) % P();
     auto r = t.PostRecv(prev, 777);
     if (!r.ok()) return r.status();
-    auto start = Clock::now();
+    auto start = transport::Clock::now();
     absl::Status s = t.Wait(*r, start + kWait, nullptr);
-    auto took = Clock::now() - start;
+    auto took = transport::Clock::now() - start;
     if (!absl::IsDeadlineExceeded(s)) {
       return absl::InternalError(absl::StrCat("want DEADLINE_EXCEEDED, got ", s.ToString()));
     }
@@ -228,37 +230,43 @@ TEST_P(TransportConformance, DeadlineExceeded) {
         !absl::StrContains(s.message(), absl::StrCat("peer ", prev))) {
       return absl::InternalError(absl::StrCat("message lacks peer/tag: ", s.message()));
     }
-    t.CancelAll(DeadlineIn(milliseconds(1000)));
+    t.CancelAll(transport::DeadlineIn(milliseconds(1000)));
     // Still usable.
-    absl::StatusOr<Bytes> got =
-        SendRecv(t, next, 778, Pattern(me, next, 1, 10), prev, 778, DeadlineIn(kStepTimeout));
+    absl::StatusOr<transport::Bytes> got = transport::SendRecv(
+        t, next, 778, Pattern(me, next, 1, 10), prev, 778, transport::DeadlineIn(kStepTimeout));
     if (!got.ok()) return got.status();
     return Check(CheckPattern(*got, prev, me, 1, 10));
   });
 }
 
 TEST_P(TransportConformance, InvalidArguments) {
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     auto expect_invalid = [&](absl::Status s, const char* what) -> absl::Status {
       if (absl::IsInvalidArgument(s)) return absl::OkStatus();
       return absl::InternalError(absl::StrCat(what, ": want INVALID_ARGUMENT, got ", s.ToString()));
     };
     absl::Status s;
-    if (s = expect_invalid(t.PostSend(-1, 1, Bytes(4)).status(), "send peer -1"); !s.ok()) return s;
-    if (s = expect_invalid(t.PostSend(P(), 1, Bytes(4)).status(), "send peer P"); !s.ok()) return s;
+    if (s = expect_invalid(t.PostSend(-1, 1, transport::Bytes(4)).status(), "send peer -1");
+        !s.ok())
+      return s;
+    if (s = expect_invalid(t.PostSend(P(), 1, transport::Bytes(4)).status(), "send peer P");
+        !s.ok())
+      return s;
     if (s = expect_invalid(t.PostRecv(-1, 1).status(), "recv peer -1"); !s.ok()) return s;
     if (s = expect_invalid(t.PostRecv(P(), 1).status(), "recv peer P"); !s.ok()) return s;
-    if (s = expect_invalid(t.PostSend(0, kMaxTag + 1, Bytes(4)).status(), "send tag"); !s.ok()) {
+    if (s = expect_invalid(t.PostSend(0, transport::kMaxTag + 1, transport::Bytes(4)).status(),
+                           "send tag");
+        !s.ok()) {
       return s;
     }
     if (s = expect_invalid(t.PostRecv(0, uint64_t{1} << 63).status(), "recv tag"); !s.ok()) {
       return s;
     }
     // Nothing was counted for rejected operations.
-    PeerCounters c = t.TotalCounters();
+    transport::PeerCounters c = t.TotalCounters();
     if (c.sent_messages != 0 || c.recv_messages != 0) return absl::InternalError("counted");
     // An unknown request id is an error, not a hang.
-    if (t.Wait(987654321, DeadlineIn(milliseconds(100)), nullptr).ok()) {
+    if (t.Wait(987654321, transport::DeadlineIn(milliseconds(100)), nullptr).ok()) {
       return absl::InternalError("Wait on unknown id succeeded");
     }
     return absl::OkStatus();
@@ -268,20 +276,20 @@ TEST_P(TransportConformance, InvalidArguments) {
 // CancelAll releases pending receives; later traffic on the same tag is not
 // stolen by them.
 TEST_P(TransportConformance, CancelAllThenReuse) {
-  Run([&](Transport& t) -> absl::Status {
+  Run([&](transport::Transport& t) -> absl::Status {
     const int me = t.rank(), next = (me + 1) % P(), prev = (me + P() - 1) % P();
     for (int i = 0; i < 3; ++i) {
       if (auto r = t.PostRecv(prev, 55 + i); !r.ok()) return r.status();
     }
-    t.CancelAll(DeadlineIn(milliseconds(1000)));
+    t.CancelAll(transport::DeadlineIn(milliseconds(1000)));
     // A message matched by a receive before it was cancelled is lost by
     // design, so learn that `next` has cancelled (it sends backwards after
     // CancelAll) before sending it anything on tag 55.
-    absl::StatusOr<Bytes> ack =
-        SendRecv(t, prev, 999, Bytes{1}, next, 999, DeadlineIn(kStepTimeout));
+    absl::StatusOr<transport::Bytes> ack = transport::SendRecv(
+        t, prev, 999, transport::Bytes{1}, next, 999, transport::DeadlineIn(kStepTimeout));
     if (!ack.ok()) return ack.status();
-    absl::StatusOr<Bytes> got =
-        SendRecv(t, next, 55, Pattern(me, next, 2, 33), prev, 55, DeadlineIn(kStepTimeout));
+    absl::StatusOr<transport::Bytes> got = transport::SendRecv(
+        t, next, 55, Pattern(me, next, 2, 33), prev, 55, transport::DeadlineIn(kStepTimeout));
     if (!got.ok()) return got.status();
     return Check(CheckPattern(*got, prev, me, 2, 33));
   });

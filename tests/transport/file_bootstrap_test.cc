@@ -26,11 +26,11 @@ TEST(FileBootstrapTest, GathersAllRanksOverSeveralRounds) {
   std::vector<std::thread> threads;
   for (int r = 0; r < kP; ++r) {
     threads.emplace_back([&, r] {
-      FileBootstrap b(dir, r, kP);
+      transport::FileBootstrap b(dir, r, kP);
       for (int round = 0; round < 2; ++round) {
         // Binary blobs with NULs survive.
         std::string mine = std::string("addr\0", 5) + std::to_string(r * 10 + round);
-        auto all = b.AllGather(mine, DeadlineIn(milliseconds(5000)));
+        auto all = b.AllGather(mine, transport::DeadlineIn(milliseconds(5000)));
         if (!all.ok()) {
           st[r] = all.status();
           return;
@@ -51,18 +51,18 @@ TEST(FileBootstrapTest, GathersAllRanksOverSeveralRounds) {
 
 TEST(FileBootstrapTest, TimeoutNamesMissingRanks) {
   const std::string dir = TempDir();
-  FileBootstrap b(dir, 1, 4);
-  auto start = Clock::now();
-  auto all = b.AllGather("x", DeadlineIn(milliseconds(200)));
-  EXPECT_LT(Clock::now() - start, milliseconds(1000));
+  transport::FileBootstrap b(dir, 1, 4);
+  auto start = transport::Clock::now();
+  auto all = b.AllGather("x", transport::DeadlineIn(milliseconds(200)));
+  EXPECT_LT(transport::Clock::now() - start, milliseconds(1000));
   ASSERT_TRUE(absl::IsDeadlineExceeded(all.status())) << all.status();
   EXPECT_TRUE(absl::StrContains(all.status().message(), "0,2,3")) << all.status();
   std::filesystem::remove_all(dir);
 }
 
 TEST(FileBootstrapTest, BadDirectoryIsAnError) {
-  FileBootstrap b("/nonexistent/gradex", 0, 2);
-  EXPECT_FALSE(b.AllGather("x", DeadlineIn(milliseconds(100))).ok());
+  transport::FileBootstrap b("/nonexistent/gradex", 0, 2);
+  EXPECT_FALSE(b.AllGather("x", transport::DeadlineIn(milliseconds(100))).ok());
 }
 
 }  // namespace

@@ -7,9 +7,8 @@
 
 namespace gradex::testing {
 
-absl::StatusOr<std::vector<std::string>> InProcessExchange::AllGather(int rank, int round,
-                                                                      const std::string& mine,
-                                                                      Deadline deadline) {
+absl::StatusOr<std::vector<std::string>> InProcessExchange::AllGather(
+    int rank, int round, const std::string& mine, transport::Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   auto& blobs = rounds_[round];
   if (blobs.empty()) blobs.resize(size_);
@@ -30,8 +29,8 @@ absl::StatusOr<std::vector<std::string>> InProcessExchange::AllGather(int rank, 
   return out;
 }
 
-Bytes Pattern(int src, int dst, int index, size_t length) {
-  Bytes b(length);
+transport::Bytes Pattern(int src, int dst, int index, size_t length) {
+  transport::Bytes b(length);
   uint32_t x = 0x9e3779b9u * static_cast<uint32_t>(src * 131 + dst * 7 + index + 1);
   for (size_t i = 0; i < length; ++i) {
     x ^= x << 13;
@@ -42,7 +41,7 @@ Bytes Pattern(int src, int dst, int index, size_t length) {
   return b;
 }
 
-std::string CheckPattern(const Bytes& got, int src, int dst, int index, size_t length) {
+std::string CheckPattern(const transport::Bytes& got, int src, int dst, int index, size_t length) {
   if (got.size() != length) {
     return absl::StrCat("message ", src, "->", dst, " #", index, ": size ", got.size(), ", want ",
                         length);
@@ -53,7 +52,7 @@ std::string CheckPattern(const Bytes& got, int src, int dst, int index, size_t l
   return "";
 }
 
-std::vector<absl::Status> RunRanks(std::vector<std::unique_ptr<Transport>>& ranks,
+std::vector<absl::Status> RunRanks(std::vector<std::unique_ptr<transport::Transport>>& ranks,
                                    const RankBody& body) {
   std::vector<absl::Status> out(ranks.size());
   std::vector<std::thread> threads;
@@ -71,7 +70,7 @@ std::vector<absl::Status> RunWorld(int size, const RankFactory& factory, const R
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      absl::StatusOr<std::unique_ptr<Transport>> t = factory(r, size, exchange);
+      absl::StatusOr<std::unique_ptr<transport::Transport>> t = factory(r, size, exchange);
       if (!t.ok()) {
         out[r] = t.status();
         before_destroy.arrive_and_wait();

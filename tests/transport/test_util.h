@@ -27,7 +27,7 @@ class InProcessExchange {
   int size() const { return size_; }
 
   absl::StatusOr<std::vector<std::string>> AllGather(int rank, int round, const std::string& mine,
-                                                     Deadline deadline);
+                                                     transport::Deadline deadline);
 
  private:
   const int size_;
@@ -36,14 +36,14 @@ class InProcessExchange {
   std::map<int, std::vector<std::optional<std::string>>> rounds_;
 };
 
-class InProcessBootstrap : public Bootstrap {
+class InProcessBootstrap : public transport::Bootstrap {
  public:
   InProcessBootstrap(std::shared_ptr<InProcessExchange> exchange, int rank)
       : exchange_(std::move(exchange)), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return exchange_->size(); }
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine,
-                                                     Deadline deadline) override {
+                                                     transport::Deadline deadline) override {
     return exchange_->AllGather(rank_, round_++, mine, deadline);
   }
 
@@ -54,18 +54,18 @@ class InProcessBootstrap : public Bootstrap {
 };
 
 // Byte pattern that identifies (src, dst, index) so misrouted data shows.
-Bytes Pattern(int src, int dst, int index, size_t length);
+transport::Bytes Pattern(int src, int dst, int index, size_t length);
 // Returns an empty string when `got` equals Pattern(...), else a description.
-std::string CheckPattern(const Bytes& got, int src, int dst, int index, size_t length);
+std::string CheckPattern(const transport::Bytes& got, int src, int dst, int index, size_t length);
 
 // Runs `body` once per rank, each in its own thread, and returns each rank's status.
-using RankBody = std::function<absl::Status(Transport&)>;
-std::vector<absl::Status> RunRanks(std::vector<std::unique_ptr<Transport>>& ranks,
+using RankBody = std::function<absl::Status(transport::Transport&)>;
+std::vector<absl::Status> RunRanks(std::vector<std::unique_ptr<transport::Transport>>& ranks,
                                    const RankBody& body);
 
 // Creates the transport of one rank from its thread (UCX builds its context
 // and worker there). Must return within the connect deadline.
-using RankFactory = std::function<absl::StatusOr<std::unique_ptr<Transport>>(
+using RankFactory = std::function<absl::StatusOr<std::unique_ptr<transport::Transport>>(
     int rank, int size, std::shared_ptr<InProcessExchange> exchange)>;
 
 // Builds a world of `size` ranks with `factory`, each rank in its own thread;

@@ -23,9 +23,9 @@ namespace {
 using std::chrono::milliseconds;
 
 // Drives `c` until it is done or fails, or 5 s pass.
-absl::Status RunHello(HelloClient& c) {
-  const Deadline end = DeadlineIn(milliseconds(5000));
-  while (Clock::now() < end) {
+absl::Status RunHello(transport::ucx::HelloClient& c) {
+  const transport::Deadline end = transport::DeadlineIn(milliseconds(5000));
+  while (transport::Clock::now() < end) {
     if (absl::Status s = c.Step(); !s.ok()) return s;
     if (c.done()) return absl::OkStatus();
     std::this_thread::sleep_for(milliseconds(1));
@@ -33,10 +33,12 @@ absl::Status RunHello(HelloClient& c) {
   return absl::DeadlineExceededError("hello did not finish in 5 s");
 }
 
-DataAddress At(const HelloServer& s) { return *ParseDataAddress(s.address()); }
+transport::ucx::DataAddress At(const transport::ucx::HelloServer& s) {
+  return *transport::ucx::ParseDataAddress(s.address());
+}
 
-int Connect(const HelloServer& s) {
-  DataAddress a = At(s);
+int Connect(const transport::ucx::HelloServer& s) {
+  transport::ucx::DataAddress a = At(s);
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (connect(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len) != 0) {
     close(fd);
@@ -46,18 +48,18 @@ int Connect(const HelloServer& s) {
 }
 
 TEST(UcxHello, AHolderOfTheSecretGetsTheAddress) {
-  auto server = HelloServer::Start("127.0.0.1", std::string(300, 'w'), "job-token");
+  auto server = transport::ucx::HelloServer::Start("127.0.0.1", std::string(300, 'w'), "job-token");
   ASSERT_TRUE(server.ok()) << server.status();
-  HelloClient c(At(**server), "job-token");
+  transport::ucx::HelloClient c(At(**server), "job-token");
   ASSERT_TRUE(RunHello(c).ok());
   EXPECT_EQ(c.blob(), std::string(300, 'w'));
   EXPECT_EQ((*server)->answered(), 1u);
 }
 
 TEST(UcxHello, AnotherSecretGetsNothingAndIsToldWhy) {
-  auto server = HelloServer::Start("127.0.0.1", "address", "job-token");
+  auto server = transport::ucx::HelloServer::Start("127.0.0.1", "address", "job-token");
   ASSERT_TRUE(server.ok()) << server.status();
-  HelloClient c(At(**server), "another-job's-token");
+  transport::ucx::HelloClient c(At(**server), "another-job's-token");
   absl::Status s = RunHello(c);
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "another job's token")) << s;
@@ -95,10 +97,10 @@ TEST(UcxHello, AReplyNotSignedWithTheSecretIsRefused) {
     std::this_thread::sleep_for(milliseconds(200));
     close(fd);
   });
-  DataAddress at;
+  transport::ucx::DataAddress at;
   std::memcpy(&at.addr, &a, sizeof(a));
   at.len = sizeof(a);
-  HelloClient c(at, "job-token");
+  transport::ucx::HelloClient c(at, "job-token");
   absl::Status s = RunHello(c);
   impostor.join();
   close(lfd);
@@ -111,21 +113,21 @@ TEST(UcxHello, NothingListeningIsAnErrorAtOnce) {
   // A port that was bound and closed: nothing listens there now.
   std::string address;
   {
-    auto server = HelloServer::Start("127.0.0.1", "address", "k");
+    auto server = transport::ucx::HelloServer::Start("127.0.0.1", "address", "k");
     ASSERT_TRUE(server.ok());
     address = (*server)->address();
   }
-  HelloClient c(*ParseDataAddress(address), "k");
-  const auto start = Clock::now();
+  transport::ucx::HelloClient c(*transport::ucx::ParseDataAddress(address), "k");
+  const auto start = transport::Clock::now();
   absl::Status s = RunHello(c);
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
-  EXPECT_LT(Clock::now() - start, milliseconds(1000));
+  EXPECT_LT(transport::Clock::now() - start, milliseconds(1000));
 }
 
 // Random bytes on 500 connections, then silent connections over the cap:
 // the listener keeps serving an honest client, which retries past the cap.
 TEST(UcxHello, GarbageAndAFullHouseLeaveTheListenerServing) {
-  auto server = HelloServer::Start("127.0.0.1", "address", "k");
+  auto server = transport::ucx::HelloServer::Start("127.0.0.1", "address", "k");
   ASSERT_TRUE(server.ok());
   std::mt19937 rng(7);
   for (int i = 0; i < 500; ++i) {
@@ -137,14 +139,16 @@ TEST(UcxHello, GarbageAndAFullHouseLeaveTheListenerServing) {
     close(fd);
   }
   std::vector<int> silent;
-  for (int i = 0; i < HelloServer::kMaxClients + 10; ++i) silent.push_back(Connect(**server));
+  for (int i = 0; i < transport::ucx::HelloServer::kMaxClients + 10; ++i)
+    silent.push_back(Connect(**server));
   std::this_thread::sleep_for(milliseconds(200));
-  HelloClient c(At(**server), "k");
-  const auto start = Clock::now();
+  transport::ucx::HelloClient c(At(**server), "k");
+  const auto start = transport::Clock::now();
   ASSERT_TRUE(RunHello(c).ok());
   EXPECT_EQ(c.blob(), "address");
   // The silent ones held the slots until the hello timeout.
-  EXPECT_LT(Clock::now() - start, HelloServer::kHelloTimeout + milliseconds(1500));
+  EXPECT_LT(transport::Clock::now() - start,
+            transport::ucx::HelloServer::kHelloTimeout + milliseconds(1500));
   EXPECT_GE((*server)->refused(), 500u);
   for (int fd : silent) close(fd);
 }

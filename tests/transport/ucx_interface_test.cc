@@ -68,10 +68,11 @@ TEST(UcxInterfaceTest, AWorkerListensOnlyOnItsDataInterface) {
   if (!HasNonLoopbackInterface()) GTEST_SKIP() << "no interface but loopback to stray onto";
   if (std::getenv("UCX_NET_DEVICES") != nullptr) GTEST_SKIP() << "UCX_NET_DEVICES is set";
   if (std::filesystem::exists("/sys/class/infiniband")) GTEST_SKIP() << "RDMA device present";
-  UcxOptions opt;
+  transport::ucx::UcxOptions opt;
   opt.tls = "tcp";
   opt.listen_ip = "127.0.0.1";
-  absl::StatusOr<std::shared_ptr<UcxWorker>> w = CreateUcxWorker(opt);
+  absl::StatusOr<std::shared_ptr<transport::ucx::UcxWorker>> w =
+      transport::ucx::CreateUcxWorker(opt);
   ASSERT_TRUE(w.ok()) << w.status();
   const std::vector<std::string> listening = OwnListeningAddresses();
   ASSERT_FALSE(listening.empty()) << "the worker's listener was not found";
@@ -84,11 +85,12 @@ TEST(UcxInterfaceTest, WithoutPinningUcxStraysOntoOtherInterfaces) {
   // The control: shows the test above can fail on this machine.
   if (!HasNonLoopbackInterface()) GTEST_SKIP() << "no interface but loopback to stray onto";
   if (std::getenv("UCX_NET_DEVICES") != nullptr) GTEST_SKIP() << "UCX_NET_DEVICES is set";
-  UcxOptions opt;
+  transport::ucx::UcxOptions opt;
   opt.tls = "tcp";
   opt.listen_ip = "127.0.0.1";
   opt.pin_net_device = false;
-  absl::StatusOr<std::shared_ptr<UcxWorker>> w = CreateUcxWorker(opt);
+  absl::StatusOr<std::shared_ptr<transport::ucx::UcxWorker>> w =
+      transport::ucx::CreateUcxWorker(opt);
   ASSERT_TRUE(w.ok()) << w.status();
   int other = 0;
   for (const std::string& addr : OwnListeningAddresses()) other += addr != "0100007F";

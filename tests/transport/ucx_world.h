@@ -11,14 +11,14 @@
 
 namespace gradex::testing {
 
-inline std::vector<absl::Status> RunUcxWorld(int size, const UcxOptions& options,
+inline std::vector<absl::Status> RunUcxWorld(int size, const transport::ucx::UcxOptions& options,
                                              const RankBody& body) {
   return RunWorld(
       size,
       [&options](int r, int, std::shared_ptr<InProcessExchange> ex)
-          -> absl::StatusOr<std::unique_ptr<Transport>> {
+          -> absl::StatusOr<std::unique_ptr<transport::Transport>> {
         InProcessBootstrap boot(ex, r);
-        return CreateUcxTransport(boot, options);
+        return transport::ucx::CreateUcxTransport(boot, options);
       },
       body);
 }

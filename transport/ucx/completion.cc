@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "transport/ucx/internal.h"
 
-namespace gradex {
-namespace ucx_internal {
+namespace gradex::transport::ucx {
+namespace internal {
 namespace {
 
 void SendCallback(void* /*request*/, ucs_status_t status, void* user_data) {
@@ -231,5 +231,5 @@ void UcxTransport::CancelAll(Deadline deadline) {
   }
 }
 
-}  // namespace ucx_internal
-}  // namespace gradex
+}  // namespace internal
+}  // namespace gradex::transport::ucx

@@ -13,8 +13,8 @@
 #include "transport/ucx/internal.h"
 #include "transport/ucx/sockaddr.h"
 
-namespace gradex {
-namespace ucx_internal {
+namespace gradex::transport::ucx {
+namespace internal {
 
 void UcxTransport::OnPeerError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* a = static_cast<PeerErrorArg*>(arg);
@@ -293,5 +293,5 @@ void UcxTransport::DrainRequests(std::vector<void*>& reqs, Deadline until) {
   reqs.clear();
 }
 
-}  // namespace ucx_internal
-}  // namespace gradex
+}  // namespace internal
+}  // namespace gradex::transport::ucx

@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex {
+namespace gradex::transport::ucx {
 namespace {
 
 constexpr char kMagic[4] = {'G', 'X', 'H', '1'};
@@ -331,4 +331,4 @@ absl::Status HelloClient::Step() {
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::transport::ucx

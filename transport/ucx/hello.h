@@ -28,7 +28,7 @@
 #include "transport/transport.h"
 #include "transport/ucx/sockaddr.h"
 
-namespace gradex {
+namespace gradex::transport::ucx {
 
 // The longest packed UCX worker address a client accepts (a worker with
 // every transport of a large node is a few KiB).
@@ -103,6 +103,6 @@ class HelloClient {
   Clock::time_point retry_at_{};
 };
 
-}  // namespace gradex
+}  // namespace gradex::transport::ucx
 
 #endif  // GRADEX_TRANSPORT_UCX_HELLO_H_

@@ -29,8 +29,8 @@
 #include "transport/ucx/hello.h"
 #include "transport/ucx/ucx_transport.h"
 
-namespace gradex {
-namespace ucx_internal {
+namespace gradex::transport::ucx {
+namespace internal {
 
 constexpr uint64_t kInternalBit = uint64_t{1} << 63;
 constexpr int kRankBits = 12;
@@ -265,7 +265,7 @@ class UcxTransport : public Transport {
   RequestId next_id_ = 1;
 };
 
-}  // namespace ucx_internal
-}  // namespace gradex
+}  // namespace internal
+}  // namespace gradex::transport::ucx
 
 #endif  // GRADEX_TRANSPORT_UCX_INTERNAL_H_

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "transport/ucx/internal.h"
 
-namespace gradex {
-namespace ucx_internal {
+namespace gradex::transport::ucx {
+namespace internal {
 
 absl::Status UcxTransport::CheckArgs(int peer, uint64_t tag) const {
   if (peer < 0 || peer >= size_) {
@@ -120,5 +120,5 @@ Bytes UcxTransport::TakeBuffer(size_t bytes) {
   return b;
 }
 
-}  // namespace ucx_internal
-}  // namespace gradex
+}  // namespace internal
+}  // namespace gradex::transport::ucx

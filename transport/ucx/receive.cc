@@ -9,8 +9,8 @@
 
 #include "transport/ucx/internal.h"
 
-namespace gradex {
-namespace ucx_internal {
+namespace gradex::transport::ucx {
+namespace internal {
 
 void UcxTransport::PostDirect(Request* r, size_t cap) {
   r->direct = true;
@@ -138,5 +138,5 @@ void UcxTransport::MatchQueued() {
   }
 }
 
-}  // namespace ucx_internal
-}  // namespace gradex
+}  // namespace internal
+}  // namespace gradex::transport::ucx

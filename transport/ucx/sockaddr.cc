@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace gradex {
+namespace gradex::transport::ucx {
 
 absl::StatusOr<DataAddress> ParseDataAddress(absl::string_view text) {
   auto bad = [&](absl::string_view why) {
@@ -60,4 +60,4 @@ std::string FormatDataAddress(const sockaddr* addr) {
   return absl::StrCat(buf, ":", ntohs(a->sin_port));
 }
 
-}  // namespace gradex
+}  // namespace gradex::transport::ucx

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace gradex {
+namespace gradex::transport::ucx {
 
 inline constexpr size_t kMaxDataAddressBytes = 64;
 
@@ -29,6 +29,6 @@ absl::StatusOr<DataAddress> ParseDataAddress(absl::string_view text);
 // The text form of a bound socket address.
 std::string FormatDataAddress(const sockaddr* addr);
 
-}  // namespace gradex
+}  // namespace gradex::transport::ucx
 
 #endif  // GRADEX_TRANSPORT_UCX_SOCKADDR_H_

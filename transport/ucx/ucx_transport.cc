@@ -8,12 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "transport/ucx/internal.h"
 
-namespace gradex {
+namespace gradex::transport::ucx {
 namespace {
 
-using ucx_internal::kMaxRanks;
-using ucx_internal::UcxTransport;
-using ucx_internal::UcxWorkerImpl;
+using internal::kMaxRanks;
+using internal::UcxTransport;
+using internal::UcxWorkerImpl;
 
 absl::StatusOr<std::unique_ptr<Transport>> Connect(std::shared_ptr<UcxWorker> worker, int rank,
                                                    const std::vector<std::string>& addresses,
@@ -71,4 +71,4 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(Bootstrap& bootstr
   return Connect(*std::move(worker), rank, *all, /*generation=*/0, options, deadline);
 }
 
-}  // namespace gradex
+}  // namespace gradex::transport::ucx

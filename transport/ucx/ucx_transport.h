@@ -26,7 +26,7 @@
 #include "transport/bootstrap.h"
 #include "transport/transport.h"
 
-namespace gradex {
+namespace gradex::transport::ucx {
 
 struct UcxOptions {
   // Deadline for bootstrap + endpoint wire-up.
@@ -147,6 +147,6 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectUcxTransport(
     std::shared_ptr<UcxWorker> worker, int rank, const std::vector<std::string>& addresses,
     uint32_t generation, const UcxOptions& options);
 
-}  // namespace gradex
+}  // namespace gradex::transport::ucx
 
 #endif  // GRADEX_TRANSPORT_UCX_UCX_TRANSPORT_H_

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "transport/ucx/internal.h"
 
-namespace gradex {
-namespace ucx_internal {
+namespace gradex::transport::ucx {
+namespace internal {
 
 // UCX 1.13's largest eager message where this transport sets the threshold
 // (UcxOptions::rndv_thresh_bytes' default); larger ones wait as a header.
@@ -91,5 +91,5 @@ void UcxTransport::Blame(int peer) {
   early_use_[peer] = EarlyUse{};
 }
 
-}  // namespace ucx_internal
-}  // namespace gradex
+}  // namespace internal
+}  // namespace gradex::transport::ucx

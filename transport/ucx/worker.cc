@@ -18,8 +18,8 @@
 #include "transport/ucx/internal.h"
 #include "transport/ucx/sockaddr.h"
 
-namespace gradex {
-namespace ucx_internal {
+namespace gradex::transport::ucx {
+namespace internal {
 namespace {
 
 // Whether the effective UCX_TLS may select posix/sysv: UCX warns about
@@ -218,9 +218,9 @@ std::string UcxWorkerImpl::job_secret() const {
   return secret_;
 }
 
-}  // namespace ucx_internal
+}  // namespace internal
 
-using ucx_internal::UcxWorkerImpl;
+using internal::UcxWorkerImpl;
 
 absl::StatusOr<std::shared_ptr<UcxWorker>> CreateUcxWorker(const UcxOptions& options) {
   auto w = std::make_shared<UcxWorkerImpl>();
@@ -228,4 +228,4 @@ absl::StatusOr<std::shared_ptr<UcxWorker>> CreateUcxWorker(const UcxOptions& opt
   return std::shared_ptr<UcxWorker>(std::move(w));
 }
 
-}  // namespace gradex
+}  // namespace gradex::transport::ucx

@@ -26,7 +26,7 @@
 #include "collectives/phase_timer.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::covap {
 namespace {
 
 constexpr std::string_view kInterval = "covap_interval";
@@ -141,4 +141,4 @@ class Covap final : public SparseAllreduce {
 
 GRADEX_REGISTER_ALGORITHM("covap", [] { return std::make_unique<Covap>(); });
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::covap

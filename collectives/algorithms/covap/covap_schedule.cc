@@ -4,7 +4,7 @@
 
 #include "catalog/median.h"
 
-namespace gradex::covap {
+namespace gradex::collectives::algorithms::covap {
 
 double MedianSize(std::span<const size_t> buckets) { return catalog::Median(buckets); }
 
@@ -41,4 +41,4 @@ float Coefficient(uint64_t step, int interval) {
   return static_cast<float>(tenths) / 10.0f;
 }
 
-}  // namespace gradex::covap
+}  // namespace gradex::collectives::algorithms::covap

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-namespace gradex::covap {
+namespace gradex::collectives::algorithms::covap {
 
 // The median bucket size (the mean of the two middle sizes for an even count;
 // 0 for no buckets).
@@ -49,6 +49,6 @@ inline size_t PartElements(size_t n, int p, int j) {
 // steps; 0.2 rising every 100 steps when I > 8.
 float Coefficient(uint64_t step, int interval);
 
-}  // namespace gradex::covap
+}  // namespace gradex::collectives::algorithms::covap
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_COVAP_COVAP_SCHEDULE_H_

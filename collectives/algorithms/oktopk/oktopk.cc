@@ -14,7 +14,7 @@
 #include "collectives/phase_timer.h"
 #include "collectives/residual_ledger.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 namespace {
 
 // Entries of `local` whose index is neither delivered (in the result) nor
@@ -152,7 +152,8 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
   std::vector<kernels::SparseVec> parts;
   SplitByRegions(local, bounds_, &parts);
   kernels::SparseVec reduced = std::move(parts[me]), merged;
-  AllToAllPlan plan{std::vector<bool>(p, true), std::vector<bool>(p, true), std::vector<Bytes>(p)};
+  AllToAllPlan plan{std::vector<bool>(p, true), std::vector<bool>(p, true),
+                    std::vector<transport::Bytes>(p)};
   {
     PhaseTimer t(&times->communication_s);
     for (int d = 1; d < p; ++d) {
@@ -161,12 +162,13 @@ absl::Status OkTopk::Exchange(const CallContext& ctx, const AllreduceOptions& op
                     &wire, &plan.out[d]);
     }
   }
-  const BlockRange mine = Region(bounds_, me);
-  const ExpectedBlock want{mine, static_cast<uint32_t>(std::min<size_t>(mine.size(), local_cap))};
+  const wire::BlockRange mine = Region(bounds_, me);
+  const wire::ExpectedBlock want{mine,
+                                 static_cast<uint32_t>(std::min<size_t>(mine.size(), local_cap))};
   std::vector<kernels::SparseVec> got;
   absl::Status st = RotatedAllToAll(
       link, kOkPhaseSplitReduce, std::min(4, p), std::move(plan),
-      [&](int d, const Bytes& msg) -> absl::Status {
+      [&](int d, const transport::Bytes& msg) -> absl::Status {
         absl::Status s = DecodeCounted(msg, link.meta(kOkPhaseSplitReduce, (me - d + p) % p),
                                        {&want, 1}, &wire, &got);
         if (!s.ok()) return s;
@@ -236,4 +238,4 @@ std::unique_ptr<SparseAllreduce> CreateOkTopk(OkTopkConfig config) {
   return std::make_unique<OkTopk>(std::move(config));
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk

@@ -10,7 +10,7 @@
 #include "collectives/algorithms/oktopk/oktopk_threshold.h"
 #include "collectives/sparse_allreduce.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 
 struct OkTopkConfig {
   // kAuthors reproduces the authors' threshold nudging (for comparisons only:
@@ -32,6 +32,6 @@ const OkTopkCallInfo* OkTopkLastCall(const SparseAllreduce& algorithm);
 std::unique_ptr<SparseAllreduce> CreateOkTopk();
 std::unique_ptr<SparseAllreduce> CreateOkTopk(OkTopkConfig config);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_OKTOPK_OKTOPK_H_

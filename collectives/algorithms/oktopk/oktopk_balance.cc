@@ -7,7 +7,7 @@
 #include "collectives/algorithms/sparse_steps.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 namespace {
 
 int Mod(int a, int m) { return ((a % m) + m) % m; }
@@ -31,7 +31,7 @@ struct Layout {
                  : std::make_pair(uint64_t{0}, uint64_t{0});
   }
   // Index range of slice s: the regions whose buffers overlap it.
-  BlockRange SliceRange(int s, const Boundaries& bounds) const {
+  wire::BlockRange SliceRange(int s, const Boundaries& bounds) const {
     int first = -1, last = -1;
     for (int j = 0; j < p; ++j) {
       auto [a, b] = Piece(j, s);
@@ -40,7 +40,7 @@ struct Layout {
         last = j;
       }
     }
-    return first < 0 ? BlockRange{0, 0} : BlockRange{bounds[first], bounds[last + 1]};
+    return first < 0 ? wire::BlockRange{0, 0} : wire::BlockRange{bounds[first], bounds[last + 1]};
   }
 };
 
@@ -79,12 +79,12 @@ absl::Status BalanceAndAllGather(Link& link, const Boundaries& bounds,
   }
   const Layout layout(counts);
   *balanced = NeedsBalancing(counts);
-  std::vector<std::vector<ExpectedBlock>> expect(p);
+  std::vector<std::vector<wire::ExpectedBlock>> expect(p);
   kernels::SparseVec values;
   if (*balanced) {
     std::vector<kernels::SparseVec> pieces(p);
     AllToAllPlan plan{std::vector<bool>(p, false), std::vector<bool>(p, false),
-                      std::vector<Bytes>(p)};
+                      std::vector<transport::Bytes>(p)};
     for (int d = 1; d < p; ++d) {
       auto [a, b] = layout.Piece(me, Mod(me + d, p));
       if (b > a) {
@@ -100,20 +100,20 @@ absl::Status BalanceAndAllGather(Link& link, const Boundaries& bounds,
       pieces[me] = Sub(selected, a, b);
     }
     std::vector<kernels::SparseVec> got;
-    absl::Status st =
-        RotatedAllToAll(link, kOkPhaseBalance, std::min(4, p), std::move(plan),
-                        [&](int d, const Bytes& msg) -> absl::Status {
-                          const int j = Mod(me - d, p);
-                          auto [a, b] = layout.Piece(j, me);
-                          const ExpectedBlock want{Region(bounds, j), static_cast<uint32_t>(b - a)};
-                          absl::Status s = DecodeCounted(msg, link.meta(kOkPhaseBalance, j),
-                                                         {&want, 1}, wire, &got);
-                          if (!s.ok()) return s;
-                          if (got[0].nnz() != b - a)
-                            return CountMismatch(me, "balance piece", j, got[0].nnz(), b - a);
-                          pieces[j] = std::move(got[0]);
-                          return absl::OkStatus();
-                        });
+    absl::Status st = RotatedAllToAll(
+        link, kOkPhaseBalance, std::min(4, p), std::move(plan),
+        [&](int d, const transport::Bytes& msg) -> absl::Status {
+          const int j = Mod(me - d, p);
+          auto [a, b] = layout.Piece(j, me);
+          const wire::ExpectedBlock want{Region(bounds, j), static_cast<uint32_t>(b - a)};
+          absl::Status s =
+              DecodeCounted(msg, link.meta(kOkPhaseBalance, j), {&want, 1}, wire, &got);
+          if (!s.ok()) return s;
+          if (got[0].nnz() != b - a)
+            return CountMismatch(me, "balance piece", j, got[0].nnz(), b - a);
+          pieces[j] = std::move(got[0]);
+          return absl::OkStatus();
+        });
     if (!st.ok()) return st;
     ConcatBlocks(pieces, &values);
     for (int s = 0; s < p; ++s) {
@@ -155,4 +155,4 @@ absl::Status BalanceAndAllGather(Link& link, const Boundaries& bounds,
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk

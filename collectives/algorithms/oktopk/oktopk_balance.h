@@ -12,7 +12,7 @@
 #include "collectives/algorithms/oktopk/oktopk_regions.h"
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 
 // Whether the buffers of `counts` are balanced first (max > 4 * mean).
 bool NeedsBalancing(const std::vector<uint32_t>& counts);
@@ -30,6 +30,6 @@ absl::Status BalanceAndAllGather(Link& link, const Boundaries& bounds,
                                  PhaseTimes* times, WireCount* wire, kernels::SparseVec* result,
                                  kernels::SparseVec* all_cancelled, bool* balanced);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_OKTOPK_OKTOPK_BALANCE_H_

@@ -7,38 +7,39 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/phase_timer.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 namespace {
 
 int Mod(int a, int m) { return ((a % m) + m) % m; }
 
 }  // namespace
 
-void AppendCounted(const FrameMeta& meta, BlockRange range, kernels::SparseView block,
-                   WireCount* wire, Bytes* out) {
+void AppendCounted(const wire::FrameMeta& meta, wire::BlockRange range, kernels::SparseView block,
+                   WireCount* wire, transport::Bytes* out) {
   for (size_t i = 0; i < block.nnz; ++i) wire->entries_sent += kernels::IsPresent(block.val[i]);
   ++wire->frames_sent;
-  AppendBlockFrame(meta, range, block, out);
+  wire::AppendBlockFrame(meta, range, block, out);
 }
 
-absl::Status DecodeCounted(const Bytes& message, const FrameMeta& meta,
-                           std::span<const ExpectedBlock> expected, WireCount* wire,
+absl::Status DecodeCounted(const transport::Bytes& message, const wire::FrameMeta& meta,
+                           std::span<const wire::ExpectedBlock> expected, WireCount* wire,
                            std::vector<kernels::SparseVec>* out) {
-  absl::Status st = DecodeSparseBlocks(message, meta, expected, out);
+  absl::Status st = wire::DecodeSparseBlocks(message, meta, expected, out);
   if (!st.ok()) return st;
   wire->frames_recv += expected.size();
   for (const auto& v : *out) wire->entries_recv += v.nnz();
   return absl::OkStatus();
 }
 
-absl::Status RotatedAllToAll(Link& link, uint16_t phase, int window, AllToAllPlan plan,
-                             const std::function<absl::Status(int, const Bytes&)>& on_recv) {
+absl::Status RotatedAllToAll(
+    Link& link, uint16_t phase, int window, AllToAllPlan plan,
+    const std::function<absl::Status(int, const transport::Bytes&)>& on_recv) {
   const int p = link.size(), me = link.rank();
   window = std::max(1, window);
   struct Posted {
     int offset;
     Link::Pending send, recv;
-    Bytes in;
+    transport::Bytes in;
   };
   // Posts the bucket of offsets [first, first + window); the sub of offset d
   // is d.
@@ -92,7 +93,8 @@ absl::Status RotatedAllToAll(Link& link, uint16_t phase, int window, AllToAllPla
   return st;
 }
 
-absl::Status BruckAllGatherBlocks(Link& link, const std::vector<std::vector<ExpectedBlock>>& expect,
+absl::Status BruckAllGatherBlocks(Link& link,
+                                  const std::vector<std::vector<wire::ExpectedBlock>>& expect,
                                   uint16_t phase, uint32_t sub_base, PhaseTimes* times,
                                   WireCount* wire, std::vector<kernels::SparseVec> mine,
                                   std::vector<std::vector<kernels::SparseVec>>* all) {
@@ -101,12 +103,12 @@ absl::Status BruckAllGatherBlocks(Link& link, const std::vector<std::vector<Expe
   std::vector<std::vector<kernels::SparseVec>> gathered;
   gathered.reserve(p);
   gathered.push_back(std::move(mine));
-  std::vector<ExpectedBlock> want;
+  std::vector<wire::ExpectedBlock> want;
   std::vector<kernels::SparseVec> received;
   uint32_t sub = sub_base;
   for (int dist = 1; dist < p; dist <<= 1, ++sub) {
     const int count = std::min(dist, p - dist);
-    Bytes out;
+    transport::Bytes out;
     {
       PhaseTimer t(&times->communication_s);
       for (int j = 0; j < count; ++j) {
@@ -116,7 +118,7 @@ absl::Status BruckAllGatherBlocks(Link& link, const std::vector<std::vector<Expe
         }
       }
     }
-    absl::StatusOr<Bytes> in =
+    absl::StatusOr<transport::Bytes> in =
         link.Exchange(Mod(me - dist, p), std::move(out), Mod(me + dist, p), phase, sub);
     if (!in.ok()) return in.status();
     PhaseTimer t(&times->communication_s);
@@ -149,7 +151,7 @@ absl::StatusOr<std::vector<std::vector<uint32_t>>> AllGatherWords(Link& link,
   const int p = link.size(), me = link.rank();
   const uint32_t m = static_cast<uint32_t>(words.size());
   // Member j's words w occupy positions 2(jm + w) (high half) and +1 (low).
-  std::vector<std::vector<ExpectedBlock>> expect(p);
+  std::vector<std::vector<wire::ExpectedBlock>> expect(p);
   for (int j = 0; j < p; ++j) {
     expect[j].push_back({{2 * m * j, 2 * m * (j + 1)}, 2 * m});
   }
@@ -184,4 +186,4 @@ absl::StatusOr<std::vector<std::vector<uint32_t>>> AllGatherWords(Link& link,
   return out;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk

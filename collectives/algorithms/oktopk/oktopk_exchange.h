@@ -16,7 +16,7 @@
 #include "collectives/link.h"
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 
 // Phases stamped on Ok-Topk frames (and used in tags).
 enum OkTopkPhase : uint16_t {
@@ -35,11 +35,11 @@ struct WireCount {
 };
 
 // Appends a block frame and counts the nonzero entries it carries.
-void AppendCounted(const FrameMeta& meta, BlockRange range, kernels::SparseView block,
-                   WireCount* wire, Bytes* out);
+void AppendCounted(const wire::FrameMeta& meta, wire::BlockRange range, kernels::SparseView block,
+                   WireCount* wire, transport::Bytes* out);
 // Decodes one message of frames for `expected` and counts what came.
-absl::Status DecodeCounted(const Bytes& message, const FrameMeta& meta,
-                           std::span<const ExpectedBlock> expected, WireCount* wire,
+absl::Status DecodeCounted(const transport::Bytes& message, const wire::FrameMeta& meta,
+                           std::span<const wire::ExpectedBlock> expected, WireCount* wire,
                            std::vector<kernels::SparseVec>* out);
 
 // One peer of a rotated all-to-all: at offset d (1..P-1) this rank sends
@@ -49,16 +49,18 @@ absl::Status DecodeCounted(const Bytes& message, const FrameMeta& meta,
 // bucket completes and while the next bucket is in flight (the paper's
 // overlap of the reduction with communication).
 struct AllToAllPlan {
-  std::vector<bool> send, recv;  // indexed by offset, size P
-  std::vector<Bytes> out;        // indexed by offset
+  std::vector<bool> send, recv;       // indexed by offset, size P
+  std::vector<transport::Bytes> out;  // indexed by offset
 };
-absl::Status RotatedAllToAll(Link& link, uint16_t phase, int window, AllToAllPlan plan,
-                             const std::function<absl::Status(int, const Bytes&)>& on_recv);
+absl::Status RotatedAllToAll(
+    Link& link, uint16_t phase, int window, AllToAllPlan plan,
+    const std::function<absl::Status(int, const transport::Bytes&)>& on_recv);
 
 // Bruck all-gather over all ranks where member j contributes the blocks
 // expect[j] (several frames, in order). On return (*all)[j] holds member j's
 // blocks. `mine` must match expect[rank] in length.
-absl::Status BruckAllGatherBlocks(Link& link, const std::vector<std::vector<ExpectedBlock>>& expect,
+absl::Status BruckAllGatherBlocks(Link& link,
+                                  const std::vector<std::vector<wire::ExpectedBlock>>& expect,
                                   uint16_t phase, uint32_t sub_base, PhaseTimes* times,
                                   WireCount* wire, std::vector<kernels::SparseVec> mine,
                                   std::vector<std::vector<kernels::SparseVec>>* all);
@@ -72,6 +74,6 @@ absl::StatusOr<std::vector<std::vector<uint32_t>>> AllGatherWords(Link& link,
                                                                   PhaseTimes* times,
                                                                   WireCount* wire);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_OKTOPK_OKTOPK_EXCHANGE_H_

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 
 Boundaries EqualBoundaries(size_t n, int parts) {
   Boundaries b(parts + 1);
@@ -62,4 +62,4 @@ absl::StatusOr<Boundaries> MeanBoundaryAgreement::Agree(Link& link,
   return b;
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk

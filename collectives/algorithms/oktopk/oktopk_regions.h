@@ -13,7 +13,7 @@
 #include "collectives/algorithms/oktopk/oktopk_exchange.h"
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 
 // Region boundaries b_0 = 0 <= b_1 <= ... <= b_P = n; region j = [b_j, b_j+1).
 using Boundaries = std::vector<uint32_t>;
@@ -29,7 +29,7 @@ std::vector<uint32_t> ProposeBoundaries(const kernels::SparseVec& local, size_t 
 void SplitByRegions(const kernels::SparseVec& sel, const Boundaries& b,
                     std::vector<kernels::SparseVec>* parts);
 
-inline BlockRange Region(const Boundaries& b, int j) { return {b[j], b[j + 1]}; }
+inline wire::BlockRange Region(const Boundaries& b, int j) { return {b[j], b[j + 1]}; }
 
 // Turns every rank's proposal into the same boundaries. The data plane does it
 // with an all-gather inside the call; the coordinator can take it over (it
@@ -50,6 +50,6 @@ class MeanBoundaryAgreement final : public BoundaryAgreement {
                                    PhaseTimes* times, WireCount* wire) override;
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_OKTOPK_OKTOPK_REGIONS_H_

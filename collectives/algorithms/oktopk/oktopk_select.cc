@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/topk_step.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 namespace {
 
 constexpr uint32_t kInfKey = 0x7f800000u;  // keys above it are NaN: never selected
@@ -231,4 +231,4 @@ absl::Status SelectGlobal(Link& link, const kernels::SparseVec& reduced, uint32_
   return absl::OkStatus();
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk

@@ -15,7 +15,7 @@
 #include "collectives/local_input.h"
 #include "kernels/sparse.h"
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 
 struct SelectInfo {
   bool exact = false;      // the selection was exact (refresh or fallback)
@@ -47,6 +47,6 @@ absl::Status SelectGlobal(Link& link, const kernels::SparseVec& reduced, uint32_
                           std::vector<uint32_t>* counts, std::vector<uint32_t>* zero_counts,
                           SelectInfo* info);
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_OKTOPK_OKTOPK_SELECT_H_

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 namespace {
 
 constexpr double kAuthorsNudge = 1.025;
@@ -60,4 +60,4 @@ void ThresholdController::Observe(float used, size_t count, size_t k, float exac
   valid_ = th_ > 0 && std::isfinite(th_);
 }
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstddef>
 
-namespace gradex {
+namespace gradex::collectives::algorithms::oktopk {
 
 enum class ThresholdRule {
   // Ours: predicts the next threshold from this call's ideal threshold and its
@@ -55,6 +55,6 @@ class ThresholdController {
   double prev_ideal_ = 0;
 };
 
-}  // namespace gradex
+}  // namespace gradex::collectives::algorithms::oktopk
 
 #endif  // GRADEX_COLLECTIVES_ALGORITHMS_OKTOPK_OKTOPK_THRESHOLD_H_

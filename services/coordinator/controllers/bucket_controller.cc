@@ -8,7 +8,7 @@
 #include "catalog/median.h"
 #include "catalog/models.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::controllers {
 namespace {
 
 // Open steps kept while their reports arrive: a rank whose reports are
@@ -334,4 +334,4 @@ int BucketController::dense_buckets() const {
   return n;
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::controllers

@@ -59,7 +59,7 @@
 
 #include "absl/time/time.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::controllers {
 
 struct BucketControllerOptions {
   // Hysteresis: a switch needs the winner faster by this fraction, both
@@ -246,6 +246,6 @@ class BucketController {
   std::vector<BucketSwitch> switches_, kept_sparse_;
 };
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::controllers
 
 #endif  // GRADEX_SERVICES_COORDINATOR_CONTROLLERS_BUCKET_CONTROLLER_H_

@@ -5,7 +5,7 @@
 
 #include "catalog/median.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::controllers {
 namespace {
 
 // Open (incomplete) steps kept: a rank whose reports are dropped must not
@@ -67,4 +67,4 @@ bool CcrProfiler::Feed(int rank, uint64_t step, double exchange_seconds, double 
   return true;
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::controllers

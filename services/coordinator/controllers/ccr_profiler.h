@@ -24,7 +24,7 @@
 #include <map>
 #include <vector>
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::controllers {
 
 // The largest interval the profiler publishes. Past it each part of the
 // gradient waits more than 16 steps for its turn: the staleness the covap
@@ -63,6 +63,6 @@ class CcrProfiler {
   double ccr_ = 0;
 };
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::controllers
 
 #endif  // GRADEX_SERVICES_COORDINATOR_CONTROLLERS_CCR_PROFILER_H_

@@ -5,7 +5,7 @@
 
 #include "catalog/catalog.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::controllers {
 namespace {
 
 // Bounds the open (incomplete) steps a profiler or consensus keeps: a rank
@@ -88,4 +88,4 @@ bool BoundaryConsensus::Feed(int rank, uint32_t bucket, uint64_t elements, uint6
   return true;
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::controllers

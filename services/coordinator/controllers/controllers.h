@@ -12,7 +12,7 @@
 
 #include "catalog/models.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::controllers {
 
 // Team count for an epoch of P members: the configured T when it divides P,
 // else the largest divisor of P below it. The algorithm name switches between
@@ -79,6 +79,6 @@ class BoundaryConsensus {
   std::map<std::pair<uint32_t, uint64_t>, Pending> pending_;  // (bucket, step)
 };
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::controllers
 
 #endif  // GRADEX_SERVICES_COORDINATOR_CONTROLLERS_CONTROLLERS_H_

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::controllers {
 
 std::vector<ShardRange> ShardRanges(uint64_t total, uint32_t shards) {
   std::vector<ShardRange> out;
@@ -97,4 +97,4 @@ absl::StatusOr<ShardAssignment> ServerShards::Assign(const std::vector<ShardCand
   return a;
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::controllers

@@ -21,7 +21,7 @@
 #include "absl/time/time.h"
 #include "catalog/catalog.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::controllers {
 
 // At most this many shards (the catalog's bound, which the DGS data plane
 // checks too).
@@ -90,6 +90,6 @@ class ServerShards {
   uint64_t moves_ = 0;
 };
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::controllers
 
 #endif  // GRADEX_SERVICES_COORDINATOR_CONTROLLERS_SERVER_SHARDS_H_

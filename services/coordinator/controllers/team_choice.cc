@@ -5,7 +5,7 @@
 
 #include "catalog/catalog.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::controllers {
 namespace {
 
 bool IsPowerOfTwo(int v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -99,4 +99,4 @@ std::optional<TeamDecision> AutoTeams::Decide(const TeamChoice& current, double 
   return DecideTeams(current, world_, elements_, density, ratio, alpha_, beta_);
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::controllers

@@ -12,7 +12,7 @@
 
 #include "services/coordinator/controllers/controllers.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::controllers {
 
 // Seconds of one SAG call on P ranks, n elements at `density`, T teams, by
 // the algorithm's Table 1 row in the catalog (catalog/cost_rows.h); for B-SAG at
@@ -75,6 +75,6 @@ class AutoTeams {
   bool decided_ = false;
 };
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::controllers
 
 #endif  // GRADEX_SERVICES_COORDINATOR_CONTROLLERS_TEAM_CHOICE_H_

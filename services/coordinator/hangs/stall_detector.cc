@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::hangs {
 
 std::optional<Stall> StallDetector::Check(const std::vector<uint64_t>& next_step, absl::Time now,
                                           int* behind) {
@@ -42,4 +42,4 @@ bool StallDetector::CheckWaits(uint64_t step, absl::Duration oldest, absl::Time 
   return true;
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::hangs

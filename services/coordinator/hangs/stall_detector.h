@@ -11,7 +11,7 @@
 
 #include "absl/time/time.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::hangs {
 
 struct Stall {
   uint64_t step = 0;                 // the step the laggards have not finished
@@ -48,6 +48,6 @@ class StallDetector {
   uint64_t waits_step_ = ~uint64_t{0};
 };
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::hangs
 
 #endif  // GRADEX_SERVICES_COORDINATOR_HANGS_STALL_DETECTOR_H_

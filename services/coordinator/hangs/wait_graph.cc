@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::hangs {
 
 WaitDiagnosis DiagnoseWaits(const std::vector<int>& waits_on) {
   const int p = static_cast<int>(waits_on.size());
@@ -64,12 +64,13 @@ WaitDiagnosis DiagnoseWaits(const std::vector<int>& waits_on) {
   return d;
 }
 
-EpochWaits ScanWaits(const Membership& m, const Epoch& run, absl::Time now) {
+EpochWaits ScanWaits(const membership::Membership& m, const membership::Epoch& run,
+                     absl::Time now) {
   EpochWaits w;
   const int p = static_cast<int>(run.roster.size());
   w.waits_on.assign(p, -1);
   for (int r = 0; r < p; ++r) {
-    const MemberRecord* rec = m.Find(run.roster[r]);
+    const membership::MemberRecord* rec = m.Find(run.roster[r]);
     if (rec == nullptr || !rec->waiting) continue;
     const gradex::v1::WaitState& ws = rec->wait;
     if (ws.epoch() != run.number || ws.step() < rec->next_step) continue;
@@ -89,22 +90,22 @@ std::string Ranks(const std::vector<int>& ranks, const char* sep = ", ") {
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, sep));
 }
 
-std::string Who(const Membership& m, const Epoch& run, int rank) {
-  const MemberRecord* rec = m.Find(run.roster[rank]);
+std::string Who(const membership::Membership& m, const membership::Epoch& run, int rank) {
+  const membership::MemberRecord* rec = m.Find(run.roster[rank]);
   if (rec == nullptr) return absl::StrCat("rank ", rank, " (member ", run.roster[rank], ")");
   return absl::StrCat("rank ", rank, " (host '", rec->host, "', agent '", rec->agent_id, "')");
 }
 
 }  // namespace
 
-std::string DescribeHang(const Membership& m, const Epoch& run, const EpochWaits& w, absl::Time now,
-                         absl::Duration silence) {
+std::string DescribeHang(const membership::Membership& m, const membership::Epoch& run,
+                         const EpochWaits& w, absl::Time now, absl::Duration silence) {
   if (!w.any) return "";
   const WaitDiagnosis d = DiagnoseWaits(w.waits_on);
   std::vector<std::string> parts;
   for (const WaitCause& c : d.causes) {
     const int r = c.ranks[0];
-    const MemberRecord* rec = m.Find(run.roster[r]);
+    const membership::MemberRecord* rec = m.Find(run.roster[r]);
     std::string why;
     if (rec == nullptr) {
       why = "is gone (lease expired or left)";
@@ -138,7 +139,7 @@ std::string DescribeHang(const Membership& m, const Epoch& run, const EpochWaits
   // Members that never entered this epoch hold up its entry and barriers.
   std::vector<std::string> older;
   for (size_t r = 0; r < run.roster.size(); ++r) {
-    const MemberRecord* rec = m.Find(run.roster[r]);
+    const membership::MemberRecord* rec = m.Find(run.roster[r]);
     const bool named = std::any_of(d.causes.begin(), d.causes.end(), [&](const WaitCause& c) {
       return c.ranks[0] == static_cast<int>(r);
     });
@@ -153,4 +154,4 @@ std::string DescribeHang(const Membership& m, const Epoch& run, const EpochWaits
   return absl::StrJoin(parts, "; ");
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::hangs

@@ -13,7 +13,7 @@
 #include "absl/time/time.h"
 #include "services/coordinator/membership/membership.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::hangs {
 
 struct WaitCause {
   // A cause: one rank; a cycle: its ranks in wait order, from the smallest.
@@ -40,15 +40,15 @@ struct EpochWaits {
   uint64_t step = 0;      // the smallest step a rank waits in
   absl::Duration oldest;  // the longest wait, aged since its heartbeat
 };
-EpochWaits ScanWaits(const Membership& m, const Epoch& run, absl::Time now);
+EpochWaits ScanWaits(const membership::Membership& m, const membership::Epoch& run, absl::Time now);
 
 // One line naming the cause: "rank 2 (host 'h') is not in the exchange of step
 // 7: ranks 0, 1, 3 wait on it", or a cycle, or a member whose heartbeats
 // stopped (none for `silence`) or that is gone, and the ranks whose heartbeats
 // say they still run an older epoch. Empty when nobody waits.
-std::string DescribeHang(const Membership& m, const Epoch& run, const EpochWaits& w, absl::Time now,
-                         absl::Duration silence);
+std::string DescribeHang(const membership::Membership& m, const membership::Epoch& run,
+                         const EpochWaits& w, absl::Time now, absl::Duration silence);
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::hangs
 
 #endif  // GRADEX_SERVICES_COORDINATOR_HANGS_WAIT_GRAPH_H_

@@ -2,7 +2,7 @@
 
 #include <random>
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::membership {
 
 std::string NewMemberSecret() {
   std::random_device rd;
@@ -24,4 +24,4 @@ bool SecretMatches(absl::string_view expected, absl::string_view given) {
   return diff == 0;
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::membership

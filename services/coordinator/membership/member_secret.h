@@ -10,7 +10,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::membership {
 
 inline constexpr size_t kMemberSecretBytes = 32;
 inline constexpr size_t kMaxMemberSecretBytes = 64;  // what requests may carry
@@ -22,6 +22,6 @@ std::string NewMemberSecret();
 // how long the comparison took. An empty `expected` matches nothing.
 bool SecretMatches(absl::string_view expected, absl::string_view given);
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::membership
 
 #endif  // GRADEX_SERVICES_COORDINATOR_MEMBERSHIP_MEMBER_SECRET_H_

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "version/version.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::membership {
 namespace {
 
 // A member that sends no protocol predates the field, and every such
@@ -21,19 +21,19 @@ std::string ReleaseOf(const gradex::v1::JoinRequest& r) {
 
 absl::Status CheckWireProtocol(const gradex::v1::JoinRequest& r) {
   const uint32_t p = ProtocolOf(r);
-  if (p >= kOldestWireProtocol && p <= kWireProtocol) return absl::OkStatus();
-  const std::string speaks =
-      kOldestWireProtocol == kWireProtocol
-          ? absl::StrCat("wire protocol ", kWireProtocol)
-          : absl::StrCat("wire protocols ", kOldestWireProtocol, "..", kWireProtocol);
+  if (p >= version::kOldestWireProtocol && p <= version::kWireProtocol) return absl::OkStatus();
+  const std::string speaks = version::kOldestWireProtocol == version::kWireProtocol
+                                 ? absl::StrCat("wire protocol ", version::kWireProtocol)
+                                 : absl::StrCat("wire protocols ", version::kOldestWireProtocol,
+                                                "..", version::kWireProtocol);
   return absl::FailedPreconditionError(absl::StrCat(
       "wire_protocol: agent '", r.agent_id(), "' runs gradex ", ReleaseOf(r), " (wire protocol ", p,
-      "); this coordinator runs gradex ", Version(), " and speaks ", speaks,
+      "); this coordinator runs gradex ", version::Version(), " and speaks ", speaks,
       ": run the same gradex release on the coordinator and every member"));
 }
 
 bool OtherRelease(const gradex::v1::JoinRequest& r) {
-  return !r.gradex_version().empty() && r.gradex_version() != Version();
+  return !r.gradex_version().empty() && r.gradex_version() != version::Version();
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::membership

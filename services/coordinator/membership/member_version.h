@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "gradex/v1/coordinator.pb.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::membership {
 
 // FAILED_PRECONDITION naming both protocols (and both releases) when the
 // joiner's wire protocol is outside the range this coordinator speaks.
@@ -30,6 +30,6 @@ class ReleaseWarnings {
   std::set<std::string> seen_;
 };
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::membership
 
 #endif  // GRADEX_SERVICES_COORDINATOR_MEMBERSHIP_MEMBER_VERSION_H_

@@ -9,7 +9,7 @@
 #include "services/coordinator/log.h"
 #include "services/coordinator/membership/member_secret.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::membership {
 namespace {
 constexpr size_t kEpochsKept = 4;
 }  // namespace
@@ -315,4 +315,4 @@ bool Membership::Tick(absl::Time now, std::vector<uint64_t>* evicted) {
   }
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::membership

@@ -18,7 +18,7 @@
 #include "services/coordinator/job_config.h"
 #include "services/coordinator/limits.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::membership {
 
 struct MemberRecord {
   uint64_t id = 0;
@@ -195,6 +195,6 @@ class Membership {
   absl::Time lost_at_ = absl::InfiniteFuture();  // when Tick first saw lost_
 };
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::membership
 
 #endif  // GRADEX_SERVICES_COORDINATOR_MEMBERSHIP_MEMBERSHIP_H_

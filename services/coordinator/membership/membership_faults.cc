@@ -8,7 +8,7 @@
 #include "services/coordinator/hangs/wait_graph.h"
 #include "services/coordinator/membership/membership.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::membership {
 
 void Membership::Evict(uint64_t id, MemberRecord::Cause cause, std::string why,
                        std::vector<uint64_t>* evicted) {
@@ -121,7 +121,7 @@ void Membership::EvictBlamed(const Epoch& e, absl::Time now, std::vector<uint64_
     const absl::Duration age = absl::Milliseconds(ws.waited_ms()) + (now - rec->last_heartbeat);
     if (age >= s_.entry_timeout / 2) waits_on[r] = ws.peer_rank();
   }
-  for (const WaitCause& c : DiagnoseWaits(waits_on).causes) {
+  for (const hangs::WaitCause& c : hangs::DiagnoseWaits(waits_on).causes) {
     if (c.ranks.size() != 1) continue;
     const int blamers = static_cast<int>(c.waiters.size());
     if (2 * blamers <= p - 1) continue;
@@ -179,4 +179,4 @@ void Membership::EvictBadFrameSenders(std::vector<uint64_t>* evicted) {
     Evict(id, MemberRecord::Cause::kBadFrames, std::move(why), evicted);
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::membership

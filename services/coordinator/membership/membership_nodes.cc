@@ -15,7 +15,7 @@
 #include "services/coordinator/log.h"
 #include "services/coordinator/membership/membership.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::membership {
 namespace {
 
 const char* CauseName(MemberRecord::Cause cause) {
@@ -58,4 +58,4 @@ void Membership::EvictNodeOf(const MemberRecord& dead, std::vector<uint64_t>* ev
   }
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::membership

@@ -6,7 +6,7 @@
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::membership {
 namespace {
 
 std::map<std::string, std::string> Labels(const MemberRow& r) {
@@ -24,9 +24,10 @@ std::map<std::string, std::string> Labels(const MemberRow& r) {
 }  // namespace
 
 std::vector<MemberRow> MembershipRows(const Epoch& e, const Membership& m,
-                                      const ShardAssignment& ps,
+                                      const controllers::ShardAssignment& ps,
                                       const std::vector<uint32_t>& layer_sizes) {
-  const std::vector<ShardRange> ranges = ShardRanges(layer_sizes, ps.shards);
+  const std::vector<controllers::ShardRange> ranges =
+      controllers::ShardRanges(layer_sizes, ps.shards);
   std::vector<MemberRow> rows;
   for (size_t rank = 0; rank < e.roster.size(); ++rank) {
     const MemberRecord* rec = m.Find(e.roster[rank]);
@@ -55,7 +56,7 @@ std::vector<MemberRow> MembershipRows(const Epoch& e, const Membership& m,
   return rows;
 }
 
-void MembershipView::Update(const Membership& m, const ShardAssignment& ps,
+void MembershipView::Update(const Membership& m, const controllers::ShardAssignment& ps,
                             const PsSettings& settings) {
   const uint64_t epoch = m.has_epoch() ? m.latest().number : 0;
   if (epoch != epoch_) {
@@ -94,4 +95,4 @@ void MembershipView::Export() {
   for (const MemberRow& r : rows_) info_->Add(Labels(r)).Set(1);
 }
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::membership

@@ -26,7 +26,7 @@ template <typename T>
 class Family;
 }  // namespace prometheus
 
-namespace gradex::coordinator {
+namespace gradex::coordinator::membership {
 
 inline constexpr size_t kMaxMemberInfoSeries = 512;
 
@@ -47,7 +47,7 @@ struct MemberRow {
 // shard it holds (one without a shard when it holds none). `ps` is the
 // epoch's assignment (shards == 0: none), `layer_sizes` the job's model.
 std::vector<MemberRow> MembershipRows(const Epoch& e, const Membership& m,
-                                      const ShardAssignment& ps,
+                                      const controllers::ShardAssignment& ps,
                                       const std::vector<uint32_t>& layer_sizes);
 
 class MembershipView {
@@ -59,7 +59,8 @@ class MembershipView {
   // Called after every change of the membership: rebuilds the view when the
   // latest epoch changed (or is gone: everyone left), else drops the rows of
   // members no longer known.
-  void Update(const Membership& m, const ShardAssignment& ps, const PsSettings& settings);
+  void Update(const Membership& m, const controllers::ShardAssignment& ps,
+              const PsSettings& settings);
 
   // The rows exported (at most kMaxMemberInfoSeries), and those left out.
   const std::vector<MemberRow>& rows() const { return rows_; }
@@ -77,6 +78,6 @@ class MembershipView {
   size_t unlisted_count_ = 0;
 };
 
-}  // namespace gradex::coordinator
+}  // namespace gradex::coordinator::membership
 
 #endif  // GRADEX_SERVICES_COORDINATOR_MEMBERSHIP_MEMBERSHIP_VIEW_H_
