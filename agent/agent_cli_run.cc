@@ -23,6 +23,7 @@
 #include "member/grpc_control_plane.h"
 #include "member/member_wiring.h"
 #include "pipeline/agent.h"
+#include "pipeline/whole_step.h"
 #include "ps/server_role.h"
 
 namespace gradex::agent {
@@ -149,6 +150,7 @@ int Run(const Flags& f) {
   std::unique_ptr<StepInvariants> invariants;
   if (f.check_invariants)
     invariants = std::make_unique<StepInvariants>(o.job, f.buckets, f.elements, f.corrupt_step);
+  pipeline::WholeStep whole(&agent);
   int failures_in_a_row = 0;
   bool stalled = false;
   while (!(agent.connected() && agent.next_step() >= f.steps)) {
@@ -161,11 +163,11 @@ int Run(const Flags& f) {
     }
     for (int b = 0; b < f.buckets; ++b) Synthesize(f.seed, agent_seed, step, b, grads[b]);
     pipeline::StepOutcome out;
-    if (invariants != nullptr) invariants->Before(agent);
-    absl::Status s = agent.Step(spans, &out);
+    if (invariants != nullptr) invariants->Before(whole);
+    absl::Status s = whole.Run(spans, &out);
     if (s.ok() && invariants != nullptr) {
       std::string violation;
-      s = invariants->After(agent, spans, out, &violation);
+      s = invariants->After(whole, spans, out, &violation);
       if (!violation.empty()) {
         std::cerr << "gradex-agent: INVARIANT VIOLATED: " << violation << "\n";
         return 3;

@@ -30,15 +30,16 @@ StepInvariants::StepInvariants(const std::string& job, int buckets, size_t eleme
       contribution_(elements),
       scratch_(elements) {}
 
-void StepInvariants::Before(const pipeline::Agent& agent) {
-  if (std::vector<std::vector<float>> r = agent.residuals(); r.size() == residual_in_.size()) {
+void StepInvariants::Before(const pipeline::WholeStep& step) {
+  if (std::vector<std::vector<float>> r = step.residuals(); r.size() == residual_in_.size()) {
     residual_in_ = std::move(r);
   }
 }
 
-absl::Status StepInvariants::After(pipeline::Agent& agent,
+absl::Status StepInvariants::After(const pipeline::WholeStep& step,
                                    std::span<const std::span<const float>> grads,
                                    const pipeline::StepOutcome& out, std::string* violation) {
+  const pipeline::Agent& agent = step.agent();
   transport::Transport* t = agent.tracked_transport();  // preempted by an eviction like the step
   const member::Plan* plan = agent.plan();
   if (t == nullptr || plan == nullptr) {
@@ -51,7 +52,7 @@ absl::Status StepInvariants::After(pipeline::Agent& agent,
   }
   const transport::Deadline deadline = transport::DeadlineIn(plan->step_deadline);
   const size_t buckets = grads.size();
-  const std::vector<std::vector<float>> residual_out = agent.residuals();
+  const std::vector<std::vector<float>> residual_out = step.residuals();
   if (residual_out.size() != buckets) {
     return absl::FailedPreconditionError("invariants: the step's residuals are not readable");
   }

@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "collectives/in_band.h"
-#include "pipeline/agent.h"
+#include "pipeline/whole_step.h"
 
 namespace gradex::agent {
 
@@ -28,13 +28,13 @@ class StepInvariants {
                  uint64_t corrupt_step = ~uint64_t{0});
 
   // Copies the residuals the coming step starts from.
-  void Before(const pipeline::Agent& agent);
+  void Before(const pipeline::WholeStep& step);
 
   // Checks the step just completed. A violation sets *violation (and returns
   // OK): the run must stop. A non-OK status means the check itself could not
   // finish (a peer failed or missed the deadline): the caller aborts the
   // communicator so the next step re-joins, like a failed step.
-  absl::Status After(pipeline::Agent& agent, std::span<const std::span<const float>> grads,
+  absl::Status After(const pipeline::WholeStep& step, std::span<const std::span<const float>> grads,
                      const pipeline::StepOutcome& out, std::string* violation);
 
  private:

@@ -10,7 +10,6 @@
 #include "member/epoch_preemption.h"
 #include "member/epoch_sync.h"
 #include "member/link_probe.h"
-#include "pipeline/bucket_pipeline.h"
 
 namespace gradex::pipeline {
 namespace {

@@ -15,10 +15,11 @@
 //
 // One way to drive it: the BucketPipeline (bucket_pipeline.h), which owns
 // every bucket's state and runs a step's buckets one by one, of any size,
-// selecting bucket b+1 while bucket b exchanges. Step() (gradex-agent's
-// synthetic gradients, bench) is a loop over a pipeline of its own. The
-// per-bucket calls below (BeginStep, PlanBucket, PrepareBucket,
-// ExchangeBucket, AbandonBucket, EndStep) are the pipeline's alone.
+// selecting bucket b+1 while bucket b exchanges. WholeStep (whole_step.h:
+// gradex-agent's synthetic gradients, bench) is a loop over a pipeline of its
+// own. The per-bucket calls below (BeginStep, PlanBucket, PrepareBucket,
+// ExchangeBucket, AbandonBucket, EndStep) are the pipeline's alone; both
+// stand above the agent, which includes neither.
 #ifndef GRADEX_PIPELINE_AGENT_H_
 #define GRADEX_PIPELINE_AGENT_H_
 
@@ -43,6 +44,7 @@
 namespace gradex::pipeline {
 
 class BucketPipeline;
+class WholeStep;
 
 struct AgentOptions {
   std::string job;
@@ -51,8 +53,8 @@ struct AgentOptions {
   std::string host;
   int local_rank = 0;
   std::string device = "cpu";
-  size_t elements = 0;  // n per bucket (Step() only)
-  int buckets = 1;      // buckets per step (Step() only)
+  size_t elements = 0;  // n per bucket (WholeStep only)
+  int buckets = 1;      // buckets per step (WholeStep only)
   // This rank's per-bucket rules (bucket_choice.h; CheckBucketRules' bounds,
   // else Start fails). Every rank of an epoch applies the lowest rank's,
   // agreed at the epoch's entry; a rank whose own differ warns once on stderr
@@ -201,14 +203,9 @@ class Agent {
         AgentMetrics* metrics);
   ~Agent();
 
-  // Joins the job (bounded by rpc_timeout). The first Step() waits for the
+  // Joins the job (bounded by rpc_timeout). The first step waits for the
   // rendezvous.
   absl::Status Start();
-
-  // One step: the SUM over ranks of every bucket's sparsified gradient.
-  // grads[b] holds `elements` values. On error the residuals hold every
-  // gradient given so far, and the next call re-joins.
-  absl::Status Step(std::span<const std::span<const float>> grads, StepOutcome* out);
 
   absl::Status Leave();
 
@@ -233,8 +230,6 @@ class Agent {
   // Whether the current epoch runs the hierarchical exchange, and its layout.
   bool hierarchical() const { return hierarchical_; }
   const catalog::NodeLayout& node_layout() const { return layout_; }
-  // Step()'s buckets' residuals in bucket order (a copy, read between steps).
-  std::vector<std::vector<float>> residuals() const;
   // The communicator of the current epoch (tests kill it to simulate a crash),
   // under the wait tracker's decorator.
   transport::Transport* transport() const { return member::WaitTracker::Inner(transport_.get()); }
@@ -244,7 +239,8 @@ class Agent {
 
  private:
   friend class BucketPipeline;
-  // Opens a step: enters an epoch or a plan barrier as Step() does and fixes
+  friend class WholeStep;
+  // Opens a step: enters an epoch or a plan barrier and fixes
   // the step number (next_step()). On failure the step is still open, failed:
   // its buckets go to their residuals (ExchangeBucket) and EndStep returns the
   // error; the step number is not spent.
@@ -364,8 +360,6 @@ class Agent {
   uint32_t layout_epoch_ = 0;
   bool hierarchical_ = false;
   std::string layout_line_;
-  // Step()'s buckets (made at the first Step; last, so it stops first).
-  std::unique_ptr<BucketPipeline> stepper_;
 };
 
 }  // namespace gradex::pipeline

@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "collectives/call_frame.h"
 #include "kernels/sparse.h"
+#include "pipeline/bucket_result.h"
 
 namespace gradex::pipeline {
 
@@ -312,18 +313,12 @@ absl::Status BucketPipeline::FinishCall(Item& item, BucketOutcome* out) {
   absl::Status residual = NonFiniteResidual(item.end.index, out->stats);
   if (!item.writable) return residual;
   out->result.ToDense(item.host);
-  if (options_.mean) {
-    const float world = static_cast<float>(agent_->plan()->world());
-    for (float& v : item.host) v /= world;
-  }
-  // DGC's factor masking after a sparse exchange (fewer than half of the
-  // result's entries applied): a sent entry's velocity restarts from 0.
-  // Dense steps (start_iter, probes, fallbacks) keep their momentum.
+  ScaleForMean(item.host, options_.mean, static_cast<float>(agent_->plan()->world()));
   bool mask = item.status.ok() && residual.ok() && options_.momentum > 0 && options_.factor_masking;
   if (mask) {
     size_t applied = 0;
     for (float v : item.host) applied += v != 0.0f;
-    mask = 2 * applied < item.host.size();
+    mask = MasksVelocity(mask, applied, item.host.size());
   }
   if (item.staged) {
     if (absl::Status f = FinishStaged(item, mask); !f.ok()) return f;

@@ -175,7 +175,7 @@ class BucketPipeline {
   // One bucket's first half (selection thread, state_mu_ held): checks,
   // staging, slot, momentum, step opening, PlanBucket and PrepareBucket.
   void Select(Item& item) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  // Select's parts (bucket_select.cc): the bucket's slot, gathered (slots
+  // Select's parts (bucket_pipeline_select.cc): the bucket's slot, gathered (slots
   // it moves come off the device first); the step opened when none is; a
   // bucket over kMaxStepBuckets kept in its residual; the plan, the path to
   // the exchange, the non-finite refusal, the momentum and the local part.

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pipeline/bucket_pipeline.h"
+#include "pipeline/bucket_result.h"
 
 namespace gradex::pipeline {
 
@@ -205,11 +206,7 @@ absl::Status BucketPipeline::FinishStaged(Item& item, bool mask) {
     }
   }
   if (s.ok() && mask && d.velocity != nullptr) {
-    std::vector<uint32_t> idx;
-    for (size_t i = 0; i < item.host.size(); ++i) {
-      if (item.host[i] != 0.0f) idx.push_back(static_cast<uint32_t>(i));
-    }
-    s = queue.ZeroAt(idx, d.velocity->span());
+    s = queue.ZeroAt(AppliedIndices(item.host), d.velocity->span());
   }
   return s;
 }
@@ -218,9 +215,10 @@ absl::Status BucketPipeline::FinishOnDevice(Item& item, const BucketOutcome& out
                                             bool residual_ok) {
   device::Queue& queue = *item.queue;
   const float world = static_cast<float>(agent_->plan()->world());
-  // The host path's arithmetic: the result's values (divided by the world
-  // for the mean), written over a zeroed bucket; the entries it applied
-  // (nonzero after the division) are the ones factor masking restarts.
+  // The host path's arithmetic (bucket_result.h): the result's values
+  // (divided by the world for the mean), written over a zeroed bucket; the
+  // entries it applied (nonzero after the division) are the ones factor
+  // masking restarts.
   std::vector<uint32_t> idx;
   std::vector<float> val;
   absl::Status s;
@@ -231,28 +229,19 @@ absl::Status BucketPipeline::FinishOnDevice(Item& item, const BucketOutcome& out
     if (!dense.ok()) return dense.status();
     std::fill(dense->begin(), dense->end(), 0.0f);
     out.result.ToDense(*dense);
-    if (options_.mean) {
-      for (float& v : *dense) v /= world;
-    }
-    for (size_t i = 0; i < dense->size(); ++i) {
-      if ((*dense)[i] != 0.0f) idx.push_back(static_cast<uint32_t>(i));
-    }
+    ScaleForMean(*dense, options_.mean, world);
+    idx = AppliedIndices(*dense);
     s = queue.UploadStaged(*dense, item.data);
   } else {
     idx = out.result.sparse.idx;
     val = out.result.sparse.val;
-    if (options_.mean) {
-      for (float& v : val) v /= world;
-    }
+    ScaleForMean(val, options_.mean, world);
     s = queue.SparseToDense(idx, val, item.data);
-    size_t applied = 0;
-    for (size_t i = 0; i < val.size(); ++i) {
-      if (val[i] != 0.0f) idx[applied++] = idx[i];
-    }
-    idx.resize(applied);
+    KeepApplied(&idx, val);
   }
-  if (s.ok() && item.status.ok() && residual_ok && options_.momentum > 0 &&
-      options_.factor_masking && 2 * idx.size() < item.data.size()) {
+  const bool on =
+      item.status.ok() && residual_ok && options_.momentum > 0 && options_.factor_masking;
+  if (s.ok() && MasksVelocity(on, idx.size(), item.data.size())) {
     s = queue.ZeroAt(idx, item.call->slot->device->velocity->span());
   }
   return s;

@@ -1,5 +1,5 @@
 // The C ABI's parameter-server worker (gradex.h, gradex_ps_*) over
-// gradex::PsWorker (ps_worker.h).
+// gradex::ps::PsWorker (ps_worker.h).
 #include <cstring>
 #include <memory>
 #include <string>

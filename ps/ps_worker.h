@@ -1,4 +1,4 @@
-// gradex::PsWorker: a trainer's worker in an asynchronous parameter-server
+// gradex::ps::PsWorker: a trainer's worker in an asynchronous parameter-server
 // job (DGS; docs/architecture.md "DGS"). Each Step pushes the top
 // R% per layer of the worker's SAMomentum accumulator to the server shards
 // and applies the sparse model difference they return (density 1: plain

@@ -1,4 +1,4 @@
-// gradex._C.PsWorker: the pybind11 binding of gradex::PsWorker
+// gradex._C.PsWorker: the pybind11 binding of gradex::ps::PsWorker
 // (ps/ps_worker.h), the asynchronous parameter-server worker
 // under gradex.torch.DGSOptimizer. step() takes 1-D contiguous float32 CPU
 // tensors or buffers (numpy arrays) and releases the GIL while it runs.

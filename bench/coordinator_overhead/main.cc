@@ -31,6 +31,7 @@
 #include "member/grpc_control_plane.h"
 #include "member/transport_provider.h"
 #include "pipeline/agent.h"
+#include "pipeline/whole_step.h"
 #include "services/coordinator/server.h"
 #include "tests/fakes/fake_control_plane.h"
 #include "version/version.h"
@@ -158,6 +159,7 @@ ArmResult RunArm(const Config& c, bool grpc) {
       o.elements = c.elements;
       pipeline::Agent agent(o, control.get(), transports->get(), &metrics);
       if (!agent.Start().ok()) return (void)failures.fetch_add(1);
+      pipeline::WholeStep whole(&agent);
       std::vector<float> grad(c.elements);
       std::mt19937 rng(1234 + i);
       std::normal_distribution<float> nd;
@@ -165,7 +167,7 @@ ArmResult RunArm(const Config& c, bool grpc) {
       std::vector<std::span<const float>> spans{grad};
       while (agent.next_step() < static_cast<uint64_t>(c.steps)) {
         pipeline::StepOutcome out;
-        if (absl::Status s = agent.Step(spans, &out); !s.ok()) {
+        if (absl::Status s = whole.Run(spans, &out); !s.ok()) {
           std::fprintf(stderr, "agent %d: %s\n", i, std::string(s.message()).c_str());
           failures.fetch_add(1);
           return;

@@ -2,6 +2,7 @@
 // communicators: invariants on every step, a crash mid-run, plan changes at
 // their effective step, a late joiner, and report back-pressure.
 #include "pipeline/agent.h"
+#include "pipeline/whole_step.h"
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,7 @@ struct Box {
   std::unique_ptr<testing::LoopbackProvider> transports;
   std::unique_ptr<pipeline::AgentMetrics> metrics;
   std::unique_ptr<pipeline::Agent> agent;
+  std::unique_ptr<pipeline::WholeStep> step;  // the agent's whole steps, made with it
 };
 
 Box MakeAgent(testing::FakeCoordinator& coordinator, testing::LoopbackPool& pool,
@@ -57,6 +59,7 @@ Box MakeAgent(testing::FakeCoordinator& coordinator, testing::LoopbackPool& pool
   o.elements = kN;
   b.agent =
       std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), b.metrics.get());
+  b.step = std::make_unique<pipeline::WholeStep>(b.agent.get());
   return b;
 }
 
@@ -97,19 +100,20 @@ struct Failure {
 
 void Drive(Box& box, int seed_rank, uint64_t last, Recorder& rec, std::vector<Failure>* failures,
            const std::function<bool(uint64_t)>& before = nullptr) {
-  pipeline::Agent& a = *box.agent;
+  pipeline::WholeStep& whole = *box.step;
+  pipeline::Agent& a = whole.agent();
   ASSERT_TRUE(a.Start().ok());
   for (int attempt = 0; attempt < 400; ++attempt) {
     if (a.connected() && a.next_step() > last) return;
     if (before && !before(a.next_step())) return;
     RankCall call;
     call.grad = MakeGradient(7, seed_rank, attempt, kN, Values::kGrid);
-    call.residual_in = a.residuals()[0];
+    call.residual_in = whole.residuals()[0];
     std::span<const float> g(call.grad);
     pipeline::StepOutcome out;
     const auto t0 = transport::Clock::now();
-    absl::Status s = a.Step({&g, 1}, &out);
-    call.residual_out = a.residuals()[0];
+    absl::Status s = whole.Run({&g, 1}, &out);
+    call.residual_out = whole.residuals()[0];
     if (!s.ok()) {
       ASSERT_NE(failures, nullptr) << s;
       failures->push_back({s, std::chrono::duration<double>(transport::Clock::now() - t0).count(),
@@ -194,7 +198,8 @@ TEST(AgentTest, KilledAgentFailsSurvivorsFastAndNextEpochRunsToTheEnd) {
       auto before = [&, i](uint64_t step) {
         if (i != 2 || step != kKillAt) return true;
         // kill -9: no leave, no more heartbeats, connections gone.
-        pipeline::Agent& a = *boxes[i].agent;
+        pipeline::WholeStep& whole = *boxes[i].step;
+        pipeline::Agent& a = whole.agent();
         transport::KillLoopbackRank(*a.transport(), a.rank());
         boxes[i].control->Crash();
         return false;

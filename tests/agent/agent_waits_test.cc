@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pipeline/agent.h"
+#include "pipeline/whole_step.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/fakes/fake_control_plane.h"
 
@@ -38,6 +39,7 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
     std::unique_ptr<testing::FakeControlPlane> control;
     std::unique_ptr<testing::LoopbackProvider> transports;
     std::unique_ptr<pipeline::Agent> agent;
+    std::unique_ptr<pipeline::WholeStep> step;  // the agent's whole steps, made with it
   };
   std::vector<Box> boxes(3);
   for (int i = 0; i < 3; ++i) {
@@ -48,6 +50,7 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
     o.local_rank = i;
     o.elements = kN;
     b.agent = std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), nullptr);
+    b.step = std::make_unique<pipeline::WholeStep>(b.agent.get());
     ASSERT_NE(b.control->wait_source(), nullptr) << "the agent gave its control plane no source";
     absl::Status started = b.agent->Start();
     ASSERT_TRUE(started.ok()) << started;  // in order: the fake ranks by first join
@@ -58,7 +61,8 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      pipeline::Agent& a = *boxes[i].agent;
+      pipeline::WholeStep& whole = *boxes[i].step;
+      pipeline::Agent& a = whole.agent();
       std::vector<float> g(kN);
       for (int attempt = 0; status[i].ok() && attempt < 20; ++attempt) {
         if (a.connected() && a.next_step() > kLast) return;
@@ -72,7 +76,7 @@ TEST(AgentWaits, PeersOfALateRankShowTheirWaitInTheHeartbeatSource) {
         for (size_t j = 0; j < kN; ++j) g[j] = static_cast<float>((j * 7 + i + attempt) % 13) - 6;
         std::span<const float> s(g);
         pipeline::StepOutcome out;
-        status[i] = a.Step({&s, 1}, &out);
+        status[i] = whole.Run({&s, 1}, &out);
       }
     });
   }

@@ -22,6 +22,7 @@
 #include "member/plan_store.h"
 #include "member/report_queue.h"
 #include "pipeline/agent.h"
+#include "pipeline/whole_step.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/validate.h"
 #include "tests/agent/loopback_provider.h"
@@ -139,6 +140,7 @@ struct BridgedAgent {
   std::unique_ptr<BridgeControlPlane> control;
   std::unique_ptr<LoopbackProvider> transports;
   std::unique_ptr<pipeline::Agent> agent;
+  std::unique_ptr<pipeline::WholeStep> step;  // the agent's whole steps, made with it
 };
 
 inline BridgedAgent MakeBridgedAgent(CoordinatorHub& hub, LoopbackPool& pool, int i,
@@ -149,6 +151,7 @@ inline BridgedAgent MakeBridgedAgent(CoordinatorHub& hub, LoopbackPool& pool, in
   pipeline::AgentOptions o = TestAgentOptions(absl::StrCat("a", i));
   o.rules = rules;
   b.agent = std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  b.step = std::make_unique<pipeline::WholeStep>(b.agent.get());
   return b;
 }
 

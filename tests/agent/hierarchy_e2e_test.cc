@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collectives/algorithms/hierarchical.h"
 #include "pipeline/agent.h"
+#include "pipeline/whole_step.h"
 #include "services/coordinator/job_config.h"
 #include "tests/agent/coordinator_bridge.h"
 #include "tests/collectives/harness.h"
@@ -72,19 +73,20 @@ struct Failure {
 
 // Runs agent `i` until it has run step `last`, or `stop(step)` says so
 // before an attempt.
-void Drive(pipeline::Agent& a, int i, uint64_t last, Log& log, std::vector<Failure>* failures,
-           const std::function<bool(uint64_t)>& stop = nullptr) {
+void Drive(pipeline::WholeStep& whole, int i, uint64_t last, Log& log,
+           std::vector<Failure>* failures, const std::function<bool(uint64_t)>& stop = nullptr) {
+  pipeline::Agent& a = whole.agent();
   ASSERT_TRUE(a.Start().ok());
   for (int attempt = 0; attempt < 200; ++attempt) {
     if (a.connected() && a.next_step() > last) return;
     if (stop && stop(a.next_step())) return;
     RankCall call;
     call.grad = MakeGradient(11, i, attempt, kN, Values::kIntegers);
-    call.residual_in = a.residuals()[0];
+    call.residual_in = whole.residuals()[0];
     std::span<const float> g(call.grad);
     pipeline::StepOutcome out;
-    absl::Status s = a.Step({&g, 1}, &out);
-    call.residual_out = a.residuals()[0];
+    absl::Status s = whole.Run({&g, 1}, &out);
+    call.residual_out = whole.residuals()[0];
     if (!s.ok()) {
       failures->push_back({s, call.grad, call.residual_in, call.residual_out});
       ASSERT_LT(failures->size(), 4u) << s;
@@ -130,6 +132,7 @@ std::vector<testing::BridgedAgent> MakeJob(testing::CoordinatorHub& hub,
     o.host = hosts[i];
     o.elements = kN;
     b.agent = std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), nullptr);
+    b.step = std::make_unique<pipeline::WholeStep>(b.agent.get());
     agents.push_back(std::move(b));
   }
   return agents;
@@ -144,7 +147,7 @@ TEST(HierarchyE2E, TheLayoutGoesFromTheJoinsToTheExchange) {
   std::vector<std::vector<Failure>> failures(4);
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) {
-    threads.emplace_back([&, i] { Drive(*agents[i].agent, i, 11, log, &failures[i]); });
+    threads.emplace_back([&, i] { Drive(*agents[i].step, i, 11, log, &failures[i]); });
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(CheckSteps(log, 0, 11), 12);
@@ -174,7 +177,7 @@ TEST(HierarchyE2E, RankZerosHierarchyRuleHoldsForEveryRank) {
   std::vector<std::vector<Failure>> failures(4);
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) {
-    threads.emplace_back([&, i] { Drive(*agents[i].agent, i, 3, log, &failures[i]); });
+    threads.emplace_back([&, i] { Drive(*agents[i].step, i, 3, log, &failures[i]); });
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(CheckSteps(log, 0, 3), 4);
@@ -207,8 +210,9 @@ TEST(HierarchyE2E, AKilledRankTakesItsNodeOutAndTheOtherNodeFinishes) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
-      pipeline::Agent& a = *agents[i].agent;
-      Drive(a, i, kLast, log, &failures[i], [&, i](uint64_t step) {
+      pipeline::WholeStep& whole = *agents[i].step;
+      pipeline::Agent& a = whole.agent();
+      Drive(whole, i, kLast, log, &failures[i], [&, i](uint64_t step) {
         if (i == 3 && step == kKillAt) {
           // kill -9 of one rank of node b: no leave, no heartbeats.
           transport::KillLoopbackRank(*a.transport(), a.rank());

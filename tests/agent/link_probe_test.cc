@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collectives/link.h"
 #include "pipeline/agent.h"
+#include "pipeline/whole_step.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
 #include "tests/fakes/fake_control_plane.h"
@@ -107,6 +108,7 @@ struct Box {
   std::unique_ptr<testing::FakeControlPlane> control;
   std::unique_ptr<testing::LoopbackProvider> transports;
   std::unique_ptr<pipeline::Agent> agent;
+  std::unique_ptr<pipeline::WholeStep> step;  // the agent's whole steps, made with it
 };
 
 Box MakeAgent(testing::FakeCoordinator& c, testing::LoopbackPool& pool, int i) {
@@ -116,6 +118,7 @@ Box MakeAgent(testing::FakeCoordinator& c, testing::LoopbackPool& pool, int i) {
   pipeline::AgentOptions o = testing::TestAgentOptions(absl::StrCat("a", i));
   o.elements = kN;
   b.agent = std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), nullptr);
+  b.step = std::make_unique<pipeline::WholeStep>(b.agent.get());
   return b;
 }
 
@@ -145,20 +148,21 @@ std::map<uint64_t, std::map<int, Record>> RunAll(std::vector<Box>& boxes, uint64
   std::vector<std::thread> threads;
   for (size_t i = 0; i < boxes.size(); ++i) {
     threads.emplace_back([&, i] {
-      pipeline::Agent& a = *boxes[i].agent;
+      pipeline::WholeStep& whole = *boxes[i].step;
+      pipeline::Agent& a = whole.agent();
       ASSERT_TRUE(a.Start().ok());
       for (uint64_t step = 0; step <= last; ++step) {
         if (before) before(step);
         RankCall call;
         call.grad =
             MakeGradient(11, static_cast<int>(i), static_cast<int>(step), kN, Values::kGrid);
-        call.residual_in = a.residuals()[0];
+        call.residual_in = whole.residuals()[0];
         std::span<const float> g(call.grad);
         pipeline::StepOutcome out;
-        absl::Status s = a.Step({&g, 1}, &out);
+        absl::Status s = whole.Run({&g, 1}, &out);
         ASSERT_TRUE(s.ok()) << s;
         ASSERT_EQ(out.step, step);
-        call.residual_out = a.residuals()[0];
+        call.residual_out = whole.residuals()[0];
         call.result.assign(kN, 0.0f);
         out.results[0].ToDense(call.result);
         call.stats = out.stats[0];

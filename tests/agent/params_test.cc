@@ -15,6 +15,7 @@
 #include "catalog/catalog.h"
 #include "member/grpc_messages.h"
 #include "pipeline/agent.h"
+#include "pipeline/whole_step.h"
 #include "services/coordinator/coordinator.h"
 #include "services/coordinator/job_config.h"
 #include "tests/agent/loopback_provider.h"
@@ -147,6 +148,7 @@ TEST(ParamsTest, ACatalogOnlyParameterReachesEveryCallAndChangesAtABarrier) {
     std::unique_ptr<testing::LoopbackProvider> transports;
     std::unique_ptr<pipeline::AgentMetrics> metrics;
     std::unique_ptr<pipeline::Agent> agent;
+    std::unique_ptr<pipeline::WholeStep> step;  // the agent's whole steps, made with it
   };
   std::vector<Box> boxes(3);
   for (int i = 0; i < 3; ++i) {
@@ -158,12 +160,14 @@ TEST(ParamsTest, ACatalogOnlyParameterReachesEveryCallAndChangesAtABarrier) {
     o.elements = kN;
     b.agent =
         std::make_unique<pipeline::Agent>(o, b.control.get(), b.transports.get(), b.metrics.get());
+    b.step = std::make_unique<pipeline::WholeStep>(b.agent.get());
   }
   constexpr uint64_t kChange = 8, kLast = 11;  // a barrier (tau = 4) and the last step
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      pipeline::Agent& a = *boxes[i].agent;
+      pipeline::WholeStep& whole = *boxes[i].step;
+      pipeline::Agent& a = whole.agent();
       ASSERT_TRUE(a.Start().ok());
       std::vector<float> grad(kN, 1.0f);
       std::span<const float> g(grad);
@@ -174,7 +178,7 @@ TEST(ParamsTest, ACatalogOnlyParameterReachesEveryCallAndChangesAtABarrier) {
           coordinator.UpdatePlan([](member::Plan& p) { p.params[kParam] = 3.5; }, kChange);
         }
         pipeline::StepOutcome out;
-        ASSERT_TRUE(a.Step({&g, 1}, &out).ok());
+        ASSERT_TRUE(whole.Run({&g, 1}, &out).ok());
       }
       FAIL() << "agent " << i << " did not finish";
     });

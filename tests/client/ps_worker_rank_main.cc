@@ -1,4 +1,4 @@
-// ps_worker_rank: one parameter-server worker (gradex::PsWorker) as a process
+// ps_worker_rank: one parameter-server worker (gradex::ps::PsWorker) as a process
 // of its own, for tests/e2e/ps_test.sh: it minimises 0.5·|w − t|² over a
 // 4000-element model (two layers) against an external coordinator and
 // prints one line per step ("step S loss L version V staleness X") and one

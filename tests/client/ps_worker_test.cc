@@ -1,4 +1,4 @@
-// gradex::PsWorker (ps/ps_worker.h) with rank 0 embedding the
+// gradex::ps::PsWorker (ps/ps_worker.h) with rank 0 embedding the
 // coordinator and hosting the server shard: workers as threads of this test,
 // real gRPC and UCX (TCP on loopback), no barrier between them.
 #include "ps/ps_worker.h"

@@ -131,7 +131,7 @@ void BucketPipeline::TakeRefusal(Item& item) {
 
 void BucketPipeline::OpenStep() {
   if (step_open_) return;
-  // A step the caller opened (Agent::Step) is used as is; one that cannot
+  // A step the caller opened (WholeStep::Run) is used as is; one that cannot
   // begin (no epoch within the timeout) fails its buckets in
   // ExchangeBucket, which keeps their gradients.
   if (!agent_->step_open()) (void)agent_->BeginStep();
