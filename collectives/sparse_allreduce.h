@@ -282,7 +282,8 @@ absl::Status RegisterAlgorithm(std::string_view name, AllreduceFactory factory);
 // at start-up (a programming error a test would otherwise miss).
 #define GRADEX_REGISTER_ALGORITHM(name, factory)                       \
   [[maybe_unused]] static const bool GRADEX_REGISTER_ALGORITHM_CONCAT( \
-      gradex_registered_algorithm_, __LINE__) = ::gradex::collectives::internal::RegisterOrDie(name, factory)
+      gradex_registered_algorithm_, __LINE__) =                        \
+      ::gradex::collectives::internal::RegisterOrDie(name, factory)
 
 namespace internal {
 bool RegisterOrDie(std::string_view name, AllreduceFactory factory);

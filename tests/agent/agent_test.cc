@@ -2,7 +2,6 @@
 // communicators: invariants on every step, a crash mid-run, plan changes at
 // their effective step, a late joiner, and report back-pressure.
 #include "pipeline/agent.h"
-#include "pipeline/whole_step.h"
 
 #include <gtest/gtest.h>
 
@@ -15,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "pipeline/whole_step.h"
 #include "tests/agent/loopback_provider.h"
 #include "tests/collectives/harness.h"
 #include "tests/fakes/fake_control_plane.h"

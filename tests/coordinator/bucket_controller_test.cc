@@ -275,8 +275,7 @@ TEST(BucketController, AutoChoosesPerBucketFromTheModelAndTheMeasuredLinks) {
 // given a verdict for sparse never switches to dense later. Barriers every 64
 // steps, a decision of step d applied at the first barrier at or after
 // d + 128 (the Coordinator's plan lead and one period).
-TEST(BucketController,
-     AutosWarmUpGivesOneVerdictWithoutMarginBeforeTheBucketRunsSparse) {
+TEST(BucketController, AutosWarmUpGivesOneVerdictWithoutMarginBeforeTheBucketRunsSparse) {
   constexpr uint64_t kBucket = 235146, kWarmup = 384;
   const std::string dense = std::string(catalog::DenseFallbackAlgorithm());
   auto barrier = [](uint64_t d) { return (d + 128 + 63) / 64 * 64; };
