@@ -3,12 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/algorithms/qsgd.h"
 #include "collectives/algorithms/sparse_steps.h"
 #include "collectives/block_layout.h"
 #include "collectives/call_frame.h"
 #include "collectives/link.h"
 #include "collectives/phase_timer.h"
+#include "collectives/wire/qsgd.h"
 
 namespace gradex::collectives::algorithms {
 namespace {
@@ -72,7 +72,7 @@ absl::StatusOr<Volume> SparcmlSplit::ModelVolume(int rank, int world, size_t n,
 }
 
 absl::Status SparcmlSplit::CheckOptions(const CallContext&, const AllreduceOptions& options) const {
-  return ValidateQuantizeBits(static_cast<int>(Param(options, "quantize_bits")));
+  return wire::ValidateQuantizeBits(static_cast<int>(Param(options, "quantize_bits")));
 }
 
 absl::Status SparcmlSplit::LocalSelection(const CallContext&, const AllreduceOptions& options,
@@ -118,7 +118,7 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
       wire::SparseStream part(layout.range(to), policy());
       part.Assign(Part(mine, layout.range(to)));
       stats->stream_frames_sent.push_back(part.AppendFrame(
-          scatter_meta, bits, QsgdSeed(scatter_meta, r, layout.range(to)), &out, &error));
+          scatter_meta, bits, wire::QsgdSeed(scatter_meta, r, layout.range(to)), &out, &error));
       if (part.dense() && bits > 0) ledger.Discarded(std::move(error), 1.0f);
     }
     absl::StatusOr<transport::Bytes> in =
@@ -150,7 +150,7 @@ absl::Status SparcmlSplit::Exchange(const CallContext& ctx, const AllreduceOptio
     if (gather_form() == GatherForm::kDense) owned.Densify();
     const int gather_bits = owned.dense() ? bits : 0;
     gathered[0].mark =
-        owned.AppendFrame(gather_meta, gather_bits, QsgdSeed(gather_meta, r, layout.range(r)),
+        owned.AppendFrame(gather_meta, gather_bits, wire::QsgdSeed(gather_meta, r, layout.range(r)),
                           &gathered[0].frame, &error);
     if (owned.dense() && gather_bits > 0) ledger.Discarded(std::move(error), 1.0f);
     owned.NonZeros(&gathered[0].values);

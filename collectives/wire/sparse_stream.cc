@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/algorithms/qsgd.h"
 #include "collectives/wire/frame_walk.h"
+#include "collectives/wire/qsgd.h"
 
 namespace gradex::collectives::wire {
 
@@ -48,8 +48,7 @@ uint64_t SparseStream::AppendFrame(const FrameMeta& meta, int quantize_bits, uin
     return kDenseFrameMark;
   }
   std::vector<float> q;
-  algorithms::AppendQuantizedFrame(meta, range_, dense_values_.data(), quantize_bits, seed, out,
-                                   &q);
+  AppendQuantizedFrame(meta, range_, dense_values_.data(), quantize_bits, seed, out, &q);
   // Error feedback: x - Q(x) stays with this rank; it holds Q(x) like everyone.
   error->clear();
   for (uint32_t i = 0; i < range_.size(); ++i) {
@@ -96,7 +95,7 @@ uint64_t AppendSparseFrame(const FrameMeta& meta, BlockRange range, kernels::Spa
 
 uint64_t StreamFrameBytes(uint32_t size, uint64_t mark, int quantize_bits) {
   if (mark != kDenseFrameMark) return sizeof(FrameHeader) + mark * 8;
-  if (quantize_bits > 0) return algorithms::QuantizedFrameBytes(size, quantize_bits);
+  if (quantize_bits > 0) return QuantizedFrameBytes(size, quantize_bits);
   return sizeof(FrameHeader) + uint64_t{size} * 4;
 }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "services/coordinator/coordinator.h"
+#include "services/coordinator/hang_scan.h"
 #include "services/coordinator/hangs/wait_graph.h"
 #include "services/coordinator/log.h"
 
@@ -33,7 +34,7 @@ void Coordinator::CheckStallsLocked(absl::Time now) {
   if (metrics_) metrics_->stalled_ranks.Set(behind);
   // Heartbeats' waits: a name for a hang in which nobody is behind (every
   // rank stuck in one step), and whom the laggards' peers wait on.
-  const hangs::EpochWaits waits = hangs::ScanWaits(membership_, *run, now);
+  const EpochWaits waits = ScanWaits(membership_, *run, now);
   // Silent: two heartbeat intervals (lease / 3 each) without one.
   const absl::Duration silence = s_.lease * 2 / 3;
   const bool from_waits = waits.any && stalls_.CheckWaits(waits.step, waits.oldest, now);
@@ -42,7 +43,7 @@ void Coordinator::CheckStallsLocked(absl::Time now) {
     if (metrics_) metrics_->stalled_steps.Increment();
     Log("step ", waits.step, " stalled in epoch ", run->number, " (waiting for ",
         absl::FormatDuration(absl::Trunc(waits.oldest, absl::Milliseconds(1))),
-        "): ", hangs::DescribeHang(membership_, *run, waits, now, silence));
+        "): ", DescribeHang(membership_, *run, waits, now, silence));
     // Blamed: where the waits end (a rank not in the exchange), or a cycle's ranks.
     std::vector<int> blamed;
     const hangs::WaitDiagnosis d = hangs::DiagnoseWaits(waits.waits_on);
@@ -66,7 +67,7 @@ void Coordinator::CheckStallsLocked(absl::Time now) {
   }
   Log("step ", st->step, " stalled in epoch ", run->number, ": ranks ", absl::StrJoin(who, ", "),
       " have not arrived (the furthest rank finished step ", st->frontier - 1, ")",
-      waits.any ? "; " : "", hangs::DescribeHang(membership_, *run, waits, now, silence));
+      waits.any ? "; " : "", DescribeHang(membership_, *run, waits, now, silence));
 }
 
 void Coordinator::BlameLocked(const membership::Epoch& run, const std::vector<int>& ranks) {

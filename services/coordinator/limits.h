@@ -18,6 +18,8 @@ inline constexpr size_t kMaxUcxVersionBytes = 16;
 inline constexpr size_t kMaxUcxTransportsBytes = 256;
 inline constexpr size_t kMaxReasonBytes = 256;
 inline constexpr size_t kMaxErrorBytes = 512;
+// A membership's secret as requests may carry it (member_secret.h makes 32).
+inline constexpr size_t kMaxMemberSecretBytes = 64;
 inline constexpr size_t kMaxAlgorithmBytes = 64;
 inline constexpr size_t kMaxTokenBytes = 4096;
 inline constexpr int kMaxLocalRank = 65535;

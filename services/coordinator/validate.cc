@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "services/coordinator/limits.h"
-#include "services/coordinator/membership/member_secret.h"
 
 namespace gradex::coordinator {
 namespace {
@@ -110,7 +109,7 @@ absl::Status ValidateJoin(const gradex::v1::JoinRequest& r) {
   if (!gradex::v1::Role_IsValid(r.role())) return Bad("role", "ROLE_WORKER or ROLE_SERVER");
   if (absl::Status s = CheckLength("gradex_version", r.gradex_version(), 0, 64); !s.ok()) return s;
   if (!Printable(r.gradex_version())) return Bad("gradex_version", "must be printable ASCII");
-  if (r.member_secret().size() > membership::kMaxMemberSecretBytes)
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
     return Bad("member_secret", "over 64 bytes");
   if (r.last_epoch() > 0) {
     if (r.last_world_size() < 1 || r.last_world_size() > kMaxWorldSize) {
@@ -125,7 +124,7 @@ absl::Status ValidateJoin(const gradex::v1::JoinRequest& r) {
 
 absl::Status ValidateHeartbeat(const gradex::v1::HeartbeatRequest& r) {
   if (r.member_id() == 0) return Bad("member_id", "required");
-  if (r.member_secret().size() > membership::kMaxMemberSecretBytes)
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
     return Bad("member_secret", "over 64 bytes");
   if (r.has_waiting()) {
     const gradex::v1::WaitState& w = r.waiting();
@@ -142,21 +141,21 @@ absl::Status ValidateHeartbeat(const gradex::v1::HeartbeatRequest& r) {
 
 absl::Status ValidateLeave(const gradex::v1::LeaveRequest& r) {
   if (r.member_id() == 0) return Bad("member_id", "required");
-  if (r.member_secret().size() > membership::kMaxMemberSecretBytes)
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
     return Bad("member_secret", "over 64 bytes");
   return CheckLength("reason", r.reason(), 0, kMaxReasonBytes);
 }
 
 absl::Status ValidateWatch(const gradex::v1::WatchPlanRequest& r) {
   if (r.member_id() == 0) return Bad("member_id", "required");
-  if (r.member_secret().size() > membership::kMaxMemberSecretBytes)
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
     return Bad("member_secret", "over 64 bytes");
   return absl::OkStatus();
 }
 
 absl::Status ValidateReport(const gradex::v1::StepReport& r) {
   if (r.member_id() == 0) return Bad("member_id", "required");
-  if (r.member_secret().size() > membership::kMaxMemberSecretBytes)
+  if (r.member_secret().size() > kMaxMemberSecretBytes)
     return Bad("member_secret", "over 64 bytes");
   if (r.epoch() == 0) return Bad("epoch", "required (steps run in an epoch)");
   for (auto [name, v] : {std::pair{"selection_seconds", r.selection_seconds()},

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/algorithms/qsgd.h"
+#include "collectives/wire/qsgd.h"
 #include "gtest/gtest.h"
 
 namespace gradex {
@@ -26,8 +26,8 @@ transport::Bytes ThreeFrames(std::vector<size_t>* ends) {
   collectives::wire::AppendDenseFrame(kMeta, {0, 40}, dense.data(), &m);
   ends->push_back(m.size());
   std::vector<float> decoded;
-  collectives::algorithms::AppendQuantizedFrame(kMeta, {40, 80}, dense.data(), 4, /*seed=*/1, &m,
-                                                &decoded);
+  collectives::wire::AppendQuantizedFrame(kMeta, {40, 80}, dense.data(), 4, /*seed=*/1, &m,
+                                          &decoded);
   ends->push_back(m.size());
   return m;
 }

@@ -1,6 +1,6 @@
 // QSGD: layout, reproducibility, statistical unbiasedness, and the decoder's
 // validation of quantized dense frames.
-#include "collectives/algorithms/qsgd.h"
+#include "collectives/wire/qsgd.h"
 
 #include <cmath>
 #include <cstring>
@@ -43,7 +43,7 @@ TEST(QsgdTest, PayloadLayout) {
   EXPECT_EQ(kernels::QsgdPayloadBytes(1024, 8), 8u + 4 + 1024);
   EXPECT_EQ(kernels::QsgdPayloadBytes(1025, 4), 8u + 8 + 4 * 129);
   EXPECT_EQ(kernels::QsgdPayloadBytes(3, 2), 8u + 4 + 4);
-  EXPECT_EQ(collectives::algorithms::QuantizedFrameBytes(1000, 2), 48u + 8 + 4 + 4 * 63);
+  EXPECT_EQ(collectives::wire::QuantizedFrameBytes(1000, 2), 48u + 8 + 4 + 4 * 63);
 }
 
 TEST(QsgdTest, WithinOneStepZerosExactScaleExact) {
@@ -69,14 +69,14 @@ TEST(QsgdTest, SameSeedSameBytesOtherSeedOtherBytes) {
   EXPECT_NE(RoundTrip(x, 4, 5), RoundTrip(x, 4, 6));
   const collectives::wire::FrameMeta meta{1, 2, 3,
                                           collectives::wire::CatalogId("sparcml-dsar-split"), 2};
-  EXPECT_NE(collectives::algorithms::QsgdSeed(meta, 0, {0, 10}),
-            collectives::algorithms::QsgdSeed(meta, 1, {0, 10}));
-  EXPECT_NE(collectives::algorithms::QsgdSeed(meta, 0, {0, 10}),
-            collectives::algorithms::QsgdSeed(meta, 0, {10, 20}));
+  EXPECT_NE(collectives::wire::QsgdSeed(meta, 0, {0, 10}),
+            collectives::wire::QsgdSeed(meta, 1, {0, 10}));
+  EXPECT_NE(collectives::wire::QsgdSeed(meta, 0, {0, 10}),
+            collectives::wire::QsgdSeed(meta, 0, {10, 20}));
   collectives::wire::FrameMeta next = meta;
   next.step = 4;
-  EXPECT_NE(collectives::algorithms::QsgdSeed(meta, 0, {0, 10}),
-            collectives::algorithms::QsgdSeed(next, 0, {0, 10}));
+  EXPECT_NE(collectives::wire::QsgdSeed(meta, 0, {0, 10}),
+            collectives::wire::QsgdSeed(next, 0, {0, 10}));
 }
 
 // Unbiasedness: over T seeds, the mean of decode(encode(x_i)) is within
@@ -137,7 +137,7 @@ const collectives::wire::BlockRange kRange{100, 1300};
 transport::Bytes GoodFrame(int bits, std::vector<float>* decoded) {
   const auto x = Values(kRange.size(), 4);
   transport::Bytes b;
-  collectives::algorithms::AppendQuantizedFrame(kMeta, kRange, x.data(), bits, 17, &b, decoded);
+  collectives::wire::AppendQuantizedFrame(kMeta, kRange, x.data(), bits, 17, &b, decoded);
   return b;
 }
 
@@ -158,7 +158,7 @@ TEST(QsgdFrameTest, RoundTripThroughBothDecoders) {
   for (int bits : {2, 4, 8}) {
     std::vector<float> decoded;
     transport::Bytes b = GoodFrame(bits, &decoded);
-    EXPECT_EQ(b.size(), collectives::algorithms::QuantizedFrameBytes(kRange.size(), bits));
+    EXPECT_EQ(b.size(), collectives::wire::QuantizedFrameBytes(kRange.size(), bits));
     collectives::wire::FrameHeader h;
     std::memcpy(&h, b.data(), sizeof h);
     EXPECT_EQ(h.flags, collectives::wire::kFrameDense | collectives::wire::kFrameQuantized);
@@ -215,7 +215,7 @@ TEST(QsgdFrameTest, RejectsEveryMalformedField) {
     const collectives::wire::BlockRange odd{0, 1201};
     const auto x = Values(odd.size(), 5);
     transport::Bytes b;
-    collectives::algorithms::AppendQuantizedFrame(kMeta, odd, x.data(), 8, 1, &b, &d);
+    collectives::wire::AppendQuantizedFrame(kMeta, odd, x.data(), 8, 1, &b, &d);
     b.back() |= 0x80;  // a padding bit of the last word
     std::vector<float> out(odd.size());
     absl::Status s = collectives::wire::DecodeDenseBlock(b, kMeta, odd, false, out.data());
@@ -245,9 +245,9 @@ TEST(QsgdFrameTest, RejectsEveryMalformedField) {
 }
 
 TEST(QsgdFrameTest, BitsOption) {
-  EXPECT_TRUE(collectives::algorithms::ValidateQuantizeBits(0).ok());
-  for (int b : {2, 4, 8}) EXPECT_TRUE(collectives::algorithms::ValidateQuantizeBits(b).ok());
-  for (int b : {1, 3, 16, -2}) EXPECT_FALSE(collectives::algorithms::ValidateQuantizeBits(b).ok());
+  EXPECT_TRUE(collectives::wire::ValidateQuantizeBits(0).ok());
+  for (int b : {2, 4, 8}) EXPECT_TRUE(collectives::wire::ValidateQuantizeBits(b).ok());
+  for (int b : {1, 3, 16, -2}) EXPECT_FALSE(collectives::wire::ValidateQuantizeBits(b).ok());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "prometheus/registry.h"
 #include "services/coordinator/coordinator.h"
+#include "services/coordinator/hang_scan.h"
 #include "services/coordinator/hangs/wait_graph.h"
 #include "services/coordinator/validate.h"
 #include "tests/coordinator/join_all.h"
@@ -361,11 +362,11 @@ TEST(DescribeHang, OlderEpochIsNamed) {
   beat(10, 2, 2);
   beat(11, 1, -1);  // never entered epoch 2
   beat(12, 2, 1);
-  hangs::EpochWaits w = hangs::ScanWaits(m, m.latest(), t0);
+  EpochWaits w = ScanWaits(m, m.latest(), t0);
   ASSERT_TRUE(w.any);
   EXPECT_EQ(w.step, 8u);
   EXPECT_EQ(w.oldest, absl::Milliseconds(1500));
-  EXPECT_EQ(hangs::DescribeHang(m, m.latest(), w, t0, absl::Seconds(2)),
+  EXPECT_EQ(DescribeHang(m, m.latest(), w, t0, absl::Seconds(2)),
             "rank 1 (host 'h1', agent 'a1') still runs epoch 1: ranks 0, 2 wait on it");
 }
 

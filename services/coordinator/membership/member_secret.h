@@ -13,7 +13,6 @@
 namespace gradex::coordinator::membership {
 
 inline constexpr size_t kMemberSecretBytes = 32;
-inline constexpr size_t kMaxMemberSecretBytes = 64;  // what requests may carry
 
 // 32 bytes from the OS's random source (std::random_device reads getrandom
 // on Linux), never from the coordinator's member-id generator.

@@ -1,11 +1,11 @@
-#include "collectives/algorithms/qsgd.h"
+#include "collectives/wire/qsgd.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/qsgd.h"
 
-namespace gradex::collectives::algorithms {
+namespace gradex::collectives::wire {
 namespace {
 
 uint64_t Mix(uint64_t h, uint64_t x) {
@@ -23,7 +23,7 @@ absl::Status ValidateQuantizeBits(int bits) {
   return absl::InvalidArgumentError(absl::StrCat("quantize_bits ", bits, " not in {0, 2, 4, 8}"));
 }
 
-uint64_t QsgdSeed(const wire::FrameMeta& meta, int rank, wire::BlockRange range) {
+uint64_t QsgdSeed(const FrameMeta& meta, int rank, BlockRange range) {
   uint64_t h = 0x5153474400000000ull;  // "QSGD"
   for (uint64_t x : {meta.job_id, uint64_t{meta.epoch}, meta.step,
                      uint64_t{static_cast<uint16_t>(meta.algorithm)}, uint64_t{meta.phase},
@@ -33,11 +33,9 @@ uint64_t QsgdSeed(const wire::FrameMeta& meta, int rank, wire::BlockRange range)
   return h;
 }
 
-void AppendQuantizedFrame(const wire::FrameMeta& meta, wire::BlockRange range, const float* values,
-                          int bits, uint64_t seed, transport::Bytes* out,
-                          std::vector<float>* decoded) {
-  const wire::FrameHeader h =
-      wire::MakeFrameHeader(meta, range, wire::kFrameDense | wire::kFrameQuantized, range.size());
+void AppendQuantizedFrame(const FrameMeta& meta, BlockRange range, const float* values, int bits,
+                          uint64_t seed, transport::Bytes* out, std::vector<float>* decoded) {
+  const FrameHeader h = MakeFrameHeader(meta, range, kFrameDense | kFrameQuantized, range.size());
   const size_t payload = kernels::QsgdPayloadBytes(range.size(), bits);
   const size_t at = out->size();
   out->resize(at + sizeof h + payload);
@@ -51,7 +49,7 @@ void AppendQuantizedFrame(const wire::FrameMeta& meta, wire::BlockRange range, c
 }
 
 uint64_t QuantizedFrameBytes(uint32_t size, int bits) {
-  return sizeof(wire::FrameHeader) + kernels::QsgdPayloadBytes(size, bits);
+  return sizeof(FrameHeader) + kernels::QsgdPayloadBytes(size, bits);
 }
 
-}  // namespace gradex::collectives::algorithms
+}  // namespace gradex::collectives::wire
