@@ -1,4 +1,4 @@
-// gradex-client-pipeline: a multi-bucket step through gradex::Client with the
+// gradex-client-pipeline: a multi-bucket step through gradex::client::Client with the
 // selection/exchange pipeline on and off (ClientOptions::pipeline), ranks as
 // threads of this process (embedded coordinators, in-memory rendezvous, UCX
 // on loopback). The two modes are two jobs alive at once that take turns
@@ -41,7 +41,7 @@ constexpr char kUsage[] =
     "usage: gradex-client-pipeline [--ranks 4] [--buckets 8] [--elements 1048576]\n"
     "         [--steps 20] [--warmup 2] [--algorithm spardl] [--density 0.01]\n"
     "         [--param NAME=VALUE ...]\n"
-    "A step of BUCKETS buckets of ELEMENTS floats through gradex::Client on RANKS ranks\n"
+    "A step of BUCKETS buckets of ELEMENTS floats through gradex::client::Client on RANKS ranks\n"
     "(threads of this process), with the client's selection/exchange pipeline on and off:\n"
     "two jobs at once taking turns step by step; prints step times (slowest rank) per mode.\n";
 

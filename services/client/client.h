@@ -1,4 +1,4 @@
-// gradex::Client: the trainer-facing API (docs/design.md, services/client).
+// gradex::client::Client: the trainer-facing API (docs/design.md, services/client).
 // It embeds the agent runtime in the trainer's process: joins the
 // coordinator (or, on rank 0 with none configured, starts one in-process and
 // publishes its address and a fresh token through the trainer's rendezvous

@@ -1,4 +1,4 @@
-// gradex::Client when something goes wrong (clients as threads of one
+// gradex::client::Client when something goes wrong (clients as threads of one
 // process, UCX on loopback, and one rank as a process of its own): a wrong
 // token, an unreachable coordinator, a client closed mid-run and a killed
 // rank fail the survivors clearly within the timeout; a non-finite gradient

@@ -1,4 +1,4 @@
-// No silent override, through gradex::Client: rank 0 embeds the coordinator
+// No silent override, through gradex::client::Client: rank 0 embeds the coordinator
 // with its options (spardl at density 0.05); a rank 1 that asks for another
 // density or algorithm fails Create naming the option, both values and rank
 // 0 as their source (or the coordinator's address when given by address);

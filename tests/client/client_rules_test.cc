@@ -1,5 +1,5 @@
 // The per-bucket rules (start_iter, min_compression_rate, dense_probe_period)
-// through gradex::Client: ranks given different values (different hook
+// through gradex::client::Client: ranks given different values (different hook
 // arguments) run rank 0's, agreed in-band, so every step completes with the
 // same algorithm and bitwise the same result on every rank; the rank whose
 // own values differ counts each field once. Values out of bounds are refused

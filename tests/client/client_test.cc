@@ -1,4 +1,4 @@
-// gradex::Client end to end in one process: clients as threads, rank 0 with
+// gradex::client::Client end to end in one process: clients as threads, rank 0 with
 // the embedded coordinator found through an in-memory rendezvous, UCX data
 // plane on loopback. Several buckets of different sizes per step and a
 // DDP-style rebuild after step 1: results bitwise identical across ranks,
