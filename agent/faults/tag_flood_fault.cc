@@ -1,11 +1,11 @@
-#include "faults/tag_flood_fault.h"
+#include "agent/faults/tag_flood_fault.h"
 
 #include <utility>
 #include <vector>
 
 #include "transport/forwarding_transport.h"
 
-namespace gradex::faults {
+namespace gradex::agent::faults {
 namespace {
 
 // The member floor's provider interface these wrap.
@@ -73,4 +73,4 @@ std::unique_ptr<member::TransportProvider> TagFloodFault(
   return std::make_unique<FloodingProvider>(std::move(inner), mib_per_peer << 20);
 }
 
-}  // namespace gradex::faults
+}  // namespace gradex::agent::faults

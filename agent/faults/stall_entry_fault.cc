@@ -1,4 +1,4 @@
-#include "faults/stall_entry_fault.h"
+#include "agent/faults/stall_entry_fault.h"
 
 #include <iostream>
 #include <thread>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradex::faults {
+namespace gradex::agent::faults {
 namespace {
 
 // The member floor's provider interface these wrap.
@@ -53,4 +53,4 @@ std::unique_ptr<member::TransportProvider> StallEntryFault(
   return std::make_unique<StallingProvider>(std::move(inner), entry, at_most);
 }
 
-}  // namespace gradex::faults
+}  // namespace gradex::agent::faults
