@@ -17,9 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "agent/step_invariants.h"
 #include "agent/faults/stall_entry_fault.h"
 #include "agent/faults/tag_flood_fault.h"
+#include "agent/step_invariants.h"
 #include "member/grpc_control_plane.h"
 #include "member/member_wiring.h"
 #include "pipeline/agent.h"
