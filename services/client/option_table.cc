@@ -151,7 +151,9 @@ std::vector<OptionSpec> Build() {
                .job_field = "density",
                .example = "0.05",
                .description = "fraction of each bucket's entries a rank contributes per step, "
-                              "k = ceil(d·n)",
+                              "k = ceil(d·n); the result holds about k entries under spardl "
+                              "(a global top-k) and up to P·k under topka (the union), so "
+                              "compare algorithms at equal bytes, not equal density",
                GRADEX_FIELD(density, double)});
   t.push_back({.name = "teams",
                .type = T::kInt,
