@@ -314,12 +314,9 @@ absl::Status BucketPipeline::FinishCall(Item& item, BucketOutcome* out) {
   if (!item.writable) return residual;
   out->result.ToDense(item.host);
   ScaleForMean(item.host, options_.mean, static_cast<float>(agent_->plan()->world()));
-  bool mask = item.status.ok() && residual.ok() && options_.momentum > 0 && options_.factor_masking;
-  if (mask) {
-    size_t applied = 0;
-    for (float v : item.host) applied += v != 0.0f;
-    mask = MasksVelocity(mask, applied, item.host.size());
-  }
+  // The count is a pass over the bucket: taken only where masking is on.
+  const bool mask = FactorMaskingOn(item, residual.ok()) &&
+                    SparseResult(CountApplied(item.host), item.host.size());
   if (item.staged) {
     if (absl::Status f = FinishStaged(item, mask); !f.ok()) return f;
   } else if (mask) {

@@ -195,6 +195,12 @@ class BucketPipeline {
                             BucketEnd* end);
   // Finish less the device hand-back and counting.
   absl::Status FinishCall(Item& item, BucketOutcome* out);
+  // Whether factor masking applies to the bucket's result (both paths):
+  // momentum correction and factor masking on, the call (its non-finite
+  // refusal) and its residual fine.
+  bool FactorMaskingOn(const Item& item, bool residual_ok) const {
+    return item.status.ok() && residual_ok && options_.momentum > 0 && options_.factor_masking;
+  }
   // u <- m*u + g per span of the slot, written over the gradient.
   void AddMomentum(const Item& item, BucketSlot* slot) const;
   // The queue `i` on the bucket's device (made, or remade for another

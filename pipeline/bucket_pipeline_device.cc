@@ -239,9 +239,7 @@ absl::Status BucketPipeline::FinishOnDevice(Item& item, const BucketOutcome& out
     s = queue.SparseToDense(idx, val, item.data);
     KeepApplied(&idx, val);
   }
-  const bool on =
-      item.status.ok() && residual_ok && options_.momentum > 0 && options_.factor_masking;
-  if (s.ok() && MasksVelocity(on, idx.size(), item.data.size())) {
+  if (s.ok() && FactorMaskingOn(item, residual_ok) && SparseResult(idx.size(), item.data.size())) {
     s = queue.ZeroAt(idx, item.call->slot->device->velocity->span());
   }
   return s;

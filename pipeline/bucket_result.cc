@@ -16,6 +16,12 @@ std::vector<uint32_t> AppliedIndices(std::span<const float> values) {
   return idx;
 }
 
+size_t CountApplied(std::span<const float> values) {
+  size_t applied = 0;
+  for (float v : values) applied += v != 0.0f;
+  return applied;
+}
+
 void KeepApplied(std::vector<uint32_t>* idx, std::span<const float> val) {
   size_t applied = 0;
   for (size_t i = 0; i < val.size(); ++i) {

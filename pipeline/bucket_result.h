@@ -21,16 +21,18 @@ void ScaleForMean(std::span<float> values, bool mean, float world);
 // The indices of the nonzero values: the entries the result applied.
 std::vector<uint32_t> AppliedIndices(std::span<const float> values);
 
+// How many values are nonzero: the entries the result applied.
+size_t CountApplied(std::span<const float> values);
+
 // Keeps, in order, the indices whose value is nonzero (a sparse result's
 // applied entries after the mean's division).
 void KeepApplied(std::vector<uint32_t>* idx, std::span<const float> val);
 
-// DGC's factor masking: with it on (`on`: momentum correction and factor
-// masking enabled, the call and its residual fine) and a sparse result
-// (fewer than half of the bucket's n entries applied), a sent entry's
-// velocity restarts from 0. Dense steps (start_iter, probes, fallbacks)
-// keep their momentum.
-inline bool MasksVelocity(bool on, size_t applied, size_t n) { return on && 2 * applied < n; }
+// DGC's factor masking, where it is on (BucketPipeline::FactorMaskingOn),
+// restarts a sent entry's velocity from 0 after a sparse result: fewer than
+// half of the bucket's n entries applied. Dense steps (start_iter, probes,
+// fallbacks) keep their momentum.
+inline bool SparseResult(size_t applied, size_t n) { return 2 * applied < n; }
 
 }  // namespace gradex::pipeline
 
